@@ -1,0 +1,38 @@
+# Two entry points on a fresh machine: `make test` and `make demo`. Each sets itself up.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+CONFIG  ?= configs/fashion_mnist.toml
+WORKDIR ?= runs/demo
+FMNIST  := /usr/share/datasets/fashion-mnist
+
+.PHONY: test test-slow demo venv data bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
+
+data:
+	@if [ -f $(FMNIST)/train-images-idx3-ubyte.gz ] || [ -n "$$PATE_DATA_DIR" ]; then \
+	  echo "Fashion-MNIST: found"; \
+	else \
+	  echo "Fashion-MNIST: installing Debian package dataset-fashion-mnist"; \
+	  (apt-get install -y dataset-fashion-mnist || sudo apt-get install -y dataset-fashion-mnist) >/dev/null; \
+	fi
+
+demo: $(STAMP) data
+	$(BIN)/pate analyze --votes examples/votes_fmnist_250.npz --gamma 0.05 --delta 1e-5 --queries 100
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache
