@@ -18,7 +18,23 @@ def _version() -> str:
 
 
 class _Group(click.Group):
-    """Turns a `PateError` anywhere below into one line on stderr and exit status 1."""
+    """Errors as one line on stderr: usage errors exit 2, a `PateError` exits 1."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.ClickException as err:
+            where = err.ctx.command_path if getattr(err, "ctx", None) is not None else "pate"
+            hint = f" (see '{where} --help')" if isinstance(err, click.UsageError) else ""
+            message = " ".join(err.format_message().split())
+            click.echo(f"{where}: {message}{hint}", err=True)
+            sys.exit(err.exit_code)
+        except click.Abort:
+            click.echo("pate: aborted", err=True)
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx):
         try:
@@ -33,6 +49,83 @@ class _Group(click.Group):
 def main() -> None:
     """PATE: train teachers on private data, release noisy labels, train a student,
     and account for the privacy spent."""
+
+
+# --------------------------------------------------------------------------- analyze
+
+
+def _positive(ctx, param, value):
+    if value is not None and not (value > 0 and value != float("inf")):
+        raise click.BadParameter(f"must be a positive number, got {value}")
+    return value
+
+
+def _probability(ctx, param, value):
+    if value is not None and not (0.0 < value < 1.0):
+        raise click.BadParameter(f"must lie strictly between 0 and 1, got {value}")
+    return value
+
+
+def _at_least_one(ctx, param, value):
+    if value is not None and value < 1:
+        raise click.BadParameter(f"must be at least 1, got {value}")
+    return value
+
+
+@main.command()
+@click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
+              help="Vote histogram: .npz (key 'votes') or .npy, queries × classes.")
+@click.option("--workdir", type=click.Path(file_okay=False),
+              help="A run directory labelled by `pate label` (reads votes.npz and labels.npz).")
+@click.option("--gamma", type=float, callback=_positive,
+              help="LNMax inverse noise scale: Laplace noise of scale 1/gamma per count.")
+@click.option("--delta", type=float, default=1e-5, show_default=True, callback=_probability)
+@click.option("--queries", type=int, callback=_at_least_one,
+              help="Analyse the first N queries (after --indices).")
+@click.option("--indices", "indices_path", type=click.Path(dir_okay=False),
+              help="Indices of the answered queries (.npy, or .npz key 'indices').")
+@click.option("--moments", type=int, default=8, show_default=True, callback=_at_least_one,
+              help="Moments accountant orders 1..M.")
+@click.option("--beta", type=float, default=0.09, show_default=True, callback=_positive,
+              help="Smoothness of the smooth-sensitivity release.")
+@click.option("--input-is-labels", is_flag=True,
+              help="FILE is a teachers × queries matrix of predicted labels (the 2017 paper's format).")
+@click.option("--num-classes", type=int, callback=_at_least_one,
+              help="Number of classes when converting predicted labels (default: max label + 1).")
+@click.option("--seed", type=int, help="Seed of the release noise (research only: whoever knows it "
+              "can remove the noise). Default: fresh OS entropy.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
+              help="Write a PNG of cumulative eps against answered queries.")
+def analyze(votes_path, workdir, gamma, delta, queries, indices_path, moments, beta,
+            input_is_labels, num_classes, seed, json_path, plot_path):
+    """Privacy report for noisy-argmax answers: data-independent, data-dependent
+    (private) and sanitised eps."""
+    import numpy as np
+
+    from analysis import report as report_mod
+    from analysis import votes as votes_mod
+
+    if (votes_path is None) == (workdir is None):
+        raise click.UsageError("give exactly one of --votes FILE or --workdir RUN")
+    if workdir is not None:
+        from pate.analyze import analyze_workdir
+
+        analyze_workdir(workdir, delta=delta, moments=moments, beta=beta, seed=seed,
+                        gamma=gamma, json_path=json_path, plot_path=plot_path, echo=click.echo)
+        return
+    if gamma is None:
+        raise click.UsageError("--gamma is required with --votes (the LNMax noise the votes were answered with)")
+    votes = votes_mod.load_votes(votes_path, input_is_labels=input_is_labels, num_classes=num_classes)
+    indices = None if indices_path is None else votes_mod.load_indices(indices_path, votes.shape[0])
+    answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
+    rng = np.random.default_rng(seed)
+    rep = report_mod.lnmax_report(answered, gamma, delta, range(1, moments + 1), beta, rng=rng)
+    report_mod.write_outputs(rep, json_path, plot_path)
+    click.echo(report_mod.render_table(rep))
+    for path in (json_path, plot_path):
+        if path:
+            click.echo(f"wrote {path}")
 
 
 if __name__ == "__main__":  # pragma: no cover

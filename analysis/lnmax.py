@@ -1,0 +1,436 @@
+"""PATE 2017 privacy analysis of the Laplace noisy max (LNMax) aggregator.
+
+Papernot, Abadi, Erlingsson, Goodfellow, Talwar, "Semi-supervised Knowledge Transfer
+for Deep Learning from Private Training Data", ICLR 2017 (arXiv:1610.05755).
+
+Mechanism: for each query, every class count ``n_j`` of the teachers' vote histogram
+gets independent ``Lap(1/gamma)`` noise and the noisy argmax is released.
+
+Neighbouring relation: two private training sets differ in one example, hence in the
+training data of one teacher, hence in at most one teacher's vote: one count goes down
+by one and another goes up by one. Under this relation one LNMax answer is
+``(2*gamma, 0)``-DP, and the analysis below is for that relation.
+
+Accounting is the moments accountant (Abadi et al. 2016): with ``alpha(l)`` the l-th log
+moment of the privacy loss, composition adds ``alpha`` over queries and
+``eps = min_l (alpha(l) + log(1/delta)) / l`` (Abadi et al. 2016, Theorem 2).
+
+Every function is vectorised over leading axes (queries), moments and, for the smooth
+sensitivity, the distance ``k``; all arithmetic on probabilities is in log space.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from analysis.errors import PateError
+
+DEFAULT_MOMENTS = tuple(range(1, 9))
+
+# Elements per block when the smooth sensitivity materialises (queries, k, classes).
+_BLOCK_ELEMENTS = 1 << 22
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_positive(name: str, value) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise PateError(f"{name} must be a number, got {value!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise PateError(f"{name} must be a positive number, got {value}")
+    return value
+
+
+def check_delta(delta) -> float:
+    """Returns ``delta`` as a float after checking ``0 < delta < 1``."""
+    try:
+        delta = float(delta)
+    except (TypeError, ValueError):
+        raise PateError(f"delta must be a number in (0, 1), got {delta!r}") from None
+    if not (0.0 < delta < 1.0):
+        raise PateError(f"delta must lie strictly between 0 and 1, got {delta}")
+    return delta
+
+
+def check_moments(moments) -> np.ndarray:
+    """Returns the moments ``l`` as a 1-d float array after checking every ``l >= 1``."""
+    arr = np.atleast_1d(np.asarray(moments, dtype=np.float64))
+    if arr.ndim != 1 or arr.size == 0:
+        raise PateError("moments must be a non-empty list of numbers >= 1")
+    if not np.all(np.isfinite(arr)) or np.any(arr < 1):
+        raise PateError(f"moments must all be >= 1, got {arr.tolist()}")
+    return arr
+
+
+def _as_counts(votes) -> np.ndarray:
+    arr = np.asarray(votes)
+    if arr.ndim < 1 or arr.shape[-1] < 2:
+        raise PateError(f"votes must have a class axis of length >= 2, got shape {arr.shape}")
+    if arr.size == 0:
+        raise PateError("votes is empty")
+    arr = arr.astype(np.float64)
+    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
+        raise PateError("votes must be finite, non-negative counts")
+    return arr
+
+
+# --------------------------------------------------------------------------- Lemma 4
+
+
+def _log_q_from_gaps(gaps: np.ndarray, gamma: float, exclude: np.ndarray) -> np.ndarray:
+    """log of Lemma 4's sum over classes of ``(2 + gamma*g) / (4 exp(gamma*g))``.
+
+    ``gaps`` are ``n_top - n_j >= 0`` on the last axis; ``exclude`` masks the top class.
+    """
+    x = gamma * gaps
+    log_terms = np.log(2.0 + x) - x - math.log(4.0)
+    log_terms = np.where(exclude, -np.inf, log_terms)
+    m = np.max(log_terms, axis=-1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    with np.errstate(divide="ignore"):
+        return np.log(np.sum(np.exp(log_terms - m), axis=-1)) + m[..., 0]
+
+
+def q_bound(votes, gamma) -> np.ndarray:
+    """Upper bound on ``Pr[LNMax answer != argmax of votes]`` (PATE 2017, Lemma 4).
+
+    Formal guarantee: with ``Lap(1/gamma)`` noise on every count and ``j*`` the
+    (first) plurality class,
+    ``Pr[noisy argmax != j*] <= sum_{j != j*} (2 + gamma*g_j) / (4 exp(gamma*g_j))``,
+    ``g_j = n_{j*} - n_j``. The bound is also capped at ``1 - 1/C``: a bound ``q`` above
+    that value is never used as data-dependent (Theorem 3 needs
+    ``q < 1/(1+e^{2 gamma})`` anyway), so the cap only keeps values interpretable, as
+    in the paper's code.
+
+    The sum is computed in log space, so gaps of any size (10,000 teachers) neither
+    overflow nor take the log of zero.
+
+    Args:
+      votes: counts, shape ``(..., num_classes)``.
+      gamma: inverse Laplace scale, > 0.
+
+    Returns:
+      float64 array of shape ``votes.shape[:-1]``.
+    """
+    gamma = _check_positive("gamma", gamma)
+    counts = _as_counts(votes)
+    num_classes = counts.shape[-1]
+    top = np.argmax(counts, axis=-1)
+    gaps = np.max(counts, axis=-1, keepdims=True) - counts
+    exclude = np.arange(num_classes) == top[..., None]
+    log_q = _log_q_from_gaps(gaps, gamma, exclude)
+    return np.minimum(np.exp(log_q), 1.0 - 1.0 / num_classes)
+
+
+# --------------------------------------------------------------------------- log moments
+
+
+def logmgf_data_independent(eps, moments) -> np.ndarray:
+    """Data-independent bound on the l-th log moment of an ``(eps, 0)``-DP mechanism.
+
+    ``alpha(l) <= min(eps^2 l (l+1) / 2, eps l)`` (PATE 2017, Theorem 2 (2) with
+    ``eps = 2 gamma``, from Dwork & Rothblum's concentrated DP; and the trivial bound
+    ``eps l`` of pure DP).
+    """
+    eps = _check_positive("eps", eps)
+    l = check_moments(moments)
+    return np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
+
+
+def logmgf(q, eps, moments) -> np.ndarray:
+    """Data-dependent bound on the l-th log moment of one ``(eps, 0)``-DP answer.
+
+    Formal guarantee (PATE 2017, Theorem 3): if the mechanism is ``(eps, 0)``-DP and
+    ``q >= Pr[M(d) != o*]`` for some outcome ``o*``, and ``q < (e^eps - 1)/(e^{2 eps} - 1)
+    = 1/(1 + e^eps)``, then
+    ``alpha(l) <= log((1-q) ((1-q)/(1 - e^eps q))^l + q e^{eps l})``.
+    The result is the minimum of that bound (where it is valid) and the two
+    data-independent bounds of :func:`logmgf_data_independent`.
+
+    Differs from the published code: ``logmgf_exact`` in the 2017 repository applies
+    Theorem 3 whenever ``q < 0.5``; between ``1/(1+e^eps)`` and ``0.5`` the theorem
+    does not hold and its expression can fall below the true log moment. Here those
+    ``q`` get the data-independent bound.
+
+    Args:
+      q: upper bounds on the probability of a non-plurality answer, any shape.
+      eps: the pure-DP level of one answer (``2*gamma`` for LNMax), > 0.
+      moments: the orders ``l >= 1``, 1-d.
+
+    Returns:
+      float64 array of shape ``q.shape + moments.shape``.
+    """
+    eps = _check_positive("eps", eps)
+    l = check_moments(moments)
+    q = np.asarray(q, dtype=np.float64)
+    if np.any(~np.isfinite(q)) or np.any(q < 0) or np.any(q > 1):
+        raise PateError("q must be probabilities in [0, 1]")
+    data_independent = np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
+    valid = q < 1.0 / (1.0 + math.exp(eps))
+    qv = np.where(valid, q, 0.0)[..., None]
+    with np.errstate(divide="ignore"):
+        log_q = np.log(qv)
+    log1m_q = np.log1p(-qv)
+    log1m_eq = np.log1p(-math.exp(eps) * qv)
+    log_t1 = log1m_q + l * (log1m_q - log1m_eq)
+    log_t2 = log_q + eps * l
+    theorem3 = np.logaddexp(log_t1, log_t2)
+    return np.where(valid[..., None], np.minimum(theorem3, data_independent), data_independent)
+
+
+# --------------------------------------------------------------------------- accountant
+
+
+@dataclasses.dataclass(frozen=True)
+class MomentsEps:
+    """ε from the moments accountant.
+
+    Attributes:
+      eps: ``min_l (alpha(l) + log(1/delta)) / l``.
+      moment: the ``l`` attaining the minimum.
+      moments: the orders tried.
+      eps_per_moment: ε at each order.
+      log_moments: total ``alpha(l)`` at each order.
+      delta: the δ of the guarantee.
+      num_queries: number of answers composed.
+    """
+
+    eps: float
+    moment: float
+    moments: np.ndarray
+    eps_per_moment: np.ndarray
+    log_moments: np.ndarray
+    delta: float
+    num_queries: int
+
+    @property
+    def best_is_largest(self) -> bool:
+        """True when the best order is the largest tried: more orders may lower ε."""
+        return bool(self.moment == np.max(self.moments)) and self.moments.size > 1
+
+
+def _eps_from_log_moments(log_moments, moments, delta, num_queries) -> MomentsEps:
+    eps_l = (log_moments - math.log(delta)) / moments
+    best = int(np.argmin(eps_l))
+    return MomentsEps(eps=float(eps_l[best]), moment=float(moments[best]), moments=moments,
+                      eps_per_moment=eps_l, log_moments=log_moments, delta=delta,
+                      num_queries=int(num_queries))
+
+
+def _flat_votes(votes) -> np.ndarray:
+    counts = _as_counts(votes)
+    return counts.reshape(-1, counts.shape[-1])
+
+
+def data_dependent_eps(votes, gamma, delta, moments=DEFAULT_MOMENTS) -> MomentsEps:
+    """Data-dependent ε of LNMax answers to the queries in ``votes``.
+
+    Formal guarantee: for the neighbouring relation of this module, releasing LNMax
+    answers to all rows of ``votes`` is ``(eps, delta)``-DP *conditioned on these
+    votes*: the moments accountant (Abadi et al. 2016, Thm 2) over the per-query
+    bound of :func:`logmgf` with ``q`` from :func:`q_bound` (PATE 2017, Lemma 4,
+    Theorem 3). The value depends on the private votes and is itself **private**;
+    publish it only through :func:`sanitized_eps`.
+    """
+    gamma = _check_positive("gamma", gamma)
+    delta = check_delta(delta)
+    l = check_moments(moments)
+    flat = _flat_votes(votes)
+    q = q_bound(flat, gamma)
+    total = logmgf(q, 2.0 * gamma, l).sum(axis=0)
+    return _eps_from_log_moments(total, l, delta, flat.shape[0])
+
+
+def data_independent_eps(num_queries, gamma, delta, moments=DEFAULT_MOMENTS) -> MomentsEps:
+    """Data-independent ε of ``num_queries`` LNMax answers (safe to publish).
+
+    Formal guarantee: each answer is ``(2 gamma, 0)``-DP; with
+    ``alpha(l) = min(2 gamma^2 l (l+1), 2 gamma l)`` per answer (PATE 2017, Theorem 2)
+    and the moments accountant, the answers are ``(eps, delta)``-DP.
+    Known value: 100 queries, gamma=0.05, delta=1e-5, l=1..8 give eps ~ 5.30 at l=5.
+    """
+    gamma = _check_positive("gamma", gamma)
+    delta = check_delta(delta)
+    l = check_moments(moments)
+    try:
+        n = int(num_queries)
+    except (TypeError, ValueError):
+        raise PateError(f"num_queries must be a whole number, got {num_queries!r}") from None
+    if n < 0 or n != num_queries:
+        raise PateError(f"num_queries must be a whole number >= 0, got {num_queries}")
+    total = n * logmgf_data_independent(2.0 * gamma, l)
+    return _eps_from_log_moments(total, l, delta, n)
+
+
+def cumulative_eps(votes, gamma, delta, moments=DEFAULT_MOMENTS) -> tuple[np.ndarray, np.ndarray]:
+    """ε after each of the first 1, 2, ..., n answers, in the order of ``votes``' rows.
+
+    Returns ``(data_independent, data_dependent)``, each of shape ``(n,)``; the second
+    is private (see :func:`data_dependent_eps`).
+    """
+    gamma = _check_positive("gamma", gamma)
+    delta = check_delta(delta)
+    l = check_moments(moments)
+    flat = _flat_votes(votes)
+    n = flat.shape[0]
+    count = np.arange(1, n + 1, dtype=np.float64)[:, None]
+    per_query_di = logmgf_data_independent(2.0 * gamma, l)
+    di = np.min((count * per_query_di - math.log(delta)) / l, axis=-1)
+    cum = np.cumsum(logmgf(q_bound(flat, gamma), 2.0 * gamma, l), axis=0)
+    dd = np.min((cum - math.log(delta)) / l, axis=-1)
+    return di, dd
+
+
+# --------------------------------------------------------------------------- smooth sensitivity
+
+
+def _logmgf_at_distance(sorted_counts: np.ndarray, ks: np.ndarray, gamma: float,
+                        moments: np.ndarray) -> np.ndarray:
+    """Per-query log moments after moving ``k`` votes from the top class to the second.
+
+    ``sorted_counts``: ``(n, C)`` sorted descending. Returns ``(n, len(ks), L)``.
+    """
+    c = sorted_counts.shape[-1]
+    a = sorted_counts[:, :1] - ks  # old top, losing votes
+    b = sorted_counts[:, 1:2] + ks  # runner-up, gaining them
+    top = np.maximum(a, b)
+    gaps = np.concatenate([(top - np.minimum(a, b))[..., None],
+                           top[..., None] - sorted_counts[:, None, 2:]], axis=-1)
+    log_q = _log_q_from_gaps(gaps, gamma, np.zeros(gaps.shape[-1], dtype=bool))
+    q = np.minimum(np.exp(log_q), 1.0 - 1.0 / c)
+    return logmgf(q, 2.0 * gamma, moments)
+
+
+def smooth_sensitivity(votes, gamma, moments, beta) -> np.ndarray:
+    """β-smooth upper bound on the local sensitivity of each query's log moment.
+
+    Let ``f(d) = logmgf(q_bound(d, gamma), 2 gamma, l)`` be one query's bound on the
+    l-th log moment and ``d_k`` the histogram with ``k`` votes moved from the top class
+    to the runner-up (the fastest way to raise ``q``: each move narrows the top gap by
+    two). With ``S(k) = |f(d_{k+1}) - f(d_k)|``, the local sensitivity at distance
+    ``k`` as the 2017 paper's code estimates it, this returns
+    ``max_k exp(-beta k) S(k)`` for ``k = 0 .. n_top - 1`` (PATE 2017, Appendix C;
+    Nissim, Raskhodnikova, Smith 2007, Definition 2.1).
+
+    Differs from the published code, whose ``sens_at_k`` stops when
+    ``counts[0] < counts[1] + k`` on the *unsorted* counts: a histogram whose plurality
+    is not class 0 got smooth sensitivity 0. Here the counts are sorted first, and the
+    scan runs over every ``k`` (also past the point where the top two classes swap)
+    instead of stopping at the first zero, so no distance is skipped.
+
+    Args:
+      votes: counts, shape ``(..., num_classes)``.
+      gamma: inverse Laplace scale of LNMax, > 0.
+      moments: orders ``l >= 1``, 1-d.
+      beta: smoothness parameter, > 0.
+
+    Returns:
+      float64 array of shape ``votes.shape[:-1] + moments.shape``. Data-dependent:
+      **private**.
+    """
+    gamma = _check_positive("gamma", gamma)
+    beta = _check_positive("beta", beta)
+    l = check_moments(moments)
+    counts = _as_counts(votes)
+    lead = counts.shape[:-1]
+    flat = -np.sort(-counts.reshape(-1, counts.shape[-1]), axis=-1)
+    out = np.zeros((flat.shape[0], l.size))
+    # Blocks of queries with similar top counts keep the (queries, k, classes) tensor small.
+    order = np.argsort(flat[:, 0], kind="stable")
+    tops = flat[order, 0]
+    width = max(flat.shape[1], l.size)
+    start = 0
+    while start < order.size:
+        stop = min(order.size, start + max(1, _BLOCK_ELEMENTS // int((tops[start] + 1) * width)))
+        while stop > start + 1 and (stop - start) * (tops[stop - 1] + 1) * width > _BLOCK_ELEMENTS:
+            stop = start + (stop - start) // 2
+        idx = order[start:stop]
+        block = flat[idx]
+        n_top = block[:, 0]
+        k_top = int(n_top.max())
+        if k_top > 0:
+            ks = np.arange(k_top + 1, dtype=np.float64)
+            f = _logmgf_at_distance(block, ks, gamma, l)  # (b, K+1, L)
+            sens = np.abs(np.diff(f, axis=1))  # (b, K, L): S(k), k = 0..K-1
+            valid = ks[None, :-1] <= (n_top[:, None] - 1)
+            weighted = np.where(valid[..., None], sens * np.exp(-beta * ks[:-1])[None, :, None], 0.0)
+            out[idx] = weighted.max(axis=1)
+        start = stop
+    return out.reshape(lead + (l.size,))
+
+
+# --------------------------------------------------------------------------- sanitised release
+
+
+@dataclasses.dataclass(frozen=True)
+class SanitizedEps:
+    """The data-dependent ε released through the smooth-sensitivity mechanism.
+
+    Attributes:
+      value: the released (noisy) ε — **public**.
+      eps_release, delta_release: the privacy the release itself costs — public.
+      beta: the smoothness parameter — public.
+      smooth_sensitivity: β-smooth bound on the local sensitivity of the data-dependent
+        ε — private (it depends on the votes).
+      noise_scale: Laplace scale of the added noise (``2 S / eps_release``) — private.
+      data_dependent: the raw accountant result — private.
+    """
+
+    value: float
+    eps_release: float
+    delta_release: float
+    beta: float
+    smooth_sensitivity: float
+    noise_scale: float
+    data_dependent: MomentsEps
+
+
+def release_eps_cost(beta, delta) -> float:
+    """Privacy cost ``eps = 2 beta ln(2/delta)`` of a smooth-sensitivity Laplace release.
+
+    Nissim, Raskhodnikova, Smith 2007, Lemma 2.9 / Corollary 2.4: Laplace noise is
+    ``(alpha, beta)``-admissible with ``alpha = eps/2``, ``beta = eps / (2 ln(2/delta))``,
+    so adding ``Lap(2 S(x) / eps)`` for a β-smooth upper bound ``S`` is
+    ``(eps, delta)``-DP. The 2017 paper's code uses ``ln(1/delta)``, which understates
+    the cost slightly; this uses the corollary's ``ln(2/delta)``.
+    """
+    beta = _check_positive("beta", beta)
+    delta = check_delta(delta)
+    return 2.0 * beta * math.log(2.0 / delta)
+
+
+def sanitized_eps(votes, gamma, delta, beta=0.09, moments=DEFAULT_MOMENTS,
+                  rng: np.random.Generator | None = None) -> SanitizedEps:
+    """Releases the data-dependent ε with smooth-sensitivity Laplace noise.
+
+    Formal guarantee: the data-dependent ε is ``E(d) = min_l (sum_i f_{i,l}(d) +
+    log(1/delta)) / l``. Its local sensitivity is at most
+    ``max_l (sum_i LS_{i,l}(d)) / l`` (a minimum moves no more than its arguments; one
+    teacher's change touches every query), so ``S(d) = max_l sum_i SS_{i,l}(d) / l``
+    with ``SS`` from :func:`smooth_sensitivity` is a β-smooth upper bound on it; taking
+    the maximum over *all* orders tried, not the best one, keeps the data-dependent
+    choice of order out of the noise scale. Releasing ``E(d) + Lap(2 S(d) / eps_r)``
+    with ``eps_r = 2 beta ln(2/delta)`` is ``(eps_r, delta)``-DP (Nissim,
+    Raskhodnikova, Smith 2007, Corollary 2.4), on top of the answers' own cost.
+
+    The noise is drawn from ``rng`` (fresh OS entropy when None).
+    """
+    gamma = _check_positive("gamma", gamma)
+    beta = _check_positive("beta", beta)
+    delta = check_delta(delta)
+    l = check_moments(moments)
+    flat = _flat_votes(votes)
+    result = data_dependent_eps(flat, gamma, delta, l)
+    ss = float(np.max(smooth_sensitivity(flat, gamma, l, beta).sum(axis=0) / l))
+    eps_r = release_eps_cost(beta, delta)
+    scale = 2.0 * ss / eps_r
+    rng = np.random.default_rng() if rng is None else rng
+    value = result.eps + float(rng.laplace(0.0, scale)) if scale > 0 else result.eps
+    return SanitizedEps(value=value, eps_release=eps_r, delta_release=delta, beta=beta,
+                        smooth_sensitivity=ss, noise_scale=scale, data_dependent=result)

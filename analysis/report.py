@@ -1,0 +1,239 @@
+"""The ε report: data-independent, data-dependent and sanitised ε, each marked public or
+private, as a terminal table, a JSON document and a plot.
+
+What may be published: the data-independent ε, the sanitised ε and the parameters of
+its release. The raw data-dependent ε, its best order, the smooth sensitivity and the
+noise scale all depend on the private votes and are marked private.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+
+import numpy as np
+
+from analysis import lnmax
+from analysis.errors import PateError
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One number of the report.
+
+    Attributes:
+      key: its name in the JSON document.
+      label: its row label in the table.
+      value: the number (or a short string).
+      public: whether it may be published.
+      note: a short explanation shown in the table.
+    """
+
+    key: str
+    label: str
+    value: float | int | str
+    public: bool
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyReport:
+    """A privacy report for one labelling run.
+
+    Attributes:
+      mechanism: "lnmax", "gnmax" or "confident-gnmax".
+      items: the numbers, in table order.
+      warnings: lines a user must read.
+      curve_queries: x-axis of the plot (number of answered queries).
+      curve_independent: data-independent ε after each answered query (public).
+      curve_dependent: data-dependent ε after each answered query (private).
+    """
+
+    mechanism: str
+    items: tuple[Item, ...]
+    warnings: tuple[str, ...] = ()
+    curve_queries: np.ndarray | None = None
+    curve_independent: np.ndarray | None = None
+    curve_dependent: np.ndarray | None = None
+
+    def value(self, key: str):
+        for item in self.items:
+            if item.key == key:
+                return item.value
+        raise KeyError(key)
+
+
+def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS,
+                 beta: float = 0.09, rng: np.random.Generator | None = None) -> PrivacyReport:
+    """The PATE 2017 report for LNMax answers to every row of ``votes``.
+
+    Args:
+      votes: ``(n, num_classes)`` histograms of the answered queries (private).
+      gamma: LNMax's inverse Laplace scale.
+      delta: δ of every (ε, δ) figure.
+      moments: orders of the moments accountant.
+      beta: smoothness of the smooth-sensitivity release.
+      rng: source of the release noise; fresh OS entropy when None.
+    """
+    votes = np.asarray(votes)
+    moments = lnmax.check_moments(moments)
+    n = votes.shape[0]
+    independent = lnmax.data_independent_eps(n, gamma, delta, moments)
+    released = lnmax.sanitized_eps(votes, gamma, delta, beta, moments, rng=rng)
+    dependent = released.data_dependent
+    di_curve, dd_curve = lnmax.cumulative_eps(votes, gamma, delta, moments)
+    items = (
+        Item("num_queries", "answered queries", n, True),
+        Item("gamma", "gamma (Laplace noise 1/gamma)", float(gamma), True),
+        Item("delta", "delta", float(delta), True),
+        Item("eps_data_independent", "data-independent eps", independent.eps, True,
+             f"moment {independent.moment:g}"),
+        Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
+             "depends on the votes: do not publish as is"),
+        Item("best_moment", "best moment (data-dependent)", dependent.moment, False),
+        Item("smooth_sensitivity", "smooth sensitivity of eps", released.smooth_sensitivity, False,
+             f"beta = {beta:g}"),
+        Item("noise_scale", "Laplace scale of the release", released.noise_scale, False),
+        Item("eps_sanitized", "sanitised data-dependent eps", released.value, True,
+             "smooth-sensitivity release (NRS07 Cor. 2.4)"),
+        Item("eps_release_cost", "extra eps spent by the release", released.eps_release, True,
+             f"at delta {released.delta_release:g}; beta {beta:g}"),
+        Item("beta", "beta", float(beta), True),
+    )
+    warnings = []
+    if dependent.best_is_largest:
+        warnings.append(
+            f"the best moment is the largest one tried ({dependent.moment:g}); "
+            "try more moments (--moments) for a lower data-dependent eps")
+    if independent.best_is_largest:
+        warnings.append(
+            f"the data-independent eps is best at the largest moment tried "
+            f"({independent.moment:g}); more moments may lower it")
+    return PrivacyReport("lnmax", items, tuple(warnings), np.arange(1, n + 1), di_curve, dd_curve)
+
+
+# --------------------------------------------------------------------------- output
+
+
+def _format(value) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    value = float(value)
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e4 or abs(value) < 1e-3:
+        return f"{value:.3e}"
+    return f"{value:.4g}" if abs(value) < 1 else f"{value:.3f}"
+
+
+def render_table(report: PrivacyReport) -> str:
+    """The report as a plain-text table with a 'publish?' column, then its warnings."""
+    rows = [(item.label, _format(item.value), "yes" if item.public else "NO (private)", item.note)
+            for item in report.items]
+    header = ("quantity", "value", "publish?", "")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(3)]
+    lines = [f"Privacy report — {report.mechanism}"]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header[:3], widths)).rstrip())
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        text = "  ".join(c.ljust(w) for c, w in zip(row[:3], widths))
+        lines.append((text + ("  " + row[3] if row[3] else "")).rstrip())
+    lines.append("Publish only the rows marked 'yes'; the others depend on the private votes.")
+    for warning in report.warnings:
+        lines.append(f"warning: {warning}")
+    return "\n".join(lines)
+
+
+def _jsonable(value):
+    if isinstance(value, (np.integer,)):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if math.isfinite(value) else str(value)
+    return value
+
+
+def to_json(report: PrivacyReport, extra: dict | None = None) -> dict:
+    """The report as a JSON-able dict: ``public`` and ``private`` sections.
+
+    Every value sits in exactly one of the two; ``public`` is safe to publish as a whole.
+    """
+    doc = {
+        "mechanism": report.mechanism,
+        "public": {i.key: _jsonable(i.value) for i in report.items if i.public},
+        "private": {i.key: _jsonable(i.value) for i in report.items if not i.public},
+        "notes": "Values under 'private' depend on the private votes: never publish them.",
+        "warnings": list(report.warnings),
+    }
+    if extra:
+        doc.update(extra)
+    return doc
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Writes ``data`` to ``path`` through a temp file in the same folder and a rename."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise PateError(f"cannot write {path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def json_bytes(report: PrivacyReport, extra: dict | None = None) -> bytes:
+    return (json.dumps(to_json(report, extra), indent=2, sort_keys=False) + "\n").encode()
+
+
+def plot_bytes(report: PrivacyReport) -> bytes:
+    """PNG of cumulative ε against answered queries (data-independent and -dependent)."""
+    if report.curve_queries is None:
+        raise PateError("this report has no per-query curve to plot")
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    try:
+        ax.plot(report.curve_queries, report.curve_independent, label="data-independent (public)")
+        ax.plot(report.curve_queries, report.curve_dependent,
+                label="data-dependent (PRIVATE: do not publish)")
+        ax.set_xlabel("answered queries")
+        ax.set_ylabel("ε")
+        delta = report.value("delta")
+        ax.set_title(f"{report.mechanism}: cumulative ε at δ = {delta:g}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def write_outputs(report: PrivacyReport, json_path=None, plot_path=None,
+                  extra: dict | None = None) -> None:
+    """Renders every requested output first, then writes each atomically, so a failure
+    leaves no half-written file."""
+    blobs = []
+    if json_path is not None:
+        blobs.append((json_path, json_bytes(report, extra)))
+    if plot_path is not None:
+        blobs.append((plot_path, plot_bytes(report)))
+    for path, data in blobs:
+        write_atomic(path, data)

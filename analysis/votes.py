@@ -1,0 +1,176 @@
+"""Reading and validating vote histograms: the one gate every analysis input passes.
+
+A vote histogram is an integer array ``(n, num_classes)``: row ``i`` counts how many
+teachers predicted each class for query ``i``. Every row sums to the number of teachers.
+"""
+
+from __future__ import annotations
+
+import os
+import zipfile
+
+import numpy as np
+
+from analysis.errors import PateError
+
+
+def check_votes(votes, *, num_teachers: int | None = None, name: str = "votes") -> np.ndarray:
+    """Validates a vote histogram and returns it as int64 ``(n, num_classes)``.
+
+    Args:
+      votes: array-like of non-negative integer counts, shape ``(n, num_classes)``.
+      num_teachers: when given, every row must sum to it.
+      name: how the input is named in error messages.
+
+    Raises:
+      PateError: empty, wrong rank, fewer than two classes, NaN, fractional or negative
+        counts, or rows that sum to different teacher counts.
+    """
+    arr = np.asarray(votes)
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+        raise PateError(f"{name} must be numeric counts, got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise PateError(
+            f"{name} must be a 2-d histogram (queries × classes), got shape {arr.shape}; "
+            "pass --input-is-labels for a teachers × queries matrix of predicted labels")
+    if arr.shape[0] == 0:
+        raise PateError(f"{name} is empty (0 queries)")
+    if arr.shape[1] < 2:
+        raise PateError(f"{name} has {arr.shape[1]} class column(s); a histogram needs at least 2")
+    if np.issubdtype(arr.dtype, np.floating):
+        if not np.all(np.isfinite(arr)):
+            bad = int(np.argwhere(~np.isfinite(arr))[0][0])
+            raise PateError(f"{name} row {bad} holds NaN or infinite counts")
+        if np.any(arr != np.round(arr)):
+            bad = int(np.argwhere(arr != np.round(arr))[0][0])
+            raise PateError(f"{name} row {bad} holds fractional counts; votes are whole teacher counts")
+    if np.any(arr < 0):
+        bad = int(np.argwhere(arr < 0)[0][0])
+        raise PateError(f"{name} row {bad} holds negative counts")
+    arr = arr.astype(np.int64)
+    sums = arr.sum(axis=1)
+    expected = int(sums[0]) if num_teachers is None else int(num_teachers)
+    wrong = np.flatnonzero(sums != expected)
+    if wrong.size:
+        i = int(wrong[0])
+        raise PateError(
+            f"{name} has {wrong.size} row(s) not summing to {expected} teachers "
+            f"(row {i} sums to {int(sums[i])}); every query must count every teacher once")
+    if expected <= 0:
+        raise PateError(f"{name} rows sum to {expected}; there must be at least one teacher")
+    return arr
+
+
+def labels_to_votes(predictions, num_classes: int | None = None) -> np.ndarray:
+    """Turns a ``(num_teachers, n)`` matrix of predicted labels into a vote histogram.
+
+    This is the input format of the 2017 paper's ``analysis.py`` (``--input_is_counts``
+    false). Unlike PySyft's port, the class count is never inferred from the labels that
+    happen to appear when ``num_classes`` is given; without it, it is ``max label + 1``.
+    """
+    pred = np.asarray(predictions)
+    if pred.ndim != 2 or pred.size == 0:
+        raise PateError(f"predicted labels must be a non-empty teachers × queries matrix, got shape {pred.shape}")
+    if np.issubdtype(pred.dtype, np.floating):
+        if not np.all(np.isfinite(pred)) or np.any(pred != np.round(pred)):
+            raise PateError("predicted labels must be whole class indices (found NaN or fractions)")
+    elif not np.issubdtype(pred.dtype, np.integer):
+        raise PateError(f"predicted labels must be integers, got dtype {pred.dtype}")
+    pred = pred.astype(np.int64)
+    if pred.min() < 0:
+        raise PateError("predicted labels hold a negative class index")
+    top = int(pred.max()) + 1
+    if num_classes is None:
+        num_classes = max(top, 2)
+    elif top > num_classes:
+        raise PateError(f"predicted labels go up to class {top - 1} but num_classes is {num_classes}")
+    n = pred.shape[1]
+    votes = np.zeros((n, num_classes), dtype=np.int64)
+    np.add.at(votes, (np.broadcast_to(np.arange(n), pred.shape), pred), 1)
+    return votes
+
+
+def load_votes(path: str | os.PathLike, *, input_is_labels: bool = False,
+               num_classes: int | None = None) -> np.ndarray:
+    """Loads a vote histogram from ``.npz`` (key ``votes``) or ``.npy`` and validates it.
+
+    With ``input_is_labels`` the array is a teachers × queries matrix of predicted
+    labels (key ``labels`` or ``votes`` in an ``.npz``) and is converted to counts.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise PateError(f"votes file {path} does not exist; pass the .npz written by `pate label` or a .npy array")
+    try:
+        if path.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as data:
+                keys = list(data.keys())
+                key = "votes" if "votes" in keys else ("labels" if input_is_labels and "labels" in keys else None)
+                if key is None:
+                    raise PateError(f"{path} has no array named 'votes' (found: {', '.join(keys) or 'none'})")
+                arr = data[key]
+        else:
+            arr = np.load(path, allow_pickle=False)
+    except PateError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise PateError(f"cannot read votes file {path}: {err}; is it a .npz or .npy written by numpy?") from None
+    if input_is_labels:
+        return labels_to_votes(arr, num_classes)
+    return check_votes(arr, name=os.path.basename(path))
+
+
+def load_indices(path: str | os.PathLike, num_queries: int) -> np.ndarray:
+    """Loads the indices of answered queries (``.npy``, or ``.npz`` key ``indices``).
+
+    Entries are checked to lie in ``[0, num_queries)``.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise PateError(f"indices file {path} does not exist")
+    try:
+        if path.endswith(".npz"):
+            with np.load(path, allow_pickle=False) as data:
+                if "indices" not in data:
+                    raise PateError(f"{path} has no array named 'indices'")
+                idx = data["indices"]
+        else:
+            idx = np.load(path, allow_pickle=False)
+    except PateError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise PateError(f"cannot read indices file {path}: {err}") from None
+    return check_indices(idx, num_queries, name=os.path.basename(path))
+
+
+def check_indices(indices, num_queries: int, *, name: str = "indices") -> np.ndarray:
+    """Validates query indices: 1-d whole numbers in ``[0, num_queries)``."""
+    idx = np.asarray(indices)
+    if idx.ndim != 1 or idx.size == 0:
+        raise PateError(f"{name} must be a non-empty 1-d array of query indices, got shape {idx.shape}")
+    if np.issubdtype(idx.dtype, np.floating):
+        if not np.all(np.isfinite(idx)) or np.any(idx != np.round(idx)):
+            raise PateError(f"{name} must hold whole query indices")
+    elif not np.issubdtype(idx.dtype, np.integer):
+        raise PateError(f"{name} must hold integer query indices, got dtype {idx.dtype}")
+    idx = idx.astype(np.int64)
+    bad = (idx < 0) | (idx >= num_queries)
+    if np.any(bad):
+        raise PateError(
+            f"{name} holds index {int(idx[bad][0])}, outside the {num_queries} queries of the votes file")
+    return idx
+
+
+def select_queries(votes: np.ndarray, *, queries: int | None = None,
+                   indices: np.ndarray | None = None) -> np.ndarray:
+    """The rows of ``votes`` that were answered: ``indices`` if given, then the first
+    ``queries`` of them (or of all rows)."""
+    rows = votes if indices is None else votes[indices]
+    if queries is not None:
+        if queries < 1:
+            raise PateError(f"--queries must be at least 1, got {queries}")
+        if queries > rows.shape[0]:
+            raise PateError(
+                f"--queries {queries} is more than the {rows.shape[0]} queries available; "
+                f"use at most {rows.shape[0]}")
+        rows = rows[:queries]
+    return rows
