@@ -235,5 +235,9 @@ def write_outputs(report: PrivacyReport, json_path=None, plot_path=None,
         blobs.append((json_path, json_bytes(report, extra)))
     if plot_path is not None:
         blobs.append((plot_path, plot_bytes(report)))
+    for path, _ in blobs:
+        folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+        if not os.path.isdir(folder):
+            raise PateError(f"cannot write {path}: folder {folder} does not exist; create it first")
     for path, data in blobs:
         write_atomic(path, data)
