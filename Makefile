@@ -32,7 +32,7 @@ data:
 	fi
 
 demo: $(STAMP) data
-	$(BIN)/pate analyze --votes examples/votes_fmnist_250.npz --gamma 0.05 --delta 1e-5 --queries 100
+	$(BIN)/pate analyze --votes examples/votes_simulated_250.npz --gamma 0.05 --delta 1e-5 --queries 100
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -340,11 +340,21 @@ def _cached_envelope(gamma: float, moments: tuple) -> tuple[np.ndarray, np.ndarr
     """
     moments = np.asarray(moments)
     eps = 2.0 * gamma
-    top = math.log(1.0 / (1.0 + math.exp(eps))) + eps + _LOG_Q_STEP
-    hi = np.exp(np.arange(_LOG_Q_FLOOR, top + _LOG_Q_STEP, _LOG_Q_STEP))
-    lo = np.concatenate([[0.0], hi[:-1]])
-    up = logmgf(np.minimum(hi * math.exp(eps), 1.0), eps, moments) - logmgf(lo, eps, moments)
-    down = logmgf(hi, eps, moments) - logmgf(lo * math.exp(-eps), eps, moments)
+    # Step chosen so that e^{±2 gamma} q is exactly m grid steps away: g is evaluated once
+    # on an extended grid and every term below is a shifted slice of it.
+    m = max(1, round(eps / _LOG_Q_STEP))
+    step = eps / m
+    top = math.log(1.0 / (1.0 + math.exp(eps))) + eps + step
+    cells = int(math.ceil((top - _LOG_Q_FLOOR) / step)) + 1
+    log_grid = _LOG_Q_FLOOR + step * np.arange(-m - 1, cells + m)
+    g = logmgf(np.minimum(np.exp(log_grid), 1.0), eps, moments)  # g at every grid point
+    g_zero = logmgf(0.0, eps, moments)  # the first cell starts at q = 0
+    i = np.arange(cells) + m + 1  # hi = grid[i], lo = grid[i - 1] (0 for the first cell)
+    g_lo = np.where((np.arange(cells) == 0)[:, None], g_zero, g[i - 1])
+    g_lo_down = np.where((np.arange(cells) == 0)[:, None], g_zero, g[i - 1 - m])
+    up = g[i + m] - g_lo  # g(e^{2 gamma} hi) - g(lo)
+    down = g[i] - g_lo_down  # g(hi) - g(e^{-2 gamma} lo)
+    hi = np.exp(log_grid[i])
     envelope = np.maximum.accumulate(np.maximum(up, down), axis=0)
     hi.flags.writeable = False
     envelope.flags.writeable = False
