@@ -1,0 +1,60 @@
+"""`pate analyze --workdir`: the report of a labelled run directory."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from analysis import lnmax
+from cli import main
+
+
+def make_run(tmp_path, labels_override=None):
+    rng = np.random.default_rng(0)
+    votes = rng.multinomial(50, rng.dirichlet(np.full(10, 0.1)), size=200).astype(np.int32)
+    np.savez(tmp_path / "votes.npz", votes=votes)
+    indices = np.arange(60)
+    labels = votes[indices].argmax(axis=1)
+    fields = dict(indices=indices, labels=labels, mechanism=np.array("lnmax"), gamma=np.array(0.1))
+    fields.update(labels_override or {})
+    np.savez(tmp_path / "labels.npz", **fields)
+    return votes
+
+
+def test_workdir_report_written(tmp_path):
+    votes = make_run(tmp_path)
+    result = CliRunner().invoke(main, ["analyze", "--workdir", str(tmp_path), "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "privacy.json").read_text())
+    assert doc["public"]["num_queries"] == 60
+    assert doc["private"]["eps_data_dependent"] == pytest.approx(
+        lnmax.data_dependent_eps(votes[:60], 0.1, 1e-5).eps)
+    assert (tmp_path / "privacy.png").exists()
+
+
+def test_workdir_skips_unanswered(tmp_path):
+    labels = np.zeros(60, dtype=np.int32)
+    labels[::2] = -1
+    votes = make_run(tmp_path, {"labels": labels})
+    result = CliRunner().invoke(main, ["analyze", "--workdir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "privacy.json").read_text())
+    assert doc["public"]["num_queries"] == 30
+    assert doc["private"]["eps_data_dependent"] == pytest.approx(
+        lnmax.data_dependent_eps(votes[1:60:2], 0.1, 1e-5).eps)
+
+
+def test_workdir_errors(tmp_path):
+    runner = CliRunner()
+    result = runner.invoke(main, ["analyze", "--workdir", str(tmp_path / "none")])
+    assert result.exit_code == 1 and "does not exist" in result.output
+    result = runner.invoke(main, ["analyze", "--workdir", str(tmp_path)])
+    assert result.exit_code == 1 and "pate label" in result.output
+    make_run(tmp_path)
+    result = runner.invoke(main, ["analyze", "--workdir", str(tmp_path), "--gamma", "0.3"])
+    assert result.exit_code == 1 and "differs" in result.output
+    assert not (tmp_path / "privacy.json").exists()
+    make_run(tmp_path, {"indices": np.arange(150, 210)})
+    result = runner.invoke(main, ["analyze", "--workdir", str(tmp_path)])
+    assert result.exit_code == 1 and "index 200" in result.output
