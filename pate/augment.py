@@ -1,0 +1,83 @@
+"""Image augmentations for the semi-supervised student, in jax.numpy and jittable.
+
+Images are float32 in [0, 1], shape ``(batch, height, width, channels)``. Every function
+takes a key and a batch, draws per-image parameters from the key, and returns a batch of
+the same shape and range: the same key gives the same output.
+
+``weak``: random translation by up to ``max_shift`` pixels (edge padding), and a
+horizontal flip with probability 1/2 when ``flip`` is on (off for digits).
+``strong`` (the FixMatch-style policy, Sohn et al. 2020, built from RandAugment-like
+operations that need no image library): the weak transform, then brightness, contrast,
+sharpness (blend with a blurred copy) and Gaussian noise at random strengths, then
+cutout of a random square.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+
+def _translate(image, key, max_shift: int):
+    h, w, _ = image.shape
+    padded = jnp.pad(image, ((max_shift, max_shift), (max_shift, max_shift), (0, 0)), mode="edge")
+    dy, dx = jax.random.randint(key, (2,), 0, 2 * max_shift + 1)
+    return jax.lax.dynamic_slice(padded, (dy, dx, 0), image.shape)
+
+
+def _flip(image, key):
+    return jnp.where(jax.random.bernoulli(key), image[:, ::-1, :], image)
+
+
+def _weak_one(image, key, max_shift: int, flip: bool):
+    k_shift, k_flip = jax.random.split(key)
+    out = _translate(image, k_shift, max_shift) if max_shift > 0 else image
+    return _flip(out, k_flip) if flip else out
+
+
+@functools.partial(jax.jit, static_argnames=("max_shift", "flip"))
+def weak(key, images, max_shift: int = 2, flip: bool = False):
+    """Random translation (and optional horizontal flip) per image."""
+    keys = jax.random.split(key, images.shape[0])
+    return jax.vmap(_weak_one, in_axes=(0, 0, None, None))(images, keys, max_shift, flip)
+
+
+def _blur(image):
+    kernel = jnp.array([1.0, 2.0, 1.0]) / 4.0
+    padded = jnp.pad(image, ((1, 1), (1, 1), (0, 0)), mode="edge")
+    rows = kernel[0] * padded[:-2] + kernel[1] * padded[1:-1] + kernel[2] * padded[2:]
+    return kernel[0] * rows[:, :-2] + kernel[1] * rows[:, 1:-1] + kernel[2] * rows[:, 2:]
+
+
+def _strong_one(image, key, max_shift: int, flip: bool, cutout: int):
+    keys = jax.random.split(key, 8)
+    out = _weak_one(image, keys[0], max_shift, flip)
+    # Brightness: scale by a factor in [0.6, 1.4].
+    out = out * jax.random.uniform(keys[1], (), minval=0.6, maxval=1.4)
+    # Contrast: move away from / towards the mean by a factor in [0.5, 1.5].
+    mean = jnp.mean(out)
+    out = mean + (out - mean) * jax.random.uniform(keys[2], (), minval=0.5, maxval=1.5)
+    # Sharpness: blend with a blurred copy (factor < 1 blurs, > 1 sharpens).
+    sharp = jax.random.uniform(keys[3], (), minval=0.0, maxval=2.0)
+    out = _blur(out) + sharp * (out - _blur(out))
+    # Gaussian noise of a random strength up to 0.1.
+    out = out + jax.random.uniform(keys[4], (), maxval=0.1) * jax.random.normal(keys[5], out.shape)
+    out = jnp.clip(out, 0.0, 1.0)
+    # Cutout: a square of side `cutout` at a random centre set to grey.
+    h, w, _ = out.shape
+    cy = jax.random.randint(keys[6], (), 0, h)
+    cx = jax.random.randint(keys[7], (), 0, w)
+    ys = jnp.arange(h)[:, None]
+    xs = jnp.arange(w)[None, :]
+    half = cutout // 2
+    hole = (jnp.abs(ys - cy) <= half) & (jnp.abs(xs - cx) <= half)
+    return jnp.where(hole[..., None], 0.5, out)
+
+
+@functools.partial(jax.jit, static_argnames=("max_shift", "flip", "cutout"))
+def strong(key, images, max_shift: int = 2, flip: bool = False, cutout: int = 8):
+    """The weak transform, then brightness, contrast, sharpness, noise and cutout."""
+    keys = jax.random.split(key, images.shape[0])
+    return jax.vmap(_strong_one, in_axes=(0, 0, None, None, None))(images, keys, max_shift, flip, cutout)

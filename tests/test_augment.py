@@ -1,0 +1,52 @@
+"""Augmentations keep shape and range, are deterministic per key, and change images."""
+
+import jax
+import numpy as np
+import pytest
+
+from pate import augment
+
+
+@pytest.fixture(scope="module")
+def images():
+    rng = np.random.default_rng(0)
+    return rng.uniform(0, 1, size=(16, 28, 28, 1)).astype(np.float32)
+
+
+@pytest.mark.parametrize("name", ["weak", "strong"])
+@pytest.mark.parametrize("flip", [False, True])
+def test_shape_range_determinism(images, name, flip):
+    fn = getattr(augment, name)
+    a = np.asarray(fn(jax.random.key(1), images, flip=flip))
+    b = np.asarray(fn(jax.random.key(1), images, flip=flip))
+    c = np.asarray(fn(jax.random.key(2), images, flip=flip))
+    assert a.shape == images.shape and a.dtype == np.float32
+    assert a.min() >= 0.0 and a.max() <= 1.0
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_weak_is_a_translation():
+    """Each weakly augmented image equals a shifted copy of its source (no flip)."""
+    img = np.zeros((1, 10, 10, 1), np.float32)
+    img[0, 4:6, 4:6, 0] = 1.0
+    out = np.asarray(augment.weak(jax.random.key(3), img, max_shift=2))[0, ..., 0]
+    assert out.sum() == pytest.approx(4.0)
+    ys, xs = np.nonzero(out)
+    assert 2 <= ys.min() <= 6 and 2 <= xs.min() <= 6
+
+
+def test_flip_is_horizontal():
+    img = np.zeros((64, 4, 4, 1), np.float32)
+    img[:, :, 0, 0] = 1.0
+    out = np.asarray(augment.weak(jax.random.key(0), img, max_shift=0, flip=True))
+    flipped = out[:, :, 3, 0].sum(axis=1) == 4
+    kept = out[:, :, 0, 0].sum(axis=1) == 4
+    assert np.all(flipped | kept) and 10 < flipped.sum() < 54
+
+
+def test_strong_differs_more_than_weak(images):
+    w = np.asarray(augment.weak(jax.random.key(5), images, max_shift=0))
+    s = np.asarray(augment.strong(jax.random.key(5), images, max_shift=0))
+    assert np.array_equal(w, images)
+    assert np.mean(np.abs(s - images)) > 0.05
