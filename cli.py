@@ -128,5 +128,88 @@ def analyze(votes_path, workdir, gamma, delta, queries, indices_path, moments, b
             click.echo(f"wrote {path}")
 
 
+# --------------------------------------------------------------------------- plan
+
+
+@main.command()
+@click.option("--mechanism", required=True, type=click.Choice(["lnmax", "gnmax", "confident-gnmax"]),
+              help="The noisy aggregator to calibrate.")
+@click.option("--queries", type=int, required=True, callback=_at_least_one,
+              help="Number of queries the student will ask.")
+@click.option("--eps", "eps", type=float, required=True, callback=_positive, help="Privacy budget epsilon.")
+@click.option("--delta", type=float, default=1e-5, show_default=True, callback=_probability)
+@click.option("--teachers", type=int, callback=_at_least_one,
+              help="Number of teachers (checks --votes and --threshold against it).")
+@click.option("--threshold", type=float, help="Confident-GNMax threshold on the top vote count.")
+@click.option("--sigma-ratio", type=float, default=5.0, show_default=True, callback=_positive,
+              help="Confident-GNMax: sigma_threshold / sigma.")
+@click.option("--answered", type=int, callback=_at_least_one,
+              help="Confident-GNMax: at most this many answers (the labeller must stop there).")
+@click.option("--conversion", type=click.Choice(["classic", "improved"]), default="classic", show_default=True,
+              help="RDP to (eps, delta) conversion for GNMax.")
+@click.option("--moments", type=int, default=8, show_default=True, callback=_at_least_one,
+              help="LNMax: moments accountant orders 1..M.")
+@click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
+              help="Vote histogram (.npz key 'votes', or .npy): also print the data-dependent eps.")
+def plan(mechanism, queries, eps, delta, teachers, threshold, sigma_ratio, answered, conversion, moments,
+         votes_path):
+    """Calibrate the noise so that the data-independent eps meets a budget."""
+    from analysis import plan as plan_mod
+    from analysis import votes as votes_mod
+
+    if mechanism == "confident-gnmax" and threshold is None:
+        raise click.UsageError("--threshold is required with --mechanism confident-gnmax")
+    if mechanism != "confident-gnmax" and (threshold is not None or answered is not None):
+        raise click.UsageError("--threshold and --answered apply to --mechanism confident-gnmax only")
+    if answered is not None and answered > queries:
+        raise click.BadParameter(f"must be at most --queries {queries}, got {answered}", param_hint="--answered")
+    votes = None if votes_path is None else votes_mod.load_votes(votes_path)
+    result = plan_mod.plan(
+        mechanism, queries, eps, delta, num_teachers=teachers, threshold=threshold, sigma_ratio=sigma_ratio,
+        num_answered=answered, votes=votes, moments=range(1, moments + 1), conversion=conversion,
+    )
+    click.echo(plan_mod.render(result))
+
+
+@main.command("train-teachers")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="TOML run config, e.g. configs/fashion_mnist.toml.")
+@click.option("--workdir", required=True, type=click.Path(file_okay=False),
+              help="Run directory (created if missing).")
+@click.option("--teachers", "num_teachers", type=click.IntRange(min=1),
+              help="Override teachers.num_teachers.")
+@click.option("--epochs", type=click.IntRange(min=1), help="Override teachers.epochs.")
+@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override any config key (TOML value syntax); repeatable.")
+@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --workdir.")
+@click.option("--overwrite", is_flag=True, help="Replace teachers already in --workdir.")
+@click.option("--distributed", is_flag=True,
+              help="Call jax.distributed.initialize() first (multi-host; same command on "
+                   "every host).")
+@click.option("--no-progress", is_flag=True, help="Do not draw the progress bar.")
+def train_teachers_command(config_path, workdir, num_teachers, epochs, settings, resume,
+                           overwrite, distributed, no_progress):
+    """Train the teacher ensemble (one vmapped JAX program) and write teachers/ and
+    teachers.json into the run directory."""
+    if resume and overwrite:
+        raise click.UsageError("--resume and --overwrite exclude each other; pick one")
+    from pate.config import load_config, parse_override
+
+    overrides = dict(parse_override(s) for s in settings)
+    if num_teachers is not None:
+        overrides["teachers.num_teachers"] = num_teachers
+    if epochs is not None:
+        overrides["teachers.epochs"] = epochs
+    config = load_config(config_path, overrides)
+
+    from pate import teachers  # imports JAX: keep `pate --help` fast
+
+    if distributed:
+        teachers.initialize_distributed()
+    result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
+                                     show_progress=not no_progress)
+    click.echo(result.summary())
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

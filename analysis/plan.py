@@ -1,0 +1,276 @@
+"""Noise calibration: the least noise whose data-independent ε meets a budget.
+
+`plan` answers "how much noise do N answers need for (ε, δ)?" before any vote is seen,
+so the answer depends on public parameters only and can be published with the run.
+
+- LNMax (PATE 2017): Laplace noise Lap(1/γ) per count. The data-independent moments
+  accountant gives per answer α(l) = min(2γ²l(l+1), 2γl) (a (2γ, 0)-DP mechanism; PATE 2017,
+  Theorem 2) and ε = min_l (N·α(l) + log 1/δ)/l over l = 1..L (Abadi et al. 2016,
+  Theorem 2). For each l the largest γ with N·α(l) ≤ εl − log 1/δ has a closed form
+  (α is a minimum of two increasing functions); γ is the largest over l. No γ works when
+  ε ≤ log(1/δ)/L: even zero answers cost that much under this accountant.
+- GNMax (PATE 2018): RDP N·λ/σ² (Proposition 8); ε(λ) = N·λ/σ² + c(λ, δ) with the
+  conversion term c of `analysis.rdp`. For each order with c(λ) < ε the smallest σ is
+  √(Nλ/(ε − c(λ))); σ is the smallest over the orders. With the classic conversion no σ
+  works when ε ≤ min_λ log(1/δ)/(λ−1) over the orders tried (raise the largest order);
+  with the improved conversion every ε > 0 is reachable (ε = 0 once N·λ/σ² <
+  −log(1 − δ²), dp-accounting's rule), possibly with enormous σ.
+- Confident-GNMax: σ₁ = ratio·σ₂ (default ratio 5, about the paper's Glyph and SVHN
+  settings). Threshold steps on all N queries cost N·λ/(2σ₁²), GNMax on at most A =
+  `num_answered` (default N) answers A·λ/σ₂², so RDP = λ(N/(2·ratio²) + A)/σ₂², solved like
+  GNMax. A < N is valid only if the labeller stops after A answers.
+
+The closed forms are checked against bisection on log σ (log γ) in tests/test_plan.py.
+Given votes, the same noise's data-dependent ε (private) is computed for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from analysis import gnmax
+from analysis.errors import PateError
+from analysis.rdp import DEFAULT_ORDERS, check_delta, check_orders, conversion_term
+
+MECHANISMS = ("lnmax", "gnmax", "confident-gnmax")
+DEFAULT_SIGMA_RATIO = 5.0
+DEFAULT_MOMENTS = tuple(range(1, 9))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Calibrated noise and what it buys.
+
+    `noise` maps parameter names to values (gamma; sigma; threshold, sigma_threshold,
+    sigma). `eps` is the data-independent ε of that noise (≤ the budget) at `order`
+    (a Rényi order, or the moment l for LNMax). `data_dependent_eps` (and
+    `expected_answered` for Confident-GNMax) is filled in when votes are given; it is
+    PRIVATE. `notes` are plain-language remarks (e.g. noise larger than the teacher count).
+    """
+
+    mechanism: str
+    num_queries: int
+    budget_eps: float
+    delta: float
+    conversion: str
+    noise: dict
+    eps: float
+    order: float
+    data_dependent_eps: float | None = None
+    data_dependent_order: float | None = None
+    expected_answered: float | None = None
+    notes: tuple = field(default_factory=tuple)
+
+
+def _positive(name, value) -> float:
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise PateError(f"{name} must be a number, got {value!r}") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise PateError(f"{name} must be a positive number, got {value!r}")
+    return value
+
+
+def lnmax_gamma(num_queries, eps, delta, moments=DEFAULT_MOMENTS):
+    """Largest γ whose data-independent LNMax ε over `num_queries` answers is ≤ `eps`.
+
+    Returns (γ, moment attaining it). Raises `PateError` when ε ≤ log(1/δ)/max(moments).
+    """
+    n = int(num_queries)
+    eps = _positive("eps", eps)
+    delta = check_delta(delta)
+    l = np.asarray(moments, dtype=float)
+    if l.ndim != 1 or l.size == 0 or np.any(l <= 0):
+        raise PateError("moments must be positive numbers")
+    room = eps * l - math.log(1.0 / delta)  # N·α(l) must fit in this
+    if not np.any(room > 0):
+        raise PateError(
+            f"no LNMax noise meets eps={eps:g} at delta={delta:g}: with moments up to {l.max():g} the "
+            f"moments accountant charges log(1/delta)/{l.max():g} = {math.log(1 / delta) / l.max():.4g} even "
+            "for zero answers; raise eps or delta (or the number of moments)"
+        )
+    with np.errstate(divide="ignore", invalid="ignore"):
+        quad = np.sqrt(room / (2.0 * n * l * (l + 1.0)))  # 2γ²l(l+1)·N ≤ room
+        lin = room / (2.0 * n * l)  # 2γl·N ≤ room
+        gam = np.where(room > 0, np.maximum(quad, lin), 0.0)
+    best = int(np.argmax(gam))
+    return float(gam[best]), float(l[best])
+
+
+def gaussian_sigma(rdp_per_sigma2, eps, delta, orders=DEFAULT_ORDERS, conversion="classic"):
+    """Smallest σ with min_λ [K(λ)/σ² + c(λ, δ)] ≤ ε, where RDP = K(λ)/σ² (K = `rdp_per_sigma2`).
+
+    Returns (σ, order). K(λ) is e.g. N·λ for GNMax. Raises `PateError` when no σ works.
+    """
+    eps = _positive("eps", eps)
+    delta = check_delta(delta)
+    orders = check_orders(orders)
+    k = np.asarray(rdp_per_sigma2(orders), dtype=float)
+    c = conversion_term(orders, delta, conversion)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sig2 = np.where(c < eps, k / (eps - c), np.inf)
+    if conversion == "improved":
+        # dp-accounting's rule: ε = 0 once δ² > 1 − e^{−ρ}, i.e. ρ < −log(1 − δ²).
+        sig2 = np.minimum(sig2, k / -math.log1p(-(delta**2)))
+    if not np.any(np.isfinite(sig2)):
+        floor = float(np.min(c))
+        raise PateError(
+            f"no Gaussian noise meets eps={eps:g} at delta={delta:g} with the {conversion} conversion: "
+            f"with orders up to {orders.max():g} the conversion alone costs {floor:.4g}; raise eps or delta, "
+            "use larger orders, or --conversion improved"
+        )
+    best = int(np.argmin(sig2))
+    return float(math.sqrt(sig2[best])), float(orders[best])
+
+
+def _nudge(x, forward, eps, up=True):
+    """Moves the closed-form noise parameter by a few ulps until the forward ε is ≤ the budget
+    (the inversion is exact in real arithmetic, not always in floating point)."""
+    for _ in range(64):
+        res = forward(x)
+        if res.eps <= eps:
+            return x, res
+        x = x * (1 + 1e-13) if up else x / (1 + 1e-13)
+    raise PateError(f"internal error: calibrated noise {x:g} gives eps={res.eps:g} > {eps:g}")
+
+
+def plan(
+    mechanism,
+    num_queries,
+    eps,
+    delta,
+    *,
+    num_teachers=None,
+    threshold=None,
+    sigma_ratio=DEFAULT_SIGMA_RATIO,
+    num_answered=None,
+    votes=None,
+    orders=DEFAULT_ORDERS,
+    moments=DEFAULT_MOMENTS,
+    conversion="classic",
+) -> Plan:
+    """Calibrates the noise of `mechanism` so that `num_queries` answers are (≤eps, delta)-DP.
+
+    See the module docstring for the formulas and when a budget cannot be met. `votes`
+    (queries × classes counts, already validated) adds the data-dependent ε of the first
+    `num_queries` rows under the same noise. The returned ε is recomputed with the
+    forward functions (`analysis.lnmax.data_independent_eps`,
+    `analysis.gnmax.data_independent_eps`), never taken from the inversion.
+    """
+    if mechanism not in MECHANISMS:
+        raise PateError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+    try:
+        n = int(num_queries)
+    except (TypeError, ValueError):
+        raise PateError(f"num_queries must be a whole number, got {num_queries!r}") from None
+    if n < 1 or n != num_queries:
+        raise PateError(f"num_queries must be a whole number ≥ 1, got {num_queries}")
+    eps = _positive("eps", eps)
+    delta = check_delta(delta)
+    orders = check_orders(orders)
+    if conversion not in ("classic", "improved"):
+        raise PateError(f"conversion must be 'classic' or 'improved', got {conversion!r}")
+    if num_teachers is not None and int(num_teachers) < 1:
+        raise PateError(f"num_teachers must be at least 1, got {num_teachers}")
+    notes = []
+
+    if mechanism == "lnmax":
+        from analysis import lnmax
+
+        if threshold is not None or num_answered is not None:
+            raise PateError("threshold and num_answered apply to confident-gnmax only")
+        gamma, _ = lnmax_gamma(n, eps, delta, moments)
+        gamma, res = _nudge(gamma, lambda gm: lnmax.data_independent_eps(n, gm, delta, moments), eps, up=False)
+        noise = {"gamma": gamma}
+        eps_got, order_got = res.eps, res.moment
+        if num_teachers is not None and 1.0 / gamma > num_teachers:
+            notes.append(f"Laplace scale 1/gamma = {1 / gamma:.4g} exceeds the {num_teachers} teachers: "
+                         "answers will be close to random")
+    elif mechanism == "gnmax":
+        if threshold is not None or num_answered is not None:
+            raise PateError("threshold and num_answered apply to confident-gnmax only")
+        sigma, _ = gaussian_sigma(lambda lam: n * lam, eps, delta, orders, conversion)
+        sigma, res = _nudge(sigma, lambda s: gnmax.data_independent_eps(n, s, delta, orders, conversion=conversion), eps)
+        noise = {"sigma": sigma}
+        eps_got, order_got = res.eps, res.order
+        if num_teachers is not None and sigma > num_teachers:
+            notes.append(f"sigma = {sigma:.4g} exceeds the {num_teachers} teachers: answers will be close to random")
+    else:
+        if threshold is None:
+            raise PateError("confident-gnmax needs a threshold (in votes)")
+        threshold = float(threshold)
+        if not math.isfinite(threshold):
+            raise PateError(f"threshold must be a finite number, got {threshold}")
+        ratio = _positive("sigma_ratio", sigma_ratio)
+        a = n if num_answered is None else int(num_answered)
+        if not 0 <= a <= n:
+            raise PateError(f"num_answered must be between 0 and {n}, got {num_answered}")
+        if num_teachers is not None and threshold > num_teachers:
+            notes.append(f"threshold {threshold:g} exceeds the {num_teachers} teachers: few queries will be answered")
+        sigma, _ = gaussian_sigma(lambda lam: lam * (n / (2.0 * ratio**2) + a), eps, delta, orders, conversion)
+        sigma, res = _nudge(sigma, lambda s: gnmax.data_independent_eps(
+            n, s, delta, orders, sigma_threshold=ratio * s, num_answered=a, conversion=conversion), eps)
+        sigma_threshold = ratio * sigma
+        noise = {"threshold": threshold, "sigma_threshold": sigma_threshold, "sigma": sigma}
+        eps_got, order_got = res.eps, res.order
+        if a < n:
+            notes.append(f"valid only if the labeller stops after {a} answers")
+        if num_teachers is not None and sigma > num_teachers:
+            notes.append(f"sigma = {sigma:.4g} exceeds the {num_teachers} teachers: answers will be close to random")
+        if num_teachers is not None and sigma_threshold > num_teachers:
+            notes.append(f"sigma_threshold = {sigma_threshold:.4g} exceeds the {num_teachers} teachers: "
+                         "the threshold test will be close to a coin flip")
+
+    dd_eps = dd_order = expected = None
+    if votes is not None:
+        votes = np.asarray(votes)
+        if votes.ndim != 2 or votes.shape[0] < n:
+            raise PateError(
+                f"votes hold {votes.shape[0] if votes.ndim == 2 else 0} queries, fewer than --queries {n}"
+            )
+        if num_teachers is not None and np.any(votes[:n].sum(axis=1) != int(num_teachers)):
+            raise PateError(f"votes rows do not sum to the {num_teachers} teachers given")
+        rows = votes[:n]
+        if mechanism == "lnmax":
+            from analysis import lnmax
+
+            dd = lnmax.data_dependent_eps(rows, noise["gamma"], delta, moments)
+            dd_eps, dd_order = dd.eps, dd.moment
+        elif mechanism == "gnmax":
+            dd = gnmax.data_dependent_eps(rows, noise["sigma"], delta, orders, conversion=conversion)
+            dd_eps, dd_order = dd.eps, dd.order
+        else:
+            dd = gnmax.data_dependent_eps(
+                rows, noise["sigma"], delta, orders, threshold=noise["threshold"],
+                sigma_threshold=noise["sigma_threshold"], conversion=conversion,
+            )
+            dd_eps, dd_order, expected = dd.eps, dd.order, dd.expected_answered
+    return Plan(
+        mechanism=mechanism, num_queries=n, budget_eps=eps, delta=delta,
+        conversion=conversion if mechanism != "lnmax" else "moments",
+        noise=noise, eps=float(eps_got), order=float(order_got),
+        data_dependent_eps=None if dd_eps is None else float(dd_eps),
+        data_dependent_order=None if dd_order is None else float(dd_order),
+        expected_answered=expected, notes=tuple(notes),
+    )
+
+
+def render(p: Plan) -> str:
+    """Plain-text summary of a `Plan` for the terminal."""
+    lines = [f"mechanism        {p.mechanism}   ({p.num_queries} queries, budget eps={p.budget_eps:g}, delta={p.delta:g})"]
+    for k, v in p.noise.items():
+        lines.append(f"{k:<16} {v:.6g}")
+    what = "moment" if p.mechanism == "lnmax" else f"order, {p.conversion} conversion"
+    lines.append(f"eps (data-indep) {p.eps:.4f}   at {what} {p.order:g}")
+    if p.data_dependent_eps is not None:
+        lines.append(f"eps (data-dep)   {p.data_dependent_eps:.4f}   at {p.data_dependent_order:g}   "
+                     "PRIVATE: depends on the votes; do not publish")
+    if p.expected_answered is not None:
+        lines.append(f"expected answers {p.expected_answered:.1f} of {p.num_queries}")
+    for note in p.notes:
+        lines.append(f"note: {note}")
+    return "\n".join(lines)

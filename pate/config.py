@@ -1,0 +1,320 @@
+"""Run configuration: one frozen dataclass per TOML section, loaded and validated with
+messages that name the file and the key.
+
+A config file is a TOML document whose tables are the fields of `Config` (`[data]`,
+`[teachers]`, ...). Every key has a default, so a file only says what differs. To add a
+section, write a frozen dataclass with defaults and a `validate()` method and add it as
+a field of `Config`: loading, overrides, TOML output and hashing follow from the fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import tomllib
+import typing
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import tomli_w
+
+from analysis.errors import PateError
+
+
+def _require(ok: bool, section: str, key: str, message: str) -> None:
+    if not ok:
+        raise PateError(f"{section}.{key} {message}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """`[data]`: which data set, where it lives, and how its test split is divided.
+
+    The private training set is the data set's train split. The first `public_size`
+    points of its test split are the student's public pool; the rest only evaluates.
+    `path` is a directory (IDX, SVHN) or a file (npz); empty means the default location
+    (or `$PATE_DATA_DIR`). The `synthetic_*` keys shape the synthetic data set used by
+    tests: class prototypes in [0, 1] plus Gaussian noise.
+    """
+
+    name: Literal["fashion_mnist", "mnist", "svhn", "npz", "synthetic"] = "fashion_mnist"
+    path: str = ""
+    public_size: int = 9000
+    synthetic_train_size: int = 2000
+    synthetic_test_size: int = 600
+    synthetic_shape: tuple[int, ...] = (8, 8, 1)
+    synthetic_classes: int = 10
+    synthetic_noise: float = 0.3
+    synthetic_seed: int = 0
+
+    def validate(self) -> None:
+        s = "data"
+        _require(self.public_size >= 0, s, "public_size", f"must be >= 0, got {self.public_size}")
+        _require(self.name != "npz" or bool(self.path), s, "path",
+                 "must name the .npz file when data.name = \"npz\"")
+        _require(self.synthetic_train_size >= 1, s, "synthetic_train_size", "must be >= 1")
+        _require(self.synthetic_test_size >= 1, s, "synthetic_test_size", "must be >= 1")
+        _require(len(self.synthetic_shape) == 3 and all(d >= 1 for d in self.synthetic_shape),
+                 s, "synthetic_shape", f"must be [height, width, channels] of positive sizes, "
+                 f"got {list(self.synthetic_shape)}")
+        _require(self.synthetic_classes >= 2, s, "synthetic_classes", "must be >= 2")
+        _require(self.synthetic_noise >= 0, s, "synthetic_noise", "must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TeachersConfig:
+    """`[teachers]`: the ensemble, its model and how each teacher is trained.
+
+    `model = "cnn"`: convolutions with `conv_features[i]` channels, square kernels of
+    `conv_kernels[i]` and stride `conv_strides[i]` (zero padding `kernel // 2`), each
+    followed by ReLU and, when `conv_pool`, a 2x2 max pool; then dense layers of widths
+    `hidden`, dropout `dropout` (training only), and the classifier. `model = "mlp"`
+    uses only `hidden` and `dropout`. `conv_impl` picks how a convolution runs:
+    "patches" (strided slices + one batched matmul; fast on CPU when vmapped over
+    teachers), "xla" (`lax.conv`, for GPUs), "auto" (patches on CPU, xla elsewhere).
+    Both give the same function of the same parameters. `eval_flip` makes a teacher
+    predict from the mean of its log-probabilities on an image and its mirror image
+    (test-time augmentation; for data sets whose classes are mirror-symmetric).
+
+    Training: `epochs` passes over each teacher's shard in batches of `batch_size`
+    (the last partial batch of an epoch is dropped), AdamW or SGD with momentum, a
+    cosine or constant learning-rate schedule, label smoothing, optional random
+    shifts of up to `augment_shift` pixels and horizontal flips. `seed` fixes the
+    partition, the initialisation and every shuffle. A checkpoint is written every
+    `checkpoint_every` epochs and at the end.
+    """
+
+    num_teachers: int = 250
+    model: Literal["cnn", "mlp"] = "cnn"
+    conv_features: tuple[int, ...] = (32, 64)
+    conv_kernels: tuple[int, ...] = (5, 3)
+    conv_strides: tuple[int, ...] = (2, 2)
+    conv_pool: bool = False
+    conv_impl: Literal["auto", "patches", "xla"] = "auto"
+    hidden: tuple[int, ...] = ()
+    dropout: float = 0.0
+    eval_flip: bool = False
+    epochs: int = 60
+    batch_size: int = 24
+    learning_rate: float = 3e-3
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    schedule: Literal["cosine", "constant"] = "cosine"
+    label_smoothing: float = 0.0
+    augment_shift: int = 0
+    augment_flip: bool = False
+    seed: int = 0
+    checkpoint_every: int = 5
+    eval_batch_size: int = 100
+
+    def validate(self) -> None:
+        s = "teachers"
+        _require(self.num_teachers >= 1, s, "num_teachers", f"must be >= 1, got {self.num_teachers}")
+        _require(all(f >= 1 for f in self.conv_features), s, "conv_features",
+                 "must be positive channel counts")
+        _require(self.model != "cnn" or len(self.conv_features) >= 1, s, "conv_features",
+                 "must list at least one layer for model = \"cnn\"")
+        for key in ("conv_kernels", "conv_strides"):
+            values = getattr(self, key)
+            _require(len(values) == len(self.conv_features), s, key,
+                     f"must have one entry per layer of conv_features ({len(self.conv_features)}), "
+                     f"got {list(values)}")
+            _require(all(v >= 1 for v in values), s, key, "must be positive")
+        _require(0 <= self.dropout < 1, s, "dropout", "must be in [0, 1)")
+        _require(all(h >= 1 for h in self.hidden), s, "hidden", "must be positive widths")
+        _require(self.epochs >= 1, s, "epochs", f"must be >= 1, got {self.epochs}")
+        _require(self.batch_size >= 1, s, "batch_size", f"must be >= 1, got {self.batch_size}")
+        _require(self.learning_rate > 0, s, "learning_rate", "must be > 0")
+        _require(0 <= self.momentum < 1, s, "momentum", "must be in [0, 1)")
+        _require(self.weight_decay >= 0, s, "weight_decay", "must be >= 0")
+        _require(0 <= self.label_smoothing < 1, s, "label_smoothing", "must be in [0, 1)")
+        _require(self.augment_shift >= 0, s, "augment_shift", "must be >= 0")
+        _require(self.checkpoint_every >= 1, s, "checkpoint_every", "must be >= 1")
+        _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """A whole run: one field per TOML section (the section registry)."""
+
+    data: DataConfig = DataConfig()
+    teachers: TeachersConfig = TeachersConfig()
+
+
+def sections() -> dict[str, type]:
+    """The TOML sections a config file may hold, by name."""
+    hints = typing.get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        item = typing.get_args(tp)[0]
+        return "a list of " + {int: "integers", float: "numbers", str: "strings"}[item]
+    return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[tp]
+
+
+def _coerce(value: Any, tp: Any) -> Any:
+    """Returns `value` as type `tp`, or raises TypeError."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if isinstance(value, str) and value in typing.get_args(tp):
+            return value
+        raise TypeError
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise TypeError
+        return tuple(_coerce(v, typing.get_args(tp)[0]) for v in value)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise TypeError
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise TypeError
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        raise TypeError
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise TypeError
+    raise AssertionError(f"config field type {tp!r} is not supported")
+
+
+def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) -> Any:
+    if not isinstance(raw, Mapping):
+        raise PateError(f"{source}: [{name}] must be a table")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    values = {}
+    for key, value in raw.items():
+        if key not in hints:
+            raise PateError(f"{source}: unknown key {name}.{key}; known keys in [{name}]: "
+                            + ", ".join(known))
+        try:
+            values[key] = _coerce(value, hints[key])
+        except TypeError:
+            raise PateError(f"{source}: {name}.{key} must be {_type_name(hints[key])}, "
+                            f"got {value!r}") from None
+    section = cls(**values)
+    try:
+        section.validate()
+    except PateError as err:
+        raise PateError(f"{source}: {err}") from None
+    return section
+
+
+def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> Config:
+    """Builds and validates a `Config` from nested mappings (parsed TOML).
+
+    Args:
+      raw: `{section: {key: value}}`; missing sections and keys take their defaults.
+      source: what to call the input in error messages (usually the file name).
+
+    Raises:
+      PateError: an unknown section or key, a value of the wrong type, or an invalid
+        value, named with `source`.
+    """
+    known = sections()
+    for name in raw:
+        if name not in known:
+            raise PateError(f"{source}: unknown section [{name}]; known sections: "
+                            + ", ".join(f"[{k}]" for k in known))
+    built = {name: _build_section(name, cls, raw.get(name, {}), source)
+             for name, cls in known.items()}
+    return Config(**built)
+
+
+def config_to_dict(config: Config) -> dict[str, dict[str, Any]]:
+    """The config as plain nested dicts (tuples become lists), as written to TOML."""
+
+    def plain(v: Any) -> Any:
+        return list(v) if isinstance(v, tuple) else v
+
+    return {f.name: {k: plain(v) for k, v in dataclasses.asdict(getattr(config, f.name)).items()}
+            for f in dataclasses.fields(config)}
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parses `section.key=value` (value in TOML syntax; a bare word is a string)."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or key.count(".") != 1:
+        raise PateError(f"override {text!r} must look like section.key=value, "
+                        "e.g. teachers.epochs=5")
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    return key, parsed
+
+
+def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict:
+    """Returns a copy of parsed TOML with `{"section.key": value}` overrides applied."""
+    merged = {name: dict(table) if isinstance(table, Mapping) else table
+              for name, table in raw.items()}
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        if not key:
+            raise PateError(f"override {dotted!r} must name section.key")
+        table = merged.setdefault(section, {})
+        if isinstance(table, dict):
+            table[key] = value
+    return merged
+
+
+def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Config:
+    """Reads a TOML config file, applies overrides and validates the result.
+
+    Args:
+      path: the TOML file.
+      overrides: `{"section.key": value}` applied on top of the file (command-line
+        options such as `--teachers`).
+
+    Returns:
+      The resolved, validated `Config`.
+
+    Raises:
+      PateError: the file is missing or not valid TOML, or a key is unknown, of the
+        wrong type or out of range (the message names the file and the key).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PateError(f"config file {path} not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PateError(f"cannot read config file {path}: {err}") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise PateError(f"{path}: not valid TOML: {err}") from None
+    source = str(path)
+    if overrides:
+        source += " (with overrides " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()) + ")"
+    return config_from_dict(apply_overrides(raw, overrides), source)
+
+
+def config_to_toml(config: Config) -> str:
+    """The resolved config as a TOML document that `load_config` reads back unchanged."""
+    return tomli_w.dumps(config_to_dict(config))
+
+
+def config_hash(config: Config) -> str:
+    """A stable 16-hex-digit hash of the resolved config (every key, defaults included)."""
+    canonical = json.dumps(config_to_dict(config), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def config_diff(a: Config, b: Config) -> list[str]:
+    """The `section.key` names whose values differ between two configs."""
+    da, db = config_to_dict(a), config_to_dict(b)
+    return [f"{s}.{k}" for s in da for k in da[s] if da[s][k] != db[s][k]]

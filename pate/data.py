@@ -1,0 +1,348 @@
+"""Data sets (IDX, SVHN .mat, .npz, synthetic), the benchmark splits, and the partition
+of the private training set into disjoint teacher shards.
+
+Every loader returns float32 images in [0, 1] shaped (N, H, W, C) and int32 labels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from analysis.errors import PateError
+from pate.config import DataConfig
+
+#: Where the Debian package `dataset-fashion-mnist` installs Fashion-MNIST.
+FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+#: Environment variable naming a data directory (or a root holding one per data set).
+DATA_DIR_ENV = "PATE_DATA_DIR"
+
+_DEFAULT_DIRS = {
+    "fashion_mnist": FASHION_MNIST_DIR,
+    "mnist": Path("/usr/share/datasets/mnist"),
+    "svhn": Path("/usr/share/datasets/svhn"),
+}
+_SUBDIRS = {"fashion_mnist": "fashion-mnist", "mnist": "mnist", "svhn": "svhn"}
+_HOW_TO_GET = {
+    "fashion_mnist": "install it with `apt-get install dataset-fashion-mnist`, or download the "
+                     "four IDX files from https://github.com/zalandoresearch/fashion-mnist",
+    "mnist": "download the four IDX files from https://yann.lecun.com/exdb/mnist/ (or a mirror)",
+    "svhn": "download train_32x32.mat and test_32x32.mat from "
+            "http://ufldl.stanford.edu/housenumbers/",
+}
+_IDX_FILES = {
+    "x_train": "train-images-idx3-ubyte",
+    "y_train": "train-labels-idx1-ubyte",
+    "x_test": "t10k-images-idx3-ubyte",
+    "y_test": "t10k-labels-idx1-ubyte",
+}
+_SVHN_FILES = {"train": "train_32x32.mat", "test": "test_32x32.mat"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A labelled data set with a train and a test split."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Splits:
+    """The benchmark protocol: private train set, public pool, evaluation set.
+
+    The pool is the first `public_size` test points (their labels are kept only to
+    score the student); evaluation is the rest of the test split.
+    """
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    pool_x: np.ndarray
+    pool_y: np.ndarray
+    eval_x: np.ndarray
+    eval_y: np.ndarray
+    num_classes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Partition:
+    """Disjoint, equal teacher shards of the training set.
+
+    `indices[t]` are the training-set rows of teacher t; `left_out` the rows in no
+    shard (the remainder of `num_points / num_teachers`).
+    """
+
+    indices: np.ndarray  # (num_teachers, shard_size) int64
+    left_out: np.ndarray  # (remainder,) int64
+
+    @property
+    def num_teachers(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def shard_size(self) -> int:
+        return int(self.indices.shape[1])
+
+
+# --------------------------------------------------------------------------- IDX
+
+
+_IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def read_idx(path: str | Path) -> np.ndarray:
+    """Reads an IDX file (MNIST format), gzip-compressed or raw.
+
+    Checks the magic number and that the payload size matches the header.
+
+    Raises:
+      PateError: the file is missing, truncated or not an IDX file.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+    except FileNotFoundError:
+        raise PateError(f"{path} not found") from None
+    except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+        raise PateError(f"{path} is truncated or corrupt ({err}); download it again") from None
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES or raw[3] == 0:
+        raise PateError(f"{path} is not an IDX file (bad magic number {raw[:4].hex()})")
+    ndim = raw[3]
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise PateError(f"{path} is truncated (header cut short); download it again")
+    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dtype = np.dtype(_IDX_TYPES[raw[2]])
+    expected = header + int(np.prod(dims)) * dtype.itemsize
+    if len(raw) != expected:
+        raise PateError(f"{path} is truncated or corrupt: {len(raw)} bytes, header {dims} "
+                        f"needs {expected}; download it again")
+    return np.frombuffer(raw, dtype=dtype, offset=header).reshape(dims)
+
+
+def _candidate_dirs(name: str, path: str) -> list[Path]:
+    if path:
+        return [Path(path)]
+    dirs = []
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        dirs += [Path(env) / _SUBDIRS[name], Path(env)]
+    dirs.append(_DEFAULT_DIRS[name])
+    return dirs
+
+
+def _find(name: str, path: str, filenames: list[str]) -> Path:
+    """The first candidate directory holding all `filenames` (each raw or .gz)."""
+    dirs = _candidate_dirs(name, path)
+    for d in dirs:
+        if all((d / f).exists() or (d / f"{f}.gz").exists() for f in filenames):
+            return d
+    missing = filenames[0]
+    for f in filenames:
+        if not any((d / f).exists() or (d / f"{f}.gz").exists() for d in dirs):
+            missing = f
+            break
+    where = ", ".join(str(d) for d in dirs)
+    raise PateError(f"{name} file {missing}(.gz) not found; looked in {where}. "
+                    f"To get it: {_HOW_TO_GET[name]}; or set data.path or ${DATA_DIR_ENV}")
+
+
+def _resolve(d: Path, stem: str) -> Path:
+    gz = d / f"{stem}.gz"
+    return gz if gz.exists() else d / stem
+
+
+def _images(x: np.ndarray) -> np.ndarray:
+    """uint8 images (N, H, W[, C]) → float32 in [0, 1] shaped (N, H, W, C)."""
+    x = np.asarray(x, dtype=np.float32) / 255.0
+    return x[..., None] if x.ndim == 3 else x
+
+
+def load_idx(name: str, directory: str = "") -> Dataset:
+    """MNIST or Fashion-MNIST from the four IDX files (gzip or raw).
+
+    Args:
+      name: "mnist" or "fashion_mnist" (decides the default directory and messages).
+      directory: where the files are; empty means `$PATE_DATA_DIR` or the default.
+    """
+    d = _find(name, directory, list(_IDX_FILES.values()))
+    arrays = {k: read_idx(_resolve(d, stem)) for k, stem in _IDX_FILES.items()}
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        xs, ys = _IDX_FILES[f"x_{split}"], _IDX_FILES[f"y_{split}"]
+        if x.ndim != 3 or y.ndim != 1:
+            raise PateError(f"{d / xs}: expected images (N, H, W) and labels (N,), "
+                            f"got {x.shape} and {y.shape}")
+        if x.shape[0] != y.shape[0]:
+            raise PateError(f"{d}: {xs} holds {x.shape[0]} images but {ys} holds "
+                            f"{y.shape[0]} labels")
+        if y.size and (y.min() < 0 or y.max() > 9):
+            raise PateError(f"{d / ys}: labels must lie in 0..9, found {int(y.min())}.."
+                            f"{int(y.max())}")
+    return Dataset(name=name, x_train=_images(arrays["x_train"]),
+                   y_train=arrays["y_train"].astype(np.int32),
+                   x_test=_images(arrays["x_test"]),
+                   y_test=arrays["y_test"].astype(np.int32), num_classes=10)
+
+
+# --------------------------------------------------------------------------- SVHN
+
+
+def _read_svhn_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    import scipy.io
+
+    try:
+        mat = scipy.io.loadmat(path)
+    except FileNotFoundError:
+        raise PateError(f"{path} not found") from None
+    except Exception as err:  # scipy raises several types for a damaged file
+        raise PateError(f"{path} is truncated or corrupt ({err}); download it again") from None
+    if "X" not in mat or "y" not in mat:
+        raise PateError(f"{path}: expected variables X and y (the SVHN format)")
+    x, y = mat["X"], np.asarray(mat["y"]).reshape(-1).astype(np.int64)
+    if x.ndim != 4 or x.shape[:3] != (32, 32, 3) or x.shape[3] != y.shape[0]:
+        raise PateError(f"{path}: expected X of shape (32, 32, 3, N) matching y, got "
+                        f"{x.shape} and {y.shape}")
+    if y.size and (y.min() < 1 or y.max() > 10):
+        raise PateError(f"{path}: SVHN labels must lie in 1..10, found {y.min()}..{y.max()}")
+    y = np.where(y == 10, 0, y).astype(np.int32)
+    return _images(np.transpose(x, (3, 0, 1, 2))), y
+
+
+def load_svhn(directory: str = "") -> Dataset:
+    """SVHN (cropped digits) from `train_32x32.mat` and `test_32x32.mat`; label 10 → 0."""
+    d = _find("svhn", directory, list(_SVHN_FILES.values()))
+    x_train, y_train = _read_svhn_mat(d / _SVHN_FILES["train"])
+    x_test, y_test = _read_svhn_mat(d / _SVHN_FILES["test"])
+    return Dataset("svhn", x_train, y_train, x_test, y_test, num_classes=10)
+
+
+# --------------------------------------------------------------------------- npz
+
+
+def load_npz(path: str) -> Dataset:
+    """A data set from one .npz with `x_train`, `y_train`, `x_test`, `y_test`.
+
+    Images may be uint8 (scaled by 1/255) or floats already in [0, 1], shaped
+    (N, H, W) or (N, H, W, C). Labels are integers 0..C-1; C is the largest label
+    in either split plus one.
+    """
+    p = Path(path)
+    try:
+        with np.load(p, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in ("x_train", "y_train", "x_test", "y_test") if k in f}
+            keys = list(f.keys())
+    except FileNotFoundError:
+        raise PateError(f"{p} not found; set data.path to an .npz with x_train, y_train, "
+                        "x_test, y_test") from None
+    except Exception as err:
+        raise PateError(f"{p} is not a readable .npz ({err})") from None
+    missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in arrays]
+    if missing:
+        raise PateError(f"{p} lacks {', '.join(missing)} (it holds {', '.join(keys) or 'nothing'})")
+    out = {}
+    for split in ("train", "test"):
+        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
+        if x.ndim not in (3, 4) or y.ndim != 1 or x.shape[0] != y.shape[0]:
+            raise PateError(f"{p}: x_{split} must be (N, H, W[, C]) and y_{split} (N,), got "
+                            f"{x.shape} and {y.shape}")
+        if not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
+            raise PateError(f"{p}: y_{split} must hold non-negative integer labels")
+        if x.dtype == np.uint8:
+            x = _images(x)
+        else:
+            x = np.asarray(x, dtype=np.float32)
+            x = x[..., None] if x.ndim == 3 else x
+            if x.size and (not np.isfinite(x).all() or x.min() < 0 or x.max() > 1):
+                raise PateError(f"{p}: float images in x_{split} must lie in [0, 1]")
+        out[f"x_{split}"], out[f"y_{split}"] = x, y.astype(np.int32)
+    if out["x_train"].shape[1:] != out["x_test"].shape[1:]:
+        raise PateError(f"{p}: train images {out['x_train'].shape[1:]} and test images "
+                        f"{out['x_test'].shape[1:]} differ in shape")
+    num_classes = int(max(out["y_train"].max(initial=0), out["y_test"].max(initial=0))) + 1
+    return Dataset(p.stem, num_classes=max(num_classes, 2), **out)
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+def synthetic(train_size: int, test_size: int, shape: tuple[int, ...] = (8, 8, 1),
+              num_classes: int = 10, noise: float = 0.3, seed: int = 0) -> Dataset:
+    """A learnable synthetic data set: one random prototype image per class plus noise.
+
+    Each image is `clip(prototype[label] + noise * N(0, 1), 0, 1)` with uniform labels;
+    small noise makes the classes separable, large noise makes them overlap.
+    """
+    rng = np.random.default_rng(seed)
+    prototypes = rng.uniform(0.0, 1.0, size=(num_classes, *shape)).astype(np.float32)
+
+    def draw(n: int) -> tuple[np.ndarray, np.ndarray]:
+        y = rng.integers(0, num_classes, size=n).astype(np.int32)
+        x = prototypes[y] + noise * rng.standard_normal((n, *shape)).astype(np.float32)
+        return np.clip(x, 0.0, 1.0).astype(np.float32), y
+
+    x_train, y_train = draw(train_size)
+    x_test, y_test = draw(test_size)
+    return Dataset("synthetic", x_train, y_train, x_test, y_test, num_classes)
+
+
+# --------------------------------------------------------------------------- entry points
+
+
+def load_dataset(cfg: DataConfig) -> Dataset:
+    """Loads the data set named by a `[data]` config section."""
+    if cfg.name in ("fashion_mnist", "mnist"):
+        return load_idx(cfg.name, cfg.path)
+    if cfg.name == "svhn":
+        return load_svhn(cfg.path)
+    if cfg.name == "npz":
+        return load_npz(cfg.path)
+    return synthetic(cfg.synthetic_train_size, cfg.synthetic_test_size,
+                     tuple(cfg.synthetic_shape), cfg.synthetic_classes,
+                     cfg.synthetic_noise, cfg.synthetic_seed)
+
+
+def split(dataset: Dataset, public_size: int) -> Splits:
+    """Splits per the benchmark protocol: pool = first `public_size` test points.
+
+    Raises:
+      PateError: the test split has no points left for evaluation.
+    """
+    n_test = dataset.x_test.shape[0]
+    if public_size >= n_test:
+        raise PateError(f"data.public_size = {public_size} leaves no evaluation points: the "
+                        f"{dataset.name} test split has {n_test}; lower data.public_size")
+    return Splits(
+        train_x=dataset.x_train, train_y=dataset.y_train,
+        pool_x=dataset.x_test[:public_size], pool_y=dataset.y_test[:public_size],
+        eval_x=dataset.x_test[public_size:], eval_y=dataset.y_test[public_size:],
+        num_classes=dataset.num_classes)
+
+
+def partition(num_points: int, num_teachers: int, seed: int) -> Partition:
+    """Splits `range(num_points)` into `num_teachers` disjoint, equal shards.
+
+    A seeded permutation is cut into shards of `num_points // num_teachers`; the
+    remainder is left out (reported as `Partition.left_out`).
+
+    Raises:
+      PateError: more teachers than points.
+    """
+    if num_teachers > num_points:
+        raise PateError(f"{num_teachers} teachers but only {num_points} training points: each "
+                        "teacher needs at least one; lower teachers.num_teachers")
+    shard = num_points // num_teachers
+    order = np.random.default_rng(seed).permutation(num_points)
+    return Partition(indices=order[: shard * num_teachers].reshape(num_teachers, shard),
+                     left_out=np.sort(order[shard * num_teachers:]))

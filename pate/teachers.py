@@ -1,0 +1,604 @@
+"""The teacher ensemble: all teachers as one stacked pytree, trained by one jitted step
+vmapped over the teacher axis (sharded over a ("teacher",) mesh when there are several
+devices), checkpointed with orbax, evaluated, and queried for vote histograms.
+
+Randomness is explicit: teacher t is initialised from `fold_in(init_key, t)` and
+shuffles and augments its shard in epoch e from `fold_in(fold_in(train_key, t), e)`,
+so a run resumed from a checkpoint, or sharded differently, sees the same batches.
+
+Multi-host: run the same command on every host with `--distributed`, which calls
+`jax.distributed.initialize()` (coordinator address, process count and id come from
+the environment, e.g. SLURM, or `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`,
+`JAX_PROCESS_ID`). Every host loads the data, the teacher axis is sharded over all
+devices of all hosts, orbax writes the checkpoint collectively, and process 0 writes
+the JSON artifacts; the run directory must be on a file system every host sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from analysis.errors import PateError
+from pate import rundir
+from pate.config import Config, TeachersConfig
+from pate.data import Partition, load_dataset, partition, split
+from pate.models import make_model
+
+Params = Any
+_INIT_STREAM, _TRAIN_STREAM = 0, 1
+
+
+# --------------------------------------------------------------------------- placement
+
+
+class Placement:
+    """Where the stacked teachers live: one device, or sharded over a ("teacher",) mesh.
+
+    With `n` devices the teacher axis is padded to a multiple of `n` (padding teachers
+    train on teacher 0's shard with their own keys and are dropped from every result).
+    """
+
+    def __init__(self, num_teachers: int, devices: Sequence[jax.Device] | None = None):
+        self.devices = list(devices if devices is not None else jax.devices())
+        self.num_teachers = num_teachers
+        n = len(self.devices)
+        self.padded = math.ceil(num_teachers / n) * n
+        if n > 1:
+            mesh = jax.make_mesh((n,), ("teacher",), axis_types=(jax.sharding.AxisType.Auto,),
+                                 devices=self.devices)
+            self.sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("teacher"))
+        else:
+            self.sharding = jax.sharding.SingleDeviceSharding(self.devices[0])
+
+    def put(self, tree: Any) -> Any:
+        """Pads the leading (teacher) axis of host arrays and places them on the devices."""
+
+        def one(x: Any) -> jax.Array:
+            x = np.asarray(x)
+            if x.shape[0] == self.num_teachers and self.padded > self.num_teachers:
+                fill = np.repeat(x[:1], self.padded - self.num_teachers, axis=0)
+                x = np.concatenate([x, fill], axis=0)
+            return jax.make_array_from_callback(x.shape, self.sharding, lambda idx: x[idx])
+
+        return jax.tree.map(one, tree)
+
+    def teacher_ids(self) -> jax.Array:
+        return self.put(np.arange(self.padded, dtype=np.int32))
+
+    def mask(self) -> jax.Array:
+        """1 for real teachers, 0 for padding, on the devices."""
+        return self.put((np.arange(self.padded) < self.num_teachers).astype(np.int32))
+
+
+def to_host(x: jax.Array) -> np.ndarray:
+    """A (possibly sharded, possibly multi-host) array as one numpy array."""
+    if jax.process_count() > 1:  # pragma: no cover - needs several hosts
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def _unpad(tree: Any, num_teachers: int) -> Any:
+    return jax.tree.map(lambda x: to_host(x)[:num_teachers], tree)
+
+
+# --------------------------------------------------------------------------- training program
+
+
+def make_optimizer(cfg: TeachersConfig, steps_per_epoch: int) -> optax.GradientTransformation:
+    """AdamW or SGD+momentum with a cosine (to zero) or constant learning rate."""
+    total = cfg.epochs * steps_per_epoch
+    if cfg.schedule == "cosine":
+        lr = optax.cosine_decay_schedule(cfg.learning_rate, max(total, 1))
+    else:
+        lr = optax.constant_schedule(cfg.learning_rate)
+    if cfg.optimizer == "adamw":
+        return optax.adamw(lr, weight_decay=cfg.weight_decay)
+    return optax.chain(optax.add_decayed_weights(cfg.weight_decay),
+                       optax.sgd(lr, momentum=cfg.momentum or None, nesterov=cfg.momentum > 0))
+
+
+def augment(key: jax.Array, x: jax.Array, shift: int, flip: bool) -> jax.Array:
+    """Random translations by up to `shift` pixels (zero fill) and horizontal flips."""
+    n, h, w, c = x.shape
+    k_shift, k_flip = jax.random.split(key)
+    if shift:
+        padded = jnp.pad(x, ((0, 0), (shift, shift), (shift, shift), (0, 0)))
+        # random draws are flat: multi-dimensional ones compile slowly on XLA:CPU
+        offsets = jax.random.randint(k_shift, (2 * n,), 0, 2 * shift + 1).reshape(n, 2)
+        x = jax.vmap(lambda img, o: jax.lax.dynamic_slice(img, (o[0], o[1], 0), (h, w, c)))(
+            padded, offsets)
+    if flip:
+        flips = jax.random.bernoulli(k_flip, 0.5, (n,)).reshape(n, 1, 1, 1)
+        x = jnp.where(flips, x[:, :, ::-1, :], x)
+    return x
+
+
+def _all_finite(tree: Any) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+def init_teachers(model, tx: optax.GradientTransformation, image_shape: Sequence[int],
+                  seed: int, placement: Placement,
+                  teacher_ids: jax.Array | None = None) -> tuple[Params, Any]:
+    """Stacked parameters and optimizer states of all teachers, on the devices.
+
+    Teacher t's parameters come from `fold_in(fold_in(PRNGKey(seed), 0), t)`.
+
+    Args:
+      teacher_ids: the ids to initialise, placed by `placement` (default: all of
+        `placement.teacher_ids()`).
+    """
+    init_key = jax.random.fold_in(jax.random.PRNGKey(seed), _INIT_STREAM)
+
+    def one(teacher_id):
+        params = model.init(jax.random.fold_in(init_key, teacher_id),
+                            jnp.zeros((1, *image_shape), jnp.float32))
+        return params, tx.init(params)
+
+    init = jax.jit(jax.vmap(one), out_shardings=placement.sharding)
+    return init(placement.teacher_ids() if teacher_ids is None else teacher_ids)
+
+
+def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
+                  shard_size: int) -> Callable:
+    """One epoch for all teachers: `(params, opt_state, x, y, teacher_ids, epoch) ->
+    (params, opt_state, mean_loss[T], finite[T])`.
+
+    Per teacher, a `lax.scan` over `shard_size // batch_size` batches of its own
+    shuffled shard; the optimizer update is inside the vmap, so no operation couples
+    teachers. `finite[t]` is False when teacher t's loss or parameters are NaN/inf.
+    """
+    batch = cfg.batch_size
+    num_batches = shard_size // batch
+    train_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _TRAIN_STREAM)
+
+    def loss_fn(params, x, y):
+        logits = model.apply(params, x)
+        targets = jax.nn.one_hot(y, logits.shape[-1])
+        if cfg.label_smoothing:
+            targets = optax.smooth_labels(targets, cfg.label_smoothing)
+        return optax.softmax_cross_entropy(logits, targets).mean()
+
+    def teacher_epoch(params, opt_state, x, y, teacher_id, epoch):
+        key = jax.random.fold_in(jax.random.fold_in(train_key, teacher_id), epoch)
+        k_perm, k_aug = jax.random.split(key)
+        order = jax.random.permutation(k_perm, shard_size)[: num_batches * batch]
+
+        def step(carry, inputs):
+            params, opt_state = carry
+            idx, i = inputs
+            xb = augment(jax.random.fold_in(k_aug, i), x[idx], cfg.augment_shift,
+                         cfg.augment_flip)
+            loss, grads = jax.value_and_grad(loss_fn)(params, xb, y[idx])
+            updates, opt_state = tx.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), loss
+
+        (params, opt_state), losses = jax.lax.scan(
+            step, (params, opt_state), (order.reshape(num_batches, batch), jnp.arange(num_batches)))
+        loss = losses.mean()
+        finite = jnp.isfinite(loss) & _all_finite(params)
+        return params, opt_state, loss, finite
+
+    epoch_fn = jax.vmap(teacher_epoch, in_axes=(0, 0, 0, 0, 0, None))
+    return jax.jit(epoch_fn, donate_argnums=(0, 1))
+
+
+# --------------------------------------------------------------------------- prediction
+
+
+@functools.lru_cache(maxsize=16)
+def _predict_fn(model, num_classes: int | None):
+    def predict(params, x, mask):
+        logits = jax.vmap(model.apply, in_axes=(0, None))(params, x)
+        preds = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # (T, n)
+        if num_classes is None:
+            return preds
+        onehot = jax.nn.one_hot(preds, num_classes, dtype=jnp.int32)
+        return jnp.einsum("tnc,t->nc", onehot, mask)  # votes, reduced over teachers
+
+    return jax.jit(predict)
+
+
+def _batches(images: np.ndarray, batch_size: int):
+    """Fixed-size batches (the last zero-padded) and the count of real rows in each."""
+    images = np.asarray(images, dtype=np.float32)
+    for start in range(0, images.shape[0], batch_size):
+        chunk = images[start: start + batch_size]
+        real = chunk.shape[0]
+        if real < batch_size:
+            pad = np.zeros((batch_size - real, *chunk.shape[1:]), np.float32)
+            chunk = np.concatenate([chunk, pad])
+        yield jnp.asarray(chunk), real
+
+
+def teacher_predictions(params: Params, model, images: np.ndarray, batch_size: int = 100,
+                        placement: Placement | None = None) -> np.ndarray:
+    """Each teacher's predicted class for each image.
+
+    Args:
+      params: stacked teacher parameters, leading axis T (host or device arrays).
+      model: the flax module they belong to.
+      images: (n, H, W, C) float32.
+      batch_size: images per call (bounds memory: T * batch_size activations).
+      placement: where the teachers run; default: all devices. When given, `params`
+        must already be placed by it (padded).
+
+    Returns:
+      int32 (T, n).
+    """
+    num_teachers = jax.tree.leaves(params)[0].shape[0]
+    if placement is None:
+        placement = Placement(num_teachers)
+        params = placement.put(_unpad(params, num_teachers))
+    fn = _predict_fn(model, None)
+    mask = placement.mask()
+    out = [to_host(fn(params, xb, mask))[:, :real] for xb, real in _batches(images, batch_size)]
+    preds = np.concatenate(out, axis=1) if out else np.zeros((placement.padded, 0), np.int32)
+    return preds[: placement.num_teachers]
+
+
+def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
+                  batch_size: int = 100, placement: Placement | None = None) -> np.ndarray:
+    """The vote histogram of the ensemble on `images`: how many teachers predict each class.
+
+    Predictions are reduced over the teacher axis on the devices (across the mesh when
+    sharded), one batch of `batch_size` images at a time, so memory stays bounded by
+    `T * batch_size` activations and the host only sees counts.
+
+    Args:
+      params: stacked teacher parameters, leading axis T.
+      model: the flax module they belong to.
+      images: (n, H, W, C) float32 in [0, 1].
+      num_classes: number of classes C.
+      batch_size: images per device call.
+      placement: as in `teacher_predictions`.
+
+    Returns:
+      int32 (n, C); every row sums to T.
+    """
+    num_teachers = jax.tree.leaves(params)[0].shape[0]
+    if placement is None:
+        placement = Placement(num_teachers)
+        params = placement.put(_unpad(params, num_teachers))
+    fn = _predict_fn(model, num_classes)
+    mask = placement.mask()
+    out = [to_host(fn(params, xb, mask))[:real] for xb, real in _batches(images, batch_size)]
+    if not out:
+        return np.zeros((0, num_classes), np.int32)
+    return np.concatenate(out, axis=0).astype(np.int32)
+
+
+def votes_from_predictions(preds: np.ndarray, num_classes: int) -> np.ndarray:
+    """(T, n) class predictions → (n, C) int32 vote histogram."""
+    preds = np.asarray(preds)
+    return (preds[:, :, None] == np.arange(num_classes)).sum(axis=0).astype(np.int32)
+
+
+def plurality_accuracy(votes: np.ndarray, labels: np.ndarray) -> float:
+    """Accuracy of the plurality vote (ties go to the lowest class index)."""
+    return float(np.mean(np.argmax(votes, axis=1) == labels)) if len(labels) else float("nan")
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def _manager(directory: Path, keep: int = 2):
+    import orbax.checkpoint as ocp
+
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False,
+                                           create=True)
+    return ocp.CheckpointManager(directory.resolve(), options=options)
+
+
+def _save(manager, epoch: int, params: Params, opt_state: Any, progress: dict) -> None:
+    import orbax.checkpoint as ocp
+
+    manager.save(epoch, args=ocp.args.Composite(
+        params=ocp.args.StandardSave(params), opt_state=ocp.args.StandardSave(opt_state),
+        progress=ocp.args.JsonSave(progress)), force=True)
+    manager.wait_until_finished()
+
+
+def _abstract(tree: Any) -> Any:
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+
+
+def _restore(manager, epoch: int, params_like: Any, opt_like: Any | None):
+    import orbax.checkpoint as ocp
+
+    items = {"params": ocp.args.StandardRestore(_abstract(params_like)),
+             "progress": ocp.args.JsonRestore()}
+    if opt_like is not None:
+        items["opt_state"] = ocp.args.StandardRestore(_abstract(opt_like))
+    return manager.restore(epoch, args=ocp.args.Composite(**items))
+
+
+def _shapes(model, tx, image_shape: Sequence[int], num_teachers: int):
+    """Abstract (unpadded, host) stacked params and optimizer state."""
+
+    def one():
+        params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, *image_shape), jnp.float32))
+        return params, tx.init(params)
+
+    params, opt = jax.eval_shape(one)
+    stack = lambda s: jax.ShapeDtypeStruct((num_teachers, *s.shape), s.dtype)  # noqa: E731
+    return jax.tree.map(stack, params), jax.tree.map(stack, opt)
+
+
+@dataclasses.dataclass(frozen=True)
+class Teachers:
+    """A trained ensemble loaded from a run directory."""
+
+    params: Params  # stacked, leading axis T, host arrays
+    model: Any
+    config: Config
+    num_classes: int
+    image_shape: tuple[int, ...]
+
+    @property
+    def num_teachers(self) -> int:
+        return int(jax.tree.leaves(self.params)[0].shape[0])
+
+
+def load_teachers(workdir: str | Path) -> Teachers:
+    """The finished ensemble of a run directory (what `pate label` queries).
+
+    Raises:
+      PateError: the directory holds no finished `train-teachers` run.
+    """
+    run = rundir.RunDir(workdir)
+    if not run.exists(rundir.TEACHERS_JSON) or not run.exists(rundir.TEACHERS_DIR):
+        raise PateError(f"{run.path} holds no trained teachers ({rundir.TEACHERS_JSON} and "
+                        f"{rundir.TEACHERS_DIR}/); run `pate train-teachers` first")
+    config = run.read_config()
+    info = run.read_json(rundir.TEACHERS_JSON)
+    num_classes, image_shape = int(info["num_classes"]), tuple(info["image_shape"])
+    model = make_model(config.teachers, num_classes)
+    tx = make_optimizer(config.teachers, 1)
+    params_like, _ = _shapes(model, tx, image_shape, config.teachers.num_teachers)
+    manager = _manager(run / rundir.TEACHERS_DIR)
+    try:
+        step = manager.latest_step()
+        if step is None:
+            raise PateError(f"{run / rundir.TEACHERS_DIR} holds no checkpoint; train again "
+                            "with --overwrite")
+        restored = _restore(manager, step, params_like, None)
+    finally:
+        manager.close()
+    params = jax.tree.map(np.asarray, restored["params"])
+    return Teachers(params, model, config, num_classes, image_shape)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """What `train_teachers` did (also written to `teachers.json`)."""
+
+    accuracies: np.ndarray  # (T,) per-teacher accuracy on the evaluation split
+    ensemble_accuracy: float
+    epochs: int
+    loss_history: list[float]
+    wall_time_s: float
+    train_time_s: float
+    devices: list[str]
+    shard_size: int
+    left_out: int
+    resumed_from: int | None
+
+    def summary(self) -> str:
+        """A few lines for the terminal."""
+        a = self.accuracies
+        lines = [
+            f"teachers: {len(a)} x {self.shard_size} points each ({self.left_out} left out), "
+            f"{self.epochs} epochs" + (f", resumed from epoch {self.resumed_from}"
+                                       if self.resumed_from is not None else ""),
+            f"teacher accuracy: min {a.min():.4f}  median {np.median(a):.4f}  "
+            f"max {a.max():.4f}  (mean {a.mean():.4f})",
+            f"ensemble plurality accuracy: {self.ensemble_accuracy:.4f}",
+            f"wall time: {self.wall_time_s:.1f} s (training {self.train_time_s:.1f} s) on "
+            f"{len(self.devices)} device(s): {', '.join(sorted(set(self.devices)))}",
+        ]
+        return "\n".join(lines)
+
+
+def initialize_distributed() -> None:
+    """`jax.distributed.initialize()` with its failure as a PateError (for `--distributed`)."""
+    try:
+        jax.distributed.initialize()
+    except Exception as err:  # noqa: BLE001 - JAX raises several types here
+        raise PateError(f"jax.distributed.initialize() failed: {err}. Set "
+                        "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID (or run "
+                        "under SLURM) on every host") from None
+
+
+class _Progress:
+    """A rich progress bar: epoch, mean loss, elapsed, ETA."""
+
+    def __init__(self, total: int, start: int, console=None):
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self._bar = Progress(TextColumn("epoch"), MofNCompleteColumn(), BarColumn(),
+                             TextColumn("loss {task.fields[loss]}"), TextColumn("elapsed"),
+                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                             console=console, transient=False)
+        self._task = self._bar.add_task("train", total=total, completed=start, loss="-")
+
+    def __enter__(self):
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._bar.__exit__(*exc)
+
+    def update(self, epoch: int, loss: float) -> None:
+        self._bar.update(self._task, completed=epoch, loss=f"{loss:.4f}")
+
+
+def _nan_message(bad: np.ndarray, epoch: int, last_good: int | None, ckpt_dir: Path) -> str:
+    ids = ", ".join(str(int(t)) for t in bad[:10]) + (", ..." if len(bad) > 10 else "")
+    kept = (f"kept the last good checkpoint (epoch {last_good}) in {ckpt_dir}"
+            if last_good else "no checkpoint was written yet")
+    return (f"loss or parameters became NaN/inf in epoch {epoch} for {len(bad)} teacher(s) "
+            f"(ids {ids}); stopped and {kept}. Lower teachers.learning_rate and start again "
+            "with --overwrite")
+
+
+def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
+                   overwrite: bool = False, show_progress: bool = True, console=None,
+                   devices: Sequence[jax.Device] | None = None,
+                   on_epoch: Callable[[int, float], None] | None = None) -> TrainResult:
+    """Trains the teacher ensemble of `config` and writes it into the run directory.
+
+    Writes `config.toml`, `teachers/` (orbax checkpoints of the stacked params and
+    optimizer state, every `checkpoint_every` epochs and at the end) and
+    `teachers.json` (per-teacher accuracy, ensemble accuracy, timing, partition).
+
+    Args:
+      config: the resolved config (`[data]`, `[teachers]`).
+      workdir: the run directory.
+      resume: continue from the last checkpoint (the config must be the same).
+      overwrite: replace existing teacher artifacts.
+      show_progress: draw a rich progress bar.
+      console: the rich console for the progress bar (default: stderr).
+      devices: devices to shard the teachers over (default: all).
+      on_epoch: called as `on_epoch(epochs_done, mean_loss)` after each epoch (and
+        after its checkpoint, if one is due).
+
+    Returns:
+      A `TrainResult`.
+
+    Raises:
+      PateError: bad data or config (more teachers than points, shards smaller than a
+        batch), artifacts present without `--overwrite`/`--resume`, a config differing
+        from the one being resumed, or NaN/inf loss (the last good checkpoint is kept).
+    """
+    start_time = time.time()
+    tc = config.teachers
+    dataset = load_dataset(config.data)
+    splits = split(dataset, config.data.public_size)
+    part: Partition = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
+    if part.shard_size < tc.batch_size:
+        raise PateError(f"each of {tc.num_teachers} teachers gets {part.shard_size} training "
+                        f"points, fewer than teachers.batch_size = {tc.batch_size}; lower "
+                        "teachers.batch_size or teachers.num_teachers")
+
+    run = rundir.RunDir(workdir)
+    if resume and run.exists(rundir.CONFIG_TOML):
+        run.check_same_config(config)
+    resuming = run.prepare(rundir.TEACHER_ARTIFACTS, overwrite=overwrite, resume=resume,
+                           command="train-teachers")
+    if resuming and not run.exists(rundir.CONFIG_TOML):
+        raise PateError(f"cannot resume: {run / rundir.CONFIG_TOML} is missing; start again "
+                        "with --overwrite")
+    if jax.process_index() == 0:
+        run.write_config(config)
+
+    placement = Placement(tc.num_teachers, devices)
+    image_shape = splits.train_x.shape[1:]
+    model = make_model(config.teachers, splits.num_classes,
+                       backend=placement.devices[0].platform)
+    steps_per_epoch = part.shard_size // tc.batch_size
+    tx = make_optimizer(tc, steps_per_epoch)
+
+    manager = _manager(run / rundir.TEACHERS_DIR)
+    try:
+        start_epoch, history = 0, []
+        latest = manager.latest_step() if resuming else None
+        if latest is not None:
+            params_like, opt_like = _shapes(model, tx, image_shape, tc.num_teachers)
+            restored = _restore(manager, latest, params_like, opt_like)
+            params = placement.put(jax.tree.map(np.asarray, restored["params"]))
+            opt_state = placement.put(jax.tree.map(np.asarray, restored["opt_state"]))
+            start_epoch, history = int(latest), list(restored["progress"]["loss_history"])
+        else:
+            params, opt_state = init_teachers(model, tx, image_shape, tc.seed, placement)
+
+        shards = np.concatenate([part.indices, np.repeat(part.indices[:1],
+                                 placement.padded - tc.num_teachers, axis=0)])
+        x = placement.put(splits.train_x[shards])
+        y = placement.put(splits.train_y[shards])
+        ids = placement.teacher_ids()
+        epoch_fn = make_epoch_fn(model, tx, tc, part.shard_size)
+
+        last_good = latest
+        train_start = time.time()
+        bar = _Progress(tc.epochs, start_epoch, console) if show_progress else None
+        try:
+            if bar:
+                bar.__enter__()
+            for epoch in range(start_epoch, tc.epochs):
+                params, opt_state, loss, finite = epoch_fn(params, opt_state, x, y, ids,
+                                                           jnp.int32(epoch))
+                loss = to_host(loss)[: tc.num_teachers]
+                finite = to_host(finite)[: tc.num_teachers]
+                if not finite.all():
+                    raise PateError(_nan_message(np.flatnonzero(~finite), epoch + 1, last_good,
+                                                 run / rundir.TEACHERS_DIR))
+                history.append(float(loss.mean()))
+                done = epoch + 1
+                if done % tc.checkpoint_every == 0 or done == tc.epochs:
+                    _save(manager, done, _unpad(params, tc.num_teachers),
+                          _unpad(opt_state, tc.num_teachers), {"loss_history": history})
+                    last_good = done
+                if bar:
+                    bar.update(done, history[-1])
+                if on_epoch:
+                    on_epoch(done, history[-1])
+        finally:
+            if bar:
+                bar.__exit__(None, None, None)
+        train_time = time.time() - train_start
+    finally:
+        manager.close()
+
+    preds = teacher_predictions(params, model, splits.eval_x, tc.eval_batch_size, placement)
+    accuracies = (preds == splits.eval_y[None, :]).mean(axis=1)
+    ensemble = plurality_accuracy(votes_from_predictions(preds, splits.num_classes),
+                                  splits.eval_y)
+    result = TrainResult(
+        accuracies=accuracies, ensemble_accuracy=ensemble, epochs=tc.epochs,
+        loss_history=history, wall_time_s=time.time() - start_time, train_time_s=train_time,
+        devices=[d.device_kind for d in placement.devices], shard_size=part.shard_size,
+        left_out=int(part.left_out.size), resumed_from=latest)
+    if jax.process_index() == 0:
+        run.write_json(rundir.TEACHERS_JSON, {
+            "num_teachers": tc.num_teachers,
+            "num_classes": splits.num_classes,
+            "image_shape": list(image_shape),
+            "dataset": dataset.name,
+            "train_points": int(splits.train_x.shape[0]),
+            "shard_size": part.shard_size,
+            "left_out": int(part.left_out.size),
+            "eval_points": int(splits.eval_x.shape[0]),
+            "epochs": tc.epochs,
+            "resumed_from_epoch": latest,
+            "accuracy": accuracies,
+            "accuracy_summary": {"min": float(accuracies.min()),
+                                 "median": float(np.median(accuracies)),
+                                 "mean": float(accuracies.mean()),
+                                 "max": float(accuracies.max())},
+            "ensemble_accuracy": ensemble,
+            "loss_history": history,
+            "wall_time_s": result.wall_time_s,
+            "train_time_s": train_time,
+            "devices": [str(d) for d in placement.devices],
+            "backend": placement.devices[0].platform,
+            "process_count": jax.process_count(),
+            "conv_impl": getattr(model, "impl", None),
+        }, config)
+    return result

@@ -1,0 +1,38 @@
+"""Shared fixtures: the repository's configs and one trained tiny (synthetic) run."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+TINY = CONFIGS / "tiny.toml"
+
+
+@pytest.fixture(scope="session")
+def tiny_config():
+    """configs/tiny.toml: synthetic data, 6 teachers, trains in seconds."""
+    from pate.config import load_config
+
+    return load_config(TINY)
+
+
+@pytest.fixture(scope="session")
+def _trained_tiny(tmp_path_factory, tiny_config):
+    from pate.teachers import train_teachers
+
+    workdir = tmp_path_factory.mktemp("tiny-run")
+    result = train_teachers(tiny_config, workdir, show_progress=False)
+    return workdir, result
+
+
+@pytest.fixture
+def trained_run(_trained_tiny, tmp_path):
+    """A fresh copy of a finished tiny train-teachers run: (workdir, TrainResult)."""
+    workdir, result = _trained_tiny
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy)
+    return copy, result

@@ -1,0 +1,71 @@
+"""Models: the patch convolution equals lax.conv, shapes, config → model, initialisation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pate import models
+from pate.config import TeachersConfig
+
+
+@pytest.mark.parametrize("kernel, stride, channels, size", [
+    (5, 2, 1, 28), (3, 1, 3, 8), (5, 2, 4, 14), (3, 2, 2, 9), (1, 1, 2, 5), (4, 3, 1, 11)])
+def test_patch_conv_equals_xla_conv(kernel, stride, channels, size):
+    x = jax.random.uniform(jax.random.PRNGKey(0), (3, size, size, channels))
+    patches = models.Conv(6, kernel, stride, impl="patches")
+    xla = models.Conv(6, kernel, stride, impl="xla")
+    params = patches.init(jax.random.PRNGKey(1), x)
+    params = jax.tree.map(lambda p: p + 0.1, params)  # a non-zero bias too
+    y_patch, y_xla = patches.apply(params, x), xla.apply(params, x)
+    assert y_patch.shape == y_xla.shape
+    np.testing.assert_allclose(y_patch, y_xla, rtol=1e-5, atol=1e-5)
+
+
+def test_extract_patches_layout():
+    x = jnp.arange(2 * 4 * 4 * 3, dtype=jnp.float32).reshape(2, 4, 4, 3)
+    p = models.extract_patches(x, kernel=3, stride=1, padding=0)
+    assert p.shape == (2, 2, 2, 27)
+    # feature (dy * k + dx) * C + c of output (i, j) is x[i + dy, j + dx, c]
+    np.testing.assert_array_equal(p[1, 1, 0, (2 * 3 + 1) * 3 + 2], x[1, 1 + 2, 0 + 1, 2])
+
+
+def test_cnn_and_mlp_shapes_and_vmap():
+    cfg = TeachersConfig(conv_features=(4, 8), conv_kernel=3, conv_stride=2, hidden=(16,))
+    model = models.make_model(cfg, num_classes=7, backend="cpu")
+    assert isinstance(model, models.CNN) and model.impl == "patches"
+    x = jnp.zeros((5, 12, 12, 1))
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    stacked = jax.vmap(lambda k: model.init(k, x))(keys)
+    logits = jax.vmap(model.apply, in_axes=(0, None))(stacked, x)
+    assert logits.shape == (3, 5, 7)
+    mlp = models.make_model(dataclasses.replace(cfg, model="mlp", hidden=(32, 16)), 4)
+    assert isinstance(mlp, models.MLP)
+    assert mlp.apply(mlp.init(jax.random.PRNGKey(0), x), x).shape == (5, 4)
+
+
+def test_pooled_cnn_shape():
+    cfg = TeachersConfig(conv_features=(4, 4), conv_kernel=3, conv_stride=1, conv_pool=True)
+    model = models.make_model(cfg, 3)
+    x = jnp.zeros((2, 9, 9, 1))
+    assert model.apply(model.init(jax.random.PRNGKey(0), x), x).shape == (2, 3)
+
+
+def test_conv_impl_resolution():
+    assert models.conv_impl("auto", "cpu") == "patches"
+    assert models.conv_impl("auto", "gpu") == "xla"
+    assert models.conv_impl("xla", "cpu") == "xla"
+    with pytest.raises(ValueError, match="unknown convolution impl"):
+        models.Conv(2, impl="fft").init(jax.random.PRNGKey(0), jnp.zeros((1, 4, 4, 1)))
+
+
+def test_lecun_normal_scale():
+    w = models.lecun_normal(jax.random.PRNGKey(0), (5, 5, 8, 64))
+    assert w.shape == (5, 5, 8, 64)
+    fan_in = 5 * 5 * 8
+    np.testing.assert_allclose(float(jnp.var(w)), 1.0 / fan_in, rtol=0.05)
+    assert float(jnp.abs(w).max()) <= 2.0 / 0.87962566103423978 / np.sqrt(fan_in) + 1e-6

@@ -1,0 +1,263 @@
+"""The teacher ensemble: training, artifacts, votes, resume, sharding, NaN, and the CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from analysis.errors import PateError
+from cli import main
+from pate import rundir, teachers
+from pate.config import config_hash, load_config
+
+from conftest import ROOT, TINY
+
+
+def replace(config, **teacher_fields):
+    return dataclasses.replace(config, teachers=dataclasses.replace(config.teachers,
+                                                                    **teacher_fields))
+
+
+def checkpoint_steps(workdir):
+    return sorted(int(p.name) for p in (workdir / rundir.TEACHERS_DIR).iterdir()
+                  if p.name.isdigit())
+
+
+def assert_trees_close(a, b, atol):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, rtol=0)
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_tiny_run_writes_artifacts(trained_run, tiny_config):
+    workdir, result = trained_run
+    info = json.loads((workdir / rundir.TEACHERS_JSON).read_text())
+    assert info["meta"]["config_hash"] == config_hash(tiny_config)
+    assert info["num_teachers"] == 6 and info["shard_size"] == 80 and info["left_out"] == 0
+    assert info["num_classes"] == 4 and info["image_shape"] == [8, 8, 1]
+    assert len(info["accuracy"]) == 6 and len(info["loss_history"]) == 4
+    assert info["loss_history"][-1] < info["loss_history"][0]
+    assert info["ensemble_accuracy"] == pytest.approx(result.ensemble_accuracy)
+    assert result.ensemble_accuracy > 0.6  # four classes: chance is 0.25
+    assert load_config(workdir / rundir.CONFIG_TOML) == tiny_config
+    assert checkpoint_steps(workdir) == [2, 4]  # checkpoint_every = 2, and the end
+    summary = result.summary()
+    assert "ensemble plurality accuracy" in summary and "min" in summary and "device" in summary
+
+
+def test_loaded_teachers_reproduce_reported_accuracy(trained_run, tiny_config):
+    workdir, result = trained_run
+    ens = teachers.load_teachers(workdir)
+    assert ens.num_teachers == 6 and ens.num_classes == 4
+    from pate.data import load_dataset, split
+
+    s = split(load_dataset(tiny_config.data), tiny_config.data.public_size)
+    preds = teachers.teacher_predictions(ens.params, ens.model, s.eval_x, batch_size=32)
+    np.testing.assert_allclose((preds == s.eval_y).mean(axis=1), result.accuracies)
+
+
+def test_predict_votes(trained_run):
+    workdir, _ = trained_run
+    ens = teachers.load_teachers(workdir)
+    images = np.random.default_rng(0).uniform(size=(23, 8, 8, 1)).astype(np.float32)
+    votes = teachers.predict_votes(ens.params, ens.model, images, ens.num_classes, batch_size=7)
+    assert votes.shape == (23, 4) and votes.dtype == np.int32
+    np.testing.assert_array_equal(votes.sum(axis=1), 6)
+    # a plain loop over teachers, one image batch at a time
+    expected = np.zeros((23, 4), np.int32)
+    for t in range(6):
+        params_t = jax.tree.map(lambda p: p[t], ens.params)
+        pred = np.asarray(ens.model.apply(params_t, images).argmax(-1))
+        expected[np.arange(23), pred] += 1
+    np.testing.assert_array_equal(votes, expected)
+    preds = teachers.teacher_predictions(ens.params, ens.model, images, batch_size=100)
+    np.testing.assert_array_equal(teachers.votes_from_predictions(preds, 4), expected)
+    empty = teachers.predict_votes(ens.params, ens.model, images[:0], 4)
+    assert empty.shape == (0, 4)
+
+
+def test_plurality_accuracy_ties_go_to_lowest_class():
+    votes = np.array([[2, 2, 0], [0, 1, 3]])
+    assert teachers.plurality_accuracy(votes, np.array([0, 2])) == 1.0
+    assert teachers.plurality_accuracy(votes, np.array([1, 2])) == 0.5
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_resume_after_kill_matches_uninterrupted(trained_run, tiny_config, tmp_path):
+    straight, _ = trained_run
+    workdir = tmp_path / "killed"
+
+    def kill_at_3(epoch, loss):
+        if epoch == 3:  # after epoch 3; the last checkpoint is epoch 2
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        teachers.train_teachers(tiny_config, workdir, show_progress=False, on_epoch=kill_at_3)
+    assert checkpoint_steps(workdir) == [2] and not (workdir / rundir.TEACHERS_JSON).exists()
+    result = teachers.train_teachers(tiny_config, workdir, resume=True, show_progress=False)
+    assert result.resumed_from == 2
+    a, b = teachers.load_teachers(straight), teachers.load_teachers(workdir)
+    assert_trees_close(a.params, b.params, atol=1e-6)
+    info_a = json.loads((straight / rundir.TEACHERS_JSON).read_text())
+    info_b = json.loads((workdir / rundir.TEACHERS_JSON).read_text())
+    np.testing.assert_allclose(info_a["loss_history"], info_b["loss_history"], rtol=1e-6)
+    assert info_a["accuracy"] == info_b["accuracy"]
+
+
+def test_nan_stops_names_teachers_and_keeps_last_good(tiny_config, tmp_path, monkeypatch):
+    real = teachers.make_epoch_fn
+
+    def poisoned(*args, **kwargs):
+        epoch_fn = real(*args, **kwargs)
+
+        def run(params, opt_state, x, y, ids, epoch):
+            params, opt_state, loss, finite = epoch_fn(params, opt_state, x, y, ids, epoch)
+            if int(epoch) == 2:  # the third epoch: teachers 1 and 4 blow up
+                bad = np.isin(np.arange(loss.shape[0]), [1, 4])
+                loss = jax.numpy.where(bad, jax.numpy.nan, loss)
+                finite = finite & ~bad
+            return params, opt_state, loss, finite
+
+        return run
+
+    monkeypatch.setattr(teachers, "make_epoch_fn", poisoned)
+    workdir = tmp_path / "nan"
+    with pytest.raises(PateError) as err:
+        teachers.train_teachers(tiny_config, workdir, show_progress=False)
+    message = str(err.value)
+    assert "epoch 3" in message and "2 teacher(s) (ids 1, 4)" in message
+    assert "last good checkpoint (epoch 2)" in message
+    assert checkpoint_steps(workdir) == [2] and not (workdir / rundir.TEACHERS_JSON).exists()
+
+
+def test_real_nan_from_a_huge_learning_rate(tiny_config, tmp_path):
+    config = replace(tiny_config, optimizer="sgd", learning_rate=1e30)
+    with pytest.raises(PateError, match=r"NaN/inf in epoch 1 for 6 teacher\(s\)"):
+        teachers.train_teachers(config, tmp_path / "r", show_progress=False)
+
+
+def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
+    """6 teachers over 4 (forced host) devices: padded to 8, sharded, same parameters."""
+    script = textwrap.dedent(f"""
+        import dataclasses, json, sys
+        import jax, numpy as np
+        from pate.config import load_config
+        from pate import teachers
+        assert len(jax.devices()) == 4, jax.devices()
+        config = load_config({str(TINY)!r})
+        out = {{}}
+        for name, devices in (("one", jax.devices()[:1]), ("four", jax.devices())):
+            r = teachers.train_teachers(config, {str(tmp_path)!r} + "/" + name,
+                                        show_progress=False, devices=devices)
+            out[name] = r.accuracies.tolist()
+        a = teachers.load_teachers({str(tmp_path)!r} + "/one")
+        b = teachers.load_teachers({str(tmp_path)!r} + "/four")
+        diff = max(float(np.max(np.abs(x - y))) for x, y in
+                   zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)))
+        images = np.random.default_rng(0).uniform(size=(40, 8, 8, 1)).astype(np.float32)
+        placement = teachers.Placement(6, jax.devices())
+        sharded = placement.put(b.params)
+        assert len(jax.tree.leaves(sharded)[0].sharding.device_set) == 4
+        v4 = teachers.predict_votes(sharded, b.model, images, 4, 16, placement=placement)
+        p1 = teachers.Placement(6, jax.devices()[:1])
+        v1 = teachers.predict_votes(p1.put(b.params), b.model, images, 4, 16, placement=p1)
+        print(json.dumps({{"diff": diff, "acc": out, "votes_equal": bool((v1 == v4).all()),
+                          "votes_sum": int(v4.sum())}}))
+    """)
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+           "JAX_PLATFORMS": "cpu"}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["diff"] < 1e-4
+    np.testing.assert_allclose(result["acc"]["one"], result["acc"]["four"], atol=0.02)
+    assert result["votes_equal"] and result["votes_sum"] == 6 * 40
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, ["train-teachers", "--no-progress", *map(str, args)])
+
+
+def test_cli_trains_and_refuses_to_overwrite(tmp_path):
+    workdir = tmp_path / "run"
+    ok = invoke("--config", TINY, "--workdir", workdir, "--epochs", 2)
+    assert ok.exit_code == 0, ok.output
+    assert "ensemble plurality accuracy" in ok.output and "wall time" in ok.output
+    assert load_config(workdir / rundir.CONFIG_TOML).teachers.epochs == 2
+    again = invoke("--config", TINY, "--workdir", workdir, "--epochs", 2)
+    assert again.exit_code == 1
+    assert "already holds teachers, teachers.json; pass --overwrite" in again.output
+    other = invoke("--config", TINY, "--workdir", workdir, "--epochs", 3, "--resume")
+    assert other.exit_code == 1 and "differs from this config in teachers.epochs" in other.output
+    resumed = invoke("--config", TINY, "--workdir", workdir, "--epochs", 2, "--resume")
+    assert resumed.exit_code == 0 and "resumed from epoch 2" in resumed.output
+    replaced = invoke("--config", TINY, "--workdir", workdir, "--teachers", 4, "--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    assert json.loads((workdir / rundir.TEACHERS_JSON).read_text())["num_teachers"] == 4
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--teachers", 1000], "1000 teachers but only 480 training points"),
+    (["--teachers", 60], "gets 8 training points, fewer than teachers.batch_size = 16"),
+    (["--set", "teachers.epochz=3"], "unknown key teachers.epochz"),
+    (["--set", "teachers.batch_size=large"], "teachers.batch_size must be an integer"),
+    (["--set", "data.public_size=300"], "leaves no evaluation points"),
+    (["--resume"], "nothing to resume"),
+])
+def test_cli_bad_input(tmp_path, extra, message):
+    result = invoke("--config", TINY, "--workdir", tmp_path / "run", *extra)
+    assert result.exit_code == 1, result.output
+    assert message in result.output
+    assert result.output.count("\n") == 1 and result.output.startswith("pate: ")
+    assert not (tmp_path / "run" / rundir.TEACHERS_JSON).exists()
+
+
+def test_cli_bad_config_file_names_key_and_file(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(TINY.read_text().replace("epochs = 4", "epochs = \"four\""))
+    result = invoke("--config", path, "--workdir", tmp_path / "run")
+    assert result.exit_code == 1
+    assert str(path) in result.output and "teachers.epochs must be an integer" in result.output
+
+
+def test_cli_resume_and_overwrite_exclusive(tmp_path):
+    result = invoke("--config", TINY, "--workdir", tmp_path, "--resume", "--overwrite")
+    assert result.exit_code == 2 and "exclude each other" in result.output
+
+
+def test_cli_nan_exits_with_one_line(tmp_path):
+    result = invoke("--config", TINY, "--workdir", tmp_path / "r", "--set", "teachers.optimizer=sgd",
+                    "--set", "teachers.learning_rate=1e30")
+    assert result.exit_code == 1 and "NaN/inf" in result.output and "ids 0, 1, 2" in result.output
+
+
+@pytest.mark.slow
+def test_quickstart_on_fashion_mnist(tmp_path):
+    """The quickstart config on real Fashion-MNIST learns (minutes on 2 CPU cores)."""
+    from pate.data import load_dataset
+
+    config = load_config(ROOT / "configs" / "quickstart.toml")
+    try:
+        load_dataset(config.data)
+    except PateError as err:
+        pytest.skip(f"Fashion-MNIST not installed: {err}")
+    result = teachers.train_teachers(config, tmp_path / "q", show_progress=False)
+    assert result.accuracies.mean() > 0.7 and result.ensemble_accuracy > 0.75
