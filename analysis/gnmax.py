@@ -461,7 +461,8 @@ class _GNMaxLS:
         self._check_c5()
         z = np.arange(float(self._z(self.cut)), float(self._z(self.cap)), self.step / cells_per_step)
         inner = self.log_m1 + log_ndtr(z)
-        edges = np.unique(np.concatenate([[self.qmin, self.cut], inner[(inner > self.cut) & (inner < self.cap)], [self.cap]]))
+        inner = inner[(inner > self.cut) & (inner < self.cap)]
+        edges = np.unique(np.concatenate([[self.qmin, self.cut], inner, [self.cap]]))
         a, b = edges[:-1], edges[1:]
         cb = np.maximum(self.beta(self.up(b)) - self.beta(a), self.beta(b) - self.beta(self.down(a)))
         self.edges = edges
@@ -715,7 +716,9 @@ class EpsResult:
     expected_answered: float | None = None
 
     def __repr__(self):
-        extra = f", accounting={self.accounting!r}, expected_answered={self.expected_answered:.1f}" if self.accounting else ""
+        extra = ""
+        if self.accounting:
+            extra = f", accounting={self.accounting!r}, expected_answered={self.expected_answered:.1f}"
         return (f"EpsResult(eps={self.eps:.6g}, order={self.order:g}, delta={self.delta:g}, "
                 f"mechanism={self.mechanism!r}, conversion={self.conversion!r}, num_queries={self.num_queries}, "
                 f"private={self.private}{extra})")

@@ -194,7 +194,8 @@ def plan(
         if threshold is not None or num_answered is not None:
             raise PateError("threshold and num_answered apply to confident-gnmax only")
         sigma, _ = gaussian_sigma(lambda lam: n * lam, eps, delta, orders, conversion)
-        sigma, res = _nudge(sigma, lambda s: gnmax.data_independent_eps(n, s, delta, orders, conversion=conversion), eps)
+        sigma, res = _nudge(
+            sigma, lambda s: gnmax.data_independent_eps(n, s, delta, orders, conversion=conversion), eps)
         noise = {"sigma": sigma}
         eps_got, order_got = res.eps, res.order
         if num_teachers is not None and sigma > num_teachers:
@@ -261,7 +262,8 @@ def plan(
 
 def render(p: Plan) -> str:
     """Plain-text summary of a `Plan` for the terminal."""
-    lines = [f"mechanism        {p.mechanism}   ({p.num_queries} queries, budget eps={p.budget_eps:g}, delta={p.delta:g})"]
+    lines = [f"mechanism        {p.mechanism}   "
+             f"({p.num_queries} queries, budget eps={p.budget_eps:g}, delta={p.delta:g})"]
     for k, v in p.noise.items():
         lines.append(f"{k:<16} {v:.6g}")
     what = "moment" if p.mechanism == "lnmax" else f"order, {p.conversion} conversion"

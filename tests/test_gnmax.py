@@ -281,7 +281,8 @@ def test_reference_expected_cost_is_not_an_upper_bound():
     Here the released (bit, label) pair diverges by more than that; the joint bound covers it."""
     h, hp, t, s1, s2, lam = (7, 3, 0), (8, 2, 0), 9.0, 3.0, 1.0, 5.0
     logp = math.log(stats.norm.cdf((max(h) - t) / s1))
-    reference = float(g.rdp_threshold(logp, s1, [lam])[0] + math.exp(logp) * g.rdp(g.log_q(np.array(h), s2), s2, [lam])[0])
+    gnmax_cost = g.rdp(g.log_q(np.array(h), s2), s2, [lam])[0]
+    reference = float(g.rdp_threshold(logp, s1, [lam])[0] + math.exp(logp) * gnmax_cost)
     exact = exact_joint(h, hp, t, s1, s2, lam)
     assert exact > 1.9 * reference
     assert exact <= joint_bound(h, t, s1, s2, lam)
@@ -394,7 +395,9 @@ def brute_force_profiles(T, m, sigma, order):
     return H, index, adj, ls, balls
 
 
-@pytest.mark.parametrize("T, m, sigma, order", [(8, 3, 1.0, 2.0), (10, 3, 2.0, 5.0), (12, 4, 1.2, 2.5), (9, 5, 0.8, 2.0)])
+@pytest.mark.parametrize(
+    "T, m, sigma, order", [(8, 3, 1.0, 2.0), (10, 3, 2.0, 5.0), (12, 4, 1.2, 2.5), (9, 5, 0.8, 2.0)]
+)
 def test_profile_bounds_brute_force_ball_maxima_and_ss_is_smooth(T, m, sigma, order):
     H, index, adj, ls, balls = brute_force_profiles(T, m, sigma, order)
     assert ls.max() > 0
