@@ -77,8 +77,19 @@ def _at_least_one(ctx, param, value):
               help="Vote histogram: .npz (key 'votes') or .npy, queries × classes.")
 @click.option("--workdir", type=click.Path(file_okay=False),
               help="A run directory labelled by `pate label` (reads votes.npz and labels.npz).")
+@click.option("--mechanism", type=click.Choice(["lnmax", "gnmax", "confident-gnmax"]), default="lnmax",
+              show_default=True, help="The aggregator that answered the queries (with --votes).")
 @click.option("--gamma", type=float, callback=_positive,
               help="LNMax inverse noise scale: Laplace noise of scale 1/gamma per count.")
+@click.option("--sigma", type=float, callback=_positive, help="GNMax noise (sigma_2 for Confident-GNMax).")
+@click.option("--threshold", type=float, help="Confident-GNMax threshold on the top vote count.")
+@click.option("--sigma-threshold", type=float, callback=_positive, help="Confident-GNMax threshold noise sigma_1.")
+@click.option("--conversion", type=click.Choice(["classic", "improved"]), default="classic", show_default=True,
+              help="GNMax: RDP to (eps, delta) conversion.")
+@click.option("--release-order", type=float, help="GNMax: Renyi order of the sanitised release, fixed in "
+              "advance (default: the data-dependent best order, as in the 2018 paper, with a warning).")
+@click.option("--release-cost", type=float, default=0.2, show_default=True, callback=_positive,
+              help="GNMax: RDP the sanitised release may spend at its order (sets its noise).")
 @click.option("--delta", type=float, default=1e-5, show_default=True, callback=_probability)
 @click.option("--queries", type=int, callback=_at_least_one,
               help="Analyse the first N queries (after --indices).")
@@ -86,8 +97,8 @@ def _at_least_one(ctx, param, value):
               help="Indices of the answered queries (.npy, or .npz key 'indices').")
 @click.option("--moments", type=int, default=8, show_default=True, callback=_at_least_one,
               help="Moments accountant orders 1..M.")
-@click.option("--beta", type=float, default=0.09, show_default=True, callback=_positive,
-              help="Smoothness of the smooth-sensitivity release.")
+@click.option("--beta", type=float, callback=_positive,
+              help="Smoothness of the smooth-sensitivity release (LNMax default 0.09; GNMax 0.1/order).")
 @click.option("--input-is-labels", is_flag=True,
               help="FILE is a teachers × queries matrix of predicted labels (the 2017 paper's format).")
 @click.option("--num-classes", type=int, callback=_at_least_one,
@@ -97,7 +108,8 @@ def _at_least_one(ctx, param, value):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a PNG of cumulative eps against answered queries.")
-def analyze(votes_path, workdir, gamma, delta, queries, indices_path, moments, beta,
+def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_threshold, conversion,
+            release_order, release_cost, delta, queries, indices_path, moments, beta,
             input_is_labels, num_classes, seed, json_path, plot_path):
     """Privacy report for noisy-argmax answers: data-independent, data-dependent
     (private) and sanitised eps."""
@@ -111,16 +123,33 @@ def analyze(votes_path, workdir, gamma, delta, queries, indices_path, moments, b
     if workdir is not None:
         from pate.analyze import analyze_workdir
 
+        if any(v is not None for v in (gamma, sigma, threshold, sigma_threshold)) or mechanism != "lnmax":
+            raise click.UsageError("with --workdir the mechanism and its noise come from the run's "
+                                   "labels.npz; drop --mechanism/--gamma/--sigma/--threshold/--sigma-threshold")
+
         analyze_workdir(workdir, delta=delta, moments=moments, beta=beta, seed=seed,
-                        gamma=gamma, json_path=json_path, plot_path=plot_path, echo=click.echo)
+                        conversion=conversion, release_order=release_order, release_cost=release_cost,
+                        json_path=json_path, plot_path=plot_path, echo=click.echo)
         return
-    if gamma is None:
-        raise click.UsageError("--gamma is required with --votes (the LNMax noise the votes were answered with)")
+    needs = {"lnmax": ["gamma"], "gnmax": ["sigma"],
+             "confident-gnmax": ["sigma", "threshold", "sigma_threshold"]}[mechanism]
+    given = {"gamma": gamma, "sigma": sigma, "threshold": threshold, "sigma_threshold": sigma_threshold}
+    missing = [f"--{name.replace('_', '-')}" for name in needs if given[name] is None]
+    if missing:
+        raise click.UsageError(f"--mechanism {mechanism} needs {', '.join(missing)} "
+                               "(the noise the votes were answered with)")
     votes = votes_mod.load_votes(votes_path, input_is_labels=input_is_labels, num_classes=num_classes)
     indices = None if indices_path is None else votes_mod.load_indices(indices_path, votes.shape[0])
     answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
     rng = np.random.default_rng(seed)
-    rep = report_mod.lnmax_report(answered, gamma, delta, range(1, moments + 1), beta, rng=rng)
+    if mechanism == "lnmax":
+        rep = report_mod.lnmax_report(answered, gamma, delta, range(1, moments + 1),
+                                      0.09 if beta is None else beta, rng=rng)
+    else:
+        rep = report_mod.gnmax_report(
+            answered, sigma, delta, threshold=threshold, sigma_threshold=sigma_threshold,
+            conversion=conversion, release_order=release_order, beta=beta,
+            release_cost=release_cost, rng=rng)
     report_mod.write_outputs(rep, json_path, plot_path)
     click.echo(report_mod.render_table(rep))
     for path in (json_path, plot_path):

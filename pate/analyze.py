@@ -41,8 +41,9 @@ def read_labels(path: str) -> dict:
     return out
 
 
-def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float = 0.09,
-                    seed: int | None = None, gamma: float | None = None,
+def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | None = None,
+                    seed: int | None = None, conversion: str = "classic",
+                    release_order: float | None = None, release_cost: float = 0.2,
                     json_path=None, plot_path=None, echo=print) -> report_mod.PrivacyReport:
     """Builds the privacy report of a labelled run and writes privacy.json / privacy.png.
 
@@ -50,9 +51,11 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float = 0.
       workdir: the run directory.
       delta: δ of the report.
       moments: moments accountant orders 1..moments (LNMax).
-      beta: smoothness of the smooth-sensitivity release.
+      beta: smoothness of the smooth-sensitivity release (LNMax default 0.09; GNMax
+        default 0.1 / release order).
       seed: seed of the release noise (never written out); OS entropy when None.
-      gamma: must match the γ in labels.npz when given (a guard against mix-ups).
+      conversion, release_order, release_cost: GNMax release settings, see
+        `analysis.report.gnmax_report`.
       json_path, plot_path: where to write; default ``workdir/privacy.json`` and
         ``workdir/privacy.png``.
       echo: where the table goes.
@@ -63,16 +66,33 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float = 0.
     labels = read_labels(os.path.join(workdir, LABELS_FILE))
     votes = votes_mod.load_votes(os.path.join(workdir, VOTES_FILE))
     indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=LABELS_FILE)
-    answered = indices[labels["labels"] >= 0]
-    if answered.size == 0:
-        raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
+    mask = labels["labels"] >= 0
+    answered = indices[mask]
     mechanism = labels["mechanism"]
     rng = np.random.default_rng(seed)
+
+    def param(name):
+        if name not in labels:
+            raise PateError(f"{LABELS_FILE} labelled by {mechanism} lacks its '{name}' parameter")
+        return float(labels[name])
+
     if mechanism == "lnmax":
-        run_gamma = float(labels["gamma"])
-        if gamma is not None and not np.isclose(gamma, run_gamma):
-            raise PateError(f"--gamma {gamma} differs from the gamma {run_gamma} the run was labelled with")
-        rep = report_mod.lnmax_report(votes[answered], run_gamma, delta, range(1, moments + 1), beta, rng=rng)
+        if answered.size == 0:
+            raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
+        rep = report_mod.lnmax_report(votes[answered], param("gamma"), delta, range(1, moments + 1),
+                                      0.09 if beta is None else beta, rng=rng)
+    elif mechanism in ("gnmax", "confident-gnmax"):
+        confident = mechanism == "confident-gnmax"
+        rows = indices if confident else answered  # the threshold step runs on every query
+        if rows.size == 0:
+            raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
+        rep = report_mod.gnmax_report(
+            votes[rows], param("sigma"), delta,
+            threshold=param("threshold") if confident else None,
+            sigma_threshold=param("sigma_threshold") if confident else None,
+            answered=mask if confident else None, num_teachers=int(votes[0].sum()),
+            conversion=conversion, release_order=release_order, beta=beta,
+            release_cost=release_cost, rng=rng)
     else:
         raise PateError(f"{LABELS_FILE} names mechanism '{mechanism}', which `pate analyze` does not know")
     json_path = os.path.join(workdir, PRIVACY_JSON) if json_path is None else json_path

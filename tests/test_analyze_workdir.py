@@ -53,8 +53,32 @@ def test_workdir_errors(tmp_path):
     assert result.exit_code == 1 and "pate label" in result.output
     make_run(tmp_path)
     result = runner.invoke(main, ["analyze", "--workdir", str(tmp_path), "--gamma", "0.3"])
-    assert result.exit_code == 1 and "differs" in result.output
+    assert result.exit_code == 2 and "labels.npz" in result.output
     assert not (tmp_path / "privacy.json").exists()
     make_run(tmp_path, {"indices": np.arange(150, 210)})
     result = runner.invoke(main, ["analyze", "--workdir", str(tmp_path)])
     assert result.exit_code == 1 and "index 200" in result.output
+
+
+@pytest.mark.parametrize("mechanism", ["gnmax", "confident-gnmax"])
+def test_workdir_gnmax_reports(tmp_path, mechanism):
+    from analysis import gnmax
+
+    labels = np.arange(60) % 10
+    fields = {"mechanism": np.array(mechanism), "sigma": np.array(20.0)}
+    if mechanism == "confident-gnmax":
+        labels[::3] = -1
+        fields.update(threshold=np.array(35.0), sigma_threshold=np.array(10.0))
+    votes = make_run(tmp_path, dict(fields, labels=labels))
+    result = CliRunner().invoke(main, ["analyze", "--workdir", str(tmp_path), "--release-order", "8"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "privacy.json").read_text())
+    if mechanism == "gnmax":
+        expected = gnmax.data_dependent_eps(votes[:60], 20.0, 1e-5)
+        assert doc["public"]["num_queries"] == 60
+    else:
+        expected = gnmax.data_dependent_eps(votes[:60], 20.0, 1e-5, threshold=35.0, sigma_threshold=10.0)
+        assert doc["public"]["num_answered"] == 40
+    assert doc["private"]["eps_data_dependent"] == pytest.approx(expected.eps)
+    assert doc["public"]["release_order"] == 8
+    assert "eps_sanitized" in doc["public"] and "smooth_sensitivity" in doc["private"]

@@ -168,3 +168,21 @@ def test_known_value_through_cli(tmp_path):
     assert doc["public"]["eps_data_independent"] == pytest.approx(5.30, abs=0.005)
     # Unanimous votes: the data-dependent eps is far below the data-independent one.
     assert doc["private"]["eps_data_dependent"] < 1.5 < doc["public"]["eps_data_independent"]
+
+
+def test_analyze_gnmax_votes_file(tmp_path, votes_file):
+    from analysis import gnmax
+
+    path, votes = votes_file
+    out = tmp_path / "g.json"
+    result = invoke("analyze", "--votes", path, "--mechanism", "gnmax", "--sigma", 40, "--queries", 200,
+                    "--release-order", 10, "--json", out, "--conversion", "improved")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert doc["mechanism"] == "gnmax"
+    expected = gnmax.data_dependent_eps(votes[:200], 40.0, 1e-5, conversion="improved")
+    assert doc["private"]["eps_data_dependent"] == pytest.approx(expected.eps)
+    assert doc["public"]["eps_data_independent"] == pytest.approx(
+        gnmax.data_independent_eps(200, 40.0, 1e-5, conversion="improved").eps)
+    missing = invoke("analyze", "--votes", path, "--mechanism", "confident-gnmax", "--sigma", 40)
+    assert missing.exit_code == 2 and "--threshold" in missing.output and "--sigma-threshold" in missing.output

@@ -1,0 +1,124 @@
+"""`pate label`: the teachers vote on the public pool and a noisy aggregator releases
+labels for the queried points.
+
+Writes ``votes.npz`` (the vote histogram on the whole pool: **private**, never publish)
+and ``labels.npz`` (the DP release: ``indices``, ``labels`` with -1 for unanswered
+queries, the mechanism and its noise parameters — nothing else; no votes, no noise
+values, no seed). Both are computed before either is written, and written atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from analysis.errors import PateError
+from pate import aggregation, rundir
+from pate.config import AggregationConfig, Config
+
+# The keys labels.npz may hold besides `meta` (config hash and package version).
+RELEASED_KEYS = ("indices", "labels", "mechanism", "gamma", "sigma", "threshold", "sigma_threshold")
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelResult:
+    """What `label` released and how good it is (pool labels are known in benchmarks)."""
+
+    mechanism: str
+    num_queries: int
+    num_answered: int
+    label_accuracy: float  # released labels vs true pool labels, on answered queries
+    plurality_accuracy: float  # noiseless plurality vote vs true labels, on the queries
+    params: dict
+
+    def summary(self) -> str:
+        params = ", ".join(f"{k} {v:g}" for k, v in self.params.items())
+        return "\n".join([
+            f"mechanism: {self.mechanism} ({params})",
+            f"queries: {self.num_queries}  answered: {self.num_answered}",
+            f"accuracy of released labels (answered queries): {self.label_accuracy:.4f}",
+            f"accuracy of the noiseless plurality vote (queries, private): {self.plurality_accuracy:.4f}",
+        ])
+
+
+def resolve(cfg: AggregationConfig, *, num_teachers: int, pool_size: int) -> AggregationConfig:
+    """Checks an aggregation config against the ensemble and the pool."""
+    if cfg.queries > pool_size:
+        raise PateError(f"aggregation.queries = {cfg.queries} is more than the {pool_size} points "
+                        f"of the public pool; use at most {pool_size}")
+    if cfg.mechanism == "confident-gnmax" and cfg.threshold > num_teachers:
+        raise PateError(f"aggregation.threshold = {cfg.threshold:g} is above the {num_teachers} "
+                        "teachers: no query could ever be answered; lower it")
+    return cfg
+
+
+def mechanism_params(cfg: AggregationConfig) -> dict:
+    """The noise parameters of the chosen mechanism (what labels.npz records)."""
+    if cfg.mechanism == "lnmax":
+        return {"gamma": cfg.gamma}
+    if cfg.mechanism == "gnmax":
+        return {"sigma": cfg.sigma}
+    return {"threshold": cfg.threshold, "sigma_threshold": cfg.sigma_threshold, "sigma": cfg.sigma}
+
+
+def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
+          echo=print) -> LabelResult:
+    """Computes the votes on the pool, releases noisy labels and writes both files.
+
+    Args:
+      config: the run's config with the `[aggregation]` section to use.
+      workdir: a run directory with trained teachers.
+      seed: noise seed (research only; never written anywhere). Default: OS entropy.
+      overwrite: replace existing votes.npz / labels.npz.
+      echo: where progress lines go.
+
+    Raises:
+      PateError: no teachers; labels exist and not `overwrite`; bad parameters.
+    """
+    from pate.data import load_dataset, split
+    from pate.teachers import load_teachers, predict_votes
+
+    run = rundir.RunDir(workdir)
+    teachers = load_teachers(run.path)
+    present = [a for a in rundir.LABEL_ARTIFACTS if run.exists(a)]
+    if present and not overwrite:
+        raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "
+                        "label again (the old release is replaced)")
+    agg = config.aggregation
+    splits = split(load_dataset(config.data), config.data.public_size)
+    if splits.pool_x.shape[1:] != tuple(teachers.image_shape):
+        raise PateError(f"the pool's images have shape {splits.pool_x.shape[1:]} but the teachers "
+                        f"were trained on {tuple(teachers.image_shape)}: is this the same data set?")
+    resolve(agg, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
+
+    echo(f"voting: {teachers.num_teachers} teachers on {splits.pool_x.shape[0]} pool points")
+    votes = predict_votes(teachers.params, teachers.model, splits.pool_x, teachers.num_classes,
+                          batch_size=config.teachers.eval_batch_size)
+    if np.any(votes.sum(axis=1) != teachers.num_teachers):
+        raise PateError("internal error: a vote row does not count every teacher once")
+
+    queried = np.arange(agg.queries)
+    params = mechanism_params(agg)
+    released = aggregation.aggregate(votes[queried], agg.mechanism, aggregation.noise_key(seed),
+                                     **params)
+    answered = released >= 0
+    truth = splits.pool_y[queried]
+    result = LabelResult(
+        mechanism=agg.mechanism, num_queries=int(queried.size), num_answered=int(answered.sum()),
+        label_accuracy=float(np.mean(released[answered] == truth[answered])) if answered.any() else float("nan"),
+        plurality_accuracy=float(np.mean(np.argmax(votes[queried], axis=1) == truth)),
+        params=params)
+
+    run.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
+    labels = {"indices": queried.astype(np.int64), "labels": released.astype(np.int32),
+              "mechanism": np.array(agg.mechanism)}
+    labels.update({k: np.array(float(v)) for k, v in params.items()})
+    run.write_npz(rundir.LABELS_NPZ, labels, config)
+    run.write_config(config)
+    return result
+
+
+def labels_path(workdir) -> Path:
+    return Path(workdir) / rundir.LABELS_NPZ
