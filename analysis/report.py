@@ -129,6 +129,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
                  sigma_threshold: float | None = None, answered=None, num_teachers: int | None = None,
                  orders=None, conversion: str = "classic", release_order: float | None = None,
                  beta: float | None = None, release_cost: float = 0.2,
+                 max_answers: int | None = None,
                  rng: np.random.Generator | None = None) -> PrivacyReport:
     """The PATE 2018 report for GNMax or Confident-GNMax over the queried rows of ``votes``.
 
@@ -138,7 +139,8 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     data-dependent cost is the joint bound of ``analysis.gnmax.rdp_confident`` (a proven
     bound on the release, unlike the 2018 paper's accounting that charges GNMax only on
     the answered queries), and the data-independent cost composes the threshold step
-    and GNMax on every query.
+    and GNMax on every query — or on at most ``max_answers`` of them when the labeller
+    capped its answers in advance (``pate label --budget``).
 
     The sanitised ε is released with GNSS at ``release_order``. When None, the order is
     the one minimising the data-dependent ε, as the 2018 paper does: that choice looks
@@ -156,6 +158,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     num_answered = None if answered is None else int(np.sum(answered))
     independent = gnmax.data_independent_eps(n, sigma, delta, orders,
                                              sigma_threshold=sigma_threshold if confident else None,
+                                             num_answered=max_answers if confident else None,
                                              conversion=conversion)
     kwargs = dict(threshold=threshold, sigma_threshold=sigma_threshold) if confident else {}
     dependent = gnmax.data_dependent_eps(votes, sigma, delta, orders, conversion=conversion, **kwargs)
@@ -180,12 +183,20 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
         per_query_di = gnmax.rdp_data_independent(sigma, orders)
     count = np.arange(1, n + 1, dtype=float)[:, None]
     dd_curve, _ = rdp_mod.eps_from_rdp(orders, np.cumsum(per_query, axis=0), delta, conversion)
-    di_curve, _ = rdp_mod.eps_from_rdp(orders, count * per_query_di, delta, conversion)
+    if confident and max_answers is not None:
+        gn_steps = np.minimum(count, max_answers)
+        di_rdp = (count * gnmax.rdp_threshold_data_independent(sigma_threshold, orders)
+                  + gn_steps * gnmax.rdp_data_independent(sigma, orders))
+    else:
+        di_rdp = count * per_query_di
+    di_curve, _ = rdp_mod.eps_from_rdp(orders, di_rdp, delta, conversion)
     mech = "confident-gnmax" if confident else "gnmax"
     items = [Item("num_queries", "queries", n, True)]
     if confident:
         if num_answered is not None:
             items.append(Item("num_answered", "answered queries", num_answered, True))
+        if max_answers is not None:
+            items.append(Item("max_answers", "answer cap (fixed in advance)", int(max_answers), True))
         items += [Item("threshold", "threshold T", float(threshold), True),
                   Item("sigma_threshold", "sigma_1 (threshold noise)", float(sigma_threshold), True)]
     items += [

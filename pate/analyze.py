@@ -91,6 +91,7 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
             threshold=param("threshold") if confident else None,
             sigma_threshold=param("sigma_threshold") if confident else None,
             answered=mask if confident else None, num_teachers=int(votes[0].sum()),
+            max_answers=int(param("max_answers")) if "max_answers" in labels else None,
             conversion=conversion, release_order=release_order, beta=beta,
             release_cost=release_cost, rng=rng)
     else:

@@ -19,7 +19,8 @@ from pate import aggregation, rundir
 from pate.config import AggregationConfig, Config
 
 # The keys labels.npz may hold besides `meta` (config hash and package version).
-RELEASED_KEYS = ("indices", "labels", "mechanism", "gamma", "sigma", "threshold", "sigma_threshold")
+RELEASED_KEYS = ("indices", "labels", "mechanism", "gamma", "sigma", "threshold", "sigma_threshold",
+                 "max_answers")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +64,85 @@ def mechanism_params(cfg: AggregationConfig) -> dict:
     return {"threshold": cfg.threshold, "sigma_threshold": cfg.sigma_threshold, "sigma": cfg.sigma}
 
 
+@dataclasses.dataclass(frozen=True)
+class BudgetPlan:
+    """How many queries a labelling run may make under a data-independent ε budget.
+
+    Attributes:
+      num_queries: queries to make (for Confident-GNMax: threshold steps).
+      max_answers: for Confident-GNMax, stop answering after this many answers; None
+        for LNMax and GNMax, where every query is answered.
+      eps: the data-independent ε of that plan (≤ the budget).
+    """
+
+    num_queries: int
+    max_answers: int | None
+    eps: float
+
+
+def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments: int = 8,
+                conversion: str = "classic") -> BudgetPlan:
+    """The largest plan whose data-independent ε stays within ``budget``.
+
+    The plan is fixed before any vote is seen, so it costs no privacy: LNMax and GNMax
+    answer the first ``k`` queries, ``k`` the most whose data-independent ε fits (PATE
+    2017 moments accountant; PATE 2018 Proposition 8 and the RDP conversion).
+    Confident-GNMax runs the threshold step on the first ``n`` queries and answers at
+    most ``A`` of them (answers past the A-th are withheld, a post-processing of the
+    uncapped release): ε of ``n`` threshold steps plus ``A`` GNMax steps, with ``n``
+    then ``A`` as large as fit.
+
+    Raises:
+      PateError: not even one query fits the budget.
+    """
+    from analysis import gnmax, lnmax
+
+    if not (budget > 0 and np.isfinite(budget)):
+        raise PateError(f"--budget must be a positive number, got {budget}")
+    n_max = cfg.queries
+
+    def largest(fits, hi: int) -> int:
+        """The largest k in [0, hi] with fits(k), for fits monotone (true then false)."""
+        lo = 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    if cfg.mechanism == "lnmax":
+        def eps(k): return lnmax.data_independent_eps(k, cfg.gamma, delta, range(1, moments + 1)).eps
+    elif cfg.mechanism == "gnmax":
+        def eps(k): return gnmax.data_independent_eps(k, cfg.sigma, delta, conversion=conversion).eps
+    else:
+        def eps_pair(n, a):
+            return gnmax.data_independent_eps(n, cfg.sigma, delta, sigma_threshold=cfg.sigma_threshold,
+                                              num_answered=a, conversion=conversion).eps
+        n = largest(lambda k: eps_pair(k, 0) <= budget, n_max)
+        a = largest(lambda k: eps_pair(n, k) <= budget, n) if n else 0
+        if a == 0:
+            raise PateError(f"a budget of eps {budget:g} allows no Confident-GNMax answer at these noise "
+                            "levels; raise the budget or the noise (see `pate plan`)")
+        return BudgetPlan(n, a, float(eps_pair(n, a)))
+    k = largest(lambda k: eps(k) <= budget, n_max)
+    if k == 0:
+        raise PateError(f"a budget of eps {budget:g} allows no {cfg.mechanism} answer at this noise; "
+                        "raise the budget or the noise (see `pate plan`)")
+    return BudgetPlan(k, None, float(eps(k)))
+
+
+def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
+    """Withholds every answer after the first ``max_answers`` (label -1)."""
+    if max_answers is None:
+        return labels
+    answered = np.cumsum(labels >= 0)
+    return np.where((labels >= 0) & (answered > max_answers), aggregation.UNANSWERED, labels)
+
+
 def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
-          echo=print) -> LabelResult:
+          budget: float | None = None, echo=print) -> LabelResult:
     """Computes the votes on the pool, releases noisy labels and writes both files.
 
     Args:
@@ -72,6 +150,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
       workdir: a run directory with trained teachers.
       seed: noise seed (research only; never written anywhere). Default: OS entropy.
       overwrite: replace existing votes.npz / labels.npz.
+      budget: stop answering where the data-independent ε would exceed it (see
+        `budget_plan`); None answers `aggregation.queries` queries.
       echo: where progress lines go.
 
     Raises:
@@ -92,6 +172,13 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         raise PateError(f"the pool's images have shape {splits.pool_x.shape[1:]} but the teachers "
                         f"were trained on {tuple(teachers.image_shape)}: is this the same data set?")
     resolve(agg, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
+    plan = None
+    if budget is not None:
+        plan = budget_plan(agg, budget, config.privacy.delta, moments=config.privacy.moments,
+                           conversion=config.privacy.conversion)
+        echo(f"budget eps {budget:g}: {plan.num_queries} queries"
+             + (f", at most {plan.max_answers} answers" if plan.max_answers is not None else "")
+             + f" (data-independent eps {plan.eps:.4g})")
 
     echo(f"voting: {teachers.num_teachers} teachers on {splits.pool_x.shape[0]} pool points")
     votes = predict_votes(teachers.params, teachers.model, splits.pool_x, teachers.num_classes,
@@ -99,10 +186,13 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     if np.any(votes.sum(axis=1) != teachers.num_teachers):
         raise PateError("internal error: a vote row does not count every teacher once")
 
-    queried = np.arange(agg.queries)
+    queried = np.arange(agg.queries if plan is None else plan.num_queries)
     params = mechanism_params(agg)
     released = aggregation.aggregate(votes[queried], agg.mechanism, aggregation.noise_key(seed),
                                      **params)
+    if plan is not None and plan.max_answers is not None:
+        released = cap_answers(released, plan.max_answers)
+        params["max_answers"] = plan.max_answers
     answered = released >= 0
     truth = splits.pool_y[queried]
     result = LabelResult(
