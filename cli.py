@@ -240,5 +240,44 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
     click.echo(result.summary())
 
 
+# --------------------------------------------------------------------------- label
+
+
+@main.command("label")
+@click.option("--workdir", required=True, type=click.Path(file_okay=False),
+              help="A run directory with trained teachers.")
+@click.option("--mechanism", type=click.Choice(["lnmax", "gnmax", "confident-gnmax"]),
+              help="Noisy aggregator (default: the run config's aggregation.mechanism).")
+@click.option("--gamma", type=float, callback=_positive, help="LNMax: Laplace noise of scale 1/gamma.")
+@click.option("--sigma", type=float, callback=_positive, help="GNMax noise (sigma_2 for Confident-GNMax).")
+@click.option("--threshold", type=float, help="Confident-GNMax threshold on the top vote count.")
+@click.option("--sigma-threshold", type=float, callback=_positive, help="Confident-GNMax threshold noise.")
+@click.option("--queries", type=int, callback=_at_least_one, help="Query the first N pool points.")
+@click.option("--budget", type=float, callback=_positive,
+              help="Stop answering where the data-independent eps would exceed this budget.")
+@click.option("--seed", type=int, help="Noise seed, for reproducible research only: whoever knows it "
+              "can remove the noise. Never written to any file. Default: fresh OS entropy.")
+@click.option("--overwrite", is_flag=True, help="Replace an existing release in --workdir.")
+def label_command(workdir, mechanism, gamma, sigma, threshold, sigma_threshold, queries, budget, seed,
+                  overwrite):
+    """Let the teachers vote on the public pool and release noisy labels (labels.npz);
+    the votes (votes.npz) stay private."""
+    import os
+
+    from pate.config import load_config
+
+    config_file = os.path.join(workdir, "config.toml")
+    if not os.path.exists(config_file):
+        raise PateError(f"{workdir} is not a run directory (no config.toml); run `pate train-teachers` first")
+    overrides = {f"aggregation.{k}": v for k, v in dict(
+        mechanism=mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
+        sigma_threshold=sigma_threshold, queries=queries).items() if v is not None}
+    config = load_config(config_file, overrides)
+
+    from pate.label import label  # imports JAX
+
+    label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=click.echo)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

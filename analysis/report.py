@@ -130,7 +130,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
                  orders=None, conversion: str = "classic", release_order: float | None = None,
                  beta: float | None = None, release_cost: float = 0.2,
                  max_answers: int | None = None,
-                 rng: np.random.Generator | None = None) -> PrivacyReport:
+                 rng: np.random.Generator | None = None, sanitize: bool = True) -> PrivacyReport:
     """The PATE 2018 report for GNMax or Confident-GNMax over the queried rows of ``votes``.
 
     GNMax: ``votes`` are the answered queries. Confident-GNMax (``threshold`` and
@@ -163,6 +163,16 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     kwargs = dict(threshold=threshold, sigma_threshold=sigma_threshold) if confident else {}
     dependent = gnmax.data_dependent_eps(votes, sigma, delta, orders, conversion=conversion, **kwargs)
     warnings = []
+    if not sanitize:
+        items = [Item("num_queries", "queries", n, True)]
+        if num_answered is not None:
+            items.append(Item("num_answered", "answered queries", num_answered, True))
+        items += [Item("delta", "delta", float(delta), True),
+                  Item("eps_data_independent", "data-independent eps", independent.eps, True,
+                       f"order {independent.order:g}"),
+                  Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
+                       "depends on the votes: do not publish as is")]
+        return PrivacyReport("confident-gnmax" if confident else "gnmax", tuple(items))
     chosen_privately = release_order is None
     order = dependent.order if chosen_privately else float(release_order)
     if chosen_privately:
@@ -229,6 +239,21 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
                         "more orders may lower the data-dependent eps")
     return PrivacyReport(mech, tuple(items), tuple(warnings), np.arange(1, n + 1),
                          np.asarray(di_curve), np.asarray(dd_curve))
+
+
+def brief_lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS) -> PrivacyReport:
+    """Data-independent and data-dependent ε of LNMax answers, without a sanitised release."""
+    n = np.asarray(votes).shape[0]
+    independent = lnmax.data_independent_eps(n, gamma, delta, moments)
+    dependent = lnmax.data_dependent_eps(votes, gamma, delta, moments)
+    return PrivacyReport("lnmax", (
+        Item("num_queries", "answered queries", n, True),
+        Item("delta", "delta", float(delta), True),
+        Item("eps_data_independent", "data-independent eps", independent.eps, True,
+             f"moment {independent.moment:g}"),
+        Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
+             "depends on the votes: do not publish as is"),
+    ))
 
 
 # --------------------------------------------------------------------------- output

@@ -41,6 +41,51 @@ def read_labels(path: str) -> dict:
     return out
 
 
+def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments: int = 8,
+                       beta: float | None = None, conversion: str = "classic",
+                       release_order: float | None = None, release_cost: float = 0.2,
+                       rng: np.random.Generator | None = None,
+                       sanitize: bool = True) -> report_mod.PrivacyReport:
+    """The privacy report of a release (``labels.npz`` contents) over its vote histogram.
+
+    LNMax and GNMax are charged for the answered queries; Confident-GNMax for every
+    queried row (its threshold step runs on each). With ``sanitize=False`` only the
+    data-independent and data-dependent ε are computed (no smooth-sensitivity release,
+    so nothing is spent on one) — what `pate label` prints.
+    """
+    indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=LABELS_FILE)
+    mask = np.asarray(labels["labels"]) >= 0
+    answered = indices[mask]
+    mechanism = str(labels["mechanism"])
+
+    def param(name):
+        if name not in labels:
+            raise PateError(f"{LABELS_FILE} labelled by {mechanism} lacks its '{name}' parameter")
+        return float(labels[name])
+
+    if mechanism == "lnmax":
+        if answered.size == 0:
+            raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
+        if not sanitize:
+            return report_mod.brief_lnmax_report(votes[answered], param("gamma"), delta, range(1, moments + 1))
+        return report_mod.lnmax_report(votes[answered], param("gamma"), delta, range(1, moments + 1),
+                                       0.09 if beta is None else beta, rng=rng)
+    if mechanism in ("gnmax", "confident-gnmax"):
+        confident = mechanism == "confident-gnmax"
+        rows = indices if confident else answered  # the threshold step runs on every query
+        if rows.size == 0:
+            raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
+        return report_mod.gnmax_report(
+            votes[rows], param("sigma"), delta,
+            threshold=param("threshold") if confident else None,
+            sigma_threshold=param("sigma_threshold") if confident else None,
+            answered=mask if confident else None, num_teachers=int(votes[0].sum()),
+            max_answers=int(param("max_answers")) if "max_answers" in labels else None,
+            conversion=conversion, release_order=release_order, beta=beta,
+            release_cost=release_cost, rng=rng, sanitize=sanitize)
+    raise PateError(f"{LABELS_FILE} names mechanism '{mechanism}', which `pate analyze` does not know")
+
+
 def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | None = None,
                     seed: int | None = None, conversion: str = "classic",
                     release_order: float | None = None, release_cost: float = 0.2,
@@ -65,40 +110,20 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
         raise PateError(f"run directory {workdir} does not exist")
     labels = read_labels(os.path.join(workdir, LABELS_FILE))
     votes = votes_mod.load_votes(os.path.join(workdir, VOTES_FILE))
-    indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=LABELS_FILE)
-    mask = labels["labels"] >= 0
-    answered = indices[mask]
-    mechanism = labels["mechanism"]
-    rng = np.random.default_rng(seed)
-
-    def param(name):
-        if name not in labels:
-            raise PateError(f"{LABELS_FILE} labelled by {mechanism} lacks its '{name}' parameter")
-        return float(labels[name])
-
-    if mechanism == "lnmax":
-        if answered.size == 0:
-            raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
-        rep = report_mod.lnmax_report(votes[answered], param("gamma"), delta, range(1, moments + 1),
-                                      0.09 if beta is None else beta, rng=rng)
-    elif mechanism in ("gnmax", "confident-gnmax"):
-        confident = mechanism == "confident-gnmax"
-        rows = indices if confident else answered  # the threshold step runs on every query
-        if rows.size == 0:
-            raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
-        rep = report_mod.gnmax_report(
-            votes[rows], param("sigma"), delta,
-            threshold=param("threshold") if confident else None,
-            sigma_threshold=param("sigma_threshold") if confident else None,
-            answered=mask if confident else None, num_teachers=int(votes[0].sum()),
-            max_answers=int(param("max_answers")) if "max_answers" in labels else None,
-            conversion=conversion, release_order=release_order, beta=beta,
-            release_cost=release_cost, rng=rng)
-    else:
-        raise PateError(f"{LABELS_FILE} names mechanism '{mechanism}', which `pate analyze` does not know")
+    rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta,
+                             conversion=conversion, release_order=release_order,
+                             release_cost=release_cost, rng=np.random.default_rng(seed))
     json_path = os.path.join(workdir, PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, PRIVACY_PLOT) if plot_path is None else plot_path
     report_mod.write_outputs(rep, json_path, plot_path)
     echo(report_mod.render_table(rep))
     echo(f"wrote {json_path} and {plot_path}")
     return rep
+
+
+def analyze(config, workdir, *, seed: int | None = None, echo=print) -> report_mod.PrivacyReport:
+    """`pate analyze` of a run directory with the run config's `[privacy]` settings."""
+    p = config.privacy
+    return analyze_workdir(workdir, delta=p.delta, moments=p.moments, beta=p.beta, seed=seed,
+                           conversion=p.conversion, release_order=p.release_order or None,
+                           release_cost=p.release_cost, echo=echo)

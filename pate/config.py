@@ -108,6 +108,7 @@ class TeachersConfig:
     seed: int = 0
     checkpoint_every: int = 5
     eval_batch_size: int = 100
+    teacher_chunk: int = 0
 
     def validate(self) -> None:
         s = "teachers"
@@ -118,7 +119,7 @@ class TeachersConfig:
                  "must list at least one layer for model = \"cnn\"")
         for key in ("conv_kernels", "conv_strides"):
             values = getattr(self, key)
-            _require(len(values) == len(self.conv_features), s, key,
+            _require(self.model != "cnn" or len(values) == len(self.conv_features), s, key,
                      f"must have one entry per layer of conv_features ({len(self.conv_features)}), "
                      f"got {list(values)}")
             _require(all(v >= 1 for v in values), s, key, "must be positive")
@@ -136,11 +137,122 @@ class TeachersConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class AggregationConfig:
+    """`[aggregation]`: the noisy aggregator `pate label` releases labels with.
+
+    `mechanism`: "lnmax" (Laplace noise of scale 1/`gamma` on every count, PATE 2017),
+    "gnmax" (Gaussian noise of std `sigma`, PATE 2018) or "confident-gnmax" (answer only
+    when the top count plus N(0, `sigma_threshold`²) reaches `threshold`, then GNMax with
+    `sigma`). The first `queries` points of the public pool are queried. The noise seed
+    is never part of a config: `pate label --seed` only.
+    """
+
+    mechanism: Literal["lnmax", "gnmax", "confident-gnmax"] = "lnmax"
+    queries: int = 100
+    gamma: float = 0.05
+    sigma: float = 40.0
+    threshold: float = 200.0
+    sigma_threshold: float = 150.0
+
+    def validate(self) -> None:
+        s = "aggregation"
+        _require(self.queries >= 1, s, "queries", f"must be >= 1, got {self.queries}")
+        for key in ("gamma", "sigma", "sigma_threshold"):
+            value = getattr(self, key)
+            _require(value > 0 and value != float("inf"), s, key, f"must be a positive number, got {value}")
+        _require(0 <= self.threshold < float("inf"), s, "threshold", f"must be >= 0, got {self.threshold}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PrivacyConfig:
+    """`[privacy]`: how `pate analyze` accounts and releases ε.
+
+    `delta`: the δ of every (ε, δ) figure. LNMax: the moments accountant over orders
+    1..`moments` and the smooth-sensitivity release with smoothness `beta`. GNMax:
+    the RDP → (ε, δ) `conversion`, and the GNSS release at `release_order` (0 = the
+    data-dependent best order, as in the 2018 paper, which the report flags as a
+    private choice) spending `release_cost` of RDP at that order.
+    """
+
+    delta: float = 1e-5
+    moments: int = 8
+    beta: float = 0.09
+    conversion: Literal["classic", "improved"] = "classic"
+    release_order: float = 0.0
+    release_cost: float = 0.2
+
+    def validate(self) -> None:
+        s = "privacy"
+        _require(0 < self.delta < 1, s, "delta", f"must lie strictly between 0 and 1, got {self.delta}")
+        _require(self.moments >= 1, s, "moments", f"must be >= 1, got {self.moments}")
+        _require(self.beta > 0, s, "beta", f"must be > 0, got {self.beta}")
+        _require(self.release_order == 0 or self.release_order > 1, s, "release_order",
+                 f"must be 0 (auto) or an order > 1, got {self.release_order}")
+        _require(self.release_cost > 0, s, "release_cost", f"must be > 0, got {self.release_cost}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StudentConfig:
+    """`[student]`: the semi-supervised student trained on the released labels.
+
+    `method`: "fixmatch" (consistency training on the unlabelled pool, Sohn et al.
+    2020) or "supervised" (the labelled queries alone). The model keys mean what they
+    mean in `[teachers]`. Training runs `steps` steps of `batch_size` labelled and
+    `mu * batch_size` unlabelled images; pseudo-labels count where the weakly augmented
+    prediction's confidence is at least `threshold`, weighted by `lambda_u`. `ema` is
+    the decay of the weight average that evaluates.
+    """
+
+    method: Literal["fixmatch", "supervised"] = "fixmatch"
+    model: Literal["cnn", "mlp"] = "cnn"
+    conv_features: tuple[int, ...] = (32, 64, 128)
+    conv_kernels: tuple[int, ...] = (3, 3, 3)
+    conv_strides: tuple[int, ...] = (1, 2, 2)
+    conv_pool: bool = False
+    conv_impl: Literal["auto", "patches", "xla"] = "auto"
+    hidden: tuple[int, ...] = (128,)
+    dropout: float = 0.0
+    steps: int = 3000
+    batch_size: int = 64
+    mu: int = 3
+    threshold: float = 0.95
+    lambda_u: float = 1.0
+    learning_rate: float = 1e-3
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    ema: float = 0.999
+    augment_shift: int = 2
+    augment_flip: bool = False
+    cutout: int = 8
+    seed: int = 0
+    eval_batch_size: int = 500
+
+    def validate(self) -> None:
+        s = "student"
+        _require(self.steps >= 1, s, "steps", f"must be >= 1, got {self.steps}")
+        _require(self.batch_size >= 1, s, "batch_size", f"must be >= 1, got {self.batch_size}")
+        _require(self.mu >= 1, s, "mu", f"must be >= 1, got {self.mu}")
+        _require(0 <= self.threshold <= 1, s, "threshold", "must be in [0, 1]")
+        _require(self.lambda_u >= 0, s, "lambda_u", "must be >= 0")
+        _require(self.learning_rate > 0, s, "learning_rate", "must be > 0")
+        _require(0 <= self.ema < 1, s, "ema", "must be in [0, 1)")
+        _require(0 <= self.dropout < 1, s, "dropout", "must be in [0, 1)")
+        _require(self.augment_shift >= 0 and self.cutout >= 0, s, "augment_shift", "must be >= 0")
+        for key in ("conv_kernels", "conv_strides"):
+            _require(self.model != "cnn" or len(getattr(self, key)) == len(self.conv_features), s, key,
+                     f"must have one entry per layer of conv_features ({len(self.conv_features)})")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
     """A whole run: one field per TOML section (the section registry)."""
 
     data: DataConfig = DataConfig()
     teachers: TeachersConfig = TeachersConfig()
+    aggregation: AggregationConfig = AggregationConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
+    student: StudentConfig = StudentConfig()
 
 
 def sections() -> dict[str, type]:

@@ -207,6 +207,16 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     labels.update({k: np.array(float(v)) for k, v in params.items()})
     run.write_npz(rundir.LABELS_NPZ, labels, config)
     run.write_config(config)
+    echo(result.summary())
+    from analysis import report as report_mod
+    from pate.analyze import report_for_release
+
+    p = config.privacy
+    brief = report_for_release(votes, labels, delta=p.delta, moments=p.moments,
+                               conversion=p.conversion, sanitize=False)
+    echo(report_mod.render_table(brief))
+    echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
+         "(the release); `pate analyze` gives the sanitised eps")
     return result
 
 

@@ -39,7 +39,10 @@ def test_missing_sections_and_keys_take_defaults(tmp_path):
 
 
 def test_sections_registry_follows_config_fields():
-    assert sections() == {"data": DataConfig, "teachers": TeachersConfig}
+    from pate.config import AggregationConfig, PrivacyConfig, StudentConfig
+
+    assert sections() == {"data": DataConfig, "teachers": TeachersConfig, "aggregation": AggregationConfig,
+                          "privacy": PrivacyConfig, "student": StudentConfig}
 
 
 def test_types_are_coerced(tmp_path):
