@@ -1,4 +1,8 @@
-"""Benchmark of the PATE 2017 analysis (analysis.lnmax) at paper scale. Prints JSON.
+"""Benchmark of the privacy analysis. Prints JSON.
+
+Two parts: the PATE 2017 analysis (analysis.lnmax) at paper scale, and the PATE 2018
+analysis (analysis.gnmax) at Glyph scale (bench/analysis_gnmax.py; `--skip-glyph` leaves it
+out).
 
 Paper scale: 1000 queries, 250 teachers, 10 classes, moments 1..8, β = 0.09, smooth
 sensitivity included. The vectorised code is timed against a plain-loop implementation
@@ -96,6 +100,7 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--loop-queries", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--skip-glyph", action="store_true", help="Leave out the Glyph-scale GNMax part.")
     args = parser.parse_args()
 
     rng = np.random.default_rng(0)
@@ -130,7 +135,7 @@ def main() -> None:
     check_eps = lnmax.data_dependent_eps(sub, gamma, delta, moments).eps
     check_ss = lnmax.smooth_sensitivity(sub, gamma, moments, beta).sum(axis=0)
 
-    print(json.dumps({
+    out = {"lnmax_paper_scale": {
         "bench": "analysis.lnmax (PATE 2017) at paper scale",
         "queries": args.queries, "teachers": args.teachers, "classes": args.classes,
         "moments": len(moments), "beta": beta,
@@ -143,7 +148,15 @@ def main() -> None:
         "loop_agrees": bool(abs(loop_eps - check_eps) < 1e-9 and np.allclose(loop_ss, check_ss, rtol=1e-9)),
         "data_dependent_eps": round(result.data_dependent.eps, 4),
         "python": platform.python_version(), "machine": platform.machine(),
-    }, indent=2))
+    }}
+    if not args.skip_glyph:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("analysis_gnmax", os.path.join(_HERE, "analysis_gnmax.py"))
+        glyph = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(glyph)
+        out["gnmax_glyph_scale"] = glyph.run(glyph.parser().parse_args([]))
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

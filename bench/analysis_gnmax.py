@@ -101,14 +101,22 @@ def loop_query(counts, sigma, lam, orders, teachers, logq_stop):
     return curve, ls
 
 
-def main():
+def parser():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--queries", type=int, default=10_000)
     ap.add_argument("--teachers", type=int, default=5000)
     ap.add_argument("--classes", type=int, default=150)
     ap.add_argument("--loop-queries", type=int, default=10)
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args()
+    return ap
+
+
+def main():
+    print(json.dumps(run(parser().parse_args()), indent=1))
+
+
+def run(args) -> dict:
+    """The benchmark's figures as a dict (bench/analysis.py reports them too)."""
 
     threshold, s1, s2, delta = 1000.0, 500.0, 100.0, 1e-8
     orders = np.concatenate([np.arange(2.0, 10.0, 0.5), np.geomspace(10.0, 100.0, 44)])
@@ -134,7 +142,7 @@ def main():
     loop_estimate = (t4 - t3) * args.queries / k
 
     vec = t2 - t0
-    print(json.dumps({
+    return {
         "benchmark": "analysis.gnmax, Confident-GNMax data-dependent eps + smooth-sensitivity release",
         "queries": args.queries, "teachers": args.teachers, "classes": args.classes,
         "orders": int(orders.size), "max_order": float(orders.max()),
@@ -152,7 +160,7 @@ def main():
         "eps_data_independent": round(gnmax.data_independent_eps(args.queries, s2, delta, orders,
                                                                  sigma_threshold=s1).eps, 4),
         "python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
-    }, indent=1))
+    }
 
 
 if __name__ == "__main__":
