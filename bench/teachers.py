@@ -90,6 +90,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--epochs", type=int, default=2, help="epochs to time (default 2)")
     parser.add_argument("--full", action="store_true",
                         help="the config's teacher count and epochs")
+    parser.add_argument("--set", dest="settings", action="append", default=[],
+                        metavar="SECTION.KEY=VALUE", help="override a config key; repeatable")
     parser.add_argument("--skip-sequential", action="store_true",
                         help="time only the vmapped ensemble")
     args = parser.parse_args(argv)
@@ -97,11 +99,11 @@ def main(argv=None) -> dict:
     import jax
 
     from pate import teachers
-    from pate.config import load_config
+    from pate.config import load_config, parse_override
     from pate.data import load_dataset, partition, split
-    from pate.models import make_model
+    from pate.models import conv_impl, make_model
 
-    config = load_config(args.config)
+    config = load_config(args.config, dict(parse_override(s) for s in args.settings))
     tc = config.teachers
     num_teachers = tc.num_teachers if args.full else args.teachers
     epochs = tc.epochs if args.full else args.epochs
@@ -121,7 +123,8 @@ def main(argv=None) -> dict:
     out: dict = {
         "config": str(args.config), "teachers": num_teachers, "epochs": epochs,
         "shard_size": part.shard_size, "batch_size": tc.batch_size, "model": tc.model,
-        "conv_impl": getattr(model, "impl", None), "examples": examples,
+        "conv_features": list(tc.conv_features), "hidden": list(tc.hidden),
+        "conv_impl": conv_impl(tc.conv_impl, devices[0].platform) if tc.model == "cnn" else None, "examples": examples,
         "backend": devices[0].platform, "devices": [str(d) for d in devices],
     }
     ids = np.arange(num_teachers)

@@ -66,7 +66,10 @@ class DataConfig:
 class TeachersConfig:
     """`[teachers]`: the ensemble, its model and how each teacher is trained.
 
-    `model = "cnn"`: convolutions with `conv_features[i]` channels, square kernels of
+    `model = "cnn"`: when `gabor_orientations` > 0, first a fixed, data-independent
+    layer (the modulus of that many oriented 5x5 Gabor filters plus a low-pass, stride
+    2; see `pate.models.GaborModulus`); then convolutions with `conv_features[i]`
+    channels, square kernels of
     `conv_kernels[i]` and stride `conv_strides[i]` (zero padding `kernel // 2`), each
     followed by ReLU and, when `conv_pool`, a 2x2 max pool; then dense layers of widths
     `hidden`, dropout `dropout` (training only), and the classifier. `model = "mlp"`
@@ -87,6 +90,7 @@ class TeachersConfig:
 
     num_teachers: int = 250
     model: Literal["cnn", "mlp"] = "cnn"
+    gabor_orientations: int = 0
     conv_features: tuple[int, ...] = (32, 64)
     conv_kernels: tuple[int, ...] = (5, 3)
     conv_strides: tuple[int, ...] = (2, 2)
@@ -115,8 +119,7 @@ class TeachersConfig:
         _require(self.num_teachers >= 1, s, "num_teachers", f"must be >= 1, got {self.num_teachers}")
         _require(all(f >= 1 for f in self.conv_features), s, "conv_features",
                  "must be positive channel counts")
-        _require(self.model != "cnn" or len(self.conv_features) >= 1, s, "conv_features",
-                 "must list at least one layer for model = \"cnn\"")
+        _require(self.gabor_orientations >= 0, s, "gabor_orientations", "must be >= 0")
         for key in ("conv_kernels", "conv_strides"):
             values = getattr(self, key)
             _require(self.model != "cnn" or len(values) == len(self.conv_features), s, key,
@@ -205,6 +208,7 @@ class StudentConfig:
 
     method: Literal["fixmatch", "supervised"] = "fixmatch"
     model: Literal["cnn", "mlp"] = "cnn"
+    gabor_orientations: int = 0
     conv_features: tuple[int, ...] = (32, 64, 128)
     conv_kernels: tuple[int, ...] = (3, 3, 3)
     conv_strides: tuple[int, ...] = (1, 2, 2)

@@ -1,4 +1,5 @@
-"""Flax models for teachers and students: a small CNN and an MLP, sized by the config.
+"""Flax models for teachers and students: a small CNN (optionally behind a fixed Gabor
+front end) and an MLP, sized by the config.
 
 Why a home-made convolution: vmapped over hundreds of teachers, `nn.Conv` becomes one
 grouped convolution, which XLA:CPU runs slowly (on 2 cores, over 100 s per epoch of
@@ -8,6 +9,14 @@ batched matmul under `vmap`, which XLA:CPU runs at matmul speed (about 16 times 
 for that CNN). On accelerators the plain `lax.conv` path is the fast one. Both paths
 compute the same function of the same parameters (`kernel` in HWIO layout, `bias`), so
 a checkpoint trained with one runs with the other.
+
+Why a fixed front end: a teacher sees a few hundred images. Replacing the first learned
+convolution by the modulus of a fixed bank of oriented Gabor filters (the first layer of
+a scattering transform: Bruna & Mallat, "Invariant scattering convolution networks",
+2013; Oyallon et al., "Scaling the scattering transform", ICCV 2017, on hybrids that
+learn well from little data) gave Fashion-MNIST teachers of 240 images about 2 points
+more accuracy and their ensemble about 1.5 more. The filters depend on no data, so they
+change nothing in PATE's privacy analysis.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from pate.config import TeachersConfig
 
@@ -54,6 +64,18 @@ def extract_patches(x: jax.Array, kernel: int, stride: int, padding: int) -> jax
     return jnp.concatenate(cols, axis=-1)
 
 
+def _convolve(x: jax.Array, w: jax.Array, stride: int, padding: int, impl: str) -> jax.Array:
+    """NHWC input, HWIO kernel, symmetric zero padding: patches+matmul or lax.conv."""
+    if impl == "patches":
+        patches = extract_patches(x, w.shape[0], stride, padding)
+        return patches @ w.reshape(-1, w.shape[-1])
+    if impl == "xla":
+        return jax.lax.conv_general_dilated(
+            x, w, (stride, stride), [(padding, padding), (padding, padding)],
+            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    raise ValueError(f"unknown convolution impl {impl!r}")
+
+
 class Conv(nn.Module):
     """A square convolution with symmetric zero padding `kernel // 2`.
 
@@ -75,63 +97,142 @@ class Conv(nn.Module):
         w = self.param("kernel", lecun_normal,
                        (self.kernel, self.kernel, channels, self.features))
         b = self.param("bias", nn.initializers.zeros, (self.features,))
-        pad = self.kernel // 2
-        if self.impl == "patches":
-            patches = extract_patches(x, self.kernel, self.stride, pad)
-            y = patches @ w.reshape(-1, self.features)
-        elif self.impl == "xla":
-            y = jax.lax.conv_general_dilated(
-                x, w, (self.stride, self.stride), [(pad, pad), (pad, pad)],
-                dimension_numbers=("NHWC", "HWIO", "NHWC"))
-        else:
-            raise ValueError(f"unknown convolution impl {self.impl!r}")
+        y = _convolve(x, w, self.stride, self.kernel // 2, self.impl)
         return y + b
 
 
+def gabor_bank(orientations: int, kernel: int = 5, sigma: float = 1.2,
+               wavelength: float = 3.0) -> np.ndarray:
+    """A fixed filter bank: `orientations` complex Gabor filters and one Gaussian.
+
+    Returns:
+      (kernel, kernel, 2 * orientations + 1) float32: for orientation i, channels 2i and
+      2i+1 are the zero-mean cosine and sine (real and imaginary) parts; the last channel
+      is the Gaussian low-pass. Every filter has unit L2 norm.
+    """
+    r = np.arange(kernel) - kernel // 2
+    xx, yy = np.meshgrid(r, r)
+    filters = []
+    for i in range(orientations):
+        theta = np.pi * i / orientations
+        along = xx * np.cos(theta) + yy * np.sin(theta)
+        across = -xx * np.sin(theta) + yy * np.cos(theta)
+        envelope = np.exp(-(along**2 + across**2) / (2 * sigma**2))
+        for phase in (0.0, np.pi / 2):
+            f = envelope * np.cos(2 * np.pi * along / wavelength + phase)
+            f = f - f.mean()
+            filters.append(f / np.linalg.norm(f))
+    gauss = np.exp(-(xx**2 + yy**2) / (2 * sigma**2))
+    filters.append(gauss / np.linalg.norm(gauss))
+    return np.stack(filters, axis=-1).astype(np.float32)
+
+
+class GaborModulus(nn.Module):
+    """A fixed (untrained, data-independent) first layer: per input channel, the modulus
+    of `orientations` complex Gabor responses plus a Gaussian low-pass, with stride.
+
+    Output channels: `channels * (orientations + 1)`. No parameters.
+    """
+
+    orientations: int = 8
+    kernel: int = 5
+    stride: int = 2
+    impl: str = "patches"
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        channels = x.shape[-1]
+        bank = gabor_bank(self.orientations, self.kernel)  # (k, k, F)
+        per_channel = bank.shape[-1]
+        # block-diagonal HWIO kernel: input channel c feeds only its own F outputs
+        w = np.zeros((self.kernel, self.kernel, channels, channels * per_channel), np.float32)
+        for c in range(channels):
+            w[:, :, c, c * per_channel:(c + 1) * per_channel] = bank
+        y = _convolve(x, jnp.asarray(w), self.stride, self.kernel // 2, self.impl)
+        y = y.reshape(*y.shape[:-1], channels, per_channel)
+        pairs = y[..., :-1].reshape(*y.shape[:-1], self.orientations, 2)
+        modulus = jnp.sqrt(jnp.sum(pairs**2, axis=-1) + 1e-6)
+        out = jnp.concatenate([modulus, y[..., -1:]], axis=-1)
+        return out.reshape(*out.shape[:-2], channels * (self.orientations + 1))
+
+
 class CNN(nn.Module):
-    """Convolutions (ReLU, optional 2x2 max pool), then dense layers, then logits.
+    """Convolutions (ReLU, optional 2x2 max pool), dense layers, dropout, then logits.
 
     Attributes:
       num_classes: output logits.
-      features: channels of each convolution.
-      kernel, stride: window and stride of every convolution.
+      gabor_orientations: when > 0, a fixed `GaborModulus` layer (5x5, stride 2) comes
+        first.
+      features, kernels, strides: channels, window and stride of each convolution.
       pool: a 2x2 max pool after each convolution.
       hidden: widths of the dense layers before the classifier.
+      dropout: dropout rate before the classifier (training only).
       impl: convolution implementation, see `Conv`.
     """
 
     num_classes: int
-    features: Sequence[int] = (16, 32)
-    kernel: int = 5
-    stride: int = 2
+    gabor_orientations: int = 0
+    features: Sequence[int] = (32, 64)
+    kernels: Sequence[int] = (5, 3)
+    strides: Sequence[int] = (2, 2)
     pool: bool = False
     hidden: Sequence[int] = ()
+    dropout: float = 0.0
     impl: str = "patches"
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
-        for f in self.features:
-            x = nn.relu(Conv(f, self.kernel, self.stride, self.impl)(x))
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        if self.gabor_orientations:
+            x = GaborModulus(self.gabor_orientations, impl=self.impl)(x)
+        for f, k, s in zip(self.features, self.kernels, self.strides, strict=True):
+            x = nn.relu(Conv(f, k, s, self.impl)(x))
             if self.pool:
                 x = nn.max_pool(x, (2, 2), (2, 2), padding="SAME")
         x = x.reshape(x.shape[0], -1)
         for width in self.hidden:
             x = nn.relu(nn.Dense(width, kernel_init=lecun_normal)(x))
+        x = _dropout(self, x, self.dropout, train)
         return nn.Dense(self.num_classes, kernel_init=lecun_normal)(x)
 
 
 class MLP(nn.Module):
-    """Dense ReLU layers of widths `hidden`, then logits."""
+    """Dense ReLU layers of widths `hidden`, dropout (training only), then logits."""
 
     num_classes: int
     hidden: Sequence[int] = (256,)
+    dropout: float = 0.0
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
         x = x.reshape(x.shape[0], -1)
         for width in self.hidden:
             x = nn.relu(nn.Dense(width, kernel_init=lecun_normal)(x))
+        x = _dropout(self, x, self.dropout, train)
         return nn.Dense(self.num_classes, kernel_init=lecun_normal)(x)
+
+
+class FlipAveraged(nn.Module):
+    """Test-time augmentation: at inference, the mean log-probabilities of `inner` on
+    each image and its horizontal mirror; in training, `inner` unchanged."""
+
+    inner: nn.Module
+
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        if train:
+            return self.inner(x, train=True)
+        both = self.inner(jnp.concatenate([x, x[:, :, ::-1, :]]), train=False)
+        logp = jax.nn.log_softmax(both)
+        return 0.5 * (logp[: x.shape[0]] + logp[x.shape[0]:])
+
+
+def _dropout(module: nn.Module, x: jax.Array, rate: float, train: bool) -> jax.Array:
+    """Inverted dropout with the rate rounded to 1/256: one random byte per unit (four
+    times fewer random words than a float32 Bernoulli draw, which matters on CPU)."""
+    if not train or rate <= 0:
+        return x
+    threshold = int(round(rate * 256))
+    bits = jax.random.bits(module.make_rng("dropout"), (x.size,), jnp.uint8).reshape(x.shape)
+    keep = bits >= threshold
+    return jnp.where(keep, x * (256.0 / (256 - threshold)), 0.0)
 
 
 def conv_impl(requested: str, backend: str | None = None) -> str:
@@ -144,6 +245,9 @@ def conv_impl(requested: str, backend: str | None = None) -> str:
 def make_model(cfg: TeachersConfig, num_classes: int, backend: str | None = None) -> nn.Module:
     """The teacher model a `[teachers]` section describes.
 
+    Every model is called as `model.apply(params, x, train=..., rngs={"dropout": key})`
+    and returns logits (log-probabilities with `eval_flip`) of shape (N, num_classes).
+
     Args:
       cfg: the teachers config (model kind and sizes).
       num_classes: number of logits.
@@ -151,7 +255,11 @@ def make_model(cfg: TeachersConfig, num_classes: int, backend: str | None = None
         `conv_impl = "auto"`.
     """
     if cfg.model == "mlp":
-        return MLP(num_classes=num_classes, hidden=tuple(cfg.hidden))
-    return CNN(num_classes=num_classes, features=tuple(cfg.conv_features),
-               kernel=cfg.conv_kernel, stride=cfg.conv_stride, pool=cfg.conv_pool,
-               hidden=tuple(cfg.hidden), impl=conv_impl(cfg.conv_impl, backend))
+        model = MLP(num_classes=num_classes, hidden=tuple(cfg.hidden), dropout=cfg.dropout)
+    else:
+        model = CNN(num_classes=num_classes, gabor_orientations=cfg.gabor_orientations,
+                    features=tuple(cfg.conv_features),
+                    kernels=tuple(cfg.conv_kernels), strides=tuple(cfg.conv_strides),
+                    pool=cfg.conv_pool, hidden=tuple(cfg.hidden), dropout=cfg.dropout,
+                    impl=conv_impl(cfg.conv_impl, backend))
+    return FlipAveraged(model) if cfg.eval_flip else model

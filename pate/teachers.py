@@ -32,7 +32,7 @@ from analysis.errors import PateError
 from pate import rundir
 from pate.config import Config, TeachersConfig
 from pate.data import Partition, load_dataset, partition, split
-from pate.models import make_model
+from pate.models import conv_impl, make_model
 
 Params = Any
 _INIT_STREAM, _TRAIN_STREAM = 0, 1
@@ -164,8 +164,8 @@ def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
     num_batches = shard_size // batch
     train_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _TRAIN_STREAM)
 
-    def loss_fn(params, x, y):
-        logits = model.apply(params, x)
+    def loss_fn(params, x, y, key):
+        logits = model.apply(params, x, train=True, rngs={"dropout": key})
         targets = jax.nn.one_hot(y, logits.shape[-1])
         if cfg.label_smoothing:
             targets = optax.smooth_labels(targets, cfg.label_smoothing)
@@ -179,9 +179,9 @@ def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
         def step(carry, inputs):
             params, opt_state = carry
             idx, i = inputs
-            xb = augment(jax.random.fold_in(k_aug, i), x[idx], cfg.augment_shift,
-                         cfg.augment_flip)
-            loss, grads = jax.value_and_grad(loss_fn)(params, xb, y[idx])
+            k_batch, k_dropout = jax.random.split(jax.random.fold_in(k_aug, i))
+            xb = augment(k_batch, x[idx], cfg.augment_shift, cfg.augment_flip)
+            loss, grads = jax.value_and_grad(loss_fn)(params, xb, y[idx], k_dropout)
             updates, opt_state = tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), loss
 
@@ -191,7 +191,17 @@ def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
         finite = jnp.isfinite(loss) & _all_finite(params)
         return params, opt_state, loss, finite
 
-    epoch_fn = jax.vmap(teacher_epoch, in_axes=(0, 0, 0, 0, 0, None))
+    all_at_once = jax.vmap(teacher_epoch, in_axes=(0, 0, 0, 0, 0, None))
+
+    def epoch_fn(params, opt_state, x, y, teacher_ids, epoch):
+        num_teachers = teacher_ids.shape[0]
+        if not cfg.teacher_chunk or cfg.teacher_chunk >= num_teachers:
+            return all_at_once(params, opt_state, x, y, teacher_ids, epoch)
+        # vmap over chunks of `teacher_chunk` teachers, one chunk after another
+        return jax.lax.map(lambda args: teacher_epoch(*args, epoch),
+                           (params, opt_state, x, y, teacher_ids),
+                           batch_size=cfg.teacher_chunk)
+
     return jax.jit(epoch_fn, donate_argnums=(0, 1))
 
 
@@ -432,6 +442,10 @@ class _Progress:
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
 
+        if console is None:
+            from rich.console import Console
+
+            console = Console(stderr=True)
         self._bar = Progress(TextColumn("epoch"), MofNCompleteColumn(), BarColumn(),
                              TextColumn("loss {task.fields[loss]}"), TextColumn("elapsed"),
                              TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
@@ -599,6 +613,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
             "devices": [str(d) for d in placement.devices],
             "backend": placement.devices[0].platform,
             "process_count": jax.process_count(),
-            "conv_impl": getattr(model, "impl", None),
+            "conv_impl": conv_impl(tc.conv_impl, placement.devices[0].platform)
+                         if tc.model == "cnn" else None,
         }, config)
     return result

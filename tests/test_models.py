@@ -35,7 +35,8 @@ def test_extract_patches_layout():
 
 
 def test_cnn_and_mlp_shapes_and_vmap():
-    cfg = TeachersConfig(conv_features=(4, 8), conv_kernel=3, conv_stride=2, hidden=(16,))
+    cfg = TeachersConfig(conv_features=(4, 8), conv_kernels=(5, 3), conv_strides=(2, 2),
+                         hidden=(16,))
     model = models.make_model(cfg, num_classes=7, backend="cpu")
     assert isinstance(model, models.CNN) and model.impl == "patches"
     x = jnp.zeros((5, 12, 12, 1))
@@ -49,7 +50,8 @@ def test_cnn_and_mlp_shapes_and_vmap():
 
 
 def test_pooled_cnn_shape():
-    cfg = TeachersConfig(conv_features=(4, 4), conv_kernel=3, conv_stride=1, conv_pool=True)
+    cfg = TeachersConfig(conv_features=(4, 4), conv_kernels=(3, 3), conv_strides=(1, 1),
+                         conv_pool=True)
     model = models.make_model(cfg, 3)
     x = jnp.zeros((2, 9, 9, 1))
     assert model.apply(model.init(jax.random.PRNGKey(0), x), x).shape == (2, 3)
@@ -69,3 +71,37 @@ def test_lecun_normal_scale():
     fan_in = 5 * 5 * 8
     np.testing.assert_allclose(float(jnp.var(w)), 1.0 / fan_in, rtol=0.05)
     assert float(jnp.abs(w).max()) <= 2.0 / 0.87962566103423978 / np.sqrt(fan_in) + 1e-6
+
+
+def test_dropout_only_in_training():
+    cfg = TeachersConfig(model="mlp", hidden=(64,), dropout=0.5)
+    model = models.make_model(cfg, 3)
+    x = jax.random.uniform(jax.random.PRNGKey(0), (4, 6, 6, 1))
+    params = model.init(jax.random.PRNGKey(1), x)
+    np.testing.assert_array_equal(model.apply(params, x), model.apply(params, x))
+    a = model.apply(params, x, train=True, rngs={"dropout": jax.random.PRNGKey(2)})
+    b = model.apply(params, x, train=True, rngs={"dropout": jax.random.PRNGKey(3)})
+    assert not np.allclose(a, b)
+    # inverted dropout keeps the mean activation: average many masks ≈ no dropout
+    hidden = jnp.ones((1, 20000))
+    module = models.MLP(num_classes=2, hidden=(), dropout=0.25)
+    dropped = models._dropout(module.bind({}, rngs={"dropout": jax.random.PRNGKey(4)}),
+                              hidden, 0.25, True)
+    assert abs(float(dropped.mean()) - 1.0) < 0.03
+    assert abs(float((dropped == 0).mean()) - 0.25) < 0.02
+
+
+def test_flip_averaged_is_mirror_invariant_at_inference():
+    cfg = TeachersConfig(conv_features=(4,), conv_kernels=(3,), conv_strides=(2,),
+                         eval_flip=True)
+    model = models.make_model(cfg, 5)
+    assert isinstance(model, models.FlipAveraged)
+    x = jax.random.uniform(jax.random.PRNGKey(0), (3, 8, 8, 1))
+    params = model.init(jax.random.PRNGKey(1), x)
+    out = model.apply(params, x)
+    np.testing.assert_allclose(out, model.apply(params, x[:, :, ::-1, :]), atol=1e-5)
+    np.testing.assert_allclose(jnp.exp(out).sum(-1) <= 1.0 + 1e-6, True)
+    inner = models.make_model(dataclasses.replace(cfg, eval_flip=False), 5)
+    train_out = model.apply(params, x, train=True)
+    np.testing.assert_allclose(train_out, inner.apply({"params": params["params"]["inner"]}, x),
+                               atol=1e-6)
