@@ -1,7 +1,8 @@
 """`pate label`: the teachers vote on the public pool and a noisy aggregator releases
 labels for the queried points.
 
-Writes ``votes.npz`` (the vote histogram on the whole pool: **private**, never publish)
+Writes ``votes.npz`` (the vote histogram of the queried pool points, row i = pool point i:
+**private**, never publish)
 and ``labels.npz`` (the DP release: ``indices``, ``labels`` with -1 for unanswered
 queries, the mechanism and its noise parameters — nothing else; no votes, no noise
 values, no seed). Both are computed before either is written, and written atomically.
@@ -180,13 +181,15 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
              + (f", at most {plan.max_answers} answers" if plan.max_answers is not None else "")
              + f" (data-independent eps {plan.eps:.4g})")
 
-    echo(f"voting: {teachers.num_teachers} teachers on {splits.pool_x.shape[0]} pool points")
-    votes = predict_votes(teachers.params, teachers.model, splits.pool_x, teachers.num_classes,
+    # Votes only for the queried points (the first ones of the pool): nothing else is
+    # answered, and a vote nobody needs is private data kept for no reason.
+    queried = np.arange(agg.queries if plan is None else plan.num_queries)
+    echo(f"voting: {teachers.num_teachers} teachers on {queried.size} pool points")
+    votes = predict_votes(teachers.params, teachers.model, splits.pool_x[queried], teachers.num_classes,
                           batch_size=config.teachers.eval_batch_size)
     if np.any(votes.sum(axis=1) != teachers.num_teachers):
         raise PateError("internal error: a vote row does not count every teacher once")
 
-    queried = np.arange(agg.queries if plan is None else plan.num_queries)
     params = mechanism_params(agg)
     released = aggregation.aggregate(votes[queried], agg.mechanism, aggregation.noise_key(seed),
                                      **params)

@@ -33,7 +33,7 @@ def test_label_end_to_end(trained_run, args):
     assert result.exit_code == 0, result.output
     assert "accuracy of released labels" in result.output and "data-dependent eps" in result.output
     votes = np.load(workdir / "votes.npz")["votes"]
-    assert votes.shape == (200, 4) and np.all(votes.sum(axis=1) == 6)
+    assert votes.shape == (60, 4) and np.all(votes.sum(axis=1) == 6)
     with np.load(workdir / "labels.npz") as release:
         keys = set(release.files)
         labels, indices = release["labels"], release["indices"]
