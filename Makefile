@@ -32,7 +32,7 @@ data:
 	fi
 
 demo: $(STAMP) data
-	$(BIN)/pate analyze --votes examples/votes_simulated_250.npz --gamma 0.05 --delta 1e-5 --queries 100
+	$(BIN)/pate run --config $(CONFIG) --workdir $(WORKDIR)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -279,5 +279,77 @@ def label_command(workdir, mechanism, gamma, sigma, threshold, sigma_threshold, 
     label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=click.echo)
 
 
+# --------------------------------------------------------------------------- train-student
+
+
+@main.command("train-student")
+@click.option("--workdir", required=True, type=click.Path(file_okay=False),
+              help="A run directory labelled by `pate label`.")
+@click.option("--method", type=click.Choice(["fixmatch", "supervised"]),
+              help="FixMatch on labels + unlabelled pool, or the labels alone "
+                   "(default: the run config's student.method).")
+@click.option("--steps", type=click.IntRange(min=1), help="Override student.steps.")
+@click.option("--set", "settings", multiple=True, metavar="student.KEY=VALUE",
+              help="Override a [student] key (TOML value syntax); repeatable.")
+@click.option("--overwrite", is_flag=True, help="Replace a student already in --workdir.")
+@click.option("--no-progress", is_flag=True, help="Do not draw the progress bar.")
+def train_student_command(workdir, method, steps, settings, overwrite, no_progress):
+    """Train the student on the released labels (labels.npz) and the unlabelled public
+    pool; write student/ and student.json. Never reads votes.npz or the teachers."""
+    import os
+
+    from pate.config import load_config, parse_override
+
+    overrides = dict(parse_override(s) for s in settings)
+    others = [k for k in overrides if not k.startswith("student.")]
+    if others:
+        raise click.BadParameter(f"only [student] keys may change here, got {', '.join(others)}; "
+                                 "the rest is fixed by the run (use `pate run` to change it)",
+                                 param_hint="--set")
+    if method is not None:
+        overrides["student.method"] = method
+    if steps is not None:
+        overrides["student.steps"] = steps
+    config_file = os.path.join(workdir, "config.toml")
+    if not os.path.exists(config_file):
+        raise PateError(f"{workdir} is not a run directory (no config.toml); run `pate train-teachers` "
+                        "and `pate label` first")
+    config = load_config(config_file, overrides)
+
+    from pate.student import train_student  # imports JAX
+
+    result = train_student(config, workdir, overwrite=overwrite, show_progress=not no_progress,
+                           echo=click.echo)
+    click.echo(result.summary())
+
+
+# --------------------------------------------------------------------------- run
+
+
+@main.command("run")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="TOML run config, e.g. configs/fashion_mnist.toml.")
+@click.option("--workdir", required=True, type=click.Path(file_okay=False),
+              help="Run directory (created if missing).")
+@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override any config key (TOML value syntax); repeatable.")
+@click.option("--seed", type=int, help="Noise seed of the aggregator and the sanitised release, for "
+              "reproducible research only; never written. Default: fresh OS entropy.")
+@click.option("--overwrite", is_flag=True, help="Run every step again from scratch.")
+@click.option("--no-progress", is_flag=True, help="Do not draw progress bars.")
+def run_command(config_path, workdir, settings, seed, overwrite, no_progress):
+    """Run the whole job: train-teachers, label, train-student, analyze. Steps whose
+    artifacts are complete and made from the same config sections are skipped."""
+    from pate.config import load_config, parse_override
+
+    config = load_config(config_path, dict(parse_override(s) for s in settings))
+
+    from pate.pipeline import run  # imports JAX
+
+    summary = run(config, workdir, overwrite=overwrite, seed=seed, show_progress=not no_progress,
+                  echo=click.echo)
+    click.echo(summary.summary())
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -50,7 +50,7 @@ class _Program:
 
         self.placement = teachers.Placement(num_teachers, devices)
         self.model, self.tx, self.tc, self.image_shape = model, tx, tc, image_shape
-        self.epoch_fn = teachers.make_epoch_fn(model, tx, tc, shard_size)
+        self.epoch_fn = teachers.make_epoch_fn(model, tx, tc, shard_size, self.placement)
         ids = self.placement.put(np.arange(num_teachers, dtype=np.int32))
         params, opt_state = self._init(ids)
         x = self.placement.put(np.zeros((num_teachers, shard_size, *image_shape), np.float32))
@@ -124,7 +124,8 @@ def main(argv=None) -> dict:
         "config": str(args.config), "teachers": num_teachers, "epochs": epochs,
         "shard_size": part.shard_size, "batch_size": tc.batch_size, "model": tc.model,
         "conv_features": list(tc.conv_features), "hidden": list(tc.hidden),
-        "conv_impl": conv_impl(tc.conv_impl, devices[0].platform) if tc.model == "cnn" else None, "examples": examples,
+        "conv_impl": conv_impl(tc.conv_impl, devices[0].platform) if tc.model == "cnn" else None,
+        "teacher_chunk": teachers.teacher_chunk(tc, devices[0].platform), "examples": examples,
         "backend": devices[0].platform, "devices": [str(d) for d in devices],
     }
     ids = np.arange(num_teachers)

@@ -85,7 +85,10 @@ class TeachersConfig:
     cosine or constant learning-rate schedule, label smoothing, optional random
     shifts of up to `augment_shift` pixels and horizontal flips. `seed` fixes the
     partition, the initialisation and every shuffle. A checkpoint is written every
-    `checkpoint_every` epochs and at the end.
+    `checkpoint_every` epochs and at the end. `teacher_chunk` teachers are vmapped
+    together per step, chunk after chunk (0: automatic, a few on CPU where that keeps
+    the working set in cache, all at once on accelerators); it changes speed, not
+    results. `eval_batch_size` images are predicted per call.
     """
 
     num_teachers: int = 250
@@ -137,6 +140,7 @@ class TeachersConfig:
         _require(self.augment_shift >= 0, s, "augment_shift", "must be >= 0")
         _require(self.checkpoint_every >= 1, s, "checkpoint_every", "must be >= 1")
         _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
+        _require(self.teacher_chunk >= 0, s, "teacher_chunk", "must be >= 0 (0: automatic)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -225,10 +229,12 @@ class StudentConfig:
     optimizer: Literal["adamw", "sgd"] = "adamw"
     momentum: float = 0.9
     weight_decay: float = 5e-4
+    warmup_steps: int = 0
     ema: float = 0.999
     augment_shift: int = 2
     augment_flip: bool = False
     cutout: int = 8
+    eval_flip: bool = False
     seed: int = 0
     eval_batch_size: int = 500
 

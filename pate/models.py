@@ -131,28 +131,31 @@ class GaborModulus(nn.Module):
     """A fixed (untrained, data-independent) first layer: per input channel, the modulus
     of `orientations` complex Gabor responses plus a Gaussian low-pass, with stride.
 
-    Output channels: `channels * (orientations + 1)`. No parameters.
+    Output channels: `channels * (orientations + 1)`, ordered channel-major. No
+    parameters. The kernel is a constant shared by all teachers, so under `vmap` this
+    stays one ordinary `lax.conv` (the teacher axis folds into the batch), which is
+    fast on CPU and accelerators alike.
     """
 
     orientations: int = 8
     kernel: int = 5
     stride: int = 2
-    impl: str = "patches"
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        channels = x.shape[-1]
-        bank = gabor_bank(self.orientations, self.kernel)  # (k, k, F)
-        per_channel = bank.shape[-1]
-        # block-diagonal HWIO kernel: input channel c feeds only its own F outputs
-        w = np.zeros((self.kernel, self.kernel, channels, channels * per_channel), np.float32)
+        channels, n = x.shape[-1], self.orientations
+        bank = gabor_bank(n, self.kernel)  # (k, k, 2n + 1): re/im interleaved, then low-pass
+        ordered = np.concatenate([bank[..., 0:2 * n:2], bank[..., 1:2 * n:2], bank[..., 2 * n:]],
+                                 axis=-1)  # re (n), im (n), low-pass (1)
+        # block-diagonal HWIO kernel: input channel c feeds only its own 2n + 1 outputs
+        w = np.zeros((self.kernel, self.kernel, channels, channels, 2 * n + 1), np.float32)
         for c in range(channels):
-            w[:, :, c, c * per_channel:(c + 1) * per_channel] = bank
-        y = _convolve(x, jnp.asarray(w), self.stride, self.kernel // 2, self.impl)
-        y = y.reshape(*y.shape[:-1], channels, per_channel)
-        pairs = y[..., :-1].reshape(*y.shape[:-1], self.orientations, 2)
-        modulus = jnp.sqrt(jnp.sum(pairs**2, axis=-1) + 1e-6)
-        out = jnp.concatenate([modulus, y[..., -1:]], axis=-1)
-        return out.reshape(*out.shape[:-2], channels * (self.orientations + 1))
+            w[:, :, c, c, :] = ordered
+        w = w.reshape(self.kernel, self.kernel, channels, channels * (2 * n + 1))
+        y = _convolve(x, jnp.asarray(w), self.stride, self.kernel // 2, "xla")
+        y = y.reshape(*y.shape[:-1], channels, 2 * n + 1)
+        modulus = jnp.sqrt(y[..., :n] ** 2 + y[..., n:2 * n] ** 2 + 1e-6)
+        out = jnp.concatenate([modulus, y[..., 2 * n:]], axis=-1)
+        return out.reshape(*out.shape[:-2], channels * (n + 1))
 
 
 class CNN(nn.Module):
@@ -182,7 +185,7 @@ class CNN(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
         if self.gabor_orientations:
-            x = GaborModulus(self.gabor_orientations, impl=self.impl)(x)
+            x = GaborModulus(self.gabor_orientations)(x)
         for f, k, s in zip(self.features, self.kernels, self.strides, strict=True):
             x = nn.relu(Conv(f, k, s, self.impl)(x))
             if self.pool:

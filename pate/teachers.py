@@ -53,12 +53,19 @@ class Placement:
         self.num_teachers = num_teachers
         n = len(self.devices)
         self.padded = math.ceil(num_teachers / n) * n
+        self.mesh = None
         if n > 1:
-            mesh = jax.make_mesh((n,), ("teacher",), axis_types=(jax.sharding.AxisType.Auto,),
-                                 devices=self.devices)
-            self.sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("teacher"))
+            self.mesh = jax.make_mesh((n,), ("teacher",),
+                                      axis_types=(jax.sharding.AxisType.Auto,),
+                                      devices=self.devices)
+            self.sharding = jax.sharding.NamedSharding(self.mesh,
+                                                       jax.sharding.PartitionSpec("teacher"))
         else:
             self.sharding = jax.sharding.SingleDeviceSharding(self.devices[0])
+
+    @property
+    def platform(self) -> str:
+        return self.devices[0].platform
 
     def put(self, tree: Any) -> Any:
         """Pads the leading (teacher) axis of host arrays and places them on the devices."""
@@ -151,14 +158,31 @@ def init_teachers(model, tx: optax.GradientTransformation, image_shape: Sequence
     return init(placement.teacher_ids() if teacher_ids is None else teacher_ids)
 
 
+#: Teachers vmapped together per step on CPU when `teacher_chunk = 0` (automatic).
+#: Measured on 2 cores, Fashion-MNIST, 250 teachers: chunks of 5-10 ran 1.3-1.6x
+#: faster than all 250 at once (whose activations overflow the caches).
+CPU_TEACHER_CHUNK = 10
+
+
+def teacher_chunk(cfg: TeachersConfig, platform: str) -> int:
+    """How many teachers one step trains together: `cfg.teacher_chunk`, or for 0,
+    `CPU_TEACHER_CHUNK` on CPU and all of them (0) on accelerators."""
+    if cfg.teacher_chunk:
+        return cfg.teacher_chunk
+    return CPU_TEACHER_CHUNK if platform == "cpu" else 0
+
+
 def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
-                  shard_size: int) -> Callable:
+                  shard_size: int, placement: Placement | None = None) -> Callable:
     """One epoch for all teachers: `(params, opt_state, x, y, teacher_ids, epoch) ->
     (params, opt_state, mean_loss[T], finite[T])`.
 
     Per teacher, a `lax.scan` over `shard_size // batch_size` batches of its own
     shuffled shard; the optimizer update is inside the vmap, so no operation couples
-    teachers. `finite[t]` is False when teacher t's loss or parameters are NaN/inf.
+    teachers. The teachers on a device run `teacher_chunk` at a time (vmapped; chunks
+    one after another via `lax.map`), or all at once. With a mesh, `shard_map` gives
+    each device its own block of teachers. `finite[t]` is False when teacher t's loss
+    or parameters are NaN/inf.
     """
     batch = cfg.batch_size
     num_batches = shard_size // batch
@@ -192,16 +216,20 @@ def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
         return params, opt_state, loss, finite
 
     all_at_once = jax.vmap(teacher_epoch, in_axes=(0, 0, 0, 0, 0, None))
+    chunk = teacher_chunk(cfg, placement.platform if placement else jax.default_backend())
 
-    def epoch_fn(params, opt_state, x, y, teacher_ids, epoch):
-        num_teachers = teacher_ids.shape[0]
-        if not cfg.teacher_chunk or cfg.teacher_chunk >= num_teachers:
+    def local_epoch(params, opt_state, x, y, teacher_ids, epoch):
+        if not chunk or chunk >= teacher_ids.shape[0]:
             return all_at_once(params, opt_state, x, y, teacher_ids, epoch)
-        # vmap over chunks of `teacher_chunk` teachers, one chunk after another
         return jax.lax.map(lambda args: teacher_epoch(*args, epoch),
-                           (params, opt_state, x, y, teacher_ids),
-                           batch_size=cfg.teacher_chunk)
+                           (params, opt_state, x, y, teacher_ids), batch_size=chunk)
 
+    epoch_fn = local_epoch
+    if placement is not None and placement.mesh is not None:
+        spec = jax.sharding.PartitionSpec("teacher")
+        epoch_fn = jax.shard_map(local_epoch, mesh=placement.mesh,
+                                 in_specs=(spec,) * 5 + (jax.sharding.PartitionSpec(),),
+                                 out_specs=spec)
     return jax.jit(epoch_fn, donate_argnums=(0, 1))
 
 
@@ -524,8 +552,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
 
     placement = Placement(tc.num_teachers, devices)
     image_shape = splits.train_x.shape[1:]
-    model = make_model(config.teachers, splits.num_classes,
-                       backend=placement.devices[0].platform)
+    model = make_model(config.teachers, splits.num_classes, backend=placement.platform)
     steps_per_epoch = part.shard_size // tc.batch_size
     tx = make_optimizer(tc, steps_per_epoch)
 
@@ -547,7 +574,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
         x = placement.put(splits.train_x[shards])
         y = placement.put(splits.train_y[shards])
         ids = placement.teacher_ids()
-        epoch_fn = make_epoch_fn(model, tx, tc, part.shard_size)
+        epoch_fn = make_epoch_fn(model, tx, tc, part.shard_size, placement)
 
         last_good = latest
         train_start = time.time()

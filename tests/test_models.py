@@ -105,3 +105,54 @@ def test_flip_averaged_is_mirror_invariant_at_inference():
     train_out = model.apply(params, x, train=True)
     np.testing.assert_allclose(train_out, inner.apply({"params": params["params"]["inner"]}, x),
                                atol=1e-6)
+
+
+def test_gabor_bank_properties():
+    bank = models.gabor_bank(8, kernel=5)
+    assert bank.shape == (5, 5, 17)
+    np.testing.assert_allclose(np.linalg.norm(bank.reshape(25, 17), axis=0), 1.0, rtol=1e-5)
+    np.testing.assert_allclose(bank[..., :16].reshape(25, 16).sum(axis=0), 0.0, atol=1e-5)
+    assert (bank[..., 16] > 0).all()  # the low-pass
+    # orientation i + 4 is orientation i turned by 90 degrees
+    np.testing.assert_allclose(np.rot90(bank[..., 0]), bank[..., 8], atol=1e-5)
+
+
+def test_gabor_modulus_matches_direct_computation():
+    x = jax.random.uniform(jax.random.PRNGKey(0), (2, 9, 9, 3))
+    layer = models.GaborModulus(orientations=4, kernel=5, stride=2)
+    out = np.asarray(layer.apply({}, x))
+    assert out.shape == (2, 5, 5, 3 * 5)
+    assert jax.tree.leaves(layer.init(jax.random.PRNGKey(0), x)) == []  # nothing to train
+    bank = models.gabor_bank(4, 5)
+    padded = np.pad(np.asarray(x), ((0, 0), (2, 2), (2, 2), (0, 0)))
+    n, i, j, c = 1, 3, 2, 2  # one output position of input channel c
+    window = padded[n, 2 * i: 2 * i + 5, 2 * j: 2 * j + 5, c]
+    responses = np.einsum("hw,hwf->f", window, bank)
+    expected = [np.hypot(responses[2 * o], responses[2 * o + 1]) for o in range(4)]
+    expected.append(responses[8])
+    np.testing.assert_allclose(out[n, i, j, c * 5:(c + 1) * 5], expected, rtol=1e-4, atol=1e-3)
+
+
+def test_gabor_cnn_from_config():
+    cfg = TeachersConfig(gabor_orientations=8, conv_features=(16,), conv_kernels=(3,),
+                         conv_strides=(2,))
+    model = models.make_model(cfg, 10)
+    x = jnp.zeros((3, 28, 28, 1))
+    params = model.init(jax.random.PRNGKey(0), x)
+    assert params["params"]["Conv_0"]["kernel"].shape == (3, 3, 9, 16)
+    assert model.apply(params, x).shape == (3, 10)
+
+
+@pytest.mark.parametrize("name", ["fashion_mnist", "mnist", "svhn", "quickstart", "tiny"])
+def test_shipped_configs_build_their_models(name):
+    from conftest import CONFIGS
+
+    from pate.config import load_config
+
+    config = load_config(CONFIGS / f"{name}.toml")
+    shape = {"svhn": (32, 32, 3), "synthetic": tuple(config.data.synthetic_shape)}.get(
+        config.data.name, (28, 28, 1))
+    model = models.make_model(config.teachers, 10, backend="cpu")
+    x = jnp.zeros((2, *shape))
+    params = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)
+    assert jax.eval_shape(model.apply, params, x).shape == (2, 10)

@@ -261,3 +261,13 @@ def test_quickstart_on_fashion_mnist(tmp_path):
         pytest.skip(f"Fashion-MNIST not installed: {err}")
     result = teachers.train_teachers(config, tmp_path / "q", show_progress=False)
     assert result.accuracies.mean() > 0.7 and result.ensemble_accuracy > 0.75
+
+
+def test_teacher_chunks_change_speed_not_results(tiny_config, tmp_path, trained_run):
+    straight, _ = trained_run  # all 6 teachers in one vmap
+    chunked = replace(tiny_config, teacher_chunk=4)  # a chunk of 4, then a remainder of 2
+    assert teachers.teacher_chunk(chunked.teachers, "cpu") == 4
+    assert teachers.teacher_chunk(tiny_config.teachers, "gpu") == 0
+    teachers.train_teachers(chunked, tmp_path / "c", show_progress=False)
+    a, b = teachers.load_teachers(straight), teachers.load_teachers(tmp_path / "c")
+    assert_trees_close(a.params, b.params, atol=1e-5)

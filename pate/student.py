@@ -1,0 +1,497 @@
+"""`pate train-student`: the student learns from the released labels and the unlabelled
+public pool, and nothing else.
+
+What the student reads: ``labels.npz`` (the DP release: which pool points were queried
+and their noisy labels, -1 where unanswered), the pool's images, and the evaluation
+split (images and true labels, to score it). It never opens ``votes.npz``, the teachers'
+checkpoint or ``teachers.json``, and never uses the pool's true labels or the private
+training set, so training it is post-processing of the DP release and costs no privacy.
+
+Methods (``[student] method``):
+
+- ``fixmatch`` (Sohn et al., "FixMatch", NeurIPS 2020): each step takes ``batch_size``
+  labelled images (weakly augmented, cross-entropy on the released labels) and
+  ``mu * batch_size`` pool images. A pool image whose weakly augmented view gets a
+  prediction of confidence >= ``threshold`` contributes the cross-entropy of that
+  pseudo-label on a strongly augmented view, weighted by ``lambda_u``. Pseudo-labels
+  carry no gradient.
+- ``supervised``: the labelled images alone (weak augmentation): the baseline that shows
+  what the unlabelled pool adds.
+
+An exponential moving average of the weights (decay ``ema``) is what evaluates and what
+is saved. Training runs as one jitted loop over chunks of steps (a ``lax.fori_loop``
+inside ``jit``), so the host only wakes up between chunks to draw the progress bar.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from analysis.errors import PateError
+from pate import augment, rundir
+from pate.config import Config, StudentConfig, config_to_dict
+from pate.models import CNN, MLP, FlipAveraged, conv_impl
+
+Params = Any
+
+#: Steps per jitted call between progress updates (the last call may be shorter).
+CHUNK_STEPS = 50
+
+
+# --------------------------------------------------------------------------- the release
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """The public inputs of the student.
+
+    Attributes:
+      indices: pool indices of the answered queries.
+      labels: their released (noisy) labels.
+      num_queries: how many queries were made (answered or not).
+      mechanism: the aggregator that released them.
+      digest: sha256 of ``labels.npz`` (ties the student to this release).
+    """
+
+    indices: np.ndarray
+    labels: np.ndarray
+    num_queries: int
+    mechanism: str
+    digest: str
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 hex digest of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Release:
+    """Reads and checks ``labels.npz`` against the pool it should label.
+
+    Raises:
+      PateError: the file is missing or damaged; indices outside the pool or repeated;
+        labels outside ``-1 .. num_classes-1``; no query answered.
+    """
+    run = rundir.RunDir(workdir)
+    path = run / rundir.LABELS_NPZ
+    if not path.exists():
+        raise PateError(f"{path} not found: run `pate label --workdir {run.path}` first")
+    data = rundir.read_npz(path, required=("indices", "labels"))
+    indices, labels = np.asarray(data["indices"]), np.asarray(data["labels"])
+    if indices.ndim != 1 or indices.shape != labels.shape:
+        raise PateError(f"{path}: 'indices' and 'labels' must be 1-d arrays of one length, "
+                        f"got {indices.shape} and {labels.shape}")
+    if not (np.issubdtype(indices.dtype, np.integer) and np.issubdtype(labels.dtype, np.integer)):
+        raise PateError(f"{path}: 'indices' and 'labels' must be integer arrays")
+    if indices.size and (indices.min() < 0 or indices.max() >= pool_size):
+        raise PateError(f"{path} labels pool points up to index {int(indices.max())}, but the "
+                        f"public pool of this config has {pool_size} points: the labels do not "
+                        "belong to this data set / data.public_size")
+    if np.unique(indices).size != indices.size:
+        raise PateError(f"{path}: 'indices' repeats a pool point")
+    if labels.size and (labels.min() < -1 or labels.max() >= num_classes):
+        raise PateError(f"{path} holds labels {int(labels.min())}..{int(labels.max())}, but the "
+                        f"data set has {num_classes} classes (0..{num_classes - 1}, -1 = unanswered)")
+    answered = labels >= 0
+    if not answered.any():
+        raise PateError(f"{path} answers none of its {labels.size} queries: the student has no "
+                        "labels to learn from; label again with more queries or less noise "
+                        "(for Confident-GNMax, a lower threshold)")
+    mechanism = str(data["mechanism"]) if "mechanism" in data else "unknown"
+    return Release(indices=indices[answered].astype(np.int64), labels=labels[answered].astype(np.int32),
+                   num_queries=int(labels.size), mechanism=mechanism, digest=file_digest(path))
+
+
+# --------------------------------------------------------------------------- model and optimizer
+
+
+def make_model(cfg: StudentConfig, num_classes: int, backend: str | None = None):
+    """The student network a ``[student]`` section describes (see `pate.models`)."""
+    if cfg.model == "mlp":
+        model = MLP(num_classes=num_classes, hidden=tuple(cfg.hidden), dropout=cfg.dropout)
+    else:
+        model = CNN(num_classes=num_classes, gabor_orientations=cfg.gabor_orientations,
+                    features=tuple(cfg.conv_features),
+                    kernels=tuple(cfg.conv_kernels), strides=tuple(cfg.conv_strides),
+                    pool=cfg.conv_pool, hidden=tuple(cfg.hidden), dropout=cfg.dropout,
+                    impl=conv_impl(cfg.conv_impl, backend))
+    return FlipAveraged(model) if cfg.eval_flip else model
+
+
+def make_optimizer(cfg: StudentConfig, steps: int) -> optax.GradientTransformation:
+    """AdamW or SGD (Nesterov momentum) with a cosine learning-rate decay over ``steps``
+    and a short linear warm-up."""
+    warmup = min(cfg.warmup_steps, max(steps - 1, 0))
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0 if warmup else cfg.learning_rate, peak_value=cfg.learning_rate,
+        warmup_steps=warmup, decay_steps=max(steps, warmup + 1), end_value=0.0)
+    if cfg.optimizer == "sgd":
+        return optax.chain(optax.add_decayed_weights(cfg.weight_decay),
+                           optax.sgd(schedule, momentum=cfg.momentum, nesterov=True))
+    return optax.adamw(schedule, weight_decay=cfg.weight_decay)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+    """Everything the training loop carries (a pytree)."""
+
+    params: Params
+    ema: Params
+    opt_state: Any
+    step: jax.Array
+
+
+jax.tree_util.register_dataclass(TrainState, data_fields=["params", "ema", "opt_state", "step"],
+                                 meta_fields=[])
+
+
+def _cross_entropy(logits, labels):
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+
+
+def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig, method: str,
+                  image_shape) -> Callable:
+    """The jitted training loop: ``train(state, key, xl, yl, xu, num_steps) -> (state, sums)``.
+
+    Runs ``num_steps`` steps (a traced count: one compilation serves every chunk).
+    Step ``s`` draws its batches and augmentations from ``fold_in(key, s)``, so a run
+    is a function of the seed. ``sums`` holds the summed total loss, unlabelled loss and
+    fraction of pool images above the confidence threshold over the chunk.
+    """
+    b, bu = cfg.batch_size, cfg.mu * cfg.batch_size
+    fixmatch = method == "fixmatch"
+
+    def loss_fn(params, key, xl, yl, xu):
+        k_l, k_w, k_s, k_drop = jax.random.split(key, 4)
+        xl = augment.weak(k_l, xl, max_shift=cfg.augment_shift, flip=cfg.augment_flip)
+        if not fixmatch:
+            logits = model.apply(params, xl, train=True, rngs={"dropout": k_drop})
+            loss = jnp.mean(_cross_entropy(logits, yl))
+            return loss, (jnp.zeros(()), jnp.zeros(()))
+        xw = augment.weak(k_w, xu, max_shift=cfg.augment_shift, flip=cfg.augment_flip)
+        xs = augment.strong(k_s, xu, max_shift=cfg.augment_shift, flip=cfg.augment_flip,
+                            cutout=cfg.cutout)
+        logits = model.apply(params, jnp.concatenate([xl, xw, xs]), train=True,
+                             rngs={"dropout": k_drop})
+        logits_l, logits_w, logits_s = logits[:b], logits[b: b + bu], logits[b + bu:]
+        probs = jax.nn.softmax(jax.lax.stop_gradient(logits_w))
+        pseudo = jnp.argmax(probs, axis=-1)
+        mask = (jnp.max(probs, axis=-1) >= cfg.threshold).astype(jnp.float32)
+        loss_l = jnp.mean(_cross_entropy(logits_l, yl))
+        loss_u = jnp.mean(mask * _cross_entropy(logits_s, pseudo))
+        return loss_l + cfg.lambda_u * loss_u, (loss_u, jnp.mean(mask))
+
+    def one_step(state: TrainState, key, xl, yl, xu):
+        k_step = jax.random.fold_in(key, state.step)
+        k_il, k_iu, k_loss = jax.random.split(k_step, 3)
+        il = jax.random.randint(k_il, (b,), 0, xl.shape[0])
+        iu = jax.random.randint(k_iu, (bu,), 0, xu.shape[0])
+        (loss, (loss_u, mask)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, k_loss, xl[il], yl[il], xu[iu] if fixmatch else xu[:0])
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        # The EMA decay ramps up as (1 + t) / (10 + t) (as tf.train.ExponentialMovingAverage
+        # with num_updates), so that short runs average recent weights, not the init.
+        t = state.step.astype(jnp.float32)
+        decay = jnp.minimum(cfg.ema, (1.0 + t) / (10.0 + t))
+        ema = optax.incremental_update(params, state.ema, 1.0 - decay)
+        return TrainState(params, ema, opt_state, state.step + 1), jnp.stack([loss, loss_u, mask])
+
+    def train(state: TrainState, key, xl, yl, xu, num_steps):
+        def body(_, carry):
+            state, sums = carry
+            state, metrics = one_step(state, key, xl, yl, xu)
+            return state, sums + metrics
+
+        return jax.lax.fori_loop(0, num_steps, body, (state, jnp.zeros(3, jnp.float32)))
+
+    return jax.jit(train, donate_argnums=(0,))
+
+
+def init_state(model, tx, image_shape, seed: int) -> TrainState:
+    key = jax.random.fold_in(jax.random.key(seed), 0)
+    params = model.init(key, jnp.zeros((1, *image_shape), jnp.float32))
+    return TrainState(params, jax.tree.map(jnp.copy, params), tx.init(params), jnp.zeros((), jnp.int32))
+
+
+@functools.lru_cache(maxsize=8)
+def _predict_fn(model):
+    return jax.jit(lambda params, x: jnp.argmax(model.apply(params, x), axis=-1))
+
+
+def predict(model, params: Params, images: np.ndarray, batch_size: int = 500) -> np.ndarray:
+    """The student's predicted class for each image (fixed-size batches, the last padded)."""
+    fn = _predict_fn(model)
+    images = np.asarray(images, np.float32)
+    out = []
+    for start in range(0, images.shape[0], batch_size):
+        chunk = images[start: start + batch_size]
+        real = chunk.shape[0]
+        if real < batch_size and images.shape[0] > batch_size:
+            chunk = np.concatenate([chunk, np.zeros((batch_size - real, *chunk.shape[1:]), np.float32)])
+        out.append(np.asarray(fn(params, jnp.asarray(chunk)))[:real])
+    return np.concatenate(out) if out else np.zeros((0,), np.int64)
+
+
+# --------------------------------------------------------------------------- checkpoint
+
+
+def _save_params(directory: Path, params: Params) -> None:
+    import orbax.checkpoint as ocp
+
+    with ocp.StandardCheckpointer() as ckptr:
+        ckptr.save(directory.resolve(), params, force=True)
+        ckptr.wait_until_finished()
+
+
+def _restore_params(directory: Path, like: Params) -> Params:
+    import orbax.checkpoint as ocp
+
+    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), like)
+    with ocp.StandardCheckpointer() as ckptr:
+        return ckptr.restore(directory.resolve(), abstract)
+
+
+@dataclasses.dataclass(frozen=True)
+class Student:
+    """A trained student loaded from a run directory."""
+
+    params: Params
+    model: Any
+    config: Config
+    num_classes: int
+    image_shape: tuple[int, ...]
+
+    def predict(self, images: np.ndarray) -> np.ndarray:
+        return predict(self.model, self.params, images, self.config.student.eval_batch_size)
+
+
+def load_student(workdir: str | Path) -> Student:
+    """The trained student of a run directory (the EMA weights).
+
+    Raises:
+      PateError: the directory holds no finished `train-student` run.
+    """
+    run = rundir.RunDir(workdir)
+    if not run.exists(rundir.STUDENT_JSON) or not run.exists(rundir.STUDENT_DIR):
+        raise PateError(f"{run.path} holds no trained student ({rundir.STUDENT_JSON} and "
+                        f"{rundir.STUDENT_DIR}/); run `pate train-student` first")
+    info = run.read_json(rundir.STUDENT_JSON)
+    config = run.read_config()
+    scfg = dataclasses.replace(config.student, **info.get("student", {}))
+    num_classes, image_shape = int(info["num_classes"]), tuple(info["image_shape"])
+    model = make_model(scfg, num_classes)
+    like = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, *image_shape))))
+    params = _restore_params(run / rundir.STUDENT_DIR, like)
+    return Student(params, model, config, num_classes, image_shape)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@dataclasses.dataclass(frozen=True)
+class StudentResult:
+    """What `train_student` did (also written to `student.json`)."""
+
+    method: str
+    accuracy: float  # EMA weights on the evaluation split
+    accuracy_last: float  # the last (non-averaged) weights, for comparison
+    num_labelled: int
+    num_queries: int
+    num_unlabelled: int
+    steps: int
+    loss_history: list[float]
+    mask_history: list[float]
+    wall_time_s: float
+    train_time_s: float
+    eval_points: int
+
+    def summary(self) -> str:
+        lines = [
+            f"student: {self.method}, {self.steps} steps on {self.num_labelled} labelled "
+            f"(of {self.num_queries} queries)"
+            + (f" + {self.num_unlabelled} unlabelled pool images" if self.method == "fixmatch"
+               else " images"),
+            f"student accuracy on the evaluation split ({self.eval_points} points): "
+            f"{self.accuracy:.4f} (EMA weights; last weights {self.accuracy_last:.4f})",
+        ]
+        if self.method == "fixmatch" and self.mask_history:
+            lines.append(f"pool images above the confidence threshold at the end: "
+                         f"{self.mask_history[-1]:.1%}")
+        lines.append(f"wall time: {self.wall_time_s:.1f} s (training {self.train_time_s:.1f} s)")
+        return "\n".join(lines)
+
+
+class _Progress:
+    """A rich progress bar: step, loss, share of confident pool images, ETA."""
+
+    def __init__(self, total: int, console=None):
+        from rich.console import Console
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn, TimeRemainingColumn)
+
+        self._bar = Progress(TextColumn("student step"), MofNCompleteColumn(), BarColumn(),
+                             TextColumn("loss {task.fields[loss]}"),
+                             TextColumn("confident {task.fields[mask]}"), TimeElapsedColumn(),
+                             TextColumn("ETA"), TimeRemainingColumn(),
+                             console=console or Console(stderr=True), transient=False)
+        self._task = self._bar.add_task("student", total=total, loss="-", mask="-")
+
+    def __enter__(self):
+        self._bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._bar.__exit__(*exc)
+
+    def update(self, step: int, loss: float, mask: float) -> None:
+        self._bar.update(self._task, completed=step, loss=f"{loss:.4f}", mask=f"{mask:.0%}")
+
+
+def check_data(config: Config, workdir: str | Path) -> None:
+    """Refuses a config whose ``[data]`` differs from the run's ``config.toml``: the
+    labels in the run would belong to another data set (or another pool)."""
+    run = rundir.RunDir(workdir)
+    if not run.exists(rundir.CONFIG_TOML):
+        raise PateError(f"{run.path} is not a run directory (no {rundir.CONFIG_TOML}); run "
+                        "`pate train-teachers` and `pate label` first")
+    stored = config_to_dict(run.read_config())["data"]
+    wanted = config_to_dict(config)["data"]
+    diff = [k for k in wanted if stored[k] != wanted[k]]
+    if diff:
+        raise PateError(f"{run.path} was labelled on data set {stored['name']!r} with a different "
+                        f"[data] section ({', '.join('data.' + k for k in diff)} differ); use that "
+                        "run's config or another --workdir")
+
+
+def train_student(config: Config, workdir: str | Path, *, overwrite: bool = False,
+                  show_progress: bool = True, console=None, echo: Callable[[str], None] = print,
+                  on_chunk: Callable[[int, float], None] | None = None) -> StudentResult:
+    """Trains the student of ``config.student`` on a labelled run directory.
+
+    Reads ``labels.npz`` and the data set's pool and evaluation split (never the votes,
+    the teachers or the pool's true labels); writes ``student/`` (orbax checkpoint of
+    the EMA weights), ``student.json`` and ``config.toml``.
+
+    Args:
+      config: the resolved config; its ``[data]`` must be the run's.
+      workdir: a run directory labelled by `pate label`.
+      overwrite: replace an existing student.
+      show_progress: draw a rich progress bar.
+      console: the rich console for the bar (default: stderr).
+      echo: where status lines go.
+      on_chunk: called as ``on_chunk(steps_done, mean_loss)`` after each chunk.
+
+    Returns:
+      A `StudentResult`.
+
+    Raises:
+      PateError: no labels, labels that do not fit the pool, another data set's run,
+        a student already present without ``overwrite``, NaN/inf loss.
+    """
+    from pate.data import load_dataset, split
+
+    start_time = time.time()
+    cfg = config.student
+    run = rundir.RunDir(workdir)
+    check_data(config, workdir)
+    dataset = load_dataset(config.data)
+    splits = split(dataset, config.data.public_size)
+    release = read_release(run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes)
+    present = [a for a in rundir.STUDENT_ARTIFACTS if run.exists(a)]
+    if present and not overwrite:
+        raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "
+                        "train the student again")
+    run.prepare(rundir.STUDENT_ARTIFACTS, overwrite=True, command="train-student")
+
+    # Only public data from here on: the pool's images, the released labels.
+    pool_x = splits.pool_x
+    xl = jnp.asarray(pool_x[release.indices])
+    yl = jnp.asarray(release.labels)
+    xu = jnp.asarray(pool_x)
+    del dataset
+    image_shape = tuple(pool_x.shape[1:])
+    backend = jax.default_backend()
+    model = make_model(cfg, splits.num_classes, backend)
+    tx = make_optimizer(cfg, cfg.steps)
+    state = init_state(model, tx, image_shape, cfg.seed)
+    train = make_train_fn(model, tx, cfg, cfg.method, image_shape)
+    key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
+
+    echo(f"student: {cfg.method} on {release.num_queries} queries, {xl.shape[0]} answered "
+         f"({release.mechanism}); {xu.shape[0]} pool images")
+    losses, masks = [], []
+    train_start = time.time()
+    bar = _Progress(cfg.steps, console) if show_progress else None
+    if bar:
+        bar.__enter__()
+    try:
+        done = 0
+        while done < cfg.steps:
+            n = min(CHUNK_STEPS, cfg.steps - done)
+            state, sums = train(state, key, xl, yl, xu, jnp.int32(n))
+            sums = np.asarray(sums) / n
+            done += n
+            if not np.isfinite(sums[0]):
+                raise PateError(f"the student's loss became NaN/inf at step {done}; lower "
+                                "student.learning_rate and train again with --overwrite")
+            losses.append(float(sums[0]))
+            masks.append(float(sums[2]))
+            if bar:
+                bar.update(done, losses[-1], masks[-1])
+            if on_chunk:
+                on_chunk(done, losses[-1])
+    finally:
+        if bar:
+            bar.__exit__(None, None, None)
+    train_time = time.time() - train_start
+
+    ema = jax.tree.map(np.asarray, state.ema)
+    last = jax.tree.map(np.asarray, state.params)
+    acc = float(np.mean(predict(model, ema, splits.eval_x, cfg.eval_batch_size) == splits.eval_y))
+    acc_last = float(np.mean(predict(model, last, splits.eval_x, cfg.eval_batch_size) == splits.eval_y))
+    result = StudentResult(
+        method=cfg.method, accuracy=acc, accuracy_last=acc_last, num_labelled=int(xl.shape[0]),
+        num_queries=release.num_queries, num_unlabelled=int(xu.shape[0]), steps=cfg.steps,
+        loss_history=losses, mask_history=masks if cfg.method == "fixmatch" else [],
+        wall_time_s=time.time() - start_time, train_time_s=train_time,
+        eval_points=int(splits.eval_x.shape[0]))
+
+    _save_params(run / rundir.STUDENT_DIR, ema)
+    run.write_config(config)
+    run.write_json(rundir.STUDENT_JSON, {
+        "method": cfg.method,
+        "accuracy": acc,
+        "accuracy_last_weights": acc_last,
+        "eval_points": result.eval_points,
+        "num_queries": release.num_queries,
+        "num_labelled": result.num_labelled,
+        "num_unlabelled": result.num_unlabelled if cfg.method == "fixmatch" else 0,
+        "mechanism": release.mechanism,
+        "labels_sha256": release.digest,
+        "steps": cfg.steps,
+        "student": config_to_dict(config)["student"],
+        "num_classes": splits.num_classes,
+        "image_shape": list(image_shape),
+        "dataset": config.data.name,
+        "loss_history": losses,
+        "confident_fraction_history": result.mask_history,
+        "wall_time_s": result.wall_time_s,
+        "train_time_s": train_time,
+        "backend": backend,
+    }, config)
+    return result

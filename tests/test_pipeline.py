@@ -1,0 +1,173 @@
+"""`pate run` on the tiny synthetic config: the whole job through the CLI, skipping
+what is up to date, re-running what a config change affects, and refusing a run
+directory of another data set."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from pate import pipeline, rundir
+from pate.config import load_config
+
+from conftest import CONFIGS, TINY
+
+OUTPUTS = {
+    "teachers": rundir.TEACHERS_JSON,
+    "label": rundir.LABELS_NPZ,
+    "student": rundir.STUDENT_JSON,
+    "analyze": rundir.PRIVACY_JSON,
+}
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def pate_run(workdir, *extra):
+    return invoke("run", "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", 0, *extra)
+
+
+def stamps(workdir):
+    return {step: os.stat(os.path.join(workdir, name)).st_mtime_ns for step, name in OUTPUTS.items()}
+
+
+def ran_steps(before, after):
+    return sorted(step for step in OUTPUTS if before[step] != after[step])
+
+
+@pytest.fixture(scope="module")
+def _finished(tmp_path_factory):
+    """One full `pate run` of configs/tiny.toml through the CLI (timed)."""
+    workdir = tmp_path_factory.mktemp("pipeline") / "run"
+    start = time.time()
+    result = pate_run(workdir)
+    seconds = time.time() - start
+    assert result.exit_code == 0, result.output
+    return workdir, result.output, seconds
+
+
+@pytest.fixture
+def finished(_finished, tmp_path):
+    workdir, _, _ = _finished
+    copy = tmp_path / "run"
+    shutil.copytree(workdir, copy)
+    return copy
+
+
+def test_full_run_through_the_cli(_finished):
+    workdir, output, seconds = _finished
+    assert seconds < 60, f"tiny pate run took {seconds:.0f} s"
+    for name in (*rundir.TEACHER_ARTIFACTS, *rundir.LABEL_ARTIFACTS, *rundir.STUDENT_ARTIFACTS,
+                 *rundir.ANALYSIS_ARTIFACTS, pipeline.PIPELINE_JSON, rundir.CONFIG_TOML):
+        assert (workdir / name).exists(), name
+    for needle in ("teacher ensemble accuracy", "label accuracy", "student accuracy",
+                   "data-independent eps", "data-dependent eps", "PRIVATE", "sanitised eps"):
+        assert needle in output
+    assert load_config(workdir / "config.toml") == load_config(TINY)
+    student = json.loads((workdir / "student.json").read_text())
+    assert student["accuracy"] > 0.5  # 4 classes
+
+
+def test_rerun_skips_every_step(finished):
+    before = stamps(finished)
+    result = pate_run(finished)
+    assert result.exit_code == 0, result.output
+    assert ran_steps(before, stamps(finished)) == []
+    assert result.output.count("up to date: skipped") == 4
+    assert "student accuracy" in result.output
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ("student.steps=30", ["student"]),
+    ("privacy.beta=0.1", ["analyze"]),
+    ("aggregation.gamma=0.4", ["analyze", "label", "student"]),
+])
+def test_changed_config_reruns_affected_steps(finished, setting, expected):
+    before = stamps(finished)
+    result = pate_run(finished, "--set", setting)
+    assert result.exit_code == 0, result.output
+    assert ran_steps(before, stamps(finished)) == expected
+    # ... and the next run with the same change skips everything.
+    again = stamps(finished)
+    assert pate_run(finished, "--set", setting).exit_code == 0
+    assert ran_steps(again, stamps(finished)) == []
+
+
+def test_changed_teachers_rerun_everything(finished):
+    before = stamps(finished)
+    result = pate_run(finished, "--set", "teachers.epochs=2")
+    assert result.exit_code == 0, result.output
+    assert ran_steps(before, stamps(finished)) == ["analyze", "label", "student", "teachers"]
+
+
+def test_relabelled_by_hand_reruns_student_and_analysis(finished):
+    assert invoke("label", "--workdir", finished, "--overwrite", "--seed", 5).exit_code == 0
+    before = stamps(finished)
+    result = pate_run(finished)
+    assert result.exit_code == 0, result.output
+    assert ran_steps(before, stamps(finished)) == ["analyze", "student"]
+
+
+def test_steps_run_by_hand_are_recognised(finished):
+    """Without pipeline.json the artifacts' own config hashes identify them."""
+    os.unlink(finished / pipeline.PIPELINE_JSON)
+    os.unlink(finished / rundir.PRIVACY_JSON)  # analyze must run again
+    before = stamps(finished)
+    result = pate_run(finished)
+    assert result.exit_code == 0, result.output
+    assert ran_steps({k: v for k, v in before.items() if k != "analyze"},
+                     {k: v for k, v in stamps(finished).items() if k != "analyze"}) == []
+    assert (finished / rundir.PRIVACY_JSON).exists()
+
+
+def test_interrupted_teachers_resume(finished):
+    os.unlink(finished / rundir.TEACHERS_JSON)
+    result = pate_run(finished)
+    assert result.exit_code == 0, result.output
+    assert "resuming" in result.output
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--set", "data.synthetic_classes=3"], "another [data] section"),
+    (["--config", CONFIGS / "quickstart.toml"], "another [data] section"),
+])
+def test_run_directory_of_another_data_set_is_refused(finished, args, needle):
+    before = {name: os.stat(finished / name).st_mtime_ns for name in os.listdir(finished)}
+    if args[0] == "--config":
+        result = invoke("run", *args, "--workdir", finished, "--no-progress")
+    else:
+        result = pate_run(finished, *args)
+    assert result.exit_code == 1
+    assert needle in result.output and len(result.output.strip().splitlines()) == 1
+    assert {name: os.stat(finished / name).st_mtime_ns for name in os.listdir(finished)} == before
+
+
+def test_student_without_answers_fails_cleanly(finished):
+    """A release that answers nothing (as Confident-GNMax may): the student step stops
+    with one line; the teachers and the release are kept."""
+    rundir.write_npz(finished / rundir.LABELS_NPZ, {
+        "indices": np.arange(100), "labels": -np.ones(100, np.int32), "mechanism": np.array("confident-gnmax"),
+        "threshold": np.array(6.0), "sigma_threshold": np.array(1.0), "sigma": np.array(1.0)},
+        load_config(TINY))
+    result = pate_run(finished)
+    assert result.exit_code == 1
+    assert "answers none" in result.output.strip().splitlines()[-1]
+    for name in (rundir.TEACHERS_JSON, rundir.LABELS_NPZ, rundir.VOTES_NPZ):
+        assert (finished / name).exists()
+
+
+def test_section_hash():
+    a = load_config(TINY)
+    assert pipeline.section_hash(a, ["data"]) == pipeline.section_hash(a, ("data",))
+    assert pipeline.section_hash(a, ["data", "teachers"]) == pipeline.section_hash(a, ["teachers", "data"])
+    assert pipeline.section_hash(a, ["data"]) != pipeline.section_hash(a, ["teachers"])
+    assert len(pipeline.section_hash(a, ["student"])) == 16
+    assert np.all([c in "0123456789abcdef" for c in pipeline.section_hash(a, ["privacy"])])

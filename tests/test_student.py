@@ -1,0 +1,189 @@
+"""The student: learns from the release on the tiny synthetic run, never touches the
+votes or the teachers, and refuses bad input with one line, leaving the run unchanged."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from analysis.errors import PateError
+from cli import main
+from pate import rundir
+from pate.config import config_from_dict, config_to_dict
+
+FAST = {"student.steps": 60}
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def snapshot(workdir):
+    return {name: os.path.getmtime(os.path.join(workdir, name)) for name in sorted(os.listdir(workdir))}
+
+
+@pytest.fixture(scope="module")
+def _labelled(tmp_path_factory, _trained_tiny):
+    """The tiny run, labelled once by GNMax with little noise (accurate labels)."""
+    workdir, _ = _trained_tiny
+    copy = tmp_path_factory.mktemp("labelled") / "run"
+    shutil.copytree(workdir, copy)
+    result = invoke("label", "--workdir", copy, "--mechanism", "gnmax", "--sigma", 0.5, "--queries", 120,
+                    "--seed", 0)
+    assert result.exit_code == 0, result.output
+    return copy
+
+
+@pytest.fixture
+def labelled(_labelled, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(_labelled, copy)
+    return copy
+
+
+def with_student(config, **student):
+    raw = config_to_dict(config)
+    raw["student"].update(student)
+    return config_from_dict(raw)
+
+
+# --------------------------------------------------------------------------- privacy boundary
+
+
+_OPENED: list[str] | None = None
+
+
+def _audit(event, args):
+    if _OPENED is not None and event in ("open", "os.listdir", "os.scandir") and args and args[0] is not None:
+        _OPENED.append(os.fspath(args[0]) if not isinstance(args[0], int) else str(args[0]))
+
+
+sys.addaudithook(_audit)
+
+
+def test_student_never_opens_votes_or_teachers(labelled):
+    """Every Python-level file access during training is recorded (audit hook: open,
+    np.load, listdir); and the private files are replaced by dangling symlinks, so that
+    an access from native code (orbax/tensorstore) would fail. Training still works."""
+    global _OPENED
+    hidden = labelled.parent / "hidden"
+    hidden.mkdir()
+    for name in (rundir.VOTES_NPZ, rundir.TEACHERS_DIR, rundir.TEACHERS_JSON):
+        shutil.move(labelled / name, hidden / name)
+        os.symlink(labelled / "nowhere" / name, labelled / name)
+    config = with_student(rundir.RunDir(labelled).read_config(), steps=20)
+    from pate.student import train_student
+
+    _OPENED = []
+    try:
+        result = train_student(config, labelled, show_progress=False, echo=lambda *_: None)
+    finally:
+        opened, _OPENED = _OPENED, None
+    assert result.num_labelled > 0
+    assert any(p.endswith(rundir.LABELS_NPZ) for p in opened)  # the hook does see the reads
+    private = [p for p in opened if any(s in p for s in (rundir.VOTES_NPZ, rundir.TEACHERS_DIR, "hidden"))]
+    assert private == []
+
+
+# --------------------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize("method", ["fixmatch", "supervised"])
+def test_train_student_cli(labelled, method):
+    result = invoke("train-student", "--workdir", labelled, "--method", method, "--steps", 60, "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert "student accuracy" in result.output
+    info = json.loads((labelled / "student.json").read_text())
+    assert info["method"] == method and info["steps"] == 60
+    assert info["num_labelled"] == int((np.load(labelled / "labels.npz")["labels"] >= 0).sum())
+    assert info["accuracy"] >= 0.6  # 4 classes: chance is 0.25
+    assert "label_accuracy" not in json.dumps(info)  # the student cannot know it
+    assert info["meta"]["config_hash"]
+    assert (info["num_unlabelled"] == 200) == (method == "fixmatch")
+    from pate.student import load_student
+    from pate.config import load_config
+    from pate.data import load_dataset, split
+
+    student = load_student(labelled)
+    splits = split(load_dataset(load_config(labelled / "config.toml").data), 200)
+    acc = float(np.mean(student.predict(splits.eval_x) == splits.eval_y))
+    assert acc == pytest.approx(info["accuracy"])
+    # The resolved config records what was trained.
+    assert load_config(labelled / "config.toml").student.method == method
+
+
+def test_same_seed_same_student(labelled):
+    from pate.student import train_student
+
+    config = with_student(rundir.RunDir(labelled).read_config(), steps=10)
+    a = train_student(config, labelled, show_progress=False, echo=lambda *_: None)
+    b = train_student(config, labelled, overwrite=True, show_progress=False, echo=lambda *_: None)
+    assert a.loss_history == b.loss_history and a.accuracy == b.accuracy
+
+
+@pytest.mark.parametrize("threshold, low, high", [(0.0, 1.0, 1.0), (1.0, 0.0, 0.05)])
+def test_confidence_threshold_masks_pseudo_labels(labelled, threshold, low, high):
+    from pate.student import train_student
+
+    config = with_student(rundir.RunDir(labelled).read_config(), steps=10, threshold=threshold)
+    result = train_student(config, labelled, show_progress=False, echo=lambda *_: None)
+    assert low <= min(result.mask_history) and max(result.mask_history) <= high
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def write_labels(workdir, indices, labels):
+    rundir.write_npz(workdir / "labels.npz", {"indices": np.asarray(indices, np.int64),
+                                              "labels": np.asarray(labels, np.int32),
+                                              "mechanism": np.array("gnmax"), "sigma": np.array(1.0)})
+
+
+@pytest.mark.parametrize("case, needle", [
+    ("unanswered", "answers none"),
+    ("pool", "public pool of this config has 200 points"),
+    ("classes", "4 classes"),
+    ("missing", "pate label"),
+    ("existing", "--overwrite"),
+    ("other-key", "only [student] keys"),
+    ("no-run", "not a run directory"),
+])
+def test_bad_input_one_line_nothing_lost(labelled, tmp_path, case, needle):
+    args = ["train-student", "--workdir", labelled, "--no-progress", "--steps", 5]
+    if case == "unanswered":
+        write_labels(labelled, np.arange(50), -np.ones(50))
+    elif case == "pool":
+        write_labels(labelled, np.arange(9000), np.zeros(9000))
+    elif case == "classes":
+        write_labels(labelled, np.arange(10), np.full(10, 7))
+    elif case == "missing":
+        os.unlink(labelled / "labels.npz")
+    elif case == "existing":
+        assert invoke(*args).exit_code == 0
+    elif case == "other-key":
+        args += ["--set", "teachers.epochs=2"]
+    elif case == "no-run":
+        args[2] = tmp_path / "empty"
+    before = snapshot(labelled)
+    result = invoke(*args)
+    assert result.exit_code != 0
+    assert needle in result.output, result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert snapshot(labelled) == before
+
+
+def test_config_of_another_data_set_is_refused(labelled):
+    from pate.student import train_student
+
+    raw = config_to_dict(rundir.RunDir(labelled).read_config())
+    raw["data"]["synthetic_classes"] = 3
+    before = snapshot(labelled)
+    with pytest.raises(PateError, match="different \\[data\\] section"):
+        train_student(config_from_dict(raw), labelled, show_progress=False, echo=lambda *_: None)
+    assert snapshot(labelled) == before
