@@ -215,13 +215,23 @@ def plan(mechanism, queries, eps, delta, teachers, threshold, sigma_ratio, answe
 @click.option("--distributed", is_flag=True,
               help="Call jax.distributed.initialize() first (multi-host; same command on "
                    "every host).")
+@click.option("--coordinator", metavar="HOST:PORT",
+              help="With --distributed: process 0's address (default: detected by JAX).")
+@click.option("--num-processes", type=click.IntRange(min=1),
+              help="With --distributed: how many processes (default: detected by JAX).")
+@click.option("--process-id", type=click.IntRange(min=0),
+              help="With --distributed: this process's id (default: detected by JAX).")
 @click.option("--no-progress", is_flag=True, help="Do not draw the progress bar.")
 def train_teachers_command(config_path, workdir, num_teachers, epochs, settings, resume,
-                           overwrite, distributed, no_progress):
+                           overwrite, distributed, coordinator, num_processes, process_id,
+                           no_progress):
     """Train the teacher ensemble (one vmapped JAX program) and write teachers/ and
     teachers.json into the run directory."""
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other; pick one")
+    cluster = (coordinator, num_processes, process_id)
+    if not distributed and any(v is not None for v in cluster):
+        raise click.UsageError("--coordinator, --num-processes and --process-id need --distributed")
     from pate.config import load_config, parse_override
 
     overrides = dict(parse_override(s) for s in settings)
@@ -234,7 +244,7 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
     from pate import teachers  # imports JAX: keep `pate --help` fast
 
     if distributed:
-        teachers.initialize_distributed()
+        teachers.initialize_distributed(*cluster)
     result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
                                      show_progress=not no_progress)
     click.echo(result.summary())

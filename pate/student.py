@@ -222,6 +222,14 @@ def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig, m
     return jax.jit(train, donate_argnums=(0,))
 
 
+@functools.lru_cache(maxsize=8)
+def _compiled(model, cfg: StudentConfig, image_shape: tuple[int, ...]):
+    """The optimizer and jitted loop of a config, built once per process (a second
+    student with the same config and data shapes reuses the compiled loop)."""
+    tx = make_optimizer(cfg, cfg.steps)
+    return tx, make_train_fn(model, tx, cfg, cfg.method, image_shape)
+
+
 def init_state(model, tx, image_shape, seed: int) -> TrainState:
     key = jax.random.fold_in(jax.random.key(seed), 0)
     params = model.init(key, jnp.zeros((1, *image_shape), jnp.float32))
@@ -427,9 +435,8 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
     image_shape = tuple(pool_x.shape[1:])
     backend = jax.default_backend()
     model = make_model(cfg, splits.num_classes, backend)
-    tx = make_optimizer(cfg, cfg.steps)
+    tx, train = _compiled(model, cfg, image_shape)
     state = init_state(model, tx, image_shape, cfg.seed)
-    train = make_train_fn(model, tx, cfg, cfg.method, image_shape)
     key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
 
     echo(f"student: {cfg.method} on {release.num_queries} queries, {xl.shape[0]} answered "

@@ -7,9 +7,9 @@ shuffles and augments its shard in epoch e from `fold_in(fold_in(train_key, t), 
 so a run resumed from a checkpoint, or sharded differently, sees the same batches.
 
 Multi-host: run the same command on every host with `--distributed`, which calls
-`jax.distributed.initialize()` (coordinator address, process count and id come from
-the environment, e.g. SLURM, or `JAX_COORDINATOR_ADDRESS`, `JAX_NUM_PROCESSES`,
-`JAX_PROCESS_ID`). Every host loads the data, the teacher axis is sharded over all
+`jax.distributed.initialize()` (coordinator address, process count and this process's
+id from `--coordinator`, `--num-processes`, `--process-id`, or detected by JAX under
+SLURM, Open MPI and the like). Every host loads the data, the teacher axis is sharded over all
 devices of all hosts, orbax writes the checkpoint collectively, and process 0 writes
 the JSON artifacts; the run directory must be on a file system every host sees.
 """
@@ -17,7 +17,6 @@ the JSON artifacts; the run directory must be on a file system every host sees.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 from pathlib import Path
@@ -164,11 +163,12 @@ def init_teachers(model, tx: optax.GradientTransformation, image_shape: Sequence
 CPU_TEACHER_CHUNK = 10
 
 
-def teacher_chunk(cfg: TeachersConfig, platform: str) -> int:
-    """How many teachers one step trains together: `cfg.teacher_chunk`, or for 0,
+def teacher_chunk(cfg: TeachersConfig | int, platform: str) -> int:
+    """How many teachers run together: `cfg.teacher_chunk` (or an int), or for 0,
     `CPU_TEACHER_CHUNK` on CPU and all of them (0) on accelerators."""
-    if cfg.teacher_chunk:
-        return cfg.teacher_chunk
+    requested = cfg if isinstance(cfg, int) else cfg.teacher_chunk
+    if requested:
+        return requested
     return CPU_TEACHER_CHUNK if platform == "cpu" else 0
 
 
@@ -236,17 +236,42 @@ def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
 # --------------------------------------------------------------------------- prediction
 
 
-@functools.lru_cache(maxsize=16)
-def _predict_fn(model, num_classes: int | None):
-    def predict(params, x, mask):
-        logits = jax.vmap(model.apply, in_axes=(0, None))(params, x)
-        preds = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # (T, n)
+_PREDICT_FNS: dict = {}
+
+
+def _predict_fn(model, num_classes: int | None, placement: Placement, chunk: int):
+    """Jitted `(params, x, mask) -> predictions (T, n)` or votes (n, C), cached.
+
+    Teachers run `chunk` at a time on each device (0: all at once); with a mesh each
+    device predicts for its own teachers and the votes are summed across devices.
+    """
+    key = (model, num_classes, placement.mesh, chunk)
+    if key in _PREDICT_FNS:
+        return _PREDICT_FNS[key]
+
+    def local(params, x, mask):
+        def one(p):
+            return jnp.argmax(model.apply(p, x), axis=-1).astype(jnp.int32)
+
+        if chunk and chunk < mask.shape[0]:
+            preds = jax.lax.map(one, params, batch_size=chunk)
+        else:
+            preds = jax.vmap(one)(params)  # (T_local, n)
         if num_classes is None:
             return preds
         onehot = jax.nn.one_hot(preds, num_classes, dtype=jnp.int32)
-        return jnp.einsum("tnc,t->nc", onehot, mask)  # votes, reduced over teachers
+        votes = jnp.einsum("tnc,t->nc", onehot, mask)
+        if placement.mesh is not None:
+            votes = jax.lax.psum(votes, "teacher")  # reduce the vote across the mesh
+        return votes
 
-    return jax.jit(predict)
+    fn = local
+    if placement.mesh is not None:
+        spec, rep = jax.sharding.PartitionSpec("teacher"), jax.sharding.PartitionSpec()
+        fn = jax.shard_map(local, mesh=placement.mesh, in_specs=(spec, rep, spec),
+                           out_specs=spec if num_classes is None else rep)
+    _PREDICT_FNS[key] = jax.jit(fn)
+    return _PREDICT_FNS[key]
 
 
 def _batches(images: np.ndarray, batch_size: int):
@@ -262,7 +287,7 @@ def _batches(images: np.ndarray, batch_size: int):
 
 
 def teacher_predictions(params: Params, model, images: np.ndarray, batch_size: int = 100,
-                        placement: Placement | None = None) -> np.ndarray:
+                        placement: Placement | None = None, chunk: int = 0) -> np.ndarray:
     """Each teacher's predicted class for each image.
 
     Args:
@@ -272,6 +297,7 @@ def teacher_predictions(params: Params, model, images: np.ndarray, batch_size: i
       batch_size: images per call (bounds memory: T * batch_size activations).
       placement: where the teachers run; default: all devices. When given, `params`
         must already be placed by it (padded).
+      chunk: teachers evaluated together per device (0: automatic, see `teacher_chunk`).
 
     Returns:
       int32 (T, n).
@@ -280,7 +306,7 @@ def teacher_predictions(params: Params, model, images: np.ndarray, batch_size: i
     if placement is None:
         placement = Placement(num_teachers)
         params = placement.put(_unpad(params, num_teachers))
-    fn = _predict_fn(model, None)
+    fn = _predict_fn(model, None, placement, teacher_chunk(chunk, placement.platform))
     mask = placement.mask()
     out = [to_host(fn(params, xb, mask))[:, :real] for xb, real in _batches(images, batch_size)]
     preds = np.concatenate(out, axis=1) if out else np.zeros((placement.padded, 0), np.int32)
@@ -288,7 +314,8 @@ def teacher_predictions(params: Params, model, images: np.ndarray, batch_size: i
 
 
 def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
-                  batch_size: int = 100, placement: Placement | None = None) -> np.ndarray:
+                  batch_size: int = 100, placement: Placement | None = None,
+                  chunk: int = 0) -> np.ndarray:
     """The vote histogram of the ensemble on `images`: how many teachers predict each class.
 
     Predictions are reduced over the teacher axis on the devices (across the mesh when
@@ -301,7 +328,7 @@ def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
       images: (n, H, W, C) float32 in [0, 1].
       num_classes: number of classes C.
       batch_size: images per device call.
-      placement: as in `teacher_predictions`.
+      placement, chunk: as in `teacher_predictions`.
 
     Returns:
       int32 (n, C); every row sums to T.
@@ -310,7 +337,7 @@ def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
     if placement is None:
         placement = Placement(num_teachers)
         params = placement.put(_unpad(params, num_teachers))
-    fn = _predict_fn(model, num_classes)
+    fn = _predict_fn(model, num_classes, placement, teacher_chunk(chunk, placement.platform))
     mask = placement.mask()
     out = [to_host(fn(params, xb, mask))[:real] for xb, real in _batches(images, batch_size)]
     if not out:
@@ -453,14 +480,22 @@ class TrainResult:
         return "\n".join(lines)
 
 
-def initialize_distributed() -> None:
-    """`jax.distributed.initialize()` with its failure as a PateError (for `--distributed`)."""
+def initialize_distributed(coordinator_address: str | None = None,
+                           num_processes: int | None = None,
+                           process_id: int | None = None) -> None:
+    """`jax.distributed.initialize(...)` with its failure as a PateError (`--distributed`).
+
+    Arguments left as None are found by JAX: the coordinator from
+    `$JAX_COORDINATOR_ADDRESS`, everything from the cluster environment where JAX knows
+    it (SLURM, Open MPI, Kubernetes, ...).
+    """
     try:
-        jax.distributed.initialize()
+        jax.distributed.initialize(coordinator_address=coordinator_address,
+                                   num_processes=num_processes, process_id=process_id)
     except Exception as err:  # noqa: BLE001 - JAX raises several types here
-        raise PateError(f"jax.distributed.initialize() failed: {err}. Set "
-                        "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID (or run "
-                        "under SLURM) on every host") from None
+        raise PateError(f"jax.distributed.initialize() failed: {str(err).rstrip('.')}. Pass "
+                        "--coordinator HOST:PORT, --num-processes and --process-id (or run under "
+                        "a cluster manager JAX detects, such as SLURM) on every host") from None
 
 
 class _Progress:
@@ -607,7 +642,8 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
     finally:
         manager.close()
 
-    preds = teacher_predictions(params, model, splits.eval_x, tc.eval_batch_size, placement)
+    preds = teacher_predictions(params, model, splits.eval_x, tc.eval_batch_size, placement,
+                                tc.teacher_chunk)
     accuracies = (preds == splits.eval_y[None, :]).mean(axis=1)
     ensemble = plurality_accuracy(votes_from_predictions(preds, splits.num_classes),
                                   splits.eval_y)

@@ -36,7 +36,9 @@ def pate_run(workdir, *extra):
 
 
 def stamps(workdir):
-    return {step: os.stat(os.path.join(workdir, name)).st_mtime_ns for step, name in OUTPUTS.items()}
+    """Modification time of each step's main output (None when missing)."""
+    paths = {step: os.path.join(workdir, name) for step, name in OUTPUTS.items()}
+    return {step: os.stat(p).st_mtime_ns if os.path.exists(p) else None for step, p in paths.items()}
 
 
 def ran_steps(before, after):
@@ -101,13 +103,6 @@ def test_changed_config_reruns_affected_steps(finished, setting, expected):
     assert ran_steps(again, stamps(finished)) == []
 
 
-def test_changed_teachers_rerun_everything(finished):
-    before = stamps(finished)
-    result = pate_run(finished, "--set", "teachers.epochs=2")
-    assert result.exit_code == 0, result.output
-    assert ran_steps(before, stamps(finished)) == ["analyze", "label", "student", "teachers"]
-
-
 def test_relabelled_by_hand_reruns_student_and_analysis(finished):
     assert invoke("label", "--workdir", finished, "--overwrite", "--seed", 5).exit_code == 0
     before = stamps(finished)
@@ -123,16 +118,17 @@ def test_steps_run_by_hand_are_recognised(finished):
     before = stamps(finished)
     result = pate_run(finished)
     assert result.exit_code == 0, result.output
-    assert ran_steps({k: v for k, v in before.items() if k != "analyze"},
-                     {k: v for k, v in stamps(finished).items() if k != "analyze"}) == []
-    assert (finished / rundir.PRIVACY_JSON).exists()
+    assert ran_steps(before, stamps(finished)) == ["analyze"]
 
 
 def test_interrupted_teachers_resume(finished):
     os.unlink(finished / rundir.TEACHERS_JSON)
+    before = stamps(finished)
     result = pate_run(finished)
     assert result.exit_code == 0, result.output
     assert "resuming" in result.output
+    # New teachers: everything after them runs again.
+    assert ran_steps(before, stamps(finished)) == ["analyze", "label", "student", "teachers"]
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -17,8 +17,7 @@ from cli import main
 from pate import rundir
 from pate.config import config_from_dict, config_to_dict
 
-FAST = {"student.steps": 60}
-
+STEPS = 40  # one step count everywhere: the compiled training loop is reused
 
 def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
@@ -77,7 +76,7 @@ def test_student_never_opens_votes_or_teachers(labelled):
     for name in (rundir.VOTES_NPZ, rundir.TEACHERS_DIR, rundir.TEACHERS_JSON):
         shutil.move(labelled / name, hidden / name)
         os.symlink(labelled / "nowhere" / name, labelled / name)
-    config = with_student(rundir.RunDir(labelled).read_config(), steps=20)
+    config = with_student(rundir.RunDir(labelled).read_config(), steps=STEPS)
     from pate.student import train_student
 
     _OPENED = []
@@ -96,11 +95,11 @@ def test_student_never_opens_votes_or_teachers(labelled):
 
 @pytest.mark.parametrize("method", ["fixmatch", "supervised"])
 def test_train_student_cli(labelled, method):
-    result = invoke("train-student", "--workdir", labelled, "--method", method, "--steps", 60, "--no-progress")
+    result = invoke("train-student", "--workdir", labelled, "--method", method, "--steps", STEPS, "--no-progress")
     assert result.exit_code == 0, result.output
     assert "student accuracy" in result.output
     info = json.loads((labelled / "student.json").read_text())
-    assert info["method"] == method and info["steps"] == 60
+    assert info["method"] == method and info["steps"] == STEPS
     assert info["num_labelled"] == int((np.load(labelled / "labels.npz")["labels"] >= 0).sum())
     assert info["accuracy"] >= 0.6  # 4 classes: chance is 0.25
     assert "label_accuracy" not in json.dumps(info)  # the student cannot know it
@@ -121,7 +120,7 @@ def test_train_student_cli(labelled, method):
 def test_same_seed_same_student(labelled):
     from pate.student import train_student
 
-    config = with_student(rundir.RunDir(labelled).read_config(), steps=10)
+    config = with_student(rundir.RunDir(labelled).read_config(), steps=STEPS)
     a = train_student(config, labelled, show_progress=False, echo=lambda *_: None)
     b = train_student(config, labelled, overwrite=True, show_progress=False, echo=lambda *_: None)
     assert a.loss_history == b.loss_history and a.accuracy == b.accuracy
@@ -131,7 +130,7 @@ def test_same_seed_same_student(labelled):
 def test_confidence_threshold_masks_pseudo_labels(labelled, threshold, low, high):
     from pate.student import train_student
 
-    config = with_student(rundir.RunDir(labelled).read_config(), steps=10, threshold=threshold)
+    config = with_student(rundir.RunDir(labelled).read_config(), steps=STEPS, threshold=threshold)
     result = train_student(config, labelled, show_progress=False, echo=lambda *_: None)
     assert low <= min(result.mask_history) and max(result.mask_history) <= high
 
@@ -155,7 +154,7 @@ def write_labels(workdir, indices, labels):
     ("no-run", "not a run directory"),
 ])
 def test_bad_input_one_line_nothing_lost(labelled, tmp_path, case, needle):
-    args = ["train-student", "--workdir", labelled, "--no-progress", "--steps", 5]
+    args = ["train-student", "--workdir", labelled, "--no-progress", "--steps", STEPS]
     if case == "unanswered":
         write_labels(labelled, np.arange(50), -np.ones(50))
     elif case == "pool":

@@ -151,7 +151,8 @@ def test_real_nan_from_a_huge_learning_rate(tiny_config, tmp_path):
 
 
 def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
-    """6 teachers over 4 (forced host) devices: padded to 8, sharded, same parameters."""
+    """6 teachers over 4 (forced host) devices: padded to 8, sharded (shard_map), with and
+    without chunks, give the parameters and votes of one device."""
     script = textwrap.dedent(f"""
         import dataclasses, json, sys
         import jax, numpy as np
@@ -159,23 +160,33 @@ def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
         from pate import teachers
         assert len(jax.devices()) == 4, jax.devices()
         config = load_config({str(TINY)!r})
+        chunked = dataclasses.replace(config, teachers=dataclasses.replace(
+            config.teachers, teacher_chunk=1))
         out = {{}}
-        for name, devices in (("one", jax.devices()[:1]), ("four", jax.devices())):
-            r = teachers.train_teachers(config, {str(tmp_path)!r} + "/" + name,
+        for name, cfg, devices in (("one", config, jax.devices()[:1]),
+                                   ("four", config, jax.devices()),
+                                   ("chunked", chunked, jax.devices())):
+            r = teachers.train_teachers(cfg, {str(tmp_path)!r} + "/" + name,
                                         show_progress=False, devices=devices)
             out[name] = r.accuracies.tolist()
         a = teachers.load_teachers({str(tmp_path)!r} + "/one")
         b = teachers.load_teachers({str(tmp_path)!r} + "/four")
-        diff = max(float(np.max(np.abs(x - y))) for x, y in
-                   zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)))
+        c = teachers.load_teachers({str(tmp_path)!r} + "/chunked")
+        diff = max(float(np.max(np.abs(x - y))) for other in (b, c) for x, y in
+                   zip(jax.tree.leaves(a.params), jax.tree.leaves(other.params)))
         images = np.random.default_rng(0).uniform(size=(40, 8, 8, 1)).astype(np.float32)
         placement = teachers.Placement(6, jax.devices())
         sharded = placement.put(b.params)
         assert len(jax.tree.leaves(sharded)[0].sharding.device_set) == 4
         v4 = teachers.predict_votes(sharded, b.model, images, 4, 16, placement=placement)
+        v4c = teachers.predict_votes(sharded, b.model, images, 4, 16, placement=placement,
+                                     chunk=1)
+        p4 = teachers.teacher_predictions(sharded, b.model, images, 16, placement, chunk=1)
         p1 = teachers.Placement(6, jax.devices()[:1])
         v1 = teachers.predict_votes(p1.put(b.params), b.model, images, 4, 16, placement=p1)
-        print(json.dumps({{"diff": diff, "acc": out, "votes_equal": bool((v1 == v4).all()),
+        same = bool((v1 == v4).all() and (v1 == v4c).all()
+                    and (teachers.votes_from_predictions(p4, 4) == v1).all())
+        print(json.dumps({{"diff": diff, "acc": out, "votes_equal": same,
                           "votes_sum": int(v4.sum())}}))
     """)
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
@@ -185,7 +196,8 @@ def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["diff"] < 1e-4
-    np.testing.assert_allclose(result["acc"]["one"], result["acc"]["four"], atol=0.02)
+    for name in ("four", "chunked"):
+        np.testing.assert_allclose(result["acc"]["one"], result["acc"][name], atol=0.02)
     assert result["votes_equal"] and result["votes_sum"] == 6 * 40
 
 
@@ -271,3 +283,30 @@ def test_teacher_chunks_change_speed_not_results(tiny_config, tmp_path, trained_
     teachers.train_teachers(chunked, tmp_path / "c", show_progress=False)
     a, b = teachers.load_teachers(straight), teachers.load_teachers(tmp_path / "c")
     assert_trees_close(a.params, b.params, atol=1e-5)
+
+
+def test_distributed_flag(tmp_path):
+    """`--distributed` initialises jax.distributed (here: a one-process 'cluster')."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    pate = [sys.executable, "-c", "import sys; from cli import main; sys.exit(main())",
+            "train-teachers", "--config", str(TINY), "--no-progress", "--distributed"]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("JAX_COORDINATOR_ADDRESS", None)
+    ok = subprocess.run(pate + ["--workdir", str(tmp_path / "ok"), "--coordinator",
+                                f"127.0.0.1:{port}", "--num-processes", "1", "--process-id", "0"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert (tmp_path / "ok" / rundir.TEACHERS_JSON).exists()
+    bad = subprocess.run(pate + ["--workdir", str(tmp_path / "bad")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "jax.distributed.initialize() failed" in bad.stderr
+    assert bad.stderr.count("\n") == 1
+
+
+def test_cluster_options_need_distributed(tmp_path):
+    result = invoke("--config", TINY, "--workdir", tmp_path, "--num-processes", 2)
+    assert result.exit_code == 2 and "need --distributed" in result.output
