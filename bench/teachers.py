@@ -1,19 +1,25 @@
-"""Benchmark: the vmapped teacher ensemble against the same teachers trained one after
+"""Benchmark: the teacher-ensemble program against the same teachers trained one after
 another with the same code, same data and epochs (how the 2017 reference trains them).
 
-Prints one JSON object: examples/s of each way, their ratio (from this one run), compile
-times, peak host memory (`resource.getrusage`), device peak memory where the backend
-reports it, and the devices. Defaults are small enough for a couple of minutes on 2 CPU
-cores; `--full` uses the config's teacher count and epochs.
+The ensemble program is timed for each `--chunks` setting: "auto" (what
+`train-teachers` uses on this backend), "all" (every teacher in one vmap) or a number
+of teachers per chunk. Prints one JSON object: examples/s of each way and their ratio
+to the sequential one (all from this one run), compile times, peak host memory after
+each phase (`resource.getrusage`, so monotone: phases run from smallest to largest),
+device peak memory where the backend reports it, the devices, and how far the
+ensemble's parameters are from the sequential ones (float noise, amplified by Adam).
+Defaults are small enough for a couple of minutes on 2 CPU cores; `--full` uses the
+config's teacher count and epochs.
 
     python bench/teachers.py                                  # 20 teachers, 2 epochs
-    python bench/teachers.py --teachers 50 --epochs 3
-    python bench/teachers.py --full --skip-sequential         # the default job, vmapped only
+    python bench/teachers.py --teachers 250 --epochs 2 --chunks auto,10,all
+    python bench/teachers.py --full --skip-sequential         # the default job's epochs
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import resource
 import sys
@@ -92,8 +98,11 @@ def main(argv=None) -> dict:
                         help="the config's teacher count and epochs")
     parser.add_argument("--set", dest="settings", action="append", default=[],
                         metavar="SECTION.KEY=VALUE", help="override a config key; repeatable")
+    parser.add_argument("--chunks", default="auto,all",
+                        help="comma-separated ensemble settings: auto, all, or teachers per "
+                             "chunk (default: auto,all)")
     parser.add_argument("--skip-sequential", action="store_true",
-                        help="time only the vmapped ensemble")
+                        help="time only the ensemble program")
     args = parser.parse_args(argv)
 
     import jax
@@ -125,11 +134,12 @@ def main(argv=None) -> dict:
         "shard_size": part.shard_size, "batch_size": tc.batch_size, "model": tc.model,
         "conv_features": list(tc.conv_features), "hidden": list(tc.hidden),
         "conv_impl": conv_impl(tc.conv_impl, devices[0].platform) if tc.model == "cnn" else None,
-        "teacher_chunk": teachers.teacher_chunk(tc, devices[0].platform), "examples": examples,
-        "backend": devices[0].platform, "devices": [str(d) for d in devices],
+        "examples": examples, "backend": devices[0].platform,
+        "devices": [str(d) for d in devices],
     }
     ids = np.arange(num_teachers)
     image_shape = x_all.shape[2:]
+    seq_params = None
     if not args.skip_sequential:
         # the same program for one teacher on one device, run once per teacher
         one = _Program(1, model, tx, tc, part.shard_size, image_shape, devices[:1])
@@ -140,22 +150,29 @@ def main(argv=None) -> dict:
             seq_params.append(params)
         out["sequential"] = {"run_s": run_s, "compile_s": one.compile_s,
                              "examples_per_s": examples / run_s, "peak_rss_mb": _peak_rss_mb()}
-    ensemble = _Program(num_teachers, model, tx, tc, part.shard_size, image_shape, devices)
-    run_s, params = ensemble.train(ids, x_all, y_all, epochs)
-    out["vmapped"] = {"run_s": run_s, "compile_s": ensemble.compile_s,
-                      "examples_per_s": examples / run_s, "peak_rss_mb": _peak_rss_mb()}
+    out["ensemble"] = {}
+    for label in args.chunks.split(","):
+        label = label.strip()
+        chunk = {"auto": tc.teacher_chunk, "all": num_teachers}.get(label)
+        chunk = int(label) if chunk is None else chunk
+        cfg = dataclasses.replace(tc, teacher_chunk=chunk)
+        ensemble = _Program(num_teachers, model, tx, cfg, part.shard_size, image_shape, devices)
+        run_s, params = ensemble.train(ids, x_all, y_all, epochs)
+        entry = {"teacher_chunk": teachers.teacher_chunk(cfg, devices[0].platform) or num_teachers,
+                 "run_s": run_s, "compile_s": ensemble.compile_s,
+                 "examples_per_s": examples / run_s, "peak_rss_mb": _peak_rss_mb()}
+        if seq_params is not None:
+            entry["speedup_over_sequential"] = (entry["examples_per_s"]
+                                                / out["sequential"]["examples_per_s"])
+            host = jax.tree.map(lambda a: np.asarray(a)[:num_teachers], params)
+            entry["max_param_diff_vs_sequential"] = max(
+                float(np.max(np.abs(np.asarray(a)[0] - np.asarray(b)[t])))
+                for t, sp in enumerate(seq_params)
+                for a, b in zip(jax.tree.leaves(sp), jax.tree.leaves(host)))
+        out["ensemble"][label] = entry
     device_peak = _device_peak_mb(devices[0])
     if device_peak is not None:
         out["device_peak_mb"] = device_peak
-    if not args.skip_sequential:
-        out["speedup_vmapped_over_sequential"] = (out["vmapped"]["examples_per_s"]
-                                                  / out["sequential"]["examples_per_s"])
-        # same code, same keys and shards: both ways train the same teachers
-        host = jax.tree.map(lambda a: np.asarray(a)[:num_teachers], params)
-        out["max_param_diff_vmapped_vs_sequential"] = max(
-            float(np.max(np.abs(np.asarray(a)[0] - np.asarray(b)[t])))
-            for t, sp in enumerate(seq_params)
-            for a, b in zip(jax.tree.leaves(sp), jax.tree.leaves(host)))
     print(json.dumps(out, indent=2))
     return out
 

@@ -157,10 +157,13 @@ def init_teachers(model, tx: optax.GradientTransformation, image_shape: Sequence
     return init(placement.teacher_ids() if teacher_ids is None else teacher_ids)
 
 
-#: Teachers vmapped together per step on CPU when `teacher_chunk = 0` (automatic).
-#: Measured on 2 cores, Fashion-MNIST, 250 teachers: chunks of 5-10 ran 1.3-1.6x
-#: faster than all 250 at once (whose activations overflow the caches).
-CPU_TEACHER_CHUNK = 10
+#: Teachers run together on CPU when `teacher_chunk = 0` (automatic). Measured on this
+#: project's 2-vCPU machine (about one core of throughput) with the default
+#: Fashion-MNIST job: training ran about 12.5K examples/s one, two or four teachers at a
+#: time, 11.2K ten at a time and 7.0K with all 250 at once (whose activations overflow
+#: the caches); prediction was fastest one teacher at a time. A machine with many
+#: cores may prefer larger chunks (bigger ops parallelise): set `teacher_chunk`.
+CPU_TEACHER_CHUNK = 1
 
 
 def teacher_chunk(cfg: TeachersConfig | int, platform: str) -> int:
