@@ -7,9 +7,9 @@ the same shape and range: the same key gives the same output.
 ``weak``: random translation by up to ``max_shift`` pixels (edge padding), and a
 horizontal flip with probability 1/2 when ``flip`` is on (off for digits).
 ``strong`` (the FixMatch-style policy, Sohn et al. 2020, built from RandAugment-like
-operations that need no image library): the weak transform, then brightness, contrast,
-sharpness (blend with a blurred copy) and Gaussian noise at random strengths, then
-cutout of a random square.
+operations that need no image library): the weak transform, optionally a random affine
+map (rotation, shear, scale), then brightness, contrast, sharpness (blend with a blurred
+copy) and Gaussian noise at random strengths, then cutout of a random square.
 """
 
 from __future__ import annotations
@@ -51,9 +51,30 @@ def _blur(image):
     return kernel[0] * rows[:, :-2] + kernel[1] * rows[:, 1:-1] + kernel[2] * rows[:, 2:]
 
 
-def _strong_one(image, key, max_shift: int, flip: bool, cutout: int):
-    keys = jax.random.split(key, 8)
+def _affine(image, key, degrees: float):
+    """Rotation by up to ±`degrees`, scaling by 0.9–1.1 and shear up to ±`degrees`/2,
+    about the image centre (bilinear, edge values outside)."""
+    h, w, _ = image.shape
+    k_rot, k_scale, k_shear = jax.random.split(key, 3)
+    angle = jnp.deg2rad(jax.random.uniform(k_rot, (), minval=-degrees, maxval=degrees))
+    shear = jnp.deg2rad(jax.random.uniform(k_shear, (), minval=-degrees / 2, maxval=degrees / 2))
+    scale = jax.random.uniform(k_scale, (), minval=0.9, maxval=1.1)
+    c, s = jnp.cos(angle), jnp.sin(angle)
+    # output pixel (y, x) samples the input at centre + A^-1 (p - centre)
+    inv = jnp.array([[c, s], [-s, c]]) @ jnp.array([[1.0, 0.0], [-jnp.tan(shear), 1.0]]) / scale
+    ys, xs = jnp.meshgrid(jnp.arange(h, dtype=jnp.float32), jnp.arange(w, dtype=jnp.float32), indexing="ij")
+    cy, cx = (h - 1) / 2.0, (w - 1) / 2.0
+    src = inv @ jnp.stack([(ys - cy).ravel(), (xs - cx).ravel()])
+    coords = [src[0].reshape(h, w) + cy, src[1].reshape(h, w) + cx]
+    return jnp.stack([jax.scipy.ndimage.map_coordinates(image[..., ch], coords, order=1, mode="nearest")
+                      for ch in range(image.shape[-1])], axis=-1)
+
+
+def _strong_one(image, key, max_shift: int, flip: bool, cutout: int, degrees: float = 0.0):
+    keys = jax.random.split(key, 9)
     out = _weak_one(image, keys[0], max_shift, flip)
+    if degrees > 0:
+        out = _affine(out, keys[8], degrees)
     # Brightness: scale by a factor in [0.6, 1.4].
     out = out * jax.random.uniform(keys[1], (), minval=0.6, maxval=1.4)
     # Contrast: move away from / towards the mean by a factor in [0.5, 1.5].
@@ -76,8 +97,11 @@ def _strong_one(image, key, max_shift: int, flip: bool, cutout: int):
     return jnp.where(hole[..., None], 0.5, out)
 
 
-@functools.partial(jax.jit, static_argnames=("max_shift", "flip", "cutout"))
-def strong(key, images, max_shift: int = 2, flip: bool = False, cutout: int = 8):
-    """The weak transform, then brightness, contrast, sharpness, noise and cutout."""
+@functools.partial(jax.jit, static_argnames=("max_shift", "flip", "cutout", "degrees"))
+def strong(key, images, max_shift: int = 2, flip: bool = False, cutout: int = 8, degrees: float = 0.0):
+    """The weak transform, an optional random affine map (rotation up to ±`degrees`,
+    shear up to ±`degrees`/2, scale 0.9–1.1), then brightness, contrast, sharpness,
+    noise and cutout."""
     keys = jax.random.split(key, images.shape[0])
-    return jax.vmap(_strong_one, in_axes=(0, 0, None, None, None))(images, keys, max_shift, flip, cutout)
+    return jax.vmap(_strong_one, in_axes=(0, 0, None, None, None, None))(
+        images, keys, max_shift, flip, cutout, degrees)

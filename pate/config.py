@@ -234,6 +234,7 @@ class StudentConfig:
     augment_shift: int = 2
     augment_flip: bool = False
     cutout: int = 8
+    affine_degrees: float = 0.0
     eval_flip: bool = False
     seed: int = 0
     eval_batch_size: int = 500
@@ -248,7 +249,11 @@ class StudentConfig:
         _require(self.learning_rate > 0, s, "learning_rate", "must be > 0")
         _require(0 <= self.ema < 1, s, "ema", "must be in [0, 1)")
         _require(0 <= self.dropout < 1, s, "dropout", "must be in [0, 1)")
-        _require(self.augment_shift >= 0 and self.cutout >= 0, s, "augment_shift", "must be >= 0")
+        _require(self.augment_shift >= 0, s, "augment_shift", "must be >= 0")
+        _require(self.cutout >= 0, s, "cutout", "must be >= 0")
+        _require(0 <= self.affine_degrees <= 90, s, "affine_degrees", "must be in [0, 90]")
+        _require(self.warmup_steps >= 0, s, "warmup_steps", "must be >= 0")
+        _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
         for key in ("conv_kernels", "conv_strides"):
             _require(self.model != "cnn" or len(getattr(self, key)) == len(self.conv_features), s, key,
                      f"must have one entry per layer of conv_features ({len(self.conv_features)})")

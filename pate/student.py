@@ -39,7 +39,7 @@ import optax
 
 from analysis.errors import PateError
 from pate import augment, rundir
-from pate.config import Config, StudentConfig, config_to_dict
+from pate.config import Config, StudentConfig, config_from_dict, config_to_dict
 from pate.models import CNN, MLP, FlipAveraged, conv_impl
 
 Params = Any
@@ -184,7 +184,7 @@ def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig, m
             return loss, (jnp.zeros(()), jnp.zeros(()))
         xw = augment.weak(k_w, xu, max_shift=cfg.augment_shift, flip=cfg.augment_flip)
         xs = augment.strong(k_s, xu, max_shift=cfg.augment_shift, flip=cfg.augment_flip,
-                            cutout=cfg.cutout)
+                            cutout=cfg.cutout, degrees=cfg.affine_degrees)
         logits = model.apply(params, jnp.concatenate([xl, xw, xs]), train=True,
                              rngs={"dropout": k_drop})
         logits_l, logits_w, logits_s = logits[:b], logits[b: b + bu], logits[b + bu:]
@@ -300,7 +300,7 @@ def load_student(workdir: str | Path) -> Student:
                         f"{rundir.STUDENT_DIR}/); run `pate train-student` first")
     info = run.read_json(rundir.STUDENT_JSON)
     config = run.read_config()
-    scfg = dataclasses.replace(config.student, **info.get("student", {}))
+    scfg = config_from_dict({"student": info["student"]}).student if "student" in info else config.student
     num_classes, image_shape = int(info["num_classes"]), tuple(info["image_shape"])
     model = make_model(scfg, num_classes)
     like = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, *image_shape))))
@@ -424,7 +424,6 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
     if present and not overwrite:
         raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "
                         "train the student again")
-    run.prepare(rundir.STUDENT_ARTIFACTS, overwrite=True, command="train-student")
 
     # Only public data from here on: the pool's images, the released labels.
     pool_x = splits.pool_x
@@ -478,6 +477,8 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
         wall_time_s=time.time() - start_time, train_time_s=train_time,
         eval_points=int(splits.eval_x.shape[0]))
 
+    # The old student (if any) is replaced only now that the new one is trained.
+    run.prepare(rundir.STUDENT_ARTIFACTS, overwrite=True, command="train-student")
     _save_params(run / rundir.STUDENT_DIR, ema)
     run.write_config(config)
     run.write_json(rundir.STUDENT_JSON, {
