@@ -186,3 +186,20 @@ def test_config_of_another_data_set_is_refused(labelled):
     with pytest.raises(PateError, match="different \\[data\\] section"):
         train_student(config_from_dict(raw), labelled, show_progress=False, echo=lambda *_: None)
     assert snapshot(labelled) == before
+
+
+def test_strong_affine_keeps_shape_range_and_mass():
+    """The optional affine part of the strong augmentation (rotation, shear, scale)."""
+    import jax
+
+    from pate import augment
+
+    images = np.zeros((8, 28, 28, 1), np.float32)
+    images[:, 8:20, 10:18] = 1.0
+    a = np.asarray(augment._affine(images[0], jax.random.key(0), 20.0))
+    b = np.asarray(augment._affine(images[0], jax.random.key(0), 20.0))
+    assert a.shape == (28, 28, 1) and np.array_equal(a, b) and 0 <= a.min() and a.max() <= 1
+    assert not np.array_equal(a, images[0])
+    assert abs(a.sum() - images[0].sum()) / images[0].sum() < 0.3  # area changes by at most the scale
+    out = np.asarray(augment.strong(jax.random.key(1), images, max_shift=0, cutout=0, degrees=20.0))
+    assert out.shape == images.shape and out.min() >= 0 and out.max() <= 1
