@@ -15,7 +15,8 @@ analyze    data, teachers, aggregation, privacy         privacy.json, privacy.pn
 
 How a step is known to be valid: ``pipeline.json`` (written after each step) records,
 per step, the hash of its sections (`section_hash`), the sha256 of its main artifact
-and of the artifacts it read. A step is skipped when its artifacts are all present, its
+and of the artifacts it read. (Those digests cover private files such as
+``teachers.json``: ``pipeline.json`` is bookkeeping, not for publication.) A step is skipped when its artifacts are all present, its
 main artifact is the one recorded, its sections hash equals the current config's, and
 its inputs are the ones it was made from. Artifacts made by the single commands (no
 record yet) are recognised by the config hash in their ``meta``: it must be the hash of
@@ -78,7 +79,7 @@ INPUTS: dict[str, tuple[str, ...]] = {
     "teachers": (),
     "label": (rundir.TEACHERS_JSON,),
     "student": (rundir.LABELS_NPZ,),
-    "analyze": (rundir.LABELS_NPZ, rundir.VOTES_NPZ),
+    "analyze": (rundir.LABELS_NPZ,),  # written with votes.npz: identifies that label run too
 }
 
 
@@ -181,7 +182,7 @@ class _Manifest:
 
     def record(self, step: str, config: Config) -> None:
         self.steps[step] = {
-            "sections": list(SECTIONS[step]),
+            "sections": {name: section_hash(config, [name]) for name in SECTIONS[step]},
             "sections_hash": section_hash(config, SECTIONS[step]),
             "artifact_sha256": _sha256(self.run / MAIN_ARTIFACT[step]),
             "inputs_sha256": self.digest_inputs(step),
@@ -201,6 +202,10 @@ def _stored_config(run: rundir.RunDir) -> Config | None:
         return None
 
 
+def _changed(names) -> str:
+    return "config changed in " + ", ".join(f"[{n}]" for n in names)
+
+
 def _check_state(run: rundir.RunDir, manifest: _Manifest, step: str, config: Config,
                  stored: Config | None, upstream_ran: bool) -> str | None:
     """None when `step` is up to date, else why it must run."""
@@ -214,7 +219,9 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: str, config: Con
     entry = manifest.steps.get(step)
     if entry and entry.get("artifact_sha256") == _sha256(main):
         if entry.get("sections_hash") != want:
-            return "config changed in [" + "], [".join(SECTIONS[step]) + "]"
+            recorded = entry.get("sections") if isinstance(entry.get("sections"), dict) else {}
+            changed = [n for n in SECTIONS[step] if recorded.get(n) != section_hash(config, [n])]
+            return _changed(changed or SECTIONS[step])
         if entry.get("inputs_sha256") != manifest.digest_inputs(step):
             return "its inputs changed"
         return None
@@ -227,7 +234,7 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: str, config: Con
     if source is None:
         return "made by an unknown config"
     if section_hash(source, SECTIONS[step]) != want:
-        return "config changed in [" + "], [".join(SECTIONS[step]) + "]"
+        return _changed([n for n in SECTIONS[step] if section_hash(source, [n]) != section_hash(config, [n])])
     if step == "student":
         info = run.read_json(rundir.STUDENT_JSON)
         if info.get("labels_sha256") != _sha256(run / rundir.LABELS_NPZ):

@@ -163,8 +163,8 @@ def _cross_entropy(logits, labels):
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 
-def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig, method: str,
-                  image_shape) -> Callable:
+def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig,
+                  method: str) -> Callable:
     """The jitted training loop: ``train(state, key, xl, yl, xu, num_steps) -> (state, sums)``.
 
     Runs ``num_steps`` steps (a traced count: one compilation serves every chunk).
@@ -223,11 +223,11 @@ def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig, m
 
 
 @functools.lru_cache(maxsize=8)
-def _compiled(model, cfg: StudentConfig, image_shape: tuple[int, ...]):
+def _compiled(model, cfg: StudentConfig):
     """The optimizer and jitted loop of a config, built once per process (a second
     student with the same config and data shapes reuses the compiled loop)."""
     tx = make_optimizer(cfg, cfg.steps)
-    return tx, make_train_fn(model, tx, cfg, cfg.method, image_shape)
+    return tx, make_train_fn(model, tx, cfg, cfg.method)
 
 
 def init_state(model, tx, image_shape, seed: int) -> TrainState:
@@ -434,7 +434,7 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
     image_shape = tuple(pool_x.shape[1:])
     backend = jax.default_backend()
     model = make_model(cfg, splits.num_classes, backend)
-    tx, train = _compiled(model, cfg, image_shape)
+    tx, train = _compiled(model, cfg)
     state = init_state(model, tx, image_shape, cfg.seed)
     key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
 

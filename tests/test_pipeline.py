@@ -97,6 +97,7 @@ def test_changed_config_reruns_affected_steps(finished, setting, expected):
     result = pate_run(finished, "--set", setting)
     assert result.exit_code == 0, result.output
     assert ran_steps(before, stamps(finished)) == expected
+    assert f"config changed in [{setting.split('.')[0]}]" in result.output
     # ... and the next run with the same change skips everything.
     again = stamps(finished)
     assert pate_run(finished, "--set", setting).exit_code == 0
