@@ -299,11 +299,14 @@ def label_command(workdir, mechanism, gamma, sigma, threshold, sigma_threshold, 
               help="FixMatch on labels + unlabelled pool, or the labels alone "
                    "(default: the run config's student.method).")
 @click.option("--steps", type=click.IntRange(min=1), help="Override student.steps.")
+@click.option("--epochs", type=click.FloatRange(min=0, min_open=True),
+              help="Train for this many passes instead of --steps: over the unlabelled pool "
+                   "(fixmatch) or the labelled queries (supervised).")
 @click.option("--set", "settings", multiple=True, metavar="student.KEY=VALUE",
               help="Override a [student] key (TOML value syntax); repeatable.")
 @click.option("--overwrite", is_flag=True, help="Replace a student already in --workdir.")
 @click.option("--no-progress", is_flag=True, help="Do not draw the progress bar.")
-def train_student_command(workdir, method, steps, settings, overwrite, no_progress):
+def train_student_command(workdir, method, steps, epochs, settings, overwrite, no_progress):
     """Train the student on the released labels (labels.npz) and the unlabelled public
     pool; write student/ and student.json. Never reads votes.npz or the teachers."""
     import os
@@ -324,9 +327,17 @@ def train_student_command(workdir, method, steps, settings, overwrite, no_progre
     if not os.path.exists(config_file):
         raise PateError(f"{workdir} is not a run directory (no config.toml); run `pate train-teachers` "
                         "and `pate label` first")
+    if steps is not None and epochs is not None:
+        raise click.BadParameter("give --steps or --epochs, not both", param_hint="--epochs")
     config = load_config(config_file, overrides)
 
-    from pate.student import train_student  # imports JAX
+    from pate.student import read_release, steps_for_epochs, train_student  # imports JAX
+
+    if epochs is not None:
+        release = read_release(workdir, pool_size=config.data.public_size, num_classes=None)
+        overrides["student.steps"] = steps_for_epochs(config.student, epochs, pool_size=config.data.public_size,
+                                                      num_labelled=release.indices.size)
+        config = load_config(config_file, overrides)
 
     result = train_student(config, workdir, overwrite=overwrite, show_progress=not no_progress,
                            echo=click.echo)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import math
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -79,8 +80,9 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Release:
-    """Reads and checks ``labels.npz`` against the pool it should label.
+def read_release(workdir: str | Path, *, pool_size: int, num_classes: int | None) -> Release:
+    """Reads and checks ``labels.npz`` against the pool it should label (and, unless
+    ``num_classes`` is None, against the data set's classes).
 
     Raises:
       PateError: the file is missing or damaged; indices outside the pool or repeated;
@@ -103,7 +105,7 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Re
                         "belong to this data set / data.public_size")
     if np.unique(indices).size != indices.size:
         raise PateError(f"{path}: 'indices' repeats a pool point")
-    if labels.size and (labels.min() < -1 or labels.max() >= num_classes):
+    if labels.size and num_classes is not None and (labels.min() < -1 or labels.max() >= num_classes):
         raise PateError(f"{path} holds labels {int(labels.min())}..{int(labels.max())}, but the "
                         f"data set has {num_classes} classes (0..{num_classes - 1}, -1 = unanswered)")
     answered = labels >= 0
@@ -114,6 +116,22 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Re
     mechanism = str(data["mechanism"]) if "mechanism" in data else "unknown"
     return Release(indices=indices[answered].astype(np.int64), labels=labels[answered].astype(np.int32),
                    num_queries=int(labels.size), mechanism=mechanism, digest=file_digest(path))
+
+
+def steps_for_epochs(cfg: StudentConfig, epochs: float, *, pool_size: int, num_labelled: int) -> int:
+    """Training steps that make ``epochs`` passes over the data a step draws most from.
+
+    FixMatch draws ``mu * batch_size`` unlabelled images a step from the whole pool, so an
+    epoch is a pass over the pool; the supervised baseline draws ``batch_size`` labelled
+    images, so its epoch is a pass over the answered queries. At least one step.
+    """
+    if epochs <= 0:
+        raise PateError(f"epochs must be > 0, got {epochs}")
+    if cfg.method == "fixmatch":
+        n, per_step = pool_size, cfg.mu * cfg.batch_size
+    else:
+        n, per_step = num_labelled, cfg.batch_size
+    return max(1, math.ceil(epochs * n / per_step))
 
 
 # --------------------------------------------------------------------------- model and optimizer

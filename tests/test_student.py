@@ -203,3 +203,31 @@ def test_strong_affine_keeps_shape_range_and_mass():
     assert abs(a.sum() - images[0].sum()) / images[0].sum() < 0.3  # area changes by at most the scale
     out = np.asarray(augment.strong(jax.random.key(1), images, max_shift=0, cutout=0, degrees=20.0))
     assert out.shape == images.shape and out.min() >= 0 and out.max() <= 1
+
+
+# --------------------------------------------------------------------------- --epochs
+
+
+def test_steps_for_epochs_counts_passes():
+    from pate.config import StudentConfig
+    from pate.student import steps_for_epochs
+
+    fix = StudentConfig(method="fixmatch", batch_size=64, mu=3)
+    assert steps_for_epochs(fix, 1, pool_size=9000, num_labelled=400) == 47  # ceil(9000 / 192)
+    assert steps_for_epochs(fix, 0.001, pool_size=9000, num_labelled=400) == 1
+    sup = StudentConfig(method="supervised", batch_size=64, mu=3)
+    assert steps_for_epochs(sup, 10, pool_size=9000, num_labelled=400) == 63  # ceil(4000 / 64)
+    with pytest.raises(PateError):
+        steps_for_epochs(sup, 0, pool_size=9000, num_labelled=400)
+
+
+def test_train_student_epochs_cli(labelled):
+    cfg = rundir.RunDir(labelled).read_config()
+    per_step = cfg.student.mu * cfg.student.batch_size
+    epochs = STEPS * per_step / cfg.data.public_size  # exactly STEPS steps: reuses the compiled loop
+    result = invoke("train-student", "--workdir", labelled, "--method", "fixmatch", "--epochs", epochs,
+                    "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert json.loads((labelled / "student.json").read_text())["steps"] == STEPS
+    both = invoke("train-student", "--workdir", labelled, "--steps", 3, "--epochs", 1, "--overwrite")
+    assert both.exit_code == 2 and "not both" in both.output
