@@ -139,6 +139,7 @@ class RunSummary:
     eps_data_independent: float
     eps_data_dependent: float
     eps_sanitized: float | None
+    eps_release_cost: float | None  # LNMax: the release's own (eps, delta), not in eps_sanitized
     delta: float
     wall_time_s: float
 
@@ -159,7 +160,11 @@ class RunSummary:
             f"data-independent eps:  {f(self.eps_data_independent, '.3f')}  (delta {self.delta:g})",
             f"data-dependent eps:    {f(self.eps_data_dependent, '.3f')}  PRIVATE: depends on the votes, "
             "do not publish",
-            f"sanitised eps:         {f(self.eps_sanitized, '.3f')}  (smooth-sensitivity release: publishable)",
+            f"sanitised eps:         {f(self.eps_sanitized, '.3f')}  (smooth-sensitivity release: publishable)"
+            + ("" if self.eps_release_cost is None else
+               f"; releasing it spent another eps {f(self.eps_release_cost, '.3f')} at delta "
+               f"{self.delta:g} (total {f(self.eps_sanitized + self.eps_release_cost, '.3f')} at delta "
+               f"{2 * self.delta:g})"),
         ])
 
 
@@ -336,6 +341,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         eps_data_independent=number(public.get("eps_data_independent")),
         eps_data_dependent=number(private.get("eps_data_dependent")),
         eps_sanitized=number(public["eps_sanitized"]) if "eps_sanitized" in public else None,
+        eps_release_cost=number(public["eps_release_cost"]) if "eps_release_cost" in public else None,
         delta=config.privacy.delta, wall_time_s=time.time() - start)
     return summary
 

@@ -168,3 +168,15 @@ def test_section_hash():
     assert pipeline.section_hash(a, ["data"]) != pipeline.section_hash(a, ["teachers"])
     assert len(pipeline.section_hash(a, ["student"])) == 16
     assert np.all([c in "0123456789abcdef" for c in pipeline.section_hash(a, ["privacy"])])
+
+
+def test_summary_adds_the_lnmax_release_cost():
+    """LNMax's smooth-sensitivity release spends its own (eps, delta) outside the sanitised
+    value; the summary must not present the sanitised value alone as the total."""
+    common = dict(steps=(), dataset="d", mechanism="lnmax", num_queries=100, num_answered=100,
+                  teacher_ensemble_accuracy=0.9, label_accuracy=0.9, student_method="fixmatch",
+                  student_accuracy=0.9, eps_data_independent=5.3, eps_data_dependent=2.0,
+                  eps_sanitized=2.1, delta=1e-5, wall_time_s=1.0)
+    text = pipeline.RunSummary(**common, eps_release_cost=2.2).summary()
+    assert "another eps 2.200 at delta 1e-05 (total 4.300 at delta 2e-05)" in text
+    assert "another eps" not in pipeline.RunSummary(**common, eps_release_cost=None).summary()
