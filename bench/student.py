@@ -11,7 +11,9 @@ holds only `config.toml` and `labels.npz`, as a user's student would be.
     python bench/student.py --workdir runs/fm250 [--config configs/fashion_mnist.toml]
         [--rows "lnmax:100:gamma=0.05" "gnmax:500:sigma=40" ...] [--seed 0] [--methods fixmatch,supervised]
 
-A row is ``mechanism:queries:key=value,...`` with the `[aggregation]` keys. The run's
+A row is ``mechanism:queries:key=value,...`` with the `[aggregation]` keys, or
+``true:N``: the first N pool points with their *true* labels, no privacy at all — the
+ceiling of the student model, for comparison only. The run's
 votes.npz must cover the largest query count (``pate label --queries N``), or the bench
 computes the votes itself from the teachers.
 """
@@ -80,10 +82,10 @@ def main() -> None:
     if args.steps:
         config = dataclasses.replace(config, student=dataclasses.replace(config.student, steps=args.steps))
     rows = [parse_row(r) for r in args.rows]
-    need = max(q for _, q, _ in rows)
+    need = max([q for m, q, _ in rows if m != "true"], default=0)
     splits = split(load_dataset(config.data), config.data.public_size)
     votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
-    if votes is None or votes.shape[0] < need:
+    if need and (votes is None or votes.shape[0] < need):
         from pate.teachers import load_teachers, predict_votes
 
         teachers = load_teachers(run.path)
@@ -93,30 +95,38 @@ def main() -> None:
     p = config.privacy
     results = []
     for i, (mechanism, queries, params) in enumerate(rows):
-        v = votes[:queries]
-        released = aggregation.aggregate(v, mechanism, jax.random.fold_in(jax.random.key(args.seed), i), **params)
-        labels = {"indices": np.arange(queries), "labels": released.astype(np.int32),
-                  "mechanism": np.array(mechanism), **{k: np.array(x) for k, x in params.items()}}
-        # The same report `pate analyze` writes, sanitised release included (its noise is
-        # drawn from --seed): LNMax with its default beta, GNMax with the config's fixed
-        # release order and beta.
-        lnmax = mechanism == "lnmax"
-        rep = report_for_release(v, labels, delta=p.delta, moments=p.moments, conversion=p.conversion,
-                                 beta=None if lnmax else p.beta,
-                                 release_order=None if lnmax else (p.release_order or None),
-                                 release_cost=p.release_cost, rng=np.random.default_rng(args.seed + i))
-        answered = released >= 0
         truth = splits.pool_y[:queries]
-        row = {"mechanism": mechanism, "queries": queries, **params,
+        if mechanism == "true":  # the no-privacy ceiling
+            released = truth.astype(np.int32)
+            labels = {"indices": np.arange(queries), "labels": released, "mechanism": np.array("true-labels")}
+            eps = {"eps_data_independent": None, "eps_data_dependent_private": None,
+                   "eps_sanitized": None}  # no privacy at all
+            mechanism, params = config.aggregation.mechanism, {}
+        else:
+            v = votes[:queries]
+            released = aggregation.aggregate(v, mechanism, jax.random.fold_in(jax.random.key(args.seed), i),
+                                             **params)
+            labels = {"indices": np.arange(queries), "labels": released.astype(np.int32),
+                      "mechanism": np.array(mechanism), **{k: np.array(x) for k, x in params.items()}}
+            # The same report `pate analyze` writes, sanitised release included (its noise is
+            # drawn from --seed): LNMax with its default beta, GNMax with the config's fixed
+            # release order and beta.
+            lnmax = mechanism == "lnmax"
+            rep = report_for_release(v, labels, delta=p.delta, moments=p.moments, conversion=p.conversion,
+                                     beta=None if lnmax else p.beta,
+                                     release_order=None if lnmax else (p.release_order or None),
+                                     release_cost=p.release_cost, rng=np.random.default_rng(args.seed + i))
+            eps = {"eps_data_independent": float(rep.value("eps_data_independent")),
+                   "eps_data_dependent_private": float(rep.value("eps_data_dependent")),
+                   # LNMax's release costs (2 beta ln(2/delta), delta) on top; GNMax's GNSS
+                   # cost is already inside its sanitised value.
+                   "eps_sanitized": float(rep.value("eps_sanitized")) + (
+                       float(rep.value("eps_release_cost")) if lnmax else 0.0)}
+        answered = released >= 0
+        row = {"mechanism": str(labels["mechanism"]), "queries": queries, **params,
                "answered": int(answered.sum()),
                "label_accuracy": float(np.mean(released[answered] == truth[answered])),
-               "eps_data_independent": float(rep.value("eps_data_independent")),
-               "eps_data_dependent_private": float(rep.value("eps_data_dependent")),
-               # LNMax's release costs (2 beta ln(2/delta), delta) on top; GNMax's GNSS cost is
-               # already inside its sanitised value.
-               "eps_sanitized": float(rep.value("eps_sanitized")) + (
-                   float(rep.value("eps_release_cost")) if lnmax else 0.0),
-               "delta": p.delta}
+               **eps, "delta": p.delta}
         for method in args.methods.split(","):
             cfg = dataclasses.replace(config, student=dataclasses.replace(config.student, method=method),
                                       aggregation=dataclasses.replace(config.aggregation, mechanism=mechanism,
@@ -145,8 +155,8 @@ def main() -> None:
         params = ", ".join(f"{k} {r[k]:g}" for k in ("gamma", "sigma", "threshold", "sigma_threshold") if k in r)
         cells = [r["mechanism"], params, str(r["queries"]), str(r["answered"]), f"{r['label_accuracy']:.3f}"] + \
                 [f"{r[f'student_{m}']:.3f}" for m in methods] + \
-                [f"{r['eps_data_independent']:.2f}", f"{r['eps_data_dependent_private']:.2f}",
-                 f"{r['eps_sanitized']:.2f}"]
+                ["none (true labels)" if r[k] is None else f"{r[k]:.2f}"
+                 for k in ("eps_data_independent", "eps_data_dependent_private", "eps_sanitized")]
         print("| " + " | ".join(cells) + " |")
 
 
