@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pate.config import TeachersConfig
+from pate.config import StudentConfig, TeachersConfig
 
 
 def lecun_normal(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
@@ -247,8 +247,9 @@ def conv_impl(requested: str, backend: str | None = None) -> str:
     return "patches" if (backend or jax.default_backend()) == "cpu" else "xla"
 
 
-def make_model(cfg: TeachersConfig, num_classes: int, backend: str | None = None) -> nn.Module:
-    """The teacher model a `[teachers]` section describes.
+def make_model(cfg: TeachersConfig | StudentConfig, num_classes: int,
+               backend: str | None = None) -> nn.Module:
+    """The model a `[teachers]` (or `[student]`: same model keys) section describes.
 
     Every model is called as `model.apply(params, x, train=..., rngs={"dropout": key})`
     and returns logits (log-probabilities with `eval_flip`) of shape (N, num_classes).

@@ -41,7 +41,7 @@ import optax
 from analysis.errors import PateError
 from pate import augment, rundir
 from pate.config import Config, StudentConfig, config_from_dict, config_to_dict
-from pate.models import CNN, MLP, FlipAveraged, conv_impl
+from pate import models
 
 Params = Any
 
@@ -138,16 +138,9 @@ def steps_for_epochs(cfg: StudentConfig, epochs: float, *, pool_size: int, num_l
 
 
 def make_model(cfg: StudentConfig, num_classes: int, backend: str | None = None):
-    """The student network a ``[student]`` section describes (see `pate.models`)."""
-    if cfg.model == "mlp":
-        model = MLP(num_classes=num_classes, hidden=tuple(cfg.hidden), dropout=cfg.dropout)
-    else:
-        model = CNN(num_classes=num_classes, gabor_orientations=cfg.gabor_orientations,
-                    features=tuple(cfg.conv_features),
-                    kernels=tuple(cfg.conv_kernels), strides=tuple(cfg.conv_strides),
-                    pool=cfg.conv_pool, hidden=tuple(cfg.hidden), dropout=cfg.dropout,
-                    impl=conv_impl(cfg.conv_impl, backend))
-    return FlipAveraged(model) if cfg.eval_flip else model
+    """The student network a ``[student]`` section describes: the same model family and
+    keys as the teachers' (`pate.models.make_model`)."""
+    return models.make_model(cfg, num_classes, backend)
 
 
 def make_optimizer(cfg: StudentConfig, steps: int) -> optax.GradientTransformation:
