@@ -229,7 +229,7 @@ class StudentConfig:
     conv_impl: Literal["auto", "patches", "xla"] = "auto"
     hidden: tuple[int, ...] = ()
     dropout: float = 0.0
-    steps: int = 12000
+    steps: int = 10000
     batch_size: int = 64
     mu: int = 3
     threshold: float = 0.95
