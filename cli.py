@@ -331,16 +331,10 @@ def train_student_command(workdir, method, steps, epochs, settings, overwrite, n
         raise click.BadParameter("give --steps or --epochs, not both", param_hint="--epochs")
     config = load_config(config_file, overrides)
 
-    from pate.student import read_release, steps_for_epochs, train_student  # imports JAX
+    from pate.student import train_student  # imports JAX
 
-    if epochs is not None:
-        release = read_release(workdir, pool_size=config.data.public_size, num_classes=None)
-        overrides["student.steps"] = steps_for_epochs(config.student, epochs, pool_size=config.data.public_size,
-                                                      num_labelled=release.indices.size)
-        config = load_config(config_file, overrides)
-
-    result = train_student(config, workdir, overwrite=overwrite, show_progress=not no_progress,
-                           echo=click.echo)
+    result = train_student(config, workdir, overwrite=overwrite, epochs=epochs,
+                           show_progress=not no_progress, echo=click.echo)
     click.echo(result.summary())
 
 

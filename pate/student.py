@@ -80,9 +80,8 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def read_release(workdir: str | Path, *, pool_size: int, num_classes: int | None) -> Release:
-    """Reads and checks ``labels.npz`` against the pool it should label (and, unless
-    ``num_classes`` is None, against the data set's classes).
+def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Release:
+    """Reads and checks ``labels.npz`` against the pool it should label.
 
     Raises:
       PateError: the file is missing or damaged; indices outside the pool or repeated;
@@ -105,7 +104,7 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int | None
                         "belong to this data set / data.public_size")
     if np.unique(indices).size != indices.size:
         raise PateError(f"{path}: 'indices' repeats a pool point")
-    if labels.size and num_classes is not None and (labels.min() < -1 or labels.max() >= num_classes):
+    if labels.size and (labels.min() < -1 or labels.max() >= num_classes):
         raise PateError(f"{path} holds labels {int(labels.min())}..{int(labels.max())}, but the "
                         f"data set has {num_classes} classes (0..{num_classes - 1}, -1 = unanswered)")
     answered = labels >= 0
@@ -398,7 +397,7 @@ def check_data(config: Config, workdir: str | Path) -> None:
 
 
 def train_student(config: Config, workdir: str | Path, *, overwrite: bool = False,
-                  show_progress: bool = True, console=None, echo: Callable[[str], None] = print,
+                  epochs: float | None = None, show_progress: bool = True, console=None, echo: Callable[[str], None] = print,
                   on_chunk: Callable[[int, float], None] | None = None) -> StudentResult:
     """Trains the student of ``config.student`` on a labelled run directory.
 
@@ -410,6 +409,8 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
       config: the resolved config; its ``[data]`` must be the run's.
       workdir: a run directory labelled by `pate label`.
       overwrite: replace an existing student.
+      epochs: when given, train `steps_for_epochs` steps instead of ``student.steps``
+        (the recorded config says the steps that ran).
       show_progress: draw a rich progress bar.
       console: the rich console for the bar (default: stderr).
       echo: where status lines go.
@@ -431,6 +432,10 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
     dataset = load_dataset(config.data)
     splits = split(dataset, config.data.public_size)
     release = read_release(run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes)
+    if epochs is not None:
+        cfg = dataclasses.replace(cfg, steps=steps_for_epochs(cfg, epochs, pool_size=splits.pool_x.shape[0],
+                                                              num_labelled=release.indices.size))
+        config = dataclasses.replace(config, student=cfg)
     present = [a for a in rundir.STUDENT_ARTIFACTS if run.exists(a)]
     if present and not overwrite:
         raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "

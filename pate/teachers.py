@@ -95,6 +95,16 @@ def to_host(x: jax.Array) -> np.ndarray:
     return np.asarray(x)
 
 
+def _placed(params: Params, placement: "Placement | None") -> tuple[Params, "Placement"]:
+    """``(params, placement)`` for prediction: when no placement is given, the stacked
+    parameters are placed over all devices by a new one (padded as it needs)."""
+    if placement is None:
+        num_teachers = jax.tree.leaves(params)[0].shape[0]
+        placement = Placement(num_teachers)
+        params = placement.put(_unpad(params, num_teachers))
+    return params, placement
+
+
 def _unpad(tree: Any, num_teachers: int) -> Any:
     return jax.tree.map(lambda x: to_host(x)[:num_teachers], tree)
 
@@ -305,10 +315,7 @@ def teacher_predictions(params: Params, model, images: np.ndarray, batch_size: i
     Returns:
       int32 (T, n).
     """
-    num_teachers = jax.tree.leaves(params)[0].shape[0]
-    if placement is None:
-        placement = Placement(num_teachers)
-        params = placement.put(_unpad(params, num_teachers))
+    params, placement = _placed(params, placement)
     fn = _predict_fn(model, None, placement, teacher_chunk(chunk, placement.platform))
     mask = placement.mask()
     out = [to_host(fn(params, xb, mask))[:, :real] for xb, real in _batches(images, batch_size)]
@@ -336,10 +343,7 @@ def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
     Returns:
       int32 (n, C); every row sums to T.
     """
-    num_teachers = jax.tree.leaves(params)[0].shape[0]
-    if placement is None:
-        placement = Placement(num_teachers)
-        params = placement.put(_unpad(params, num_teachers))
+    params, placement = _placed(params, placement)
     fn = _predict_fn(model, num_classes, placement, teacher_chunk(chunk, placement.platform))
     mask = placement.mask()
     out = [to_host(fn(params, xb, mask))[:real] for xb, real in _batches(images, batch_size)]
