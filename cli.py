@@ -66,6 +66,13 @@ def _probability(ctx, param, value):
     return value
 
 
+def _seed(ctx, param, value):
+    """A research seed: all 128 bits are used, so any integer 0 <= seed < 2**128."""
+    if value is not None and not 0 <= value < 2**128:
+        raise click.BadParameter(f"must satisfy 0 <= seed < 2**128, got {value}")
+    return value
+
+
 def _at_least_one(ctx, param, value):
     if value is not None and value < 1:
         raise click.BadParameter(f"must be at least 1, got {value}")
@@ -87,7 +94,8 @@ def _at_least_one(ctx, param, value):
 @click.option("--conversion", type=click.Choice(["classic", "improved"]), default="classic", show_default=True,
               help="GNMax: RDP to (eps, delta) conversion.")
 @click.option("--release-order", type=float, help="GNMax: Renyi order of the sanitised release, fixed in "
-              "advance (default: the data-dependent best order, as in the 2018 paper, with a warning).")
+              "advance without looking at the votes (default: the order of the data-independent optimum, "
+              "a public quantity).")
 @click.option("--release-cost", type=float, default=0.2, show_default=True, callback=_positive,
               help="GNMax: RDP the sanitised release may spend at its order (sets its noise).")
 @click.option("--delta", type=float, default=1e-5, show_default=True, callback=_probability)
@@ -102,24 +110,29 @@ def _at_least_one(ctx, param, value):
 @click.option("--input-is-labels", is_flag=True,
               help="FILE is a teachers × queries matrix of predicted labels (the 2017 paper's format).")
 @click.option("--num-classes", type=int, callback=_at_least_one,
-              help="Number of classes when converting predicted labels (default: max label + 1).")
-@click.option("--seed", type=int, help="Seed of the release noise (research only: whoever knows it "
-              "can remove the noise). Default: fresh OS entropy.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write the report as JSON.")
+              help="Number of classes (required with --input-is-labels: classes no teacher "
+              "predicted still count).")
+@click.option("--seed", type=int, callback=_seed, help="Seed of the release noise, 0 <= seed < 2**128 "
+              "(research only: whoever knows it can remove the noise). Default: fresh OS entropy.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Write the whole report as JSON (private: owner-only).")
+@click.option("--release-json", "release_path", type=click.Path(dir_okay=False),
+              help="Write the publishable values and the headline eps as JSON (with --votes; "
+              "--workdir writes RUN/release.json).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-              help="Write a PNG of cumulative eps against answered queries.")
+              help="Write a PNG of cumulative eps against queries (private: owner-only).")
 def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_threshold, conversion,
             release_order, release_cost, delta, queries, indices_path, moments, beta,
-            input_is_labels, num_classes, seed, json_path, plot_path):
+            input_is_labels, num_classes, seed, json_path, release_path, plot_path):
     """Privacy report for noisy-argmax answers: data-independent, data-dependent
     (private) and sanitised eps."""
-    import numpy as np
-
     from analysis import report as report_mod
     from analysis import votes as votes_mod
+    from analysis.noise import RELEASE_STREAM, NoiseSource
 
     if (votes_path is None) == (workdir is None):
         raise click.UsageError("give exactly one of --votes FILE or --workdir RUN")
+    noise = NoiseSource(seed, RELEASE_STREAM)
     if workdir is not None:
         from pate.analyze import analyze_workdir
 
@@ -129,8 +142,12 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
 
         analyze_workdir(workdir, delta=delta, moments=moments, beta=beta, seed=seed,
                         conversion=conversion, release_order=release_order, release_cost=release_cost,
-                        json_path=json_path, plot_path=plot_path, echo=click.echo)
+                        json_path=json_path, plot_path=plot_path, release_path=release_path,
+                        echo=click.echo)
         return
+    if input_is_labels and num_classes is None:
+        raise click.UsageError("--input-is-labels needs --num-classes: classes no teacher predicted "
+                               "must still count, or the data-dependent eps is understated")
     needs = {"lnmax": ["gamma"], "gnmax": ["sigma"],
              "confident-gnmax": ["sigma", "threshold", "sigma_threshold"]}[mechanism]
     given = {"gamma": gamma, "sigma": sigma, "threshold": threshold, "sigma_threshold": sigma_threshold}
@@ -141,18 +158,17 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
     votes = votes_mod.load_votes(votes_path, input_is_labels=input_is_labels, num_classes=num_classes)
     indices = None if indices_path is None else votes_mod.load_indices(indices_path, votes.shape[0])
     answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
-    rng = np.random.default_rng(seed)
     if mechanism == "lnmax":
         rep = report_mod.lnmax_report(answered, gamma, delta, range(1, moments + 1),
-                                      0.09 if beta is None else beta, rng=rng)
+                                      0.09 if beta is None else beta, noise=noise)
     else:
         rep = report_mod.gnmax_report(
             answered, sigma, delta, threshold=threshold, sigma_threshold=sigma_threshold,
             conversion=conversion, release_order=release_order, beta=beta,
-            release_cost=release_cost, rng=rng)
-    report_mod.write_outputs(rep, json_path, plot_path)
+            release_cost=release_cost, noise=noise)
+    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path)
     click.echo(report_mod.render_table(rep))
-    for path in (json_path, plot_path):
+    for path in (release_path, json_path, plot_path):
         if path:
             click.echo(f"wrote {path}")
 
@@ -265,8 +281,9 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 @click.option("--queries", type=int, callback=_at_least_one, help="Query the first N pool points.")
 @click.option("--budget", type=float, callback=_positive,
               help="Stop answering where the data-independent eps would exceed this budget.")
-@click.option("--seed", type=int, help="Noise seed, for reproducible research only: whoever knows it "
-              "can remove the noise. Never written to any file. Default: fresh OS entropy.")
+@click.option("--seed", type=int, callback=_seed, help="Noise seed, 0 <= seed < 2**128, for "
+              "reproducible research only: whoever knows it can remove the noise. Never written to any "
+              "file. Default: fresh OS entropy.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing release in --workdir.")
 def label_command(workdir, mechanism, gamma, sigma, threshold, sigma_threshold, queries, budget, seed,
                   overwrite):
@@ -348,8 +365,9 @@ def train_student_command(workdir, method, steps, epochs, settings, overwrite, n
               help="Run directory (created if missing).")
 @click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
               help="Override any config key (TOML value syntax); repeatable.")
-@click.option("--seed", type=int, help="Noise seed of the aggregator and the sanitised release, for "
-              "reproducible research only; never written. Default: fresh OS entropy.")
+@click.option("--seed", type=int, callback=_seed, help="Noise seed of the aggregator and the sanitised "
+              "release, 0 <= seed < 2**128, for reproducible research only; never written. Default: "
+              "fresh OS entropy.")
 @click.option("--overwrite", is_flag=True, help="Run every step again from scratch.")
 @click.option("--no-progress", is_flag=True, help="Do not draw progress bars.")
 def run_command(config_path, workdir, settings, seed, overwrite, no_progress):

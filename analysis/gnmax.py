@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 from scipy.special import log_ndtr, logsumexp, ndtri_exp
@@ -82,6 +83,7 @@ __all__ = [
     "smooth_sensitivity",
     "rdp_gnss",
     "gnss_sigma_for_cost",
+    "gnss_discrete_correction",
     "EpsResult",
     "SanitizedEps",
     "data_independent_eps",
@@ -398,6 +400,30 @@ def gnss_sigma_for_cost(order, beta, max_rdp):
         else:
             hi = mid
     return math.exp(hi)
+
+
+RELEASE_GRID = 1e-3  # default grid step of the published sanitised RDP (public)
+_FLOAT_MARGIN = 1e-9  # relative slack on the smooth sensitivity for floating-point error
+
+
+def gnss_discrete_correction(order, sigma_ss) -> float:
+    """Extra RDP of GNSS with *discrete* Gaussian noise over the continuous bound `rdp_gnss`.
+
+    For integer means μ₀, μ₁ and variances s₀², s₁², completing the square in
+    Σ_k p₀(k)^λ p₁(k)^{1−λ} gives the continuous Rényi divergence times the ratio
+    R(A, m) / (R(1/s₀²)^λ R(1/s₁²)^{1−λ}), where A = λ/s₀² + (1−λ)/s₁², m = B/A and
+    R(a, m) = Σ_k e^{−a(k−m)²/2} / √(2π/a) is how far a discrete Gaussian's normaliser
+    exceeds the continuous one. By Poisson summation R(a, m) ≤ R(a, 0) = R(a) and R ≥ 1,
+    so D_λ(discrete) ≤ D_λ(continuous) + log R(A)/(λ−1) + log R(1/s₁²) (Canonne, Kamath,
+    Steinke 2020 bound the equal-variance case the same way). R(a) falls as the variance
+    1/a grows; here every scale is σ_ss·S̃ ≥ σ_ss (S̃ ≥ 1 grid step) and 1/A ≥ s₀²/λ ≥
+    σ_ss²/λ, so the correction is at most log R(λ/σ_ss²)/(λ−1) + log R(1/σ_ss²).
+    """
+    from analysis.noise import log_theta_ratio
+
+    order = float(order)
+    sigma_ss = float(sigma_ss)
+    return log_theta_ratio(order / sigma_ss**2) / (order - 1.0) + log_theta_ratio(1.0 / sigma_ss**2)
 
 
 # ------------------------------------------------------------------ smooth sensitivity
@@ -728,13 +754,16 @@ class EpsResult:
 class SanitizedEps:
     """The data-dependent ε released through GNSS (2018 paper, Section 4.3, Appendix B).
 
-    Publishable: `eps` (the release), `rdp_released`, `order`, `beta`, `sigma_ss`,
-    `rdp_gnss`, `delta`, `conversion`. Private (functions of the votes): `rdp_exact`,
+    Publishable: `eps` (the release), `rdp_released` (= `units` · `grid`), `units`,
+    `grid`, `order`, `beta`, `sigma_ss`, `rdp_gnss` (the cost, discrete correction
+    included), `delta`, `conversion`. Private (functions of the votes): `rdp_exact`,
     `eps_exact`, `smooth_sensitivity`, `noise_std`.
     """
 
     eps: float
     rdp_released: float
+    units: int
+    grid: float
     order: float
     beta: float
     sigma_ss: float
@@ -959,24 +988,40 @@ def sanitized_eps(
     accounting="joint",
     conversion="classic",
     num_teachers=None,
-    rng=None,
+    noise=None,
+    grid=RELEASE_GRID,
 ) -> SanitizedEps:
     """Releases the data-dependent RDP at `order` with GNSS and returns the sanitised ε.
 
     Steps (2018 paper, Section 4.3 and Appendix B): f(D) = data-dependent RDP of all
     queries at order λ (as in `data_dependent_eps`); S(D) = max_d e^{−βd} F(d), where F(d)
     sums the per-query local-sensitivity bounds at distance d (smooth sensitivity of a
-    sum ≤ discounted maximum of summed profiles); release f̃ = max(0, f(D) + S(D)·σ_ss·Z),
-    Z ~ N(0, 1). The release costs `rdp_gnss(λ, β, σ_ss)` (data-independent), so the
-    published ε is the conversion of f̃ + rdp_gnss at λ with `conversion`.
+    sum ≤ discounted maximum of summed profiles).
 
-    `order`, `beta` and `sigma_ss` must not be chosen by looking at the votes (the paper's
-    code picks all three from private values; that choice is not covered by this
-    analysis). `gnss_sigma_for_cost` picks σ_ss from a target cost. Confident-GNMax LS terms
-    in the joint accounting: |Δρ| ≤ |Δε_thr| + c·|Δw| + min(1, w'e^{(λ−1)λ/σ²})·|Δε_G| with
-    c = expm1((λ−1)λ/σ²)/(λ−1) (derivatives of `rdp_confident` in w and ε_G), each term
-    bounded by its own ball maximum. `rng`: a numpy Generator (fresh OS entropy if None).
+    The release is exact on the public grid ``g`` (Mironov 2012: no floating-point bit may
+    depend on the votes): f̃(D) = round(f(D)/g) has local sensitivity ≤ LS_f/g + 1, so
+    S̃ = S/g + 1 (times 1 + 1e-9 for floating-point error) is a β-smooth bound on it, and
+    the published value is g · max(0, f̃(D) + Z) with Z a discrete Gaussian of variance
+    (σ_ss S̃(D))², sampled exactly (``analysis.noise``, CKS 2020). Its cost is
+    `rdp_gnss(λ, β, σ_ss)` — the continuous GNSS bound, whose Rényi divergence between two
+    Gaussians is the same quadratic form for discrete ones — plus
+    `gnss_discrete_correction(λ, σ_ss)` for their normalisers (≈ 1e-21 at σ_ss = 5, λ = 12).
+    The published ε is the conversion of (released RDP + cost) at λ with `conversion`,
+    a deterministic function of the grid value.
+
+    `order`, `beta`, `sigma_ss` and `grid` must not be chosen by looking at the votes (the
+    paper's code picks the first three from private values; that choice is not covered
+    by this analysis). `gnss_sigma_for_cost` picks σ_ss from a target cost. Confident-GNMax
+    LS terms in the joint accounting: |Δρ| ≤ |Δε_thr| + c·|Δw| + min(1, w'e^{(λ−1)λ/σ²})·|Δε_G|
+    with c = expm1((λ−1)λ/σ²)/(λ−1) (derivatives of `rdp_confident` in w and ε_G), each term
+    bounded by its own ball maximum. `noise`: an ``analysis.noise.NoiseSource`` (fresh OS
+    entropy when None).
+
+    Raises:
+      PateError: bad parameters, or a release whose cost, sensitivity or value is not finite.
     """
+    from analysis.noise import NoiseSource, discrete_gaussian
+
     votes = _check_votes(votes)
     if votes.ndim != 2:
         raise PateError(f"votes must be a (queries, classes) array, got shape {votes.shape}")
@@ -985,6 +1030,9 @@ def sanitized_eps(
     sigma = _check_sigma(sigma)
     delta = check_delta(delta)
     order = float(check_orders([order])[0])
+    grid = float(grid)
+    if not (grid > 0 and math.isfinite(grid)):
+        raise PateError(f"grid must be a positive number, got {grid}")
     mech = _mechanism(threshold, sigma_threshold)
     if mech == "confident-gnmax":
         sigma_threshold = _check_sigma(sigma_threshold, "sigma_threshold")
@@ -994,18 +1042,31 @@ def sanitized_eps(
         accounting = None
         if answered_mask is not None:
             raise PateError("answered_mask applies to Confident-GNMax only")
-    cost = float(rdp_gnss([order], beta, sigma_ss)[0])
+    cost = float(rdp_gnss([order], beta, sigma_ss)[0]) + gnss_discrete_correction(order, sigma_ss)
+    if not math.isfinite(cost):
+        raise PateError(f"the GNSS release at order {order:g} has no finite cost (beta {beta:g}, "
+                        f"sigma_ss {sigma_ss:g}); lower --beta or raise --release-cost")
     F, f = _total_profile(
         votes, sigma, order, T, threshold=threshold, sigma_threshold=sigma_threshold,
         answered_mask=answered_mask, accounting=accounting,
     )
     ss = float(np.max(F * np.exp(-float(beta) * np.arange(T + 1))))
-    rng = np.random.default_rng() if rng is None else rng
-    released = max(0.0, f + ss * float(sigma_ss) * float(rng.standard_normal()))
+    if not (math.isfinite(f) and math.isfinite(ss)):
+        raise PateError(f"the data-dependent RDP ({f}) or its smooth sensitivity ({ss}) is not finite "
+                        "at these noise levels: nothing can be released; raise --sigma/--sigma-threshold")
+    ss_units = ss / grid * (1.0 + _FLOAT_MARGIN) + 1.0
+    std_units = float(sigma_ss) * ss_units
+    if not math.isfinite(std_units * std_units):
+        raise PateError(f"the release noise is not finite (grid {grid:g}); use a larger grid")
+    source = NoiseSource() if noise is None else noise
+    z = discrete_gaussian(source, Fraction(float(sigma_ss)) ** 2 * Fraction(ss_units) ** 2)
+    units = max(0, int(round(f / grid)) + z)
+    released = units * grid
     eps, _ = eps_from_rdp([order], [released + cost], delta, conversion)
     eps_exact, _ = eps_from_rdp([order], [f + cost], delta, conversion)
     return SanitizedEps(
-        eps=float(eps), rdp_released=released, order=order, beta=float(beta), sigma_ss=float(sigma_ss),
-        rdp_gnss=cost, delta=delta, conversion=conversion, mechanism=mech, accounting=accounting,
-        rdp_exact=f, eps_exact=float(eps_exact), smooth_sensitivity=ss, noise_std=ss * float(sigma_ss),
+        eps=float(eps), rdp_released=released, units=units, grid=grid, order=order, beta=float(beta),
+        sigma_ss=float(sigma_ss), rdp_gnss=cost, delta=delta, conversion=conversion, mechanism=mech,
+        accounting=accounting, rdp_exact=f, eps_exact=float(eps_exact), smooth_sensitivity=ss,
+        noise_std=std_units * grid,
     )

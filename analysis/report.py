@@ -46,10 +46,12 @@ class PrivacyReport:
     Attributes:
       mechanism: "lnmax", "gnmax" or "confident-gnmax".
       items: the numbers, in table order.
-      warnings: lines a user must read.
-      curve_queries: x-axis of the plot (number of answered queries).
-      curve_independent: data-independent ε after each answered query (public).
-      curve_dependent: data-dependent ε after each answered query (private).
+      warnings: lines a user must read that mention public values only.
+      private_warnings: lines that mention private values (kept out of release.json).
+      curve_queries: x-axis of the plot (number of queries charged).
+      curve_independent: data-independent ε after each query (public).
+      curve_dependent: data-dependent ε after each query (private).
+      curve_label: what the x-axis counts.
     """
 
     mechanism: str
@@ -58,6 +60,8 @@ class PrivacyReport:
     curve_queries: np.ndarray | None = None
     curve_independent: np.ndarray | None = None
     curve_dependent: np.ndarray | None = None
+    private_warnings: tuple[str, ...] = ()
+    curve_label: str = "answered queries"
 
     def value(self, key: str):
         for item in self.items:
@@ -67,8 +71,14 @@ class PrivacyReport:
 
 
 def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS,
-                 beta: float = 0.09, rng: np.random.Generator | None = None) -> PrivacyReport:
+                 beta: float = 0.09, noise=None, grid: float = lnmax.RELEASE_GRID) -> PrivacyReport:
     """The PATE 2017 report for LNMax answers to every row of ``votes``.
+
+    The headline ``eps`` is the total guarantee of everything released — the labels and
+    the sanitised ε — at ``delta_total = delta + delta`` (the answers' δ plus the
+    release's): the smaller of the data-independent route (ε_DI + ε_r) and the
+    data-dependent route (the sanitised value, floored at 0, + ε_r). Both are functions
+    of published values only.
 
     Args:
       votes: ``(n, num_classes)`` histograms of the answered queries (private).
@@ -76,43 +86,61 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
       delta: δ of every (ε, δ) figure.
       moments: orders of the moments accountant.
       beta: smoothness of the smooth-sensitivity release.
-      rng: source of the release noise; fresh OS entropy when None.
+      noise: an ``analysis.noise.NoiseSource`` for the release; fresh OS entropy when None.
+      grid: public grid step of the published sanitised ε.
     """
+    from analysis.noise import sampling_delta
+
     votes = np.asarray(votes)
     moments = lnmax.check_moments(moments)
     n = votes.shape[0]
     independent = lnmax.data_independent_eps(n, gamma, delta, moments)
-    released = lnmax.sanitized_eps(votes, gamma, delta, beta, moments, rng=rng)
+    if not math.isfinite(independent.eps):
+        raise PateError(f"the data-independent eps of {n} LNMax answers at --gamma {gamma:g} is not "
+                        "finite; lower --gamma")
+    released = lnmax.sanitized_eps(votes, gamma, delta, beta, moments, noise=noise, grid=grid)
     dependent = released.data_dependent
     di_curve, dd_curve = lnmax.cumulative_eps(votes, gamma, delta, moments)
+    routes = {"data-independent": independent.eps + released.eps_release,
+              "sanitised data-dependent": max(released.value, 0.0) + released.eps_release}
+    route = min(routes, key=routes.get)
+    delta_total = delta + released.delta_release
+    extra_delta = sampling_delta(n, votes.shape[1], routes[route])
     items = (
+        Item("eps", "HEADLINE eps (everything released)", routes[route], True,
+             f"at delta {delta_total:g}; {route} route, release included"),
+        Item("delta_total", "delta of the headline", delta_total, True, "answers + release"),
         Item("num_queries", "answered queries", n, True),
         Item("gamma", "gamma (Laplace noise 1/gamma)", float(gamma), True),
         Item("delta", "delta", float(delta), True),
-        Item("eps_data_independent", "data-independent eps", independent.eps, True,
+        Item("eps_data_independent", "data-independent eps (labels only)", independent.eps, True,
              f"moment {independent.moment:g}"),
         Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
              "depends on the votes: do not publish as is"),
         Item("best_moment", "best moment (data-dependent)", dependent.moment, False),
         Item("smooth_sensitivity", "smooth sensitivity of eps", released.smooth_sensitivity, False,
              f"beta = {beta:g}"),
-        Item("noise_scale", "Laplace scale of the release", released.noise_scale, False),
+        Item("noise_scale", "discrete Laplace scale of the release", released.noise_scale, False),
         Item("eps_sanitized", "sanitised data-dependent eps", released.value, True,
-             "smooth-sensitivity release (NRS07 Cor. 2.4)"),
-        Item("eps_release_cost", "extra eps spent by the release", released.eps_release, True,
+             f"on the grid {grid:g} (NRS07 with exact discrete Laplace)"),
+        Item("eps_release_cost", "eps spent by the release", released.eps_release, True,
              f"at delta {released.delta_release:g}; beta {beta:g}"),
         Item("beta", "beta", float(beta), True),
+        Item("grid", "grid step of the sanitised eps", float(grid), True),
+        Item("delta_sampling", "delta from float64 label noise", extra_delta, True,
+             "on top of delta_total (analysis.noise)"),
     )
-    warnings = []
+    warnings, private_warnings = [], []
     if dependent.best_is_largest:
-        warnings.append(
+        private_warnings.append(
             f"the best moment is the largest one tried ({dependent.moment:g}); "
             "try more moments (--moments) for a lower data-dependent eps")
     if independent.best_is_largest:
         warnings.append(
             f"the data-independent eps is best at the largest moment tried "
             f"({independent.moment:g}); more moments may lower it")
-    return PrivacyReport("lnmax", items, tuple(warnings), np.arange(1, n + 1), di_curve, dd_curve)
+    return PrivacyReport("lnmax", items, tuple(warnings), np.arange(1, n + 1), di_curve, dd_curve,
+                         tuple(private_warnings), "answered queries")
 
 
 def gnss_parameters(order: float, beta: float | None = None, release_cost: float = 0.2):
@@ -125,12 +153,35 @@ def gnss_parameters(order: float, beta: float | None = None, release_cost: float
     return beta, gnmax.gnss_sigma_for_cost(order, beta, release_cost)
 
 
+def gnss_headline_independent(independent, beta: float, sigma_ss: float, delta: float,
+                              conversion: str) -> tuple[float, float]:
+    """ε of the labels' data-independent RDP curve composed with the GNSS release.
+
+    The sanitised value is released too, so a data-independent headline must count it:
+    ``min_λ conv(ρ_DI(λ) + rdp_gnss(λ) + discrete correction)`` over the orders of the
+    curve where the GNSS cost is finite (Mironov 2017, Proposition 1: RDP adds). Returns
+    ``(eps, order)``; public (no vote enters).
+    """
+    from analysis import gnmax
+    from analysis import rdp as rdp_mod
+
+    orders = np.asarray(independent.orders, dtype=float)
+    feasible = orders * -math.expm1(-2.0 * beta) < 1.0
+    if not feasible.any():
+        return math.inf, math.nan
+    o = orders[feasible]
+    cost = gnmax.rdp_gnss(o, beta, sigma_ss) + np.array([gnmax.gnss_discrete_correction(x, sigma_ss)
+                                                          for x in o])
+    eps, order = rdp_mod.eps_from_rdp(o, np.asarray(independent.rdp)[feasible] + cost, delta, conversion)
+    return float(eps), float(order)
+
+
 def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None = None,
                  sigma_threshold: float | None = None, answered=None, num_teachers: int | None = None,
                  orders=None, conversion: str = "classic", release_order: float | None = None,
                  beta: float | None = None, release_cost: float = 0.2,
-                 max_answers: int | None = None,
-                 rng: np.random.Generator | None = None, sanitize: bool = True) -> PrivacyReport:
+                 max_answers: int | None = None, noise=None, grid: float | None = None,
+                 sanitize: bool = True) -> PrivacyReport:
     """The PATE 2018 report for GNMax or Confident-GNMax over the queried rows of ``votes``.
 
     GNMax: ``votes`` are the answered queries. Confident-GNMax (``threshold`` and
@@ -142,17 +193,21 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     and GNMax on every query — or on at most ``max_answers`` of them when the labeller
     capped its answers in advance (``pate label --budget``).
 
-    The sanitised ε is released with GNSS at ``release_order``. When None, the order is
-    the one minimising the data-dependent ε, as the 2018 paper does: that choice looks
-    at the private votes and is not covered by the release's guarantee, and the report
-    says so. Pass a fixed order for a release whose every choice is covered.
+    The sanitised ε is released with GNSS at ``release_order``. Every parameter of the
+    release is fixed before the votes are looked at: when ``release_order`` is None it
+    is the order of the data-independent optimum (a public quantity), not the paper's
+    data-dependent best order. The headline ``eps`` (at δ) is the smaller of the
+    sanitised route (its own cost included) and the data-independent route with the
+    release's cost composed in (:func:`gnss_headline_independent`).
     """
     from analysis import gnmax
     from analysis import rdp as rdp_mod
+    from analysis.noise import sampling_delta
 
     votes = np.asarray(votes)
     orders = rdp_mod.DEFAULT_ORDERS if orders is None else orders
     orders = rdp_mod.check_orders(orders)
+    grid = gnmax.RELEASE_GRID if grid is None else grid
     n = votes.shape[0]
     confident = threshold is not None
     num_answered = None if answered is None else int(np.sum(answered))
@@ -160,9 +215,13 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
                                              sigma_threshold=sigma_threshold if confident else None,
                                              num_answered=max_answers if confident else None,
                                              conversion=conversion)
+    if not math.isfinite(independent.eps):
+        raise PateError(f"the data-independent eps of these {n} queries is not finite at --sigma "
+                        f"{sigma:g}" + (f", --sigma-threshold {sigma_threshold:g}" if confident else "")
+                        + "; raise the noise")
     kwargs = dict(threshold=threshold, sigma_threshold=sigma_threshold) if confident else {}
     dependent = gnmax.data_dependent_eps(votes, sigma, delta, orders, conversion=conversion, **kwargs)
-    warnings = []
+    warnings, private_warnings = [], []
     if not sanitize:
         items = [Item("num_queries", "queries", n, True)]
         if num_answered is not None:
@@ -173,15 +232,16 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
                   Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
                        "depends on the votes: do not publish as is")]
         return PrivacyReport("confident-gnmax" if confident else "gnmax", tuple(items))
-    chosen_privately = release_order is None
-    order = dependent.order if chosen_privately else float(release_order)
-    if chosen_privately:
-        warnings.append(
-            f"the release order {order:g} was chosen from the private data-dependent curve (as in "
-            "the 2018 paper); that choice is not covered by the release: fix it with --release-order")
+    fixed = release_order is not None
+    order = float(release_order) if fixed else float(independent.order)
     beta, sigma_ss = gnss_parameters(order, beta, release_cost)
     released = gnmax.sanitized_eps(votes, sigma, delta, order, beta, sigma_ss, conversion=conversion,
-                                   num_teachers=num_teachers, rng=rng, **kwargs)
+                                   num_teachers=num_teachers, noise=noise, grid=grid, **kwargs)
+    di_route, di_route_order = gnss_headline_independent(independent, beta, sigma_ss, delta, conversion)
+    routes = {"data-independent": di_route, "sanitised data-dependent": released.eps}
+    route = min(routes, key=routes.get)
+    coordinates = votes.shape[1] + (1 if confident else 0)
+    extra_delta = sampling_delta(n, coordinates, routes[route])
     # Per-query RDP curves for the cumulative plot.
     if confident:
         thr, gn, w, _ = gnmax._confident_curves(votes, sigma, threshold, sigma_threshold, orders)
@@ -201,7 +261,10 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
         di_rdp = count * per_query_di
     di_curve, _ = rdp_mod.eps_from_rdp(orders, di_rdp, delta, conversion)
     mech = "confident-gnmax" if confident else "gnmax"
-    items = [Item("num_queries", "queries", n, True)]
+    items = [Item("eps", "HEADLINE eps (everything released)", routes[route], True,
+                  f"at delta {delta:g}; {route} route, release included"),
+             Item("delta_total", "delta of the headline", float(delta), True),
+             Item("num_queries", "queries", n, True)]
     if confident:
         if num_answered is not None:
             items.append(Item("num_answered", "answered queries", num_answered, True))
@@ -213,7 +276,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
         Item("sigma", "sigma_2 (answer noise)" if confident else "sigma (Gaussian noise)", float(sigma), True),
         Item("delta", "delta", float(delta), True),
         Item("conversion", "RDP -> (eps, delta) conversion", conversion, True),
-        Item("eps_data_independent", "data-independent eps", independent.eps, True,
+        Item("eps_data_independent", "data-independent eps (labels only)", independent.eps, True,
              f"order {independent.order:g}"),
         Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
              "depends on the votes: do not publish as is"),
@@ -225,20 +288,31 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     items += [
         Item("smooth_sensitivity", "smooth sensitivity of the RDP", released.smooth_sensitivity, False,
              f"order {order:g}, beta {beta:.4g}"),
-        Item("noise_std", "Gaussian std of the release", released.noise_std, False),
+        Item("noise_std", "discrete Gaussian std of the release", released.noise_std, False),
+        Item("rdp_sanitized", "sanitised data-dependent RDP", released.rdp_released, True,
+             f"on the grid {grid:g}, at order {order:g}"),
         Item("eps_sanitized", "sanitised data-dependent eps", released.eps, True,
              "GNSS release, its own cost included (2018, Sec. 4.3)"),
+        Item("eps_data_independent_with_release", "data-independent eps + release", di_route, True,
+             f"order {di_route_order:g}"),
         Item("release_order", "release order", order, True,
-             "chosen from private values" if chosen_privately else "fixed in advance"),
+             "fixed in advance" if fixed else "data-independent best order (public)"),
         Item("release_rdp_cost", "RDP spent by the release", released.rdp_gnss, True,
              f"sigma_ss {sigma_ss:.4g}"),
         Item("beta", "beta", float(beta), True),
+        Item("grid", "grid step of the sanitised RDP", float(grid), True),
+        Item("delta_sampling", "delta from float64 label noise", extra_delta, True,
+             "on top of delta (analysis.noise)"),
     ]
     if n and dependent.order == orders.max():
-        warnings.append(f"the best order is the largest one tried ({dependent.order:g}); "
-                        "more orders may lower the data-dependent eps")
+        private_warnings.append(f"the best order is the largest one tried ({dependent.order:g}); "
+                                "more orders may lower the data-dependent eps")
+    if independent.order == orders.max():
+        warnings.append(f"the data-independent eps is best at the largest order tried "
+                        f"({independent.order:g}); more orders may lower it")
     return PrivacyReport(mech, tuple(items), tuple(warnings), np.arange(1, n + 1),
-                         np.asarray(di_curve), np.asarray(dd_curve))
+                         np.asarray(di_curve), np.asarray(dd_curve), tuple(private_warnings),
+                         "queries (threshold steps)" if confident else "answered queries")
 
 
 def brief_lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS) -> PrivacyReport:
@@ -284,9 +358,15 @@ def render_table(report: PrivacyReport) -> str:
     for row in rows:
         text = "  ".join(c.ljust(w) for c, w in zip(row[:3], widths))
         lines.append((text + ("  " + row[3] if row[3] else "")).rstrip())
-    lines.append("Publish only the rows marked 'yes'; the others depend on the private votes.")
+    if any(item.key == "eps" for item in report.items):
+        lines.append("Publish the HEADLINE eps (it counts everything released) and only the rows "
+                     "marked 'yes'; the others depend on the private votes.")
+    else:
+        lines.append("Publish only the rows marked 'yes'; the others depend on the private votes.")
     for warning in report.warnings:
         lines.append(f"warning: {warning}")
+    for warning in report.private_warnings:
+        lines.append(f"warning (private, do not publish): {warning}")
     return "\n".join(lines)
 
 
@@ -300,15 +380,42 @@ def _jsonable(value):
 
 
 def to_json(report: PrivacyReport, extra: dict | None = None) -> dict:
-    """The report as a JSON-able dict: ``public`` and ``private`` sections.
+    """The whole report (``privacy.json``, private): ``public`` and ``private`` sections.
 
-    Every value sits in exactly one of the two; ``public`` is safe to publish as a whole.
+    Every value sits in exactly one of the two. Warnings that mention private values sit
+    under ``private``. Publish :func:`release_json` instead of this document.
     """
     doc = {
         "mechanism": report.mechanism,
         "public": {i.key: _jsonable(i.value) for i in report.items if i.public},
         "private": {i.key: _jsonable(i.value) for i in report.items if not i.public},
-        "notes": "Values under 'private' depend on the private votes: never publish them.",
+        "notes": "PRIVATE document: values under 'private' depend on the private votes. "
+                 "Publish release.json, not this file.",
+        "warnings": list(report.warnings),
+    }
+    doc["private"]["warnings"] = list(report.private_warnings)
+    if extra:
+        doc.update(extra)
+    return doc
+
+
+def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
+    """``release.json``: only publishable values, safe to publish as a whole.
+
+    The headline ``eps`` at ``delta`` is the total guarantee of everything released (the
+    labels and the sanitised ε, the release's own cost included); the other numbers are
+    the mechanism's public parameters and the pieces the headline is made of.
+    """
+    public = {i.key: _jsonable(i.value) for i in report.items if i.public}
+    if "eps" not in public:
+        raise PateError("this report has no headline eps (it was built without a sanitised release)")
+    doc = {
+        "mechanism": report.mechanism,
+        "eps": public.pop("eps"),
+        "delta": public.pop("delta_total"),
+        "details": public,
+        "notes": "Everything here may be published. 'eps' at 'delta' is the guarantee of "
+                 "everything released: the labels and the sanitised eps, its own cost included.",
         "warnings": list(report.warnings),
     }
     if extra:
@@ -316,8 +423,9 @@ def to_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     return doc
 
 
-def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Writes ``data`` to ``path`` through a temp file in the same folder and a rename."""
+def write_atomic(path: str | os.PathLike, data: bytes, private: bool = False) -> None:
+    """Writes ``data`` to ``path`` through a synced temp file in the same folder and a
+    rename; ``private`` files are owner-only (0600)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -325,7 +433,13 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
     try:
         with os.fdopen(fd, "wb") as fh:
+            if not private:
+                mask = os.umask(0)
+                os.umask(mask)
+                os.fchmod(fh.fileno(), 0o666 & ~mask)
             fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -337,8 +451,13 @@ def json_bytes(report: PrivacyReport, extra: dict | None = None) -> bytes:
     return (json.dumps(to_json(report, extra), indent=2, sort_keys=False) + "\n").encode()
 
 
+def release_bytes(report: PrivacyReport, extra: dict | None = None) -> bytes:
+    return (json.dumps(release_json(report, extra), indent=2, sort_keys=False) + "\n").encode()
+
+
 def plot_bytes(report: PrivacyReport) -> bytes:
-    """PNG of cumulative ε against answered queries (data-independent and -dependent)."""
+    """PNG of cumulative ε against queries (data-independent and -dependent) and the
+    headline ε. The data-dependent curve is private, so the plot is too."""
     if report.curve_queries is None:
         raise PateError("this report has no per-query curve to plot")
     import io
@@ -353,7 +472,11 @@ def plot_bytes(report: PrivacyReport) -> bytes:
         ax.plot(report.curve_queries, report.curve_independent, label="data-independent (public)")
         ax.plot(report.curve_queries, report.curve_dependent,
                 label="data-dependent (PRIVATE: do not publish)")
-        ax.set_xlabel("answered queries")
+        keys = {item.key for item in report.items}
+        if "eps" in keys:
+            ax.axhline(report.value("eps"), color="k", linestyle="--", linewidth=1,
+                       label=f"headline eps {report.value('eps'):.3g} (everything released)")
+        ax.set_xlabel(report.curve_label)
         ax.set_ylabel("ε")
         delta = report.value("delta")
         ax.set_title(f"{report.mechanism}: cumulative ε at δ = {delta:g}")
@@ -368,17 +491,20 @@ def plot_bytes(report: PrivacyReport) -> bytes:
 
 
 def write_outputs(report: PrivacyReport, json_path=None, plot_path=None,
-                  extra: dict | None = None) -> None:
+                  extra: dict | None = None, release_path=None) -> None:
     """Renders every requested output first, then writes each atomically, so a failure
-    leaves no half-written file."""
+    leaves no half-written file. ``json_path`` (the whole report) and ``plot_path`` are
+    private and written owner-only; ``release_path`` gets :func:`release_json`."""
     blobs = []
     if json_path is not None:
-        blobs.append((json_path, json_bytes(report, extra)))
+        blobs.append((json_path, json_bytes(report, extra), True))
     if plot_path is not None:
-        blobs.append((plot_path, plot_bytes(report)))
-    for path, _ in blobs:
+        blobs.append((plot_path, plot_bytes(report), True))
+    if release_path is not None:
+        blobs.append((release_path, release_bytes(report, extra), False))
+    for path, _, _ in blobs:
         folder = os.path.dirname(os.path.abspath(os.fspath(path)))
         if not os.path.isdir(folder):
             raise PateError(f"cannot write {path}: folder {folder} does not exist; create it first")
-    for path, data in blobs:
-        write_atomic(path, data)
+    for path, data, private in blobs:
+        write_atomic(path, data, private=private)

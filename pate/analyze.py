@@ -1,8 +1,10 @@
 """`pate analyze --workdir`: the privacy report of a labelled run directory.
 
 Reads the private ``votes.npz`` and the released ``labels.npz`` (which queries were
-answered, by which mechanism and noise) and writes ``privacy.json`` (values marked
-public / private) and ``privacy.png``. Uses only `analysis` (no JAX).
+answered, by which mechanism and noise) and writes ``privacy.json`` (the whole report,
+values marked public / private; owner-only), ``privacy.png`` (its data-dependent curve is
+private; owner-only) and ``release.json`` (publishable values only, with the headline ε).
+Uses only `analysis` (no JAX).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ VOTES_FILE = "votes.npz"
 LABELS_FILE = "labels.npz"
 PRIVACY_JSON = "privacy.json"
 PRIVACY_PLOT = "privacy.png"
+RELEASE_JSON = "release.json"
 
 
 def read_labels(path: str) -> dict:
@@ -44,14 +47,14 @@ def read_labels(path: str) -> dict:
 def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments: int = 8,
                        beta: float | None = None, conversion: str = "classic",
                        release_order: float | None = None, release_cost: float = 0.2,
-                       rng: np.random.Generator | None = None,
-                       sanitize: bool = True) -> report_mod.PrivacyReport:
+                       noise=None, sanitize: bool = True) -> report_mod.PrivacyReport:
     """The privacy report of a release (``labels.npz`` contents) over its vote histogram.
 
     LNMax and GNMax are charged for the answered queries; Confident-GNMax for every
     queried row (its threshold step runs on each). With ``sanitize=False`` only the
     data-independent and data-dependent ε are computed (no smooth-sensitivity release,
-    so nothing is spent on one) — what `pate label` prints.
+    so nothing is spent on one) — what `pate label` prints. ``noise``: an
+    ``analysis.noise.NoiseSource`` for the sanitised release (OS entropy when None).
     """
     indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=LABELS_FILE)
     mask = np.asarray(labels["labels"]) >= 0
@@ -69,7 +72,7 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
         if not sanitize:
             return report_mod.brief_lnmax_report(votes[answered], param("gamma"), delta, range(1, moments + 1))
         return report_mod.lnmax_report(votes[answered], param("gamma"), delta, range(1, moments + 1),
-                                       0.09 if beta is None else beta, rng=rng)
+                                       0.09 if beta is None else beta, noise=noise)
     if mechanism in ("gnmax", "confident-gnmax"):
         confident = mechanism == "confident-gnmax"
         rows = indices if confident else answered  # the threshold step runs on every query
@@ -82,15 +85,17 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
             answered=mask if confident else None, num_teachers=int(votes[0].sum()),
             max_answers=int(param("max_answers")) if "max_answers" in labels else None,
             conversion=conversion, release_order=release_order, beta=beta,
-            release_cost=release_cost, rng=rng, sanitize=sanitize)
+            release_cost=release_cost, noise=noise, sanitize=sanitize)
     raise PateError(f"{LABELS_FILE} names mechanism '{mechanism}', which `pate analyze` does not know")
 
 
 def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | None = None,
                     seed: int | None = None, conversion: str = "classic",
                     release_order: float | None = None, release_cost: float = 0.2,
-                    json_path=None, plot_path=None, echo=print) -> report_mod.PrivacyReport:
-    """Builds the privacy report of a labelled run and writes privacy.json / privacy.png.
+                    json_path=None, plot_path=None, release_path=None,
+                    echo=print) -> report_mod.PrivacyReport:
+    """Builds the privacy report of a labelled run and writes privacy.json, privacy.png
+    (both private, owner-only) and release.json (publishable).
 
     Args:
       workdir: the run directory.
@@ -98,13 +103,17 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
       moments: moments accountant orders 1..moments (LNMax).
       beta: smoothness of the smooth-sensitivity release (LNMax default 0.09; GNMax
         default 0.1 / release order).
-      seed: seed of the release noise (never written out); OS entropy when None.
+      seed: seed of the release noise (research only: ``0 <= seed < 2**128``, never
+        written out); OS entropy when None.
       conversion, release_order, release_cost: GNMax release settings, see
         `analysis.report.gnmax_report`.
-      json_path, plot_path: where to write; default ``workdir/privacy.json`` and
-        ``workdir/privacy.png``.
+      json_path, plot_path, release_path: where to write; default
+        ``workdir/privacy.json``, ``workdir/privacy.png`` and ``workdir/release.json``.
       echo: where the table goes.
     """
+    from analysis.noise import RELEASE_STREAM, NoiseSource
+
+    noise = NoiseSource(seed, RELEASE_STREAM)  # refuses a bad seed before anything is read or written
     workdir = os.fspath(workdir)
     if not os.path.isdir(workdir):
         raise PateError(f"run directory {workdir} does not exist")
@@ -112,12 +121,13 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
     votes = votes_mod.load_votes(os.path.join(workdir, VOTES_FILE))
     rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta,
                              conversion=conversion, release_order=release_order,
-                             release_cost=release_cost, rng=np.random.default_rng(seed))
+                             release_cost=release_cost, noise=noise)
     json_path = os.path.join(workdir, PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, PRIVACY_PLOT) if plot_path is None else plot_path
-    report_mod.write_outputs(rep, json_path, plot_path)
+    release_path = os.path.join(workdir, RELEASE_JSON) if release_path is None else release_path
+    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path)
     echo(report_mod.render_table(rep))
-    echo(f"wrote {json_path} and {plot_path}")
+    echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
 
 

@@ -177,8 +177,9 @@ class PrivacyConfig:
     `delta`: the δ of every (ε, δ) figure. LNMax: the moments accountant over orders
     1..`moments` and the smooth-sensitivity release with smoothness `beta`. GNMax:
     the RDP → (ε, δ) `conversion`, and the GNSS release at `release_order` (0 = the
-    data-dependent best order, as in the 2018 paper, which the report flags as a
-    private choice) spending `release_cost` of RDP at that order.
+    order of the data-independent optimum, a public quantity; never the data-dependent
+    best order, which would be chosen from the private votes) spending `release_cost`
+    of RDP at that order.
     """
 
     delta: float = 1e-5

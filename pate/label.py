@@ -56,6 +56,26 @@ def resolve(cfg: AggregationConfig, *, num_teachers: int, pool_size: int) -> Agg
     return cfg
 
 
+def check_accountable(cfg: AggregationConfig, privacy) -> None:
+    """Refuses, before any vote is computed, settings whose data-independent ε is not finite
+    (e.g. ``--sigma 1e-300`` would release the noiseless plurality)."""
+    from analysis import gnmax, lnmax
+
+    n = cfg.queries
+    if cfg.mechanism == "lnmax":
+        eps = lnmax.data_independent_eps(n, cfg.gamma, privacy.delta, range(1, privacy.moments + 1)).eps
+        option = f"--gamma {cfg.gamma:g}"
+    else:
+        confident = cfg.mechanism == "confident-gnmax"
+        eps = gnmax.data_independent_eps(n, cfg.sigma, privacy.delta,
+                                         sigma_threshold=cfg.sigma_threshold if confident else None,
+                                         conversion=privacy.conversion).eps
+        option = f"--sigma {cfg.sigma:g}" + (f" / --sigma-threshold {cfg.sigma_threshold:g}" if confident else "")
+    if not np.isfinite(eps):
+        raise PateError(f"{option} gives a non-finite data-independent eps for {n} queries: the "
+                        "release could not be accounted for; use more noise")
+
+
 def mechanism_params(cfg: AggregationConfig) -> dict:
     """The noise parameters of the chosen mechanism (what labels.npz records)."""
     if cfg.mechanism == "lnmax":
@@ -173,6 +193,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         raise PateError(f"the pool's images have shape {splits.pool_x.shape[1:]} but the teachers "
                         f"were trained on {tuple(teachers.image_shape)}: is this the same data set?")
     resolve(agg, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
+    aggregation.noise_source(seed)  # refuses a bad seed before any vote is computed
+    check_accountable(agg, config.privacy)
     plan = None
     if budget is not None:
         plan = budget_plan(agg, budget, config.privacy.delta, moments=config.privacy.moments,
@@ -191,7 +213,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         raise PateError("internal error: a vote row does not count every teacher once")
 
     params = mechanism_params(agg)
-    released = aggregation.aggregate(votes[queried], agg.mechanism, aggregation.noise_key(seed),
+    released = aggregation.aggregate(votes[queried], agg.mechanism, aggregation.noise_source(seed),
                                      **params)
     if plan is not None and plan.max_answers is not None:
         released = cap_answers(released, plan.max_answers)
@@ -203,23 +225,25 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         label_accuracy=float(np.mean(released[answered] == truth[answered])) if answered.any() else float("nan"),
         plurality_accuracy=float(np.mean(np.argmax(votes[queried], axis=1) == truth)),
         params=params)
-
-    run.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
     labels = {"indices": queried.astype(np.int64), "labels": released.astype(np.int32),
               "mechanism": np.array(agg.mechanism)}
     labels.update({k: np.array(float(v)) for k, v in params.items()})
-    run.write_npz(rundir.LABELS_NPZ, labels, config)
-    run.write_config(config)
-    echo(result.summary())
+
+    # The brief report is computed before anything is written: a release the analysis
+    # cannot account for is never written (drawing noise that is never published costs nothing).
     from analysis import report as report_mod
     from pate.analyze import report_for_release
 
     p = config.privacy
     brief = report_for_release(votes, labels, delta=p.delta, moments=p.moments,
                                conversion=p.conversion, sanitize=False)
+    run.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
+    run.write_npz(rundir.LABELS_NPZ, labels, config)
+    run.write_config(config)
+    echo(result.summary())
     echo(report_mod.render_table(brief))
     echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
-         "(the release); `pate analyze` gives the sanitised eps")
+         "(the release); `pate analyze` gives the sanitised eps and the headline eps")
     return result
 
 

@@ -139,7 +139,8 @@ class RunSummary:
     eps_data_independent: float
     eps_data_dependent: float
     eps_sanitized: float | None
-    eps_release_cost: float | None  # LNMax: the release's own (eps, delta), not in eps_sanitized
+    eps: float | None  # the headline: everything released (release.json)
+    delta_total: float | None  # δ of the headline
     delta: float
     wall_time_s: float
 
@@ -160,11 +161,10 @@ class RunSummary:
             f"data-independent eps:  {f(self.eps_data_independent, '.3f')}  (delta {self.delta:g})",
             f"data-dependent eps:    {f(self.eps_data_dependent, '.3f')}  PRIVATE: depends on the votes, "
             "do not publish",
-            f"sanitised eps:         {f(self.eps_sanitized, '.3f')}  (smooth-sensitivity release: publishable)"
-            + ("" if self.eps_release_cost is None else
-               f"; releasing it spent another eps {f(self.eps_release_cost, '.3f')} at delta "
-               f"{self.delta:g} (total {f(self.eps_sanitized + self.eps_release_cost, '.3f')} at delta "
-               f"{2 * self.delta:g})"),
+            f"sanitised eps:         {f(self.eps_sanitized, '.3f')}  (smooth-sensitivity release: publishable)",
+            f"HEADLINE eps:          {f(self.eps, '.3f')}  at delta "
+            f"{'n/a' if self.delta_total is None else format(self.delta_total, 'g')}: everything released "
+            "(labels and the sanitised eps, its cost included) — publish this (release.json)",
         ])
 
 
@@ -324,6 +324,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
     teachers = run_dir.read_json(rundir.TEACHERS_JSON)
     student = run_dir.read_json(rundir.STUDENT_JSON)
     privacy = run_dir.read_json(rundir.PRIVACY_JSON)
+    release = run_dir.read_json(rundir.RELEASE_JSON)
     label_acc, num_queries, num_answered, mechanism = _label_accuracy(config, run_dir)
     public, private = privacy.get("public", {}), privacy.get("private", {})
 
@@ -341,7 +342,8 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         eps_data_independent=number(public.get("eps_data_independent")),
         eps_data_dependent=number(private.get("eps_data_dependent")),
         eps_sanitized=number(public["eps_sanitized"]) if "eps_sanitized" in public else None,
-        eps_release_cost=number(public["eps_release_cost"]) if "eps_release_cost" in public else None,
+        eps=number(release["eps"]) if "eps" in release else None,
+        delta_total=number(release["delta"]) if "delta" in release else None,
         delta=config.privacy.delta, wall_time_s=time.time() - start)
     return summary
 

@@ -32,12 +32,16 @@ STUDENT_DIR = "student"
 STUDENT_JSON = "student.json"
 PRIVACY_JSON = "privacy.json"
 PRIVACY_PNG = "privacy.png"
+RELEASE_JSON = "release.json"
+
+#: Files and folders that hold private values: created owner-only (0600 / 0700).
+PRIVATE_ARTIFACTS = frozenset({"teachers", "teachers.json", "votes.npz", "privacy.json", "privacy.png"})
 
 #: The artifacts each command produces (what `--overwrite` replaces).
 TEACHER_ARTIFACTS = (TEACHERS_DIR, TEACHERS_JSON)
 LABEL_ARTIFACTS = (VOTES_NPZ, LABELS_NPZ)
 STUDENT_ARTIFACTS = (STUDENT_DIR, STUDENT_JSON)
-ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG)
+ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG, RELEASE_JSON)
 
 _META_KEY = "meta"
 
@@ -61,14 +65,16 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Writes `data` to `path` through a temporary file in the same directory.
 
     The temporary file is flushed, synced and renamed over `path` (`os.replace`), so
-    `path` holds either its old content or all of `data`, never a part.
+    `path` holds either its old content or all of `data`, never a part. Files named in
+    `PRIVATE_ARTIFACTS` are owner-only (0600); others get the usual umask mode.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), _FILE_MODE)  # mkstemp makes 0600; match a plain open()
+            if path.name not in PRIVATE_ARTIFACTS:
+                os.fchmod(f.fileno(), _FILE_MODE)  # mkstemp makes 0600; match a plain open()
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -79,6 +85,14 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def make_private_dir(path: str | Path) -> Path:
+    """Creates (or restricts) a folder of private artifacts to its owner (0700)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -274,6 +274,11 @@ def _save_params(directory: Path, params: Params) -> None:
     with ocp.StandardCheckpointer() as ckptr:
         ckptr.save(directory.resolve(), params, force=True)
         ckptr.wait_until_finished()
+    # The student is released: orbax's success marker names the absolute path it was
+    # written to (a user name, a home folder); keep the marker, drop the path.
+    marker = directory / "commit_success.txt"
+    if marker.exists():
+        rundir.atomic_write_text(marker, "Checkpoint commit was successful\n")
 
 
 def _restore_params(directory: Path, like: Params) -> Params:

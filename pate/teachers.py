@@ -371,6 +371,8 @@ def _manager(directory: Path, keep: int = 2):
 
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False,
                                            create=True)
+    if jax.process_index() == 0:
+        rundir.make_private_dir(directory)  # the teachers are private: owner-only
     return ocp.CheckpointManager(directory.resolve(), options=options)
 
 

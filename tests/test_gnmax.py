@@ -14,6 +14,7 @@ from scipy.special import log_ndtr, logsumexp, ndtri_exp
 
 from analysis import gnmax as g
 from analysis.errors import PateError
+from analysis.noise import NoiseSource
 
 # --------------------------------------------------------------------------- plain loops
 
@@ -525,12 +526,15 @@ def _votes(n=200, T=250, m=10, seed=0):
 
 
 def test_sanitized_release_noise_has_the_stated_scale():
-    """(released − exact)/(SS·σ_ss) is N(0, 1): a KS test passes, and fails at twice the scale."""
+    """(released − exact)/(SS·σ_ss) is N(0, 1): a KS test passes, and fails at twice the scale.
+    Every released value lies on the public grid."""
     votes = _votes()
     draws = []
     for seed in range(300):
-        r = g.sanitized_eps(votes, 40.0, 1e-5, 20.0, 0.2 / 20, 2.0, rng=np.random.default_rng(seed))
+        r = g.sanitized_eps(votes, 40.0, 1e-5, 20.0, 0.2 / 20, 2.0, noise=NoiseSource(seed))
         draws.append((r.rdp_released - r.rdp_exact) / r.noise_std)
+        assert r.rdp_released == r.units * r.grid and isinstance(r.units, int)
+    assert r.noise_std / r.grid > 20  # the grid is fine next to the noise
     assert r.rdp_exact - 4 * r.noise_std > 0  # clipping at 0 never kicks in here
     assert stats.kstest(draws, "norm").pvalue > 1e-3
     assert stats.kstest(np.array(draws) / 2, "norm").pvalue < 1e-3
@@ -539,13 +543,14 @@ def test_sanitized_release_noise_has_the_stated_scale():
 def test_sanitized_matches_data_dependent_and_reports_the_gnss_cost():
     votes = _votes(seed=1)
     order, beta, s = 20.0, 0.01, 10.0
-    r = g.sanitized_eps(votes, 40.0, 1e-5, order, beta, s, rng=np.random.default_rng(0))
+    r = g.sanitized_eps(votes, 40.0, 1e-5, order, beta, s, noise=NoiseSource(0))
     dd = g.data_dependent_eps(votes, 40.0, 1e-5, [order])
     assert r.rdp_exact == pytest.approx(float(dd.rdp[0]), rel=1e-12)
-    assert r.rdp_gnss == pytest.approx(float(g.rdp_gnss([order], beta, s)[0]))
+    assert r.rdp_gnss == pytest.approx(float(g.rdp_gnss([order], beta, s)[0])
+                                       + g.gnss_discrete_correction(order, s), rel=1e-12)
     assert r.eps == pytest.approx(r.rdp_released + r.rdp_gnss + math.log(1e5) / (order - 1))
     rc = g.sanitized_eps(
-        votes, 40.0, 1e-5, order, beta, s, threshold=200, sigma_threshold=150.0, rng=np.random.default_rng(0)
+        votes, 40.0, 1e-5, order, beta, s, threshold=200, sigma_threshold=150.0, noise=NoiseSource(0)
     )
     ddc = g.data_dependent_eps(votes, 40.0, 1e-5, [order], threshold=200, sigma_threshold=150.0)
     assert rc.rdp_exact == pytest.approx(float(ddc.rdp[0]), rel=1e-10)

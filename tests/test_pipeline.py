@@ -170,13 +170,13 @@ def test_section_hash():
     assert np.all([c in "0123456789abcdef" for c in pipeline.section_hash(a, ["privacy"])])
 
 
-def test_summary_adds_the_lnmax_release_cost():
-    """LNMax's smooth-sensitivity release spends its own (eps, delta) outside the sanitised
-    value; the summary must not present the sanitised value alone as the total."""
+def test_summary_shows_the_headline_eps():
+    """The summary's headline is release.json's eps at its delta (everything released), not
+    the sanitised value alone."""
     common = dict(steps=(), dataset="d", mechanism="lnmax", num_queries=100, num_answered=100,
                   teacher_ensemble_accuracy=0.9, label_accuracy=0.9, student_method="fixmatch",
                   student_accuracy=0.9, eps_data_independent=5.3, eps_data_dependent=2.0,
                   eps_sanitized=2.1, delta=1e-5, wall_time_s=1.0)
-    text = pipeline.RunSummary(**common, eps_release_cost=2.2).summary()
-    assert "another eps 2.200 at delta 1e-05 (total 4.300 at delta 2e-05)" in text
-    assert "another eps" not in pipeline.RunSummary(**common, eps_release_cost=None).summary()
+    text = pipeline.RunSummary(**common, eps=4.3, delta_total=2e-5).summary()
+    assert "HEADLINE eps:          4.300  at delta 2e-05" in text
+    assert "HEADLINE eps:          n/a" in pipeline.RunSummary(**common, eps=None, delta_total=None).summary()
