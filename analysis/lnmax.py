@@ -469,7 +469,7 @@ def release_eps_cost(beta, delta) -> float:
 
     Raises:
       PateError: the cost is not finite, or ``beta > eps/2`` (then the dilation step of
-        the proof fails; it needs ``ln(2/delta) >= 1``).
+        the proof fails; never for ``delta <= 2/e``).
     """
     beta = _check_positive("beta", beta)
     delta = check_delta(delta)
@@ -478,8 +478,9 @@ def release_eps_cost(beta, delta) -> float:
         raise PateError(f"--beta {beta:g} makes the smooth-sensitivity release cost an infinite eps; "
                         "use a beta below 1 (the default is 0.09)")
     if beta > eps / 2:
-        raise PateError(f"--delta {delta:g} is too large for a smooth-sensitivity release: it needs "
-                        f"ln(2/delta) >= 1, i.e. delta <= {2 / math.e:.3f}")
+        raise PateError(f"--delta {delta:g} is too large for a smooth-sensitivity release at beta "
+                        f"{beta:g} (its proof needs beta <= (e^beta - 1) ln(2/delta)); use delta <= "
+                        f"{2 / math.e:.3f}")
     return eps
 
 
