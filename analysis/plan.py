@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis import gnmax
+from analysis import gnmax, lnmax
 from analysis.errors import PateError
 from analysis.rdp import DEFAULT_ORDERS, check_delta, check_orders, conversion_term
 
@@ -179,8 +179,6 @@ def plan(
     notes = []
 
     if mechanism == "lnmax":
-        from analysis import lnmax
-
         if threshold is not None or num_answered is not None:
             raise PateError("threshold and num_answered apply to confident-gnmax only")
         gamma, _ = lnmax_gamma(n, eps, delta, moments)
@@ -226,6 +224,22 @@ def plan(
             notes.append(f"sigma_threshold = {sigma_threshold:.4g} exceeds the {num_teachers} teachers: "
                          "the threshold test will be close to a coin flip")
 
+    # `pate analyze` and `pate run` also publish a sanitised eps; say what it adds.
+    from analysis import report as report_mod
+
+    if mechanism == "lnmax":
+        di_result = lnmax.data_independent_eps(n, noise["gamma"], delta, moments)
+    else:
+        confident = mechanism == "confident-gnmax"
+        di_result = gnmax.data_independent_eps(
+            n, noise["sigma"], delta, orders, sigma_threshold=noise.get("sigma_threshold"),
+            num_answered=(a if confident else None), conversion=conversion)
+    total, delta_total, how = report_mod.data_independent_with_release(mechanism, di_result, delta,
+                                                                       conversion=conversion)
+    notes.append(f"the sanitised eps that `pate analyze`/`pate run` also publish comes on top: with it "
+                 f"eps {total:.4f} at delta {delta_total:g} ({how}); the headline eps of release.json "
+                 "counts it")
+
     dd_eps = dd_order = expected = None
     if votes is not None:
         votes = np.asarray(votes)
@@ -237,8 +251,6 @@ def plan(
             raise PateError(f"votes rows do not sum to the {num_teachers} teachers given")
         rows = votes[:n]
         if mechanism == "lnmax":
-            from analysis import lnmax
-
             dd = lnmax.data_dependent_eps(rows, noise["gamma"], delta, moments)
             dd_eps, dd_order = dd.eps, dd.moment
         elif mechanism == "gnmax":

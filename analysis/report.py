@@ -176,6 +176,28 @@ def gnss_headline_independent(independent, beta: float, sigma_ss: float, delta: 
     return float(eps), float(order)
 
 
+def data_independent_with_release(mechanism: str, independent, delta: float, *, conversion: str = "classic",
+                                  beta: float | None = None, release_order: float | None = None,
+                                  release_cost: float = 0.2) -> tuple[float, float, str]:
+    """The data-independent ε once the sanitised ε that `pate analyze` / `pate run` publish
+    is counted too: ``(eps, delta_total, how)``.
+
+    LNMax: the labels' (ε, δ) plus the smooth-sensitivity release's (ε_r, δ) at the
+    default β 0.09 (or ``beta``). GNMax / Confident-GNMax: the labels' data-independent RDP
+    curve composed with the GNSS release at its default order (the data-independent
+    optimum, or ``release_order``), β = 0.1/order and ``release_cost`` of RDP there
+    (:func:`gnss_headline_independent`). Public: no vote enters.
+    """
+    if mechanism == "lnmax":
+        beta = 0.09 if beta is None else beta
+        cost = lnmax.release_eps_cost(beta, delta)
+        return independent.eps + cost, 2 * delta, f"smooth-sensitivity release, beta {beta:g}, +eps {cost:.4f}"
+    order = float(independent.order if release_order is None else release_order)
+    beta, sigma_ss = gnss_parameters(order, beta, release_cost)
+    eps, _ = gnss_headline_independent(independent, beta, sigma_ss, delta, conversion)
+    return eps, delta, f"GNSS release at order {order:g}, RDP cost {release_cost:g}"
+
+
 def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None = None,
                  sigma_threshold: float | None = None, answered=None, num_teachers: int | None = None,
                  orders=None, conversion: str = "classic", release_order: float | None = None,

@@ -31,6 +31,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 from analysis import lnmax  # noqa: E402
+from analysis.noise import NoiseSource  # noqa: E402
 
 
 def loop_q(counts, gamma):
@@ -119,7 +120,7 @@ def main() -> None:
     for _ in range(args.repeats):
         lnmax._cached_envelope.cache_clear()
         t0 = time.perf_counter()
-        result = lnmax.sanitized_eps(votes, gamma, delta, beta, moments, rng=np.random.default_rng(0))
+        result = lnmax.sanitized_eps(votes, gamma, delta, beta, moments, noise=NoiseSource(0))
         times.append(time.perf_counter() - t0)
     vec_s = float(np.median(times))
 

@@ -33,6 +33,7 @@ sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 from scipy.special import log_ndtr, ndtri_exp  # noqa: E402
 
 from analysis import gnmax  # noqa: E402
+from analysis.noise import NoiseSource  # noqa: E402
 
 
 def synthetic_votes(n, teachers, classes, seed=0):
@@ -129,7 +130,7 @@ def run(args) -> dict:
     beta = 0.2 / order
     sigma_ss = gnmax.gnss_sigma_for_cost(order, beta, 0.05)
     san = gnmax.sanitized_eps(votes, s2, delta, order, beta, sigma_ss, threshold=threshold, sigma_threshold=s1,
-                              rng=np.random.default_rng(args.seed))
+                              noise=NoiseSource(args.seed))
     t2 = time.perf_counter()
 
     # plain loop on a subset (GNMax part, which dominates), scaled to all queries

@@ -154,6 +154,28 @@ def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments:
     return BudgetPlan(k, None, float(eps(k)))
 
 
+def _release_on_top(agg: AggregationConfig, plan: BudgetPlan, privacy) -> str:
+    """Says what the sanitised ε that `pate analyze` publishes adds to a budget plan."""
+    from analysis import gnmax, lnmax
+    from analysis import report as report_mod
+
+    if agg.mechanism == "lnmax":
+        di = lnmax.data_independent_eps(plan.num_queries, agg.gamma, privacy.delta,
+                                        range(1, privacy.moments + 1))
+        beta = privacy.beta
+    else:
+        confident = agg.mechanism == "confident-gnmax"
+        di = gnmax.data_independent_eps(plan.num_queries, agg.sigma, privacy.delta,
+                                        sigma_threshold=agg.sigma_threshold if confident else None,
+                                        num_answered=plan.max_answers if confident else None,
+                                        conversion=privacy.conversion)
+        beta = None
+    total, delta_total, _ = report_mod.data_independent_with_release(
+        agg.mechanism, di, privacy.delta, conversion=privacy.conversion, beta=beta,
+        release_order=privacy.release_order or None, release_cost=privacy.release_cost)
+    return f"the sanitised eps published by `pate analyze` comes on top: {total:.4g} at delta {delta_total:g}"
+
+
 def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
     """Withholds every answer after the first ``max_answers`` (label -1)."""
     if max_answers is None:
@@ -201,7 +223,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
                            conversion=config.privacy.conversion)
         echo(f"budget eps {budget:g}: {plan.num_queries} queries"
              + (f", at most {plan.max_answers} answers" if plan.max_answers is not None else "")
-             + f" (data-independent eps {plan.eps:.4g})")
+             + f" (data-independent eps {plan.eps:.4g} of the labels; "
+             + _release_on_top(agg, plan, config.privacy) + ")")
 
     # Votes only for the queried points (the first ones of the pool): nothing else is
     # answered, and a vote nobody needs is private data kept for no reason.
