@@ -121,6 +121,9 @@ def _check_sigma(sigma, name="sigma") -> float:
     sigma = float(sigma)
     if not (math.isfinite(sigma) and sigma > 0):
         raise PateError(f"{name} must be a positive number, got {sigma!r}")
+    if sigma < 1e-100:  # λ/σ² would overflow: no finite privacy guarantee exists anyway
+        option = "--" + name.replace("_", "-")
+        raise PateError(f"{option} {sigma:g} is too small to give any finite eps; use at least 1e-100")
     return sigma
 
 
@@ -276,7 +279,7 @@ def rdp_threshold(log_pr_answered, sigma, orders=DEFAULT_ORDERS):
 
 def rdp_threshold_data_independent(sigma, orders=DEFAULT_ORDERS):
     """The threshold step is (λ, λ/(2σ₁²))-RDP: a Gaussian mechanism of sensitivity 1."""
-    sigma = _check_sigma(sigma)
+    sigma = _check_sigma(sigma, "sigma_threshold")
     return check_orders(orders) / (2.0 * sigma**2)
 
 

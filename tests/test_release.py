@@ -161,8 +161,9 @@ def test_student_checkpoint_carries_no_absolute_path(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["--gamma", 0.05, "--beta", 1e308], "--beta"),
     (["--mechanism", "confident-gnmax", "--sigma", 20, "--threshold", 150, "--sigma-threshold", 1e-300],
-     "not finite"),
-    (["--mechanism", "gnmax", "--sigma", 1e-300], "not finite"),
+     "--sigma-threshold"),
+    (["--mechanism", "gnmax", "--sigma", 1e-300], "--sigma"),
+    (["--mechanism", "gnmax", "--sigma", 1e-90], "not finite"),
     (["--gamma", 0.05, "--delta", 0.99], "delta"),
 ])
 def test_meaningless_releases_are_refused_before_writing(tmp_path, args, needle):
