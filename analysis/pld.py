@@ -82,6 +82,8 @@ __all__ = [
     "lnmax_eps",
     "data_independent_eps",
     "gaussian_eps_exact",
+    "gaussian_mu_for",
+    "calibrate",
 ]
 
 #: dp-accounting's default value discretisation of the privacy loss (nats). Finer is
@@ -282,3 +284,36 @@ def gaussian_eps_exact(mu, delta) -> float:
     while excess(hi) > 0:
         hi *= 2.0
     return float(brentq(excess, 0.0, hi, xtol=1e-12, rtol=1e-12))
+
+
+def gaussian_mu_for(eps, delta) -> float:
+    """The largest μ whose μ-GDP mechanism is exactly (ε, δ)-DP: the root in μ of
+    Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) = δ (Balle & Wang 2018, Theorem 8; the left side
+    grows with μ). Used to bracket noise calibration."""
+    from scipy.optimize import brentq
+
+    eps = _positive("eps", eps)
+    delta = check_delta(delta)
+    hi = 1.0
+    while gaussian_eps_exact(hi, delta) < eps:
+        hi *= 2.0
+    lo = hi / 2.0
+    while lo > 1e-12 and gaussian_eps_exact(lo, delta) > eps:
+        lo /= 2.0
+    return float(brentq(lambda m: gaussian_eps_exact(m, delta) - eps, lo, hi, xtol=1e-14, rtol=1e-13))
+
+
+def calibrate(forward, feasible, infeasible, budget, rel_tol=1e-6) -> float:
+    """Bisection in log space between a `feasible` noise parameter (forward(x) ≤ budget)
+    and an `infeasible` one; returns a feasible value within a factor (1 + rel_tol) of
+    the boundary. `forward` must be monotone between the two."""
+    a, b = float(feasible), float(infeasible)
+    if forward(a) > budget:
+        raise PateError(f"internal error: calibration start {a:g} does not meet the budget {budget:g}")
+    while abs(math.log(b / a)) > rel_tol:
+        mid = math.sqrt(a * b)
+        if forward(mid) <= budget:
+            a = mid
+        else:
+            b = mid
+    return a

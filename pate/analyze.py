@@ -86,6 +86,27 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     raise PateError(f"{LABELS_FILE} names mechanism '{mechanism}', which `pate analyze` does not know")
 
 
+def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float,
+                                moments: int = 8) -> tuple[report_mod.Item, ...]:
+    """The data-independent ε of a release (``labels.npz`` contents) under every
+    accountant, with the headline marked (`analysis.report.data_independent_items`).
+
+    Counts exactly what `report_for_release` charges: the answered queries for LNMax and
+    GNMax; every queried row for Confident-GNMax, with GNMax on ``max_answers`` of them
+    when the release was capped. Public: it uses the parameters and counts only.
+    """
+    indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=LABELS_FILE)
+    answered = int(np.sum(np.asarray(labels["labels"]) >= 0))
+    mechanism = str(labels["mechanism"])
+    params = {k: float(labels[k]) for k in ("gamma", "sigma", "sigma_threshold") if k in labels}
+    if mechanism == "confident-gnmax":
+        cap = int(labels["max_answers"]) if "max_answers" in labels else None
+        return report_mod.data_independent_items(mechanism, indices.size, delta, sigma=params.get("sigma"),
+                                                 sigma_threshold=params.get("sigma_threshold"), max_answers=cap)
+    return report_mod.data_independent_items(mechanism, answered, delta, gamma=params.get("gamma"),
+                                             sigma=params.get("sigma"), moments=range(1, moments + 1))
+
+
 def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | None = None,
                     seed: int | None = None, conversion: str = "classic",
                     release_order: float | None = None, release_cost: float = 0.2,
@@ -113,6 +134,7 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
     rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta,
                              conversion=conversion, release_order=release_order,
                              release_cost=release_cost, rng=np.random.default_rng(seed))
+    rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
     json_path = os.path.join(workdir, PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, PRIVACY_PLOT) if plot_path is None else plot_path
     report_mod.write_outputs(rep, json_path, plot_path)
