@@ -149,3 +149,9 @@ def analyze(config, workdir, *, seed: int | None = None, echo=print) -> report_m
     return analyze_workdir(workdir, delta=p.delta, moments=p.moments, beta=p.beta, seed=seed,
                            conversion=p.conversion, release_order=p.release_order or None,
                            release_cost=p.release_cost, echo=echo)
+
+
+# `pate.analyze(...)` calls `analyze` (the package's entry point) while `pate.analyze` stays this module.
+from pate import _callable_module  # noqa: E402
+
+_callable_module(__name__, "analyze")

@@ -415,3 +415,9 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
 
 def labels_path(workdir) -> Path:
     return Path(workdir) / rundir.LABELS_NPZ
+
+
+# `pate.label(...)` calls `label` (the package's entry point) while `pate.label` stays this module.
+from pate import _callable_module  # noqa: E402
+
+_callable_module(__name__, "label")
