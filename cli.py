@@ -166,6 +166,9 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
             answered, sigma, delta, threshold=threshold, sigma_threshold=sigma_threshold,
             conversion=conversion, release_order=release_order, beta=beta,
             release_cost=release_cost, noise=noise)
+    rep = report_mod.extend(rep, report_mod.data_independent_items(
+        mechanism, answered.shape[0], delta, gamma=gamma, sigma=sigma, sigma_threshold=sigma_threshold,
+        moments=range(1, moments + 1)))
     report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path)
     click.echo(report_mod.render_table(rep))
     for path in (release_path, json_path, plot_path):
@@ -192,12 +195,15 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
               help="Confident-GNMax: at most this many answers (the labeller must stop there).")
 @click.option("--conversion", type=click.Choice(["classic", "improved"]), default="classic", show_default=True,
               help="RDP to (eps, delta) conversion for GNMax.")
+@click.option("--accountant", type=click.Choice(["rdp", "pld"]), default="rdp", show_default=True,
+              help="Data-independent accountant: RDP (moments accountant for LNMax) with --conversion, "
+                   "or dp-accounting's privacy loss distributions (tighter).")
 @click.option("--moments", type=int, default=8, show_default=True, callback=_at_least_one,
               help="LNMax: moments accountant orders 1..M.")
 @click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
               help="Vote histogram (.npz key 'votes', or .npy): also print the data-dependent eps.")
-def plan(mechanism, queries, eps, delta, teachers, threshold, sigma_ratio, answered, conversion, moments,
-         votes_path):
+def plan(mechanism, queries, eps, delta, teachers, threshold, sigma_ratio, answered, conversion, accountant,
+         moments, votes_path):
     """Calibrate the noise so that the data-independent eps meets a budget."""
     from analysis import plan as plan_mod
     from analysis import votes as votes_mod
@@ -212,6 +218,7 @@ def plan(mechanism, queries, eps, delta, teachers, threshold, sigma_ratio, answe
     result = plan_mod.plan(
         mechanism, queries, eps, delta, num_teachers=teachers, threshold=threshold, sigma_ratio=sigma_ratio,
         num_answered=answered, votes=votes, moments=range(1, moments + 1), conversion=conversion,
+        accountant=accountant,
     )
     click.echo(plan_mod.render(result))
 
@@ -271,7 +278,22 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 
 @main.command("label")
 @click.option("--workdir", required=True, type=click.Path(file_okay=False),
-              help="A run directory with trained teachers.")
+              help="A run directory with trained teachers (with --votes: any directory, created if missing).")
+@click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
+              help="Release labels from this vote histogram (.npz key 'votes', or .npy; points × classes) "
+                   "computed elsewhere, instead of from pate teachers. Needs --num-classes.")
+@click.option("--num-classes", type=int, callback=_at_least_one, help="With --votes: the number of classes.")
+@click.option("--input-is-labels", is_flag=True,
+              help="With --votes: FILE is a teachers × points matrix of predicted labels.")
+@click.option("--indices", "indices_path", type=click.Path(dir_okay=False),
+              help="With --votes: rows of FILE to query, in order (.npy, or .npz key 'indices').")
+@click.option("--delta", type=float, callback=_probability,
+              help="With --votes: delta of --budget and of the printed eps (default 1e-5).")
+@click.option("--conversion", type=click.Choice(["classic", "improved"]),
+              help="With --votes: RDP conversion for GNMax (default classic).")
+@click.option("--accountant", type=click.Choice(["rdp", "pld"]), default="rdp", show_default=True,
+              help="How --budget is measured: RDP (moments accountant for LNMax) or dp-accounting's "
+                   "privacy loss distributions (tighter: more queries for the same budget).")
 @click.option("--mechanism", type=click.Choice(["lnmax", "gnmax", "confident-gnmax"]),
               help="Noisy aggregator (default: the run config's aggregation.mechanism).")
 @click.option("--gamma", type=float, callback=_positive, help="LNMax: Laplace noise of scale 1/gamma.")
@@ -285,13 +307,34 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
               "reproducible research only: whoever knows it can remove the noise. Never written to any "
               "file. Default: fresh OS entropy.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing release in --workdir.")
-def label_command(workdir, mechanism, gamma, sigma, threshold, sigma_threshold, queries, budget, seed,
+def label_command(workdir, votes_path, num_classes, input_is_labels, indices_path, delta, conversion,
+                  accountant, mechanism, gamma, sigma, threshold, sigma_threshold, queries, budget, seed,
                   overwrite):
     """Let the teachers vote on the public pool and release noisy labels (labels.npz);
-    the votes (votes.npz) stay private."""
+    the votes (votes.npz) stay private. With --votes, release labels from votes of
+    teachers trained anywhere (no pate teachers, no config)."""
     import os
 
     from pate.config import load_config
+
+    if votes_path is not None:
+        if num_classes is None:
+            raise click.UsageError("--votes needs --num-classes C (classes no teacher predicted still count)")
+        from pate.label import label_votes  # imports JAX
+
+        label_votes(votes_path, workdir, num_classes=num_classes, mechanism=mechanism or "lnmax",
+                    gamma=gamma, sigma=sigma, threshold=threshold, sigma_threshold=sigma_threshold,
+                    queries=queries, indices=indices_path, budget=budget,
+                    delta=1e-5 if delta is None else delta, conversion=conversion or "classic",
+                    accountant=accountant, input_is_labels=input_is_labels, seed=seed,
+                    overwrite=overwrite, echo=click.echo)
+        return
+    only_votes = {"--num-classes": num_classes, "--indices": indices_path, "--delta": delta,
+                  "--conversion": conversion, "--input-is-labels": input_is_labels or None}
+    misplaced = [name for name, value in only_votes.items() if value is not None]
+    if misplaced:
+        raise click.UsageError(f"{', '.join(misplaced)} apply only with --votes (a run's own votes use "
+                               "its config)")
 
     config_file = os.path.join(workdir, "config.toml")
     if not os.path.exists(config_file):
@@ -303,7 +346,8 @@ def label_command(workdir, mechanism, gamma, sigma, threshold, sigma_threshold, 
 
     from pate.label import label  # imports JAX
 
-    label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=click.echo)
+    label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, accountant=accountant,
+          echo=click.echo)
 
 
 # --------------------------------------------------------------------------- train-student

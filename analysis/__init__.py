@@ -1,10 +1,77 @@
-"""Privacy analysis for PATE: numpy/scipy only, no JAX, usable on votes from anywhere.
+"""Privacy analysis for PATE: numpy/scipy (and dp-accounting) only, no JAX — usable on
+votes from anywhere.
 
-Modules: `lnmax` (PATE 2017, Laplace noisy max), `gnmax` (PATE 2018, Gaussian noisy
-max and Confident-GNMax), `rdp` (Rényi DP conversions), `report` (the ε report),
-`votes` (reading and validating vote histograms).
+A vote histogram is an integer array ``(queries, classes)``: row i counts the teachers
+that predicted each class for query i; every row sums to the number of teachers.
+Neighbouring data sets change one teacher's vote. Values are marked *public* (may be
+published) or *private* (depend on the votes: never publish as is).
+
+Quick start::
+
+    import analysis
+    votes = analysis.load_votes("examples/votes_simulated_250.npz")   # validated histogram
+    analysis.plan_noise("gnmax", 1000, 2.0, 1e-5, accountant="pld")    # noise for a budget
+    analysis.gnmax.data_independent_eps(1000, 100, 1e-5)     # RDP, classic conversion: 2.2478
+    analysis.pld.gnmax_eps(1000, 100, 1e-5)                  # PLD (dp-accounting): 1.7601
+    analysis.data_independent_items("gnmax", 1000, 1e-5, sigma=100)  # all of them + headline
+    rep = analysis.gnmax_report(votes, 100, 1e-5, release_order=20)   # the full report
+    print(analysis.render_table(rep)); analysis.write_outputs(rep, "privacy.json", "privacy.png")
+
+Modules (each imported on first use):
+
+- `lnmax` — PATE 2017, Laplace noisy max: `data_independent_eps`, `data_dependent_eps`
+  (private), `smooth_sensitivity`, `sanitized_eps` (publishable release).
+- `gnmax` — PATE 2018, GNMax and Confident-GNMax: `data_independent_eps`,
+  `data_dependent_eps` (private), `rdp`, `rdp_threshold`, `smooth_sensitivity`,
+  `sanitized_eps` (GNSS release).
+- `pld` — the data-independent ε from dp-accounting's privacy loss distributions
+  (`gnmax_eps`, `lnmax_eps`, `gaussian_events`): the tightest.
+- `rdp` — Rényi DP → (ε, δ) conversions (`eps_from_rdp`, "classic" | "improved").
+- `plan` — the least noise for a budget (`plan`, `render`; here `plan_noise`, `render_plan`).
+- `report` — the ε report (`lnmax_report`, `gnmax_report`, `data_independent_items`,
+  `render_table`, `to_json`, `write_outputs`).
+- `votes` — reading and validating vote files (`load_votes`, `check_votes`,
+  `labels_to_votes`).
+
+Names exported here: see ``__all__``; the pipeline (teachers, labelling, student) lives
+in the `pate` package, which needs JAX.
 """
+
+from __future__ import annotations
+
+import importlib
 
 from analysis.errors import PateError
 
-__all__ = ["PateError"]
+_MODULES = ("lnmax", "gnmax", "pld", "rdp", "plan", "report", "votes")
+# name -> (module, attribute): functions a user calls, loaded on first access.
+_FUNCTIONS = {
+    "load_votes": ("votes", "load_votes"),
+    "check_votes": ("votes", "check_votes"),
+    "labels_to_votes": ("votes", "labels_to_votes"),
+    "eps_from_rdp": ("rdp", "eps_from_rdp"),
+    "plan_noise": ("plan", "plan"),
+    "render_plan": ("plan", "render"),
+    "lnmax_report": ("report", "lnmax_report"),
+    "gnmax_report": ("report", "gnmax_report"),
+    "data_independent_items": ("report", "data_independent_items"),
+    "render_table": ("report", "render_table"),
+    "to_json": ("report", "to_json"),
+    "write_outputs": ("report", "write_outputs"),
+}
+
+__all__ = ["PateError", *_MODULES, *_FUNCTIONS]
+
+
+def __getattr__(name):
+    # PEP 562: submodules and functions load on first use, so `import analysis` is cheap.
+    if name in _MODULES:
+        return importlib.import_module(f"analysis.{name}")
+    if name in _FUNCTIONS:
+        module, attr = _FUNCTIONS[name]
+        return getattr(importlib.import_module(f"analysis.{module}"), attr)
+    raise AttributeError(f"module 'analysis' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

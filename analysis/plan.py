@@ -20,6 +20,13 @@ so the answer depends on public parameters only and can be published with the ru
   `num_answered` (default N) answers A·λ/σ₂², so RDP = λ(N/(2·ratio²) + A)/σ₂², solved like
   GNMax. A < N is valid only if the labeller stops after A answers.
 
+With ``accountant="pld"`` the data-independent ε is dp-accounting's PLD accountant
+(`analysis.pld`: the same steps as privacy loss distributions, never above the RDP
+conversions) and the noise is found by bisection on log σ (log γ) against it: LNMax from
+γ = ε/(2N), which basic composition already allows; the Gaussian mechanisms from the σ
+at which the exact Gaussian ε (Balle & Wang 2018, Theorem 8) meets the budget, a lower
+bound on what the (pessimistically rounded) PLD allows.
+
 The closed forms are checked against bisection on log σ (log γ) in tests/test_plan.py.
 Given votes, the same noise's data-dependent ε (private) is computed for comparison.
 """
@@ -31,11 +38,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis import gnmax, lnmax
+from analysis import gnmax, lnmax, pld
 from analysis.errors import PateError
 from analysis.rdp import DEFAULT_ORDERS, check_delta, check_orders, conversion_term
 
 MECHANISMS = ("lnmax", "gnmax", "confident-gnmax")
+ACCOUNTANTS = ("rdp", "pld")
 DEFAULT_SIGMA_RATIO = 5.0
 DEFAULT_MOMENTS = tuple(range(1, 9))
 
@@ -46,7 +54,8 @@ class Plan:
 
     `noise` maps parameter names to values (gamma; sigma; threshold, sigma_threshold,
     sigma). `eps` is the data-independent ε of that noise (≤ the budget) at `order`
-    (a Rényi order, or the moment l for LNMax). `data_dependent_eps` (and
+    (a Rényi order, or the moment l for LNMax; NaN for the PLD accountant, whose
+    `conversion` is "pld"). `data_dependent_eps` (and
     `expected_answered` for Confident-GNMax) is filled in when votes are given; it is
     PRIVATE. `notes` are plain-language remarks (e.g. noise larger than the teacher count).
     """
@@ -127,6 +136,34 @@ def gaussian_sigma(rdp_per_sigma2, eps, delta, orders=DEFAULT_ORDERS, conversion
     return float(math.sqrt(sig2[best])), float(orders[best])
 
 
+def _pld_gamma(n, eps, delta):
+    """The largest γ (to a relative 1e-6) whose PLD ε of n LNMax answers is ≤ eps, and that ε."""
+    def forward(g):
+        return pld.lnmax_eps(n, g, delta).eps
+
+    lo = eps / (2.0 * n)  # basic composition: n answers of a (2γ)-DP mechanism cost 2γn
+    hi = 2.0 * lo
+    while forward(hi) <= eps:
+        lo, hi = hi, 2.0 * hi
+    gamma = pld.calibrate(forward, lo, hi, eps)
+    return gamma, forward(gamma)
+
+
+def _pld_sigma(mu2_sigma2, forward, eps, delta):
+    """The smallest σ (to a relative 1e-6) with forward(σ) ≤ eps, where the mechanism is
+    μ-GDP with μ² = `mu2_sigma2`/σ²; and its ε. Starts at the σ where the exact Gaussian
+    ε meets the budget, below which the PLD (an upper bound) cannot be ≤ eps."""
+    if mu2_sigma2 <= 0:
+        raise PateError("nothing to calibrate: no step is charged")
+    exact = math.sqrt(mu2_sigma2) / pld.gaussian_mu_for(eps, delta)
+    hi = exact * (1 + 1e-4)
+    while forward(hi) > eps:
+        hi = exact + 2.0 * (hi - exact)
+    lo = exact * (1 - 1e-9)
+    sigma = 1.0 / pld.calibrate(lambda inv: forward(1.0 / inv), 1.0 / hi, 1.0 / lo, eps)
+    return sigma, forward(sigma)
+
+
 def _nudge(x, forward, eps, up=True):
     """Moves the closed-form noise parameter by a few ulps until the forward ε is ≤ the budget
     (the inversion is exact in real arithmetic, not always in floating point)."""
@@ -152,6 +189,7 @@ def plan(
     orders=DEFAULT_ORDERS,
     moments=DEFAULT_MOMENTS,
     conversion="classic",
+    accountant="rdp",
 ) -> Plan:
     """Calibrates the noise of `mechanism` so that `num_queries` answers are (≤eps, delta)-DP.
 
@@ -160,6 +198,8 @@ def plan(
     `num_queries` rows under the same noise. The returned ε is recomputed with the
     forward functions (`analysis.lnmax.data_independent_eps`,
     `analysis.gnmax.data_independent_eps`), never taken from the inversion.
+    ``accountant="pld"`` calibrates against `analysis.pld` instead (module docstring);
+    `conversion` then applies only to the data-dependent ε given votes.
     """
     if mechanism not in MECHANISMS:
         raise PateError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
@@ -174,6 +214,9 @@ def plan(
     orders = check_orders(orders)
     if conversion not in ("classic", "improved"):
         raise PateError(f"conversion must be 'classic' or 'improved', got {conversion!r}")
+    if accountant not in ACCOUNTANTS:
+        raise PateError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
+    use_pld = accountant == "pld"
     if num_teachers is not None and int(num_teachers) < 1:
         raise PateError(f"num_teachers must be at least 1, got {num_teachers}")
     notes = []
@@ -181,21 +224,29 @@ def plan(
     if mechanism == "lnmax":
         if threshold is not None or num_answered is not None:
             raise PateError("threshold and num_answered apply to confident-gnmax only")
-        gamma, _ = lnmax_gamma(n, eps, delta, moments)
-        gamma, res = _nudge(gamma, lambda gm: lnmax.data_independent_eps(n, gm, delta, moments), eps, up=False)
+        if use_pld:
+            gamma, eps_got = _pld_gamma(n, eps, delta)
+            order_got = math.nan
+        else:
+            gamma, _ = lnmax_gamma(n, eps, delta, moments)
+            gamma, res = _nudge(gamma, lambda gm: lnmax.data_independent_eps(n, gm, delta, moments), eps, up=False)
+            eps_got, order_got = res.eps, res.moment
         noise = {"gamma": gamma}
-        eps_got, order_got = res.eps, res.moment
         if num_teachers is not None and 1.0 / gamma > num_teachers:
             notes.append(f"Laplace scale 1/gamma = {1 / gamma:.4g} exceeds the {num_teachers} teachers: "
                          "answers will be close to random")
     elif mechanism == "gnmax":
         if threshold is not None or num_answered is not None:
             raise PateError("threshold and num_answered apply to confident-gnmax only")
-        sigma, _ = gaussian_sigma(lambda lam: n * lam, eps, delta, orders, conversion)
-        sigma, res = _nudge(
-            sigma, lambda s: gnmax.data_independent_eps(n, s, delta, orders, conversion=conversion), eps)
+        if use_pld:
+            sigma, eps_got = _pld_sigma(2.0 * n, lambda s: pld.gnmax_eps(n, s, delta).eps, eps, delta)
+            order_got = math.nan
+        else:
+            sigma, _ = gaussian_sigma(lambda lam: n * lam, eps, delta, orders, conversion)
+            sigma, res = _nudge(
+                sigma, lambda s: gnmax.data_independent_eps(n, s, delta, orders, conversion=conversion), eps)
+            eps_got, order_got = res.eps, res.order
         noise = {"sigma": sigma}
-        eps_got, order_got = res.eps, res.order
         if num_teachers is not None and sigma > num_teachers:
             notes.append(f"sigma = {sigma:.4g} exceeds the {num_teachers} teachers: answers will be close to random")
     else:
@@ -210,12 +261,18 @@ def plan(
             raise PateError(f"num_answered must be between 0 and {n}, got {num_answered}")
         if num_teachers is not None and threshold > num_teachers:
             notes.append(f"threshold {threshold:g} exceeds the {num_teachers} teachers: few queries will be answered")
-        sigma, _ = gaussian_sigma(lambda lam: lam * (n / (2.0 * ratio**2) + a), eps, delta, orders, conversion)
-        sigma, res = _nudge(sigma, lambda s: gnmax.data_independent_eps(
-            n, s, delta, orders, sigma_threshold=ratio * s, num_answered=a, conversion=conversion), eps)
+        if use_pld:
+            # μ² = N/σ₁² + 2A/σ₂² = (N/ratio² + 2A)/σ₂².
+            sigma, eps_got = _pld_sigma(n / ratio**2 + 2.0 * a, lambda s: pld.gnmax_eps(
+                n, s, delta, sigma_threshold=ratio * s, num_answered=a).eps, eps, delta)
+            order_got = math.nan
+        else:
+            sigma, _ = gaussian_sigma(lambda lam: lam * (n / (2.0 * ratio**2) + a), eps, delta, orders, conversion)
+            sigma, res = _nudge(sigma, lambda s: gnmax.data_independent_eps(
+                n, s, delta, orders, sigma_threshold=ratio * s, num_answered=a, conversion=conversion), eps)
+            eps_got, order_got = res.eps, res.order
         sigma_threshold = ratio * sigma
         noise = {"threshold": threshold, "sigma_threshold": sigma_threshold, "sigma": sigma}
-        eps_got, order_got = res.eps, res.order
         if a < n:
             notes.append(f"valid only if the labeller stops after {a} answers")
         if num_teachers is not None and sigma > num_teachers:
@@ -237,8 +294,9 @@ def plan(
     total, delta_total, how = report_mod.data_independent_with_release(mechanism, di_result, delta,
                                                                        conversion=conversion)
     notes.append(f"the sanitised eps that `pate analyze`/`pate run` also publish comes on top: with it "
-                 f"eps {total:.4f} at delta {delta_total:g} ({how}); the headline eps of release.json "
-                 "counts it")
+                 f"eps {total:.4f} at delta {delta_total:g} ({how}; "
+                 f"{'moments accountant' if mechanism == 'lnmax' else conversion + ' RDP conversion'}); "
+                 "the headline eps of release.json counts it")
 
     dd_eps = dd_order = expected = None
     if votes is not None:
@@ -264,7 +322,7 @@ def plan(
             dd_eps, dd_order, expected = dd.eps, dd.order, dd.expected_answered
     return Plan(
         mechanism=mechanism, num_queries=n, budget_eps=eps, delta=delta,
-        conversion=conversion if mechanism != "lnmax" else "moments",
+        conversion="pld" if use_pld else (conversion if mechanism != "lnmax" else "moments"),
         noise=noise, eps=float(eps_got), order=float(order_got),
         data_dependent_eps=None if dd_eps is None else float(dd_eps),
         data_dependent_order=None if dd_order is None else float(dd_order),
@@ -278,8 +336,11 @@ def render(p: Plan) -> str:
              f"({p.num_queries} queries, budget eps={p.budget_eps:g}, delta={p.delta:g})"]
     for k, v in p.noise.items():
         lines.append(f"{k:<16} {v:.6g}")
-    what = "moment" if p.mechanism == "lnmax" else f"order, {p.conversion} conversion"
-    lines.append(f"eps (data-indep) {p.eps:.4f}   at {what} {p.order:g}")
+    if p.conversion == "pld":
+        lines.append(f"eps (data-indep) {p.eps:.4f}   PLD accountant (dp-accounting)")
+    else:
+        what = "moment" if p.mechanism == "lnmax" else f"order, {p.conversion} conversion"
+        lines.append(f"eps (data-indep) {p.eps:.4f}   at {what} {p.order:g}")
     if p.data_dependent_eps is not None:
         lines.append(f"eps (data-dep)   {p.data_dependent_eps:.4f}   at {p.data_dependent_order:g}   "
                      "PRIVATE: depends on the votes; do not publish")

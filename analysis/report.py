@@ -352,6 +352,86 @@ def brief_lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_
     ))
 
 
+# ------------------------------------------------------------ data-independent, every accountant
+
+
+#: The accountants `data_independent_items` compares, per mechanism family.
+DATA_INDEPENDENT_ACCOUNTANTS = {"lnmax": ("moments", "pld"), "gnmax": ("classic", "improved", "pld")}
+
+
+def data_independent_items(mechanism: str, num_queries: int, delta: float, *, gamma: float | None = None,
+                           sigma: float | None = None, sigma_threshold: float | None = None,
+                           max_answers: int | None = None, moments=lnmax.DEFAULT_MOMENTS,
+                           orders=None) -> tuple[Item, ...]:
+    """The data-independent ε under every accountant, and the headline: the smallest.
+
+    LNMax: the moments accountant (`analysis.lnmax.data_independent_eps`) and the PLD
+    (`analysis.pld.lnmax_eps`). GNMax and Confident-GNMax: the RDP curve converted
+    classically and with the improved conversion (`analysis.gnmax.data_independent_eps`)
+    and the PLD (`analysis.pld.gnmax_eps`); Confident-GNMax composes ``num_queries``
+    threshold steps and GNMax on ``max_answers`` (default all) of them. Each is a valid
+    (ε, δ) bound of the same mechanism at the same δ computed from public parameters
+    only, so the smallest is valid too and is publishable: it is the headline
+    (``eps_data_independent_headline``; ``data_independent_headline`` names it). All
+    items are public.
+    """
+    from analysis import gnmax, pld
+    from analysis import rdp as rdp_mod
+
+    n = int(num_queries)
+    values = {}
+    if mechanism == "lnmax":
+        values["moments"] = lnmax.data_independent_eps(n, gamma, delta, moments).eps
+        values["pld"] = pld.lnmax_eps(n, gamma, delta).eps
+        family = "lnmax"
+    elif mechanism in ("gnmax", "confident-gnmax"):
+        confident = mechanism == "confident-gnmax"
+        orders = rdp_mod.DEFAULT_ORDERS if orders is None else orders
+        kwargs = dict(sigma_threshold=sigma_threshold, num_answered=max_answers) if confident else {}
+        for conversion in ("classic", "improved"):
+            values[conversion] = gnmax.data_independent_eps(n, sigma, delta, orders, conversion=conversion,
+                                                            **kwargs).eps
+        values["pld"] = pld.gnmax_eps(n, sigma, delta, **kwargs).eps
+        family = "gnmax"
+    else:
+        raise PateError(f"unknown mechanism '{mechanism}'")
+    labels = {"moments": "moments accountant (PATE 2017)", "classic": "RDP, classic conversion",
+              "improved": "RDP, improved conversion", "pld": "PLD (dp-accounting)"}
+    items = [Item(f"eps_data_independent_{name}", f"data-independent eps, {labels[name]}", float(values[name]),
+                  True) for name in DATA_INDEPENDENT_ACCOUNTANTS[family]]
+    best = min(values, key=lambda k: (values[k], k != "pld"))
+    items.append(Item("eps_data_independent_headline", "data-independent eps, headline (tightest)",
+                      float(values[best]), True, f"{labels[best]}; publish this one"))
+    items.append(Item("data_independent_headline", "headline data-independent accountant", best, True))
+    return tuple(items)
+
+
+def extend(report: PrivacyReport, items) -> PrivacyReport:
+    """``report`` with ``items`` added after its own (keys must be new).
+
+    When the items bring a tighter data-independent ε of LNMax
+    (``eps_data_independent_headline``, e.g. the PLD), the headline ``eps`` is recomputed
+    with it: its data-independent route is that ε plus the release's own cost, at the
+    same total δ (basic composition). For GNMax the headline keeps composing the RDP
+    curve with the GNSS release (both in RDP at one δ).
+    """
+    clash = {i.key for i in items} & {i.key for i in report.items}
+    if clash:
+        raise PateError(f"report already holds {', '.join(sorted(clash))}")
+    report = dataclasses.replace(report, items=tuple(report.items) + tuple(items))
+    keys = {i.key for i in report.items}
+    if report.mechanism == "lnmax" and {"eps", "eps_release_cost", "eps_data_independent_headline"} <= keys:
+        di_route = report.value("eps_data_independent_headline") + report.value("eps_release_cost")
+        if di_route < report.value("eps"):
+            how = report.value("data_independent_headline")
+            delta_total = report.value("delta_total")
+            report = dataclasses.replace(report, items=tuple(
+                Item("eps", item.label, di_route, True,
+                     f"at delta {delta_total:g}; data-independent route ({how}), release included")
+                if item.key == "eps" else item for item in report.items))
+    return report
+
+
 # --------------------------------------------------------------------------- output
 
 

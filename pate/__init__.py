@@ -1,5 +1,26 @@
-"""pate: Private Aggregation of Teacher Ensembles in JAX."""
+"""pate: Private Aggregation of Teacher Ensembles in JAX.
 
+The pipeline, one function per CLI command (each reads and writes one run directory)::
+
+    from pate import load_config, run
+    cfg = load_config("configs/quickstart.toml")
+    run(cfg, "runs/quick")            # = train_teachers, label, train_student, analyze
+
+- `train_teachers(config, workdir)` — the teacher ensemble (one vmapped JAX program).
+- `label(config, workdir, budget=None)` — the teachers vote; noisy labels are released.
+- `label_votes(votes, workdir, num_classes=..., mechanism=..., sigma=...)` — the same
+  release from votes of teachers trained anywhere (`pate label --votes`).
+- `train_student(config, workdir)` — the student on the released labels.
+- `analyze(config, workdir)` / `analyze_workdir(workdir, delta=...)` — the ε report.
+- `run(config, workdir)` — all of the above, skipping finished steps.
+
+The privacy analysis (no JAX) is the separate `analysis` package: ``help(analysis)``.
+Heavy modules load on first use, so ``import pate`` does not import JAX.
+"""
+
+from __future__ import annotations
+
+import importlib
 from importlib import metadata as _metadata
 
 from analysis.errors import PateError
@@ -9,4 +30,49 @@ try:
 except _metadata.PackageNotFoundError:  # running from a source tree without install
     __version__ = "0.0.0+unknown"
 
-__all__ = ["PateError", "__version__"]
+# name -> (module, attribute), loaded on first access.
+_API = {
+    "load_config": ("pate.config", "load_config"),
+    "train_teachers": ("pate.teachers", "train_teachers"),
+    "label": ("pate.label", "label"),
+    "label_votes": ("pate.label", "label_votes"),
+    "train_student": ("pate.student", "train_student"),
+    "analyze": ("pate.analyze", "analyze"),
+    "analyze_workdir": ("pate.analyze", "analyze_workdir"),
+    "run": ("pate.pipeline", "run"),
+}
+
+__all__ = ["PateError", "__version__", *_API]
+
+
+def _callable_module(module_name: str, function_name: str) -> None:
+    """Makes the submodule `module_name` callable as its function `function_name`.
+
+    `pate.label` and `pate.analyze` are both submodules (``from pate import label as
+    label_mod`` gives the module, as before) and entry points: ``pate.label(config,
+    workdir)`` calls `pate.label.label`, whichever way the module was imported.
+    """
+    import sys
+    import types
+
+    module = sys.modules[module_name]
+
+    class _Callable(types.ModuleType):
+        def __call__(self, *args, **kwargs):
+            return getattr(self, function_name)(*args, **kwargs)
+
+    module.__class__ = _Callable
+
+
+def __getattr__(name):
+    # PEP 562: the entry points load (and import JAX) on first access.
+    if name in ("label", "analyze"):
+        return importlib.import_module(f"pate.{name}")  # a callable module, see _callable_module
+    if name in _API:
+        module, attr = _API[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'pate' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

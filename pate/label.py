@@ -6,6 +6,12 @@ Writes ``votes.npz`` (the vote histogram of the queried pool points, row i = poo
 and ``labels.npz`` (the DP release: ``indices``, ``labels`` with -1 for unanswered
 queries, the mechanism and its noise parameters — nothing else; no votes, no noise
 values, no seed). Both are computed before either is written, and written atomically.
+
+`label_votes` does the same from a vote histogram (or a teachers × points matrix of
+predicted labels) computed elsewhere — teachers trained in any framework — with no
+pate teachers and no config: `pate label --votes FILE`.
+
+Every release goes through `release_labels`, the one place that calls the aggregator.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import numpy as np
 
 from analysis.errors import PateError
 from pate import aggregation, rundir
-from pate.config import AggregationConfig, Config
+from pate.config import AggregationConfig, Config, PrivacyConfig
 
 # The keys labels.npz may hold besides `meta` (config hash and package version).
 RELEASED_KEYS = ("indices", "labels", "mechanism", "gamma", "sigma", "threshold", "sigma_threshold",
@@ -102,7 +108,7 @@ class BudgetPlan:
 
 
 def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments: int = 8,
-                conversion: str = "classic") -> BudgetPlan:
+                conversion: str = "classic", accountant: str = "rdp") -> BudgetPlan:
     """The largest plan whose data-independent ε stays within ``budget``.
 
     The plan is fixed before any vote is seen, so it costs no privacy: LNMax and GNMax
@@ -111,13 +117,18 @@ def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments:
     Confident-GNMax runs the threshold step on the first ``n`` queries and answers at
     most ``A`` of them (answers past the A-th are withheld, a post-processing of the
     uncapped release): ε of ``n`` threshold steps plus ``A`` GNMax steps, with ``n``
-    then ``A`` as large as fit.
+    then ``A`` as large as fit. ``accountant="pld"`` measures the same compositions
+    with dp-accounting's privacy loss distributions (`analysis.pld`), which allow more
+    queries for the same budget; "rdp" uses the moments accountant (LNMax) or the RDP
+    curve with ``conversion``.
 
     Raises:
       PateError: not even one query fits the budget.
     """
-    from analysis import gnmax, lnmax
+    from analysis import gnmax, lnmax, pld
 
+    if accountant not in ("rdp", "pld"):
+        raise PateError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
     if not (budget > 0 and np.isfinite(budget)):
         raise PateError(f"--budget must be a positive number, got {budget}")
     n_max = cfg.queries
@@ -133,12 +144,22 @@ def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments:
                 hi = mid - 1
         return lo
 
+    use_pld = accountant == "pld"
     if cfg.mechanism == "lnmax":
-        def eps(k): return lnmax.data_independent_eps(k, cfg.gamma, delta, range(1, moments + 1)).eps
+        def eps(k):
+            if use_pld:
+                return pld.lnmax_eps(k, cfg.gamma, delta).eps
+            return lnmax.data_independent_eps(k, cfg.gamma, delta, range(1, moments + 1)).eps
     elif cfg.mechanism == "gnmax":
-        def eps(k): return gnmax.data_independent_eps(k, cfg.sigma, delta, conversion=conversion).eps
+        def eps(k):
+            if use_pld:
+                return pld.gnmax_eps(k, cfg.sigma, delta).eps
+            return gnmax.data_independent_eps(k, cfg.sigma, delta, conversion=conversion).eps
     else:
         def eps_pair(n, a):
+            if use_pld:
+                return pld.gnmax_eps(n, cfg.sigma, delta, sigma_threshold=cfg.sigma_threshold,
+                                     num_answered=a).eps
             return gnmax.data_independent_eps(n, cfg.sigma, delta, sigma_threshold=cfg.sigma_threshold,
                                               num_answered=a, conversion=conversion).eps
         n = largest(lambda k: eps_pair(k, 0) <= budget, n_max)
@@ -184,8 +205,21 @@ def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
     return np.where((labels >= 0) & (answered > max_answers), aggregation.UNANSWERED, labels)
 
 
+def release_labels(votes: np.ndarray, mechanism: str, params: dict, *, seed: int | None = None,
+                   max_answers: int | None = None) -> np.ndarray:
+    """Noisy labels for every row of ``votes``: THE one call of the aggregator.
+
+    Draws a fresh noise key (``seed`` for research only; never written anywhere), runs
+    `pate.aggregation.aggregate` with the mechanism's parameters (``gamma``; ``sigma``;
+    ``threshold``, ``sigma_threshold``, ``sigma``) and withholds every answer past the
+    ``max_answers``-th (`cap_answers`). int32 labels, -1 = not answered.
+    """
+    released = aggregation.aggregate(votes, mechanism, aggregation.noise_source(seed), **params)
+    return cap_answers(released, max_answers)
+
+
 def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
-          budget: float | None = None, echo=print) -> LabelResult:
+          budget: float | None = None, accountant: str = "rdp", echo=print) -> LabelResult:
     """Computes the votes on the pool, releases noisy labels and writes both files.
 
     Args:
@@ -195,6 +229,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
       overwrite: replace existing votes.npz / labels.npz.
       budget: stop answering where the data-independent ε would exceed it (see
         `budget_plan`); None answers `aggregation.queries` queries.
+      accountant: how `budget` is measured: "rdp" or "pld" (see `budget_plan`).
       echo: where progress lines go.
 
     Raises:
@@ -220,7 +255,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     plan = None
     if budget is not None:
         plan = budget_plan(agg, budget, config.privacy.delta, moments=config.privacy.moments,
-                           conversion=config.privacy.conversion)
+                           conversion=config.privacy.conversion, accountant=accountant)
         echo(f"budget eps {budget:g}: {plan.num_queries} queries"
              + (f", at most {plan.max_answers} answers" if plan.max_answers is not None else "")
              + f" (data-independent eps {plan.eps:.4g} of the labels; "
@@ -236,11 +271,10 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         raise PateError("internal error: a vote row does not count every teacher once")
 
     params = mechanism_params(agg)
-    released = aggregation.aggregate(votes[queried], agg.mechanism, aggregation.noise_source(seed),
-                                     **params)
-    if plan is not None and plan.max_answers is not None:
-        released = cap_answers(released, plan.max_answers)
-        params["max_answers"] = plan.max_answers
+    cap = None if plan is None else plan.max_answers
+    released = release_labels(votes[queried], agg.mechanism, params, seed=seed, max_answers=cap)
+    if cap is not None:
+        params["max_answers"] = cap
     answered = released >= 0
     truth = splits.pool_y[queried]
     result = LabelResult(
@@ -270,5 +304,169 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     return result
 
 
+@dataclasses.dataclass(frozen=True)
+class VotesRelease:
+    """What `label_votes` released (all of it publishable but `num_teachers`, which is
+    public anyway in PATE).
+
+    Attributes:
+      mechanism: the aggregator.
+      params: its noise parameters (and ``max_answers`` when a budget capped it).
+      indices: the rows of the votes input that were queried, in order.
+      labels: the released label of each (-1 = not answered).
+      eps_data_independent: the plan's data-independent ε when ``budget`` was given.
+    """
+
+    mechanism: str
+    params: dict
+    indices: np.ndarray
+    labels: np.ndarray
+    eps_data_independent: float | None = None
+
+    @property
+    def num_queries(self) -> int:
+        return int(self.indices.size)
+
+    @property
+    def num_answered(self) -> int:
+        return int(np.sum(self.labels >= 0))
+
+    def summary(self) -> str:
+        params = ", ".join(f"{k} {v:g}" for k, v in self.params.items())
+        return (f"mechanism: {self.mechanism} ({params})\n"
+                f"queries: {self.num_queries}  answered: {self.num_answered}")
+
+
+def noise_params(mechanism: str, *, gamma=None, sigma=None, threshold=None, sigma_threshold=None) -> dict:
+    """The noise parameters ``mechanism`` needs, checked present and the rest absent."""
+    needs = {"lnmax": ("gamma",), "gnmax": ("sigma",),
+             "confident-gnmax": ("threshold", "sigma_threshold", "sigma")}
+    if mechanism not in needs:
+        raise PateError(f"unknown mechanism '{mechanism}'; choose one of {', '.join(needs)}")
+    given = {"gamma": gamma, "sigma": sigma, "threshold": threshold, "sigma_threshold": sigma_threshold}
+    missing = [k for k in needs[mechanism] if given[k] is None]
+    if missing:
+        raise PateError(f"{mechanism} needs {', '.join('--' + k.replace('_', '-') for k in missing)} "
+                        "(no default noise is assumed)")
+    extra = [k for k, v in given.items() if v is not None and k not in needs[mechanism]]
+    if extra:
+        raise PateError(f"{', '.join('--' + k.replace('_', '-') for k in extra)} do(es) not apply to {mechanism}")
+    return {k: float(given[k]) for k in needs[mechanism]}
+
+
+def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", gamma=None, sigma=None,
+                threshold=None, sigma_threshold=None, queries: int | None = None, indices=None,
+                budget: float | None = None, delta: float = 1e-5, moments: int = 8,
+                conversion: str = "classic", accountant: str = "rdp", input_is_labels: bool = False,
+                seed: int | None = None, overwrite: bool = False, echo=print) -> VotesRelease:
+    """Releases noisy labels from votes computed elsewhere: teachers trained anywhere.
+
+    The votes are validated as `pate analyze` validates them (`analysis.votes`), the
+    queried rows are chosen from public information only (``indices``, then the first
+    ``queries``, then the ``budget`` plan), the aggregator runs through `release_labels`
+    and the run directory gets the same ``votes.npz`` (private: every row of the input)
+    and ``labels.npz`` (the release: ``indices`` into the input's rows, ``labels``, the
+    mechanism and its noise) as `label`, so `pate analyze --workdir` works unchanged.
+
+    Args:
+      votes: a ``(points, num_classes)`` vote histogram, or with ``input_is_labels`` a
+        ``(teachers, points)`` matrix of predicted labels; or the path of a ``.npz``
+        (key ``votes``, or ``labels`` with ``input_is_labels``) / ``.npy`` holding one.
+      workdir: the run directory to write (created if missing).
+      num_classes: the number of classes (required: classes no teacher predicted still
+        count).
+      mechanism, gamma, sigma, threshold, sigma_threshold: the aggregator and its noise;
+        every parameter the mechanism needs must be given.
+      queries: query only the first N selected rows.
+      indices: rows to query, in order (array, or path of a ``.npy`` / ``.npz`` key
+        ``indices``); default all rows.
+      budget: stop where the data-independent ε would exceed it (`budget_plan`, at
+        ``delta`` with ``moments``, ``conversion`` and ``accountant``).
+      input_is_labels: ``votes`` is a teachers × points matrix of predicted labels.
+      seed: noise seed (research only; never written). Default: fresh OS entropy.
+      overwrite: replace an existing votes.npz / labels.npz.
+      echo: where the summary and the privacy table go.
+
+    Raises:
+      PateError: bad votes, indices or parameters, or a release exists and not
+        ``overwrite``. Nothing is written then.
+    """
+    import os
+
+    from analysis import report as report_mod
+    from analysis import votes as votes_mod
+    from pate.analyze import data_independent_comparison, report_for_release
+
+    if num_classes is None or int(num_classes) < 2:
+        raise PateError(f"--num-classes must be given and at least 2, got {num_classes}")
+    num_classes = int(num_classes)
+    params = noise_params(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
+                          sigma_threshold=sigma_threshold)
+    run = rundir.RunDir(workdir)
+    present = [a for a in rundir.LABEL_ARTIFACTS if run.exists(a)]
+    if present and not overwrite:
+        raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "
+                        "label again (the old release is replaced)")
+    if isinstance(votes, (str, os.PathLike)):
+        hist = votes_mod.load_votes(votes, input_is_labels=input_is_labels, num_classes=num_classes)
+    elif input_is_labels:
+        hist = votes_mod.labels_to_votes(votes, num_classes)
+    else:
+        hist = votes_mod.check_votes(votes)
+    if hist.shape[1] != num_classes:
+        raise PateError(f"the votes have {hist.shape[1]} class columns but --num-classes is {num_classes}")
+    rows = hist.shape[0]
+    if indices is None:
+        selected = np.arange(rows)
+    elif isinstance(indices, (str, os.PathLike)):
+        selected = votes_mod.load_indices(indices, rows)
+    else:
+        selected = votes_mod.check_indices(indices, rows)
+    if queries is not None:
+        if int(queries) < 1 or int(queries) > selected.size:
+            raise PateError(f"--queries {queries} must be between 1 and the {selected.size} rows selected")
+        selected = selected[:int(queries)]
+    num_teachers = int(hist[0].sum())
+    agg = AggregationConfig(mechanism=mechanism, queries=int(selected.size), **params)
+    agg.validate()
+    resolve(agg, num_teachers=num_teachers, pool_size=rows)
+    aggregation.noise_source(seed)  # refuses a bad seed before anything is released
+    check_accountable(agg, PrivacyConfig(delta=delta, moments=moments, conversion=conversion))
+    plan = None
+    if budget is not None:
+        plan = budget_plan(agg, budget, delta, moments=moments, conversion=conversion, accountant=accountant)
+        echo(f"budget eps {budget:g} ({accountant}): {plan.num_queries} queries"
+             + (f", at most {plan.max_answers} answers" if plan.max_answers is not None else "")
+             + f" (data-independent eps {plan.eps:.4g})")
+        selected = selected[:plan.num_queries]
+
+    cap = None if plan is None else plan.max_answers
+    released = release_labels(hist[selected], mechanism, params, seed=seed, max_answers=cap)
+    if cap is not None:
+        params["max_answers"] = cap
+    labels = {"indices": selected.astype(np.int64), "labels": released.astype(np.int32),
+              "mechanism": np.array(mechanism)}
+    labels.update({k: np.array(float(v)) for k, v in params.items()})
+    # The table is computed before anything is written: a failure leaves no release.
+    brief = report_for_release(hist, labels, delta=delta, moments=moments, conversion=conversion,
+                               sanitize=False)
+    brief = report_mod.extend(brief, data_independent_comparison(hist, labels, delta=delta, moments=moments))
+    run.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)})
+    run.write_npz(rundir.LABELS_NPZ, labels)
+    result = VotesRelease(mechanism, dict(params), selected, released,
+                          None if plan is None else plan.eps)
+    echo(result.summary())
+    echo(report_mod.render_table(brief))
+    echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
+         "(the release); `pate analyze --workdir` gives the sanitised eps")
+    return result
+
+
 def labels_path(workdir) -> Path:
     return Path(workdir) / rundir.LABELS_NPZ
+
+
+# `pate.label(...)` calls `label` (the package's entry point) while `pate.label` stays this module.
+from pate import _callable_module  # noqa: E402
+
+_callable_module(__name__, "label")
