@@ -473,7 +473,7 @@ def release_eps_cost(beta, delta) -> float:
     """
     beta = _check_positive("beta", beta)
     delta = check_delta(delta)
-    eps = 2.0 * math.expm1(beta) * math.log(2.0 / delta) if beta < 700 else math.inf
+    eps = 2.0 * math.expm1(beta) * (math.log(2.0) - math.log(delta)) if beta < 700 else math.inf
     if not math.isfinite(eps):
         raise PateError(f"--beta {beta:g} makes the smooth-sensitivity release cost an infinite eps; "
                         "use a beta below 1 (the default is 0.09)")

@@ -143,12 +143,23 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
                          tuple(private_warnings), "answered queries")
 
 
+MAX_RELEASE_COST = 10.0  # RDP a GNSS release may spend at its order
+
+
 def gnss_parameters(order: float, beta: float | None = None, release_cost: float = 0.2):
     """Public GNSS release parameters at ``order``: β (default 0.1/order) and the σ_ss
     whose release costs ``release_cost`` in RDP at that order. Functions of public
-    numbers only."""
+    numbers only.
+
+    Raises:
+      PateError: ``release_cost`` above :data:`MAX_RELEASE_COST` (the release would be
+        almost noiseless and its ε meaningless).
+    """
     from analysis import gnmax
 
+    if not 0 < float(release_cost) <= MAX_RELEASE_COST:
+        raise PateError(f"--release-cost must lie in (0, {MAX_RELEASE_COST:g}] (RDP at the release order), got "
+                        f"{release_cost:g}: a larger cost leaves the sanitised eps almost noiseless")
     beta = 0.1 / order if beta is None else float(beta)
     return beta, gnmax.gnss_sigma_for_cost(order, beta, release_cost)
 

@@ -196,7 +196,8 @@ class PrivacyConfig:
         _require(self.beta > 0, s, "beta", f"must be > 0, got {self.beta}")
         _require(self.release_order == 0 or self.release_order > 1, s, "release_order",
                  f"must be 0 (auto) or an order > 1, got {self.release_order}")
-        _require(self.release_cost > 0, s, "release_cost", f"must be > 0, got {self.release_cost}")
+        _require(0 < self.release_cost <= 10, s, "release_cost",
+                 f"must lie in (0, 10] (RDP at the release order), got {self.release_cost}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
