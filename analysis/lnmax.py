@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from analysis.errors import PateError
+from analysis.validation import check_counts, check_delta, check_positive
 
 DEFAULT_MOMENTS = tuple(range(1, 9))
 
@@ -38,25 +39,7 @@ _BLOCK_ELEMENTS = 1 << 22
 # --------------------------------------------------------------------------- checks
 
 
-def _check_positive(name: str, value) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise PateError(f"{name} must be a number, got {value!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise PateError(f"{name} must be a positive number, got {value}")
-    return value
-
-
-def check_delta(delta) -> float:
-    """Returns ``delta`` as a float after checking ``0 < delta < 1``."""
-    try:
-        delta = float(delta)
-    except (TypeError, ValueError):
-        raise PateError(f"delta must be a number in (0, 1), got {delta!r}") from None
-    if not (0.0 < delta < 1.0):
-        raise PateError(f"delta must lie strictly between 0 and 1, got {delta}")
-    return delta
+_check_positive = check_positive
 
 
 def check_moments(moments) -> np.ndarray:
@@ -70,15 +53,7 @@ def check_moments(moments) -> np.ndarray:
 
 
 def _as_counts(votes) -> np.ndarray:
-    arr = np.asarray(votes)
-    if arr.ndim < 1 or arr.shape[-1] < 2:
-        raise PateError(f"votes must have a class axis of length >= 2, got shape {arr.shape}")
-    if arr.size == 0:
-        raise PateError("votes is empty")
-    arr = arr.astype(np.float64)
-    if not np.all(np.isfinite(arr)) or np.any(arr < 0):
-        raise PateError("votes must be finite, non-negative counts")
-    return arr
+    return check_counts(votes).astype(np.float64)
 
 
 # --------------------------------------------------------------------------- Lemma 4

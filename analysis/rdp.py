@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from analysis.errors import PateError
+from analysis.validation import check_delta  # noqa: F401  (re-exported: analysis.rdp.check_delta)
 
 CONVERSIONS = ("classic", "improved")
 
@@ -45,14 +46,6 @@ def check_orders(orders) -> np.ndarray:
     if not np.all(np.isfinite(arr)) or np.any(arr <= 1):
         raise PateError(f"Rényi orders must be finite and > 1, got min {arr.min()!r}")
     return arr
-
-
-def check_delta(delta: float) -> float:
-    """Returns `delta` as a float; raises `PateError` unless 0 < δ < 1."""
-    delta = float(delta)
-    if not 0.0 < delta < 1.0:
-        raise PateError(f"delta must be in (0, 1), got {delta!r}")
-    return delta
 
 
 def conversion_term(orders, delta: float, conversion: str = "classic") -> np.ndarray:

@@ -277,7 +277,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     extra_delta = sampling_delta(n, coordinates, routes[route])
     # Per-query RDP curves for the cumulative plot.
     if confident:
-        thr, gn, w, _ = gnmax._confident_curves(votes, sigma, threshold, sigma_threshold, orders)
+        thr, gn, w, _ = gnmax.confident_curves(votes, sigma, threshold, sigma_threshold, orders)
         per_query = gnmax.rdp_confident(thr, gn, w, orders)
         per_query_di = (gnmax.rdp_threshold_data_independent(sigma_threshold, orders)
                         + gnmax.rdp_data_independent(sigma, orders))

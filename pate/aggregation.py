@@ -22,6 +22,7 @@ import numpy as np
 
 from analysis.errors import PateError
 from analysis.noise import NoiseSource
+from analysis.validation import check_counts, check_positive
 
 UNANSWERED = -1
 MECHANISMS = ("lnmax", "gnmax", "confident-gnmax")
@@ -43,19 +44,15 @@ def _source(noise) -> NoiseSource:
 
 
 def _check_votes(votes) -> np.ndarray:
-    arr = np.asarray(votes)
-    if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] < 2:
-        raise PateError(f"votes must be a non-empty queries × classes histogram, got shape {arr.shape}")
-    return arr.astype(np.float64)
+    if np.ndim(votes) != 2:
+        raise PateError(f"votes must be a non-empty queries × classes histogram, got shape {np.shape(votes)}")
+    return check_counts(votes).astype(np.float64)
 
 
 def _check_scale(name: str, value) -> float:
     if value is None:
         raise PateError(f"{name} is required for this mechanism")
-    value = float(value)
-    if not np.isfinite(value) or value <= 0:
-        raise PateError(f"{name} must be a positive number, got {value}")
-    return value
+    return check_positive(name, value)
 
 
 def laplace_noisy_counts(votes, gamma, noise) -> np.ndarray:
