@@ -148,19 +148,19 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
     if input_is_labels and num_classes is None:
         raise click.UsageError("--input-is-labels needs --num-classes: classes no teacher predicted "
                                "must still count, or the data-dependent eps is understated")
-    needs = {"lnmax": ["gamma"], "gnmax": ["sigma"],
-             "confident-gnmax": ["sigma", "threshold", "sigma_threshold"]}[mechanism]
-    given = {"gamma": gamma, "sigma": sigma, "threshold": threshold, "sigma_threshold": sigma_threshold}
-    missing = [f"--{name.replace('_', '-')}" for name in needs if given[name] is None]
-    if missing:
-        raise click.UsageError(f"--mechanism {mechanism} needs {', '.join(missing)} "
-                               "(the noise the votes were answered with)")
+    from analysis import lnmax, mechanisms
+
+    try:
+        mechanisms.from_options(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
+                                sigma_threshold=sigma_threshold)
+    except PateError as err:
+        raise click.UsageError(str(err)) from None
     votes = votes_mod.load_votes(votes_path, input_is_labels=input_is_labels, num_classes=num_classes)
     indices = None if indices_path is None else votes_mod.load_indices(indices_path, votes.shape[0])
     answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
     if mechanism == "lnmax":
         rep = report_mod.lnmax_report(answered, gamma, delta, range(1, moments + 1),
-                                      0.09 if beta is None else beta, noise=noise)
+                                      lnmax.DEFAULT_BETA if beta is None else beta, noise=noise)
     else:
         rep = report_mod.gnmax_report(
             answered, sigma, delta, threshold=threshold, sigma_threshold=sigma_threshold,

@@ -90,6 +90,7 @@ def gnss_sigma_for_cost(order, beta, max_rdp):
 
 
 RELEASE_GRID = 1e-3  # default grid step of the published sanitised RDP (public)
+BETA_TIMES_ORDER = 0.1  # default GNSS smoothness: beta = 0.1 / order (the 2018 paper's choice)
 _FLOAT_MARGIN = 1e-9  # relative slack on the smooth sensitivity for floating-point error
 
 

@@ -403,6 +403,7 @@ def smooth_sensitivity(votes, gamma, moments, beta) -> np.ndarray:
 
 
 RELEASE_GRID = 1e-3  # default grid step of a published sanitised ε (public)
+DEFAULT_BETA = 0.09  # default smoothness of the LNMax smooth-sensitivity release (PATE 2017 code)
 _FLOAT_MARGIN = 1e-9  # relative slack on the smooth sensitivity for floating-point error
 
 
@@ -451,7 +452,7 @@ def release_eps_cost(beta, delta) -> float:
     eps = 2.0 * math.expm1(beta) * (math.log(2.0) - math.log(delta)) if beta < 700 else math.inf
     if not math.isfinite(eps):
         raise PateError(f"--beta {beta:g} makes the smooth-sensitivity release cost an infinite eps; "
-                        "use a beta below 1 (the default is 0.09)")
+                        f"use a beta below 1 (the default is {DEFAULT_BETA:g})")
     if beta > eps / 2:
         raise PateError(f"--delta {delta:g} is too large for a smooth-sensitivity release at beta "
                         f"{beta:g} (its proof needs beta <= (e^beta - 1) ln(2/delta)); use delta <= "
@@ -459,7 +460,7 @@ def release_eps_cost(beta, delta) -> float:
     return eps
 
 
-def sanitized_eps(votes, gamma, delta, beta=0.09, moments=DEFAULT_MOMENTS,
+def sanitized_eps(votes, gamma, delta, beta=DEFAULT_BETA, moments=DEFAULT_MOMENTS,
                   noise=None, grid: float = RELEASE_GRID) -> SanitizedEps:
     """Releases the data-dependent ε with smooth-sensitivity discrete Laplace noise on a grid.
 

@@ -71,7 +71,7 @@ class PrivacyReport:
 
 
 def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS,
-                 beta: float = 0.09, noise=None, grid: float = lnmax.RELEASE_GRID) -> PrivacyReport:
+                 beta: float = lnmax.DEFAULT_BETA, noise=None, grid: float = lnmax.RELEASE_GRID) -> PrivacyReport:
     """The PATE 2017 report for LNMax answers to every row of ``votes``.
 
     The headline ``eps`` is the total guarantee of everything released — the labels and
@@ -160,7 +160,9 @@ def gnss_parameters(order: float, beta: float | None = None, release_cost: float
     if not 0 < float(release_cost) <= MAX_RELEASE_COST:
         raise PateError(f"--release-cost must lie in (0, {MAX_RELEASE_COST:g}] (RDP at the release order), got "
                         f"{release_cost:g}: a larger cost leaves the sanitised eps almost noiseless")
-    beta = 0.1 / order if beta is None else float(beta)
+    from analysis.gnss import BETA_TIMES_ORDER
+
+    beta = BETA_TIMES_ORDER / order if beta is None else float(beta)
     return beta, gnmax.gnss_sigma_for_cost(order, beta, release_cost)
 
 
@@ -194,13 +196,13 @@ def data_independent_with_release(mechanism: str, independent, delta: float, *, 
     is counted too: ``(eps, delta_total, how)``.
 
     LNMax: the labels' (ε, δ) plus the smooth-sensitivity release's (ε_r, δ) at the
-    default β 0.09 (or ``beta``). GNMax / Confident-GNMax: the labels' data-independent RDP
+    default β (``analysis.lnmax.DEFAULT_BETA``, or ``beta``). GNMax / Confident-GNMax: the labels' data-independent RDP
     curve composed with the GNSS release at its default order (the data-independent
     optimum, or ``release_order``), β = 0.1/order and ``release_cost`` of RDP there
     (:func:`gnss_headline_independent`). Public: no vote enters.
     """
     if mechanism == "lnmax":
-        beta = 0.09 if beta is None else beta
+        beta = lnmax.DEFAULT_BETA if beta is None else beta
         cost = lnmax.release_eps_cost(beta, delta)
         return independent.eps + cost, 2 * delta, f"smooth-sensitivity release, beta {beta:g}, +eps {cost:.4f}"
     order = float(independent.order if release_order is None else release_order)

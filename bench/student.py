@@ -111,7 +111,7 @@ def main() -> None:
             # release order and beta.
             lnmax = mechanism == "lnmax"
             rep = report_for_release(v, labels, delta=p.delta, moments=p.moments, conversion=p.conversion,
-                                     beta=None if lnmax else p.beta,
+                                     beta=p.lnmax_beta if lnmax else (p.gnss_beta or None),
                                      release_order=None if lnmax else (p.release_order or None),
                                      release_cost=p.release_cost,
                                      noise=NoiseSource(args.seed + i, RELEASE_STREAM))

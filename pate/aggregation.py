@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from analysis import mechanisms
 from analysis.errors import PateError
 from analysis.noise import NoiseSource
 from analysis.validation import check_counts, check_positive
 
 UNANSWERED = -1
-MECHANISMS = ("lnmax", "gnmax", "confident-gnmax")
+MECHANISMS = mechanisms.NAMES
 
 
 def noise_source(seed: int | None = None) -> NoiseSource:
@@ -98,15 +99,18 @@ def confident_gnmax(votes, threshold, sigma_threshold, sigma, noise) -> np.ndarr
     return np.where(answered, labels, UNANSWERED).astype(np.int32)
 
 
-def aggregate(votes, mechanism: str, noise, *, gamma=None, sigma=None, threshold=None,
-              sigma_threshold=None) -> np.ndarray:
-    """Runs the named mechanism with its parameters; checks that they are present."""
-    if mechanism == "lnmax":
-        return lnmax(votes, _check_scale("gamma", gamma), noise)
-    if mechanism == "gnmax":
-        return gnmax(votes, _check_scale("sigma", sigma), noise)
-    if mechanism == "confident-gnmax":
-        if threshold is None:
-            raise PateError("confident-gnmax needs a threshold")
-        return confident_gnmax(votes, threshold, sigma_threshold, sigma, noise)
-    raise PateError(f"unknown mechanism '{mechanism}'; choose one of {', '.join(MECHANISMS)}")
+def run(votes, mechanism: mechanisms.Mechanism, noise) -> np.ndarray:
+    """Runs a mechanism record (``analysis.mechanisms``) on every row of ``votes``."""
+    if isinstance(mechanism, mechanisms.LNMax):
+        return lnmax(votes, mechanism.gamma, noise)
+    if isinstance(mechanism, mechanisms.GNMax):
+        return gnmax(votes, mechanism.sigma, noise)
+    if isinstance(mechanism, mechanisms.ConfidentGNMax):
+        return confident_gnmax(votes, mechanism.threshold, mechanism.sigma_threshold, mechanism.sigma, noise)
+    raise PateError(f"not a mechanism record: {mechanism!r}")
+
+
+def aggregate(votes, mechanism: str, noise, **params) -> np.ndarray:
+    """Runs the named mechanism with its parameters (``gamma``; ``sigma``; ``threshold``,
+    ``sigma_threshold``, ``sigma``), checked by its record."""
+    return run(votes, mechanisms.from_options(mechanism, **params), noise)

@@ -14,7 +14,9 @@ import zipfile
 
 import numpy as np
 
+from analysis import mechanisms
 from analysis import report as report_mod
+from analysis.lnmax import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
 from analysis.errors import PateError
 
@@ -45,7 +47,7 @@ def read_labels(path: str) -> dict:
 
 
 def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments: int = 8,
-                       beta: float | None = None, conversion: str = "classic",
+                       beta: float | None = None, gnss_beta: float | None = None, conversion: str = "classic",
                        release_order: float | None = None, release_cost: float = 0.2,
                        noise=None, sanitize: bool = True) -> report_mod.PrivacyReport:
     """The privacy report of a release (``labels.npz`` contents) over its vote histogram.
@@ -55,38 +57,36 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     data-independent and data-dependent ε are computed (no smooth-sensitivity release,
     so nothing is spent on one) — what `pate label` prints. ``noise``: an
     ``analysis.noise.NoiseSource`` for the sanitised release (OS entropy when None).
+    ``beta`` is the smoothness of whichever release the mechanism makes (LNMax default
+    ``analysis.lnmax.DEFAULT_BETA``; GNSS default 0.1 / order); ``gnss_beta``, when given,
+    is GNMax's alone (a config holds one β per mechanism).
     """
     indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=LABELS_FILE)
     mask = np.asarray(labels["labels"]) >= 0
     answered = indices[mask]
-    mechanism = str(labels["mechanism"])
-
-    def param(name):
-        if name not in labels:
-            raise PateError(f"{LABELS_FILE} labelled by {mechanism} lacks its '{name}' parameter")
-        return float(labels[name])
-
-    if mechanism == "lnmax":
+    mech = mechanisms.from_arrays(labels, LABELS_FILE)
+    if isinstance(mech, mechanisms.LNMax):
         if answered.size == 0:
             raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
         if not sanitize:
-            return report_mod.brief_lnmax_report(votes[answered], param("gamma"), delta, range(1, moments + 1))
-        return report_mod.lnmax_report(votes[answered], param("gamma"), delta, range(1, moments + 1),
-                                       0.09 if beta is None else beta, noise=noise)
-    if mechanism in ("gnmax", "confident-gnmax"):
-        confident = mechanism == "confident-gnmax"
-        rows = indices if confident else answered  # the threshold step runs on every query
-        if rows.size == 0:
-            raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
-        return report_mod.gnmax_report(
-            votes[rows], param("sigma"), delta,
-            threshold=param("threshold") if confident else None,
-            sigma_threshold=param("sigma_threshold") if confident else None,
-            answered=mask if confident else None, num_teachers=int(votes[0].sum()),
-            max_answers=int(param("max_answers")) if "max_answers" in labels else None,
-            conversion=conversion, release_order=release_order, beta=beta,
-            release_cost=release_cost, noise=noise, sanitize=sanitize)
-    raise PateError(f"{LABELS_FILE} names mechanism '{mechanism}', which `pate analyze` does not know")
+            return report_mod.brief_lnmax_report(votes[answered], mech.gamma, delta, range(1, moments + 1))
+        return report_mod.lnmax_report(votes[answered], mech.gamma, delta, range(1, moments + 1),
+                                       DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise)
+    confident = isinstance(mech, mechanisms.ConfidentGNMax)
+    rows = indices if confident else answered  # the threshold step runs on every query
+    if rows.size == 0:
+        raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
+    max_answers = None
+    if "max_answers" in labels:
+        max_answers = int(float(labels["max_answers"]))
+    return report_mod.gnmax_report(
+        votes[rows], mech.sigma, delta,
+        threshold=mech.threshold if confident else None,
+        sigma_threshold=mech.sigma_threshold if confident else None,
+        answered=mask if confident else None, num_teachers=int(votes[0].sum()),
+        max_answers=max_answers, conversion=conversion, release_order=release_order,
+        beta=gnss_beta if gnss_beta is not None else beta,
+        release_cost=release_cost, noise=noise, sanitize=sanitize)
 
 
 def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float,
@@ -111,6 +111,7 @@ def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float
 
 
 def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | None = None,
+                    gnss_beta: float | None = None,
                     seed: int | None = None, conversion: str = "classic",
                     release_order: float | None = None, release_cost: float = 0.2,
                     json_path=None, plot_path=None, release_path=None,
@@ -123,7 +124,7 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
       delta: δ of the report.
       moments: moments accountant orders 1..moments (LNMax).
       beta: smoothness of the smooth-sensitivity release (LNMax default 0.09; GNMax
-        default 0.1 / release order).
+        default 0.1 / release order); ``gnss_beta`` overrides it for GNMax.
       seed: seed of the release noise (research only: ``0 <= seed < 2**128``, never
         written out); OS entropy when None.
       conversion, release_order, release_cost: GNMax release settings, see
@@ -140,7 +141,7 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
         raise PateError(f"run directory {workdir} does not exist")
     labels = read_labels(os.path.join(workdir, LABELS_FILE))
     votes = votes_mod.load_votes(os.path.join(workdir, VOTES_FILE))
-    rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta,
+    rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta, gnss_beta=gnss_beta,
                              conversion=conversion, release_order=release_order,
                              release_cost=release_cost, noise=noise)
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
@@ -156,7 +157,8 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
 def analyze(config, workdir, *, seed: int | None = None, echo=print) -> report_mod.PrivacyReport:
     """`pate analyze` of a run directory with the run config's `[privacy]` settings."""
     p = config.privacy
-    return analyze_workdir(workdir, delta=p.delta, moments=p.moments, beta=p.beta, seed=seed,
+    return analyze_workdir(workdir, delta=p.delta, moments=p.moments, beta=p.lnmax_beta,
+                           gnss_beta=p.gnss_beta or None, seed=seed,
                            conversion=p.conversion, release_order=p.release_order or None,
                            release_cost=p.release_cost, echo=echo)
 

@@ -175,16 +175,17 @@ class PrivacyConfig:
     """`[privacy]`: how `pate analyze` accounts and releases ε.
 
     `delta`: the δ of every (ε, δ) figure. LNMax: the moments accountant over orders
-    1..`moments` and the smooth-sensitivity release with smoothness `beta`. GNMax:
+    1..`moments` and the smooth-sensitivity release with smoothness `lnmax_beta`. GNMax:
     the RDP → (ε, δ) `conversion`, and the GNSS release at `release_order` (0 = the
     order of the data-independent optimum, a public quantity; never the data-dependent
     best order, which would be chosen from the private votes) spending `release_cost`
-    of RDP at that order.
+    of RDP at that order, with smoothness `gnss_beta` (0 = 0.1 / release order).
     """
 
     delta: float = 1e-5
     moments: int = 8
-    beta: float = 0.09
+    lnmax_beta: float = 0.09  # = analysis.lnmax.DEFAULT_BETA (checked by a test)
+    gnss_beta: float = 0.0  # 0: beta = 0.1 / release order (analysis.gnss.BETA_TIMES_ORDER)
     conversion: Literal["classic", "improved"] = "classic"
     release_order: float = 0.0
     release_cost: float = 0.2
@@ -193,7 +194,8 @@ class PrivacyConfig:
         s = "privacy"
         _require(0 < self.delta < 1, s, "delta", f"must lie strictly between 0 and 1, got {self.delta}")
         _require(self.moments >= 1, s, "moments", f"must be >= 1, got {self.moments}")
-        _require(self.beta > 0, s, "beta", f"must be > 0, got {self.beta}")
+        _require(self.lnmax_beta > 0, s, "lnmax_beta", f"must be > 0, got {self.lnmax_beta}")
+        _require(self.gnss_beta >= 0, s, "gnss_beta", f"must be 0 (0.1 / release order) or > 0, got {self.gnss_beta}")
         _require(self.release_order == 0 or self.release_order > 1, s, "release_order",
                  f"must be 0 (auto) or an order > 1, got {self.release_order}")
         _require(0 < self.release_cost <= 10, s, "release_cost",

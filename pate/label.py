@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis import mechanisms
 from analysis.errors import PateError
 from pate import aggregation, rundir
 from pate.config import AggregationConfig, Config, PrivacyConfig
@@ -84,11 +85,7 @@ def check_accountable(cfg: AggregationConfig, privacy) -> None:
 
 def mechanism_params(cfg: AggregationConfig) -> dict:
     """The noise parameters of the chosen mechanism (what labels.npz records)."""
-    if cfg.mechanism == "lnmax":
-        return {"gamma": cfg.gamma}
-    if cfg.mechanism == "gnmax":
-        return {"sigma": cfg.sigma}
-    return {"threshold": cfg.threshold, "sigma_threshold": cfg.sigma_threshold, "sigma": cfg.sigma}
+    return mechanisms.from_config(cfg).params()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,14 +180,14 @@ def _release_on_top(agg: AggregationConfig, plan: BudgetPlan, privacy) -> str:
     if agg.mechanism == "lnmax":
         di = lnmax.data_independent_eps(plan.num_queries, agg.gamma, privacy.delta,
                                         range(1, privacy.moments + 1))
-        beta = privacy.beta
+        beta = privacy.lnmax_beta
     else:
         confident = agg.mechanism == "confident-gnmax"
         di = gnmax.data_independent_eps(plan.num_queries, agg.sigma, privacy.delta,
                                         sigma_threshold=agg.sigma_threshold if confident else None,
                                         num_answered=plan.max_answers if confident else None,
                                         conversion=privacy.conversion)
-        beta = None
+        beta = privacy.gnss_beta or None
     total, delta_total, _ = report_mod.data_independent_with_release(
         agg.mechanism, di, privacy.delta, conversion=privacy.conversion, beta=beta,
         release_order=privacy.release_order or None, release_cost=privacy.release_cost)
@@ -339,19 +336,8 @@ class VotesRelease:
 
 def noise_params(mechanism: str, *, gamma=None, sigma=None, threshold=None, sigma_threshold=None) -> dict:
     """The noise parameters ``mechanism`` needs, checked present and the rest absent."""
-    needs = {"lnmax": ("gamma",), "gnmax": ("sigma",),
-             "confident-gnmax": ("threshold", "sigma_threshold", "sigma")}
-    if mechanism not in needs:
-        raise PateError(f"unknown mechanism '{mechanism}'; choose one of {', '.join(needs)}")
-    given = {"gamma": gamma, "sigma": sigma, "threshold": threshold, "sigma_threshold": sigma_threshold}
-    missing = [k for k in needs[mechanism] if given[k] is None]
-    if missing:
-        raise PateError(f"{mechanism} needs {', '.join('--' + k.replace('_', '-') for k in missing)} "
-                        "(no default noise is assumed)")
-    extra = [k for k, v in given.items() if v is not None and k not in needs[mechanism]]
-    if extra:
-        raise PateError(f"{', '.join('--' + k.replace('_', '-') for k in extra)} do(es) not apply to {mechanism}")
-    return {k: float(given[k]) for k in needs[mechanism]}
+    return mechanisms.from_options(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
+                                   sigma_threshold=sigma_threshold).params()
 
 
 def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", gamma=None, sigma=None,

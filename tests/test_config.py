@@ -154,3 +154,12 @@ def test_config_from_dict_source_in_message():
 def test_config_is_frozen(tiny_config):
     with pytest.raises(dataclasses.FrozenInstanceError):
         tiny_config.teachers.epochs = 1  # type: ignore[misc]
+
+
+def test_beta_defaults_are_written_once():
+    """One beta per mechanism: the config's defaults are the analysis constants."""
+    from analysis import gnss, lnmax
+    from pate.config import PrivacyConfig
+
+    assert PrivacyConfig().lnmax_beta == lnmax.DEFAULT_BETA
+    assert PrivacyConfig().gnss_beta == 0 and gnss.BETA_TIMES_ORDER == 0.1

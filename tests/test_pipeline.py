@@ -89,7 +89,7 @@ def test_rerun_skips_every_step(finished):
 
 @pytest.mark.parametrize("setting, expected", [
     ("student.steps=30", ["student"]),
-    ("privacy.beta=0.1", ["analyze"]),
+    ("privacy.lnmax_beta=0.1", ["analyze"]),
     ("aggregation.gamma=0.4", ["analyze", "label", "student"]),
 ])
 def test_changed_config_reruns_affected_steps(finished, setting, expected):

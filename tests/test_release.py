@@ -158,20 +158,20 @@ def test_student_checkpoint_carries_no_absolute_path(tmp_path):
 # --------------------------------------------------------------------------- refusals
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--gamma", 0.05, "--beta", 1e308], "--beta"),
+@pytest.mark.parametrize("args,needle,code", [
+    (["--gamma", 0.05, "--beta", 1e308], "--beta", 1),
     (["--mechanism", "confident-gnmax", "--sigma", 20, "--threshold", 150, "--sigma-threshold", 1e-300],
-     "--sigma-threshold"),
-    (["--mechanism", "gnmax", "--sigma", 1e-300], "--sigma"),
-    (["--mechanism", "gnmax", "--sigma", 1e-90], "not finite"),
-    (["--gamma", 0.05, "--delta", 0.99], "delta"),
+     "--sigma-threshold", 2),
+    (["--mechanism", "gnmax", "--sigma", 1e-300], "--sigma", 2),
+    (["--mechanism", "gnmax", "--sigma", 1e-90], "not finite", 1),
+    (["--gamma", 0.05, "--delta", 0.99], "delta", 1),
 ])
-def test_meaningless_releases_are_refused_before_writing(tmp_path, args, needle):
+def test_meaningless_releases_are_refused_before_writing(tmp_path, args, needle, code):
     np.savez(tmp_path / "v.npz", votes=votes_of())
     out = tmp_path / "out.json"
     result = invoke("analyze", "--votes", tmp_path / "v.npz", *args, "--json", out, "--release-json",
                     tmp_path / "r.json")
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == code, result.output
     assert needle in result.output and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1
     assert not out.exists() and not (tmp_path / "r.json").exists()
