@@ -4,7 +4,9 @@ line on stderr."""
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -25,6 +27,9 @@ class _Group(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as err:
+            click.echo(err.ctx.get_help())  # `pate` alone: the normal help, not an error
+            sys.exit(0)
         except click.ClickException as err:
             where = err.ctx.command_path if getattr(err, "ctx", None) is not None else "pate"
             hint = f" (see '{where} --help')" if isinstance(err, click.UsageError) else ""
@@ -39,9 +44,31 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
         except PateError as err:
-            click.echo(f"pate: {err}", err=True)
+            click.echo(f"pate: {_one_line(err)}", err=True)
             ctx.exit(1)
+        except OSError as err:  # a read-only or full disk, a file that vanished
+            where = err.filename or "a file"
+            what = err.strerror or type(err).__name__
+            click.echo(f"pate: cannot write or read {where}: {what}; free space or make it "
+                       "writable, then run the command again (finished steps are kept)", err=True)
+            ctx.exit(1)
+        except MemoryError:
+            click.echo("pate: out of memory; use smaller inputs (fewer queries, classes or "
+                       "moments)", err=True)
+            ctx.exit(1)
+        except Exception as err:  # noqa: BLE001 - a bug: still one line, the traceback on demand
+            if os.environ.get("PATE_DEBUG"):
+                raise
+            click.echo(f"pate: internal error ({type(err).__name__}: {_one_line(err)}); please "
+                       "report it, with the traceback from PATE_DEBUG=1", err=True)
+            ctx.exit(1)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -72,6 +99,54 @@ def _at_least_one(ctx, param, value):
     return value
 
 
+def _moments(ctx, param, value):
+    from analysis.lnmax import MAX_MOMENTS
+
+    if value is not None and not 1 <= value <= MAX_MOMENTS:
+        raise click.BadParameter(f"must be between 1 and {MAX_MOMENTS}, got {value}")
+    return value
+
+
+def _run_lock(workdir, command: str):
+    """The run directory's lock (one pate process per run directory)."""
+    from pate.rundir import lock
+
+    return lock(workdir, command)
+
+
+#: Run artifacts `analyze --json/--plot` must never write over (with --workdir, its own
+#: privacy.json / privacy.png are the defaults and may be replaced).
+_RUN_ARTIFACTS = ("config.toml", "teachers", "teachers.json", "votes.npz", "labels.npz", "student",
+                  "student.json", "pipeline.json", "privacy.json", "privacy.png")
+
+
+def _check_outputs(outputs: dict, inputs: list, workdir) -> None:
+    """Refuses an --json/--plot path that is an input, a run artifact or the other output."""
+    resolved = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        target = Path(path).resolve()
+        if target.is_dir():
+            raise click.BadParameter(f"{path} is a folder; give a file name", param_hint=option)
+        for other, seen in resolved.items():
+            if seen == target:
+                raise click.BadParameter(f"{path} is also given to {other}", param_hint=option)
+        for src in inputs:
+            if src is not None and Path(src).resolve() == target:
+                raise click.BadParameter(f"{path} is an input of this command; writing the report "
+                                         "there would destroy it", param_hint=option)
+        folder = target.parent
+        own = {"--json": "privacy.json", "--plot": "privacy.png"}[option]
+        is_run = (folder / "config.toml").exists() or (
+            workdir is not None and folder == Path(workdir).resolve())
+        if is_run and target.name in _RUN_ARTIFACTS and not (
+                workdir is not None and folder == Path(workdir).resolve() and target.name == own):
+            raise click.BadParameter(f"{path} is an artifact of the run directory {folder}; write the "
+                                     "report elsewhere", param_hint=option)
+        resolved[option] = target
+
+
 @main.command()
 @click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
               help="Vote histogram: .npz (key 'votes') or .npy, queries × classes.")
@@ -95,7 +170,7 @@ def _at_least_one(ctx, param, value):
               help="Analyse the first N queries (after --indices).")
 @click.option("--indices", "indices_path", type=click.Path(dir_okay=False),
               help="Indices of the answered queries (.npy, or .npz key 'indices').")
-@click.option("--moments", type=int, default=8, show_default=True, callback=_at_least_one,
+@click.option("--moments", type=int, default=8, show_default=True, callback=_moments,
               help="Moments accountant orders 1..M.")
 @click.option("--beta", type=float, callback=_positive,
               help="Smoothness of the smooth-sensitivity release (LNMax default 0.09; GNMax 0.1/order).")
@@ -126,11 +201,25 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
         if any(v is not None for v in (gamma, sigma, threshold, sigma_threshold)) or mechanism != "lnmax":
             raise click.UsageError("with --workdir the mechanism and its noise come from the run's "
                                    "labels.npz; drop --mechanism/--gamma/--sigma/--threshold/--sigma-threshold")
+        ignored = [name for name, v in (("--queries", queries), ("--indices", indices_path),
+                                        ("--num-classes", num_classes)) if v is not None]
+        ignored += ["--input-is-labels"] if input_is_labels else []
+        if ignored:
+            raise click.UsageError(f"{', '.join(ignored)} apply to --votes only: with --workdir the "
+                                   "queries and classes come from the run's labels.npz and votes.npz")
+        run_inputs = [os.path.join(workdir, name) for name in ("votes.npz", "labels.npz")]
+        _check_outputs({"--json": json_path, "--plot": plot_path}, run_inputs, workdir)
 
-        analyze_workdir(workdir, delta=delta, moments=moments, beta=beta, seed=seed,
-                        conversion=conversion, release_order=release_order, release_cost=release_cost,
-                        json_path=json_path, plot_path=plot_path, echo=click.echo)
+        with _run_lock(workdir, "analyze"):
+            analyze_workdir(workdir, delta=delta, moments=moments, beta=beta, seed=seed,
+                            conversion=conversion, release_order=release_order,
+                            release_cost=release_cost, json_path=json_path, plot_path=plot_path,
+                            echo=click.echo)
         return
+    if num_classes is not None and not input_is_labels:
+        raise click.UsageError("--num-classes applies with --input-is-labels only (a vote histogram "
+                               "has its classes as columns)")
+    _check_outputs({"--json": json_path, "--plot": plot_path}, [votes_path, indices_path], None)
     needs = {"lnmax": ["gamma"], "gnmax": ["sigma"],
              "confident-gnmax": ["sigma", "threshold", "sigma_threshold"]}[mechanism]
     given = {"gamma": gamma, "sigma": sigma, "threshold": threshold, "sigma_threshold": sigma_threshold}
@@ -176,7 +265,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
               help="Confident-GNMax: at most this many answers (the labeller must stop there).")
 @click.option("--conversion", type=click.Choice(["classic", "improved"]), default="classic", show_default=True,
               help="RDP to (eps, delta) conversion for GNMax.")
-@click.option("--moments", type=int, default=8, show_default=True, callback=_at_least_one,
+@click.option("--moments", type=int, default=8, show_default=True, callback=_moments,
               help="LNMax: moments accountant orders 1..M.")
 @click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
               help="Vote histogram (.npz key 'votes', or .npy): also print the data-dependent eps.")
@@ -245,8 +334,9 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 
     if distributed:
         teachers.initialize_distributed(*cluster)
-    result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
-                                     show_progress=not no_progress)
+    with _run_lock(workdir, "train-teachers"):
+        result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
+                                         show_progress=not no_progress, echo=click.echo)
     click.echo(result.summary())
 
 
@@ -284,9 +374,20 @@ def label_command(workdir, mechanism, gamma, sigma, threshold, sigma_threshold, 
         sigma_threshold=sigma_threshold, queries=queries).items() if v is not None}
     config = load_config(config_file, overrides)
 
+    effective = config.aggregation.mechanism
+    applies = {"--gamma": ("lnmax",), "--sigma": ("gnmax", "confident-gnmax"),
+               "--threshold": ("confident-gnmax",), "--sigma-threshold": ("confident-gnmax",)}
+    given = {"--gamma": gamma, "--sigma": sigma, "--threshold": threshold, "--sigma-threshold": sigma_threshold}
+    stray = [name for name, v in given.items() if v is not None and effective not in applies[name]]
+    if stray:
+        raise click.UsageError(f"{', '.join(stray)} do not apply to the mechanism {effective} (from "
+                               f"{'--mechanism' if mechanism else config_file}); drop them or pick "
+                               "the mechanism they belong to")
+
     from pate.label import label  # imports JAX
 
-    label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=click.echo)
+    with _run_lock(workdir, "label"):
+        label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=click.echo)
 
 
 # --------------------------------------------------------------------------- train-student
@@ -333,8 +434,9 @@ def train_student_command(workdir, method, steps, epochs, settings, overwrite, n
 
     from pate.student import train_student  # imports JAX
 
-    result = train_student(config, workdir, overwrite=overwrite, epochs=epochs,
-                           show_progress=not no_progress, echo=click.echo)
+    with _run_lock(workdir, "train-student"):
+        result = train_student(config, workdir, overwrite=overwrite, epochs=epochs,
+                               show_progress=not no_progress, echo=click.echo)
     click.echo(result.summary())
 
 
@@ -361,8 +463,9 @@ def run_command(config_path, workdir, settings, seed, overwrite, no_progress):
 
     from pate.pipeline import run  # imports JAX
 
-    summary = run(config, workdir, overwrite=overwrite, seed=seed, show_progress=not no_progress,
-                  echo=click.echo)
+    with _run_lock(workdir, "run"):
+        summary = run(config, workdir, overwrite=overwrite, seed=seed, show_progress=not no_progress,
+                      echo=click.echo)
     click.echo(summary.summary())
 
 

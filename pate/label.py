@@ -56,6 +56,42 @@ def resolve(cfg: AggregationConfig, *, num_teachers: int, pool_size: int) -> Agg
     return cfg
 
 
+def checked_noise_key(seed):
+    """`aggregation.noise_key(seed)`, with a seed it cannot use refused as `--seed`."""
+    try:
+        return aggregation.noise_key(seed)
+    except PateError as err:
+        raise PateError(f"--seed: {err}") from None
+    except (ValueError, OverflowError, TypeError) as err:
+        raise PateError(f"--seed {seed} cannot seed the noise ({err}); give a whole number "
+                        "0 <= seed < 2**32, or none for OS entropy") from None
+
+
+def check_release(config: Config) -> None:
+    """Checks, before any teacher votes, that the release and its report can be made:
+    the mechanism's noise and the run's `[privacy]` settings give a finite
+    data-independent ε for the queries asked (what `label` prints and `analyze`
+    reports). Nothing private is read: these are public settings."""
+    from analysis import gnmax, lnmax
+
+    agg, p = config.aggregation, config.privacy
+    try:
+        if agg.mechanism == "lnmax":
+            res = lnmax.data_independent_eps(agg.queries, agg.gamma, p.delta, range(1, p.moments + 1))
+        elif agg.mechanism == "gnmax":
+            res = gnmax.data_independent_eps(agg.queries, agg.sigma, p.delta, conversion=p.conversion)
+        else:
+            res = gnmax.data_independent_eps(agg.queries, agg.sigma, p.delta,
+                                             sigma_threshold=agg.sigma_threshold,
+                                             num_answered=agg.queries, conversion=p.conversion)
+    except (ValueError, OverflowError, ZeroDivisionError, FloatingPointError) as err:
+        raise PateError(f"the [aggregation] / [privacy] settings cannot be accounted ({err}); "
+                        "check the noise (--gamma/--sigma/--sigma-threshold) and privacy.delta") from None
+    if not np.isfinite(res.eps):
+        raise PateError(f"the data-independent eps of {agg.queries} {agg.mechanism} answers at these "
+                        "settings is not finite; use more noise (--gamma/--sigma) or fewer --queries")
+
+
 def mechanism_params(cfg: AggregationConfig) -> dict:
     """The noise parameters of the chosen mechanism (what labels.npz records)."""
     if cfg.mechanism == "lnmax":
@@ -162,11 +198,13 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     from pate.teachers import load_teachers, predict_votes
 
     run = rundir.RunDir(workdir)
-    teachers = load_teachers(run.path)
     present = [a for a in rundir.LABEL_ARTIFACTS if run.exists(a)]
     if present and not overwrite:
         raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "
                         "label again (the old release is replaced)")
+    key = checked_noise_key(seed)
+    check_release(config)
+    teachers = load_teachers(run.path)
     agg = config.aggregation
     splits = split(load_dataset(config.data), config.data.public_size)
     if splits.pool_x.shape[1:] != tuple(teachers.image_shape):
@@ -191,8 +229,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         raise PateError("internal error: a vote row does not count every teacher once")
 
     params = mechanism_params(agg)
-    released = aggregation.aggregate(votes[queried], agg.mechanism, aggregation.noise_key(seed),
-                                     **params)
+    released = aggregation.aggregate(votes[queried], agg.mechanism, key, **params)
     if plan is not None and plan.max_answers is not None:
         released = cap_answers(released, plan.max_answers)
         params["max_answers"] = plan.max_answers
@@ -204,20 +241,33 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         plurality_accuracy=float(np.mean(np.argmax(votes[queried], axis=1) == truth)),
         params=params)
 
-    run.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
     labels = {"indices": queried.astype(np.int64), "labels": released.astype(np.int32),
               "mechanism": np.array(agg.mechanism)}
     labels.update({k: np.array(float(v)) for k, v in params.items()})
-    run.write_npz(rundir.LABELS_NPZ, labels, config)
-    run.write_config(config)
-    echo(result.summary())
     from analysis import report as report_mod
     from pate.analyze import report_for_release
 
+    # Everything that can fail is computed before the first byte is written.
     p = config.privacy
     brief = report_for_release(votes, labels, delta=p.delta, moments=p.moments,
                                conversion=p.conversion, sanitize=False)
-    echo(report_mod.render_table(brief))
+    table = report_mod.render_table(brief)
+
+    # Votes, labels and config.toml are swapped in together once all three are written.
+    staging = rundir.Staging(run, "label", rundir.LABEL_ARTIFACTS)
+    try:
+        out = rundir.RunDir(staging.path)
+        out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
+        out.write_npz(rundir.LABELS_NPZ, labels, config)
+        out.write_config(config)
+    except BaseException:
+        staging.discard()
+        raise
+    moved = staging.commit(extra=(rundir.CONFIG_TOML,))
+    echo(result.summary())
+    echo(table)
+    if moved:
+        echo(rundir.stale_message(moved, "labels"))
     echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze` gives the sanitised eps")
     return result

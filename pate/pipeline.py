@@ -270,6 +270,24 @@ def _label_accuracy(config: Config, run: rundir.RunDir) -> tuple[float, int, int
     return acc, int(labels.size), int(answered.sum()), str(release.get("mechanism", "?"))
 
 
+def preflight(config: Config, seed: int | None) -> None:
+    """Every check that can be made before a step runs, made before the first one: a
+    failure after `label` would have spent the privacy of a release for nothing.
+
+    Checks the seed against both of its users (the aggregator's noise key and the
+    sanitised release's generator) and the release settings (`pate.label.check_release`).
+    """
+    from pate.label import check_release, checked_noise_key
+
+    checked_noise_key(seed)
+    try:
+        np.random.default_rng(seed)
+    except (ValueError, TypeError, OverflowError) as err:
+        raise PateError(f"--seed {seed} cannot seed the sanitised release ({err}); give a whole "
+                        "number >= 0, or none for OS entropy") from None
+    check_release(config)
+
+
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,
         show_progress: bool = True, console=None, echo: Callable[[str], None] = print) -> RunSummary:
     """Runs the whole job over one run directory, skipping what is up to date.
@@ -292,6 +310,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         any step's own error (the artifacts of earlier steps are kept).
     """
     start = time.time()
+    preflight(config, seed)
     run_dir = rundir.RunDir(workdir)
     stored = _stored_config(run_dir)
     if run_dir.exists(rundir.CONFIG_TOML) and stored is None and not overwrite:
