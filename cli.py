@@ -461,8 +461,9 @@ def run_command(config_path, workdir, settings, seed, overwrite, no_progress):
 
     config = load_config(config_path, dict(parse_override(s) for s in settings))
 
-    from pate.pipeline import run  # imports JAX
+    from pate.pipeline import preflight, run  # imports JAX
 
+    preflight(config, seed)  # before the lock creates the run directory
     with _run_lock(workdir, "run"):
         summary = run(config, workdir, overwrite=overwrite, seed=seed, show_progress=not no_progress,
                       echo=click.echo)

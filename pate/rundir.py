@@ -126,7 +126,7 @@ def read_json(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise PateError(f"{path} not found") from None
     except (OSError, ValueError) as err:
-        raise PateError(f"{path} is not readable JSON ({err})") from None
+        raise PateError(f"{path} is not readable JSON ({err}); {remake_hint(path)}") from None
 
 
 def write_npz(path: str | Path, arrays: Mapping[str, np.ndarray],
@@ -156,13 +156,32 @@ def read_npz(path: str | Path, required: Iterable[str] = ()) -> dict[str, np.nda
     except FileNotFoundError:
         raise PateError(f"{path} not found") from None
     except Exception as err:  # zipfile/ValueError/OSError for a damaged file
-        raise PateError(f"{path} is not a readable .npz ({err})") from None
+        raise PateError(f"{path} is not a readable .npz ({err}); {remake_hint(path)}") from None
     missing = [k for k in required if k not in out]
     if missing:
-        raise PateError(f"{path} lacks {', '.join(missing)}")
+        raise PateError(f"{path} lacks {', '.join(missing)}; {remake_hint(path)}")
     if _META_KEY in out:
-        out[_META_KEY] = json.loads(str(out[_META_KEY]))
+        try:
+            meta = json.loads(str(out[_META_KEY]))
+            if not isinstance(meta, dict):
+                raise ValueError
+        except ValueError:
+            raise PateError(f"{path} has an invalid 'meta' entry: it was not written by pate or is "
+                            f"damaged; {remake_hint(path)}") from None
+        out[_META_KEY] = meta
     return out
+
+
+def remake_hint(path: str | Path) -> str:
+    """The command that writes a run artifact again, for messages."""
+    path = Path(path)
+    command = {VOTES_NPZ: "label", LABELS_NPZ: "label", TEACHERS_JSON: "train-teachers",
+               TEACHERS_DIR: "train-teachers", STUDENT_JSON: "train-student",
+               STUDENT_DIR: "train-student", PRIVACY_JSON: "analyze"}.get(path.name)
+    if command is None:
+        return "write it again"
+    flag = "" if command == "analyze" else " --overwrite"
+    return f"run `pate {command} --workdir {path.parent}{flag}` to write it again"
 
 
 class RunDir:
@@ -263,7 +282,8 @@ class RunLock:
     An OS file lock (`filelock`, `flock` on POSIX) on ``RUN/.pate.lock``; the kernel
     drops it when the holder exits, even after ``kill -9``, so a stale lock never
     blocks a run. The holder's pid, host and command line go to ``RUN/.pate.lock.owner``
-    so the refused process can say who holds it. Both files are removed on release.
+    so the refused process can say who holds it. Both files are removed on release, so
+    a command leaves no trace of the lock.
 
     Raises (on entry):
       PateError: another process holds the lock, or the directory cannot be written
@@ -322,10 +342,14 @@ class RunLock:
             self._lock = None
 
     def __exit__(self, *exc) -> None:
-        try:
-            (self.path / LOCK_OWNER).unlink()
-        except OSError:
-            pass
+        # Both files go while the lock is still held: a process that opened the old lock
+        # file meanwhile finds it unlinked after its flock and starts over (filelock
+        # checks st_nlink), so removing it is safe and the run directory is left as it was.
+        for name in (LOCK_OWNER, LOCK_FILE):
+            try:
+                (self.path / name).unlink()
+            except OSError:
+                pass
         self._release()
 
 

@@ -377,8 +377,15 @@ def _manager(directory: Path, keep: int = 2, create: bool = True):
 def _save(manager, epoch: int, params: Params, opt_state: Any, progress: dict) -> None:
     """Saves one checkpoint; a failed write (full disk, read-only folder) leaves no
     ``*.orbax-checkpoint-tmp*`` folder behind and ends in one PateError."""
+    import logging
+
     import orbax.checkpoint as ocp
 
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    # orbax's writer threads log each failed write with its traceback before the error
+    # reaches us; the one line below says it all.
+    absl_logger.setLevel(logging.CRITICAL)
     try:
         manager.save(epoch, args=ocp.args.Composite(
             params=ocp.args.StandardSave(params), opt_state=ocp.args.StandardSave(opt_state),
@@ -390,6 +397,8 @@ def _save(manager, epoch: int, params: Params, opt_state: Any, progress: dict) -
         raise PateError(f"cannot write the checkpoint of epoch {epoch} in {directory}: "
                         f"{_short(err)}; free space or make it writable, then run "
                         "`pate train-teachers --resume` (earlier checkpoints are kept)") from None
+    finally:
+        absl_logger.setLevel(level)
 
 
 def _short(err: BaseException) -> str:
