@@ -99,6 +99,12 @@ def _at_least_one(ctx, param, value):
     return value
 
 
+def _threshold(ctx, param, value):
+    if value is not None and not (0 <= value < float("inf")):
+        raise click.BadParameter(f"must be a vote count >= 0, got {value}")
+    return value
+
+
 def _moments(ctx, param, value):
     from analysis.lnmax import MAX_MOMENTS
 
@@ -157,7 +163,7 @@ def _check_outputs(outputs: dict, inputs: list, workdir) -> None:
 @click.option("--gamma", type=float, callback=_positive,
               help="LNMax inverse noise scale: Laplace noise of scale 1/gamma per count.")
 @click.option("--sigma", type=float, callback=_positive, help="GNMax noise (sigma_2 for Confident-GNMax).")
-@click.option("--threshold", type=float, help="Confident-GNMax threshold on the top vote count.")
+@click.option("--threshold", type=float, callback=_threshold, help="Confident-GNMax threshold on the top vote count.")
 @click.option("--sigma-threshold", type=float, callback=_positive, help="Confident-GNMax threshold noise sigma_1.")
 @click.option("--conversion", type=click.Choice(["classic", "improved"]), default="classic", show_default=True,
               help="GNMax: RDP to (eps, delta) conversion.")
@@ -229,6 +235,11 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
                                "(the noise the votes were answered with)")
     votes = votes_mod.load_votes(votes_path, input_is_labels=input_is_labels, num_classes=num_classes)
     indices = None if indices_path is None else votes_mod.load_indices(indices_path, votes.shape[0])
+    if indices is not None and np.unique(indices).size != indices.size:
+        raise PateError(f"{indices_path} repeats a query index; each answered query is listed once")
+    if threshold is not None and mechanism == "confident-gnmax" and threshold > int(votes[0].sum()):
+        raise click.BadParameter(f"{threshold:g} is above the {int(votes[0].sum())} teachers of the votes: "
+                                 "no query could have been answered", param_hint="--threshold")
     answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
     rng = np.random.default_rng(seed)
     if mechanism == "lnmax":
@@ -258,7 +269,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
 @click.option("--delta", type=float, default=1e-5, show_default=True, callback=_probability)
 @click.option("--teachers", type=int, callback=_at_least_one,
               help="Number of teachers (checks --votes and --threshold against it).")
-@click.option("--threshold", type=float, help="Confident-GNMax threshold on the top vote count.")
+@click.option("--threshold", type=float, callback=_threshold, help="Confident-GNMax threshold on the top vote count.")
 @click.option("--sigma-ratio", type=float, default=5.0, show_default=True, callback=_positive,
               help="Confident-GNMax: sigma_threshold / sigma.")
 @click.option("--answered", type=int, callback=_at_least_one,
@@ -350,7 +361,7 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
               help="Noisy aggregator (default: the run config's aggregation.mechanism).")
 @click.option("--gamma", type=float, callback=_positive, help="LNMax: Laplace noise of scale 1/gamma.")
 @click.option("--sigma", type=float, callback=_positive, help="GNMax noise (sigma_2 for Confident-GNMax).")
-@click.option("--threshold", type=float, help="Confident-GNMax threshold on the top vote count.")
+@click.option("--threshold", type=float, callback=_threshold, help="Confident-GNMax threshold on the top vote count.")
 @click.option("--sigma-threshold", type=float, callback=_positive, help="Confident-GNMax threshold noise.")
 @click.option("--queries", type=int, callback=_at_least_one, help="Query the first N pool points.")
 @click.option("--budget", type=float, callback=_positive,

@@ -115,10 +115,16 @@ def _log1mexp(x):
         )
 
 
+#: The noise scales the analysis accepts: sigma**2 must neither overflow nor vanish.
+SIGMA_RANGE = (1e-100, 1e100)
+
+
 def _check_sigma(sigma, name="sigma") -> float:
     sigma = float(sigma)
     if not (math.isfinite(sigma) and sigma > 0):
         raise PateError(f"{name} must be a positive number, got {sigma!r}")
+    if not SIGMA_RANGE[0] <= sigma <= SIGMA_RANGE[1]:
+        raise PateError(f"{name} must lie between {SIGMA_RANGE[0]:g} and {SIGMA_RANGE[1]:g}, got {sigma:g}")
     return sigma
 
 
