@@ -123,7 +123,7 @@ def _run_lock(workdir, command: str):
 #: Run artifacts `analyze --json/--plot` must never write over (with --workdir, its own
 #: privacy.json / privacy.png are the defaults and may be replaced).
 _RUN_ARTIFACTS = ("config.toml", "teachers", "teachers.json", "votes.npz", "labels.npz", "student",
-                  "student.json", "pipeline.json", "privacy.json", "privacy.png")
+                  "student.json", "pipeline.json", "privacy.json", "privacy.png", "release.json")
 
 
 def _check_outputs(outputs: dict, inputs: list, workdir) -> None:
@@ -345,7 +345,14 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 
     if distributed:
         teachers.initialize_distributed(*cluster)
-    with _run_lock(workdir, "train-teachers"):
+    import contextlib
+
+    import jax
+
+    # Multi-host: every host runs this command on the shared run directory; process 0
+    # holds the lock for all of them.
+    lock = _run_lock(workdir, "train-teachers") if jax.process_index() == 0 else contextlib.nullcontext()
+    with lock:
         result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
                                          show_progress=not no_progress, echo=click.echo)
     click.echo(result.summary())

@@ -120,10 +120,12 @@ SIGMA_RANGE = (1e-100, 1e100)
 
 
 def _check_sigma(sigma, name="sigma") -> float:
+    """A positive, finite noise scale; the aggregator's (sigma, sigma_threshold) also within
+    `SIGMA_RANGE` (the GNSS release's sigma_ss is the release code's to bound)."""
     sigma = float(sigma)
     if not (math.isfinite(sigma) and sigma > 0):
         raise PateError(f"{name} must be a positive number, got {sigma!r}")
-    if not SIGMA_RANGE[0] <= sigma <= SIGMA_RANGE[1]:
+    if name != "sigma_ss" and not SIGMA_RANGE[0] <= sigma <= SIGMA_RANGE[1]:
         raise PateError(f"{name} must lie between {SIGMA_RANGE[0]:g} and {SIGMA_RANGE[1]:g}, got {sigma:g}")
     return sigma
 

@@ -649,8 +649,10 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
     if resume and run.exists(rundir.CONFIG_TOML):
         run.check_same_config(config)
     staging = None
-    if overwrite and not resume and any(run.exists(a) for a in rundir.TEACHER_ARTIFACTS):
-        # Keep the finished teachers until the new ones are complete.
+    if (overwrite and not resume and jax.process_count() == 1
+            and any(run.exists(a) for a in rundir.TEACHER_ARTIFACTS)):
+        # Keep the finished teachers until the new ones are complete. (Multi-host runs
+        # replace them up front as before: the staging folder would need a barrier.)
         staging = rundir.Staging(run, "teachers", rundir.TEACHER_ARTIFACTS)
         resuming = False
     else:
