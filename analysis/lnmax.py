@@ -449,7 +449,9 @@ def smooth_sensitivity(votes, gamma, moments, beta) -> np.ndarray:
             ks = np.arange(k0, min(k_max, k0 + k_step - 1) + 1, dtype=np.float64)
             q_max = _q_max_at_distance(flat[idx], ks, gamma)  # (b, K)
             cell = np.minimum(np.searchsorted(grid, q_max), grid.size - 1)
-            weighted = envelope[cell] * np.exp(-beta * ks)[None, :, None]  # (b, K, L)
+            with np.errstate(over="ignore"):  # beta * k past the float range: weight 0
+                decay = np.exp(-beta * ks)
+            weighted = envelope[cell] * decay[None, :, None]  # (b, K, L)
             valid = ks[None, :] <= k_tie[idx][:, None]
             best = np.maximum(best, np.where(valid[..., None], weighted, 0.0).max(axis=1))
         out[idx] = best
