@@ -4,7 +4,9 @@ line on stderr."""
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -25,6 +27,9 @@ class _Group(click.Group):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except click.exceptions.NoArgsIsHelpError as err:
+            click.echo(err.ctx.get_help())  # `pate` alone: the normal help, not an error
+            sys.exit(0)
         except click.ClickException as err:
             where = err.ctx.command_path if getattr(err, "ctx", None) is not None else "pate"
             hint = f" (see '{where} --help')" if isinstance(err, click.UsageError) else ""
@@ -39,9 +44,31 @@ class _Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
         except PateError as err:
-            click.echo(f"pate: {err}", err=True)
+            click.echo(f"pate: {_one_line(err)}", err=True)
             ctx.exit(1)
+        except OSError as err:  # a read-only or full disk, a file that vanished
+            where = err.filename or "a file"
+            what = err.strerror or type(err).__name__
+            click.echo(f"pate: cannot write or read {where}: {what}; free space or make it "
+                       "writable, then run the command again (finished steps are kept)", err=True)
+            ctx.exit(1)
+        except MemoryError:
+            click.echo("pate: out of memory; use smaller inputs (fewer queries, classes or "
+                       "moments)", err=True)
+            ctx.exit(1)
+        except Exception as err:  # noqa: BLE001 - a bug: still one line, the traceback on demand
+            if os.environ.get("PATE_DEBUG"):
+                raise
+            click.echo(f"pate: internal error ({type(err).__name__}: {_one_line(err)}); please "
+                       "report it, with the traceback from PATE_DEBUG=1", err=True)
+            ctx.exit(1)
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -66,6 +93,12 @@ def _probability(ctx, param, value):
     return value
 
 
+def _release_order(ctx, param, value):
+    if value is not None and not 1 < value <= 1e4:
+        raise click.BadParameter(f"must be a Renyi order above 1 and at most 10000, got {value}")
+    return value
+
+
 def _seed(ctx, param, value):
     """A research seed: all 128 bits are used, so any integer 0 <= seed < 2**128."""
     if value is not None and not 0 <= value < 2**128:
@@ -79,6 +112,60 @@ def _at_least_one(ctx, param, value):
     return value
 
 
+def _threshold(ctx, param, value):
+    if value is not None and not (0 <= value < float("inf")):
+        raise click.BadParameter(f"must be a vote count >= 0, got {value}")
+    return value
+
+
+def _moments(ctx, param, value):
+    from analysis.lnmax import MAX_MOMENTS
+
+    if value is not None and not 1 <= value <= MAX_MOMENTS:
+        raise click.BadParameter(f"must be between 1 and {MAX_MOMENTS}, got {value}")
+    return value
+
+
+def _run_lock(workdir, command: str):
+    """The run directory's lock (one pate process per run directory)."""
+    from pate.rundir import lock
+
+    return lock(workdir, command)
+
+
+#: Run artifacts `analyze --json/--plot` must never write over (with --workdir, its own
+#: privacy.json / privacy.png are the defaults and may be replaced).
+_RUN_ARTIFACTS = ("config.toml", "teachers", "teachers.json", "votes.npz", "labels.npz", "student",
+                  "student.json", "pipeline.json", "privacy.json", "privacy.png", "release.json")
+
+
+def _check_outputs(outputs: dict, inputs: list, workdir) -> None:
+    """Refuses an --json/--plot path that is an input, a run artifact or the other output."""
+    resolved = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        target = Path(path).resolve()
+        if target.is_dir():
+            raise click.BadParameter(f"{path} is a folder; give a file name", param_hint=option)
+        for other, seen in resolved.items():
+            if seen == target:
+                raise click.BadParameter(f"{path} is also given to {other}", param_hint=option)
+        for src in inputs:
+            if src is not None and Path(src).resolve() == target:
+                raise click.BadParameter(f"{path} is an input of this command; writing the report "
+                                         "there would destroy it", param_hint=option)
+        folder = target.parent
+        own = {"--json": "privacy.json", "--plot": "privacy.png", "--release-json": "release.json"}[option]
+        is_run = (folder / "config.toml").exists() or (
+            workdir is not None and folder == Path(workdir).resolve())
+        if is_run and target.name in _RUN_ARTIFACTS and not (
+                workdir is not None and folder == Path(workdir).resolve() and target.name == own):
+            raise click.BadParameter(f"{path} is an artifact of the run directory {folder}; write the "
+                                     "report elsewhere", param_hint=option)
+        resolved[option] = target
+
+
 @main.command()
 @click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
               help="Vote histogram: .npz (key 'votes') or .npy, queries × classes.")
@@ -89,11 +176,11 @@ def _at_least_one(ctx, param, value):
 @click.option("--gamma", type=float, callback=_positive,
               help="LNMax inverse noise scale: Laplace noise of scale 1/gamma per count.")
 @click.option("--sigma", type=float, callback=_positive, help="GNMax noise (sigma_2 for Confident-GNMax).")
-@click.option("--threshold", type=float, help="Confident-GNMax threshold on the top vote count.")
+@click.option("--threshold", type=float, callback=_threshold, help="Confident-GNMax threshold on the top vote count.")
 @click.option("--sigma-threshold", type=float, callback=_positive, help="Confident-GNMax threshold noise sigma_1.")
 @click.option("--conversion", type=click.Choice(["classic", "improved"]), default="classic", show_default=True,
               help="GNMax: RDP to (eps, delta) conversion.")
-@click.option("--release-order", type=float, help="GNMax: Renyi order of the sanitised release, fixed in "
+@click.option("--release-order", type=float, callback=_release_order, help="GNMax: Renyi order of the sanitised release, fixed in "
               "advance without looking at the votes (default: the order of the data-independent optimum, "
               "a public quantity).")
 @click.option("--release-cost", type=float, default=0.2, show_default=True, callback=_positive,
@@ -103,7 +190,7 @@ def _at_least_one(ctx, param, value):
               help="Analyse the first N queries (after --indices).")
 @click.option("--indices", "indices_path", type=click.Path(dir_okay=False),
               help="Indices of the answered queries (.npy, or .npz key 'indices').")
-@click.option("--moments", type=int, default=8, show_default=True, callback=_at_least_one,
+@click.option("--moments", type=int, default=8, show_default=True, callback=_moments,
               help="Moments accountant orders 1..M.")
 @click.option("--beta", type=float, callback=_positive,
               help="Smoothness of the smooth-sensitivity release (LNMax default 0.09; GNMax 0.1/order).")
@@ -139,15 +226,32 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
         if any(v is not None for v in (gamma, sigma, threshold, sigma_threshold)) or mechanism != "lnmax":
             raise click.UsageError("with --workdir the mechanism and its noise come from the run's "
                                    "labels.npz; drop --mechanism/--gamma/--sigma/--threshold/--sigma-threshold")
+        ignored = [name for name, v in (("--queries", queries), ("--indices", indices_path),
+                                        ("--num-classes", num_classes)) if v is not None]
+        ignored += ["--input-is-labels"] if input_is_labels else []
+        if ignored:
+            raise click.UsageError(f"{', '.join(ignored)} apply to --votes only: with --workdir the "
+                                   "queries and classes come from the run's labels.npz and votes.npz")
+        run_inputs = [os.path.join(workdir, name) for name in ("votes.npz", "labels.npz")]
+        _check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path},
+                       run_inputs, workdir)
 
-        analyze_workdir(workdir, delta=delta, moments=moments, beta=beta, seed=seed,
-                        conversion=conversion, release_order=release_order, release_cost=release_cost,
-                        json_path=json_path, plot_path=plot_path, release_path=release_path,
-                        echo=click.echo)
+        with _run_lock(workdir, "analyze"):
+            analyze_workdir(workdir, delta=delta, moments=moments, beta=beta, seed=seed,
+                            conversion=conversion, release_order=release_order,
+                            release_cost=release_cost, json_path=json_path, plot_path=plot_path,
+                            release_path=release_path, echo=click.echo)
         return
+    if num_classes is not None and not input_is_labels:
+        raise click.UsageError("--num-classes applies with --input-is-labels only (a vote histogram "
+                               "has its classes as columns)")
     if input_is_labels and num_classes is None:
         raise click.UsageError("--input-is-labels needs --num-classes: classes no teacher predicted "
                                "must still count, or the data-dependent eps is understated")
+    _check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path},
+                   [votes_path, indices_path], None)
+    import numpy as np
+
     from analysis import lnmax, mechanisms
 
     try:
@@ -157,6 +261,11 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
         raise click.UsageError(str(err)) from None
     votes = votes_mod.load_votes(votes_path, input_is_labels=input_is_labels, num_classes=num_classes)
     indices = None if indices_path is None else votes_mod.load_indices(indices_path, votes.shape[0])
+    if indices is not None and np.unique(indices).size != indices.size:
+        raise PateError(f"{indices_path} repeats a query index; each answered query is listed once")
+    if threshold is not None and mechanism == "confident-gnmax" and threshold > int(votes[0].sum()):
+        raise click.BadParameter(f"{threshold:g} is above the {int(votes[0].sum())} teachers of the votes: "
+                                 "no query could have been answered", param_hint="--threshold")
     answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
     if mechanism == "lnmax":
         rep = report_mod.lnmax_report(answered, gamma, delta, range(1, moments + 1),
@@ -188,7 +297,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
 @click.option("--delta", type=float, default=1e-5, show_default=True, callback=_probability)
 @click.option("--teachers", type=int, callback=_at_least_one,
               help="Number of teachers (checks --votes and --threshold against it).")
-@click.option("--threshold", type=float, help="Confident-GNMax threshold on the top vote count.")
+@click.option("--threshold", type=float, callback=_threshold, help="Confident-GNMax threshold on the top vote count.")
 @click.option("--sigma-ratio", type=float, default=5.0, show_default=True, callback=_positive,
               help="Confident-GNMax: sigma_threshold / sigma.")
 @click.option("--answered", type=int, callback=_at_least_one,
@@ -198,7 +307,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
 @click.option("--accountant", type=click.Choice(["rdp", "pld"]), default="rdp", show_default=True,
               help="Data-independent accountant: RDP (moments accountant for LNMax) with --conversion, "
                    "or dp-accounting's privacy loss distributions (tighter).")
-@click.option("--moments", type=int, default=8, show_default=True, callback=_at_least_one,
+@click.option("--moments", type=int, default=8, show_default=True, callback=_moments,
               help="LNMax: moments accountant orders 1..M.")
 @click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
               help="Vote histogram (.npz key 'votes', or .npy): also print the data-dependent eps.")
@@ -268,8 +377,16 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 
     if distributed:
         teachers.initialize_distributed(*cluster)
-    result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
-                                     show_progress=not no_progress)
+    import contextlib
+
+    import jax
+
+    # Multi-host: every host runs this command on the shared run directory; process 0
+    # holds the lock for all of them.
+    lock = _run_lock(workdir, "train-teachers") if jax.process_index() == 0 else contextlib.nullcontext()
+    with lock:
+        result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
+                                         show_progress=not no_progress, echo=click.echo)
     click.echo(result.summary())
 
 
@@ -298,7 +415,7 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
               help="Noisy aggregator (default: the run config's aggregation.mechanism).")
 @click.option("--gamma", type=float, callback=_positive, help="LNMax: Laplace noise of scale 1/gamma.")
 @click.option("--sigma", type=float, callback=_positive, help="GNMax noise (sigma_2 for Confident-GNMax).")
-@click.option("--threshold", type=float, help="Confident-GNMax threshold on the top vote count.")
+@click.option("--threshold", type=float, callback=_threshold, help="Confident-GNMax threshold on the top vote count.")
 @click.option("--sigma-threshold", type=float, callback=_positive, help="Confident-GNMax threshold noise.")
 @click.option("--queries", type=int, callback=_at_least_one, help="Query the first N pool points.")
 @click.option("--budget", type=float, callback=_positive,
@@ -344,10 +461,21 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
         sigma_threshold=sigma_threshold, queries=queries).items() if v is not None}
     config = load_config(config_file, overrides)
 
+    effective = config.aggregation.mechanism
+    applies = {"--gamma": ("lnmax",), "--sigma": ("gnmax", "confident-gnmax"),
+               "--threshold": ("confident-gnmax",), "--sigma-threshold": ("confident-gnmax",)}
+    given = {"--gamma": gamma, "--sigma": sigma, "--threshold": threshold, "--sigma-threshold": sigma_threshold}
+    stray = [name for name, v in given.items() if v is not None and effective not in applies[name]]
+    if stray:
+        raise click.UsageError(f"{', '.join(stray)} do not apply to the mechanism {effective} (from "
+                               f"{'--mechanism' if mechanism else config_file}); drop them or pick "
+                               "the mechanism they belong to")
+
     from pate.label import label  # imports JAX
 
-    label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, accountant=accountant,
-          echo=click.echo)
+    with _run_lock(workdir, "label"):
+        label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, accountant=accountant,
+              echo=click.echo)
 
 
 # --------------------------------------------------------------------------- train-student
@@ -394,8 +522,9 @@ def train_student_command(workdir, method, steps, epochs, settings, overwrite, n
 
     from pate.student import train_student  # imports JAX
 
-    result = train_student(config, workdir, overwrite=overwrite, epochs=epochs,
-                           show_progress=not no_progress, echo=click.echo)
+    with _run_lock(workdir, "train-student"):
+        result = train_student(config, workdir, overwrite=overwrite, epochs=epochs,
+                               show_progress=not no_progress, echo=click.echo)
     click.echo(result.summary())
 
 
@@ -421,10 +550,12 @@ def run_command(config_path, workdir, settings, seed, overwrite, no_progress):
 
     config = load_config(config_path, dict(parse_override(s) for s in settings))
 
-    from pate.pipeline import run  # imports JAX
+    from pate.pipeline import preflight, run  # imports JAX
 
-    summary = run(config, workdir, overwrite=overwrite, seed=seed, show_progress=not no_progress,
-                  echo=click.echo)
+    preflight(config, seed)  # before the lock creates the run directory
+    with _run_lock(workdir, "run"):
+        summary = run(config, workdir, overwrite=overwrite, seed=seed, show_progress=not no_progress,
+                      echo=click.echo)
     click.echo(summary.summary())
 
 

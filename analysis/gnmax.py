@@ -114,6 +114,8 @@ def _log1mexp(x):
 _check_sigma = check_sigma
 _check_votes = check_counts
 _teachers_of = teachers_of
+#: The noise scales the analysis accepts: sigma**2 must neither overflow nor vanish.
+SIGMA_RANGE = (1e-100, 1e100)
 
 
 # ------------------------------------------------------------------ Proposition 7, Theorem 6

@@ -35,6 +35,10 @@ DEFAULT_MOMENTS = tuple(range(1, 9))
 # Elements per block when the smooth sensitivity materialises (queries, k, classes).
 _BLOCK_ELEMENTS = 1 << 22
 
+#: The most moments (orders 1..MAX_MOMENTS) an analysis may use: bounds the memory of the
+#: smooth-sensitivity envelope (grid cells x moments).
+MAX_MOMENTS = 64
+
 
 # --------------------------------------------------------------------------- checks
 
@@ -49,6 +53,9 @@ def check_moments(moments) -> np.ndarray:
         raise PateError("moments must be a non-empty list of numbers >= 1")
     if not np.all(np.isfinite(arr)) or np.any(arr < 1):
         raise PateError(f"moments must all be >= 1, got {arr.tolist()}")
+    if arr.size > MAX_MOMENTS:
+        raise PateError(f"at most {MAX_MOMENTS} moments (orders 1..{MAX_MOMENTS}) are supported, "
+                        f"got {arr.size}; the best order of a PATE analysis is far below that")
     return arr
 
 
@@ -148,12 +155,15 @@ def logmgf(q, eps, moments) -> np.ndarray:
     if np.any(~np.isfinite(q)) or np.any(q < 0) or np.any(q > 1):
         raise PateError("q must be probabilities in [0, 1]")
     data_independent = np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
-    valid = q < 1.0 / (1.0 + math.exp(eps))
-    qv = np.where(valid, q, 0.0)[..., None]
+    # Everything involving e^eps in log space: eps up to the float range (gamma > 355
+    # overflowed math.exp).
     with np.errstate(divide="ignore"):
-        log_q = np.log(qv)
+        log_q_all = np.log(q)
+    valid = log_q_all < -np.logaddexp(0.0, eps)  # q < 1 / (1 + e^eps)
+    qv = np.where(valid, q, 0.0)[..., None]
+    log_q = np.where(valid, log_q_all, -np.inf)[..., None]
     log1m_q = np.log1p(-qv)
-    log1m_eq = np.log1p(-math.exp(eps) * qv)
+    log1m_eq = np.log1p(-np.exp(np.minimum(eps + log_q, 0.0)))
     log_t1 = log1m_q + l * (log1m_q - log1m_eq)
     log_t2 = log_q + eps * l
     theorem3 = np.logaddexp(log_t1, log_t2)
@@ -297,6 +307,10 @@ def _sensitivity_envelope(gamma: float, moments: np.ndarray) -> tuple[np.ndarray
     return _cached_envelope(float(gamma), tuple(float(m) for m in moments))
 
 
+#: The most grid cells of the envelope; the log-q step is at least span / _MAX_CELLS.
+_MAX_CELLS = 1 << 17
+
+
 @functools.lru_cache(maxsize=32)
 def _cached_envelope(gamma: float, moments: tuple) -> tuple[np.ndarray, np.ndarray]:
     """A non-decreasing ``B(q)`` with ``LS(d) <= B(q)`` whenever ``q_bound(d) <= q``.
@@ -312,25 +326,37 @@ def _cached_envelope(gamma: float, moments: tuple) -> tuple[np.ndarray, np.ndarr
     ``max(g(e^{2 gamma} hi) - g(lo), g(hi) - g(e^{-2 gamma} lo))``; the running maximum
     over cells is the envelope. Returns the grid's upper cell ends and ``B`` at them,
     shape ``(cells, L)``.
+
+    Memory is bounded for every gamma: the grid has at most ``_MAX_CELLS`` cells (its
+    log-q step is ``2 gamma / m`` for gammas where that is about 1e-3, and never below
+    ``span / _MAX_CELLS``; the bound above holds for any grid) and ``g`` at the shifted
+    ends is evaluated directly, moments in chunks.
     """
     moments = np.asarray(moments)
     eps = 2.0 * gamma
-    # Step chosen so that e^{±2 gamma} q is exactly m grid steps away: g is evaluated once
-    # on an extended grid and every term below is a shifted slice of it.
     m = max(1, round(eps / _LOG_Q_STEP))
     step = eps / m
-    top = math.log(1.0 / (1.0 + math.exp(eps))) + eps + step
+    # top: the largest q where Theorem 3 may apply (1/(1+e^eps)), times e^eps, plus a step.
+    top = -np.logaddexp(0.0, eps) + eps + step
+    step = max(step, (top - _LOG_Q_FLOOR) / (_MAX_CELLS - 2))
     cells = int(math.ceil((top - _LOG_Q_FLOOR) / step)) + 1
-    log_grid = _LOG_Q_FLOOR + step * np.arange(-m - 1, cells + m)
-    g = logmgf(np.minimum(np.exp(log_grid), 1.0), eps, moments)  # g at every grid point
-    g_zero = logmgf(0.0, eps, moments)  # the first cell starts at q = 0
-    i = np.arange(cells) + m + 1  # hi = grid[i], lo = grid[i - 1] (0 for the first cell)
-    g_lo = np.where((np.arange(cells) == 0)[:, None], g_zero, g[i - 1])
-    g_lo_down = np.where((np.arange(cells) == 0)[:, None], g_zero, g[i - 1 - m])
-    up = g[i + m] - g_lo  # g(e^{2 gamma} hi) - g(lo)
-    down = g[i] - g_lo_down  # g(hi) - g(e^{-2 gamma} lo)
-    hi = np.exp(log_grid[i])
-    envelope = np.maximum.accumulate(np.maximum(up, down), axis=0)
+    log_hi = _LOG_Q_FLOOR + step * np.arange(cells)  # upper ends; lower end: one step below
+    log_lo = log_hi - step
+    first = (np.arange(cells) == 0)[:, None]  # the first cell starts at q = 0
+
+    def g(log_q, chunk):
+        return logmgf(np.exp(np.minimum(log_q, 0.0)), eps, chunk)
+
+    envelope = np.empty((cells, moments.size))
+    per_chunk = max(1, (1 << 21) // cells)
+    for c in range(0, moments.size, per_chunk):
+        chunk = moments[c:c + per_chunk]
+        g_zero = logmgf(0.0, eps, chunk)
+        g_lo = np.where(first, g_zero, g(log_lo, chunk))
+        up = g(log_hi + eps, chunk) - g_lo  # g(e^{2 gamma} hi) - g(lo)
+        down = g(log_hi, chunk) - np.where(first, g_zero, g(log_lo - eps, chunk))
+        envelope[:, c:c + per_chunk] = np.maximum.accumulate(np.maximum(up, down), axis=0)
+    hi = np.exp(log_hi)
     hi.flags.writeable = False
     envelope.flags.writeable = False
     return hi, envelope
@@ -389,12 +415,21 @@ def smooth_sensitivity(votes, gamma, moments, beta) -> np.ndarray:
         while stop > start + 1 and (stop - start) * (tops[stop - 1] + 1) * width > _BLOCK_ELEMENTS:
             stop = start + (stop - start) // 2
         idx = order[start:stop]
-        ks = np.arange(int(tops[stop - 1]) + 1, dtype=np.float64)
-        q_max = _q_max_at_distance(flat[idx], ks, gamma)  # (b, K)
-        cell = np.minimum(np.searchsorted(grid, q_max), grid.size - 1)
-        weighted = envelope[cell] * np.exp(-beta * ks)[None, :, None]  # (b, K, L)
-        valid = ks[None, :] <= k_tie[idx][:, None]
-        out[idx] = np.where(valid[..., None], weighted, 0.0).max(axis=1)
+        k_max = int(tops[stop - 1])
+        # The distance range in chunks too: one query with a huge vote gap (many
+        # teachers) never materialises more than about _BLOCK_ELEMENTS numbers.
+        k_step = max(1, _BLOCK_ELEMENTS // (idx.size * max(width, l.size)))
+        best = np.zeros((idx.size, l.size))
+        for k0 in range(0, k_max + 1, k_step):
+            ks = np.arange(k0, min(k_max, k0 + k_step - 1) + 1, dtype=np.float64)
+            q_max = _q_max_at_distance(flat[idx], ks, gamma)  # (b, K)
+            cell = np.minimum(np.searchsorted(grid, q_max), grid.size - 1)
+            with np.errstate(over="ignore"):  # beta * k past the float range: weight 0
+                decay = np.exp(-beta * ks)
+            weighted = envelope[cell] * decay[None, :, None]  # (b, K, L)
+            valid = ks[None, :] <= k_tie[idx][:, None]
+            best = np.maximum(best, np.where(valid[..., None], weighted, 0.0).max(axis=1))
+        out[idx] = best
         start = stop
     return out.reshape(lead + (l.size,))
 

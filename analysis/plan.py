@@ -74,6 +74,14 @@ class Plan:
     notes: tuple = field(default_factory=tuple)
 
 
+#: sigma_threshold / sigma ratios `plan` accepts: outside, (ratio)^2 over- or underflows
+#: and either noise is meaningless next to the other.
+SIGMA_RATIO_RANGE = (1e-6, 1e6)
+
+#: The largest budget `plan` calibrates for.
+MAX_EPS = 1e6
+
+
 def _positive(name, value) -> float:
     try:
         value = float(value)
@@ -210,6 +218,9 @@ def plan(
     if n < 1 or n != num_queries:
         raise PateError(f"num_queries must be a whole number ≥ 1, got {num_queries}")
     eps = _positive("eps", eps)
+    if eps > MAX_EPS:
+        raise PateError(f"--eps must be at most {MAX_EPS:g} (a budget beyond it protects nothing), "
+                        f"got {eps:g}")
     delta = check_delta(delta)
     orders = check_orders(orders)
     if conversion not in ("classic", "improved"):
@@ -256,6 +267,9 @@ def plan(
         if not math.isfinite(threshold):
             raise PateError(f"threshold must be a finite number, got {threshold}")
         ratio = _positive("sigma_ratio", sigma_ratio)
+        if not SIGMA_RATIO_RANGE[0] <= ratio <= SIGMA_RATIO_RANGE[1]:
+            raise PateError(f"--sigma-ratio must lie between {SIGMA_RATIO_RANGE[0]:g} and "
+                            f"{SIGMA_RATIO_RANGE[1]:g}, got {ratio:g}")
         a = n if num_answered is None else int(num_answered)
         if not 0 <= a <= n:
             raise PateError(f"num_answered must be between 0 and {n}, got {num_answered}")
@@ -330,19 +344,38 @@ def plan(
     )
 
 
+def number(x) -> str:
+    """A number for a table: integers as integers, others with 4-5 significant digits,
+    very small or large values in scientific notation (never a 310-digit string)."""
+    x = float(x)
+    if not math.isfinite(x):
+        return str(x)
+    if x == int(x) and abs(x) < 1e15:
+        return str(int(x))
+    if 1e-3 <= abs(x) < 1e6:
+        return f"{x:.5g}" if abs(x) < 1 else f"{x:.4f}"
+    return f"{x:.4e}"
+
+
+def probability(x) -> str:
+    """A probability such as delta, with every digit that tells it apart from 0 and 1."""
+    return format(float(x), ".12g")
+
+
 def render(p: Plan) -> str:
     """Plain-text summary of a `Plan` for the terminal."""
     lines = [f"mechanism        {p.mechanism}   "
-             f"({p.num_queries} queries, budget eps={p.budget_eps:g}, delta={p.delta:g})"]
+             f"({p.num_queries} queries, budget eps={number(p.budget_eps)}, delta={probability(p.delta)})"]
     for k, v in p.noise.items():
         lines.append(f"{k:<16} {v:.6g}")
     if p.conversion == "pld":
-        lines.append(f"eps (data-indep) {p.eps:.4f}   PLD accountant (dp-accounting)")
+        lines.append(f"eps (data-indep) {number(p.eps)}   PLD accountant (dp-accounting)")
     else:
-        what = "moment" if p.mechanism == "lnmax" else f"order, {p.conversion} conversion"
-        lines.append(f"eps (data-indep) {p.eps:.4f}   at {what} {p.order:g}")
+        where = (f"at moment {number(p.order)}" if p.mechanism == "lnmax"
+                 else f"at order {number(p.order)} ({p.conversion} conversion)")
+        lines.append(f"eps (data-indep) {number(p.eps)}   {where}")
     if p.data_dependent_eps is not None:
-        lines.append(f"eps (data-dep)   {p.data_dependent_eps:.4f}   at {p.data_dependent_order:g}   "
+        lines.append(f"eps (data-dep)   {number(p.data_dependent_eps)}   at {number(p.data_dependent_order)}   "
                      "PRIVATE: depends on the votes; do not publish")
     if p.expected_answered is not None:
         lines.append(f"expected answers {p.expected_answered:.1f} of {p.num_queries}")

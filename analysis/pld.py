@@ -236,6 +236,11 @@ def lnmax_eps(num_queries, gamma, delta, *, discretization=None) -> PldEps:
     privacy loss distributions (`lnmax_pld`). Never above the moments accountant's
     `analysis.lnmax.data_independent_eps` (which bounds the same mechanisms)."""
     delta = check_delta(delta)
+    if 2.0 * float(gamma) > 500.0:
+        # dp-accounting's PLD overflows (exp(2γ)); each answer is then as good as noiseless and
+        # basic composition of pure DP, N·2γ at δ = 0, is the bound.
+        n = _count("num_queries", num_queries)
+        return PldEps(2.0 * float(gamma) * n, delta, "lnmax", n)
     pld = lnmax_pld(num_queries, gamma, discretization=discretization)
     eps = 0.0 if pld is None else float(pld.get_epsilon_for_delta(delta))
     return PldEps(max(eps, 0.0), delta, "lnmax", _count("num_queries", num_queries))

@@ -40,9 +40,11 @@ def check_positive(name: str, value) -> float:
 def check_sigma(sigma, name: str = "sigma") -> float:
     """A Gaussian noise scale: positive, finite, and large enough that λ/σ² is finite."""
     sigma = check_positive(name, sigma)
+    option = "--" + name.replace("_", "-")
     if sigma < 1e-100:  # λ/σ² would overflow: no finite privacy guarantee exists anyway
-        option = "--" + name.replace("_", "-")
         raise PateError(f"{option} {sigma:g} is too small to give any finite eps; use at least 1e-100")
+    if sigma > 1e100 and name != "sigma_ss":  # σ² would overflow; such noise answers at random
+        raise PateError(f"{option} {sigma:g} is too large (σ² overflows); use at most 1e100")
     return sigma
 
 

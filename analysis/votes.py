@@ -14,6 +14,13 @@ import numpy as np
 from analysis.errors import PateError
 
 
+#: The largest vote histogram (queries x classes) built from predicted labels, and the
+#: largest count a histogram may hold: bounds on memory and on the smooth sensitivity's
+#: distance range, far above any real ensemble.
+MAX_VOTE_ENTRIES = 1 << 27
+MAX_TEACHERS = 10**7
+
+
 def check_votes(votes, *, num_teachers: int | None = None, name: str = "votes") -> np.ndarray:
     """Validates a vote histogram and returns it as int64 ``(n, num_classes)``.
 
@@ -27,8 +34,9 @@ def check_votes(votes, *, num_teachers: int | None = None, name: str = "votes") 
         counts, or rows that sum to different teacher counts.
     """
     arr = np.asarray(votes)
-    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
-        raise PateError(f"{name} must be numeric counts, got dtype {arr.dtype}")
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool) \
+            or np.issubdtype(arr.dtype, np.complexfloating):
+        raise PateError(f"{name} must be real numeric counts, got dtype {arr.dtype}")
     if arr.ndim != 2:
         raise PateError(
             f"{name} must be a 2-d histogram (queries × classes), got shape {arr.shape}; "
@@ -41,6 +49,8 @@ def check_votes(votes, *, num_teachers: int | None = None, name: str = "votes") 
         if not np.all(np.isfinite(arr)):
             bad = int(np.argwhere(~np.isfinite(arr))[0][0])
             raise PateError(f"{name} row {bad} holds NaN or infinite counts")
+        if np.any(np.abs(arr) > MAX_TEACHERS):
+            raise PateError(f"{name} holds counts above {MAX_TEACHERS:g} teachers; is it a vote histogram?")
         if np.any(arr != np.round(arr)):
             bad = int(np.argwhere(arr != np.round(arr))[0][0])
             raise PateError(f"{name} row {bad} holds fractional counts; votes are whole teacher counts")
@@ -48,6 +58,8 @@ def check_votes(votes, *, num_teachers: int | None = None, name: str = "votes") 
         bad = int(np.argwhere(arr < 0)[0][0])
         raise PateError(f"{name} row {bad} holds negative counts")
     arr = arr.astype(np.int64)
+    if arr.max() > MAX_TEACHERS:
+        raise PateError(f"{name} holds counts above {MAX_TEACHERS:g} teachers; is it a vote histogram?")
     sums = arr.sum(axis=1)
     expected = int(sums[0]) if num_teachers is None else int(num_teachers)
     wrong = np.flatnonzero(sums != expected)
@@ -69,6 +81,8 @@ def labels_to_votes(predictions, num_classes: int | None = None) -> np.ndarray:
     happen to appear when ``num_classes`` is given; without it, it is ``max label + 1``.
     """
     pred = np.asarray(predictions)
+    if np.issubdtype(pred.dtype, np.complexfloating):
+        raise PateError(f"predicted labels must be real class indices, got dtype {pred.dtype}")
     if pred.ndim != 2 or pred.size == 0:
         raise PateError(f"predicted labels must be a non-empty teachers × queries matrix, got shape {pred.shape}")
     if np.issubdtype(pred.dtype, np.floating):
@@ -76,15 +90,19 @@ def labels_to_votes(predictions, num_classes: int | None = None) -> np.ndarray:
             raise PateError("predicted labels must be whole class indices (found NaN or fractions)")
     elif not np.issubdtype(pred.dtype, np.integer):
         raise PateError(f"predicted labels must be integers, got dtype {pred.dtype}")
-    pred = pred.astype(np.int64)
     if pred.min() < 0:
         raise PateError("predicted labels hold a negative class index")
+    n = pred.shape[1]
     top = int(pred.max()) + 1
+    for what, classes in (("the largest predicted label + 1", top), ("--num-classes", num_classes)):
+        if classes is not None and classes * n > MAX_VOTE_ENTRIES:
+            raise PateError(f"{what} is {classes}: a vote histogram of {n} queries x {classes} "
+                            f"classes exceeds {MAX_VOTE_ENTRIES:g} entries; is that the class count?")
+    pred = pred.astype(np.int64)
     if num_classes is None:
         num_classes = max(top, 2)
     elif top > num_classes:
         raise PateError(f"predicted labels go up to class {top - 1} but num_classes is {num_classes}")
-    n = pred.shape[1]
     votes = np.zeros((n, num_classes), dtype=np.int64)
     np.add.at(votes, (np.broadcast_to(np.arange(n), pred.shape), pred), 1)
     return votes

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import json
 import tomllib
 import typing
@@ -60,6 +61,7 @@ class DataConfig:
                  f"got {list(self.synthetic_shape)}")
         _require(self.synthetic_classes >= 2, s, "synthetic_classes", "must be >= 2")
         _require(self.synthetic_noise >= 0, s, "synthetic_noise", "must be >= 0")
+        _require(self.synthetic_seed >= 0, s, "synthetic_seed", f"must be >= 0, got {self.synthetic_seed}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -141,6 +143,7 @@ class TeachersConfig:
         _require(self.checkpoint_every >= 1, s, "checkpoint_every", "must be >= 1")
         _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
         _require(self.teacher_chunk >= 0, s, "teacher_chunk", "must be >= 0 (0: automatic)")
+        _require(self.seed >= 0, s, "seed", f"must be >= 0, got {self.seed}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -193,7 +196,8 @@ class PrivacyConfig:
     def validate(self) -> None:
         s = "privacy"
         _require(0 < self.delta < 1, s, "delta", f"must lie strictly between 0 and 1, got {self.delta}")
-        _require(self.moments >= 1, s, "moments", f"must be >= 1, got {self.moments}")
+        _require(1 <= self.moments <= 64, s, "moments", f"must be between 1 and 64 (analysis.lnmax."
+                 f"MAX_MOMENTS), got {self.moments}")
         _require(self.lnmax_beta > 0, s, "lnmax_beta", f"must be > 0, got {self.lnmax_beta}")
         _require(self.gnss_beta >= 0, s, "gnss_beta", f"must be 0 (0.1 / release order) or > 0, got {self.gnss_beta}")
         _require(self.release_order == 0 or self.release_order > 1, s, "release_order",
@@ -272,6 +276,7 @@ class StudentConfig:
         _require(0 <= self.affine_degrees <= 90, s, "affine_degrees", "must be in [0, 90]")
         _require(self.warmup_steps >= 0, s, "warmup_steps", "must be >= 0")
         _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
+        _require(self.seed >= 0, s, "seed", f"must be >= 0, got {self.seed}")
         for key in ("conv_kernels", "conv_strides"):
             _require(self.model != "cnn" or len(getattr(self, key)) == len(self.conv_features), s, key,
                      f"must have one entry per layer of conv_features ({len(self.conv_features)})")
@@ -334,6 +339,20 @@ def _coerce(value: Any, tp: Any) -> Any:
     raise AssertionError(f"config field type {tp!r} is not supported")
 
 
+#: Integers in a config are counts, sizes and seeds: they must fit the 32-bit integers
+#: the JAX programs use (a larger value is a typo, not a wish).
+MAX_INT = 2**31 - 1
+
+
+def _check_number(value: Any, where: str) -> None:
+    """Refuses non-finite floats and integers beyond `MAX_INT` (also inside lists)."""
+    for v in value if isinstance(value, tuple) else (value,):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise PateError(f"{where} must be a finite number, got {v}")
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > MAX_INT:
+            raise PateError(f"{where} must be at most {MAX_INT} in size, got {v}")
+
+
 def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) -> Any:
     if not isinstance(raw, Mapping):
         raise PateError(f"{source}: [{name}] must be a table")
@@ -349,6 +368,7 @@ def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) ->
         except TypeError:
             raise PateError(f"{source}: {name}.{key} must be {_type_name(hints[key])}, "
                             f"got {value!r}") from None
+        _check_number(values[key], f"{source}: {name}.{key}")
     section = cls(**values)
     try:
         section.validate()
@@ -442,6 +462,10 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise PateError(f"{path}: not valid TOML: {err}") from None
+    if not raw:
+        raise PateError(f"config file {path} is empty: give a config from configs/ (e.g. "
+                        "configs/quickstart.toml); a run directory's config.toml is written by "
+                        "`pate train-teachers`")
     source = str(path)
     if overrides:
         source += " (with overrides " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()) + ")"

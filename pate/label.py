@@ -69,18 +69,33 @@ def check_accountable(cfg: AggregationConfig, privacy) -> None:
     from analysis import gnmax, lnmax
 
     n = cfg.queries
-    if cfg.mechanism == "lnmax":
-        eps = lnmax.data_independent_eps(n, cfg.gamma, privacy.delta, range(1, privacy.moments + 1)).eps
-        option = f"--gamma {cfg.gamma:g}"
-    else:
-        confident = cfg.mechanism == "confident-gnmax"
-        eps = gnmax.data_independent_eps(n, cfg.sigma, privacy.delta,
-                                         sigma_threshold=cfg.sigma_threshold if confident else None,
-                                         conversion=privacy.conversion).eps
-        option = f"--sigma {cfg.sigma:g}" + (f" / --sigma-threshold {cfg.sigma_threshold:g}" if confident else "")
+    try:
+        if cfg.mechanism == "lnmax":
+            eps = lnmax.data_independent_eps(n, cfg.gamma, privacy.delta, range(1, privacy.moments + 1)).eps
+            option = f"--gamma {cfg.gamma:g}"
+        else:
+            confident = cfg.mechanism == "confident-gnmax"
+            eps = gnmax.data_independent_eps(n, cfg.sigma, privacy.delta,
+                                             sigma_threshold=cfg.sigma_threshold if confident else None,
+                                             conversion=privacy.conversion).eps
+            option = f"--sigma {cfg.sigma:g}" + (f" / --sigma-threshold {cfg.sigma_threshold:g}" if confident else "")
+    except (ValueError, OverflowError, ZeroDivisionError, FloatingPointError) as err:
+        raise PateError(f"the [aggregation] / [privacy] settings cannot be accounted ({err}); "
+                        "check the noise (--gamma/--sigma/--sigma-threshold) and privacy.delta") from None
     if not np.isfinite(eps):
         raise PateError(f"{option} gives a non-finite data-independent eps for {n} queries: the "
                         "release could not be accounted for; use more noise")
+
+
+def check_release(config: Config) -> None:
+    """Checks, before any teacher votes, that the release and its report can be made
+    (public settings only): see `check_accountable`."""
+    check_accountable(config.aggregation, config.privacy)
+
+
+def checked_noise_key(seed):
+    """The release's noise source; a seed outside 0 <= seed < 2**128 is refused as `--seed`."""
+    return aggregation.noise_source(seed)
 
 
 def mechanism_params(cfg: AggregationConfig) -> dict:
@@ -236,19 +251,19 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     from pate.teachers import load_teachers, predict_votes
 
     run = rundir.RunDir(workdir)
-    teachers = load_teachers(run.path)
     present = [a for a in rundir.LABEL_ARTIFACTS if run.exists(a)]
     if present and not overwrite:
         raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "
                         "label again (the old release is replaced)")
+    checked_noise_key(seed)  # refuses a bad seed before any vote is computed
+    check_release(config)
+    teachers = load_teachers(run.path)
     agg = config.aggregation
     splits = split(load_dataset(config.data), config.data.public_size)
     if splits.pool_x.shape[1:] != tuple(teachers.image_shape):
         raise PateError(f"the pool's images have shape {splits.pool_x.shape[1:]} but the teachers "
                         f"were trained on {tuple(teachers.image_shape)}: is this the same data set?")
     resolve(agg, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
-    aggregation.noise_source(seed)  # refuses a bad seed before any vote is computed
-    check_accountable(agg, config.privacy)
     plan = None
     if budget is not None:
         plan = budget_plan(agg, budget, config.privacy.delta, moments=config.privacy.moments,
@@ -288,14 +303,27 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     from analysis import report as report_mod
     from pate.analyze import report_for_release
 
+    # Everything that can fail is computed before the first byte is written.
     p = config.privacy
     brief = report_for_release(votes, labels, delta=p.delta, moments=p.moments,
                                conversion=p.conversion, sanitize=False)
-    run.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
-    run.write_npz(rundir.LABELS_NPZ, labels, config)
-    run.write_config(config)
+    table = report_mod.render_table(brief)
+
+    # Votes, labels and config.toml are swapped in together once all three are written.
+    staging = rundir.Staging(run, "label", rundir.LABEL_ARTIFACTS)
+    try:
+        out = rundir.RunDir(staging.path)
+        out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
+        out.write_npz(rundir.LABELS_NPZ, labels, config)
+        out.write_config(config)
+    except BaseException:
+        staging.discard()
+        raise
+    moved = staging.commit(extra=(rundir.CONFIG_TOML,))
     echo(result.summary())
-    echo(report_mod.render_table(brief))
+    echo(table)
+    if moved:
+        echo(rundir.stale_message(moved, "labels"))
     echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze` gives the sanitised eps and the headline eps")
     return result

@@ -270,6 +270,19 @@ def _label_accuracy(config: Config, run: rundir.RunDir) -> tuple[float, int, int
     return acc, int(labels.size), int(answered.sum()), str(release.get("mechanism", "?"))
 
 
+def preflight(config: Config, seed: int | None) -> None:
+    """Every check that can be made before a step runs, made before the first one: a
+    failure after `label` would have spent the privacy of a release for nothing.
+
+    Checks the seed (0 <= seed < 2**128, used by the aggregator and the sanitised release)
+    and the release settings (`pate.label.check_release`).
+    """
+    from pate.label import check_release, checked_noise_key
+
+    checked_noise_key(seed)  # the same 128-bit check serves the aggregator and the release
+    check_release(config)
+
+
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,
         show_progress: bool = True, console=None, echo: Callable[[str], None] = print) -> RunSummary:
     """Runs the whole job over one run directory, skipping what is up to date.
@@ -292,6 +305,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         any step's own error (the artifacts of earlier steps are kept).
     """
     start = time.time()
+    preflight(config, seed)
     run_dir = rundir.RunDir(workdir)
     stored = _stored_config(run_dir)
     if run_dir.exists(rundir.CONFIG_TOML) and stored is None and not overwrite:

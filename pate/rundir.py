@@ -140,7 +140,7 @@ def read_json(path: str | Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise PateError(f"{path} not found") from None
     except (OSError, ValueError) as err:
-        raise PateError(f"{path} is not readable JSON ({err})") from None
+        raise PateError(f"{path} is not readable JSON ({err}); {remake_hint(path)}") from None
 
 
 def write_npz(path: str | Path, arrays: Mapping[str, np.ndarray],
@@ -170,13 +170,32 @@ def read_npz(path: str | Path, required: Iterable[str] = ()) -> dict[str, np.nda
     except FileNotFoundError:
         raise PateError(f"{path} not found") from None
     except Exception as err:  # zipfile/ValueError/OSError for a damaged file
-        raise PateError(f"{path} is not a readable .npz ({err})") from None
+        raise PateError(f"{path} is not a readable .npz ({err}); {remake_hint(path)}") from None
     missing = [k for k in required if k not in out]
     if missing:
-        raise PateError(f"{path} lacks {', '.join(missing)}")
+        raise PateError(f"{path} lacks {', '.join(missing)}; {remake_hint(path)}")
     if _META_KEY in out:
-        out[_META_KEY] = json.loads(str(out[_META_KEY]))
+        try:
+            meta = json.loads(str(out[_META_KEY]))
+            if not isinstance(meta, dict):
+                raise ValueError
+        except ValueError:
+            raise PateError(f"{path} has an invalid 'meta' entry: it was not written by pate or is "
+                            f"damaged; {remake_hint(path)}") from None
+        out[_META_KEY] = meta
     return out
+
+
+def remake_hint(path: str | Path) -> str:
+    """The command that writes a run artifact again, for messages."""
+    path = Path(path)
+    command = {VOTES_NPZ: "label", LABELS_NPZ: "label", TEACHERS_JSON: "train-teachers",
+               TEACHERS_DIR: "train-teachers", STUDENT_JSON: "train-student",
+               STUDENT_DIR: "train-student", PRIVACY_JSON: "analyze"}.get(path.name)
+    if command is None:
+        return "write it again"
+    flag = "" if command == "analyze" else " --overwrite"
+    return f"run `pate {command} --workdir {path.parent}{flag}` to write it again"
 
 
 class RunDir:
@@ -263,3 +282,219 @@ class RunDir:
         if diff:
             raise PateError(f"cannot resume: {self.path / CONFIG_TOML} differs from this config "
                             f"in {', '.join(diff)}; use the same config or --overwrite")
+
+
+# --------------------------------------------------------------------------- one process per run
+
+LOCK_FILE = ".pate.lock"
+LOCK_OWNER = ".pate.lock.owner"  # who holds the lock: pid, host, command (informational)
+
+
+class RunLock:
+    """An exclusive lock on a run directory: one `pate` process writes it at a time.
+
+    An OS file lock (`filelock`, `flock` on POSIX) on ``RUN/.pate.lock``; the kernel
+    drops it when the holder exits, even after ``kill -9``, so a stale lock never
+    blocks a run. The holder's pid, host and command line go to ``RUN/.pate.lock.owner``
+    so the refused process can say who holds it. Both files are removed on release, so
+    a command leaves no trace of the lock.
+
+    Raises (on entry):
+      PateError: another process holds the lock, or the directory cannot be written
+        (read-only, full, or not a directory).
+    """
+
+    def __init__(self, workdir: str | Path, command: str):
+        self.path = Path(workdir)
+        self.command = command
+        self._lock = None
+
+    def __enter__(self) -> "RunLock":
+        import socket
+        import sys
+
+        import filelock
+
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise PateError(f"{self.path} exists and is not a directory; give a run directory "
+                            "as --workdir") from None
+        except OSError as err:
+            raise PateError(f"cannot create the run directory {self.path}: "
+                            f"{err.strerror or err}") from None
+        lock = filelock.FileLock(self.path / LOCK_FILE, timeout=0, thread_local=False)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise PateError(f"{self.path} is in use by {self._holder()}; wait for it to finish "
+                            "(one pate process per run directory)") from None
+        except OSError as err:
+            raise PateError(f"cannot write in {self.path}: {err.strerror or err}; make it writable "
+                            "(or free space) and try again, or use another --workdir") from None
+        self._lock = lock
+        owner = {"pid": os.getpid(), "host": socket.gethostname(),
+                 "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) or self.command}
+        try:
+            (self.path / LOCK_OWNER).write_text(json.dumps(owner) + "\n", encoding="utf-8")
+        except OSError as err:
+            self._release()
+            raise PateError(f"cannot write in {self.path}: {err.strerror or err}; make it writable "
+                            "(or free space) and try again, or use another --workdir") from None
+        return self
+
+    def _holder(self) -> str:
+        try:
+            owner = json.loads((self.path / LOCK_OWNER).read_text(encoding="utf-8"))
+            return f"pid {owner['pid']} on {owner['host']} ({owner['command']})"
+        except (OSError, ValueError, KeyError, TypeError):
+            return "another pate process"
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def __exit__(self, *exc) -> None:
+        # Both files go while the lock is still held: a process that opened the old lock
+        # file meanwhile finds it unlinked after its flock and starts over (filelock
+        # checks st_nlink), so removing it is safe and the run directory is left as it was.
+        for name in (LOCK_OWNER, LOCK_FILE):
+            try:
+                (self.path / name).unlink()
+            except OSError:
+                pass
+        self._release()
+
+
+def lock(workdir: str | Path, command: str) -> RunLock:
+    """`RunLock(workdir, command)`: use as ``with rundir.lock(workdir, "label"): ...``."""
+    return RunLock(workdir, command)
+
+
+# --------------------------------------------------------------------------- replacing artifacts
+
+#: What each step's output invalidates: a replaced step moves these aside.
+LATER_ARTIFACTS = {
+    "teachers": LABEL_ARTIFACTS + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS,
+    "label": STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS,
+    "student": (),
+    "analyze": (),
+}
+
+STAGING_PREFIX = ".new-"
+STALE_PREFIX = "stale-"
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+class Staging:
+    """Where a step writes the artifacts that will replace finished ones.
+
+    A command asked to ``--overwrite`` writes its new artifacts into
+    ``RUN/.new-<step>/`` and calls `commit` once every one is complete: only then are
+    the old artifacts replaced (a rename each), and the later steps' artifacts, made from
+    the old ones, moved aside into ``RUN/stale-<step>-<time>/`` — never deleted: a
+    release moved aside is still a release the user may need. If the command fails or is
+    killed first, the old artifacts are untouched; the staging folder is cleared by the
+    next attempt.
+    """
+
+    def __init__(self, run: "RunDir", step: str, artifacts: Iterable[str]):
+        self.run = run
+        self.step = step
+        self.artifacts = tuple(artifacts)
+        self.path = run.path / f"{STAGING_PREFIX}{step}"
+        _remove(self.path)
+        self.path.mkdir(parents=True)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def commit(self, extra: Iterable[str] = ()) -> list[str]:
+        """Swaps the staged artifacts (and `extra` files, e.g. config.toml) in.
+
+        Returns:
+          The later artifacts moved aside (relative to the run directory), for a message.
+        """
+        names = [n for n in (*self.artifacts, *extra) if (self.path / n).exists()]
+        missing = [n for n in self.artifacts if n not in names]
+        if missing:
+            raise PateError(f"internal error: {self.step} left {', '.join(missing)} unwritten in "
+                            f"{self.path}")
+        later = [n for n in LATER_ARTIFACTS[self.step] if self.run.exists(n)]
+        moved = []
+        if later:
+            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+            aside = self.run.path / f"{STALE_PREFIX}{self.step}-{stamp}"
+            k = 1
+            while aside.exists():
+                k += 1
+                aside = self.run.path / f"{STALE_PREFIX}{self.step}-{stamp}-{k}"
+            aside.mkdir()
+            for n in later:
+                os.replace(self.run.path / n, aside / n)
+                moved.append(f"{aside.name}/{n}")
+        old = self.run.path / f".old-{self.step}"
+        _remove(old)
+        old.mkdir()
+        for n in names:
+            if self.run.exists(n):
+                os.replace(self.run.path / n, old / n)
+            os.replace(self.path / n, self.run.path / n)
+        _remove(old)
+        _remove(self.path)
+        return moved
+
+    def discard(self) -> None:
+        _remove(self.path)
+
+
+def stale_message(moved: list[str], step: str) -> str:
+    """The line a command prints after `Staging.commit` moved later artifacts aside."""
+    folders = sorted({m.split("/", 1)[0] for m in moved})
+    names = ", ".join(m.split("/", 1)[1] for m in moved)
+    return (f"the new {step} replace the ones {names} were made from: moved those to "
+            f"{', '.join(folders)} (kept, not deleted); run the later steps again")
+
+
+# --------------------------------------------------------------------------- checkpoint records
+
+
+def tree_digest(path: str | Path) -> str:
+    """sha256 over every file under `path` (relative names and bytes, in sorted order)."""
+    import hashlib
+
+    path = Path(path)
+    h = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for p in files:
+        h.update(p.relative_to(path).as_posix().encode() + b"\0" if p != path else b"\0")
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def check_recorded(kind: str, path: Path, recorded: Any, remake: str) -> None:
+    """Refuses a checkpoint whose content is not the one its producer recorded.
+
+    Args:
+      kind: what it is, for the message ("teacher checkpoint").
+      path: the checkpoint folder (or file).
+      recorded: the sha256 its producer wrote, or None for an old run without a record.
+      remake: the command that makes it again.
+    """
+    if recorded is None:
+        return
+    if not path.exists():
+        raise PateError(f"{path} is missing: the {kind} recorded by the run is gone; {remake}")
+    if tree_digest(path) != recorded:
+        raise PateError(f"{path} is not the {kind} recorded by the run (its content changed or is "
+                        f"damaged); {remake}")

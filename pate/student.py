@@ -40,7 +40,7 @@ import optax
 
 from analysis.errors import PateError
 from pate import augment, rundir
-from pate.config import Config, StudentConfig, config_from_dict, config_to_dict
+from pate.config import MAX_INT, Config, StudentConfig, config_from_dict, config_to_dict
 from pate import models
 
 Params = Any
@@ -124,13 +124,17 @@ def steps_for_epochs(cfg: StudentConfig, epochs: float, *, pool_size: int, num_l
     epoch is a pass over the pool; the supervised baseline draws ``batch_size`` labelled
     images, so its epoch is a pass over the answered queries. At least one step.
     """
-    if epochs <= 0:
-        raise PateError(f"epochs must be > 0, got {epochs}")
+    if not (epochs > 0 and math.isfinite(epochs)):
+        raise PateError(f"--epochs must be a positive number, got {epochs}")
     if cfg.method == "fixmatch":
         n, per_step = pool_size, cfg.mu * cfg.batch_size
     else:
         n, per_step = num_labelled, cfg.batch_size
-    return max(1, math.ceil(epochs * n / per_step))
+    steps = epochs * n / per_step
+    if not steps <= MAX_INT:
+        raise PateError(f"--epochs {epochs:g} means {steps:.3g} steps, more than the {MAX_INT} "
+                        "a run can take; give fewer epochs")
+    return max(1, math.ceil(steps))
 
 
 # --------------------------------------------------------------------------- model and optimizer
@@ -315,11 +319,23 @@ def load_student(workdir: str | Path) -> Student:
                         f"{rundir.STUDENT_DIR}/); run `pate train-student` first")
     info = run.read_json(rundir.STUDENT_JSON)
     config = run.read_config()
-    scfg = config_from_dict({"student": info["student"]}).student if "student" in info else config.student
-    num_classes, image_shape = int(info["num_classes"]), tuple(info["image_shape"])
+    remake = f"run `pate train-student --workdir {run.path} --overwrite` to train it again"
+    try:
+        scfg = config_from_dict({"student": info["student"]}).student if "student" in info else config.student
+        num_classes, image_shape = int(info["num_classes"]), tuple(int(d) for d in info["image_shape"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise PateError(f"{run / rundir.STUDENT_JSON} is not a student record written by "
+                        f"`pate train-student`; {remake}") from None
+    rundir.check_recorded("student checkpoint", run / rundir.STUDENT_DIR, info.get("checkpoint_sha256"),
+                          remake)
     model = make_model(scfg, num_classes)
     like = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, *image_shape))))
-    params = _restore_params(run / rundir.STUDENT_DIR, like)
+    try:
+        params = _restore_params(run / rundir.STUDENT_DIR, like)
+    except Exception as err:  # noqa: BLE001 - tensorstore/orbax raise many types
+        lines = str(err).strip().splitlines()
+        raise PateError(f"cannot read the student checkpoint {run / rundir.STUDENT_DIR} "
+                        f"({lines[0][:300] if lines else type(err).__name__}); {remake}") from None
     return Student(params, model, config, num_classes, image_shape)
 
 
@@ -498,14 +514,34 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
         wall_time_s=time.time() - start_time, train_time_s=train_time,
         eval_points=int(splits.eval_x.shape[0]))
 
-    # The old student (if any) is replaced only now that the new one is trained.
-    run.prepare(rundir.STUDENT_ARTIFACTS, overwrite=True, command="train-student")
-    _save_params(run / rundir.STUDENT_DIR, ema)
-    run.write_config(config)
-    run.write_json(rundir.STUDENT_JSON, {
+    # The old student (if any) is replaced only once the new one is completely written.
+    staging = rundir.Staging(run, "student", rundir.STUDENT_ARTIFACTS)
+    try:
+        _write_student(staging, ema, config, cfg, result, release, splits, image_shape, losses,
+                       train_time, backend)
+    except BaseException:
+        staging.discard()
+        raise
+    staging.commit(extra=(rundir.CONFIG_TOML,))
+    return result
+
+
+def _write_student(staging: "rundir.Staging", ema, config: Config, cfg: StudentConfig, result,
+                   release: Release, splits, image_shape, losses, train_time, backend) -> None:
+    out = rundir.RunDir(staging.path)
+    try:
+        _save_params(out / rundir.STUDENT_DIR, ema)
+    except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
+        lines = str(err).strip().splitlines()
+        raise PateError(f"cannot write the student checkpoint in {staging.run.path}: "
+                        f"{lines[0][:300] if lines else type(err).__name__}; free space or make it "
+                        "writable, then train again") from None
+    out.write_config(config)
+    out.write_json(rundir.STUDENT_JSON, {
+        "checkpoint_sha256": rundir.tree_digest(out / rundir.STUDENT_DIR),
         "method": cfg.method,
-        "accuracy": acc,
-        "accuracy_last_weights": acc_last,
+        "accuracy": result.accuracy,
+        "accuracy_last_weights": result.accuracy_last,
         "eval_points": result.eval_points,
         "num_queries": release.num_queries,
         "num_labelled": result.num_labelled,
@@ -523,4 +559,3 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
         "train_time_s": train_time,
         "backend": backend,
     }, config)
-    return result

@@ -366,23 +366,57 @@ def plurality_accuracy(votes: np.ndarray, labels: np.ndarray) -> float:
 # --------------------------------------------------------------------------- checkpoints
 
 
-def _manager(directory: Path, keep: int = 2):
+def _manager(directory: Path, keep: int = 2, create: bool = True):
     import orbax.checkpoint as ocp
 
     options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False,
-                                           create=True)
-    if jax.process_index() == 0:
+                                           create=create)
+    if create and jax.process_index() == 0:
         rundir.make_private_dir(directory)  # the teachers are private: owner-only
     return ocp.CheckpointManager(directory.resolve(), options=options)
 
 
 def _save(manager, epoch: int, params: Params, opt_state: Any, progress: dict) -> None:
+    """Saves one checkpoint; a failed write (full disk, read-only folder) leaves no
+    ``*.orbax-checkpoint-tmp*`` folder behind and ends in one PateError."""
+    import logging
+
     import orbax.checkpoint as ocp
 
-    manager.save(epoch, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(params), opt_state=ocp.args.StandardSave(opt_state),
-        progress=ocp.args.JsonSave(progress)), force=True)
-    manager.wait_until_finished()
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    # orbax's writer threads log each failed write with its traceback before the error
+    # reaches us; the one line below says it all.
+    absl_logger.setLevel(logging.CRITICAL)
+    try:
+        manager.save(epoch, args=ocp.args.Composite(
+            params=ocp.args.StandardSave(params), opt_state=ocp.args.StandardSave(opt_state),
+            progress=ocp.args.JsonSave(progress)), force=True)
+        manager.wait_until_finished()
+    except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
+        directory = Path(manager.directory)
+        remove_orbax_tmp(directory)
+        raise PateError(f"cannot write the checkpoint of epoch {epoch} in {directory}: "
+                        f"{_short(err)}; free space or make it writable, then run "
+                        "`pate train-teachers --resume` (earlier checkpoints are kept)") from None
+    finally:
+        absl_logger.setLevel(level)
+
+
+def _short(err: BaseException) -> str:
+    """The first line of an error (tensorstore's run to 100+ lines)."""
+    text = str(err).strip().splitlines()
+    return (text[0][:300] if text else type(err).__name__)
+
+
+def remove_orbax_tmp(directory: Path) -> None:
+    """Removes the temporary folders orbax leaves when a save fails part-way."""
+    import shutil
+
+    if not directory.is_dir():
+        return
+    for tmp in directory.glob("*orbax-checkpoint-tmp*"):
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _abstract(tree: Any) -> Any:
@@ -433,24 +467,44 @@ def load_teachers(workdir: str | Path) -> Teachers:
       PateError: the directory holds no finished `train-teachers` run.
     """
     run = rundir.RunDir(workdir)
+    remake = f"run `pate train-teachers --workdir {run.path} --overwrite` to train them again"
     if not run.exists(rundir.TEACHERS_JSON) or not run.exists(rundir.TEACHERS_DIR):
         raise PateError(f"{run.path} holds no trained teachers ({rundir.TEACHERS_JSON} and "
                         f"{rundir.TEACHERS_DIR}/); run `pate train-teachers` first")
     config = run.read_config()
     info = run.read_json(rundir.TEACHERS_JSON)
-    num_classes, image_shape = int(info["num_classes"]), tuple(info["image_shape"])
+    json_path = run / rundir.TEACHERS_JSON
+    try:
+        num_classes, image_shape = int(info["num_classes"]), tuple(int(d) for d in info["image_shape"])
+        recorded = info.get("checkpoint")
+        if recorded is not None:
+            step, digest = int(recorded["step"]), str(recorded["sha256"])
+        else:  # a run from before checkpoints were recorded: the last epoch's
+            step, digest = int(info["epochs"]), None
+        if num_classes < 2 or len(image_shape) != 3 or min(image_shape) < 1:
+            raise ValueError
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise PateError(f"{json_path} is not a teachers record written by `pate train-teachers` "
+                        f"(missing or invalid num_classes, image_shape or checkpoint); {remake}") from None
+    if int(info.get("num_teachers", config.teachers.num_teachers)) != config.teachers.num_teachers:
+        raise PateError(f"{json_path} records {info.get('num_teachers')} teachers but "
+                        f"{run / rundir.CONFIG_TOML} says {config.teachers.num_teachers}; {remake}")
+    step_dir = run / rundir.TEACHERS_DIR / str(step)
+    rundir.check_recorded(f"teacher checkpoint of epoch {step}", step_dir, digest, remake)
+    if not step_dir.is_dir():
+        raise PateError(f"{step_dir} is missing: {json_path} records the checkpoint of epoch {step}; "
+                        f"{remake}")
     model = make_model(config.teachers, num_classes)
     tx = make_optimizer(config.teachers, 1)
     params_like, _ = _shapes(model, tx, image_shape, config.teachers.num_teachers)
-    manager = _manager(run / rundir.TEACHERS_DIR)
     try:
-        step = manager.latest_step()
-        if step is None:
-            raise PateError(f"{run / rundir.TEACHERS_DIR} holds no checkpoint; train again "
-                            "with --overwrite")
-        restored = _restore(manager, step, params_like, None)
-    finally:
-        manager.close()
+        manager = _manager(run / rundir.TEACHERS_DIR, create=False)
+        try:
+            restored = _restore(manager, step, params_like, None)
+        finally:
+            manager.close()
+    except Exception as err:  # noqa: BLE001 - tensorstore/orbax raise many types
+        raise PateError(f"cannot read the teacher checkpoint {step_dir} ({_short(err)}); {remake}") from None
     params = jax.tree.map(np.asarray, restored["params"])
     return Teachers(params, model, config, num_classes, image_shape)
 
@@ -535,10 +589,13 @@ class _Progress:
         self._bar.update(self._task, completed=epoch, loss=f"{loss:.4f}")
 
 
-def _nan_message(bad: np.ndarray, epoch: int, last_good: int | None, ckpt_dir: Path) -> str:
+def _nan_message(bad: np.ndarray, epoch: int, last_good: int | None, ckpt_dir: Path,
+                 staged: bool = False) -> str:
     ids = ", ".join(str(int(t)) for t in bad[:10]) + (", ..." if len(bad) > 10 else "")
     kept = (f"kept the last good checkpoint (epoch {last_good}) in {ckpt_dir}"
             if last_good else "no checkpoint was written yet")
+    if staged:
+        kept = f"left the finished teachers in {ckpt_dir} as they were"
     return (f"loss or parameters became NaN/inf in epoch {epoch} for {len(bad)} teacher(s) "
             f"(ids {ids}); stopped and {kept}. Lower teachers.learning_rate and start again "
             "with --overwrite")
@@ -547,7 +604,8 @@ def _nan_message(bad: np.ndarray, epoch: int, last_good: int | None, ckpt_dir: P
 def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
                    overwrite: bool = False, show_progress: bool = True, console=None,
                    devices: Sequence[jax.Device] | None = None,
-                   on_epoch: Callable[[int, float], None] | None = None) -> TrainResult:
+                   on_epoch: Callable[[int, float], None] | None = None,
+                   echo: Callable[[str], None] = print) -> TrainResult:
     """Trains the teacher ensemble of `config` and writes it into the run directory.
 
     Writes `config.toml`, `teachers/` (orbax checkpoints of the stacked params and
@@ -564,6 +622,12 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
       devices: devices to shard the teachers over (default: all).
       on_epoch: called as `on_epoch(epochs_done, mean_loss)` after each epoch (and
         after its checkpoint, if one is due).
+      echo: where the line about replaced artifacts goes.
+
+    With `overwrite` over finished teachers, the new ensemble is trained in
+    ``RUN/.new-teachers/`` and swapped in only once complete (`rundir.Staging`): a
+    failure leaves the old teachers as they were. The artifacts of later steps
+    (votes, labels, student, privacy report) are then moved aside, not deleted.
 
     Returns:
       A `TrainResult`.
@@ -586,13 +650,44 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
     run = rundir.RunDir(workdir)
     if resume and run.exists(rundir.CONFIG_TOML):
         run.check_same_config(config)
-    resuming = run.prepare(rundir.TEACHER_ARTIFACTS, overwrite=overwrite, resume=resume,
-                           command="train-teachers")
+    staging = None
+    if (overwrite and not resume and jax.process_count() == 1
+            and any(run.exists(a) for a in rundir.TEACHER_ARTIFACTS)):
+        # Keep the finished teachers until the new ones are complete. (Multi-host runs
+        # replace them up front as before: the staging folder would need a barrier.)
+        staging = rundir.Staging(run, "teachers", rundir.TEACHER_ARTIFACTS)
+        resuming = False
+    else:
+        resuming = run.prepare(rundir.TEACHER_ARTIFACTS, overwrite=overwrite, resume=resume,
+                               command="train-teachers")
     if resuming and not run.exists(rundir.CONFIG_TOML):
         raise PateError(f"cannot resume: {run / rundir.CONFIG_TOML} is missing; start again "
                         "with --overwrite")
+    out = run if staging is None else rundir.RunDir(staging.path)
+    try:
+        result = _train(config, run, out, resuming, placement_devices=devices, dataset=dataset,
+                        splits=splits, part=part, start_time=start_time, show_progress=show_progress,
+                        console=console, on_epoch=on_epoch, staged=staging is not None)
+    except BaseException:
+        if staging is not None:
+            staging.discard()  # the old teachers stay as they were
+        raise
+    if staging is not None:
+        moved = staging.commit(extra=(rundir.CONFIG_TOML,))
+        if moved:
+            echo(rundir.stale_message(moved, "teachers"))
+    return result
+
+
+def _train(config: Config, run: rundir.RunDir, out: rundir.RunDir, resuming: bool, *,
+           placement_devices, dataset, splits, part, start_time: float, show_progress: bool,
+           console, on_epoch, staged: bool) -> TrainResult:
+    """The body of `train_teachers`: trains and writes into `out` (the run directory, or
+    its staging folder when replacing finished teachers)."""
+    tc = config.teachers
+    devices = placement_devices
     if jax.process_index() == 0:
-        run.write_config(config)
+        out.write_config(config)
 
     placement = Placement(tc.num_teachers, devices)
     image_shape = splits.train_x.shape[1:]
@@ -600,7 +695,8 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
     steps_per_epoch = part.shard_size // tc.batch_size
     tx = make_optimizer(tc, steps_per_epoch)
 
-    manager = _manager(run / rundir.TEACHERS_DIR)
+    manager = _manager(out / rundir.TEACHERS_DIR)
+    remove_orbax_tmp(out / rundir.TEACHERS_DIR)  # left by a save killed part-way
     try:
         start_epoch, history = 0, []
         latest = manager.latest_step() if resuming else None
@@ -633,7 +729,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
                 finite = to_host(finite)[: tc.num_teachers]
                 if not finite.all():
                     raise PateError(_nan_message(np.flatnonzero(~finite), epoch + 1, last_good,
-                                                 run / rundir.TEACHERS_DIR))
+                                                 run / rundir.TEACHERS_DIR, staged))
                 history.append(float(loss.mean()))
                 done = epoch + 1
                 if done % tc.checkpoint_every == 0 or done == tc.epochs:
@@ -661,8 +757,10 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
         loss_history=history, wall_time_s=time.time() - start_time, train_time_s=train_time,
         devices=[d.device_kind for d in placement.devices], shard_size=part.shard_size,
         left_out=int(part.left_out.size), resumed_from=latest)
+    final = out / rundir.TEACHERS_DIR / str(tc.epochs)
     if jax.process_index() == 0:
-        run.write_json(rundir.TEACHERS_JSON, {
+        out.write_json(rundir.TEACHERS_JSON, {
+            "checkpoint": {"step": tc.epochs, "sha256": rundir.tree_digest(final)},
             "num_teachers": tc.num_teachers,
             "num_classes": splits.num_classes,
             "image_shape": list(image_shape),

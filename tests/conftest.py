@@ -36,3 +36,28 @@ def trained_run(_trained_tiny, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(workdir, copy)
     return copy, result
+
+
+@pytest.fixture(scope="session")
+def finished_tiny(_trained_tiny, tmp_path_factory, tiny_config):
+    """A complete tiny run (teachers, labels, student, privacy report), made once."""
+    from pate.pipeline import run
+
+    workdir = tmp_path_factory.mktemp("tiny-finished") / "run"
+    shutil.copytree(_trained_tiny[0], workdir)
+    run(tiny_config, workdir, seed=0, show_progress=False, echo=lambda *_: None)
+    return workdir
+
+
+def snapshot(directory) -> dict:
+    """Every file under `directory` (relative path -> bytes digest), lock files aside."""
+    import hashlib
+
+    directory = pathlib.Path(directory)
+    out = {}
+    for p in sorted(directory.rglob("*")):
+        rel = p.relative_to(directory).as_posix()
+        if p.name.startswith(".pate.lock"):
+            continue
+        out[rel] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+    return out

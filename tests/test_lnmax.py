@@ -416,3 +416,43 @@ def test_sanitized_eps_release():
     centred = (draws - ref.data_dependent.eps) / ref.noise_scale
     assert stats.kstest(centred, "laplace").pvalue > 1e-3
     assert stats.kstest(centred / 2, "laplace").pvalue < 1e-3
+
+
+# --------------------------------------------------------------------------- limits (issue 12)
+
+
+@pytest.mark.parametrize("gamma", [1e-7, 1e-5, 355.0, 1e3, 1e300])
+def test_extreme_gamma_runs_in_bounded_memory(gamma):
+    """gamma above ~355 overflowed math.exp; below ~1e-5 the envelope grid took 20+ GB.
+    Both now run on a grid of at most _MAX_CELLS cells and give finite values."""
+    votes = np.array([[200, 30, 20], [90, 80, 80], [250, 0, 0]])
+    lnmax._cached_envelope.cache_clear()
+    grid, envelope = lnmax._sensitivity_envelope(gamma, np.arange(1.0, 9.0))
+    assert grid.size <= lnmax._MAX_CELLS and envelope.shape == (grid.size, 8)
+    s = lnmax.smooth_sensitivity(votes, gamma, range(1, 9), 0.09)
+    assert np.all(np.isfinite(s)) and np.all(s >= 0)
+    assert np.isfinite(lnmax.data_dependent_eps(votes, gamma, 1e-5).eps)
+
+
+def test_logmgf_large_eps_matches_the_plain_bound():
+    """In log space past exp overflow: q = 0 gives log(1) = 0 (Theorem 3), and any q above
+    1/(1+e^eps) gets the data-independent bound."""
+    l = np.arange(1.0, 5.0)
+    for eps in (710.0, 1e4):
+        got = lnmax.logmgf(np.array([0.0, 1e-3]), eps, l)
+        assert np.allclose(got[0], 0.0)
+        assert np.allclose(got[1], np.minimum(0.5 * eps * eps * l * (l + 1), eps * l))
+
+
+def test_too_many_moments_refused_with_the_limit():
+    with pytest.raises(PateError, match=str(lnmax.MAX_MOMENTS)):
+        lnmax.check_moments(range(1, lnmax.MAX_MOMENTS + 2))
+
+
+def test_huge_vote_gap_chunks_the_distance_range(monkeypatch):
+    """A vote gap far above the block size is walked in chunks (same result)."""
+    votes = np.array([[60000, 100, 50]])
+    want = lnmax.smooth_sensitivity(votes, 0.01, range(1, 4), 0.05)
+    monkeypatch.setattr(lnmax, "_BLOCK_ELEMENTS", 1 << 10)
+    got = lnmax.smooth_sensitivity(votes, 0.01, range(1, 4), 0.05)
+    assert np.array_equal(got, want)

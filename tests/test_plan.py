@@ -158,7 +158,7 @@ def run(cli_main, *args):
 def test_cli_plan_prints_noise_and_eps(cli_main, tmp_path):
     r = run(cli_main, "plan", "--mechanism", "gnmax", "--queries", "1000", "--eps", "2", "--delta", "1e-5")
     assert r.exit_code == 0, r.output
-    assert "sigma" in r.output and "eps (data-indep) 2.0000" in r.output
+    assert "sigma" in r.output and "eps (data-indep) 2   at order" in r.output
     rng = np.random.default_rng(0)
     votes = np.array([rng.multinomial(250, rng.dirichlet(np.ones(10) * 0.1)) for _ in range(50)])
     path = tmp_path / "votes.npz"
@@ -187,3 +187,20 @@ def test_cli_plan_errors(cli_main, args, code, message):
     proc = subprocess.run([sys.executable, "-m", "cli", "plan", *args], capture_output=True, text=True)
     assert proc.returncode == code, proc.stderr
     assert message in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_plan_numbers_readable():
+    from cli import main
+
+    """Integers as integers, no 310-digit eps, delta with the digits that matter (issue 12)."""
+    from analysis.plan import number, probability
+
+    assert number(3000.0) == "3000" and number(2.5) == "2.5000" and number(1e308) == "1.0000e+308"
+    assert number(1.5e-7) == "1.5000e-07" and probability(0.999999) == "0.999999"
+    r = CliRunner().invoke(main, ["plan", "--mechanism", "gnmax", "--queries", "100", "--eps", "2",
+                                  "--delta", "0.999999"])
+    assert "delta=0.999999" in r.output
+    for extra in (["--eps", "1e308"], ["--eps", "3", "--threshold", "3", "--sigma-ratio", "1e308"]):
+        mech = "confident-gnmax" if "--threshold" in extra else "lnmax"
+        r = CliRunner().invoke(main, ["plan", "--mechanism", mech, "--queries", "1", *extra])
+        assert r.exit_code == 1 and "must" in r.stderr and "Traceback" not in r.output

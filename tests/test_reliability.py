@@ -1,0 +1,315 @@
+"""Finished work is never lost (issue 12): one process per run directory, --overwrite
+that keeps the old artifacts until the new ones are complete, checkpoints checked
+against the record of the step that wrote them, reports never written over an input,
+checks before the release, read-only and full disks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from pate import rundir
+
+from conftest import ROOT, TINY, snapshot
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line(result) -> str:
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+@pytest.fixture
+def finished(finished_tiny, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(finished_tiny, copy)
+    return copy
+
+
+# --------------------------------------------------------------------------- lock
+
+
+def test_second_process_is_refused_naming_the_holder(finished):
+    holder = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(f"""
+            import sys, time
+            sys.path.insert(0, {str(ROOT)!r})
+            from pate import rundir
+            with rundir.lock({str(finished)!r}, "label"):
+                print("locked", flush=True)
+                time.sleep(60)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = snapshot(finished)
+        for args in (["label", "--workdir", finished, "--overwrite"],
+                     ["analyze", "--workdir", finished],
+                     ["train-student", "--workdir", finished, "--overwrite", "--no-progress"],
+                     ["run", "--config", TINY, "--workdir", finished, "--no-progress"]):
+            result = invoke(*args)
+            assert result.exit_code == 1, result.output
+            line = one_line(result)
+            assert f"pid {holder.pid}" in line and "in use" in line, line
+        assert snapshot(finished) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    # The kernel drops the lock with its holder (even kill -9): the next command runs.
+    assert invoke("analyze", "--workdir", finished).exit_code == 0
+
+
+def test_lock_is_released_and_leaves_nothing(finished):
+    before = sorted(os.listdir(finished))
+    with rundir.lock(finished, "test"):
+        owner = json.loads((finished / rundir.LOCK_OWNER).read_text())
+        assert owner["pid"] == os.getpid()
+    assert sorted(os.listdir(finished)) == before
+
+
+# --------------------------------------------------------------------------- overwrite
+
+
+def test_failed_overwrite_keeps_the_old_teachers(finished):
+    before = snapshot(finished)
+    # A learning rate that diverges: training fails part-way (after checkpoints).
+    result = invoke("train-teachers", "--config", TINY, "--workdir", finished, "--overwrite",
+                    "--no-progress", "--set", "teachers.learning_rate=1e30")
+    assert result.exit_code == 1, result.output
+    assert "NaN" in one_line(result)
+    assert snapshot(finished) == before  # teachers, labels, student, report: all as they were
+    assert not any(n.startswith(rundir.STAGING_PREFIX) for n in os.listdir(finished))
+
+
+def test_overwrite_swaps_in_and_moves_later_steps_aside(finished):
+    old_labels = (finished / "labels.npz").read_bytes()
+    result = invoke("train-teachers", "--config", TINY, "--workdir", finished, "--overwrite",
+                    "--no-progress", "--set", "teachers.epochs=2")
+    assert result.exit_code == 0, result.output
+    assert json.loads((finished / "teachers.json").read_text())["epochs"] == 2
+    stale = [n for n in os.listdir(finished) if n.startswith(rundir.STALE_PREFIX)]
+    assert len(stale) == 1 and "moved" in result.output
+    aside = finished / stale[0]
+    assert (aside / "labels.npz").read_bytes() == old_labels  # the release is kept
+    for name in ("votes.npz", "labels.npz", "student.json", "privacy.json"):
+        assert not (finished / name).exists() and (aside / name).exists()
+    # The new teachers are what label now uses.
+    assert invoke("label", "--workdir", finished).exit_code == 0
+
+
+def test_failed_label_overwrite_keeps_the_release(finished, monkeypatch):
+    before = snapshot(finished)
+
+    def broken(*a, **k):
+        raise OSError(28, "No space left on device", str(finished / "labels.npz"))
+
+    monkeypatch.setattr(rundir, "write_npz", broken)
+    result = invoke("label", "--workdir", finished, "--overwrite")
+    assert result.exit_code == 1 and "No space left" in one_line(result)
+    assert snapshot(finished) == before
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def test_label_refuses_a_missing_last_checkpoint(finished):
+    shutil.rmtree(finished / "teachers" / "4")
+    result = invoke("label", "--workdir", finished, "--overwrite")
+    assert result.exit_code == 1
+    line = one_line(result)
+    assert "teachers/4" in line and "pate train-teachers" in line
+
+
+def test_label_refuses_a_damaged_checkpoint(finished):
+    files = sorted(p for p in (finished / "teachers" / "4").rglob("*") if p.is_file()
+                   and p.stat().st_size > 64)
+    target = max(files, key=lambda p: p.stat().st_size)
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    target.write_bytes(bytes(data))
+    before = snapshot(finished)
+    result = invoke("label", "--workdir", finished, "--overwrite")
+    assert result.exit_code == 1
+    line = one_line(result)
+    assert "teachers/4" in line and "pate train-teachers" in line
+    assert snapshot(finished) == before
+
+
+def test_random_bytes_checkpoint_without_a_record(finished):
+    """An old-style teachers.json (no recorded digest): a garbage checkpoint still ends
+    in one line naming it, not a tensorstore traceback."""
+    info = json.loads((finished / "teachers.json").read_text())
+    del info["checkpoint"]
+    (finished / "teachers.json").write_text(json.dumps(info))
+    for p in (finished / "teachers" / "4").rglob("*"):
+        if p.is_file():
+            p.write_bytes(os.urandom(max(16, p.stat().st_size)))
+    result = invoke("label", "--workdir", finished, "--overwrite")
+    assert result.exit_code == 1
+    line = one_line(result)
+    assert "teachers/4" in line and "pate train-teachers" in line
+
+
+def test_empty_teachers_json(finished):
+    (finished / "teachers.json").write_text("{}")
+    result = invoke("label", "--workdir", finished, "--overwrite")
+    assert result.exit_code == 1
+    line = one_line(result)
+    assert "teachers.json" in line and "pate train-teachers" in line
+
+
+def test_student_checkpoint_checked(finished):
+    from analysis.errors import PateError
+    from pate.student import load_student
+
+    load_student(finished)  # as recorded
+    target = max((p for p in (finished / "student").rglob("*") if p.is_file()),
+                 key=lambda p: p.stat().st_size)
+    target.write_bytes(target.read_bytes()[:-1] + b"\x00")
+    with pytest.raises(PateError, match="train-student"):
+        load_student(finished)
+
+
+def test_labels_with_invalid_meta(finished):
+    data = dict(np.load(finished / "labels.npz"))
+    data["meta"] = np.array("{not json")
+    np.savez(finished / "labels.npz", **data)
+    result = invoke("train-student", "--workdir", finished, "--overwrite", "--no-progress")
+    assert result.exit_code == 1, result.output
+    line = one_line(result)
+    assert "labels.npz" in line and "pate label" in line, line
+    # analyze reads no meta: it either ignores it or refuses in one line.
+    result = invoke("analyze", "--workdir", finished)
+    assert result.exit_code == 0 or "labels.npz" in one_line(result)
+
+
+# --------------------------------------------------------------------------- outputs onto inputs
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+@pytest.mark.parametrize("name", ["labels.npz", "votes.npz", "teachers.json", "config.toml"])
+def test_analyze_never_writes_over_a_run_artifact(finished, option, name):
+    before = snapshot(finished)
+    result = invoke("analyze", "--workdir", finished, option, finished / name)
+    assert result.exit_code == 2, result.output
+    assert option in one_line(result)
+    assert snapshot(finished) == before
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot"])
+def test_analyze_never_writes_over_its_votes(tmp_path, option):
+    votes = tmp_path / "x.npz"
+    np.savez(votes, votes=np.array([[5, 1], [4, 2]]))
+    before = votes.read_bytes()
+    result = invoke("analyze", "--votes", votes, "--gamma", 0.1, option, votes)
+    assert result.exit_code == 2 and option in one_line(result)
+    assert votes.read_bytes() == before
+    # The same file through another spelling of the path.
+    result = invoke("analyze", "--votes", votes, "--gamma", 0.1, option,
+                    tmp_path / "." / "sub" / ".." / "x.npz")
+    assert result.exit_code == 2 and votes.read_bytes() == before
+
+
+# --------------------------------------------------------------------------- before the release
+
+
+def test_run_checks_the_seed_before_any_step(tmp_path):
+    workdir = tmp_path / "new"
+    result = invoke("run", "--config", TINY, "--workdir", workdir, "--seed", -1, "--no-progress")
+    assert result.exit_code in (1, 2)
+    assert "--seed" in one_line(result)
+    assert not workdir.exists()
+
+
+def test_planned_gamma_is_accepted_downstream(finished):
+    """`pate plan` may recommend a large gamma: label and analyze run with it."""
+    out = invoke("plan", "--mechanism", "lnmax", "--queries", 1, "--eps", 3000)
+    assert out.exit_code == 0, out.output
+    gamma = float(next(ln.split()[1] for ln in out.output.splitlines() if ln.startswith("gamma")))
+    assert gamma > 355  # past where math.exp overflowed
+    result = invoke("label", "--workdir", finished, "--overwrite", "--gamma", gamma, "--queries", 1)
+    assert result.exit_code == 0, result.output
+    result = invoke("analyze", "--workdir", finished)
+    assert result.exit_code == 0, result.output
+
+
+# --------------------------------------------------------------------------- read-only, full disk
+
+
+def _read_only(path):
+    """Makes `path` read-only (chmod; as root, a read-only bind mount). Returns an undo."""
+    os.chmod(path, 0o555)
+    probe = path / ".probe"
+    try:
+        probe.write_text("x")
+    except OSError:
+        return lambda: os.chmod(path, 0o755)
+    probe.unlink()
+    os.chmod(path, 0o755)
+    ok = subprocess.run(["mount", "--bind", str(path), str(path)], capture_output=True).returncode == 0
+    if ok and subprocess.run(["mount", "-o", "remount,bind,ro", str(path)],
+                             capture_output=True).returncode == 0:
+        return lambda: subprocess.run(["umount", str(path)], check=True)
+    if ok:
+        subprocess.run(["umount", str(path)])
+    pytest.skip("cannot make a read-only folder here (root without mount)")
+
+
+def test_read_only_run_directory(finished):
+    before = snapshot(finished)
+    undo = _read_only(finished)
+    try:
+        for args in (["run", "--config", TINY, "--workdir", finished, "--no-progress"],
+                     ["label", "--workdir", finished, "--overwrite"],
+                     ["analyze", "--workdir", finished]):
+            result = invoke(*args)
+            assert result.exit_code == 1, result.output
+            line = one_line(result)
+            assert str(finished) in line, line
+    finally:
+        undo()
+    assert snapshot(finished) == before
+
+
+@pytest.mark.slow
+def test_full_disk_then_resume(tmp_path, tiny_config):
+    """A 200 KB tmpfs: training fails with one line, leaves no orbax temp folder, and
+    --resume finishes once space is freed (needs root for the mount)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        workdir = mnt / "run"
+        result = invoke("train-teachers", "--config", TINY, "--workdir", workdir, "--no-progress")
+        assert result.exit_code == 1
+        line = one_line(result)
+        assert str(workdir) in line or "space" in line, line
+        assert not list(workdir.rglob("*orbax-checkpoint-tmp*"))
+        subprocess.run(["mount", "-o", "remount,size=20m", str(mnt)], check=True)
+        result = invoke("train-teachers", "--config", TINY, "--workdir", workdir, "--no-progress",
+                        "--resume")
+        assert result.exit_code == 0, result.output
+    finally:
+        subprocess.run(["umount", str(mnt)])
+
+
+def test_no_arguments_prints_the_help():
+    result = CliRunner().invoke(main, [])
+    assert result.exit_code == 0
+    assert "Usage:" in result.output and "Commands:" in result.output
+    assert len(result.output.splitlines()) > 5
