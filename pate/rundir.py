@@ -32,12 +32,17 @@ STUDENT_DIR = "student"
 STUDENT_JSON = "student.json"
 PRIVACY_JSON = "privacy.json"
 PRIVACY_PNG = "privacy.png"
+DPSGD_DIR = "dpsgd"
+DPSGD_JSON = "dpsgd.json"
+#: Cached ScatterNet features of the private set (private, like the data).
+DPSGD_FEATURES_DIR = "dpsgd-features"
 
 #: The artifacts each command produces (what `--overwrite` replaces).
 TEACHER_ARTIFACTS = (TEACHERS_DIR, TEACHERS_JSON)
 LABEL_ARTIFACTS = (VOTES_NPZ, LABELS_NPZ)
 STUDENT_ARTIFACTS = (STUDENT_DIR, STUDENT_JSON)
 ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG)
+DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
 
 _META_KEY = "meta"
 
