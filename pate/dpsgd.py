@@ -69,6 +69,15 @@ class TanhConv(nn.Module):
         return jnp.tanh(patches @ w.reshape(-1, self.features) + b)
 
 
+def max_pool_2x2_stride_1(x: jax.Array) -> jax.Array:
+    """2x2 max pool with stride 1 (no padding) as the max of four shifted slices: the
+    same function as `nn.max_pool(x, (2, 2), (1, 1))`, with a gradient that runs about
+    twice as fast under vmap on CPU than reduce_window's select-and-scatter."""
+    a = jnp.maximum(x[:, :-1, :-1], x[:, 1:, :-1])
+    b = jnp.maximum(x[:, :-1, 1:], x[:, 1:, 1:])
+    return jnp.maximum(a, b)
+
+
 class TanhCNN(nn.Module):
     """Tramer & Boneh's end-to-end CNN for (Fashion-)MNIST (their `MNIST_CNN`, after
     Papernot et al., "Tempered Sigmoid Activations", AAAI 2021): per layer a tanh
@@ -87,7 +96,7 @@ class TanhCNN(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         for f, k, s, p in zip(self.features, self.kernels, self.strides, self.padding, strict=True):
             x = TanhConv(f, k, s, p)(x)
-            x = nn.max_pool(x, (2, 2), strides=(1, 1), padding="VALID")
+            x = max_pool_2x2_stride_1(x)
         x = x.reshape(x.shape[0], -1)
         for width in self.hidden:
             x = jnp.tanh(nn.Dense(width, kernel_init=lecun_normal)(x))

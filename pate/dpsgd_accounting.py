@@ -36,6 +36,10 @@ from analysis.errors import PateError
 
 ACCOUNTANTS = ("rdp", "pld")
 
+#: RDP orders searched: dp_accounting's defaults plus every integer order up to 256
+#: (its defaults skip 64..127, where the best order of small-eps runs can lie).
+RDP_ORDERS = tuple(sorted(set(dp_rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS) | set(range(2, 257))))
+
 
 def dp_event(noise_multiplier: float, sampling_rate: float, steps: int) -> dp_accounting.DpEvent:
     """`steps` Poisson-subsampled Gaussian steps: the DpEvent of a DP-SGD run."""
@@ -47,7 +51,7 @@ def dp_event(noise_multiplier: float, sampling_rate: float, steps: int) -> dp_ac
 def make_accountant(accountant: str) -> dp_accounting.PrivacyAccountant:
     """A fresh accountant (add/remove-one neighbouring relation)."""
     if accountant == "rdp":
-        return dp_rdp.RdpAccountant()
+        return dp_rdp.RdpAccountant(orders=RDP_ORDERS)
     if accountant == "pld":
         return dp_pld.PLDAccountant(value_discretization_interval=1e-3)
     raise PateError(f"unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANTS)}")
