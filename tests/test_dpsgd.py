@@ -234,3 +234,22 @@ def test_refuses_a_run_of_another_data_set(tmp_path):
     line = one_line_error(invoke("dpsgd", "--config", TINY, "--workdir", workdir, "--no-progress"), 1)
     assert "[data]" in line
     assert sorted(os.listdir(workdir)) == [rundir.CONFIG_TOML]
+
+
+@pytest.mark.slow
+def test_scatternet_on_real_fashion_mnist(tmp_path):
+    """A short ScatterNet run (3 epochs, eps 3) on the real data: well above chance."""
+    from analysis.errors import PateError
+    from pate.config import DataConfig
+    from pate.data import load_dataset
+
+    try:
+        load_dataset(DataConfig(name="fashion_mnist"))
+    except PateError as err:
+        pytest.skip(f"Fashion-MNIST not installed: {err}")
+    config = os.path.join(os.path.dirname(TINY), "fashion_mnist.toml")
+    result = invoke("dpsgd", "--config", config, "--workdir", tmp_path / "run", "--no-progress",
+                    "--model", "scatternet", "--set", "dpsgd.scatternet_epochs=3")
+    assert result.exit_code == 0, result.output
+    info = json.loads((tmp_path / "run" / rundir.DPSGD_JSON).read_text())
+    assert info["eps"] <= 3.0 and info["accuracy"] > 0.75
