@@ -112,12 +112,20 @@ def calibrate_noise(target_eps: float, delta: float, sampling_rate: float, steps
         raise PateError(f"eps = {target_eps} at delta = {delta} is out of reach even with noise "
                         f"multiplier {upper:g} for {steps} steps at sampling rate {sampling_rate:.4g}; "
                         "raise --eps or train fewer steps")
+    lower = 1e-3
+    if accountant == "pld":
+        # A PLD of a tiny sigma has a huge support (slow); RDP's eps bounds PLD's from
+        # above, so RDP's sigma is an upper end, and half of it is almost always a lower end.
+        upper = calibrate_noise(target_eps, delta, sampling_rate, steps, "rdp", tol)
+        lower = upper / 2
+        while lower > 1e-2 and epsilon(lower, sampling_rate, steps, delta, "pld") <= target_eps:
+            lower /= 2
     with _quiet_absl():
         sigma = dp_accounting.calibrate_dp_mechanism(
             lambda: make_accountant(accountant),
             lambda s: dp_event(s, sampling_rate, steps),
             target_eps, delta,
-            bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, upper), tol=tol)
+            bracket_interval=dp_accounting.ExplicitBracketInterval(lower, upper), tol=tol)
     sigma = float(sigma)
     while epsilon(sigma, sampling_rate, steps, delta, accountant) > target_eps:
         sigma += tol

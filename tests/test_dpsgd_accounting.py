@@ -74,6 +74,10 @@ def test_pld_is_tighter_and_calibrates_less_noise():
     eps_rdp = acc.epsilon(1.2, q, steps, delta, "rdp")
     eps_pld = acc.epsilon(1.2, q, steps, delta, "pld")
     assert 0.6 * eps_rdp < eps_pld <= eps_rdp
+    sigma_pld = acc.calibrate_noise(2.0, delta, q, steps, "pld")
+    assert acc.epsilon(sigma_pld, q, steps, delta, "pld") <= 2.0
+    assert acc.epsilon(sigma_pld * 0.99, q, steps, delta, "pld") > 2.0
+    assert sigma_pld < acc.calibrate_noise(2.0, delta, q, steps, "rdp")
 
 
 def test_monte_carlo_privacy_curve_lies_below_the_bound():
