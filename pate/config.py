@@ -283,6 +283,84 @@ class StudentConfig:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class DpsgdConfig:
+    """`[dpsgd]`: the DP-SGD baseline `pate dpsgd` trains on the same private train split.
+
+    DP-SGD (Abadi et al. 2016): each step Poisson-samples the private set (rate
+    `batch_size / N`: `batch_size` is the expected batch), clips each example's
+    gradient to L2 norm `clip_norm`, adds Gaussian noise of std `noise multiplier *
+    clip_norm` (the multiplier calibrated so that `epochs` passes spend `eps` at
+    `[privacy] delta` under `accountant`) and takes an SGD step with `momentum`.
+
+    `model = "cnn"`: Tramer & Boneh's end-to-end CNN (tanh): convolutions of
+    `conv_features` channels, kernels `conv_kernels`, strides `conv_strides`, zero
+    padding `conv_padding`, each followed by a 2x2 stride-1 max pool; dense tanh
+    layers `hidden`; a linear classifier. `model = "scatternet"`: fixed kymatio
+    scattering features (`scattering_j` scales, `scattering_l` orientations), each
+    example group-normalised over `groups` channel groups (no data statistics), then a
+    linear classifier. Each model has its own `*_batch_size`, `*_learning_rate` and
+    `*_epochs`. Per-example gradients are computed `microbatch` at a time.
+    """
+
+    model: Literal["cnn", "scatternet"] = "scatternet"
+    eps: float = 3.0
+    accountant: Literal["rdp", "pld"] = "rdp"
+    clip_norm: float = 0.1
+    momentum: float = 0.9
+    microbatch: int = 256
+    cnn_batch_size: int = 2048
+    cnn_learning_rate: float = 4.0
+    cnn_epochs: float = 40.0
+    scatternet_batch_size: int = 8192
+    scatternet_learning_rate: float = 8.0
+    scatternet_epochs: float = 60.0
+    conv_features: tuple[int, ...] = (16, 32)
+    conv_kernels: tuple[int, ...] = (8, 4)
+    conv_strides: tuple[int, ...] = (2, 2)
+    conv_padding: tuple[int, ...] = (2, 0)
+    hidden: tuple[int, ...] = (32,)
+    scattering_j: int = 2
+    scattering_l: int = 8
+    groups: int = 27
+    eval_batch_size: int = 1000
+
+    def validate(self) -> None:
+        s = "dpsgd"
+        _require(self.eps > 0 and self.eps != float("inf"), s, "eps",
+                 f"must be a positive number, got {self.eps}")
+        _require(self.clip_norm > 0 and self.clip_norm != float("inf"), s, "clip_norm",
+                 f"must be a positive number, got {self.clip_norm}")
+        _require(0 <= self.momentum < 1, s, "momentum", "must be in [0, 1)")
+        _require(self.microbatch >= 1, s, "microbatch", f"must be >= 1, got {self.microbatch}")
+        for m in ("cnn", "scatternet"):
+            b, lr, ep = (getattr(self, f"{m}_{k}") for k in ("batch_size", "learning_rate", "epochs"))
+            _require(b >= 1, s, f"{m}_batch_size", f"must be >= 1, got {b}")
+            _require(lr > 0, s, f"{m}_learning_rate", f"must be > 0, got {lr}")
+            _require(ep > 0, s, f"{m}_epochs", f"must be > 0, got {ep}")
+        _require(len(self.conv_features) >= 1 and all(f >= 1 for f in self.conv_features), s,
+                 "conv_features", "must be one or more positive channel counts")
+        for key in ("conv_kernels", "conv_strides", "conv_padding"):
+            values = getattr(self, key)
+            _require(len(values) == len(self.conv_features), s, key,
+                     f"must have one entry per layer of conv_features ({len(self.conv_features)}), "
+                     f"got {list(values)}")
+        _require(all(k >= 1 for k in self.conv_kernels), s, "conv_kernels", "must be positive")
+        _require(all(k >= 1 for k in self.conv_strides), s, "conv_strides", "must be positive")
+        _require(all(k >= 0 for k in self.conv_padding), s, "conv_padding", "must be >= 0")
+        _require(all(h >= 1 for h in self.hidden), s, "hidden", "must be positive widths")
+        _require(self.scattering_j >= 1, s, "scattering_j", f"must be >= 1, got {self.scattering_j}")
+        _require(self.scattering_l >= 1, s, "scattering_l", f"must be >= 1, got {self.scattering_l}")
+        _require(self.groups >= 1, s, "groups", f"must be >= 1, got {self.groups}")
+        _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
+
+    def training(self, model: str | None = None) -> tuple[int, float, float]:
+        """(expected batch size, learning rate, epochs) of `model` (default: `self.model`)."""
+        m = model or self.model
+        return (getattr(self, f"{m}_batch_size"), getattr(self, f"{m}_learning_rate"),
+                getattr(self, f"{m}_epochs"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
     """A whole run: one field per TOML section (the section registry)."""
 
@@ -291,6 +369,7 @@ class Config:
     aggregation: AggregationConfig = AggregationConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     student: StudentConfig = StudentConfig()
+    dpsgd: DpsgdConfig = DpsgdConfig()
 
 
 def sections() -> dict[str, type]:

@@ -32,16 +32,22 @@ STUDENT_DIR = "student"
 STUDENT_JSON = "student.json"
 PRIVACY_JSON = "privacy.json"
 PRIVACY_PNG = "privacy.png"
+DPSGD_DIR = "dpsgd"
+DPSGD_JSON = "dpsgd.json"
+#: Cached ScatterNet features of the private set (private, like the data).
+DPSGD_FEATURES_DIR = "dpsgd-features"
 RELEASE_JSON = "release.json"
 
 #: Files and folders that hold private values: created owner-only (0600 / 0700).
-PRIVATE_ARTIFACTS = frozenset({"teachers", "teachers.json", "votes.npz", "privacy.json", "privacy.png"})
+PRIVATE_ARTIFACTS = frozenset({"teachers", "teachers.json", "votes.npz", "privacy.json", "privacy.png",
+                               "dpsgd-features"})
 
 #: The artifacts each command produces (what `--overwrite` replaces).
 TEACHER_ARTIFACTS = (TEACHERS_DIR, TEACHERS_JSON)
 LABEL_ARTIFACTS = (VOTES_NPZ, LABELS_NPZ)
 STUDENT_ARTIFACTS = (STUDENT_DIR, STUDENT_JSON)
 ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG, RELEASE_JSON)
+DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
 
 _META_KEY = "meta"
 

@@ -1,0 +1,154 @@
+"""PATE against DP-SGD at the same (eps, delta): one JSON object per row (accuracy, eps,
+wall time), then a Markdown table.
+
+DP-SGD rows: `pate dpsgd` for each model and target eps, each in its own run directory
+``ROOT/dpsgd-MODEL-epsE`` (a row already there is read, not trained again; `--no-train`
+reads only). PATE rows: run directories given with `--pate`, read from their public
+files only (``release.json`` if present, else ``privacy.json``'s public section, and
+``student.json``); nothing private (votes, the private section) is opened.
+
+    python bench/compare.py [--config configs/fashion_mnist.toml] [--root runs/compare]
+        [--eps 1 2 3] [--models cnn scatternet] [--no-train] [--pate RUN ...]
+
+Both sides evaluate on the same split: data.public_size onwards of the test split
+(``accuracy``); DP-SGD rows also give the whole test split (``accuracy_test``, what
+Tramer & Boneh report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+#: Tramer & Boneh (ICLR 2021), Fashion-MNIST at eps = 3, delta = 1e-5 (whole test split).
+PUBLISHED = {"cnn": 0.860, "scatternet": 0.897}
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _number(x: Any) -> float | None:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def dpsgd_row(workdir: Path) -> dict[str, Any] | None:
+    info = _read(workdir / "dpsgd.json")
+    if info is None:
+        return None
+    return {
+        "method": f"dpsgd-{info['model']}",
+        "eps": info["eps"], "target_eps": info.get("target_eps"), "delta": info["delta"],
+        "accuracy": info["accuracy"], "eval_points": info.get("eval_points"),
+        "accuracy_test": info.get("accuracy_test"), "test_points": info.get("test_points"),
+        "published_accuracy_eps3": PUBLISHED.get(info["model"]),
+        "wall_time_s": info["wall_time_s"], "noise_multiplier": info["noise_multiplier"],
+        "epochs": info["epochs"], "batch_size": info["batch_size"], "accountant": info["accountant"],
+        "workdir": str(workdir),
+    }
+
+
+def pate_row(workdir: Path) -> dict[str, Any]:
+    """A PATE run's student accuracy and its public eps. The eps is, in this order of
+    preference: release.json's headline eps (the release-integrity issue's published
+    figure), privacy.json's public sanitised eps (plus the release's own cost when
+    reported separately), privacy.json's data-independent eps."""
+    student = _read(workdir / "student.json") or {}
+    privacy = _read(workdir / "privacy.json") or {}
+    release = _read(workdir / "release.json") or {}
+    teachers = _read(workdir / "teachers.json") or {}
+    public = privacy.get("public", {}) if isinstance(privacy.get("public"), dict) else {}
+    eps, source = None, None
+    for key in ("headline_eps", "published_eps", "eps_published", "eps"):
+        if _number(release.get(key)) is not None:
+            eps, source = _number(release[key]), f"release.json:{key}"
+            break
+    if eps is None and _number(public.get("eps_sanitized")) is not None:
+        eps, source = _number(public["eps_sanitized"]), "privacy.json:eps_sanitized"
+    if eps is None and _number(public.get("eps_data_independent")) is not None:
+        eps, source = _number(public["eps_data_independent"]), "privacy.json:eps_data_independent"
+    walls = [_number(d.get("wall_time_s")) for d in (teachers, student)]
+    return {
+        "method": f"pate-{student.get('method', 'student')}",
+        "eps": eps, "eps_source": source,
+        "eps_release_cost": _number(public.get("eps_release_cost")),
+        "delta": _number(public.get("delta")) or _number(release.get("delta")),
+        "accuracy": _number(student.get("accuracy")), "eval_points": student.get("eval_points"),
+        "wall_time_s": sum(w for w in walls if w is not None) if any(w is not None for w in walls) else None,
+        "wall_time_parts": {"teachers": walls[0], "student": walls[1]},
+        "workdir": str(workdir),
+    }
+
+
+def train(config_path: str, workdir: Path, model: str, eps: float) -> None:
+    from pate.config import load_config
+    from pate.dpsgd import train_dpsgd
+
+    config = load_config(config_path, {"dpsgd.model": model, "dpsgd.eps": eps})
+    print(f"# training dpsgd {model} at eps {eps:g} in {workdir}", file=sys.stderr)
+    train_dpsgd(config, workdir, show_progress=False, echo=lambda s: print(f"# {s}", file=sys.stderr))
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| method | eps | accuracy (eval split) | accuracy (whole test) | wall time (s) |",
+             "|---|---|---|---|---|"]
+
+    def fmt(x, spec):
+        return "-" if x is None else format(x, spec)
+
+    for r in rows:
+        lines.append(f"| {r['method']} | {fmt(r['eps'], '.2f')} | {fmt(r['accuracy'], '.4f')} | "
+                     f"{fmt(r.get('accuracy_test'), '.4f')} | {fmt(r['wall_time_s'], '.0f')} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist.toml"))
+    parser.add_argument("--root", default=str(ROOT / "runs" / "compare"),
+                        help="where the DP-SGD run directories live (dpsgd-MODEL-epsE)")
+    parser.add_argument("--eps", type=float, nargs="+", default=[1.0, 2.0, 3.0])
+    parser.add_argument("--models", nargs="+", choices=["cnn", "scatternet"], default=["cnn", "scatternet"])
+    parser.add_argument("--no-train", action="store_true", help="read existing DP-SGD rows only")
+    parser.add_argument("--pate", nargs="*", default=[], help="PATE run directories to read")
+    args = parser.parse_args(argv)
+
+    start = time.time()
+    rows = []
+    for model in args.models:
+        for eps in args.eps:
+            workdir = Path(args.root) / f"dpsgd-{model}-eps{eps:g}"
+            row = dpsgd_row(workdir)
+            if row is None and not args.no_train:
+                train(args.config, workdir, model, eps)
+                row = dpsgd_row(workdir)
+            if row is None:
+                print(f"# no DP-SGD result in {workdir} (run without --no-train)", file=sys.stderr)
+                continue
+            rows.append(row)
+    for path in args.pate:
+        rows.append(pate_row(Path(path)))
+    for row in rows:
+        print(json.dumps(row))
+    print(json.dumps({"summary": "compare", "rows": len(rows), "wall_time_s": time.time() - start}))
+    print(table(rows), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

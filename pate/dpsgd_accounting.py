@@ -1,0 +1,141 @@
+"""Privacy accounting of DP-SGD: calibrate the noise multiplier for a target (eps, delta)
+and recompute eps from what ran, with Google's `dp_accounting`.
+
+The mechanism (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016,
+Algorithm 1): each of `steps` steps takes a Poisson sample of the private set (each
+example independently with probability `q`), clips every example's gradient to L2 norm
+`C`, sums them and adds N(0, (sigma C)^2) to each coordinate. One step is the
+Poisson-subsampled Gaussian mechanism of noise multiplier `sigma` (sensitivity C under
+add/remove-one neighbours); the run is its `steps`-fold adaptive composition:
+``SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(sigma)), steps)``.
+
+Accountants:
+
+- ``"rdp"`` (default): Renyi DP of the sampled Gaussian (Mironov, Talwar & Zhang,
+  "Renyi Differential Privacy of the Sampled Gaussian Mechanism", 2019, Sec. 3.3),
+  composed additively (Mironov 2017, Prop. 1) and converted to (eps, delta) with the
+  improved conversion (Canonne, Kamath & Steinke 2020, Prop. 12; Asoodeh et al. 2020).
+  Default because Tramer & Boneh (ICLR 2021), the DP-SGD figures this project compares
+  with, report RDP eps: the same accountant makes the comparison like for like.
+- ``"pld"``: privacy loss distributions (Koskela et al. 2020; Doroshenko et al.,
+  "Connect the Dots", PETS 2022): tighter (a smaller eps for the same noise), so less
+  noise at a given eps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+
+import dp_accounting
+from dp_accounting import pld as dp_pld
+from dp_accounting import rdp as dp_rdp
+
+from analysis.errors import PateError
+
+ACCOUNTANTS = ("rdp", "pld")
+
+#: RDP orders searched: dp_accounting's defaults plus every integer order up to 256
+#: (its defaults skip 64..127, where the best order of small-eps runs can lie).
+RDP_ORDERS = tuple(sorted(set(dp_rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS) | set(range(2, 257))))
+
+
+def dp_event(noise_multiplier: float, sampling_rate: float, steps: int) -> dp_accounting.DpEvent:
+    """`steps` Poisson-subsampled Gaussian steps: the DpEvent of a DP-SGD run."""
+    return dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(
+            sampling_rate, dp_accounting.GaussianDpEvent(noise_multiplier)), int(steps))
+
+
+def make_accountant(accountant: str) -> dp_accounting.PrivacyAccountant:
+    """A fresh accountant (add/remove-one neighbouring relation)."""
+    if accountant == "rdp":
+        return dp_rdp.RdpAccountant(orders=RDP_ORDERS)
+    if accountant == "pld":
+        return dp_pld.PLDAccountant(value_discretization_interval=1e-3)
+    raise PateError(f"unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANTS)}")
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    """dp_accounting logs through absl when its series for a fractional order fails to
+    converge (large q); it drops that order, which can only make eps larger (safe).
+    Keep those lines off the user's terminal."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: float,
+            accountant: str = "rdp") -> float:
+    """eps at `delta` of a DP-SGD run (an upper bound: see the module docstring).
+
+    Args:
+      noise_multiplier: sigma, the noise std divided by the clip norm.
+      sampling_rate: q, each example's probability of being in a step's batch.
+      steps: number of noisy steps.
+      delta: target delta, in (0, 1).
+      accountant: "rdp" or "pld".
+    """
+    _check(sampling_rate, steps, delta)
+    if noise_multiplier <= 0:
+        return math.inf
+    acc = make_accountant(accountant)
+    with _quiet_absl():
+        acc.compose(dp_event(noise_multiplier, sampling_rate, steps))
+        return float(acc.get_epsilon(delta))
+
+
+def calibrate_noise(target_eps: float, delta: float, sampling_rate: float, steps: int,
+                    accountant: str = "rdp", tol: float = 1e-4) -> float:
+    """The smallest noise multiplier (to within `tol`) whose eps at `delta` is at most
+    `target_eps` for `steps` Poisson-subsampled Gaussian steps at rate `sampling_rate`.
+
+    eps is decreasing in sigma, so the search is a bracketed root find
+    (`dp_accounting.calibrate_dp_mechanism`); the result is then nudged up until the
+    accountant confirms eps <= target_eps, so the returned sigma never overspends.
+
+    Raises:
+      PateError: a target eps <= 0, delta outside (0, 1), or no sigma below 10^4
+        meets the target.
+    """
+    if not (target_eps > 0 and math.isfinite(target_eps)):
+        raise PateError(f"target eps must be a positive number, got {target_eps}")
+    _check(sampling_rate, steps, delta)
+    upper = 1e4
+    if epsilon(upper, sampling_rate, steps, delta, accountant) > target_eps:
+        raise PateError(f"eps = {target_eps} at delta = {delta} is out of reach even with noise "
+                        f"multiplier {upper:g} for {steps} steps at sampling rate {sampling_rate:.4g}; "
+                        "raise --eps or train fewer steps")
+    lower = 1e-3
+    if accountant == "pld":
+        # A PLD of a tiny sigma has a huge support (slow); RDP's eps bounds PLD's from
+        # above, so RDP's sigma is an upper end, and half of it is almost always a lower end.
+        upper = calibrate_noise(target_eps, delta, sampling_rate, steps, "rdp", tol)
+        lower = upper / 2
+        while lower > 1e-2 and epsilon(lower, sampling_rate, steps, delta, "pld") <= target_eps:
+            lower /= 2
+    with _quiet_absl():
+        sigma = dp_accounting.calibrate_dp_mechanism(
+            lambda: make_accountant(accountant),
+            lambda s: dp_event(s, sampling_rate, steps),
+            target_eps, delta,
+            bracket_interval=dp_accounting.ExplicitBracketInterval(lower, upper), tol=tol)
+    sigma = float(sigma)
+    while epsilon(sigma, sampling_rate, steps, delta, accountant) > target_eps:
+        sigma += tol
+    return sigma
+
+
+def _check(sampling_rate: float, steps: int, delta: float) -> None:
+    if not 0 < sampling_rate <= 1:
+        raise PateError(f"sampling rate must lie in (0, 1], got {sampling_rate}")
+    if steps < 1:
+        raise PateError(f"steps must be >= 1, got {steps}")
+    if not 0 < delta < 1:
+        raise PateError(f"delta must lie strictly between 0 and 1, got {delta}")
