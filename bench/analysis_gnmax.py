@@ -21,19 +21,15 @@ import json
 import math
 import os
 import platform
-import sys
 import time
 
 import numpy as np
 
-# bench/analysis.py shares its name with the `analysis` package; keep this folder off the path.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
-from scipy.special import log_ndtr, ndtri_exp  # noqa: E402
+from scipy.special import log_ndtr, ndtri_exp
 
-from analysis import gnmax  # noqa: E402
-from analysis.noise import NoiseSource  # noqa: E402
+from analysis import gnmax
+from analysis.noise import NoiseSource
 
 
 def synthetic_votes(n, teachers, classes, seed=0):
@@ -117,7 +113,7 @@ def main():
 
 
 def run(args) -> dict:
-    """The benchmark's figures as a dict (bench/analysis.py reports them too)."""
+    """The benchmark's figures as a dict (bench/privacy_analysis.py reports them too)."""
 
     threshold, s1, s2, delta = 1000.0, 500.0, 100.0, 1e-8
     orders = np.concatenate([np.arange(2.0, 10.0, 0.5), np.geomspace(10.0, 100.0, 44)])

@@ -336,7 +336,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     if cfg.model == "scatternet":
         from pate import scattering
 
-        cache = run / rundir.DPSGD_FEATURES_DIR
+        cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # features of private data
         train_x = scattering.features(splits.train_x, cfg.scattering_j, cfg.scattering_l, cfg.groups,
                                       cache, "train")
         test_x = scattering.features(test_x, cfg.scattering_j, cfg.scattering_l, cfg.groups,

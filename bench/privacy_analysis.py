@@ -9,7 +9,7 @@ sensitivity included. The vectorised code is timed against a plain-loop implemen
 of the same computation (per query, per moment, per distance k, per class, in Python,
 the way the 2017 reference code is written), timed on a subset and scaled, in one run.
 
-    python bench/analysis.py [--queries 1000] [--teachers 250] [--classes 10] [--loop-queries 20]
+    python bench/privacy_analysis.py [--queries 1000] [--teachers 250] [--classes 10] [--loop-queries 20]
 """
 
 from __future__ import annotations
@@ -22,16 +22,12 @@ import platform
 import time
 
 import os
-import sys
 
 import numpy as np
 
-# This file is named like the `analysis` package; keep its folder off the import path.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
-from analysis import lnmax  # noqa: E402
-from analysis.noise import NoiseSource  # noqa: E402
+from analysis import lnmax
+from analysis.noise import NoiseSource
 
 
 def loop_q(counts, gamma):
@@ -153,7 +149,7 @@ def main() -> None:
     if not args.skip_glyph:
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("analysis_gnmax", os.path.join(_HERE, "analysis_gnmax.py"))
+        spec = importlib.util.spec_from_file_location("analysis_gnmax", os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis_gnmax.py"))
         glyph = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(glyph)
         out["gnmax_glyph_scale"] = glyph.run(glyph.parser().parse_args([]))
