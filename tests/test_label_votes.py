@@ -37,7 +37,7 @@ def test_label_votes_then_analyze(tmp_path, args):
     run = tmp_path / "run"
     result = invoke("label", "--votes", SIMULATED, "--workdir", run, "--num-classes", 10, "--seed", 5, *args)
     assert result.exit_code == 0, result.output
-    assert "headline" in result.output and "data-dependent eps" in result.output
+    assert "tightest" in result.output and "data-dependent eps" in result.output
     votes = np.load(SIMULATED)["votes"]
     assert np.array_equal(np.load(run / "votes.npz")["votes"], votes)
     with np.load(run / "labels.npz") as release:
