@@ -17,7 +17,6 @@ Every release goes through `release_labels`, the one place that calls the aggreg
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import numpy as np
 
@@ -474,10 +473,6 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze --workdir` gives the sanitised eps")
     return result
-
-
-def labels_path(workdir) -> Path:
-    return Path(workdir) / rundir.LABELS_NPZ
 
 
 # `pate.label(...)` calls `label` (the package's entry point) while `pate.label` stays this module.
