@@ -382,3 +382,92 @@ def render(p: Plan) -> str:
     for note in p.notes:
         lines.append(f"note: {note}")
     return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- budgets
+
+
+@dataclass(frozen=True)
+class BudgetPlan:
+    """How many queries a labelling run may make under a data-independent ε budget.
+
+    Attributes:
+      num_queries: queries to make (for Confident-GNMax: threshold steps).
+      max_answers: for Confident-GNMax, stop answering after this many answers; None
+        for LNMax and GNMax, where every query is answered.
+      eps: the data-independent ε of that plan (≤ the budget).
+    """
+
+    num_queries: int
+    max_answers: int | None
+    eps: float
+
+
+def budget_plan(mechanism, max_queries: int, budget: float, delta: float, *, moments: int = 8,
+                conversion: str = "classic", accountant: str = "rdp") -> BudgetPlan:
+    """The largest plan whose data-independent ε stays within ``budget``.
+
+    ``mechanism`` is an ``analysis.mechanisms`` record; at most ``max_queries`` queries.
+    The plan is fixed before any vote is seen, so it costs no privacy: LNMax and GNMax
+    answer the first ``k`` queries, ``k`` the most whose data-independent ε fits (PATE
+    2017 moments accountant; PATE 2018 Proposition 8 and the RDP conversion).
+    Confident-GNMax runs the threshold step on the first ``n`` queries and answers at
+    most ``A`` of them (answers past the A-th are withheld, a post-processing of the
+    uncapped release): ε of ``n`` threshold steps plus ``A`` GNMax steps, with ``n``
+    then ``A`` as large as fit. ``accountant="pld"`` measures the same compositions
+    with dp-accounting's privacy loss distributions (`analysis.pld`), which allow more
+    queries for the same budget; "rdp" uses the moments accountant (LNMax) or the RDP
+    curve with ``conversion``.
+
+    Raises:
+      PateError: not even one query fits the budget.
+    """
+    from analysis import mechanisms
+
+    if accountant not in ("rdp", "pld"):
+        raise PateError(f"accountant must be 'rdp' or 'pld', got {accountant!r}")
+    if not (budget > 0 and np.isfinite(budget)):
+        raise PateError(f"--budget must be a positive number, got {budget}")
+    n_max = int(max_queries)
+    cfg = mechanism
+
+    def largest(fits, hi: int) -> int:
+        """The largest k in [0, hi] with fits(k), for fits monotone (true then false)."""
+        lo = 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    use_pld = accountant == "pld"
+    if isinstance(cfg, mechanisms.LNMax):
+        def eps(k):
+            if use_pld:
+                return pld.lnmax_eps(k, cfg.gamma, delta).eps
+            return lnmax.data_independent_eps(k, cfg.gamma, delta, range(1, moments + 1)).eps
+    elif isinstance(cfg, mechanisms.GNMax):
+        def eps(k):
+            if use_pld:
+                return pld.gnmax_eps(k, cfg.sigma, delta).eps
+            return gnmax.data_independent_eps(k, cfg.sigma, delta, conversion=conversion).eps
+    else:
+        def eps_pair(n, a):
+            if use_pld:
+                return pld.gnmax_eps(n, cfg.sigma, delta, sigma_threshold=cfg.sigma_threshold,
+                                     num_answered=a).eps
+            return gnmax.data_independent_eps(n, cfg.sigma, delta, sigma_threshold=cfg.sigma_threshold,
+                                              num_answered=a, conversion=conversion).eps
+        n = largest(lambda k: eps_pair(k, 0) <= budget, n_max)
+        a = largest(lambda k: eps_pair(n, k) <= budget, n) if n else 0
+        if a == 0:
+            raise PateError(f"a budget of eps {budget:g} allows no Confident-GNMax answer at these noise "
+                            "levels; raise the budget or the noise (see `pate plan`)")
+        return BudgetPlan(n, a, float(eps_pair(n, a)))
+    k = largest(lambda k: eps(k) <= budget, n_max)
+    if k == 0:
+        raise PateError(f"a budget of eps {budget:g} allows no {cfg.name} answer at this noise; "
+                        "raise the budget or the noise (see `pate plan`)")
+    return BudgetPlan(k, None, float(eps(k)))
