@@ -540,25 +540,29 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
 
 def write_atomic(path: str | os.PathLike, data: bytes, private: bool = False) -> None:
     """Writes ``data`` to ``path`` through a synced temp file in the same folder and a
-    rename; ``private`` files are owner-only (0600)."""
+    rename, so ``path`` holds its old content or all of ``data``, never a part.
+    ``private`` files are owner-only (0600); others get the mode a plain open() would.
+    The one atomic writer of the project (``pate.rundir`` writes through it)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise PateError(f"cannot write {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=folder)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             if not private:
                 mask = os.umask(0)
                 os.umask(mask)
-                os.fchmod(fh.fileno(), 0o666 & ~mask)
+                os.fchmod(fh.fileno(), 0o666 & ~mask)  # mkstemp makes 0600
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        try:
             os.unlink(tmp)
+        except FileNotFoundError:
+            pass
         raise
 
 

@@ -14,7 +14,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -52,15 +51,6 @@ DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
 _META_KEY = "meta"
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_FILE_MODE = 0o666 & ~_umask()  # what open() would give a new file
-
-
 def _version() -> str:
     from pate import __version__
 
@@ -68,29 +58,15 @@ def _version() -> str:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Writes `data` to `path` through a temporary file in the same directory.
-
-    The temporary file is flushed, synced and renamed over `path` (`os.replace`), so
-    `path` holds either its old content or all of `data`, never a part. Files named in
-    `PRIVATE_ARTIFACTS` are owner-only (0600); others get the usual umask mode.
+    """Writes `data` to `path` atomically (`analysis.report.write_atomic`: temp file in the
+    same directory, flushed, synced, renamed), creating the directory first. Files named
+    in `PRIVATE_ARTIFACTS` are owner-only (0600); others get the usual umask mode.
     """
+    from analysis.report import write_atomic
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if path.name not in PRIVATE_ARTIFACTS:
-                os.fchmod(f.fileno(), _FILE_MODE)  # mkstemp makes 0600; match a plain open()
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_atomic(path, data, private=path.name in PRIVATE_ARTIFACTS)
 
 
 def make_private_dir(path: str | Path) -> Path:
