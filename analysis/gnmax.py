@@ -201,7 +201,7 @@ def rdp_data_independent(sigma, orders=DEFAULT_ORDERS):
     λΔ²/(2σ²) with Δ² = 2 (Mironov 2017, Corollary 3). Shape of `orders`.
     """
     sigma = _check_sigma(sigma)
-    return check_orders(orders) / sigma**2
+    return check_orders(orders) / (sigma * sigma)  # the same rounding as `_theorem6`'s cap
 
 
 def log_pr_answered(threshold, sigma, votes):

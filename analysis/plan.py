@@ -41,6 +41,7 @@ import numpy as np
 from analysis import gnmax, lnmax, pld
 from analysis.errors import PateError
 from analysis.rdp import DEFAULT_ORDERS, check_delta, check_orders, conversion_term
+from analysis.validation import check_positive
 
 MECHANISMS = ("lnmax", "gnmax", "confident-gnmax")
 ACCOUNTANTS = ("rdp", "pld")
@@ -82,14 +83,7 @@ SIGMA_RATIO_RANGE = (1e-6, 1e6)
 MAX_EPS = 1e6
 
 
-def _positive(name, value) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise PateError(f"{name} must be a number, got {value!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise PateError(f"{name} must be a positive number, got {value!r}")
-    return value
+_positive = check_positive
 
 
 def lnmax_gamma(num_queries, eps, delta, moments=DEFAULT_MOMENTS):

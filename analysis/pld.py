@@ -70,6 +70,7 @@ import numpy as np
 
 from analysis.errors import PateError
 from analysis.rdp import check_delta
+from analysis.validation import check_positive
 
 __all__ = [
     "DEFAULT_DISCRETIZATION",
@@ -125,14 +126,7 @@ class PldEps:
     accountant: str = "pld"
 
 
-def _positive(name, value) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise PateError(f"{name} must be a number, got {value!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise PateError(f"{name} must be a positive finite number, got {value!r}")
-    return value
+_positive = check_positive
 
 
 def _count(name, value) -> int:

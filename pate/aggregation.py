@@ -29,12 +29,15 @@ UNANSWERED = -1
 MECHANISMS = mechanisms.NAMES
 
 
+
 def noise_source(seed: int | None = None) -> NoiseSource:
     """The noise of one release: OS entropy, or ``seed`` (``0 <= seed < 2**128``, research only)."""
     return NoiseSource(seed)
 
 
-noise_key = noise_source  # the name earlier versions used
+noise_key = noise_source  # the name earlier versions used (tests and user scripts call it)
+
+
 
 
 def _source(noise) -> NoiseSource:

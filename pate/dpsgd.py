@@ -30,7 +30,6 @@ realised batch sizes (a sum of batch sizes reveals membership), no seed.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 from pathlib import Path
@@ -46,6 +45,7 @@ from analysis.errors import PateError
 from pate import dpsgd_accounting, keys, rundir
 from pate.config import Config, DpsgdConfig, config_to_dict
 from pate.models import extract_patches, lecun_normal
+from pate.student import predict
 
 Params = Any
 
@@ -243,23 +243,6 @@ class DpsgdResult:
         ])
 
 
-def _predict(model: nn.Module, params: Params, x: np.ndarray, batch_size: int) -> np.ndarray:
-    fn = _predict_fn(model)
-    out = []
-    for start in range(0, x.shape[0], batch_size):
-        chunk = x[start: start + batch_size]
-        real = chunk.shape[0]
-        if real < batch_size and x.shape[0] > batch_size:
-            chunk = np.concatenate([chunk, np.zeros((batch_size - real, *chunk.shape[1:]), chunk.dtype)])
-        out.append(np.asarray(fn(params, jnp.asarray(chunk)))[:real])
-    return np.concatenate(out) if out else np.zeros((0,), np.int64)
-
-
-@functools.lru_cache(maxsize=4)
-def _predict_fn(model):
-    return jax.jit(lambda params, x: jnp.argmax(model.apply(params, x), axis=-1))
-
-
 def _save_params(directory: Path, params: Params) -> None:
     import orbax.checkpoint as ocp
 
@@ -381,7 +364,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
                         "and run again with --overwrite")
 
     eps = dpsgd_accounting.epsilon(noise_multiplier, rate, steps, delta, cfg.accountant)
-    pred = _predict(model, params, test_x, cfg.eval_batch_size)
+    pred = predict(model, params, test_x, cfg.eval_batch_size)
     pool = splits.pool_x.shape[0]
     accuracy = float(np.mean(pred[pool:] == test_y[pool:]))
     accuracy_test = float(np.mean(pred == test_y))

@@ -16,7 +16,7 @@ import os
 import jax
 import numpy as np
 
-from analysis.errors import PateError
+from analysis import noise
 
 #: Bits of entropy a key holds.
 KEY_BITS = 128
@@ -24,15 +24,7 @@ KEY_BITS = 128
 KEY_IMPL = "rbg"
 SEED_LIMIT = 1 << KEY_BITS
 
-
-def check_seed(seed: int) -> int:
-    """Returns `seed` if it is an integer in [0, 2**128); raises PateError otherwise."""
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise PateError(f"seed must be an integer, got {seed!r}")
-    seed = int(seed)
-    if not 0 <= seed < SEED_LIMIT:
-        raise PateError(f"seed must satisfy 0 <= seed < 2**128, got {seed}")
-    return seed
+check_seed = noise.check_seed  # one seed rule for every release: 0 <= seed < 2**128
 
 
 def seed_words(seed: int) -> np.ndarray:

@@ -87,17 +87,6 @@ def check_accountable(cfg: AggregationConfig, privacy) -> None:
                         "release could not be accounted for; use more noise")
 
 
-def check_release(config: Config) -> None:
-    """Checks, before any teacher votes, that the release and its report can be made
-    (public settings only): see `check_accountable`."""
-    check_accountable(config.aggregation, config.privacy)
-
-
-def checked_noise_key(seed):
-    """The release's noise source; a seed outside 0 <= seed < 2**128 is refused as `--seed`."""
-    return aggregation.noise_source(seed)
-
-
 def mechanism_params(cfg: AggregationConfig) -> dict:
     """The noise parameters of the chosen mechanism (what labels.npz records)."""
     return mechanisms.from_config(cfg).params()
@@ -182,8 +171,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     if present and not overwrite:
         raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "
                         "label again (the old release is replaced)")
-    checked_noise_key(seed)  # refuses a bad seed before any vote is computed
-    check_release(config)
+    aggregation.noise_source(seed)  # refuses a bad seed before any vote is computed
+    check_accountable(config.aggregation, config.privacy)
     teachers = load_teachers(run.path)
     agg = config.aggregation
     splits = split(load_dataset(config.data), config.data.public_size)

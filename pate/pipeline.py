@@ -275,12 +275,13 @@ def preflight(config: Config, seed: int | None) -> None:
     failure after `label` would have spent the privacy of a release for nothing.
 
     Checks the seed (0 <= seed < 2**128, used by the aggregator and the sanitised release)
-    and the release settings (`pate.label.check_release`).
+    and the release settings (`pate.label.check_accountable`).
     """
-    from pate.label import check_release, checked_noise_key
+    from pate.aggregation import noise_source
+    from pate.label import check_accountable
 
-    checked_noise_key(seed)  # the same 128-bit check serves the aggregator and the release
-    check_release(config)
+    noise_source(seed)  # the same 128-bit check serves the aggregator and the release
+    check_accountable(config.aggregation, config.privacy)
 
 
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,
