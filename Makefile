@@ -28,7 +28,9 @@ data:
 	  echo "Fashion-MNIST: found"; \
 	else \
 	  echo "Fashion-MNIST: installing Debian package dataset-fashion-mnist"; \
-	  (apt-get install -y dataset-fashion-mnist || sudo apt-get install -y dataset-fashion-mnist) >/dev/null; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  ($$SUDO apt-get install -y dataset-fashion-mnist || \
+	   ($$SUDO apt-get update && $$SUDO apt-get install -y dataset-fashion-mnist)) >/dev/null; \
 	fi
 
 demo: $(STAMP) data
