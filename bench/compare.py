@@ -3,12 +3,17 @@ wall time), then a Markdown table.
 
 DP-SGD rows: `pate dpsgd` for each model and target eps, each in its own run directory
 ``ROOT/dpsgd-MODEL-epsE`` (a row already there is read, not trained again; `--no-train`
-reads only). PATE rows: run directories given with `--pate`, read from their public
-files only (``release.json`` if present, else ``privacy.json``'s public section, and
-``student.json``); nothing private (votes, the private section) is opened.
+reads only). PATE rows: run directories given with `--pate`, and, with
+`--pate-teachers RUN`, one row per `--pate-queries N`: the teachers of RUN (hard-linked,
+not retrained) label N pool points and a student is trained, through the product's own
+`pate run` in ``ROOT/pate-qN`` (so a PATE row's wall time is its label + student +
+analyze steps; the teachers' own time is added from RUN's teachers.json). PATE rows are
+read from public files only (``release.json``'s headline ε, ``student.json``); nothing
+private (votes, privacy.json) is opened.
 
     python bench/compare.py [--config configs/fashion_mnist.toml] [--root runs/compare]
         [--eps 1 2 3] [--models cnn scatternet] [--no-train] [--pate RUN ...]
+        [--pate-teachers RUN --pate-queries 300 800 1500] [--plot compare.png]
 
 Both sides evaluate on the same split: data.public_size onwards of the test split
 (``accuracy``); DP-SGD rows also give the whole test split (``accuracy_test``, what
@@ -95,6 +100,51 @@ def pate_row(workdir: Path) -> dict[str, Any]:
     }
 
 
+def pate_release(config_path: str, teachers_run: Path, workdir: Path, queries: int) -> None:
+    """Labels `queries` pool points with the teachers of `teachers_run` and trains the
+    student, in `workdir`, with `pate run` (the teachers step finds them up to date)."""
+    import os
+    import shutil
+
+    from pate.config import load_config
+    from pate.pipeline import run
+
+    config = load_config(config_path, {"aggregation.queries": queries})
+    workdir.mkdir(parents=True, exist_ok=True)
+    for name in ("config.toml", "teachers.json"):
+        if not (workdir / name).exists():
+            shutil.copy2(teachers_run / name, workdir / name)
+    if not (workdir / "teachers").exists():
+        shutil.copytree(teachers_run / "teachers", workdir / "teachers", copy_function=os.link)
+    print(f"# pate run: {queries} queries in {workdir}", file=sys.stderr)
+    run(config, workdir, show_progress=False, echo=lambda line: print(f"# {line}", file=sys.stderr))
+
+
+def plot(rows: list[dict[str, Any]], path: str) -> None:
+    """Accuracy (evaluation split) against ε, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    methods = sorted({r["method"] for r in rows})
+    for method in methods:
+        pts = sorted((r["eps"], r["accuracy"]) for r in rows
+                     if r["method"] == method and r["eps"] is not None and r["accuracy"] is not None)
+        if pts:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, marker="o", label=method)
+    ax.set_xlabel("published ε (δ = 1e-5)")
+    ax.set_ylabel("accuracy (evaluation split)")
+    ax.set_title("Fashion-MNIST: PATE student vs DP-SGD")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def train(config_path: str, workdir: Path, model: str, eps: float) -> None:
     from pate.config import load_config
     from pate.dpsgd import train_dpsgd
@@ -123,9 +173,15 @@ def main(argv=None) -> int:
     parser.add_argument("--root", default=str(ROOT / "runs" / "compare"),
                         help="where the DP-SGD run directories live (dpsgd-MODEL-epsE)")
     parser.add_argument("--eps", type=float, nargs="+", default=[1.0, 2.0, 3.0])
-    parser.add_argument("--models", nargs="+", choices=["cnn", "scatternet"], default=["cnn", "scatternet"])
+    parser.add_argument("--models", nargs="*", choices=["cnn", "scatternet"], default=["cnn", "scatternet"],
+                        help="DP-SGD models (none: PATE rows only)")
     parser.add_argument("--no-train", action="store_true", help="read existing DP-SGD rows only")
     parser.add_argument("--pate", nargs="*", default=[], help="PATE run directories to read")
+    parser.add_argument("--pate-teachers", default=None,
+                        help="a run with trained teachers: release --pate-queries settings from them")
+    parser.add_argument("--pate-queries", type=int, nargs="+", default=[300, 800, 1500],
+                        help="Confident-GNMax query counts, one PATE row each (with --pate-teachers)")
+    parser.add_argument("--plot", default=None, help="write accuracy against eps to this PNG")
     args = parser.parse_args(argv)
 
     start = time.time()
@@ -143,10 +199,29 @@ def main(argv=None) -> int:
             rows.append(row)
     for path in args.pate:
         rows.append(pate_row(Path(path)))
+    if args.pate_teachers:
+        teachers_run = Path(args.pate_teachers)
+        teachers_wall = _number((_read(teachers_run / "teachers.json") or {}).get("wall_time_s"))
+        for queries in args.pate_queries:
+            workdir = Path(args.root) / f"pate-q{queries}"
+            if not (workdir / "release.json").exists() or not (workdir / "student.json").exists():
+                if args.no_train:
+                    print(f"# no PATE result in {workdir} (run without --no-train)", file=sys.stderr)
+                    continue
+                pate_release(args.config, teachers_run, workdir, queries)
+            row = pate_row(workdir)
+            row["queries"] = queries
+            row["wall_time_parts"]["teachers"] = teachers_wall
+            if teachers_wall is not None and row["wall_time_parts"]["student"] is not None:
+                row["wall_time_s"] = teachers_wall + row["wall_time_parts"]["student"]
+            rows.append(row)
     for row in rows:
         print(json.dumps(row))
     print(json.dumps({"summary": "compare", "rows": len(rows), "wall_time_s": time.time() - start}))
     print(table(rows), file=sys.stderr)
+    if args.plot:
+        plot(rows, args.plot)
+        print(f"# wrote {args.plot}", file=sys.stderr)
     return 0
 
 
