@@ -373,10 +373,10 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
         overrides["teachers.epochs"] = epochs
     config = load_config(config_path, overrides)
 
-    from pate import teachers  # imports JAX: keep `pate --help` fast
+    from pate import placement, teachers  # imports JAX: keep `pate --help` fast
 
     if distributed:
-        teachers.initialize_distributed(*cluster)
+        placement.initialize_distributed(*cluster)
     import contextlib
 
     import jax

@@ -285,7 +285,7 @@ def preflight(config: Config, seed: int | None) -> None:
 
 
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,
-        show_progress: bool = True, console=None, echo: Callable[[str], None] = print) -> RunSummary:
+        show_progress: bool = True, echo: Callable[[str], None] = print) -> RunSummary:
     """Runs the whole job over one run directory, skipping what is up to date.
 
     Args:
@@ -295,7 +295,6 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
       seed: noise seed of the aggregator and of the sanitised release (research only;
         never written). Default: fresh OS entropy.
       show_progress: draw progress bars for the teachers and the student.
-      console: rich console for the bars.
       echo: where status lines go.
 
     Returns:
@@ -329,7 +328,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         manifest.forget(step)
         t0 = time.time()
         _run_step(step, config, run_dir, stored, overwrite=overwrite, seed=seed,
-                  show_progress=show_progress, console=console, echo=echo)
+                  show_progress=show_progress, echo=echo)
         manifest.record(step, config)
         stored = _stored_config(run_dir)
         records.append(StepRecord(step, True, time.time() - t0, reason))
@@ -364,7 +363,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
 
 
 def _run_step(step: str, config: Config, run_dir: rundir.RunDir, stored: Config | None, *,
-              overwrite: bool, seed: int | None, show_progress: bool, console, echo) -> None:
+              overwrite: bool, seed: int | None, show_progress: bool, echo) -> None:
     workdir = run_dir.path
     if step == "teachers":
         from pate.teachers import train_teachers
@@ -376,11 +375,9 @@ def _run_step(step: str, config: Config, run_dir: rundir.RunDir, stored: Config 
             echo(f"[teachers] resuming from the checkpoint in {run_dir / rundir.TEACHERS_DIR}")
             # Resume with the stored config (train_teachers checks it is unchanged); its
             # [data] and [teachers] equal the current ones.
-            result = train_teachers(stored, workdir, resume=True, show_progress=show_progress,
-                                    console=console)
+            result = train_teachers(stored, workdir, resume=True, show_progress=show_progress)
         else:
-            result = train_teachers(config, workdir, overwrite=True, show_progress=show_progress,
-                                    console=console)
+            result = train_teachers(config, workdir, overwrite=True, show_progress=show_progress)
         echo(result.summary())
     elif step == "label":
         from pate.label import label
@@ -390,7 +387,7 @@ def _run_step(step: str, config: Config, run_dir: rundir.RunDir, stored: Config 
         from pate.student import train_student
 
         result = train_student(config, workdir, overwrite=True, show_progress=show_progress,
-                               console=console, echo=echo)
+                               echo=echo)
         echo(result.summary())
     elif step == "analyze":
         from pate.analyze import analyze
