@@ -47,10 +47,6 @@ from analysis.errors import PateError
 from pate import rundir
 from pate.config import Config, config_hash, config_to_dict
 
-#: The manifest of finished steps.
-PIPELINE_JSON = "pipeline.json"
-
-
 @dataclasses.dataclass(frozen=True)
 class _Context:
     """What every step is run with."""
@@ -239,7 +235,7 @@ class _Manifest:
     def __init__(self, run: rundir.RunDir):
         self.run = run
         self.steps: dict[str, dict] = {}
-        path = run / PIPELINE_JSON
+        path = run / rundir.PIPELINE_JSON
         if path.exists():
             try:
                 doc = json.loads(path.read_text(encoding="utf-8"))
@@ -258,7 +254,7 @@ class _Manifest:
             "inputs_sha256": self.digest_inputs(step),
             "figures": figures,
         }
-        self.run.write_json(PIPELINE_JSON, {"steps": self.steps}, config)
+        self.run.write_json(rundir.PIPELINE_JSON, {"steps": self.steps}, config)
 
     def figure(self, step: str, key: str) -> float:
         """A figure a step recorded when it ran (NaN when it did not run under `pate run`)."""

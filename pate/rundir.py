@@ -36,6 +36,7 @@ DPSGD_JSON = "dpsgd.json"
 #: Cached ScatterNet features of the private set (private, like the data).
 DPSGD_FEATURES_DIR = "dpsgd-features"
 RELEASE_JSON = "release.json"
+PIPELINE_JSON = "pipeline.json"  # `pate run`'s record of its finished steps
 
 #: Files and folders that hold private values: created owner-only (0600 / 0700).
 PRIVATE_ARTIFACTS = frozenset({"teachers", "teachers.json", "votes.npz", "privacy.json", "privacy.png",
@@ -47,6 +48,9 @@ LABEL_ARTIFACTS = (VOTES_NPZ, LABELS_NPZ)
 STUDENT_ARTIFACTS = (STUDENT_DIR, STUDENT_JSON)
 ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG, RELEASE_JSON)
 DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
+#: Every file and folder a run directory may hold (what no report may be written over).
+RUN_ARTIFACTS = ((CONFIG_TOML, PIPELINE_JSON) + TEACHER_ARTIFACTS + LABEL_ARTIFACTS + STUDENT_ARTIFACTS
+                 + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + (DPSGD_FEATURES_DIR,))
 
 _META_KEY = "meta"
 
