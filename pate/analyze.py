@@ -70,8 +70,11 @@ def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
         resolved[option] = target
 
 
-def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path) -> None:
-    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path)
+def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None) -> None:
+    """Writes the report with the `meta` every JSON artifact carries (config hash when
+    made from a config, package version, time)."""
+    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path,
+                             extra={"meta": rundir.metadata(config)})
 
 
 def read_labels(path: str) -> dict:
@@ -162,7 +165,7 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
                     seed: int | None = None, conversion: str = "classic",
                     release_order: float | None = None, release_cost: float = 0.2,
                     json_path=None, plot_path=None, release_path=None,
-                    echo=print) -> report_mod.PrivacyReport:
+                    echo=print, config=None) -> report_mod.PrivacyReport:
     """Builds the privacy report of a labelled run and writes privacy.json, privacy.png
     (both private, owner-only) and release.json (publishable).
 
@@ -179,6 +182,8 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
       json_path, plot_path, release_path: where to write; default
         ``workdir/privacy.json``, ``workdir/privacy.png`` and ``workdir/release.json``.
       echo: where the table goes.
+      config: the run config the settings came from, if any (its hash goes into the
+        JSON files' ``meta``, as in every artifact made from a config).
     """
     from analysis.noise import RELEASE_STREAM, NoiseSource
 
@@ -197,7 +202,7 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
     json_path = os.path.join(workdir, PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, PRIVACY_PLOT) if plot_path is None else plot_path
     release_path = os.path.join(workdir, RELEASE_JSON) if release_path is None else release_path
-    _write(rep, json_path, plot_path, release_path)
+    _write(rep, json_path, plot_path, release_path, config)
     echo(report_mod.render_table(rep))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
@@ -267,7 +272,7 @@ def analyze(config, workdir, *, seed: int | None = None, echo=print) -> report_m
     return analyze_workdir(workdir, delta=p.delta, moments=p.moments, beta=p.lnmax_beta,
                            gnss_beta=p.gnss_beta or None, seed=seed,
                            conversion=p.conversion, release_order=p.release_order or None,
-                           release_cost=p.release_cost, echo=echo)
+                           release_cost=p.release_cost, echo=echo, config=config)
 
 
 # `pate.analyze(...)` calls `analyze` (the package's entry point) while `pate.analyze` stays this module.

@@ -95,26 +95,14 @@ def metadata(config: Config | None) -> dict[str, Any]:
     }
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None  # JSON has no NaN/inf
-    return obj
-
-
 def write_json(path: str | Path, payload: Mapping[str, Any], config: Config | None) -> None:
     """Writes `payload` plus a `meta` object (see `metadata`) as JSON, atomically.
 
     numpy arrays and scalars become lists and numbers; NaN and infinities become null.
     """
-    doc = {_META_KEY: metadata(config), **_jsonable(payload)}
+    from analysis.report import jsonable
+
+    doc = {_META_KEY: metadata(config), **jsonable(payload)}
     atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
 
 
