@@ -153,13 +153,8 @@ def section_hash(config: Config, sections: Iterable[str]) -> str:
 
 
 def _sha256(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The file's sha256, or None when it is missing."""
+    return rundir.file_digest(path) if path.is_file() else None
 
 
 def _meta_hash(path: Path) -> str | None:

@@ -440,6 +440,18 @@ def stale_message(moved: list[str], step: str) -> str:
 # --------------------------------------------------------------------------- checkpoint records
 
 
+def file_digest(path: str | Path) -> str:
+    """sha256 hex digest of a file's bytes (what records such as student.json's
+    ``labels_sha256`` and pipeline.json hold)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def tree_digest(path: str | Path) -> str:
     """sha256 over every file under `path` (relative names and bytes, in sorted order)."""
     import hashlib

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import math
 import time
 from pathlib import Path
@@ -71,15 +70,6 @@ class Release:
     digest: str
 
 
-def file_digest(path: str | Path) -> str:
-    """sha256 hex digest of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Release:
     """Reads and checks ``labels.npz`` against the pool it should label.
 
@@ -114,7 +104,7 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Re
                         "(for Confident-GNMax, a lower threshold)")
     mechanism = str(data["mechanism"]) if "mechanism" in data else "unknown"
     return Release(indices=indices[answered].astype(np.int64), labels=labels[answered].astype(np.int32),
-                   num_queries=int(labels.size), mechanism=mechanism, digest=file_digest(path))
+                   num_queries=int(labels.size), mechanism=mechanism, digest=rundir.file_digest(path))
 
 
 def steps_for_epochs(cfg: StudentConfig, epochs: float, *, pool_size: int, num_labelled: int) -> int:
