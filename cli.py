@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import click
 
-from analysis.errors import PateError
+from analysis.errors import OptionError, PateError
 
 
 def _version() -> str:
@@ -46,6 +45,10 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except (click.ClickException, click.exceptions.Exit, click.Abort):
             raise
+        except OptionError as err:  # a bad option value the library found: a usage error
+            name = ctx.invoked_subcommand
+            sub = click.Context(self.get_command(ctx, name), info_name=name, parent=ctx) if name else ctx
+            raise click.BadParameter(str(err), ctx=sub, param_hint=err.option) from None
         except PateError as err:
             click.echo(f"pate: {_one_line(err)}", err=True)
             ctx.exit(1)
@@ -133,39 +136,6 @@ def _run_lock(workdir, command: str):
     return lock(workdir, command)
 
 
-#: Run artifacts `analyze --json/--plot` must never write over (with --workdir, its own
-#: privacy.json / privacy.png are the defaults and may be replaced).
-_RUN_ARTIFACTS = ("config.toml", "teachers", "teachers.json", "votes.npz", "labels.npz", "student",
-                  "student.json", "pipeline.json", "privacy.json", "privacy.png", "release.json")
-
-
-def _check_outputs(outputs: dict, inputs: list, workdir) -> None:
-    """Refuses an --json/--plot path that is an input, a run artifact or the other output."""
-    resolved = {}
-    for option, path in outputs.items():
-        if path is None:
-            continue
-        target = Path(path).resolve()
-        if target.is_dir():
-            raise click.BadParameter(f"{path} is a folder; give a file name", param_hint=option)
-        for other, seen in resolved.items():
-            if seen == target:
-                raise click.BadParameter(f"{path} is also given to {other}", param_hint=option)
-        for src in inputs:
-            if src is not None and Path(src).resolve() == target:
-                raise click.BadParameter(f"{path} is an input of this command; writing the report "
-                                         "there would destroy it", param_hint=option)
-        folder = target.parent
-        own = {"--json": "privacy.json", "--plot": "privacy.png", "--release-json": "release.json"}[option]
-        is_run = (folder / "config.toml").exists() or (
-            workdir is not None and folder == Path(workdir).resolve())
-        if is_run and target.name in _RUN_ARTIFACTS and not (
-                workdir is not None and folder == Path(workdir).resolve() and target.name == own):
-            raise click.BadParameter(f"{path} is an artifact of the run directory {folder}; write the "
-                                     "report elsewhere", param_hint=option)
-        resolved[option] = target
-
-
 @main.command()
 @click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
               help="Vote histogram: .npz (key 'votes') or .npy, queries × classes.")
@@ -213,16 +183,15 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
             input_is_labels, num_classes, seed, json_path, release_path, plot_path):
     """Privacy report for noisy-argmax answers: data-independent, data-dependent
     (private) and sanitised eps."""
-    from analysis import report as report_mod
-    from analysis import votes as votes_mod
-    from analysis.noise import RELEASE_STREAM, NoiseSource
+    from analysis import mechanisms
+    from pate.analyze import analyze_votes, analyze_workdir
 
     if (votes_path is None) == (workdir is None):
         raise click.UsageError("give exactly one of --votes FILE or --workdir RUN")
-    noise = NoiseSource(seed, RELEASE_STREAM)
+    outputs = dict(json_path=json_path, plot_path=plot_path, release_path=release_path, echo=click.echo)
+    release = dict(delta=delta, moments=moments, beta=beta, seed=seed, conversion=conversion,
+                   release_order=release_order, release_cost=release_cost)
     if workdir is not None:
-        from pate.analyze import analyze_workdir
-
         if any(v is not None for v in (gamma, sigma, threshold, sigma_threshold)) or mechanism != "lnmax":
             raise click.UsageError("with --workdir the mechanism and its noise come from the run's "
                                    "labels.npz; drop --mechanism/--gamma/--sigma/--threshold/--sigma-threshold")
@@ -232,15 +201,8 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
         if ignored:
             raise click.UsageError(f"{', '.join(ignored)} apply to --votes only: with --workdir the "
                                    "queries and classes come from the run's labels.npz and votes.npz")
-        run_inputs = [os.path.join(workdir, name) for name in ("votes.npz", "labels.npz")]
-        _check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path},
-                       run_inputs, workdir)
-
         with _run_lock(workdir, "analyze"):
-            analyze_workdir(workdir, delta=delta, moments=moments, beta=beta, seed=seed,
-                            conversion=conversion, release_order=release_order,
-                            release_cost=release_cost, json_path=json_path, plot_path=plot_path,
-                            release_path=release_path, echo=click.echo)
+            analyze_workdir(workdir, **release, **outputs)
         return
     if num_classes is not None and not input_is_labels:
         raise click.UsageError("--num-classes applies with --input-is-labels only (a vote histogram "
@@ -248,41 +210,13 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
     if input_is_labels and num_classes is None:
         raise click.UsageError("--input-is-labels needs --num-classes: classes no teacher predicted "
                                "must still count, or the data-dependent eps is understated")
-    _check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path},
-                   [votes_path, indices_path], None)
-    import numpy as np
-
-    from analysis import lnmax, mechanisms
-
     try:
-        mechanisms.from_options(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
-                                sigma_threshold=sigma_threshold)
+        mech = mechanisms.from_options(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
+                                       sigma_threshold=sigma_threshold)
     except PateError as err:
         raise click.UsageError(str(err)) from None
-    votes = votes_mod.load_votes(votes_path, input_is_labels=input_is_labels, num_classes=num_classes)
-    indices = None if indices_path is None else votes_mod.load_indices(indices_path, votes.shape[0])
-    if indices is not None and np.unique(indices).size != indices.size:
-        raise PateError(f"{indices_path} repeats a query index; each answered query is listed once")
-    if threshold is not None and mechanism == "confident-gnmax" and threshold > int(votes[0].sum()):
-        raise click.BadParameter(f"{threshold:g} is above the {int(votes[0].sum())} teachers of the votes: "
-                                 "no query could have been answered", param_hint="--threshold")
-    answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
-    if mechanism == "lnmax":
-        rep = report_mod.lnmax_report(answered, gamma, delta, range(1, moments + 1),
-                                      lnmax.DEFAULT_BETA if beta is None else beta, noise=noise)
-    else:
-        rep = report_mod.gnmax_report(
-            answered, sigma, delta, threshold=threshold, sigma_threshold=sigma_threshold,
-            conversion=conversion, release_order=release_order, beta=beta,
-            release_cost=release_cost, noise=noise)
-    rep = report_mod.extend(rep, report_mod.data_independent_items(
-        mechanism, answered.shape[0], delta, gamma=gamma, sigma=sigma, sigma_threshold=sigma_threshold,
-        moments=range(1, moments + 1)))
-    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path)
-    click.echo(report_mod.render_table(rep))
-    for path in (release_path, json_path, plot_path):
-        if path:
-            click.echo(f"wrote {path}")
+    analyze_votes(votes_path, mech, queries=queries, indices_path=indices_path,
+                  input_is_labels=input_is_labels, num_classes=num_classes, **release, **outputs)
 
 
 # --------------------------------------------------------------------------- plan
@@ -373,10 +307,10 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
         overrides["teachers.epochs"] = epochs
     config = load_config(config_path, overrides)
 
-    from pate import teachers  # imports JAX: keep `pate --help` fast
+    from pate import placement, teachers  # imports JAX: keep `pate --help` fast
 
     if distributed:
-        teachers.initialize_distributed(*cluster)
+        placement.initialize_distributed(*cluster)
     import contextlib
 
     import jax

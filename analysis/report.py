@@ -13,6 +13,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -485,13 +486,22 @@ def render_table(report: PrivacyReport) -> str:
     return "\n".join(lines)
 
 
-def _jsonable(value):
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating, float)):
-        value = float(value)
-        return value if math.isfinite(value) else str(value)
-    return value
+def jsonable(obj):
+    """`obj` as plain JSON values: mappings and sequences recursively, numpy arrays as
+    lists, numpy scalars as Python numbers, and NaN / ±inf as null (JSON has no such
+    numbers; a reader gets a number or null). Every JSON file of the project goes through
+    it (``pate.rundir.write_json`` too)."""
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
 
 
 def to_json(report: PrivacyReport, extra: dict | None = None) -> dict:
@@ -502,15 +512,15 @@ def to_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     """
     doc = {
         "mechanism": report.mechanism,
-        "public": {i.key: _jsonable(i.value) for i in report.items if i.public},
-        "private": {i.key: _jsonable(i.value) for i in report.items if not i.public},
+        "public": {i.key: jsonable(i.value) for i in report.items if i.public},
+        "private": {i.key: jsonable(i.value) for i in report.items if not i.public},
         "notes": "PRIVATE document: values under 'private' depend on the private votes. "
                  "Publish release.json, not this file.",
         "warnings": list(report.warnings),
     }
     doc["private"]["warnings"] = list(report.private_warnings)
     if extra:
-        doc.update(extra)
+        doc.update(jsonable(extra))
     return doc
 
 
@@ -521,7 +531,7 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     labels and the sanitised ε, the release's own cost included); the other numbers are
     the mechanism's public parameters and the pieces the headline is made of.
     """
-    public = {i.key: _jsonable(i.value) for i in report.items if i.public}
+    public = {i.key: jsonable(i.value) for i in report.items if i.public}
     if "eps" not in public:
         raise PateError("this report has no headline eps (it was built without a sanitised release)")
     doc = {
@@ -534,7 +544,7 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
         "warnings": list(report.warnings),
     }
     if extra:
-        doc.update(extra)
+        doc.update(jsonable(extra))
     return doc
 
 
@@ -567,11 +577,11 @@ def write_atomic(path: str | os.PathLike, data: bytes, private: bool = False) ->
 
 
 def json_bytes(report: PrivacyReport, extra: dict | None = None) -> bytes:
-    return (json.dumps(to_json(report, extra), indent=2, sort_keys=False) + "\n").encode()
+    return (json.dumps(to_json(report, extra), indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
 
 
 def release_bytes(report: PrivacyReport, extra: dict | None = None) -> bytes:
-    return (json.dumps(release_json(report, extra), indent=2, sort_keys=False) + "\n").encode()
+    return (json.dumps(release_json(report, extra), indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
 
 
 def plot_bytes(report: PrivacyReport) -> bytes:

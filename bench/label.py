@@ -36,6 +36,7 @@ def main() -> None:
     import jax
 
     from pate import aggregation, teachers
+    from pate.placement import Placement
     from pate.config import load_config
     from pate.models import make_model
 
@@ -43,7 +44,7 @@ def main() -> None:
     image_shape, num_classes = (28, 28, 1), 10
     model = make_model(config.teachers, num_classes)
     tx = teachers.make_optimizer(config.teachers, 1)
-    placement = teachers.Placement(args.teachers)
+    placement = Placement(args.teachers)
     params, _ = teachers.init_teachers(model, tx, image_shape, 0, placement)
     images = np.random.default_rng(0).uniform(0, 1, size=(args.pool, *image_shape)).astype(np.float32)
 

@@ -53,8 +53,9 @@ class _Program:
         import jax.numpy as jnp
 
         from pate import teachers
+        from pate.placement import Placement
 
-        self.placement = teachers.Placement(num_teachers, devices)
+        self.placement = Placement(num_teachers, devices)
         self.model, self.tx, self.tc, self.image_shape = model, tx, tc, image_shape
         self.epoch_fn = teachers.make_epoch_fn(model, tx, tc, shard_size, self.placement)
         ids = self.placement.put(np.arange(num_teachers, dtype=np.int32))

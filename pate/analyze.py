@@ -1,16 +1,19 @@
-"""`pate analyze --workdir`: the privacy report of a labelled run directory.
+"""`pate analyze`: the privacy report of a labelled run directory (`analyze_workdir`,
+the privacy step of a run) or of a vote file made anywhere (`analyze_votes`).
 
 Reads the private ``votes.npz`` and the released ``labels.npz`` (which queries were
 answered, by which mechanism and noise) and writes ``privacy.json`` (the whole report,
 values marked public / private; owner-only), ``privacy.png`` (its data-dependent curve is
 private; owner-only) and ``release.json`` (publishable values only, with the headline ε).
-Uses only `analysis` (no JAX).
+No report is ever written over an input or a run artifact (`check_outputs`).
+Uses only `analysis` and the run directory's names (no JAX).
 """
 
 from __future__ import annotations
 
 import os
 import zipfile
+from pathlib import Path
 
 import numpy as np
 
@@ -18,13 +21,60 @@ from analysis import mechanisms
 from analysis import report as report_mod
 from analysis.lnmax import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
-from analysis.errors import PateError
+from analysis.errors import OptionError, PateError
+from pate import rundir
 
-VOTES_FILE = "votes.npz"
-LABELS_FILE = "labels.npz"
-PRIVACY_JSON = "privacy.json"
-PRIVACY_PLOT = "privacy.png"
-RELEASE_JSON = "release.json"
+VOTES_FILE = rundir.VOTES_NPZ
+LABELS_FILE = rundir.LABELS_NPZ
+PRIVACY_JSON = rundir.PRIVACY_JSON
+PRIVACY_PLOT = rundir.PRIVACY_PNG
+RELEASE_JSON = rundir.RELEASE_JSON
+
+#: The report's outputs by option, and the run artifact each one is by default.
+_OUTPUTS = {"--json": PRIVACY_JSON, "--plot": PRIVACY_PLOT, "--release-json": RELEASE_JSON}
+
+
+def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
+    """Refuses an output path that is a folder, an input, the other output, or an
+    artifact of a run directory (with `workdir`, its own report files may be replaced).
+
+    Args:
+      outputs: ``{"--json": path or None, "--plot": ..., "--release-json": ...}``.
+      inputs: the files the report reads.
+      workdir: the run directory being analysed, if any.
+
+    Raises:
+      OptionError: naming the option.
+    """
+    resolved = {}
+    own_run = None if workdir is None else Path(workdir).resolve()
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        target = Path(path).resolve()
+        if target.is_dir():
+            raise OptionError(option, f"{path} is a folder; give a file name")
+        for other, seen in resolved.items():
+            if seen == target:
+                raise OptionError(option, f"{path} is also given to {other}")
+        for src in inputs:
+            if src is not None and Path(src).resolve() == target:
+                raise OptionError(option, f"{path} is an input of this command; writing the report "
+                                  "there would destroy it")
+        folder = target.parent
+        is_run = (folder / rundir.CONFIG_TOML).exists() or folder == own_run
+        if is_run and target.name in rundir.RUN_ARTIFACTS and not (
+                folder == own_run and target.name == _OUTPUTS[option]):
+            raise OptionError(option, f"{path} is an artifact of the run directory {folder}; write the "
+                              "report elsewhere")
+        resolved[option] = target
+
+
+def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None) -> None:
+    """Writes the report with the `meta` every JSON artifact carries (config hash when
+    made from a config, package version, time)."""
+    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path,
+                             extra={"meta": rundir.metadata(config)})
 
 
 def read_labels(path: str) -> dict:
@@ -115,7 +165,7 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
                     seed: int | None = None, conversion: str = "classic",
                     release_order: float | None = None, release_cost: float = 0.2,
                     json_path=None, plot_path=None, release_path=None,
-                    echo=print) -> report_mod.PrivacyReport:
+                    echo=print, config=None) -> report_mod.PrivacyReport:
     """Builds the privacy report of a labelled run and writes privacy.json, privacy.png
     (both private, owner-only) and release.json (publishable).
 
@@ -132,6 +182,8 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
       json_path, plot_path, release_path: where to write; default
         ``workdir/privacy.json``, ``workdir/privacy.png`` and ``workdir/release.json``.
       echo: where the table goes.
+      config: the run config the settings came from, if any (its hash goes into the
+        JSON files' ``meta``, as in every artifact made from a config).
     """
     from analysis.noise import RELEASE_STREAM, NoiseSource
 
@@ -139,8 +191,10 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
     workdir = os.fspath(workdir)
     if not os.path.isdir(workdir):
         raise PateError(f"run directory {workdir} does not exist")
-    labels = read_labels(os.path.join(workdir, LABELS_FILE))
-    votes = votes_mod.load_votes(os.path.join(workdir, VOTES_FILE))
+    inputs = [os.path.join(workdir, VOTES_FILE), os.path.join(workdir, LABELS_FILE)]
+    check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path}, inputs, workdir)
+    labels = read_labels(inputs[1])
+    votes = votes_mod.load_votes(inputs[0])
     rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta, gnss_beta=gnss_beta,
                              conversion=conversion, release_order=release_order,
                              release_cost=release_cost, noise=noise)
@@ -148,9 +202,67 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
     json_path = os.path.join(workdir, PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, PRIVACY_PLOT) if plot_path is None else plot_path
     release_path = os.path.join(workdir, RELEASE_JSON) if release_path is None else release_path
-    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path)
+    _write(rep, json_path, plot_path, release_path, config)
     echo(report_mod.render_table(rep))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
+    return rep
+
+
+def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float, moments: int = 8,
+                  beta: float | None = None, conversion: str = "classic",
+                  release_order: float | None = None, release_cost: float = 0.2,
+                  queries: int | None = None, indices_path=None, input_is_labels: bool = False,
+                  num_classes: int | None = None, seed: int | None = None, json_path=None,
+                  plot_path=None, release_path=None, echo=print) -> report_mod.PrivacyReport:
+    """`pate analyze --votes`: the privacy report of the answers `mechanism` gave on a
+    vote file made anywhere (`analysis.votes.load_votes`), written only where asked.
+
+    Args:
+      votes_path: a vote histogram (or, with `input_is_labels`, a teachers × queries
+        matrix of predicted labels over `num_classes` classes).
+      mechanism: the aggregator that answered (a validated `analysis.mechanisms` record).
+      queries, indices_path: which rows were answered (`analysis.votes.select_queries`).
+      delta, moments, beta, conversion, release_order, release_cost, seed: as in
+        `analyze_workdir`.
+      json_path, plot_path, release_path: the report (private), its plot (private) and
+        the publishable values; None writes none.
+
+    Raises:
+      OptionError: an output onto an input or a run artifact, a threshold above the
+        number of teachers.
+      PateError: unreadable or invalid votes or indices.
+    """
+    from analysis.noise import RELEASE_STREAM, NoiseSource
+
+    noise = NoiseSource(seed, RELEASE_STREAM)
+    check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path},
+                  [votes_path, indices_path])
+    votes = votes_mod.load_votes(votes_path, input_is_labels=input_is_labels, num_classes=num_classes)
+    indices = None if indices_path is None else votes_mod.load_indices(indices_path, votes.shape[0])
+    if indices is not None and np.unique(indices).size != indices.size:
+        raise PateError(f"{indices_path} repeats a query index; each answered query is listed once")
+    teachers = int(votes[0].sum())
+    if isinstance(mechanism, mechanisms.ConfidentGNMax) and mechanism.threshold > teachers:
+        raise OptionError("--threshold", f"{mechanism.threshold:g} is above the {teachers} teachers of "
+                          "the votes: no query could have been answered")
+    answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
+    params = mechanism.params()
+    if isinstance(mechanism, mechanisms.LNMax):
+        rep = report_mod.lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1),
+                                      DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise)
+    else:
+        rep = report_mod.gnmax_report(
+            answered, mechanism.sigma, delta, threshold=params.get("threshold"),
+            sigma_threshold=params.get("sigma_threshold"), conversion=conversion,
+            release_order=release_order, beta=beta, release_cost=release_cost, noise=noise)
+    rep = report_mod.extend(rep, report_mod.data_independent_items(
+        mechanism.name, answered.shape[0], delta, gamma=params.get("gamma"), sigma=params.get("sigma"),
+        sigma_threshold=params.get("sigma_threshold"), moments=range(1, moments + 1)))
+    _write(rep, json_path, plot_path, release_path)
+    echo(report_mod.render_table(rep))
+    for path in (release_path, json_path, plot_path):
+        if path:
+            echo(f"wrote {path}")
     return rep
 
 
@@ -160,7 +272,7 @@ def analyze(config, workdir, *, seed: int | None = None, echo=print) -> report_m
     return analyze_workdir(workdir, delta=p.delta, moments=p.moments, beta=p.lnmax_beta,
                            gnss_beta=p.gnss_beta or None, seed=seed,
                            conversion=p.conversion, release_order=p.release_order or None,
-                           release_cost=p.release_cost, echo=echo)
+                           release_cost=p.release_cost, echo=echo, config=config)
 
 
 # `pate.analyze(...)` calls `analyze` (the package's entry point) while `pate.analyze` stays this module.

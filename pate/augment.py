@@ -1,11 +1,14 @@
-"""Image augmentations for the semi-supervised student, in jax.numpy and jittable.
+"""Image augmentations for the teachers and the semi-supervised student, in jax.numpy
+and jittable.
 
 Images are float32 in [0, 1], shape ``(batch, height, width, channels)``. Every function
 takes a key and a batch, draws per-image parameters from the key, and returns a batch of
 the same shape and range: the same key gives the same output.
 
-``weak``: random translation by up to ``max_shift`` pixels (edge padding), and a
-horizontal flip with probability 1/2 when ``flip`` is on (off for digits).
+``weak`` (the student's): random translation by up to ``max_shift`` pixels (edge
+padding), and a horizontal flip with probability 1/2 when ``flip`` is on (off for digits).
+``weak_zero_fill`` (the teachers'; their accuracies were measured with it): the same
+transform with zero padding, its shifts and flips drawn for the whole batch from one key.
 ``strong`` (the FixMatch-style policy, Sohn et al. 2020, built from RandAugment-like
 operations that need no image library): the weak transform, optionally a random affine
 map (rotation, shear, scale), then brightness, contrast, sharpness (blend with a blurred
@@ -42,6 +45,27 @@ def weak(key, images, max_shift: int = 2, flip: bool = False):
     """Random translation (and optional horizontal flip) per image."""
     keys = jax.random.split(key, images.shape[0])
     return jax.vmap(_weak_one, in_axes=(0, 0, None, None))(images, keys, max_shift, flip)
+
+
+def weak_zero_fill(key, images, max_shift: int, flip: bool):
+    """Random translation by up to `max_shift` pixels, the uncovered pixels set to 0, and
+    (with `flip`) a horizontal flip with probability 1/2, per image.
+
+    The teachers' augmentation: unlike `weak`, the offsets and flips of the whole batch
+    come from one flat draw each (multi-dimensional draws compile slowly on XLA:CPU,
+    and this runs vmapped over hundreds of teachers).
+    """
+    n, h, w, c = images.shape
+    k_shift, k_flip = jax.random.split(key)
+    if max_shift:
+        padded = jnp.pad(images, ((0, 0), (max_shift, max_shift), (max_shift, max_shift), (0, 0)))
+        offsets = jax.random.randint(k_shift, (2 * n,), 0, 2 * max_shift + 1).reshape(n, 2)
+        images = jax.vmap(lambda img, o: jax.lax.dynamic_slice(img, (o[0], o[1], 0), (h, w, c)))(
+            padded, offsets)
+    if flip:
+        flips = jax.random.bernoulli(k_flip, 0.5, (n,)).reshape(n, 1, 1, 1)
+        images = jnp.where(flips, images[:, :, ::-1, :], images)
+    return images
 
 
 def _blur(image):

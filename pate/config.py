@@ -28,6 +28,28 @@ def _require(ok: bool, section: str, key: str, message: str) -> None:
         raise PateError(f"{section}.{key} {message}")
 
 
+def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
+    """The keys `[teachers]` and `[student]` share (the network and its training),
+    checked once for both so that their rules cannot drift apart."""
+    _require(cfg.gabor_orientations >= 0, s, "gabor_orientations", "must be >= 0")
+    _require(all(f >= 1 for f in cfg.conv_features), s, "conv_features", "must be positive channel counts")
+    for key in ("conv_kernels", "conv_strides"):
+        values = getattr(cfg, key)
+        _require(cfg.model != "cnn" or len(values) == len(cfg.conv_features), s, key,
+                 f"must have one entry per layer of conv_features ({len(cfg.conv_features)}), "
+                 f"got {list(values)}")
+        _require(all(v >= 1 for v in values), s, key, f"must be positive, got {list(values)}")
+    _require(all(h >= 1 for h in cfg.hidden), s, "hidden", "must be positive widths")
+    _require(0 <= cfg.dropout < 1, s, "dropout", "must be in [0, 1)")
+    _require(cfg.batch_size >= 1, s, "batch_size", f"must be >= 1, got {cfg.batch_size}")
+    _require(cfg.learning_rate > 0, s, "learning_rate", "must be > 0")
+    _require(0 <= cfg.momentum < 1, s, "momentum", "must be in [0, 1)")
+    _require(cfg.weight_decay >= 0, s, "weight_decay", "must be >= 0")
+    _require(cfg.augment_shift >= 0, s, "augment_shift", "must be >= 0")
+    _require(cfg.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
+    _require(cfg.seed >= 0, s, "seed", f"must be >= 0, got {cfg.seed}")
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DataConfig:
     """`[data]`: which data set, where it lives, and how its test split is divided.
@@ -122,28 +144,11 @@ class TeachersConfig:
     def validate(self) -> None:
         s = "teachers"
         _require(self.num_teachers >= 1, s, "num_teachers", f"must be >= 1, got {self.num_teachers}")
-        _require(all(f >= 1 for f in self.conv_features), s, "conv_features",
-                 "must be positive channel counts")
-        _require(self.gabor_orientations >= 0, s, "gabor_orientations", "must be >= 0")
-        for key in ("conv_kernels", "conv_strides"):
-            values = getattr(self, key)
-            _require(self.model != "cnn" or len(values) == len(self.conv_features), s, key,
-                     f"must have one entry per layer of conv_features ({len(self.conv_features)}), "
-                     f"got {list(values)}")
-            _require(all(v >= 1 for v in values), s, key, "must be positive")
-        _require(0 <= self.dropout < 1, s, "dropout", "must be in [0, 1)")
-        _require(all(h >= 1 for h in self.hidden), s, "hidden", "must be positive widths")
+        _check_model_keys(self, s)
         _require(self.epochs >= 1, s, "epochs", f"must be >= 1, got {self.epochs}")
-        _require(self.batch_size >= 1, s, "batch_size", f"must be >= 1, got {self.batch_size}")
-        _require(self.learning_rate > 0, s, "learning_rate", "must be > 0")
-        _require(0 <= self.momentum < 1, s, "momentum", "must be in [0, 1)")
-        _require(self.weight_decay >= 0, s, "weight_decay", "must be >= 0")
         _require(0 <= self.label_smoothing < 1, s, "label_smoothing", "must be in [0, 1)")
-        _require(self.augment_shift >= 0, s, "augment_shift", "must be >= 0")
         _require(self.checkpoint_every >= 1, s, "checkpoint_every", "must be >= 1")
-        _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
         _require(self.teacher_chunk >= 0, s, "teacher_chunk", "must be >= 0 (0: automatic)")
-        _require(self.seed >= 0, s, "seed", f"must be >= 0, got {self.seed}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -258,28 +263,15 @@ class StudentConfig:
 
     def validate(self) -> None:
         s = "student"
+        _check_model_keys(self, s)
         _require(self.steps >= 1, s, "steps", f"must be >= 1, got {self.steps}")
-        _require(self.batch_size >= 1, s, "batch_size", f"must be >= 1, got {self.batch_size}")
         _require(self.mu >= 1, s, "mu", f"must be >= 1, got {self.mu}")
         _require(0 <= self.threshold <= 1, s, "threshold", "must be in [0, 1]")
         _require(self.lambda_u >= 0, s, "lambda_u", "must be >= 0")
-        _require(self.learning_rate > 0, s, "learning_rate", "must be > 0")
         _require(0 <= self.ema < 1, s, "ema", "must be in [0, 1)")
-        _require(0 <= self.dropout < 1, s, "dropout", "must be in [0, 1)")
-        _require(self.gabor_orientations >= 0, s, "gabor_orientations", "must be >= 0")
-        _require(0 <= self.momentum < 1, s, "momentum", "must be in [0, 1)")
-        _require(self.weight_decay >= 0, s, "weight_decay", "must be >= 0")
-        _require(all(f >= 1 for f in self.conv_features), s, "conv_features", "must be positive channel counts")
-        _require(all(h >= 1 for h in self.hidden), s, "hidden", "must be positive widths")
-        _require(self.augment_shift >= 0, s, "augment_shift", "must be >= 0")
         _require(self.cutout >= 0, s, "cutout", "must be >= 0")
         _require(0 <= self.affine_degrees <= 90, s, "affine_degrees", "must be in [0, 90]")
         _require(self.warmup_steps >= 0, s, "warmup_steps", "must be >= 0")
-        _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
-        _require(self.seed >= 0, s, "seed", f"must be >= 0, got {self.seed}")
-        for key in ("conv_kernels", "conv_strides"):
-            _require(self.model != "cnn" or len(getattr(self, key)) == len(self.conv_features), s, key,
-                     f"must have one entry per layer of conv_features ({len(self.conv_features)})")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

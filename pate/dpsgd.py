@@ -42,9 +42,10 @@ import numpy as np
 import optax
 
 from analysis.errors import PateError
-from pate import dpsgd_accounting, keys, rundir
+from pate import checkpoints, dpsgd_accounting, keys, rundir
 from pate.config import Config, DpsgdConfig, config_to_dict
 from pate.models import extract_patches, lecun_normal
+from pate.progress import Progress
 from pate.student import predict
 
 Params = Any
@@ -243,14 +244,6 @@ class DpsgdResult:
         ])
 
 
-def _save_params(directory: Path, params: Params) -> None:
-    import orbax.checkpoint as ocp
-
-    with ocp.StandardCheckpointer() as ckptr:
-        ckptr.save(directory.resolve(), params, force=True)
-        ckptr.wait_until_finished()
-
-
 def _check_run(config: Config, run: rundir.RunDir, overwrite: bool) -> None:
     if run.path.exists() and not run.path.is_dir():
         raise PateError(f"--workdir {run.path} is a file, not a directory")
@@ -346,17 +339,13 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
          f"noise multiplier {noise_multiplier:.4f} for eps {cfg.eps:g} at delta {delta:g} "
          f"({cfg.accountant.upper()})")
     train_start = time.time()
-    bar = _progress(steps) if show_progress else None
-    try:
+    with Progress("dpsgd step", steps, show=show_progress) as bar:
         for t in range(steps):
             idx, valid = poisson_batch(rng, n, rate, microbatch)
             params, opt_state = step(params, opt_state, x_dev, y_dev, jnp.asarray(idx),
                                      jnp.asarray(valid), jax.random.fold_in(k_noise, t))
-            if bar is not None and ((t + 1) % 10 == 0 or t + 1 == steps):
-                bar[0].update(bar[1], completed=t + 1)
-    finally:
-        if bar is not None:
-            bar[0].stop()
+            if (t + 1) % 10 == 0 or t + 1 == steps:
+                bar.update(t + 1)
     params = jax.tree.map(np.asarray, params)
     train_time = time.time() - train_start
     if not all(np.isfinite(p).all() for p in jax.tree.leaves(params)):
@@ -374,7 +363,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
                          epochs=steps * rate, batch_size=batch_size, wall_time_s=time.time() - start)
 
     run.prepare(rundir.DPSGD_ARTIFACTS, overwrite=True, command="dpsgd")
-    _save_params(run / rundir.DPSGD_DIR, params)
+    checkpoints.save_params(run / rundir.DPSGD_DIR, params, then="run `pate dpsgd --overwrite` again")
     if not run.exists(rundir.CONFIG_TOML):
         run.write_config(config)
     run.write_json(rundir.DPSGD_JSON, {
@@ -414,14 +403,3 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
         "backend": jax.default_backend(),
     }, config)
     return result
-
-
-def _progress(total: int):
-    from rich.console import Console
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                               TimeElapsedColumn, TimeRemainingColumn)
-
-    bar = Progress(TextColumn("dpsgd step"), MofNCompleteColumn(), BarColumn(), TimeElapsedColumn(),
-                   TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True))
-    bar.start()
-    return bar, bar.add_task("dpsgd", total=total)

@@ -10,7 +10,8 @@ step       sections                                     artifacts
 teachers   data, teachers                               teachers/, teachers.json
 label      data, teachers, aggregation                  votes.npz, labels.npz
 student    data, teachers, aggregation, student         student/, student.json
-analyze    data, teachers, aggregation, privacy         privacy.json, privacy.png
+analyze    data, teachers, aggregation, privacy         privacy.json, privacy.png,
+                                                        release.json
 =========  ==========================================  ===========================
 
 How a step is known to be valid: ``pipeline.json`` (written after each step) records,
@@ -21,6 +22,11 @@ main artifact is the one recorded, its sections hash equals the current config's
 its inputs are the ones it was made from. Artifacts made by the single commands (no
 record yet) are recognised by the config hash in their ``meta``: it must be the hash of
 the current config or of the run's ``config.toml``.
+
+Results flow forward: a step returns the figures the summary needs and ``pipeline.json``
+keeps them, so a later run that skips the step still has them. The label accuracy is
+the one `label` measured (against the pool's true labels, a benchmark figure); it is
+n/a for labels made outside `pate run`.
 
 A run directory whose ``config.toml`` has another ``[data]`` section (another data set,
 another pool) is refused: nothing is deleted unless ``overwrite``.
@@ -41,46 +47,101 @@ from analysis.errors import PateError
 from pate import rundir
 from pate.config import Config, config_hash, config_to_dict
 
-#: The manifest of finished steps.
-PIPELINE_JSON = "pipeline.json"
+@dataclasses.dataclass(frozen=True)
+class _Context:
+    """What every step is run with."""
 
-STEPS = ("teachers", "label", "student", "analyze")
+    config: Config
+    run_dir: rundir.RunDir
+    stored: Config | None  # the run's config.toml before the step, if readable
+    overwrite: bool
+    seed: int | None
+    show_progress: bool
+    echo: Callable[[str], None]
 
-#: The config sections each step's output depends on.
-SECTIONS: dict[str, tuple[str, ...]] = {
-    "teachers": ("data", "teachers"),
-    "label": ("data", "teachers", "aggregation"),
-    "student": ("data", "teachers", "aggregation", "student"),
-    "analyze": ("data", "teachers", "aggregation", "privacy"),
-}
 
-#: What each step writes; all must be present for the step to count as done.
-ARTIFACTS: dict[str, tuple[str, ...]] = {
-    "teachers": rundir.TEACHER_ARTIFACTS,
-    "label": rundir.LABEL_ARTIFACTS,
-    "student": rundir.STUDENT_ARTIFACTS,
-    "analyze": rundir.ANALYSIS_ARTIFACTS,
-}
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One step of `pate run`.
 
-#: The file that identifies a step's output (written last, or the DP release).
-MAIN_ARTIFACT = {"teachers": rundir.TEACHERS_JSON, "label": rundir.LABELS_NPZ,
-                 "student": rundir.STUDENT_JSON, "analyze": rundir.PRIVACY_JSON}
+    Attributes:
+      name: how the run names it.
+      sections: the config sections its output depends on.
+      artifacts: what it writes; all must be present for it to count as done.
+      main: the file that identifies its output (written last, or the DP release).
+      upstream: the earlier steps whose output it reads.
+      inputs: the files it reads from them.
+      run: runs it; returns the figures `pipeline.json` keeps for the summary.
+    """
 
-#: The earlier steps whose output each step reads.
-UPSTREAM: dict[str, tuple[str, ...]] = {
-    "teachers": (),
-    "label": ("teachers",),
-    "student": ("teachers", "label"),
-    "analyze": ("teachers", "label"),
-}
+    name: str
+    sections: tuple[str, ...]
+    artifacts: tuple[str, ...]
+    main: str
+    upstream: tuple[str, ...]
+    inputs: tuple[str, ...]
+    run: Callable[[_Context], dict]
 
-#: The files each step reads from earlier steps.
-INPUTS: dict[str, tuple[str, ...]] = {
-    "teachers": (),
-    "label": (rundir.TEACHERS_JSON,),
-    "student": (rundir.LABELS_NPZ,),
-    "analyze": (rundir.LABELS_NPZ,),  # written with votes.npz: identifies that label run too
-}
+
+_TEACHER_SECTIONS = ("data", "teachers")
+
+
+def _train_teachers(ctx: _Context) -> dict:
+    from pate.teachers import train_teachers
+
+    run_dir, stored, config = ctx.run_dir, ctx.stored, ctx.config
+    resume = (not ctx.overwrite and run_dir.exists(rundir.TEACHERS_DIR)
+              and not run_dir.exists(rundir.TEACHERS_JSON) and stored is not None
+              and section_hash(stored, _TEACHER_SECTIONS) == section_hash(config, _TEACHER_SECTIONS))
+    if resume:
+        ctx.echo(f"[teachers] resuming from the checkpoint in {run_dir / rundir.TEACHERS_DIR}")
+        # Resume with the stored config (train_teachers checks it is unchanged); its
+        # [data] and [teachers] equal the current ones.
+        result = train_teachers(stored, run_dir.path, resume=True, show_progress=ctx.show_progress)
+    else:
+        result = train_teachers(config, run_dir.path, overwrite=True, show_progress=ctx.show_progress)
+    ctx.echo(result.summary())
+    return {}
+
+
+def _label(ctx: _Context) -> dict:
+    from pate.label import label
+
+    result = label(ctx.config, ctx.run_dir.path, seed=ctx.seed, overwrite=True, echo=ctx.echo)
+    # A benchmark figure (the pool's true labels): kept for the summary of later runs
+    # that skip this step, so that no run reloads the data set to compute it again.
+    return {"label_accuracy": result.label_accuracy}
+
+
+def _train_student(ctx: _Context) -> dict:
+    from pate.student import train_student
+
+    result = train_student(ctx.config, ctx.run_dir.path, overwrite=True, show_progress=ctx.show_progress,
+                           echo=ctx.echo)
+    ctx.echo(result.summary())
+    return {}
+
+
+def _analyze(ctx: _Context) -> dict:
+    from pate.analyze import analyze
+
+    analyze(ctx.config, ctx.run_dir.path, seed=ctx.seed, echo=ctx.echo)
+    return {}
+
+
+#: The steps in order (the module docstring's table).
+STEPS: tuple[Step, ...] = (
+    Step("teachers", _TEACHER_SECTIONS, rundir.TEACHER_ARTIFACTS, rundir.TEACHERS_JSON,
+         upstream=(), inputs=(), run=_train_teachers),
+    Step("label", ("data", "teachers", "aggregation"), rundir.LABEL_ARTIFACTS, rundir.LABELS_NPZ,
+         upstream=("teachers",), inputs=(rundir.TEACHERS_JSON,), run=_label),
+    Step("student", ("data", "teachers", "aggregation", "student"), rundir.STUDENT_ARTIFACTS,
+         rundir.STUDENT_JSON, upstream=("teachers", "label"), inputs=(rundir.LABELS_NPZ,),
+         run=_train_student),
+    # labels.npz is written with votes.npz: it identifies that label run too.
+    Step("analyze", ("data", "teachers", "aggregation", "privacy"), rundir.ANALYSIS_ARTIFACTS,
+         rundir.PRIVACY_JSON, upstream=("teachers", "label"), inputs=(rundir.LABELS_NPZ,), run=_analyze),
+)
 
 
 def section_hash(config: Config, sections: Iterable[str]) -> str:
@@ -92,13 +153,8 @@ def section_hash(config: Config, sections: Iterable[str]) -> str:
 
 
 def _sha256(path: Path) -> str | None:
-    if not path.is_file():
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The file's sha256, or None when it is missing."""
+    return rundir.file_digest(path) if path.is_file() else None
 
 
 def _meta_hash(path: Path) -> str | None:
@@ -174,7 +230,7 @@ class _Manifest:
     def __init__(self, run: rundir.RunDir):
         self.run = run
         self.steps: dict[str, dict] = {}
-        path = run / PIPELINE_JSON
+        path = run / rundir.PIPELINE_JSON
         if path.exists():
             try:
                 doc = json.loads(path.read_text(encoding="utf-8"))
@@ -182,17 +238,24 @@ class _Manifest:
             except (OSError, ValueError):
                 self.steps = {}  # unreadable: every step is checked from its artifacts
 
-    def digest_inputs(self, step: str) -> dict[str, str | None]:
-        return {name: _sha256(self.run / name) for name in INPUTS[step]}
+    def digest_inputs(self, step: Step) -> dict[str, str | None]:
+        return {name: _sha256(self.run / name) for name in step.inputs}
 
-    def record(self, step: str, config: Config) -> None:
-        self.steps[step] = {
-            "sections": {name: section_hash(config, [name]) for name in SECTIONS[step]},
-            "sections_hash": section_hash(config, SECTIONS[step]),
-            "artifact_sha256": _sha256(self.run / MAIN_ARTIFACT[step]),
+    def record(self, step: Step, config: Config, figures: dict) -> None:
+        self.steps[step.name] = {
+            "sections": {name: section_hash(config, [name]) for name in step.sections},
+            "sections_hash": section_hash(config, step.sections),
+            "artifact_sha256": _sha256(self.run / step.main),
             "inputs_sha256": self.digest_inputs(step),
+            "figures": figures,
         }
-        self.run.write_json(PIPELINE_JSON, {"steps": self.steps}, config)
+        self.run.write_json(rundir.PIPELINE_JSON, {"steps": self.steps}, config)
+
+    def figure(self, step: str, key: str) -> float:
+        """A figure a step recorded when it ran (NaN when it did not run under `pate run`)."""
+        figures = self.steps.get(step, {}).get("figures")
+        value = figures.get(key) if isinstance(figures, dict) else None
+        return float(value) if isinstance(value, (int, float)) else float("nan")
 
     def forget(self, step: str) -> None:
         self.steps.pop(step, None)
@@ -211,36 +274,36 @@ def _changed(names) -> str:
     return "config changed in " + ", ".join(f"[{n}]" for n in names)
 
 
-def _check_state(run: rundir.RunDir, manifest: _Manifest, step: str, config: Config,
+def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Config,
                  stored: Config | None, upstream_ran: bool) -> str | None:
     """None when `step` is up to date, else why it must run."""
-    missing = [a for a in ARTIFACTS[step] if not run.exists(a)]
+    missing = [a for a in step.artifacts if not run.exists(a)]
     if missing:
         return f"{', '.join(missing)} missing"
     if upstream_ran:
         return "an earlier step ran again"
-    want = section_hash(config, SECTIONS[step])
-    main = run / MAIN_ARTIFACT[step]
-    entry = manifest.steps.get(step)
+    want = section_hash(config, step.sections)
+    main = run / step.main
+    entry = manifest.steps.get(step.name)
     if entry and entry.get("artifact_sha256") == _sha256(main):
         if entry.get("sections_hash") != want:
             recorded = entry.get("sections") if isinstance(entry.get("sections"), dict) else {}
-            changed = [n for n in SECTIONS[step] if recorded.get(n) != section_hash(config, [n])]
-            return _changed(changed or SECTIONS[step])
+            changed = [n for n in step.sections if recorded.get(n) != section_hash(config, [n])]
+            return _changed(changed or step.sections)
         if entry.get("inputs_sha256") != manifest.digest_inputs(step):
             return "its inputs changed"
         return None
     # Made by a single command: find its config by the hash in its meta.
     made_with = _meta_hash(main)
     source = next((c for c in (config, stored) if c is not None and config_hash(c) == made_with), None)
-    if source is None and step == "teachers" and stored is not None:
+    if source is None and step.name == "teachers" and stored is not None:
         # Every command carries config.toml's [data] and [teachers] forward unchanged.
         source = stored
     if source is None:
         return "made by an unknown config"
-    if section_hash(source, SECTIONS[step]) != want:
-        return _changed([n for n in SECTIONS[step] if section_hash(source, [n]) != section_hash(config, [n])])
-    if step == "student":
+    if section_hash(source, step.sections) != want:
+        return _changed([n for n in step.sections if section_hash(source, [n]) != section_hash(config, [n])])
+    if step.name == "student":
         info = run.read_json(rundir.STUDENT_JSON)
         if info.get("labels_sha256") != _sha256(run / rundir.LABELS_NPZ):
             return "labels.npz changed since the student was trained"
@@ -258,16 +321,11 @@ def _check_dataset(run: rundir.RunDir, stored: Config | None, config: Config) ->
                         "the whole run")
 
 
-def _label_accuracy(config: Config, run: rundir.RunDir) -> tuple[float, int, int, str]:
-    """Released labels vs the pool's true labels (a benchmark figure; not for the student)."""
-    from pate.data import load_dataset, split
-
+def _released(run: rundir.RunDir) -> tuple[int, int, str]:
+    """Queries, answered queries and mechanism of the run's labels.npz."""
     release = rundir.read_npz(run / rundir.LABELS_NPZ, required=("indices", "labels"))
-    labels, indices = release["labels"], release["indices"]
-    pool_y = split(load_dataset(config.data), config.data.public_size).pool_y
-    answered = labels >= 0
-    acc = float(np.mean(labels[answered] == pool_y[indices[answered]])) if answered.any() else float("nan")
-    return acc, int(labels.size), int(answered.sum()), str(release.get("mechanism", "?"))
+    labels = release["labels"]
+    return int(labels.size), int(np.sum(labels >= 0)), str(release.get("mechanism", "?"))
 
 
 def preflight(config: Config, seed: int | None) -> None:
@@ -285,7 +343,7 @@ def preflight(config: Config, seed: int | None) -> None:
 
 
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,
-        show_progress: bool = True, console=None, echo: Callable[[str], None] = print) -> RunSummary:
+        show_progress: bool = True, echo: Callable[[str], None] = print) -> RunSummary:
     """Runs the whole job over one run directory, skipping what is up to date.
 
     Args:
@@ -295,7 +353,6 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
       seed: noise seed of the aggregator and of the sanitised release (research only;
         never written). Default: fresh OS entropy.
       show_progress: draw progress bars for the teachers and the student.
-      console: rich console for the bars.
       echo: where status lines go.
 
     Returns:
@@ -320,27 +377,26 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
 
     for step in STEPS:
         reason = "--overwrite" if overwrite else _check_state(run_dir, manifest, step, config, stored,
-                                                              bool(ran & set(UPSTREAM[step])))
+                                                              bool(ran & set(step.upstream)))
         if reason is None:
-            echo(f"[{step}] up to date: skipped")
-            records.append(StepRecord(step, False, 0.0, "up to date"))
+            echo(f"[{step.name}] up to date: skipped")
+            records.append(StepRecord(step.name, False, 0.0, "up to date"))
             continue
-        echo(f"[{step}] running ({reason})")
-        manifest.forget(step)
+        echo(f"[{step.name}] running ({reason})")
+        manifest.forget(step.name)
         t0 = time.time()
-        _run_step(step, config, run_dir, stored, overwrite=overwrite, seed=seed,
-                  show_progress=show_progress, console=console, echo=echo)
-        manifest.record(step, config)
+        figures = step.run(_Context(config, run_dir, stored, overwrite, seed, show_progress, echo))
+        manifest.record(step, config, figures)
         stored = _stored_config(run_dir)
-        records.append(StepRecord(step, True, time.time() - t0, reason))
-        ran.add(step)
+        records.append(StepRecord(step.name, True, time.time() - t0, reason))
+        ran.add(step.name)
 
     run_dir.write_config(config)
     teachers = run_dir.read_json(rundir.TEACHERS_JSON)
     student = run_dir.read_json(rundir.STUDENT_JSON)
     privacy = run_dir.read_json(rundir.PRIVACY_JSON)
     release = run_dir.read_json(rundir.RELEASE_JSON)
-    label_acc, num_queries, num_answered, mechanism = _label_accuracy(config, run_dir)
+    num_queries, num_answered, mechanism = _released(run_dir)
     public, private = privacy.get("public", {}), privacy.get("private", {})
 
     def number(x):
@@ -352,7 +408,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
     summary = RunSummary(
         steps=tuple(records), dataset=config.data.name, mechanism=mechanism, num_queries=num_queries,
         num_answered=num_answered, teacher_ensemble_accuracy=number(teachers.get("ensemble_accuracy")),
-        label_accuracy=label_acc, student_method=str(student.get("method")),
+        label_accuracy=manifest.figure("label", "label_accuracy"), student_method=str(student.get("method")),
         student_accuracy=number(student.get("accuracy")),
         eps_data_independent=number(public.get("eps_data_independent")),
         eps_data_dependent=number(private.get("eps_data_dependent")),
@@ -361,40 +417,3 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         delta_total=number(release["delta"]) if "delta" in release else None,
         delta=config.privacy.delta, wall_time_s=time.time() - start)
     return summary
-
-
-def _run_step(step: str, config: Config, run_dir: rundir.RunDir, stored: Config | None, *,
-              overwrite: bool, seed: int | None, show_progress: bool, console, echo) -> None:
-    workdir = run_dir.path
-    if step == "teachers":
-        from pate.teachers import train_teachers
-
-        resume = (not overwrite and run_dir.exists(rundir.TEACHERS_DIR)
-                  and not run_dir.exists(rundir.TEACHERS_JSON) and stored is not None
-                  and section_hash(stored, SECTIONS["teachers"]) == section_hash(config, SECTIONS["teachers"]))
-        if resume:
-            echo(f"[teachers] resuming from the checkpoint in {run_dir / rundir.TEACHERS_DIR}")
-            # Resume with the stored config (train_teachers checks it is unchanged); its
-            # [data] and [teachers] equal the current ones.
-            result = train_teachers(stored, workdir, resume=True, show_progress=show_progress,
-                                    console=console)
-        else:
-            result = train_teachers(config, workdir, overwrite=True, show_progress=show_progress,
-                                    console=console)
-        echo(result.summary())
-    elif step == "label":
-        from pate.label import label
-
-        label(config, workdir, seed=seed, overwrite=True, echo=echo)
-    elif step == "student":
-        from pate.student import train_student
-
-        result = train_student(config, workdir, overwrite=True, show_progress=show_progress,
-                               console=console, echo=echo)
-        echo(result.summary())
-    elif step == "analyze":
-        from pate.analyze import analyze
-
-        analyze(config, workdir, seed=seed, echo=echo)
-    else:  # pragma: no cover
-        raise AssertionError(step)

@@ -36,6 +36,7 @@ DPSGD_JSON = "dpsgd.json"
 #: Cached ScatterNet features of the private set (private, like the data).
 DPSGD_FEATURES_DIR = "dpsgd-features"
 RELEASE_JSON = "release.json"
+PIPELINE_JSON = "pipeline.json"  # `pate run`'s record of its finished steps
 
 #: Files and folders that hold private values: created owner-only (0600 / 0700).
 PRIVATE_ARTIFACTS = frozenset({"teachers", "teachers.json", "votes.npz", "privacy.json", "privacy.png",
@@ -47,6 +48,9 @@ LABEL_ARTIFACTS = (VOTES_NPZ, LABELS_NPZ)
 STUDENT_ARTIFACTS = (STUDENT_DIR, STUDENT_JSON)
 ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG, RELEASE_JSON)
 DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
+#: Every file and folder a run directory may hold (what no report may be written over).
+RUN_ARTIFACTS = ((CONFIG_TOML, PIPELINE_JSON) + TEACHER_ARTIFACTS + LABEL_ARTIFACTS + STUDENT_ARTIFACTS
+                 + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + (DPSGD_FEATURES_DIR,))
 
 _META_KEY = "meta"
 
@@ -91,26 +95,14 @@ def metadata(config: Config | None) -> dict[str, Any]:
     }
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None  # JSON has no NaN/inf
-    return obj
-
-
 def write_json(path: str | Path, payload: Mapping[str, Any], config: Config | None) -> None:
     """Writes `payload` plus a `meta` object (see `metadata`) as JSON, atomically.
 
     numpy arrays and scalars become lists and numbers; NaN and infinities become null.
     """
-    doc = {_META_KEY: metadata(config), **_jsonable(payload)}
+    from analysis.report import jsonable
+
+    doc = {_META_KEY: metadata(config), **jsonable(payload)}
     atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
 
 
@@ -446,6 +438,18 @@ def stale_message(moved: list[str], step: str) -> str:
 
 
 # --------------------------------------------------------------------------- checkpoint records
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 hex digest of a file's bytes (what records such as student.json's
+    ``labels_sha256`` and pipeline.json hold)."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def tree_digest(path: str | Path) -> str:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import math
 import time
 from pathlib import Path
@@ -39,9 +38,9 @@ import numpy as np
 import optax
 
 from analysis.errors import PateError
-from pate import augment, rundir
+from pate import augment, checkpoints, models, rundir
 from pate.config import MAX_INT, Config, StudentConfig, config_from_dict, config_to_dict
-from pate import models
+from pate.progress import Progress
 
 Params = Any
 
@@ -69,15 +68,6 @@ class Release:
     num_queries: int
     mechanism: str
     digest: str
-
-
-def file_digest(path: str | Path) -> str:
-    """sha256 hex digest of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Release:
@@ -114,7 +104,7 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Re
                         "(for Confident-GNMax, a lower threshold)")
     mechanism = str(data["mechanism"]) if "mechanism" in data else "unknown"
     return Release(indices=indices[answered].astype(np.int64), labels=labels[answered].astype(np.int32),
-                   num_queries=int(labels.size), mechanism=mechanism, digest=file_digest(path))
+                   num_queries=int(labels.size), mechanism=mechanism, digest=rundir.file_digest(path))
 
 
 def steps_for_epochs(cfg: StudentConfig, epochs: float, *, pool_size: int, num_labelled: int) -> int:
@@ -138,12 +128,6 @@ def steps_for_epochs(cfg: StudentConfig, epochs: float, *, pool_size: int, num_l
 
 
 # --------------------------------------------------------------------------- model and optimizer
-
-
-def make_model(cfg: StudentConfig, num_classes: int, backend: str | None = None):
-    """The student network a ``[student]`` section describes: the same model family and
-    keys as the teachers' (`pate.models.make_model`)."""
-    return models.make_model(cfg, num_classes, backend)
 
 
 def make_optimizer(cfg: StudentConfig, steps: int) -> optax.GradientTransformation:
@@ -269,28 +253,7 @@ def predict(model, params: Params, images: np.ndarray, batch_size: int = 500) ->
     return np.concatenate(out) if out else np.zeros((0,), np.int64)
 
 
-# --------------------------------------------------------------------------- checkpoint
-
-
-def _save_params(directory: Path, params: Params) -> None:
-    import orbax.checkpoint as ocp
-
-    with ocp.StandardCheckpointer() as ckptr:
-        ckptr.save(directory.resolve(), params, force=True)
-        ckptr.wait_until_finished()
-    # The student is released: orbax's success marker names the absolute path it was
-    # written to (a user name, a home folder); keep the marker, drop the path.
-    marker = directory / "commit_success.txt"
-    if marker.exists():
-        rundir.atomic_write_text(marker, "Checkpoint commit was successful\n")
-
-
-def _restore_params(directory: Path, like: Params) -> Params:
-    import orbax.checkpoint as ocp
-
-    abstract = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), like)
-    with ocp.StandardCheckpointer() as ckptr:
-        return ckptr.restore(directory.resolve(), abstract)
+# --------------------------------------------------------------------------- loading
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,30 +276,19 @@ def load_student(workdir: str | Path) -> Student:
     Raises:
       PateError: the directory holds no finished `train-student` run.
     """
-    run = rundir.RunDir(workdir)
-    if not run.exists(rundir.STUDENT_JSON) or not run.exists(rundir.STUDENT_DIR):
-        raise PateError(f"{run.path} holds no trained student ({rundir.STUDENT_JSON} and "
-                        f"{rundir.STUDENT_DIR}/); run `pate train-student` first")
-    info = run.read_json(rundir.STUDENT_JSON)
-    config = run.read_config()
-    remake = f"run `pate train-student --workdir {run.path} --overwrite` to train it again"
+    record = checkpoints.read_record(workdir, record=rundir.STUDENT_JSON, directory=rundir.STUDENT_DIR,
+                                     noun="student", command="train-student", pronoun="it")
+    info, config = record.info, record.config
     try:
         scfg = config_from_dict({"student": info["student"]}).student if "student" in info else config.student
-        num_classes, image_shape = int(info["num_classes"]), tuple(int(d) for d in info["image_shape"])
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise PateError(f"{run / rundir.STUDENT_JSON} is not a student record written by "
-                        f"`pate train-student`; {remake}") from None
-    rundir.check_recorded("student checkpoint", run / rundir.STUDENT_DIR, info.get("checkpoint_sha256"),
-                          remake)
-    model = make_model(scfg, num_classes)
-    like = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, *image_shape))))
-    try:
-        params = _restore_params(run / rundir.STUDENT_DIR, like)
-    except Exception as err:  # noqa: BLE001 - tensorstore/orbax raise many types
-        lines = str(err).strip().splitlines()
-        raise PateError(f"cannot read the student checkpoint {run / rundir.STUDENT_DIR} "
-                        f"({lines[0][:300] if lines else type(err).__name__}); {remake}") from None
-    return Student(params, model, config, num_classes, image_shape)
+    except (KeyError, TypeError, ValueError, AttributeError, PateError):
+        raise record.refuse("student") from None
+    model = models.make_model(scfg, record.num_classes)
+    like = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, *record.image_shape))))
+    directory = record.run / rundir.STUDENT_DIR
+    params = checkpoints.verified_restore("student checkpoint", directory, info.get("checkpoint_sha256"),
+                                          record.remake, lambda: checkpoints.restore_params(directory, like))
+    return Student(params, model, config, record.num_classes, record.image_shape)
 
 
 # --------------------------------------------------------------------------- the command
@@ -375,32 +327,6 @@ class StudentResult:
         return "\n".join(lines)
 
 
-class _Progress:
-    """A rich progress bar: step, loss, share of confident pool images, ETA."""
-
-    def __init__(self, total: int, console=None):
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
-
-        self._bar = Progress(TextColumn("student step"), MofNCompleteColumn(), BarColumn(),
-                             TextColumn("loss {task.fields[loss]}"),
-                             TextColumn("confident {task.fields[mask]}"), TimeElapsedColumn(),
-                             TextColumn("ETA"), TimeRemainingColumn(),
-                             console=console or Console(stderr=True), transient=False)
-        self._task = self._bar.add_task("student", total=total, loss="-", mask="-")
-
-    def __enter__(self):
-        self._bar.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self._bar.__exit__(*exc)
-
-    def update(self, step: int, loss: float, mask: float) -> None:
-        self._bar.update(self._task, completed=step, loss=f"{loss:.4f}", mask=f"{mask:.0%}")
-
-
 def check_data(config: Config, workdir: str | Path) -> None:
     """Refuses a config whose ``[data]`` differs from the run's ``config.toml``: the
     labels in the run would belong to another data set (or another pool)."""
@@ -418,8 +344,8 @@ def check_data(config: Config, workdir: str | Path) -> None:
 
 
 def train_student(config: Config, workdir: str | Path, *, overwrite: bool = False,
-                  epochs: float | None = None, show_progress: bool = True, console=None, echo: Callable[[str], None] = print,
-                  on_chunk: Callable[[int, float], None] | None = None) -> StudentResult:
+                  epochs: float | None = None, show_progress: bool = True,
+                  echo: Callable[[str], None] = print) -> StudentResult:
     """Trains the student of ``config.student`` on a labelled run directory.
 
     Reads ``labels.npz`` and the data set's pool and evaluation split (never the votes,
@@ -433,9 +359,7 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
       epochs: when given, train `steps_for_epochs` steps instead of ``student.steps``
         (the recorded config says the steps that ran).
       show_progress: draw a rich progress bar.
-      console: the rich console for the bar (default: stderr).
       echo: where status lines go.
-      on_chunk: called as ``on_chunk(steps_done, mean_loss)`` after each chunk.
 
     Returns:
       A `StudentResult`.
@@ -470,7 +394,7 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
     del dataset
     image_shape = tuple(pool_x.shape[1:])
     backend = jax.default_backend()
-    model = make_model(cfg, splits.num_classes, backend)
+    model = models.make_model(cfg, splits.num_classes, backend)
     tx, train = _compiled(model, cfg)
     state = init_state(model, tx, image_shape, cfg.seed)
     key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
@@ -479,10 +403,7 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
          f"({release.mechanism}); {xu.shape[0]} pool images")
     losses, masks = [], []
     train_start = time.time()
-    bar = _Progress(cfg.steps, console) if show_progress else None
-    if bar:
-        bar.__enter__()
-    try:
+    with Progress("student step", cfg.steps, ("loss", "confident"), show=show_progress) as bar:
         done = 0
         while done < cfg.steps:
             n = min(CHUNK_STEPS, cfg.steps - done)
@@ -494,13 +415,7 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
                                 "student.learning_rate and train again with --overwrite")
             losses.append(float(sums[0]))
             masks.append(float(sums[2]))
-            if bar:
-                bar.update(done, losses[-1], masks[-1])
-            if on_chunk:
-                on_chunk(done, losses[-1])
-    finally:
-        if bar:
-            bar.__exit__(None, None, None)
+            bar.update(done, loss=f"{losses[-1]:.4f}", confident=f"{masks[-1]:.0%}")
     train_time = time.time() - train_start
 
     ema = jax.tree.map(np.asarray, state.ema)
@@ -529,13 +444,7 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
 def _write_student(staging: "rundir.Staging", ema, config: Config, cfg: StudentConfig, result,
                    release: Release, splits, image_shape, losses, train_time, backend) -> None:
     out = rundir.RunDir(staging.path)
-    try:
-        _save_params(out / rundir.STUDENT_DIR, ema)
-    except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
-        lines = str(err).strip().splitlines()
-        raise PateError(f"cannot write the student checkpoint in {staging.run.path}: "
-                        f"{lines[0][:300] if lines else type(err).__name__}; free space or make it "
-                        "writable, then train again") from None
+    checkpoints.save_params(out / rundir.STUDENT_DIR, ema, then="train the student again")
     out.write_config(config)
     out.write_json(rundir.STUDENT_JSON, {
         "checkpoint_sha256": rundir.tree_digest(out / rundir.STUDENT_DIR),

@@ -17,7 +17,6 @@ the JSON artifacts; the run directory must be on a file system every host sees.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -28,85 +27,15 @@ import numpy as np
 import optax
 
 from analysis.errors import PateError
-from pate import rundir
+from pate import augment, checkpoints, rundir
 from pate.config import Config, TeachersConfig
 from pate.data import Partition, load_dataset, partition, split
 from pate.models import conv_impl, make_model
+from pate.placement import Placement, placed, to_host, unpad
+from pate.progress import Progress
 
 Params = Any
 _INIT_STREAM, _TRAIN_STREAM = 0, 1
-
-
-# --------------------------------------------------------------------------- placement
-
-
-class Placement:
-    """Where the stacked teachers live: one device, or sharded over a ("teacher",) mesh.
-
-    With `n` devices the teacher axis is padded to a multiple of `n` (padding teachers
-    train on teacher 0's shard with their own keys and are dropped from every result).
-    """
-
-    def __init__(self, num_teachers: int, devices: Sequence[jax.Device] | None = None):
-        self.devices = list(devices if devices is not None else jax.devices())
-        self.num_teachers = num_teachers
-        n = len(self.devices)
-        self.padded = math.ceil(num_teachers / n) * n
-        self.mesh = None
-        if n > 1:
-            self.mesh = jax.make_mesh((n,), ("teacher",),
-                                      axis_types=(jax.sharding.AxisType.Auto,),
-                                      devices=self.devices)
-            self.sharding = jax.sharding.NamedSharding(self.mesh,
-                                                       jax.sharding.PartitionSpec("teacher"))
-        else:
-            self.sharding = jax.sharding.SingleDeviceSharding(self.devices[0])
-
-    @property
-    def platform(self) -> str:
-        return self.devices[0].platform
-
-    def put(self, tree: Any) -> Any:
-        """Pads the leading (teacher) axis of host arrays and places them on the devices."""
-
-        def one(x: Any) -> jax.Array:
-            x = np.asarray(x)
-            if x.shape[0] == self.num_teachers and self.padded > self.num_teachers:
-                fill = np.repeat(x[:1], self.padded - self.num_teachers, axis=0)
-                x = np.concatenate([x, fill], axis=0)
-            return jax.make_array_from_callback(x.shape, self.sharding, lambda idx: x[idx])
-
-        return jax.tree.map(one, tree)
-
-    def teacher_ids(self) -> jax.Array:
-        return self.put(np.arange(self.padded, dtype=np.int32))
-
-    def mask(self) -> jax.Array:
-        """1 for real teachers, 0 for padding, on the devices."""
-        return self.put((np.arange(self.padded) < self.num_teachers).astype(np.int32))
-
-
-def to_host(x: jax.Array) -> np.ndarray:
-    """A (possibly sharded, possibly multi-host) array as one numpy array."""
-    if jax.process_count() > 1:  # pragma: no cover - needs several hosts
-        from jax.experimental import multihost_utils
-
-        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
-    return np.asarray(x)
-
-
-def _placed(params: Params, placement: "Placement | None") -> tuple[Params, "Placement"]:
-    """``(params, placement)`` for prediction: when no placement is given, the stacked
-    parameters are placed over all devices by a new one (padded as it needs)."""
-    if placement is None:
-        num_teachers = jax.tree.leaves(params)[0].shape[0]
-        placement = Placement(num_teachers)
-        params = placement.put(_unpad(params, num_teachers))
-    return params, placement
-
-
-def _unpad(tree: Any, num_teachers: int) -> Any:
-    return jax.tree.map(lambda x: to_host(x)[:num_teachers], tree)
 
 
 # --------------------------------------------------------------------------- training program
@@ -123,22 +52,6 @@ def make_optimizer(cfg: TeachersConfig, steps_per_epoch: int) -> optax.GradientT
         return optax.adamw(lr, weight_decay=cfg.weight_decay)
     return optax.chain(optax.add_decayed_weights(cfg.weight_decay),
                        optax.sgd(lr, momentum=cfg.momentum or None, nesterov=cfg.momentum > 0))
-
-
-def augment(key: jax.Array, x: jax.Array, shift: int, flip: bool) -> jax.Array:
-    """Random translations by up to `shift` pixels (zero fill) and horizontal flips."""
-    n, h, w, c = x.shape
-    k_shift, k_flip = jax.random.split(key)
-    if shift:
-        padded = jnp.pad(x, ((0, 0), (shift, shift), (shift, shift), (0, 0)))
-        # random draws are flat: multi-dimensional ones compile slowly on XLA:CPU
-        offsets = jax.random.randint(k_shift, (2 * n,), 0, 2 * shift + 1).reshape(n, 2)
-        x = jax.vmap(lambda img, o: jax.lax.dynamic_slice(img, (o[0], o[1], 0), (h, w, c)))(
-            padded, offsets)
-    if flip:
-        flips = jax.random.bernoulli(k_flip, 0.5, (n,)).reshape(n, 1, 1, 1)
-        x = jnp.where(flips, x[:, :, ::-1, :], x)
-    return x
 
 
 def _all_finite(tree: Any) -> jax.Array:
@@ -217,7 +130,7 @@ def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
             params, opt_state = carry
             idx, i = inputs
             k_batch, k_dropout = jax.random.split(jax.random.fold_in(k_aug, i))
-            xb = augment(k_batch, x[idx], cfg.augment_shift, cfg.augment_flip)
+            xb = augment.weak_zero_fill(k_batch, x[idx], cfg.augment_shift, cfg.augment_flip)
             loss, grads = jax.value_and_grad(loss_fn)(params, xb, y[idx], k_dropout)
             updates, opt_state = tx.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), loss
@@ -315,7 +228,7 @@ def teacher_predictions(params: Params, model, images: np.ndarray, batch_size: i
     Returns:
       int32 (T, n).
     """
-    params, placement = _placed(params, placement)
+    params, placement = placed(params, placement)
     fn = _predict_fn(model, None, placement, teacher_chunk(chunk, placement.platform))
     mask = placement.mask()
     out = [to_host(fn(params, xb, mask))[:, :real] for xb, real in _batches(images, batch_size)]
@@ -343,7 +256,7 @@ def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
     Returns:
       int32 (n, C); every row sums to T.
     """
-    params, placement = _placed(params, placement)
+    params, placement = placed(params, placement)
     fn = _predict_fn(model, num_classes, placement, teacher_chunk(chunk, placement.platform))
     mask = placement.mask()
     out = [to_host(fn(params, xb, mask))[:real] for xb, real in _batches(images, batch_size)]
@@ -363,74 +276,7 @@ def plurality_accuracy(votes: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(np.argmax(votes, axis=1) == labels)) if len(labels) else float("nan")
 
 
-# --------------------------------------------------------------------------- checkpoints
-
-
-def _manager(directory: Path, keep: int = 2, create: bool = True):
-    import orbax.checkpoint as ocp
-
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False,
-                                           create=create)
-    if create and jax.process_index() == 0:
-        rundir.make_private_dir(directory)  # the teachers are private: owner-only
-    return ocp.CheckpointManager(directory.resolve(), options=options)
-
-
-def _save(manager, epoch: int, params: Params, opt_state: Any, progress: dict) -> None:
-    """Saves one checkpoint; a failed write (full disk, read-only folder) leaves no
-    ``*.orbax-checkpoint-tmp*`` folder behind and ends in one PateError."""
-    import logging
-
-    import orbax.checkpoint as ocp
-
-    absl_logger = logging.getLogger("absl")
-    level = absl_logger.level
-    # orbax's writer threads log each failed write with its traceback before the error
-    # reaches us; the one line below says it all.
-    absl_logger.setLevel(logging.CRITICAL)
-    try:
-        manager.save(epoch, args=ocp.args.Composite(
-            params=ocp.args.StandardSave(params), opt_state=ocp.args.StandardSave(opt_state),
-            progress=ocp.args.JsonSave(progress)), force=True)
-        manager.wait_until_finished()
-    except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
-        directory = Path(manager.directory)
-        remove_orbax_tmp(directory)
-        raise PateError(f"cannot write the checkpoint of epoch {epoch} in {directory}: "
-                        f"{_short(err)}; free space or make it writable, then run "
-                        "`pate train-teachers --resume` (earlier checkpoints are kept)") from None
-    finally:
-        absl_logger.setLevel(level)
-
-
-def _short(err: BaseException) -> str:
-    """The first line of an error (tensorstore's run to 100+ lines)."""
-    text = str(err).strip().splitlines()
-    return (text[0][:300] if text else type(err).__name__)
-
-
-def remove_orbax_tmp(directory: Path) -> None:
-    """Removes the temporary folders orbax leaves when a save fails part-way."""
-    import shutil
-
-    if not directory.is_dir():
-        return
-    for tmp in directory.glob("*orbax-checkpoint-tmp*"):
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _abstract(tree: Any) -> Any:
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
-
-
-def _restore(manager, epoch: int, params_like: Any, opt_like: Any | None):
-    import orbax.checkpoint as ocp
-
-    items = {"params": ocp.args.StandardRestore(_abstract(params_like)),
-             "progress": ocp.args.JsonRestore()}
-    if opt_like is not None:
-        items["opt_state"] = ocp.args.StandardRestore(_abstract(opt_like))
-    return manager.restore(epoch, args=ocp.args.Composite(**items))
+# --------------------------------------------------------------------------- loading
 
 
 def _shapes(model, tx, image_shape: Sequence[int], num_teachers: int):
@@ -466,47 +312,35 @@ def load_teachers(workdir: str | Path) -> Teachers:
     Raises:
       PateError: the directory holds no finished `train-teachers` run.
     """
-    run = rundir.RunDir(workdir)
-    remake = f"run `pate train-teachers --workdir {run.path} --overwrite` to train them again"
-    if not run.exists(rundir.TEACHERS_JSON) or not run.exists(rundir.TEACHERS_DIR):
-        raise PateError(f"{run.path} holds no trained teachers ({rundir.TEACHERS_JSON} and "
-                        f"{rundir.TEACHERS_DIR}/); run `pate train-teachers` first")
-    config = run.read_config()
-    info = run.read_json(rundir.TEACHERS_JSON)
-    json_path = run / rundir.TEACHERS_JSON
+    record = checkpoints.read_record(workdir, record=rundir.TEACHERS_JSON, directory=rundir.TEACHERS_DIR,
+                                     noun="teachers", command="train-teachers", pronoun="them")
+    run, info, config, remake = record.run, record.info, record.config, record.remake
     try:
-        num_classes, image_shape = int(info["num_classes"]), tuple(int(d) for d in info["image_shape"])
         recorded = info.get("checkpoint")
         if recorded is not None:
             step, digest = int(recorded["step"]), str(recorded["sha256"])
         else:  # a run from before checkpoints were recorded: the last epoch's
             step, digest = int(info["epochs"]), None
-        if num_classes < 2 or len(image_shape) != 3 or min(image_shape) < 1:
-            raise ValueError
     except (KeyError, TypeError, ValueError, AttributeError):
-        raise PateError(f"{json_path} is not a teachers record written by `pate train-teachers` "
-                        f"(missing or invalid num_classes, image_shape or checkpoint); {remake}") from None
+        raise record.refuse("checkpoint") from None
     if int(info.get("num_teachers", config.teachers.num_teachers)) != config.teachers.num_teachers:
-        raise PateError(f"{json_path} records {info.get('num_teachers')} teachers but "
+        raise PateError(f"{record.path} records {info.get('num_teachers')} teachers but "
                         f"{run / rundir.CONFIG_TOML} says {config.teachers.num_teachers}; {remake}")
-    step_dir = run / rundir.TEACHERS_DIR / str(step)
-    rundir.check_recorded(f"teacher checkpoint of epoch {step}", step_dir, digest, remake)
-    if not step_dir.is_dir():
-        raise PateError(f"{step_dir} is missing: {json_path} records the checkpoint of epoch {step}; "
-                        f"{remake}")
-    model = make_model(config.teachers, num_classes)
+    model = make_model(config.teachers, record.num_classes)
     tx = make_optimizer(config.teachers, 1)
-    params_like, _ = _shapes(model, tx, image_shape, config.teachers.num_teachers)
-    try:
-        manager = _manager(run / rundir.TEACHERS_DIR, create=False)
+    params_like, _ = _shapes(model, tx, record.image_shape, config.teachers.num_teachers)
+
+    def restore():
+        manager = checkpoints.open_manager(run / rundir.TEACHERS_DIR, create=False)
         try:
-            restored = _restore(manager, step, params_like, None)
+            return checkpoints.restore_step(manager, step, {"params": params_like}, ("progress",))
         finally:
             manager.close()
-    except Exception as err:  # noqa: BLE001 - tensorstore/orbax raise many types
-        raise PateError(f"cannot read the teacher checkpoint {step_dir} ({_short(err)}); {remake}") from None
+
+    restored = checkpoints.verified_restore(f"teacher checkpoint of epoch {step}",
+                                            run / rundir.TEACHERS_DIR / str(step), digest, remake, restore)
     params = jax.tree.map(np.asarray, restored["params"])
-    return Teachers(params, model, config, num_classes, image_shape)
+    return Teachers(params, model, config, record.num_classes, record.image_shape)
 
 
 # --------------------------------------------------------------------------- the command
@@ -543,52 +377,6 @@ class TrainResult:
         return "\n".join(lines)
 
 
-def initialize_distributed(coordinator_address: str | None = None,
-                           num_processes: int | None = None,
-                           process_id: int | None = None) -> None:
-    """`jax.distributed.initialize(...)` with its failure as a PateError (`--distributed`).
-
-    Arguments left as None are found by JAX: the coordinator from
-    `$JAX_COORDINATOR_ADDRESS`, everything from the cluster environment where JAX knows
-    it (SLURM, Open MPI, Kubernetes, ...).
-    """
-    try:
-        jax.distributed.initialize(coordinator_address=coordinator_address,
-                                   num_processes=num_processes, process_id=process_id)
-    except Exception as err:  # noqa: BLE001 - JAX raises several types here
-        raise PateError(f"jax.distributed.initialize() failed: {str(err).rstrip('.')}. Pass "
-                        "--coordinator HOST:PORT, --num-processes and --process-id (or run under "
-                        "a cluster manager JAX detects, such as SLURM) on every host") from None
-
-
-class _Progress:
-    """A rich progress bar: epoch, mean loss, elapsed, ETA."""
-
-    def __init__(self, total: int, start: int, console=None):
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeElapsedColumn, TimeRemainingColumn)
-
-        if console is None:
-            from rich.console import Console
-
-            console = Console(stderr=True)
-        self._bar = Progress(TextColumn("epoch"), MofNCompleteColumn(), BarColumn(),
-                             TextColumn("loss {task.fields[loss]}"), TextColumn("elapsed"),
-                             TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-                             console=console, transient=False)
-        self._task = self._bar.add_task("train", total=total, completed=start, loss="-")
-
-    def __enter__(self):
-        self._bar.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        self._bar.__exit__(*exc)
-
-    def update(self, epoch: int, loss: float) -> None:
-        self._bar.update(self._task, completed=epoch, loss=f"{loss:.4f}")
-
-
 def _nan_message(bad: np.ndarray, epoch: int, last_good: int | None, ckpt_dir: Path,
                  staged: bool = False) -> str:
     ids = ", ".join(str(int(t)) for t in bad[:10]) + (", ..." if len(bad) > 10 else "")
@@ -602,7 +390,7 @@ def _nan_message(bad: np.ndarray, epoch: int, last_good: int | None, ckpt_dir: P
 
 
 def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
-                   overwrite: bool = False, show_progress: bool = True, console=None,
+                   overwrite: bool = False, show_progress: bool = True,
                    devices: Sequence[jax.Device] | None = None,
                    on_epoch: Callable[[int, float], None] | None = None,
                    echo: Callable[[str], None] = print) -> TrainResult:
@@ -618,7 +406,6 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
       resume: continue from the last checkpoint (the config must be the same).
       overwrite: replace existing teacher artifacts.
       show_progress: draw a rich progress bar.
-      console: the rich console for the progress bar (default: stderr).
       devices: devices to shard the teachers over (default: all).
       on_epoch: called as `on_epoch(epochs_done, mean_loss)` after each epoch (and
         after its checkpoint, if one is due).
@@ -667,7 +454,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
     try:
         result = _train(config, run, out, resuming, placement_devices=devices, dataset=dataset,
                         splits=splits, part=part, start_time=start_time, show_progress=show_progress,
-                        console=console, on_epoch=on_epoch, staged=staging is not None)
+                        on_epoch=on_epoch, staged=staging is not None)
     except BaseException:
         if staging is not None:
             staging.discard()  # the old teachers stay as they were
@@ -681,7 +468,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
 
 def _train(config: Config, run: rundir.RunDir, out: rundir.RunDir, resuming: bool, *,
            placement_devices, dataset, splits, part, start_time: float, show_progress: bool,
-           console, on_epoch, staged: bool) -> TrainResult:
+           on_epoch, staged: bool) -> TrainResult:
     """The body of `train_teachers`: trains and writes into `out` (the run directory, or
     its staging folder when replacing finished teachers)."""
     tc = config.teachers
@@ -695,14 +482,15 @@ def _train(config: Config, run: rundir.RunDir, out: rundir.RunDir, resuming: boo
     steps_per_epoch = part.shard_size // tc.batch_size
     tx = make_optimizer(tc, steps_per_epoch)
 
-    manager = _manager(out / rundir.TEACHERS_DIR)
-    remove_orbax_tmp(out / rundir.TEACHERS_DIR)  # left by a save killed part-way
+    # The teachers are private: their folder is owner-only.
+    manager = checkpoints.open_manager(out / rundir.TEACHERS_DIR, private=True)
     try:
         start_epoch, history = 0, []
         latest = manager.latest_step() if resuming else None
         if latest is not None:
             params_like, opt_like = _shapes(model, tx, image_shape, tc.num_teachers)
-            restored = _restore(manager, latest, params_like, opt_like)
+            restored = checkpoints.restore_step(manager, latest, {"params": params_like, "opt_state": opt_like},
+                                                ("progress",))
             params = placement.put(jax.tree.map(np.asarray, restored["params"]))
             opt_state = placement.put(jax.tree.map(np.asarray, restored["opt_state"]))
             start_epoch, history = int(latest), list(restored["progress"]["loss_history"])
@@ -718,10 +506,7 @@ def _train(config: Config, run: rundir.RunDir, out: rundir.RunDir, resuming: boo
 
         last_good = latest
         train_start = time.time()
-        bar = _Progress(tc.epochs, start_epoch, console) if show_progress else None
-        try:
-            if bar:
-                bar.__enter__()
+        with Progress("epoch", tc.epochs, ("loss",), start=start_epoch, show=show_progress) as bar:
             for epoch in range(start_epoch, tc.epochs):
                 params, opt_state, loss, finite = epoch_fn(params, opt_state, x, y, ids,
                                                            jnp.int32(epoch))
@@ -733,16 +518,15 @@ def _train(config: Config, run: rundir.RunDir, out: rundir.RunDir, resuming: boo
                 history.append(float(loss.mean()))
                 done = epoch + 1
                 if done % tc.checkpoint_every == 0 or done == tc.epochs:
-                    _save(manager, done, _unpad(params, tc.num_teachers),
-                          _unpad(opt_state, tc.num_teachers), {"loss_history": history})
+                    checkpoints.save_step(
+                        manager, done, {"params": unpad(params, tc.num_teachers),
+                                        "opt_state": unpad(opt_state, tc.num_teachers)},
+                        {"progress": {"loss_history": history}}, unit="epoch",
+                        then="run `pate train-teachers --resume` (earlier checkpoints are kept)")
                     last_good = done
-                if bar:
-                    bar.update(done, history[-1])
+                bar.update(done, loss=f"{history[-1]:.4f}")
                 if on_epoch:
                     on_epoch(done, history[-1])
-        finally:
-            if bar:
-                bar.__exit__(None, None, None)
         train_time = time.time() - train_start
     finally:
         manager.close()

@@ -52,3 +52,36 @@ def test_strong_differs_more_than_weak(images):
     s = np.asarray(augment.strong(jax.random.key(5), images, max_shift=0))
     assert np.array_equal(w, images)
     assert np.mean(np.abs(s - images)) > 0.05
+
+
+def _zero_filled_shift(img, dy, dx):
+    """`img` moved down by dy and right by dx pixels, zeros where nothing moved in."""
+    out = np.zeros_like(img)
+    h, w = img.shape[:2]
+    out[max(dy, 0): h + min(dy, 0), max(dx, 0): w + min(dx, 0)] = \
+        img[max(-dy, 0): h + min(-dy, 0), max(-dx, 0): w + min(-dx, 0)]
+    return out
+
+
+@pytest.mark.parametrize("flip", [False, True])
+def test_weak_zero_fill_is_a_zero_filled_shift(images, flip):
+    """The teachers' augmentation: each image equals its source (or its mirror image, with
+    flip) shifted by some (dy, dx) within ±2 with zeros filled in, and both shifts and
+    both orientations occur across the batch."""
+    out = np.asarray(augment.weak_zero_fill(jax.random.key(3), images, 2, flip))
+    assert out.shape == images.shape and out.dtype == np.float32
+    shifts, mirrored = set(), []
+    for src, got in zip(images, out):
+        candidates = [(dy, dx, m) for m in ((False, True) if flip else (False,))
+                      for dy in range(-2, 3) for dx in range(-2, 3)
+                      if np.array_equal(got, _zero_filled_shift(src[:, ::-1] if m else src, dy, dx))]
+        assert len(candidates) == 1, "not exactly one zero-filled shift of the image"
+        shifts.add(candidates[0][:2])
+        mirrored.append(candidates[0][2])
+    assert len(shifts) > 3
+    assert any(mirrored) == flip and (not flip or not all(mirrored))
+
+
+def test_weak_zero_fill_without_shift_or_flip_is_the_identity(images):
+    out = np.asarray(augment.weak_zero_fill(jax.random.key(0), images, 0, False))
+    assert np.array_equal(out, images)

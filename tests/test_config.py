@@ -94,6 +94,32 @@ def test_invalid_values_name_key(tmp_path, text, key):
         load_config(write(tmp_path, text))
 
 
+@pytest.mark.parametrize("section", ["teachers", "student"])
+@pytest.mark.parametrize("line, key", [
+    ("conv_kernels = [0]", "conv_kernels"), ("conv_strides = [0]", "conv_strides"),
+    ("conv_kernels = [3, 3]", "conv_kernels"), ("conv_features = [0]", "conv_features"),
+    ("hidden = [0]", "hidden"), ("dropout = 1.0", "dropout"), ("gabor_orientations = -1", "gabor_orientations"),
+    ("momentum = 1.0", "momentum"), ("augment_shift = -1", "augment_shift"),
+])
+def test_model_keys_checked_alike_in_both_sections(tmp_path, section, line, key):
+    """[teachers] and [student] share their model keys, and one rule checks both: e.g.
+    student.conv_kernels = [0] is refused in one line naming the key, as for the teachers."""
+    keys = {"conv_features": "[4]", "conv_kernels": "[3]", "conv_strides": "[2]"}  # one valid layer
+    keys[line.split(" = ")[0]] = line.split(" = ")[1]
+    text = "".join(f"{k} = {v}\n" for k, v in keys.items())
+    path = write(tmp_path, f"[{section}]\n{text}")
+    with pytest.raises(PateError) as err:
+        load_config(path)
+    message = str(err.value)
+    assert f"{section}.{key}" in message and str(path) in message and "\n" not in message
+
+
+def test_student_zero_kernel_is_refused(tmp_path):
+    path = write(tmp_path, "[student]\nconv_kernels = [0]\n")
+    with pytest.raises(PateError, match=r"student\.conv_kernels must be positive, got \[0\]"):
+        load_config(path)
+
+
 def test_section_must_be_a_table(tmp_path):
     with pytest.raises(PateError, match=r"\[teachers\] must be a table"):
         load_config(write(tmp_path, "teachers = 3\n"))

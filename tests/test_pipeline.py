@@ -68,7 +68,7 @@ def test_full_run_through_the_cli(_finished):
     workdir, output, seconds = _finished
     assert seconds < 60, f"tiny pate run took {seconds:.0f} s"
     for name in (*rundir.TEACHER_ARTIFACTS, *rundir.LABEL_ARTIFACTS, *rundir.STUDENT_ARTIFACTS,
-                 *rundir.ANALYSIS_ARTIFACTS, pipeline.PIPELINE_JSON, rundir.CONFIG_TOML):
+                 *rundir.ANALYSIS_ARTIFACTS, rundir.PIPELINE_JSON, rundir.CONFIG_TOML):
         assert (workdir / name).exists(), name
     for needle in ("teacher ensemble accuracy", "label accuracy", "student accuracy",
                    "data-independent eps", "data-dependent eps", "PRIVATE", "sanitised eps"):
@@ -114,7 +114,7 @@ def test_relabelled_by_hand_reruns_student_and_analysis(finished):
 
 def test_steps_run_by_hand_are_recognised(finished):
     """Without pipeline.json the artifacts' own config hashes identify them."""
-    os.unlink(finished / pipeline.PIPELINE_JSON)
+    os.unlink(finished / rundir.PIPELINE_JSON)
     os.unlink(finished / rundir.PRIVACY_JSON)  # analyze must run again
     before = stamps(finished)
     result = pate_run(finished)

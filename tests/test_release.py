@@ -146,10 +146,10 @@ def test_private_run_artifacts_are_owner_only(trained_run):
 def test_student_checkpoint_carries_no_absolute_path(tmp_path):
     import jax.numpy as jnp
 
-    from pate.student import _save_params
+    from pate.checkpoints import save_params
 
     target = tmp_path / "student"
-    _save_params(target, {"w": jnp.ones(3)})
+    save_params(target, {"w": jnp.ones(3)})
     for path in target.rglob("*"):
         if path.is_file():
             assert str(tmp_path).encode() not in path.read_bytes(), path

@@ -50,6 +50,25 @@ def test_json_carries_meta(tmp_path, tiny_config):
     assert rundir.read_json(path) == doc
 
 
+def test_report_json_carries_meta_and_null_for_infinite(tmp_path, tiny_config):
+    """privacy.json and release.json carry the `meta` every JSON artifact carries, and
+    write a non-finite number as null (as write_json does), never as a string."""
+    from analysis import report
+    from pate.analyze import analyze
+
+    votes = np.zeros((20, 4), np.int32)
+    votes[:, 0] = 6
+    np.savez(tmp_path / rundir.VOTES_NPZ, votes=votes)
+    np.savez(tmp_path / rundir.LABELS_NPZ, indices=np.arange(20), labels=np.zeros(20, np.int32),
+             mechanism=np.array("lnmax"), gamma=np.array(0.1))
+    analyze(tiny_config, tmp_path, seed=1, echo=lambda *a: None)
+    for name in (rundir.PRIVACY_JSON, rundir.RELEASE_JSON):
+        meta = json.loads((tmp_path / name).read_text())["meta"]
+        assert meta["config_hash"] == config_hash(tiny_config) and meta["pate_version"] == __version__
+    assert report.jsonable({"a": float("inf"), "b": [np.float32("-inf"), np.float64(2.5)],
+                            "c": np.array([1.0, np.nan])}) == {"a": None, "b": [None, 2.5], "c": [1.0, None]}
+
+
 def test_read_json_errors(tmp_path):
     with pytest.raises(PateError, match="not found"):
         rundir.read_json(tmp_path / "none.json")

@@ -158,6 +158,7 @@ def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
         import jax, numpy as np
         from pate.config import load_config
         from pate import teachers
+        from pate.placement import Placement
         assert len(jax.devices()) == 4, jax.devices()
         config = load_config({str(TINY)!r})
         chunked = dataclasses.replace(config, teachers=dataclasses.replace(
@@ -175,14 +176,14 @@ def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
         diff = max(float(np.max(np.abs(x - y))) for other in (b, c) for x, y in
                    zip(jax.tree.leaves(a.params), jax.tree.leaves(other.params)))
         images = np.random.default_rng(0).uniform(size=(40, 8, 8, 1)).astype(np.float32)
-        placement = teachers.Placement(6, jax.devices())
+        placement = Placement(6, jax.devices())
         sharded = placement.put(b.params)
         assert len(jax.tree.leaves(sharded)[0].sharding.device_set) == 4
         v4 = teachers.predict_votes(sharded, b.model, images, 4, 16, placement=placement)
         v4c = teachers.predict_votes(sharded, b.model, images, 4, 16, placement=placement,
                                      chunk=1)
         p4 = teachers.teacher_predictions(sharded, b.model, images, 16, placement, chunk=1)
-        p1 = teachers.Placement(6, jax.devices()[:1])
+        p1 = Placement(6, jax.devices()[:1])
         v1 = teachers.predict_votes(p1.put(b.params), b.model, images, 4, 16, placement=p1)
         same = bool((v1 == v4).all() and (v1 == v4c).all()
                     and (teachers.votes_from_predictions(p4, 4) == v1).all())

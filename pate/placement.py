@@ -1,0 +1,102 @@
+"""Where the stacked teachers live: one device, or the teacher axis sharded over a
+("teacher",) mesh of every device of every host, padded to a multiple of the device
+count; moving trees between the host and that placement; and joining several hosts
+(`initialize_distributed`, `pate train-teachers --distributed`)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import jax
+import numpy as np
+
+from analysis.errors import PateError
+
+
+class Placement:
+    """Where the stacked teachers live: one device, or sharded over a ("teacher",) mesh.
+
+    With `n` devices the teacher axis is padded to a multiple of `n` (padding teachers
+    train on teacher 0's shard with their own keys and are dropped from every result).
+    """
+
+    def __init__(self, num_teachers: int, devices: Sequence[jax.Device] | None = None):
+        self.devices = list(devices if devices is not None else jax.devices())
+        self.num_teachers = num_teachers
+        n = len(self.devices)
+        self.padded = math.ceil(num_teachers / n) * n
+        self.mesh = None
+        if n > 1:
+            self.mesh = jax.make_mesh((n,), ("teacher",),
+                                      axis_types=(jax.sharding.AxisType.Auto,),
+                                      devices=self.devices)
+            self.sharding = jax.sharding.NamedSharding(self.mesh,
+                                                       jax.sharding.PartitionSpec("teacher"))
+        else:
+            self.sharding = jax.sharding.SingleDeviceSharding(self.devices[0])
+
+    @property
+    def platform(self) -> str:
+        return self.devices[0].platform
+
+    def put(self, tree: Any) -> Any:
+        """Pads the leading (teacher) axis of host arrays and places them on the devices."""
+
+        def one(x: Any) -> jax.Array:
+            x = np.asarray(x)
+            if x.shape[0] == self.num_teachers and self.padded > self.num_teachers:
+                fill = np.repeat(x[:1], self.padded - self.num_teachers, axis=0)
+                x = np.concatenate([x, fill], axis=0)
+            return jax.make_array_from_callback(x.shape, self.sharding, lambda idx: x[idx])
+
+        return jax.tree.map(one, tree)
+
+    def teacher_ids(self) -> jax.Array:
+        return self.put(np.arange(self.padded, dtype=np.int32))
+
+    def mask(self) -> jax.Array:
+        """1 for real teachers, 0 for padding, on the devices."""
+        return self.put((np.arange(self.padded) < self.num_teachers).astype(np.int32))
+
+
+def to_host(x: jax.Array) -> np.ndarray:
+    """A (possibly sharded, possibly multi-host) array as one numpy array."""
+    if jax.process_count() > 1:  # pragma: no cover - needs several hosts
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return np.asarray(x)
+
+
+def placed(params: Any, placement: Placement | None) -> tuple[Any, Placement]:
+    """``(params, placement)`` for prediction: when no placement is given, the stacked
+    parameters are placed over all devices by a new one (padded as it needs)."""
+    if placement is None:
+        num_teachers = jax.tree.leaves(params)[0].shape[0]
+        placement = Placement(num_teachers)
+        params = placement.put(unpad(params, num_teachers))
+    return params, placement
+
+
+def unpad(tree: Any, num_teachers: int) -> Any:
+    """A placed tree on the host without its padding teachers."""
+    return jax.tree.map(lambda x: to_host(x)[:num_teachers], tree)
+
+
+def initialize_distributed(coordinator_address: str | None = None,
+                           num_processes: int | None = None,
+                           process_id: int | None = None) -> None:
+    """`jax.distributed.initialize(...)` with its failure as a PateError (`--distributed`).
+
+    Arguments left as None are found by JAX: the coordinator from
+    `$JAX_COORDINATOR_ADDRESS`, everything from the cluster environment where JAX knows
+    it (SLURM, Open MPI, Kubernetes, ...).
+    """
+    try:
+        jax.distributed.initialize(coordinator_address=coordinator_address,
+                                   num_processes=num_processes, process_id=process_id)
+    except Exception as err:  # noqa: BLE001 - JAX raises several types here
+        raise PateError(f"jax.distributed.initialize() failed: {str(err).rstrip('.')}. Pass "
+                        "--coordinator HOST:PORT, --num-processes and --process-id (or run under "
+                        "a cluster manager JAX detects, such as SLURM) on every host") from None
