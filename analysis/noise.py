@@ -152,12 +152,13 @@ def sampling_delta(num_queries: int, coordinates: int, eps: float) -> float:
 
     ``(1 + e^ε) · Q · c² · κ / 2`` for ``Q`` queries of ``c`` noise coordinates each (the
     classes, plus one for a threshold step), κ = :data:`KOLMOGOROV_BOUND`; derivation in
-    the module docstring. Infinite ε gives an infinite δ.
+    the module docstring. A δ is a probability: where the bound exceeds 1 (an ε so large
+    that e^ε swamps κ) the result is 1, i.e. nothing is guaranteed, never a "δ" above 1.
     """
     if not math.isfinite(eps):
-        return math.inf
+        return 1.0
     tau = num_queries * coordinates**2 * KOLMOGOROV_BOUND / 2.0
-    return (1.0 + math.exp(min(eps, 700.0))) * tau
+    return min(1.0, (1.0 + math.exp(min(eps, 700.0))) * tau)
 
 
 # ------------------------------------------------------------------ exact samplers (CKS 2020)

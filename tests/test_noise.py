@@ -96,6 +96,9 @@ def test_sampling_delta_matches_its_formula():
         plain = (1 + math.exp(eps)) * q * c * c * 2.0**-50 / 2
         assert sampling_delta(q, c, eps) == pytest.approx(plain, rel=1e-12)
     assert sampling_delta(1000, 11, 2.0) < 1e-9
+    # A probability: a huge eps (the tiny config's LNMax gave 1.45e25) or an infinite one gives 1.
+    assert sampling_delta(100, 4, 60.0) == 1.0
+    assert sampling_delta(100, 4, math.inf) == 1.0
 
 
 # --------------------------------------------------------------------------- exact samplers
