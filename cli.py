@@ -148,20 +148,24 @@ def _run_lock(workdir, command: str):
 @click.option("--sigma", type=float, callback=_positive, help="GNMax noise (sigma_2 for Confident-GNMax).")
 @click.option("--threshold", type=float, callback=_threshold, help="Confident-GNMax threshold on the top vote count.")
 @click.option("--sigma-threshold", type=float, callback=_positive, help="Confident-GNMax threshold noise sigma_1.")
-@click.option("--conversion", type=click.Choice(["classic", "improved"]), default="classic", show_default=True,
-              help="GNMax: RDP to (eps, delta) conversion.")
+@click.option("--conversion", type=click.Choice(["classic", "improved"]),
+              help="GNMax: RDP to (eps, delta) conversion (default: with --workdir the run's [privacy] "
+              "setting, else classic).")
 @click.option("--release-order", type=float, callback=_release_order, help="GNMax: Renyi order of the sanitised release, fixed in "
               "advance without looking at the votes (default: the order of the data-independent optimum, "
-              "a public quantity).")
-@click.option("--release-cost", type=float, default=0.2, show_default=True, callback=_positive,
-              help="GNMax: RDP the sanitised release may spend at its order (sets its noise).")
-@click.option("--delta", type=float, default=1e-5, show_default=True, callback=_probability)
+              "a public quantity; with --workdir, the run's [privacy] release_order when set).")
+@click.option("--release-cost", type=float, callback=_positive,
+              help="GNMax: RDP the sanitised release may spend at its order (sets its noise; default: "
+              "with --workdir the run's [privacy] setting, else 0.2).")
+@click.option("--delta", type=float, callback=_probability,
+              help="delta of the report (default: with --workdir the run's [privacy] delta, else 1e-5).")
 @click.option("--queries", type=int, callback=_at_least_one,
               help="Analyse the first N queries (after --indices).")
 @click.option("--indices", "indices_path", type=click.Path(dir_okay=False),
               help="Indices of the answered queries (.npy, or .npz key 'indices').")
-@click.option("--moments", type=int, default=8, show_default=True, callback=_moments,
-              help="Moments accountant orders 1..M.")
+@click.option("--moments", type=int, callback=_moments,
+              help="Moments accountant orders 1..M (default: with --workdir the run's [privacy] "
+              "setting, else 8).")
 @click.option("--beta", type=float, callback=_positive,
               help="Smoothness of the smooth-sensitivity release (LNMax default 0.09; GNMax 0.1/order).")
 @click.option("--input-is-labels", is_flag=True,

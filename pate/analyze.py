@@ -70,11 +70,15 @@ def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
         resolved[option] = target
 
 
-def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None) -> None:
+def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
+           labels_sha256: str | None = None) -> None:
     """Writes the report with the `meta` every JSON artifact carries (config hash when
-    made from a config, package version, time)."""
-    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path,
-                             extra={"meta": rundir.metadata(config)})
+    made from a config, package version, time; for a run's labels, their sha256, which
+    marks that release as made: `check_not_released`)."""
+    meta = rundir.metadata(config)
+    if labels_sha256 is not None:
+        meta["labels_sha256"] = labels_sha256
+    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path, extra={"meta": meta})
 
 
 def read_labels(path: str) -> dict:
@@ -160,14 +164,60 @@ def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float
                                              sigma=params.get("sigma"), moments=range(1, moments + 1))
 
 
-def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | None = None,
-                    gnss_beta: float | None = None,
-                    seed: int | None = None, conversion: str = "classic",
-                    release_order: float | None = None, release_cost: float = 0.2,
+#: What `analyze_workdir` uses for a setting neither given nor in the run's config.
+_DEFAULTS = dict(delta=1e-5, moments=8, conversion="classic", release_cost=0.2)
+
+
+def _run_privacy(workdir: str):
+    """The run's config (for its `[privacy]` section), or None where it has no readable one."""
+    run = rundir.RunDir(workdir)
+    if not run.exists(rundir.CONFIG_TOML):
+        return None
+    try:
+        return run.read_config()
+    except PateError:
+        return None
+
+
+def check_not_released(paths, labels_digest: str) -> None:
+    """Refuses a second sanitised release of the same labels.
+
+    The sanitised ε is a noisy function of the private votes: every fresh draw published
+    for the same release gives an attacker another sample, and averaging them removes the
+    noise, while each run's headline ε counts one draw only. So a release.json that
+    already records these labels (by the sha256 of labels.npz) is final.
+
+    Raises:
+      PateError: one of `paths` is a release.json of these labels.
+    """
+    for path in paths:
+        if path is None or not os.path.exists(path):
+            continue
+        try:
+            meta = rundir.read_json(path).get("meta") or {}
+        except PateError:
+            continue
+        if meta.get("labels_sha256") == labels_digest:
+            raise PateError(f"{path} already publishes the sanitised eps of these labels; a second noisy "
+                            "release of the same private value would spend privacy that no headline "
+                            "counts (averaging draws removes the noise). Publish the existing file; for a "
+                            "new release, label again in a new run directory")
+
+
+def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None = None,
+                    beta: float | None = None, gnss_beta: float | None = None,
+                    seed: int | None = None, conversion: str | None = None,
+                    release_order: float | None = None, release_cost: float | None = None,
                     json_path=None, plot_path=None, release_path=None,
                     echo=print, config=None) -> report_mod.PrivacyReport:
     """Builds the privacy report of a labelled run and writes privacy.json, privacy.png
     (both private, owner-only) and release.json (publishable).
+
+    A setting left as None comes from the `[privacy]` section of `config`, else of the
+    run's own config.toml (so `pate analyze --workdir RUN` releases what `pate run` would),
+    else from the package defaults (δ 1e-5, 8 moments, classic conversion, release cost
+    0.2, release order of the data-independent optimum). The sanitised ε is released once
+    per labels (`check_not_released`).
 
     Args:
       workdir: the run directory.
@@ -184,6 +234,10 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
       echo: where the table goes.
       config: the run config the settings came from, if any (its hash goes into the
         JSON files' ``meta``, as in every artifact made from a config).
+
+    Raises:
+      PateError: missing or unreadable inputs, or a sanitised ε already released for
+        these labels.
     """
     from analysis.noise import RELEASE_STREAM, NoiseSource
 
@@ -191,26 +245,44 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
     workdir = os.fspath(workdir)
     if not os.path.isdir(workdir):
         raise PateError(f"run directory {workdir} does not exist")
+    if config is None:
+        config = _run_privacy(workdir)
+    if config is not None:
+        p = config.privacy
+        stored = dict(delta=p.delta, moments=p.moments, beta=p.lnmax_beta, gnss_beta=p.gnss_beta or None,
+                      conversion=p.conversion, release_order=p.release_order or None,
+                      release_cost=p.release_cost)
+    else:
+        stored = dict(_DEFAULTS)
+    given = dict(delta=delta, moments=moments, beta=beta, gnss_beta=gnss_beta, conversion=conversion,
+                 release_order=release_order, release_cost=release_cost)
+    settings = {k: (v if v is not None else stored.get(k, _DEFAULTS.get(k))) for k, v in given.items()}
+    if beta is not None and gnss_beta is None:
+        settings["gnss_beta"] = None  # an explicit --beta is the release's β for either mechanism
     inputs = [os.path.join(workdir, VOTES_FILE), os.path.join(workdir, LABELS_FILE)]
     check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path}, inputs, workdir)
     labels = read_labels(inputs[1])
-    votes = votes_mod.load_votes(inputs[0])
-    rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta, gnss_beta=gnss_beta,
-                             conversion=conversion, release_order=release_order,
-                             release_cost=release_cost, noise=noise)
-    rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
+    labels_digest = rundir.file_digest(inputs[1])
     json_path = os.path.join(workdir, PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, PRIVACY_PLOT) if plot_path is None else plot_path
     release_path = os.path.join(workdir, RELEASE_JSON) if release_path is None else release_path
-    _write(rep, json_path, plot_path, release_path, config)
+    check_not_released([os.path.join(workdir, RELEASE_JSON), release_path], labels_digest)
+    votes = votes_mod.load_votes(inputs[0])
+    delta, moments, conversion = settings["delta"], settings["moments"], settings["conversion"]
+    rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=settings["beta"],
+                             gnss_beta=settings["gnss_beta"], conversion=conversion,
+                             release_order=settings["release_order"],
+                             release_cost=settings["release_cost"], noise=noise)
+    rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
+    _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest)
     echo(report_mod.render_table(rep))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
 
 
-def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float, moments: int = 8,
-                  beta: float | None = None, conversion: str = "classic",
-                  release_order: float | None = None, release_cost: float = 0.2,
+def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float | None = None,
+                  moments: int | None = None, beta: float | None = None, conversion: str | None = None,
+                  release_order: float | None = None, release_cost: float | None = None,
                   queries: int | None = None, indices_path=None, input_is_labels: bool = False,
                   num_classes: int | None = None, seed: int | None = None, json_path=None,
                   plot_path=None, release_path=None, echo=print) -> report_mod.PrivacyReport:
@@ -223,7 +295,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float, 
       mechanism: the aggregator that answered (a validated `analysis.mechanisms` record).
       queries, indices_path: which rows were answered (`analysis.votes.select_queries`).
       delta, moments, beta, conversion, release_order, release_cost, seed: as in
-        `analyze_workdir`.
+        `analyze_workdir` (None: δ 1e-5, 8 moments, classic, release cost 0.2).
       json_path, plot_path, release_path: the report (private), its plot (private) and
         the publishable values; None writes none.
 
@@ -235,6 +307,10 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float, 
     from analysis.noise import RELEASE_STREAM, NoiseSource
 
     noise = NoiseSource(seed, RELEASE_STREAM)
+    delta = _DEFAULTS["delta"] if delta is None else delta
+    moments = _DEFAULTS["moments"] if moments is None else moments
+    conversion = _DEFAULTS["conversion"] if conversion is None else conversion
+    release_cost = _DEFAULTS["release_cost"] if release_cost is None else release_cost
     check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path},
                   [votes_path, indices_path])
     votes = votes_mod.load_votes(votes_path, input_is_labels=input_is_labels, num_classes=num_classes)
@@ -268,11 +344,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float, 
 
 def analyze(config, workdir, *, seed: int | None = None, echo=print) -> report_mod.PrivacyReport:
     """`pate analyze` of a run directory with the run config's `[privacy]` settings."""
-    p = config.privacy
-    return analyze_workdir(workdir, delta=p.delta, moments=p.moments, beta=p.lnmax_beta,
-                           gnss_beta=p.gnss_beta or None, seed=seed,
-                           conversion=p.conversion, release_order=p.release_order or None,
-                           release_cost=p.release_cost, echo=echo, config=config)
+    return analyze_workdir(workdir, seed=seed, echo=echo, config=config)
 
 
 # `pate.analyze(...)` calls `analyze` (the package's entry point) while `pate.analyze` stays this module.

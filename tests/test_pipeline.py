@@ -89,7 +89,6 @@ def test_rerun_skips_every_step(finished):
 
 @pytest.mark.parametrize("setting, expected", [
     ("student.steps=30", ["student"]),
-    ("privacy.lnmax_beta=0.1", ["analyze"]),
     ("aggregation.gamma=0.4", ["analyze", "label", "student"]),
 ])
 def test_changed_config_reruns_affected_steps(finished, setting, expected):
@@ -104,6 +103,25 @@ def test_changed_config_reruns_affected_steps(finished, setting, expected):
     assert ran_steps(again, stamps(finished)) == []
 
 
+def test_changed_privacy_does_not_release_the_same_labels_twice(finished):
+    """A changed [privacy] section would draw a second sanitised eps of the same votes: an
+    attacker averaging the two removes the noise while each headline counts one draw. The
+    run refuses, says why and what to do, and the published release.json stays as it was."""
+    released = (finished / "release.json").read_bytes()
+    before = stamps(finished)
+    result = pate_run(finished, "--set", "privacy.lnmax_beta=0.1")
+    assert result.exit_code == 1
+    assert "config changed in [privacy]" in result.output
+    assert "already publishes the sanitised eps of these labels" in result.output
+    assert "label again in a new run directory" in result.output
+    assert (finished / "release.json").read_bytes() == released
+    assert ran_steps(before, stamps(finished)) == []
+    # The same from `pate analyze`, even with other release settings.
+    result = invoke("analyze", "--workdir", finished, "--beta", "0.2")
+    assert result.exit_code == 1 and "already publishes" in result.output
+    assert (finished / "release.json").read_bytes() == released
+
+
 def test_relabelled_by_hand_reruns_student_and_analysis(finished):
     assert invoke("label", "--workdir", finished, "--overwrite", "--seed", 5).exit_code == 0
     before = stamps(finished)
@@ -115,7 +133,8 @@ def test_relabelled_by_hand_reruns_student_and_analysis(finished):
 def test_steps_run_by_hand_are_recognised(finished):
     """Without pipeline.json the artifacts' own config hashes identify them."""
     os.unlink(finished / rundir.PIPELINE_JSON)
-    os.unlink(finished / rundir.PRIVACY_JSON)  # analyze must run again
+    os.unlink(finished / rundir.PRIVACY_JSON)  # analyze must run again (and may: its
+    os.unlink(finished / rundir.RELEASE_JSON)  # release is withdrawn, else it is final)
     before = stamps(finished)
     result = pate_run(finished)
     assert result.exit_code == 0, result.output
