@@ -164,7 +164,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
       PateError: no teachers; labels exist and not `overwrite`; bad parameters.
     """
     from pate.data import load_dataset, split
-    from pate.teachers import load_teachers, predict_votes
+    from pate.teachers import load_teachers
+    from pate.voting import plurality_accuracy, predict_votes
 
     run = rundir.RunDir(workdir)
     present = [a for a in rundir.LABEL_ARTIFACTS if run.exists(a)]
@@ -208,7 +209,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     result = LabelResult(
         mechanism=agg.mechanism, num_queries=int(queried.size), num_answered=int(answered.sum()),
         label_accuracy=float(np.mean(released[answered] == truth[answered])) if answered.any() else float("nan"),
-        plurality_accuracy=float(np.mean(np.argmax(votes[queried], axis=1) == truth)),
+        plurality_accuracy=plurality_accuracy(votes[queried], truth),
         params=params)
     labels = {"indices": queried.astype(np.int64), "labels": released.astype(np.int32),
               "mechanism": np.array(agg.mechanism)}
