@@ -19,6 +19,7 @@ import numpy as np
 
 from analysis import mechanisms
 from analysis import report as report_mod
+from analysis.report_io import render_table, write_outputs
 from analysis.lnmax import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
@@ -73,8 +74,8 @@ def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
 def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None) -> None:
     """Writes the report with the `meta` every JSON artifact carries (config hash when
     made from a config, package version, time)."""
-    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path,
-                             extra={"meta": rundir.metadata(config)})
+    write_outputs(rep, json_path, plot_path, release_path=release_path,
+                  extra={"meta": rundir.metadata(config)})
 
 
 def read_labels(path: str) -> dict:
@@ -203,7 +204,7 @@ def analyze_workdir(workdir, *, delta: float, moments: int = 8, beta: float | No
     plot_path = os.path.join(workdir, PRIVACY_PLOT) if plot_path is None else plot_path
     release_path = os.path.join(workdir, RELEASE_JSON) if release_path is None else release_path
     _write(rep, json_path, plot_path, release_path, config)
-    echo(report_mod.render_table(rep))
+    echo(render_table(rep))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
 
@@ -259,7 +260,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float, 
         mechanism.name, answered.shape[0], delta, gamma=params.get("gamma"), sigma=params.get("sigma"),
         sigma_threshold=params.get("sigma_threshold"), moments=range(1, moments + 1)))
     _write(rep, json_path, plot_path, release_path)
-    echo(report_mod.render_table(rep))
+    echo(render_table(rep))
     for path in (release_path, json_path, plot_path):
         if path:
             echo(f"wrote {path}")

@@ -217,14 +217,14 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
 
     # The brief report is computed before anything is written: a release the analysis
     # cannot account for is never written (drawing noise that is never published costs nothing).
-    from analysis import report as report_mod
+    from analysis.report_io import render_table
     from pate.analyze import report_for_release
 
     # Everything that can fail is computed before the first byte is written.
     p = config.privacy
     brief = report_for_release(votes, labels, delta=p.delta, moments=p.moments,
                                conversion=p.conversion, sanitize=False)
-    table = report_mod.render_table(brief)
+    table = render_table(brief)
 
     # Votes, labels and config.toml are swapped in together once all three are written.
     staging = rundir.Staging(run, "label", rundir.LABEL_ARTIFACTS)
@@ -326,6 +326,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
 
     from analysis import report as report_mod
     from analysis import votes as votes_mod
+    from analysis.report_io import render_table
     from pate.analyze import data_independent_comparison, report_for_release
 
     if num_classes is None or int(num_classes) < 2:
@@ -387,7 +388,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     result = VotesRelease(mechanism, dict(params), selected, released,
                           None if plan is None else plan.eps)
     echo(result.summary())
-    echo(report_mod.render_table(brief))
+    echo(render_table(brief))
     echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze --workdir` gives the sanitised eps")
     return result

@@ -62,11 +62,11 @@ def _version() -> str:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Writes `data` to `path` atomically (`analysis.report.write_atomic`: temp file in the
+    """Writes `data` to `path` atomically (`analysis.report_io.write_atomic`: temp file in the
     same directory, flushed, synced, renamed), creating the directory first. Files named
     in `PRIVATE_ARTIFACTS` are owner-only (0600); others get the usual umask mode.
     """
-    from analysis.report import write_atomic
+    from analysis.report_io import write_atomic
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +100,7 @@ def write_json(path: str | Path, payload: Mapping[str, Any], config: Config | No
 
     numpy arrays and scalars become lists and numbers; NaN and infinities become null.
     """
-    from analysis.report import jsonable
+    from analysis.report_io import jsonable
 
     doc = {_META_KEY: metadata(config), **jsonable(payload)}
     atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
