@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from analysis import lnmax
+from analysis import lnmax, lnmax_release
 from analysis.errors import PateError
 from analysis.report_io import (  # noqa: F401 - the outputs' old home: re-exported
     json_bytes, jsonable, plot_bytes, release_bytes, release_json, render_table, to_json, write_atomic,
@@ -72,7 +72,8 @@ class PrivacyReport:
 
 
 def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS,
-                 beta: float = lnmax.DEFAULT_BETA, noise=None, grid: float = lnmax.RELEASE_GRID) -> PrivacyReport:
+                 beta: float = lnmax_release.DEFAULT_BETA, noise=None,
+                 grid: float = lnmax_release.RELEASE_GRID) -> PrivacyReport:
     """The PATE 2017 report for LNMax answers to every row of ``votes``.
 
     The headline ``eps`` is the total guarantee of everything released — the labels and
@@ -99,7 +100,7 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
     if not math.isfinite(independent.eps):
         raise PateError(f"the data-independent eps of {n} LNMax answers at --gamma {gamma:g} is not "
                         "finite; lower --gamma")
-    released = lnmax.sanitized_eps(votes, gamma, delta, beta, moments, noise=noise, grid=grid)
+    released = lnmax_release.sanitized_eps(votes, gamma, delta, beta, moments, noise=noise, grid=grid)
     dependent = released.data_dependent
     di_curve, dd_curve = lnmax.cumulative_eps(votes, gamma, delta, moments)
     routes = {"data-independent": independent.eps + released.eps_release,
@@ -197,14 +198,14 @@ def data_independent_with_release(mechanism: str, independent, delta: float, *, 
     is counted too: ``(eps, delta_total, how)``.
 
     LNMax: the labels' (ε, δ) plus the smooth-sensitivity release's (ε_r, δ) at the
-    default β (``analysis.lnmax.DEFAULT_BETA``, or ``beta``). GNMax / Confident-GNMax: the labels' data-independent RDP
+    default β (``analysis.lnmax_release.DEFAULT_BETA``, or ``beta``). GNMax / Confident-GNMax: the labels' data-independent RDP
     curve composed with the GNSS release at its default order (the data-independent
     optimum, or ``release_order``), β = 0.1/order and ``release_cost`` of RDP there
     (:func:`gnss_headline_independent`). Public: no vote enters.
     """
     if mechanism == "lnmax":
-        beta = lnmax.DEFAULT_BETA if beta is None else beta
-        cost = lnmax.release_eps_cost(beta, delta)
+        beta = lnmax_release.DEFAULT_BETA if beta is None else beta
+        cost = lnmax_release.release_eps_cost(beta, delta)
         return independent.eps + cost, 2 * delta, f"smooth-sensitivity release, beta {beta:g}, +eps {cost:.4f}"
     order = float(independent.order if release_order is None else release_order)
     beta, sigma_ss = gnss_parameters(order, beta, release_cost)

@@ -20,7 +20,7 @@ import numpy as np
 from analysis import mechanisms
 from analysis import report as report_mod
 from analysis.report_io import render_table, write_outputs
-from analysis.lnmax import DEFAULT_BETA as DEFAULT_LNMAX_BETA
+from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
 from pate import rundir
@@ -109,7 +109,7 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     so nothing is spent on one) — what `pate label` prints. ``noise``: an
     ``analysis.noise.NoiseSource`` for the sanitised release (OS entropy when None).
     ``beta`` is the smoothness of whichever release the mechanism makes (LNMax default
-    ``analysis.lnmax.DEFAULT_BETA``; GNSS default 0.1 / order); ``gnss_beta``, when given,
+    ``analysis.lnmax_release.DEFAULT_BETA``; GNSS default 0.1 / order); ``gnss_beta``, when given,
     is GNMax's alone (a config holds one β per mechanism).
     """
     indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=LABELS_FILE)
