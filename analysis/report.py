@@ -1,5 +1,6 @@
 """The ε report: data-independent, data-dependent and sanitised ε, each marked public or
-private, as a terminal table, a JSON document and a plot.
+private, with the headline ε of everything released. Its table, JSON documents and plot
+are `analysis.report_io`'s (re-exported here).
 
 What may be published: the data-independent ε, the sanitised ε and the parameters of
 its release. The raw data-dependent ε, its best order, the smooth sensitivity and the
@@ -9,16 +10,15 @@ noise scale all depend on the private votes and are marked private.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-import tempfile
-from collections.abc import Mapping
 
 import numpy as np
 
-from analysis import lnmax
+from analysis import lnmax, lnmax_release
 from analysis.errors import PateError
+from analysis.report_io import (  # noqa: F401 - the outputs' old home: re-exported
+    json_bytes, jsonable, plot_bytes, release_bytes, release_json, render_table, to_json, write_atomic,
+    write_outputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +72,8 @@ class PrivacyReport:
 
 
 def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS,
-                 beta: float = lnmax.DEFAULT_BETA, noise=None, grid: float = lnmax.RELEASE_GRID) -> PrivacyReport:
+                 beta: float = lnmax_release.DEFAULT_BETA, noise=None,
+                 grid: float = lnmax_release.RELEASE_GRID) -> PrivacyReport:
     """The PATE 2017 report for LNMax answers to every row of ``votes``.
 
     The headline ``eps`` is the total guarantee of everything released — the labels and
@@ -99,7 +100,7 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
     if not math.isfinite(independent.eps):
         raise PateError(f"the data-independent eps of {n} LNMax answers at --gamma {gamma:g} is not "
                         "finite; lower --gamma")
-    released = lnmax.sanitized_eps(votes, gamma, delta, beta, moments, noise=noise, grid=grid)
+    released = lnmax_release.sanitized_eps(votes, gamma, delta, beta, moments, noise=noise, grid=grid)
     dependent = released.data_dependent
     di_curve, dd_curve = lnmax.cumulative_eps(votes, gamma, delta, moments)
     routes = {"data-independent": independent.eps + released.eps_release,
@@ -197,14 +198,14 @@ def data_independent_with_release(mechanism: str, independent, delta: float, *, 
     is counted too: ``(eps, delta_total, how)``.
 
     LNMax: the labels' (ε, δ) plus the smooth-sensitivity release's (ε_r, δ) at the
-    default β (``analysis.lnmax.DEFAULT_BETA``, or ``beta``). GNMax / Confident-GNMax: the labels' data-independent RDP
+    default β (``analysis.lnmax_release.DEFAULT_BETA``, or ``beta``). GNMax / Confident-GNMax: the labels' data-independent RDP
     curve composed with the GNSS release at its default order (the data-independent
     optimum, or ``release_order``), β = 0.1/order and ``release_cost`` of RDP there
     (:func:`gnss_headline_independent`). Public: no vote enters.
     """
     if mechanism == "lnmax":
-        beta = lnmax.DEFAULT_BETA if beta is None else beta
-        cost = lnmax.release_eps_cost(beta, delta)
+        beta = lnmax_release.DEFAULT_BETA if beta is None else beta
+        cost = lnmax_release.release_eps_cost(beta, delta)
         return independent.eps + cost, 2 * delta, f"smooth-sensitivity release, beta {beta:g}, +eps {cost:.4f}"
     order = float(independent.order if release_order is None else release_order)
     beta, sigma_ss = gnss_parameters(order, beta, release_cost)
@@ -444,196 +445,3 @@ def extend(report: PrivacyReport, items) -> PrivacyReport:
                      f"at delta {delta_total:g}; data-independent route ({how}), release included")
                 if item.key == "eps" else item for item in report.items))
     return report
-
-
-# --------------------------------------------------------------------------- output
-
-
-def _format(value) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, np.integer)):
-        return f"{int(value):,}"
-    value = float(value)
-    if value == 0:
-        return "0"
-    if abs(value) >= 1e4 or abs(value) < 1e-3:
-        return f"{value:.3e}"
-    return f"{value:.4g}" if abs(value) < 1 else f"{value:.3f}"
-
-
-def render_table(report: PrivacyReport) -> str:
-    """The report as a plain-text table with a 'publish?' column, then its warnings."""
-    rows = [(item.label, _format(item.value), "yes" if item.public else "NO (private)", item.note)
-            for item in report.items]
-    header = ("quantity", "value", "publish?", "")
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(3)]
-    lines = [f"Privacy report — {report.mechanism}"]
-    lines.append("  ".join(h.ljust(w) for h, w in zip(header[:3], widths)).rstrip())
-    lines.append("  ".join("-" * w for w in widths))
-    for row in rows:
-        text = "  ".join(c.ljust(w) for c, w in zip(row[:3], widths))
-        lines.append((text + ("  " + row[3] if row[3] else "")).rstrip())
-    if any(item.key == "eps" for item in report.items):
-        lines.append("Publish the HEADLINE eps (it counts everything released) and only the rows "
-                     "marked 'yes'; the others depend on the private votes.")
-    else:
-        lines.append("Publish only the rows marked 'yes'; the others depend on the private votes.")
-    for warning in report.warnings:
-        lines.append(f"warning: {warning}")
-    for warning in report.private_warnings:
-        lines.append(f"warning (private, do not publish): {warning}")
-    return "\n".join(lines)
-
-
-def jsonable(obj):
-    """`obj` as plain JSON values: mappings and sequences recursively, numpy arrays as
-    lists, numpy scalars as Python numbers, and NaN / ±inf as null (JSON has no such
-    numbers; a reader gets a number or null). Every JSON file of the project goes through
-    it (``pate.rundir.write_json`` too)."""
-    if isinstance(obj, Mapping):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return jsonable(obj.tolist())
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-
-
-def to_json(report: PrivacyReport, extra: dict | None = None) -> dict:
-    """The whole report (``privacy.json``, private): ``public`` and ``private`` sections.
-
-    Every value sits in exactly one of the two. Warnings that mention private values sit
-    under ``private``. Publish :func:`release_json` instead of this document.
-    """
-    doc = {
-        "mechanism": report.mechanism,
-        "public": {i.key: jsonable(i.value) for i in report.items if i.public},
-        "private": {i.key: jsonable(i.value) for i in report.items if not i.public},
-        "notes": "PRIVATE document: values under 'private' depend on the private votes. "
-                 "Publish release.json, not this file.",
-        "warnings": list(report.warnings),
-    }
-    doc["private"]["warnings"] = list(report.private_warnings)
-    if extra:
-        doc.update(jsonable(extra))
-    return doc
-
-
-def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
-    """``release.json``: only publishable values, safe to publish as a whole.
-
-    The headline ``eps`` at ``delta`` is the total guarantee of everything released (the
-    labels and the sanitised ε, the release's own cost included); the other numbers are
-    the mechanism's public parameters and the pieces the headline is made of.
-    """
-    public = {i.key: jsonable(i.value) for i in report.items if i.public}
-    if "eps" not in public:
-        raise PateError("this report has no headline eps (it was built without a sanitised release)")
-    doc = {
-        "mechanism": report.mechanism,
-        "eps": public.pop("eps"),
-        "delta": public.pop("delta_total"),
-        "details": public,
-        "notes": "Everything here may be published. 'eps' at 'delta' is the guarantee of "
-                 "everything released: the labels and the sanitised eps, its own cost included.",
-        "warnings": list(report.warnings),
-    }
-    if extra:
-        doc.update(jsonable(extra))
-    return doc
-
-
-def write_atomic(path: str | os.PathLike, data: bytes, private: bool = False) -> None:
-    """Writes ``data`` to ``path`` through a synced temp file in the same folder and a
-    rename, so ``path`` holds its old content or all of ``data``, never a part.
-    ``private`` files are owner-only (0600); others get the mode a plain open() would.
-    The one atomic writer of the project (``pate.rundir`` writes through it)."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise PateError(f"cannot write {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if not private:
-                mask = os.umask(0)
-                os.umask(mask)
-                os.fchmod(fh.fileno(), 0o666 & ~mask)  # mkstemp makes 0600
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def json_bytes(report: PrivacyReport, extra: dict | None = None) -> bytes:
-    return (json.dumps(to_json(report, extra), indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
-
-
-def release_bytes(report: PrivacyReport, extra: dict | None = None) -> bytes:
-    return (json.dumps(release_json(report, extra), indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
-
-
-def plot_bytes(report: PrivacyReport) -> bytes:
-    """PNG of cumulative ε against queries (data-independent and -dependent) and the
-    headline ε. The data-dependent curve is private, so the plot is too."""
-    if report.curve_queries is None:
-        raise PateError("this report has no per-query curve to plot")
-    import io
-
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
-    try:
-        ax.plot(report.curve_queries, report.curve_independent, label="data-independent (public)")
-        ax.plot(report.curve_queries, report.curve_dependent,
-                label="data-dependent (PRIVATE: do not publish)")
-        keys = {item.key for item in report.items}
-        if "eps" in keys:
-            ax.axhline(report.value("eps"), color="k", linestyle="--", linewidth=1,
-                       label=f"headline eps {report.value('eps'):.3g} (everything released)")
-        ax.set_xlabel(report.curve_label)
-        ax.set_ylabel("ε")
-        delta = report.value("delta")
-        ax.set_title(f"{report.mechanism}: cumulative ε at δ = {delta:g}")
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-    finally:
-        plt.close(fig)
-    return buf.getvalue()
-
-
-def write_outputs(report: PrivacyReport, json_path=None, plot_path=None,
-                  extra: dict | None = None, release_path=None) -> None:
-    """Renders every requested output first, then writes each atomically, so a failure
-    leaves no half-written file. ``json_path`` (the whole report) and ``plot_path`` are
-    private and written owner-only; ``release_path`` gets :func:`release_json`."""
-    blobs = []
-    if json_path is not None:
-        blobs.append((json_path, json_bytes(report, extra), True))
-    if plot_path is not None:
-        blobs.append((plot_path, plot_bytes(report), True))
-    if release_path is not None:
-        blobs.append((release_path, release_bytes(report, extra), False))
-    for path, _, _ in blobs:
-        folder = os.path.dirname(os.path.abspath(os.fspath(path)))
-        if not os.path.isdir(folder):
-            raise PateError(f"cannot write {path}: folder {folder} does not exist; create it first")
-    for path, data, private in blobs:
-        write_atomic(path, data, private=private)

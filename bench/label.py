@@ -35,7 +35,7 @@ def main() -> None:
 
     import jax
 
-    from pate import aggregation, teachers
+    from pate import aggregation, teachers, voting
     from pate.placement import Placement
     from pate.config import load_config
     from pate.models import make_model
@@ -50,9 +50,9 @@ def main() -> None:
 
     rows = []
     for bs in [int(b) for b in args.batch_sizes.split(",")]:
-        teachers.predict_votes(params, model, images[:bs], num_classes, batch_size=bs, placement=placement)
+        voting.predict_votes(params, model, images[:bs], num_classes, batch_size=bs, placement=placement)
         start = time.perf_counter()
-        votes = teachers.predict_votes(params, model, images, num_classes, batch_size=bs, placement=placement)
+        votes = voting.predict_votes(params, model, images, num_classes, batch_size=bs, placement=placement)
         seconds = time.perf_counter() - start
         assert votes.shape == (args.pool, num_classes) and np.all(votes.sum(axis=1) == args.teachers)
         rows.append({"batch_size": bs, "seconds": round(seconds, 3),

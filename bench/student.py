@@ -85,7 +85,8 @@ def main() -> None:
     splits = split(load_dataset(config.data), config.data.public_size)
     votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
     if need and (votes is None or votes.shape[0] < need):
-        from pate.teachers import load_teachers, predict_votes
+        from pate.teachers import load_teachers
+        from pate.voting import predict_votes
 
         teachers = load_teachers(run.path)
         votes = predict_votes(teachers.params, teachers.model, splits.pool_x[:need], teachers.num_classes,

@@ -19,7 +19,8 @@ import numpy as np
 
 from analysis import mechanisms
 from analysis import report as report_mod
-from analysis.lnmax import DEFAULT_BETA as DEFAULT_LNMAX_BETA
+from analysis.report_io import render_table, write_outputs
+from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
 from pate import rundir
@@ -78,7 +79,7 @@ def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, co
     meta = rundir.metadata(config)
     if labels_sha256 is not None:
         meta["labels_sha256"] = labels_sha256
-    report_mod.write_outputs(rep, json_path, plot_path, release_path=release_path, extra={"meta": meta})
+    write_outputs(rep, json_path, plot_path, release_path=release_path, extra={"meta": meta})
 
 
 def read_labels(path: str) -> dict:
@@ -112,7 +113,7 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     so nothing is spent on one) — what `pate label` prints. ``noise``: an
     ``analysis.noise.NoiseSource`` for the sanitised release (OS entropy when None).
     ``beta`` is the smoothness of whichever release the mechanism makes (LNMax default
-    ``analysis.lnmax.DEFAULT_BETA``; GNSS default 0.1 / order); ``gnss_beta``, when given,
+    ``analysis.lnmax_release.DEFAULT_BETA``; GNSS default 0.1 / order); ``gnss_beta``, when given,
     is GNMax's alone (a config holds one β per mechanism).
     """
     indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=LABELS_FILE)
@@ -275,7 +276,7 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
                              release_cost=settings["release_cost"], noise=noise)
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
     _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest)
-    echo(report_mod.render_table(rep))
+    echo(render_table(rep))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
 
@@ -335,7 +336,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
         mechanism.name, answered.shape[0], delta, gamma=params.get("gamma"), sigma=params.get("sigma"),
         sigma_threshold=params.get("sigma_threshold"), moments=range(1, moments + 1)))
     _write(rep, json_path, plot_path, release_path)
-    echo(report_mod.render_table(rep))
+    echo(render_table(rep))
     for path in (release_path, json_path, plot_path):
         if path:
             echo(f"wrote {path}")

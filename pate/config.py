@@ -192,7 +192,7 @@ class PrivacyConfig:
 
     delta: float = 1e-5
     moments: int = 8
-    lnmax_beta: float = 0.09  # = analysis.lnmax.DEFAULT_BETA (checked by a test)
+    lnmax_beta: float = 0.09  # = analysis.lnmax_release.DEFAULT_BETA (checked by a test)
     gnss_beta: float = 0.0  # 0: beta = 0.1 / release order (analysis.gnss.BETA_TIMES_ORDER)
     conversion: Literal["classic", "improved"] = "classic"
     release_order: float = 0.0

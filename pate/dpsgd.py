@@ -251,13 +251,7 @@ def _check_run(config: Config, run: rundir.RunDir, overwrite: bool) -> None:
         raise PateError(f"{run.path} already holds {rundir.DPSGD_JSON}; pass --overwrite to train "
                         "the DP-SGD model again")
     if run.exists(rundir.CONFIG_TOML):
-        stored = config_to_dict(run.read_config())["data"]
-        wanted = config_to_dict(config)["data"]
-        diff = [k for k in wanted if stored[k] != wanted[k]]
-        if diff:
-            raise PateError(f"{run.path} holds a run on data set {stored['name']!r} with another [data] "
-                            f"section ({', '.join('data.' + k for k in diff)} differ); use that run's "
-                            "config or another --workdir")
+        run.check_same_data(config)
 
 
 def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,

@@ -164,7 +164,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
       PateError: no teachers; labels exist and not `overwrite`; bad parameters.
     """
     from pate.data import load_dataset, split
-    from pate.teachers import load_teachers, predict_votes
+    from pate.teachers import load_teachers
+    from pate.voting import plurality_accuracy, predict_votes
 
     run = rundir.RunDir(workdir)
     present = [a for a in rundir.LABEL_ARTIFACTS if run.exists(a)]
@@ -208,7 +209,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     result = LabelResult(
         mechanism=agg.mechanism, num_queries=int(queried.size), num_answered=int(answered.sum()),
         label_accuracy=float(np.mean(released[answered] == truth[answered])) if answered.any() else float("nan"),
-        plurality_accuracy=float(np.mean(np.argmax(votes[queried], axis=1) == truth)),
+        plurality_accuracy=plurality_accuracy(votes[queried], truth),
         params=params)
     labels = {"indices": queried.astype(np.int64), "labels": released.astype(np.int32),
               "mechanism": np.array(agg.mechanism)}
@@ -216,14 +217,14 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
 
     # The brief report is computed before anything is written: a release the analysis
     # cannot account for is never written (drawing noise that is never published costs nothing).
-    from analysis import report as report_mod
+    from analysis.report_io import render_table
     from pate.analyze import report_for_release
 
     # Everything that can fail is computed before the first byte is written.
     p = config.privacy
     brief = report_for_release(votes, labels, delta=p.delta, moments=p.moments,
                                conversion=p.conversion, sanitize=False)
-    table = report_mod.render_table(brief)
+    table = render_table(brief)
 
     # Votes, labels and config.toml are swapped in together once all three are written.
     staging = rundir.Staging(run, "label", rundir.LABEL_ARTIFACTS)
@@ -325,6 +326,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
 
     from analysis import report as report_mod
     from analysis import votes as votes_mod
+    from analysis.report_io import render_table
     from pate.analyze import data_independent_comparison, report_for_release
 
     if num_classes is None or int(num_classes) < 2:
@@ -386,7 +388,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     result = VotesRelease(mechanism, dict(params), selected, released,
                           None if plan is None else plan.eps)
     echo(result.summary())
-    echo(report_mod.render_table(brief))
+    echo(render_table(brief))
     echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze --workdir` gives the sanitised eps")
     return result

@@ -310,17 +310,6 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
     return None
 
 
-def _check_dataset(run: rundir.RunDir, stored: Config | None, config: Config) -> None:
-    if stored is None:
-        return
-    a, b = config_to_dict(stored)["data"], config_to_dict(config)["data"]
-    diff = [f"data.{k}" for k in b if a[k] != b[k]]
-    if diff:
-        raise PateError(f"{run.path} holds a run on data set {a['name']!r} with another [data] section "
-                        f"({', '.join(diff)} differ); use another --workdir, or --overwrite to replace "
-                        "the whole run")
-
-
 def _released(run: rundir.RunDir) -> tuple[int, int, str]:
     """Queries, answered queries and mechanism of the run's labels.npz."""
     release = rundir.read_npz(run / rundir.LABELS_NPZ, required=("indices", "labels"))
@@ -369,8 +358,9 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
     if run_dir.exists(rundir.CONFIG_TOML) and stored is None and not overwrite:
         raise PateError(f"{run_dir / rundir.CONFIG_TOML} is not a readable config; use another "
                         "--workdir, or --overwrite to replace the run")
-    if not overwrite:
-        _check_dataset(run_dir, stored, config)
+    if not overwrite and stored is not None:
+        run_dir.check_same_data(config, stored,
+                                remedy="use another --workdir, or --overwrite to replace the whole run")
     manifest = _Manifest(run_dir)
     records: list[StepRecord] = []
     ran: set[str] = set()

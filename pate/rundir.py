@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from analysis.errors import PateError
-from pate.config import Config, config_diff, config_hash, config_to_toml, load_config
+from pate.config import Config, config_diff, config_hash, config_to_dict, config_to_toml, load_config
 
 CONFIG_TOML = "config.toml"
 TEACHERS_DIR = "teachers"
@@ -62,11 +62,11 @@ def _version() -> str:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Writes `data` to `path` atomically (`analysis.report.write_atomic`: temp file in the
+    """Writes `data` to `path` atomically (`analysis.report_io.write_atomic`: temp file in the
     same directory, flushed, synced, renamed), creating the directory first. Files named
     in `PRIVATE_ARTIFACTS` are owner-only (0600); others get the usual umask mode.
     """
-    from analysis.report import write_atomic
+    from analysis.report_io import write_atomic
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +100,7 @@ def write_json(path: str | Path, payload: Mapping[str, Any], config: Config | No
 
     numpy arrays and scalars become lists and numbers; NaN and infinities become null.
     """
-    from analysis.report import jsonable
+    from analysis.report_io import jsonable
 
     doc = {_META_KEY: metadata(config), **jsonable(payload)}
     atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
@@ -256,6 +256,21 @@ class RunDir:
         if diff:
             raise PateError(f"cannot resume: {self.path / CONFIG_TOML} differs from this config "
                             f"in {', '.join(diff)}; use the same config or --overwrite")
+
+    def check_same_data(self, config: Config, stored: Config | None = None, *,
+                        held: str = "holds a run on data set {name!r} with another",
+                        remedy: str = "use that run's config or another --workdir") -> None:
+        """Raises PateError when `config`'s ``[data]`` differs from the run's (`stored`, by
+        default this directory's `config.toml`): what the run holds (teachers, labels)
+        belongs to another data set or another pool. The message is ``PATH {held} [data]
+        section (data.KEY, ... differ); {remedy}``, ``{name}`` in `held` being the run's
+        data set."""
+        stored = self.read_config() if stored is None else stored
+        a, b = config_to_dict(stored)["data"], config_to_dict(config)["data"]
+        diff = [f"data.{k}" for k in b if a[k] != b[k]]
+        if diff:
+            raise PateError(f"{self.path} {held.format(name=a['name'])} [data] section "
+                            f"({', '.join(diff)} differ); {remedy}")
 
 
 # --------------------------------------------------------------------------- one process per run

@@ -334,13 +334,7 @@ def check_data(config: Config, workdir: str | Path) -> None:
     if not run.exists(rundir.CONFIG_TOML):
         raise PateError(f"{run.path} is not a run directory (no {rundir.CONFIG_TOML}); run "
                         "`pate train-teachers` and `pate label` first")
-    stored = config_to_dict(run.read_config())["data"]
-    wanted = config_to_dict(config)["data"]
-    diff = [k for k in wanted if stored[k] != wanted[k]]
-    if diff:
-        raise PateError(f"{run.path} was labelled on data set {stored['name']!r} with a different "
-                        f"[data] section ({', '.join('data.' + k for k in diff)} differ); use that "
-                        "run's config or another --workdir")
+    run.check_same_data(config, held="was labelled on data set {name!r} with a different")
 
 
 def train_student(config: Config, workdir: str | Path, *, overwrite: bool = False,

@@ -1,6 +1,7 @@
 """The teacher ensemble: all teachers as one stacked pytree, trained by one jitted step
 vmapped over the teacher axis (sharded over a ("teacher",) mesh when there are several
-devices), checkpointed with orbax, evaluated, and queried for vote histograms.
+devices), checkpointed with orbax and evaluated; `load_teachers` reads a trained ensemble back.
+Its predictions and vote histograms are `pate.voting`'s (re-exported here).
 
 Randomness is explicit: teacher t is initialised from `fold_in(init_key, t)` and
 shuffles and augments its shard in epoch e from `fold_in(fold_in(train_key, t), e)`,
@@ -31,8 +32,10 @@ from pate import augment, checkpoints, rundir
 from pate.config import Config, TeachersConfig
 from pate.data import Partition, load_dataset, partition, split
 from pate.models import conv_impl, make_model
-from pate.placement import Placement, placed, to_host, unpad
+from pate.placement import Placement, teacher_chunk, to_host, unpad
 from pate.progress import Progress
+from pate.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
+from pate.voting import predict_votes as predict_votes  # re-exported: its old home
 
 Params = Any
 _INIT_STREAM, _TRAIN_STREAM = 0, 1
@@ -78,24 +81,6 @@ def init_teachers(model, tx: optax.GradientTransformation, image_shape: Sequence
 
     init = jax.jit(jax.vmap(one), out_shardings=placement.sharding)
     return init(placement.teacher_ids() if teacher_ids is None else teacher_ids)
-
-
-#: Teachers run together on CPU when `teacher_chunk = 0` (automatic). Measured on this
-#: project's 2-vCPU machine (about one core of throughput) with the default
-#: Fashion-MNIST job: training ran about 12.5K examples/s one, two or four teachers at a
-#: time, 11.2K ten at a time and 7.0K with all 250 at once (whose activations overflow
-#: the caches); prediction was fastest one teacher at a time. A machine with many
-#: cores may prefer larger chunks (bigger ops parallelise): set `teacher_chunk`.
-CPU_TEACHER_CHUNK = 1
-
-
-def teacher_chunk(cfg: TeachersConfig | int, platform: str) -> int:
-    """How many teachers run together: `cfg.teacher_chunk` (or an int), or for 0,
-    `CPU_TEACHER_CHUNK` on CPU and all of them (0) on accelerators."""
-    requested = cfg if isinstance(cfg, int) else cfg.teacher_chunk
-    if requested:
-        return requested
-    return CPU_TEACHER_CHUNK if platform == "cpu" else 0
 
 
 def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
@@ -157,123 +142,6 @@ def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
                                  in_specs=(spec,) * 5 + (jax.sharding.PartitionSpec(),),
                                  out_specs=spec)
     return jax.jit(epoch_fn, donate_argnums=(0, 1))
-
-
-# --------------------------------------------------------------------------- prediction
-
-
-_PREDICT_FNS: dict = {}
-
-
-def _predict_fn(model, num_classes: int | None, placement: Placement, chunk: int):
-    """Jitted `(params, x, mask) -> predictions (T, n)` or votes (n, C), cached.
-
-    Teachers run `chunk` at a time on each device (0: all at once); with a mesh each
-    device predicts for its own teachers and the votes are summed across devices.
-    """
-    key = (model, num_classes, placement.mesh, chunk)
-    if key in _PREDICT_FNS:
-        return _PREDICT_FNS[key]
-
-    def local(params, x, mask):
-        def one(p):
-            return jnp.argmax(model.apply(p, x), axis=-1).astype(jnp.int32)
-
-        if chunk and chunk < mask.shape[0]:
-            preds = jax.lax.map(one, params, batch_size=chunk)
-        else:
-            preds = jax.vmap(one)(params)  # (T_local, n)
-        if num_classes is None:
-            return preds
-        onehot = jax.nn.one_hot(preds, num_classes, dtype=jnp.int32)
-        votes = jnp.einsum("tnc,t->nc", onehot, mask)
-        if placement.mesh is not None:
-            votes = jax.lax.psum(votes, "teacher")  # reduce the vote across the mesh
-        return votes
-
-    fn = local
-    if placement.mesh is not None:
-        spec, rep = jax.sharding.PartitionSpec("teacher"), jax.sharding.PartitionSpec()
-        fn = jax.shard_map(local, mesh=placement.mesh, in_specs=(spec, rep, spec),
-                           out_specs=spec if num_classes is None else rep)
-    _PREDICT_FNS[key] = jax.jit(fn)
-    return _PREDICT_FNS[key]
-
-
-def _batches(images: np.ndarray, batch_size: int):
-    """Fixed-size batches (the last zero-padded) and the count of real rows in each."""
-    images = np.asarray(images, dtype=np.float32)
-    for start in range(0, images.shape[0], batch_size):
-        chunk = images[start: start + batch_size]
-        real = chunk.shape[0]
-        if real < batch_size:
-            pad = np.zeros((batch_size - real, *chunk.shape[1:]), np.float32)
-            chunk = np.concatenate([chunk, pad])
-        yield jnp.asarray(chunk), real
-
-
-def teacher_predictions(params: Params, model, images: np.ndarray, batch_size: int = 100,
-                        placement: Placement | None = None, chunk: int = 0) -> np.ndarray:
-    """Each teacher's predicted class for each image.
-
-    Args:
-      params: stacked teacher parameters, leading axis T (host or device arrays).
-      model: the flax module they belong to.
-      images: (n, H, W, C) float32.
-      batch_size: images per call (bounds memory: T * batch_size activations).
-      placement: where the teachers run; default: all devices. When given, `params`
-        must already be placed by it (padded).
-      chunk: teachers evaluated together per device (0: automatic, see `teacher_chunk`).
-
-    Returns:
-      int32 (T, n).
-    """
-    params, placement = placed(params, placement)
-    fn = _predict_fn(model, None, placement, teacher_chunk(chunk, placement.platform))
-    mask = placement.mask()
-    out = [to_host(fn(params, xb, mask))[:, :real] for xb, real in _batches(images, batch_size)]
-    preds = np.concatenate(out, axis=1) if out else np.zeros((placement.padded, 0), np.int32)
-    return preds[: placement.num_teachers]
-
-
-def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
-                  batch_size: int = 100, placement: Placement | None = None,
-                  chunk: int = 0) -> np.ndarray:
-    """The vote histogram of the ensemble on `images`: how many teachers predict each class.
-
-    Predictions are reduced over the teacher axis on the devices (across the mesh when
-    sharded), one batch of `batch_size` images at a time, so memory stays bounded by
-    `T * batch_size` activations and the host only sees counts.
-
-    Args:
-      params: stacked teacher parameters, leading axis T.
-      model: the flax module they belong to.
-      images: (n, H, W, C) float32 in [0, 1].
-      num_classes: number of classes C.
-      batch_size: images per device call.
-      placement, chunk: as in `teacher_predictions`.
-
-    Returns:
-      int32 (n, C); every row sums to T.
-    """
-    params, placement = placed(params, placement)
-    fn = _predict_fn(model, num_classes, placement, teacher_chunk(chunk, placement.platform))
-    mask = placement.mask()
-    out = [to_host(fn(params, xb, mask))[:real] for xb, real in _batches(images, batch_size)]
-    if not out:
-        return np.zeros((0, num_classes), np.int32)
-    return np.concatenate(out, axis=0).astype(np.int32)
-
-
-def votes_from_predictions(preds: np.ndarray, num_classes: int) -> np.ndarray:
-    """(T, n) class predictions → (n, C) int32 vote histogram."""
-    preds = np.asarray(preds)
-    return (preds[:, :, None] == np.arange(num_classes)).sum(axis=0).astype(np.int32)
-
-
-def plurality_accuracy(votes: np.ndarray, labels: np.ndarray) -> float:
-    """Accuracy of the plurality vote (ties go to the lowest class index)."""
-    return float(np.mean(np.argmax(votes, axis=1) == labels)) if len(labels) else float("nan")
 
 
 # --------------------------------------------------------------------------- loading

@@ -1,0 +1,211 @@
+"""The report's outputs: the terminal table, the JSON documents (``privacy.json``, whole
+and private; ``release.json``, publishable), the plot, and the one atomic writer every
+file of the project goes through. Reads a ``PrivacyReport`` (``analysis.report``), never
+builds one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysis.errors import PateError
+
+if TYPE_CHECKING:
+    from analysis.report import PrivacyReport
+
+
+def _format(value) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    value = float(value)
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e4 or abs(value) < 1e-3:
+        return f"{value:.3e}"
+    return f"{value:.4g}" if abs(value) < 1 else f"{value:.3f}"
+
+
+def render_table(report: PrivacyReport) -> str:
+    """The report as a plain-text table with a 'publish?' column, then its warnings."""
+    rows = [(item.label, _format(item.value), "yes" if item.public else "NO (private)", item.note)
+            for item in report.items]
+    header = ("quantity", "value", "publish?", "")
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(3)]
+    lines = [f"Privacy report — {report.mechanism}"]
+    lines.append("  ".join(h.ljust(w) for h, w in zip(header[:3], widths)).rstrip())
+    lines.append("  ".join("-" * w for w in widths))
+    for row in rows:
+        text = "  ".join(c.ljust(w) for c, w in zip(row[:3], widths))
+        lines.append((text + ("  " + row[3] if row[3] else "")).rstrip())
+    if any(item.key == "eps" for item in report.items):
+        lines.append("Publish the HEADLINE eps (it counts everything released) and only the rows "
+                     "marked 'yes'; the others depend on the private votes.")
+    else:
+        lines.append("Publish only the rows marked 'yes'; the others depend on the private votes.")
+    for warning in report.warnings:
+        lines.append(f"warning: {warning}")
+    for warning in report.private_warnings:
+        lines.append(f"warning (private, do not publish): {warning}")
+    return "\n".join(lines)
+
+
+def jsonable(obj):
+    """`obj` as plain JSON values: mappings and sequences recursively, numpy arrays as
+    lists, numpy scalars as Python numbers, and NaN / ±inf as null (JSON has no such
+    numbers; a reader gets a number or null). Every JSON file of the project goes through
+    it (``pate.rundir.write_json`` too)."""
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return jsonable(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def to_json(report: PrivacyReport, extra: dict | None = None) -> dict:
+    """The whole report (``privacy.json``, private): ``public`` and ``private`` sections.
+
+    Every value sits in exactly one of the two. Warnings that mention private values sit
+    under ``private``. Publish :func:`release_json` instead of this document.
+    """
+    doc = {
+        "mechanism": report.mechanism,
+        "public": {i.key: jsonable(i.value) for i in report.items if i.public},
+        "private": {i.key: jsonable(i.value) for i in report.items if not i.public},
+        "notes": "PRIVATE document: values under 'private' depend on the private votes. "
+                 "Publish release.json, not this file.",
+        "warnings": list(report.warnings),
+    }
+    doc["private"]["warnings"] = list(report.private_warnings)
+    if extra:
+        doc.update(jsonable(extra))
+    return doc
+
+
+def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
+    """``release.json``: only publishable values, safe to publish as a whole.
+
+    The headline ``eps`` at ``delta`` is the total guarantee of everything released (the
+    labels and the sanitised ε, the release's own cost included); the other numbers are
+    the mechanism's public parameters and the pieces the headline is made of.
+    """
+    public = {i.key: jsonable(i.value) for i in report.items if i.public}
+    if "eps" not in public:
+        raise PateError("this report has no headline eps (it was built without a sanitised release)")
+    doc = {
+        "mechanism": report.mechanism,
+        "eps": public.pop("eps"),
+        "delta": public.pop("delta_total"),
+        "details": public,
+        "notes": "Everything here may be published. 'eps' at 'delta' is the guarantee of "
+                 "everything released: the labels and the sanitised eps, its own cost included.",
+        "warnings": list(report.warnings),
+    }
+    if extra:
+        doc.update(jsonable(extra))
+    return doc
+
+
+def write_atomic(path: str | os.PathLike, data: bytes, private: bool = False) -> None:
+    """Writes ``data`` to ``path`` through a synced temp file in the same folder and a
+    rename, so ``path`` holds its old content or all of ``data``, never a part.
+    ``private`` files are owner-only (0600); others get the mode a plain open() would.
+    The one atomic writer of the project (``pate.rundir`` writes through it)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise PateError(f"cannot write {path}: folder {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            if not private:
+                mask = os.umask(0)
+                os.umask(mask)
+                os.fchmod(fh.fileno(), 0o666 & ~mask)  # mkstemp makes 0600
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def json_bytes(report: PrivacyReport, extra: dict | None = None) -> bytes:
+    return (json.dumps(to_json(report, extra), indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
+
+
+def release_bytes(report: PrivacyReport, extra: dict | None = None) -> bytes:
+    return (json.dumps(release_json(report, extra), indent=2, sort_keys=False, allow_nan=False) + "\n").encode()
+
+
+def plot_bytes(report: PrivacyReport) -> bytes:
+    """PNG of cumulative ε against queries (data-independent and -dependent) and the
+    headline ε. The data-dependent curve is private, so the plot is too."""
+    if report.curve_queries is None:
+        raise PateError("this report has no per-query curve to plot")
+    import io
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    try:
+        ax.plot(report.curve_queries, report.curve_independent, label="data-independent (public)")
+        ax.plot(report.curve_queries, report.curve_dependent,
+                label="data-dependent (PRIVATE: do not publish)")
+        keys = {item.key for item in report.items}
+        if "eps" in keys:
+            ax.axhline(report.value("eps"), color="k", linestyle="--", linewidth=1,
+                       label=f"headline eps {report.value('eps'):.3g} (everything released)")
+        ax.set_xlabel(report.curve_label)
+        ax.set_ylabel("ε")
+        delta = report.value("delta")
+        ax.set_title(f"{report.mechanism}: cumulative ε at δ = {delta:g}")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
+
+
+def write_outputs(report: PrivacyReport, json_path=None, plot_path=None,
+                  extra: dict | None = None, release_path=None) -> None:
+    """Renders every requested output first, then writes each atomically, so a failure
+    leaves no half-written file. ``json_path`` (the whole report) and ``plot_path`` are
+    private and written owner-only; ``release_path`` gets :func:`release_json`."""
+    blobs = []
+    if json_path is not None:
+        blobs.append((json_path, json_bytes(report, extra), True))
+    if plot_path is not None:
+        blobs.append((plot_path, plot_bytes(report), True))
+    if release_path is not None:
+        blobs.append((release_path, release_bytes(report, extra), False))
+    for path, _, _ in blobs:
+        folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+        if not os.path.isdir(folder):
+            raise PateError(f"cannot write {path}: folder {folder} does not exist; create it first")
+    for path, data, private in blobs:
+        write_atomic(path, data, private=private)
