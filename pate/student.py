@@ -151,10 +151,33 @@ class TrainState:
     ema: Params
     opt_state: Any
     step: jax.Array
+    pool_prior: jax.Array  # running mean of the pool predictions (distribution alignment)
 
 
-jax.tree_util.register_dataclass(TrainState, data_fields=["params", "ema", "opt_state", "step"],
+jax.tree_util.register_dataclass(TrainState, data_fields=["params", "ema", "opt_state", "step", "pool_prior"],
                                  meta_fields=[])
+
+#: Decay of the running mean of pool predictions that distribution alignment divides by.
+PRIOR_DECAY = 0.999
+
+
+def label_weights(labels: np.ndarray, num_classes: int, balance: bool) -> np.ndarray:
+    """Sampling probabilities of the labelled examples: uniform, or (``balance``) each
+    released class drawn with equal probability (a class with n labels: 1/(K n) each,
+    K the number of classes present)."""
+    labels = np.asarray(labels)
+    if not balance or labels.size == 0:
+        return np.full(labels.shape, 1.0 / max(labels.size, 1), np.float32)
+    counts = np.bincount(labels, minlength=num_classes)
+    present = np.count_nonzero(counts)
+    return (1.0 / (present * counts[labels])).astype(np.float32)
+
+
+def align(probs: jax.Array, prior: jax.Array) -> jax.Array:
+    """Distribution alignment (ReMixMatch, Berthelot et al. 2020): each row of `probs`
+    times `uniform / prior`, renormalised."""
+    scaled = probs / jnp.maximum(prior, 1e-6)
+    return scaled / jnp.sum(scaled, axis=-1, keepdims=True)
 
 
 def _cross_entropy(logits, labels):
@@ -163,7 +186,8 @@ def _cross_entropy(logits, labels):
 
 def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig,
                   method: str) -> Callable:
-    """The jitted training loop: ``train(state, key, xl, yl, xu, num_steps) -> (state, sums)``.
+    """The jitted training loop: ``train(state, key, xl, yl, wl, xu, num_steps) -> (state, sums)``
+    (``wl``: the labelled examples' sampling probabilities, `label_weights`).
 
     Runs ``num_steps`` steps (a traced count: one compilation serves every chunk).
     Step ``s`` draws its batches and augmentations from ``fold_in(key, s)``, so a run
@@ -173,33 +197,37 @@ def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig,
     b, bu = cfg.batch_size, cfg.mu * cfg.batch_size
     fixmatch = method == "fixmatch"
 
-    def loss_fn(params, key, xl, yl, xu):
+    def loss_fn(params, key, xl, yl, xu, prior):
         k_l, k_w, k_s, k_drop = jax.random.split(key, 4)
         xl = augment.weak(k_l, xl, max_shift=cfg.augment_shift, flip=cfg.augment_flip)
         if not fixmatch:
             logits = model.apply(params, xl, train=True, rngs={"dropout": k_drop})
             loss = jnp.mean(_cross_entropy(logits, yl))
-            return loss, (jnp.zeros(()), jnp.zeros(()))
+            return loss, (jnp.zeros(()), jnp.zeros(()), prior)
         xw = augment.weak(k_w, xu, max_shift=cfg.augment_shift, flip=cfg.augment_flip)
         xs = augment.strong(k_s, xu, max_shift=cfg.augment_shift, flip=cfg.augment_flip,
                             cutout=cfg.cutout, degrees=cfg.affine_degrees)
         logits = model.apply(params, jnp.concatenate([xl, xw, xs]), train=True,
                              rngs={"dropout": k_drop})
         logits_l, logits_w, logits_s = logits[:b], logits[b: b + bu], logits[b + bu:]
-        probs = jax.nn.softmax(jax.lax.stop_gradient(logits_w))
+        raw = jax.nn.softmax(jax.lax.stop_gradient(logits_w))
+        probs = align(raw, prior) if cfg.distribution_alignment else raw
         pseudo = jnp.argmax(probs, axis=-1)
         mask = (jnp.max(probs, axis=-1) >= cfg.threshold).astype(jnp.float32)
         loss_l = jnp.mean(_cross_entropy(logits_l, yl))
         loss_u = jnp.mean(mask * _cross_entropy(logits_s, pseudo))
-        return loss_l + cfg.lambda_u * loss_u, (loss_u, jnp.mean(mask))
+        return loss_l + cfg.lambda_u * loss_u, (loss_u, jnp.mean(mask), jnp.mean(raw, axis=0))
 
-    def one_step(state: TrainState, key, xl, yl, xu):
+    def one_step(state: TrainState, key, xl, yl, wl, xu):
         k_step = jax.random.fold_in(key, state.step)
         k_il, k_iu, k_loss = jax.random.split(k_step, 3)
-        il = jax.random.randint(k_il, (b,), 0, xl.shape[0])
+        if cfg.balance_labels:
+            il = jax.random.choice(k_il, xl.shape[0], (b,), p=wl)
+        else:
+            il = jax.random.randint(k_il, (b,), 0, xl.shape[0])
         iu = jax.random.randint(k_iu, (bu,), 0, xu.shape[0])
-        (loss, (loss_u, mask)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, k_loss, xl[il], yl[il], xu[iu] if fixmatch else xu[:0])
+        (loss, (loss_u, mask, batch_prior)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, k_loss, xl[il], yl[il], xu[iu] if fixmatch else xu[:0], state.pool_prior)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         # The EMA decay ramps up as (1 + t) / (10 + t) (as tf.train.ExponentialMovingAverage
@@ -207,12 +235,14 @@ def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig,
         t = state.step.astype(jnp.float32)
         decay = jnp.minimum(cfg.ema, (1.0 + t) / (10.0 + t))
         ema = optax.incremental_update(params, state.ema, 1.0 - decay)
-        return TrainState(params, ema, opt_state, state.step + 1), jnp.stack([loss, loss_u, mask])
+        prior = PRIOR_DECAY * state.pool_prior + (1.0 - PRIOR_DECAY) * batch_prior
+        return (TrainState(params, ema, opt_state, state.step + 1, prior),
+                jnp.stack([loss, loss_u, mask]))
 
-    def train(state: TrainState, key, xl, yl, xu, num_steps):
+    def train(state: TrainState, key, xl, yl, wl, xu, num_steps):
         def body(_, carry):
             state, sums = carry
-            state, metrics = one_step(state, key, xl, yl, xu)
+            state, metrics = one_step(state, key, xl, yl, wl, xu)
             return state, sums + metrics
 
         return jax.lax.fori_loop(0, num_steps, body, (state, jnp.zeros(3, jnp.float32)))
@@ -228,10 +258,11 @@ def _compiled(model, cfg: StudentConfig):
     return tx, make_train_fn(model, tx, cfg, cfg.method)
 
 
-def init_state(model, tx, image_shape, seed: int) -> TrainState:
+def init_state(model, tx, image_shape, seed: int, num_classes: int) -> TrainState:
     key = jax.random.fold_in(jax.random.key(seed), 0)
     params = model.init(key, jnp.zeros((1, *image_shape), jnp.float32))
-    return TrainState(params, jax.tree.map(jnp.copy, params), tx.init(params), jnp.zeros((), jnp.int32))
+    return TrainState(params, jax.tree.map(jnp.copy, params), tx.init(params), jnp.zeros((), jnp.int32),
+                      jnp.full((num_classes,), 1.0 / num_classes, jnp.float32))
 
 
 @functools.lru_cache(maxsize=8)
@@ -384,13 +415,14 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
     pool_x = splits.pool_x
     xl = jnp.asarray(pool_x[release.indices])
     yl = jnp.asarray(release.labels)
+    wl = jnp.asarray(label_weights(release.labels, splits.num_classes, cfg.balance_labels))
     xu = jnp.asarray(pool_x)
     del dataset
     image_shape = tuple(pool_x.shape[1:])
     backend = jax.default_backend()
     model = models.make_model(cfg, splits.num_classes, backend)
     tx, train = _compiled(model, cfg)
-    state = init_state(model, tx, image_shape, cfg.seed)
+    state = init_state(model, tx, image_shape, cfg.seed, splits.num_classes)
     key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
 
     echo(f"student: {cfg.method} on {release.num_queries} queries, {xl.shape[0]} answered "
@@ -401,7 +433,7 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
         done = 0
         while done < cfg.steps:
             n = min(CHUNK_STEPS, cfg.steps - done)
-            state, sums = train(state, key, xl, yl, xu, jnp.int32(n))
+            state, sums = train(state, key, xl, yl, wl, xu, jnp.int32(n))
             sums = np.asarray(sums) / n
             done += n
             if not np.isfinite(sums[0]):

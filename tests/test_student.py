@@ -231,3 +231,51 @@ def test_train_student_epochs_cli(labelled):
     assert json.loads((labelled / "student.json").read_text())["steps"] == STEPS
     both = invoke("train-student", "--workdir", labelled, "--steps", 3, "--epochs", 1, "--overwrite")
     assert both.exit_code == 2 and "not both" in both.output
+
+
+# --------------------------------------------------------------------------- class skew
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_label_weights_match_a_plain_loop(seed):
+    from pate.student import label_weights
+
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(2, 8))
+    labels = rng.integers(0, k, size=int(rng.integers(1, 60)))
+    w = label_weights(labels, k, balance=True)
+    present = len(set(labels.tolist()))
+    for i, y in enumerate(labels):
+        assert w[i] == pytest.approx(1.0 / (present * sum(1 for z in labels if z == y)))
+    assert w.sum() == pytest.approx(1.0)
+    for c in set(labels.tolist()):  # every released class is drawn with probability 1/K
+        assert w[labels == c].sum() == pytest.approx(1.0 / present)
+    assert np.allclose(label_weights(labels, k, balance=False), 1.0 / labels.size)
+
+
+def test_align_matches_a_plain_loop_and_undoes_a_skewed_prior():
+    import jax.numpy as jnp
+
+    from pate.student import align
+
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(4), size=6).astype(np.float32)
+    prior = np.array([0.55, 0.25, 0.15, 0.05], np.float32)
+    got = np.asarray(align(jnp.asarray(probs), jnp.asarray(prior)))
+    for i in range(6):
+        row = [probs[i, c] / prior[c] for c in range(4)]
+        assert got[i] == pytest.approx(np.array(row) / sum(row), rel=1e-5)
+    uniform = np.full(4, 0.25, np.float32)
+    assert np.allclose(np.asarray(align(jnp.asarray(probs), jnp.asarray(uniform))), probs, atol=1e-6)
+    # A class the model under-predicts on the pool gains mass.
+    assert (got[:, 3] >= probs[:, 3]).all() and (got[:, 0] <= probs[:, 0]).all()
+
+
+def test_balanced_labels_and_alignment_train(labelled):
+    from pate.student import train_student
+
+    config = with_student(rundir.RunDir(labelled).read_config(), steps=STEPS, balance_labels=True,
+                          distribution_alignment=True)
+    result = train_student(config, labelled, overwrite=True, show_progress=False, echo=lambda *_: None)
+    assert result.accuracy >= 0.6  # 4 classes: chance is 0.25
+    assert rundir.RunDir(labelled).read_config().student.distribution_alignment
