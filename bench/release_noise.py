@@ -1,0 +1,147 @@
+"""What a Confident-GNMax release is expected to publish, before spending it: for each
+setting, over several aggregator draws on one trained ensemble, the answered queries,
+their label accuracy and class counts, and the *expected* headline ε with the spread of
+its GNSS noise (the published value is one draw: a setting whose noise std is ~1 in RDP
+publishes anything from the floor to twice the mean).
+
+Research harness, not the product: it reads the run's private votes (computing them for
+the first N pool points when votes.npz is shorter) and the pool's true labels, and
+releases nothing. Choosing a release's parameters from these figures looks at private
+data; do it on a data set you will not publish from (or accept that leak knowingly), as
+the papers did.
+
+    python bench/release_noise.py --workdir RUN [--config configs/fashion_mnist.toml]
+        [--rows "threshold:sigma_threshold:sigma:queries" ...] [--draws 3] [--seed 0]
+
+The expectation is over the release noise Z ~ N(0, 1) (Gauss-Hermite, 40 nodes) at the
+config's fixed release order, cost and β: E[min(DI route, conv(max(0, f + s Z) + cost))]
+with f the data-dependent RDP at that order and s the GNSS noise std (both private), the
+grid rounding ignored. One JSON object per row, then a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def parse_row(text: str) -> tuple[float, float, float, int]:
+    threshold, sigma_threshold, sigma, queries = text.split(":")
+    return float(threshold), float(sigma_threshold), float(sigma), int(queries)
+
+
+def expected_headline(f: float, s: float, cost: float, order: float, delta: float, conversion: str,
+                      independent: float) -> tuple[float, float]:
+    """(E[headline], P[headline > E + 0.5]) over Z ~ N(0, 1) for a sanitised RDP max(0, f + sZ)."""
+    from analysis.rdp import eps_from_rdp
+
+    z, w = np.polynomial.hermite_e.hermegauss(40)
+    w = w / w.sum()
+    released = np.maximum(0.0, f + s * z)
+    eps = np.array([eps_from_rdp([order], [r + cost], delta, conversion)[0] for r in released])
+    headline = np.minimum(eps, independent)
+    mean = float(np.sum(w * headline))
+    # The tail exactly: the headline rises with the released RDP r, so it exceeds m = mean + 0.5
+    # where r > r*, eps(r* + cost) = m (bisection), unless the data-independent route caps it.
+    target = mean + 0.5
+    if independent <= target:
+        return mean, 0.0
+    lo, hi = 0.0, max(f, 0.0) + 20.0 * s + 20.0
+    if eps_from_rdp([order], [lo + cost], delta, conversion)[0] > target:
+        return mean, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if eps_from_rdp([order], [mid + cost], delta, conversion)[0] <= target else (lo, mid)
+    from scipy.stats import norm
+
+    return mean, float(norm.sf((hi - f) / s)) if s > 0 else float(f > hi)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workdir", required=True, help="a run with trained teachers")
+    parser.add_argument("--config", default=None, help="[privacy] settings (default: the run's config)")
+    parser.add_argument("--rows", nargs="+", default=None,
+                        help="threshold:sigma_threshold:sigma:queries (default: the config's [aggregation])")
+    parser.add_argument("--draws", type=int, default=3, help="aggregator draws per row")
+    parser.add_argument("--seed", type=int, default=0, help="aggregator noise seed (benchmark only)")
+    args = parser.parse_args(argv)
+
+    from analysis import gnmax, gnss, report
+    from analysis.noise import RELEASE_STREAM, NoiseSource
+    from pate import aggregation, rundir
+    from pate.config import load_config
+    from pate.data import load_dataset, split
+
+    run = rundir.RunDir(args.workdir)
+    stored = run.read_config()
+    config = load_config(args.config) if args.config else stored
+    a, p = config.aggregation, config.privacy
+    rows = [parse_row(r) for r in args.rows] if args.rows else [
+        (a.threshold, a.sigma_threshold, a.sigma, a.queries)]
+    need = max(q for *_, q in rows)
+    splits = split(load_dataset(stored.data), stored.data.public_size)
+    votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
+    if votes is None or votes.shape[0] < need:
+        from pate.teachers import load_teachers
+        from pate.voting import predict_votes
+
+        teachers = load_teachers(run.path)
+        votes = predict_votes(teachers.params, teachers.model, splits.pool_x[:need], teachers.num_classes,
+                              batch_size=stored.teachers.eval_batch_size)
+    T = int(votes[0].sum())
+    order = p.release_order or 12.0
+    beta, sigma_ss = report.gnss_parameters(order, p.gnss_beta or None, p.release_cost)
+    out = []
+    for i, (thr, s1, s2, q) in enumerate(rows):
+        v, truth = votes[:q], splits.pool_y[:q]
+        indep = gnmax.data_independent_eps(q, s2, p.delta, sigma_threshold=s1, conversion=p.conversion)
+        di_route, _ = report.gnss_headline_independent(indep, beta, sigma_ss, p.delta, p.conversion)
+        draws = []
+        for d in range(args.draws):
+            noise = aggregation.noise_source(args.seed + 1000 * i + d)
+            labels = aggregation.confident_gnmax(v, thr, s1, s2, noise)
+            answered = labels >= 0
+            san = gnss.sanitized_eps(v, s2, p.delta, order, beta, sigma_ss, threshold=thr, sigma_threshold=s1,
+                                     answered_mask=answered, noise=NoiseSource(args.seed + d, RELEASE_STREAM))
+            mean, tail = expected_headline(san.rdp_exact, san.noise_std, san.rdp_gnss, order, p.delta,
+                                           p.conversion, di_route)
+            draws.append((int(answered.sum()), float(np.mean(labels[answered] == truth[answered])), mean,
+                          san.noise_std, tail, np.bincount(labels[answered], minlength=votes.shape[1])))
+        ans, acc, mean, std, tail, counts = (np.mean([d[k] for d in draws], axis=0) for k in range(6))
+        row = {"teachers": T, "threshold": thr, "sigma_threshold": s1, "sigma": s2, "queries": q,
+               "answered": float(ans), "label_accuracy": float(acc), "expected_headline_eps": float(mean),
+               "release_noise_std_rdp": float(std), "p_headline_above_mean_plus_0.5": float(tail),
+               "headline_floor": report_floor(order, p.delta, p.conversion, san.rdp_gnss),
+               "answered_per_class": [round(float(c), 1) for c in counts], "delta": p.delta,
+               "release_order": order, "draws": args.draws}
+        out.append(row)
+        print(json.dumps(row), flush=True)
+    lines = ["| teachers | threshold, σ₁, σ₂ | queries | answered | label acc. | E[headline ε] | release noise std (RDP) | fewest answers in a class |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in out:
+        lines.append(f"| {r['teachers']} | {r['threshold']:g}, {r['sigma_threshold']:g}, {r['sigma']:g} | "
+                     f"{r['queries']} | {r['answered']:.0f} | {r['label_accuracy']:.3f} | "
+                     f"{r['expected_headline_eps']:.2f} | {r['release_noise_std_rdp']:.2f} | "
+                     f"{min(r['answered_per_class']):.0f} |")
+    print("\n".join(lines), file=sys.stderr)
+    return 0
+
+
+def report_floor(order: float, delta: float, conversion: str, cost: float) -> float:
+    """The smallest headline the sanitised route can publish (released RDP 0)."""
+    from analysis.rdp import eps_from_rdp
+
+    return float(eps_from_rdp([order], [cost], delta, conversion)[0]) if math.isfinite(cost) else math.inf
+
+
+if __name__ == "__main__":
+    sys.exit(main())
