@@ -236,6 +236,8 @@ class StudentConfig:
     et al., "ReMixMatch", ICLR 2020) rescales each pool prediction by
     `uniform / running mean of the predictions` before its pseudo-label is taken (it
     assumes the pool's classes are balanced, as in the benchmark splits).
+    `adaptive_threshold` (FlexMatch, Zhang et al., NeurIPS 2021) lowers the confidence
+    threshold of the classes whose pool images the student predicts confidently least often.
 
     The defaults are the CPU-measured Fashion-MNIST student (README, Results).
     """
@@ -268,6 +270,7 @@ class StudentConfig:
     eval_flip: bool = False
     balance_labels: bool = False
     distribution_alignment: bool = False
+    adaptive_threshold: bool = False
     seed: int = 0
     eval_batch_size: int = 500
 

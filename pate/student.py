@@ -152,10 +152,11 @@ class TrainState:
     opt_state: Any
     step: jax.Array
     pool_prior: jax.Array  # running mean of the pool predictions (distribution alignment)
+    learned: jax.Array  # running per-class share of confident pool predictions (adaptive threshold)
 
 
-jax.tree_util.register_dataclass(TrainState, data_fields=["params", "ema", "opt_state", "step", "pool_prior"],
-                                 meta_fields=[])
+jax.tree_util.register_dataclass(TrainState, data_fields=["params", "ema", "opt_state", "step", "pool_prior",
+                                                          "learned"], meta_fields=[])
 
 #: Decay of the running mean of pool predictions that distribution alignment divides by.
 PRIOR_DECAY = 0.999
@@ -171,6 +172,14 @@ def label_weights(labels: np.ndarray, num_classes: int, balance: bool) -> np.nda
     counts = np.bincount(labels, minlength=num_classes)
     present = np.count_nonzero(counts)
     return (1.0 / (present * counts[labels])).astype(np.float32)
+
+
+def class_thresholds(threshold: float, learned: jax.Array) -> jax.Array:
+    """FlexMatch's class-wise thresholds (Zhang et al., NeurIPS 2021, Eq. 6 with the convex
+    mapping M(x) = x / (2 - x)): a class whose pool images are rarely predicted confidently
+    (its learning status, normalised by the best-learned class) gets a lower threshold."""
+    beta = learned / jnp.maximum(jnp.max(learned), 1e-12)
+    return threshold * beta / (2.0 - beta)
 
 
 def align(probs: jax.Array, prior: jax.Array) -> jax.Array:
@@ -197,13 +206,13 @@ def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig,
     b, bu = cfg.batch_size, cfg.mu * cfg.batch_size
     fixmatch = method == "fixmatch"
 
-    def loss_fn(params, key, xl, yl, xu, prior):
+    def loss_fn(params, key, xl, yl, xu, prior, learned):
         k_l, k_w, k_s, k_drop = jax.random.split(key, 4)
         xl = augment.weak(k_l, xl, max_shift=cfg.augment_shift, flip=cfg.augment_flip)
         if not fixmatch:
             logits = model.apply(params, xl, train=True, rngs={"dropout": k_drop})
             loss = jnp.mean(_cross_entropy(logits, yl))
-            return loss, (jnp.zeros(()), jnp.zeros(()), prior)
+            return loss, (jnp.zeros(()), jnp.zeros(()), prior, learned)
         xw = augment.weak(k_w, xu, max_shift=cfg.augment_shift, flip=cfg.augment_flip)
         xs = augment.strong(k_s, xu, max_shift=cfg.augment_shift, flip=cfg.augment_flip,
                             cutout=cfg.cutout, degrees=cfg.affine_degrees)
@@ -213,10 +222,14 @@ def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig,
         raw = jax.nn.softmax(jax.lax.stop_gradient(logits_w))
         probs = align(raw, prior) if cfg.distribution_alignment else raw
         pseudo = jnp.argmax(probs, axis=-1)
-        mask = (jnp.max(probs, axis=-1) >= cfg.threshold).astype(jnp.float32)
+        confidence = jnp.max(probs, axis=-1)
+        confident = jax.nn.one_hot(pseudo, probs.shape[-1]) * (confidence >= cfg.threshold)[:, None]
+        tau = class_thresholds(cfg.threshold, learned)[pseudo] if cfg.adaptive_threshold else cfg.threshold
+        mask = (confidence >= tau).astype(jnp.float32)
         loss_l = jnp.mean(_cross_entropy(logits_l, yl))
         loss_u = jnp.mean(mask * _cross_entropy(logits_s, pseudo))
-        return loss_l + cfg.lambda_u * loss_u, (loss_u, jnp.mean(mask), jnp.mean(raw, axis=0))
+        return loss_l + cfg.lambda_u * loss_u, (loss_u, jnp.mean(mask), jnp.mean(raw, axis=0),
+                                                jnp.mean(confident, axis=0))
 
     def one_step(state: TrainState, key, xl, yl, wl, xu):
         k_step = jax.random.fold_in(key, state.step)
@@ -226,8 +239,9 @@ def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig,
         else:
             il = jax.random.randint(k_il, (b,), 0, xl.shape[0])
         iu = jax.random.randint(k_iu, (bu,), 0, xu.shape[0])
-        (loss, (loss_u, mask, batch_prior)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
-            state.params, k_loss, xl[il], yl[il], xu[iu] if fixmatch else xu[:0], state.pool_prior)
+        (loss, (loss_u, mask, batch_prior, batch_learned)), grads = jax.value_and_grad(loss_fn, has_aux=True)(
+            state.params, k_loss, xl[il], yl[il], xu[iu] if fixmatch else xu[:0], state.pool_prior,
+            state.learned)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         # The EMA decay ramps up as (1 + t) / (10 + t) (as tf.train.ExponentialMovingAverage
@@ -236,7 +250,8 @@ def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig,
         decay = jnp.minimum(cfg.ema, (1.0 + t) / (10.0 + t))
         ema = optax.incremental_update(params, state.ema, 1.0 - decay)
         prior = PRIOR_DECAY * state.pool_prior + (1.0 - PRIOR_DECAY) * batch_prior
-        return (TrainState(params, ema, opt_state, state.step + 1, prior),
+        learned = PRIOR_DECAY * state.learned + (1.0 - PRIOR_DECAY) * batch_learned
+        return (TrainState(params, ema, opt_state, state.step + 1, prior, learned),
                 jnp.stack([loss, loss_u, mask]))
 
     def train(state: TrainState, key, xl, yl, wl, xu, num_steps):
@@ -261,8 +276,9 @@ def _compiled(model, cfg: StudentConfig):
 def init_state(model, tx, image_shape, seed: int, num_classes: int) -> TrainState:
     key = jax.random.fold_in(jax.random.key(seed), 0)
     params = model.init(key, jnp.zeros((1, *image_shape), jnp.float32))
+    uniform = jnp.full((num_classes,), 1.0 / num_classes, jnp.float32)
     return TrainState(params, jax.tree.map(jnp.copy, params), tx.init(params), jnp.zeros((), jnp.int32),
-                      jnp.full((num_classes,), 1.0 / num_classes, jnp.float32))
+                      uniform, jnp.copy(uniform))
 
 
 @functools.lru_cache(maxsize=8)

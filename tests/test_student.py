@@ -279,3 +279,28 @@ def test_balanced_labels_and_alignment_train(labelled):
     result = train_student(config, labelled, overwrite=True, show_progress=False, echo=lambda *_: None)
     assert result.accuracy >= 0.6  # 4 classes: chance is 0.25
     assert rundir.RunDir(labelled).read_config().student.distribution_alignment
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_class_thresholds_match_a_plain_loop(seed):
+    import jax.numpy as jnp
+
+    from pate.student import class_thresholds
+
+    learned = np.random.default_rng(seed).uniform(0.0, 0.3, size=5).astype(np.float32)
+    got = np.asarray(class_thresholds(0.95, jnp.asarray(learned)))
+    top = max(learned)
+    for c in range(5):
+        beta = learned[c] / top
+        assert got[c] == pytest.approx(0.95 * beta / (2 - beta), rel=1e-5)
+    assert got.max() == pytest.approx(0.95)  # the best-learned class keeps the threshold
+    # Equal learning status everywhere: FixMatch's single threshold.
+    assert np.allclose(np.asarray(class_thresholds(0.95, jnp.full(5, 0.1))), 0.95)
+
+
+def test_adaptive_threshold_trains(labelled):
+    from pate.student import train_student
+
+    config = with_student(rundir.RunDir(labelled).read_config(), steps=STEPS, adaptive_threshold=True)
+    result = train_student(config, labelled, overwrite=True, show_progress=False, echo=lambda *_: None)
+    assert result.accuracy >= 0.6
