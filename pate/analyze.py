@@ -24,6 +24,7 @@ from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
 from pate import rundir
+from pate.config import PrivacyConfig
 
 VOTES_FILE = rundir.VOTES_NPZ
 LABELS_FILE = rundir.LABELS_NPZ
@@ -165,21 +166,6 @@ def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float
                                              sigma=params.get("sigma"), moments=range(1, moments + 1))
 
 
-#: What `analyze_workdir` uses for a setting neither given nor in the run's config.
-_DEFAULTS = dict(delta=1e-5, moments=8, conversion="classic", release_cost=0.2)
-
-
-def _run_privacy(workdir: str):
-    """The run's config (for its `[privacy]` section), or None where it has no readable one."""
-    run = rundir.RunDir(workdir)
-    if not run.exists(rundir.CONFIG_TOML):
-        return None
-    try:
-        return run.read_config()
-    except PateError:
-        return None
-
-
 def check_not_released(paths, labels_digest: str) -> None:
     """Refuses a second sanitised release of the same labels.
 
@@ -216,8 +202,8 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
 
     A setting left as None comes from the `[privacy]` section of `config`, else of the
     run's own config.toml (so `pate analyze --workdir RUN` releases what `pate run` would),
-    else from the package defaults (δ 1e-5, 8 moments, classic conversion, release cost
-    0.2, release order of the data-independent optimum). The sanitised ε is released once
+    else from `PrivacyConfig`'s defaults (δ 1e-5, 8 moments, classic conversion, release
+    cost 0.2, release order of the data-independent optimum). The sanitised ε is released once
     per labels (`check_not_released`).
 
     Args:
@@ -247,19 +233,13 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
     if not os.path.isdir(workdir):
         raise PateError(f"run directory {workdir} does not exist")
     if config is None:
-        config = _run_privacy(workdir)
-    if config is not None:
-        p = config.privacy
-        stored = dict(delta=p.delta, moments=p.moments, beta=p.lnmax_beta, gnss_beta=p.gnss_beta or None,
-                      conversion=p.conversion, release_order=p.release_order or None,
-                      release_cost=p.release_cost)
-    else:
-        stored = dict(_DEFAULTS)
-    given = dict(delta=delta, moments=moments, beta=beta, gnss_beta=gnss_beta, conversion=conversion,
-                 release_order=release_order, release_cost=release_cost)
-    settings = {k: (v if v is not None else stored.get(k, _DEFAULTS.get(k))) for k, v in given.items()}
-    if beta is not None and gnss_beta is None:
-        settings["gnss_beta"] = None  # an explicit --beta is the release's β for either mechanism
+        config = rundir.RunDir(workdir).stored_config()
+    p = config.privacy if config is not None else PrivacyConfig()
+    delta = p.delta if delta is None else delta
+    moments = p.moments if moments is None else moments
+    conversion = p.conversion if conversion is None else conversion
+    release_order = (p.release_order or None) if release_order is None else release_order
+    release_cost = p.release_cost if release_cost is None else release_cost
     inputs = [os.path.join(workdir, VOTES_FILE), os.path.join(workdir, LABELS_FILE)]
     check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path}, inputs, workdir)
     labels = read_labels(inputs[1])
@@ -269,11 +249,15 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
     release_path = os.path.join(workdir, RELEASE_JSON) if release_path is None else release_path
     check_not_released([os.path.join(workdir, RELEASE_JSON), release_path], labels_digest)
     votes = votes_mod.load_votes(inputs[0])
-    delta, moments, conversion = settings["delta"], settings["moments"], settings["conversion"]
-    rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=settings["beta"],
-                             gnss_beta=settings["gnss_beta"], conversion=conversion,
-                             release_order=settings["release_order"],
-                             release_cost=settings["release_cost"], noise=noise)
+    # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
+    # lnmax_beta and GNMax gnss_beta (0: 0.1 / release order), never the other's.
+    if gnss_beta is None and beta is None and labels["mechanism"] != "lnmax":
+        gnss_beta = p.gnss_beta or None
+    if beta is None:
+        beta = p.lnmax_beta if labels["mechanism"] == "lnmax" else None
+    rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta, gnss_beta=gnss_beta,
+                             conversion=conversion, release_order=release_order,
+                             release_cost=release_cost, noise=noise)
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
     _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest)
     echo(render_table(rep))
@@ -308,10 +292,11 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     from analysis.noise import RELEASE_STREAM, NoiseSource
 
     noise = NoiseSource(seed, RELEASE_STREAM)
-    delta = _DEFAULTS["delta"] if delta is None else delta
-    moments = _DEFAULTS["moments"] if moments is None else moments
-    conversion = _DEFAULTS["conversion"] if conversion is None else conversion
-    release_cost = _DEFAULTS["release_cost"] if release_cost is None else release_cost
+    defaults = PrivacyConfig()
+    delta = defaults.delta if delta is None else delta
+    moments = defaults.moments if moments is None else moments
+    conversion = defaults.conversion if conversion is None else conversion
+    release_cost = defaults.release_cost if release_cost is None else release_cost
     check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path},
                   [votes_path, indices_path])
     votes = votes_mod.load_votes(votes_path, input_is_labels=input_is_labels, num_classes=num_classes)

@@ -261,15 +261,6 @@ class _Manifest:
         self.steps.pop(step, None)
 
 
-def _stored_config(run: rundir.RunDir) -> Config | None:
-    if not run.exists(rundir.CONFIG_TOML):
-        return None
-    try:
-        return run.read_config()
-    except PateError:
-        return None
-
-
 def _changed(names) -> str:
     return "config changed in " + ", ".join(f"[{n}]" for n in names)
 
@@ -354,7 +345,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
     start = time.time()
     preflight(config, seed)
     run_dir = rundir.RunDir(workdir)
-    stored = _stored_config(run_dir)
+    stored = run_dir.stored_config()
     if run_dir.exists(rundir.CONFIG_TOML) and stored is None and not overwrite:
         raise PateError(f"{run_dir / rundir.CONFIG_TOML} is not a readable config; use another "
                         "--workdir, or --overwrite to replace the run")
@@ -377,7 +368,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         t0 = time.time()
         figures = step.run(_Context(config, run_dir, stored, overwrite, seed, show_progress, echo))
         manifest.record(step, config, figures)
-        stored = _stored_config(run_dir)
+        stored = run_dir.stored_config()
         records.append(StepRecord(step.name, True, time.time() - t0, reason))
         ran.add(step.name)
 

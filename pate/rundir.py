@@ -198,6 +198,15 @@ class RunDir:
             raise PateError(f"{self.path / CONFIG_TOML} not found: is {self.path} a run directory?")
         return load_config(self.path / CONFIG_TOML)
 
+    def stored_config(self) -> Config | None:
+        """`config.toml` read back, or None where the directory has no readable one."""
+        if not self.exists(CONFIG_TOML):
+            return None
+        try:
+            return self.read_config()
+        except PateError:
+            return None
+
     def write_json(self, name: str, payload: Mapping[str, Any], config: Config | None) -> None:
         write_json(self.path / name, payload, config)
 

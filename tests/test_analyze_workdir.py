@@ -82,3 +82,20 @@ def test_workdir_gnmax_reports(tmp_path, mechanism):
     assert doc["private"]["eps_data_dependent"] == pytest.approx(expected.eps)
     assert doc["public"]["release_order"] == 8
     assert "eps_sanitized" in doc["public"] and "smooth_sensitivity" in doc["private"]
+
+
+@pytest.mark.parametrize("mechanism, gnss_beta, expected", [
+    ("gnmax", 0.0, 0.1 / 8),  # 0: the 2018 paper's 0.1 / release order, never LNMax's beta
+    ("gnmax", 0.004, 0.004),
+    ("lnmax", 0.004, 0.07),  # LNMax takes lnmax_beta; gnss_beta is GNMax's alone
+])
+def test_workdir_takes_one_beta_per_mechanism_from_the_run_config(tmp_path, mechanism, gnss_beta, expected):
+    fields = {"mechanism": np.array(mechanism)}
+    fields.update({"sigma": np.array(20.0)} if mechanism == "gnmax" else {"gamma": np.array(0.1)})
+    make_run(tmp_path, fields)
+    (tmp_path / "config.toml").write_text(
+        f"[privacy]\nrelease_order = 8.0\nlnmax_beta = 0.07\ngnss_beta = {gnss_beta}\n")
+    result = CliRunner().invoke(main, ["analyze", "--workdir", str(tmp_path), "--seed", "1"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "release.json").read_text())
+    assert doc["details"]["beta"] == pytest.approx(expected)
