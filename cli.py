@@ -205,6 +205,8 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
         if ignored:
             raise click.UsageError(f"{', '.join(ignored)} apply to --votes only: with --workdir the "
                                    "queries and classes come from the run's labels.npz and votes.npz")
+        if not os.path.isdir(workdir):  # before the lock, which would create it
+            raise PateError(f"run directory {workdir} does not exist")
         with _run_lock(workdir, "analyze"):
             analyze_workdir(workdir, **release, **outputs)
         return

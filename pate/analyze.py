@@ -12,7 +12,6 @@ Uses only `analysis` and the run directory's names (no JAX).
 from __future__ import annotations
 
 import os
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +23,7 @@ from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
 from pate import rundir
+from pate.released_labels import read_labels  # noqa: F401  (re-exported: pate.analyze.read_labels)
 from pate.config import PrivacyConfig
 
 VOTES_FILE = rundir.VOTES_NPZ
@@ -81,25 +81,6 @@ def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, co
     if labels_sha256 is not None:
         meta["labels_sha256"] = labels_sha256
     write_outputs(rep, json_path, plot_path, release_path=release_path, extra={"meta": meta})
-
-
-def read_labels(path: str) -> dict:
-    """Reads a released ``labels.npz``: ``indices``, ``labels`` (-1 = unanswered) and the
-    mechanism with its parameters, as a plain dict of numpy values."""
-    if not os.path.exists(path):
-        raise PateError(f"{path} does not exist; run `pate label --workdir {os.path.dirname(path) or '.'}` first")
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            out = {k: data[k] for k in data.keys()}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise PateError(f"cannot read {path}: {err}; re-run `pate label --overwrite`") from None
-    for key in ("indices", "labels", "mechanism"):
-        if key not in out:
-            raise PateError(f"{path} has no '{key}' array; it was not written by `pate label`")
-    if out["indices"].shape != out["labels"].shape or out["indices"].ndim != 1:
-        raise PateError(f"{path}: 'indices' and 'labels' must be 1-d arrays of one length")
-    out["mechanism"] = str(out["mechanism"])
-    return out
 
 
 def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments: int = 8,

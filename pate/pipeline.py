@@ -45,6 +45,7 @@ import numpy as np
 
 from analysis.errors import PateError
 from pate import rundir
+from pate.released_labels import read_labels
 from pate.config import Config, config_hash, config_to_dict
 
 @dataclasses.dataclass(frozen=True)
@@ -303,9 +304,9 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
 
 def _released(run: rundir.RunDir) -> tuple[int, int, str]:
     """Queries, answered queries and mechanism of the run's labels.npz."""
-    release = rundir.read_npz(run / rundir.LABELS_NPZ, required=("indices", "labels"))
+    release = read_labels(run / rundir.LABELS_NPZ, require_mechanism=False)
     labels = release["labels"]
-    return int(labels.size), int(np.sum(labels >= 0)), str(release.get("mechanism", "?"))
+    return int(labels.size), int(np.sum(labels >= 0)), release["mechanism"]
 
 
 def preflight(config: Config, seed: int | None) -> None:

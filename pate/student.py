@@ -39,6 +39,7 @@ import optax
 
 from analysis.errors import PateError
 from pate import augment, checkpoints, models, rundir
+from pate.released_labels import Release, read_release  # noqa: F401  (re-exported: pate.student.read_release)
 from pate.config import MAX_INT, Config, StudentConfig, config_from_dict, config_to_dict
 from pate.progress import Progress
 
@@ -48,63 +49,7 @@ Params = Any
 CHUNK_STEPS = 50
 
 
-# --------------------------------------------------------------------------- the release
-
-
-@dataclasses.dataclass(frozen=True)
-class Release:
-    """The public inputs of the student.
-
-    Attributes:
-      indices: pool indices of the answered queries.
-      labels: their released (noisy) labels.
-      num_queries: how many queries were made (answered or not).
-      mechanism: the aggregator that released them.
-      digest: sha256 of ``labels.npz`` (ties the student to this release).
-    """
-
-    indices: np.ndarray
-    labels: np.ndarray
-    num_queries: int
-    mechanism: str
-    digest: str
-
-
-def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Release:
-    """Reads and checks ``labels.npz`` against the pool it should label.
-
-    Raises:
-      PateError: the file is missing or damaged; indices outside the pool or repeated;
-        labels outside ``-1 .. num_classes-1``; no query answered.
-    """
-    run = rundir.RunDir(workdir)
-    path = run / rundir.LABELS_NPZ
-    if not path.exists():
-        raise PateError(f"{path} not found: run `pate label --workdir {run.path}` first")
-    data = rundir.read_npz(path, required=("indices", "labels"))
-    indices, labels = np.asarray(data["indices"]), np.asarray(data["labels"])
-    if indices.ndim != 1 or indices.shape != labels.shape:
-        raise PateError(f"{path}: 'indices' and 'labels' must be 1-d arrays of one length, "
-                        f"got {indices.shape} and {labels.shape}")
-    if not (np.issubdtype(indices.dtype, np.integer) and np.issubdtype(labels.dtype, np.integer)):
-        raise PateError(f"{path}: 'indices' and 'labels' must be integer arrays")
-    if indices.size and (indices.min() < 0 or indices.max() >= pool_size):
-        raise PateError(f"{path} labels pool points up to index {int(indices.max())}, but the "
-                        f"public pool of this config has {pool_size} points: the labels do not "
-                        "belong to this data set / data.public_size")
-    if np.unique(indices).size != indices.size:
-        raise PateError(f"{path}: 'indices' repeats a pool point")
-    if labels.size and (labels.min() < -1 or labels.max() >= num_classes):
-        raise PateError(f"{path} holds labels {int(labels.min())}..{int(labels.max())}, but the "
-                        f"data set has {num_classes} classes (0..{num_classes - 1}, -1 = unanswered)")
-    answered = labels >= 0
-    if not answered.any():
-        raise PateError(f"{path} answers none of its {labels.size} queries: the student has no "
-                        "labels to learn from; label again with more queries or less noise "
-                        "(for Confident-GNMax, a lower threshold)")
-    mechanism = str(data["mechanism"]) if "mechanism" in data else "unknown"
-    return Release(indices=indices[answered].astype(np.int64), labels=labels[answered].astype(np.int32),
-                   num_queries=int(labels.size), mechanism=mechanism, digest=rundir.file_digest(path))
+# --------------------------------------------------------------------------- training length
 
 
 def steps_for_epochs(cfg: StudentConfig, epochs: float, *, pool_size: int, num_labelled: int) -> int:

@@ -48,7 +48,8 @@ def test_workdir_skips_unanswered(tmp_path):
 def test_workdir_errors(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["analyze", "--workdir", str(tmp_path / "none")])
-    assert result.exit_code == 1 and "does not exist" in result.output
+    assert result.exit_code == 1 and "run directory" in result.output and "does not exist" in result.output
+    assert not (tmp_path / "none").exists()  # a mistyped run directory is not created
     result = runner.invoke(main, ["analyze", "--workdir", str(tmp_path)])
     assert result.exit_code == 1 and "pate label" in result.output
     make_run(tmp_path)
