@@ -129,11 +129,12 @@ def _moments(ctx, param, value):
     return value
 
 
-def _run_lock(workdir, command: str):
-    """The run directory's lock (one pate process per run directory)."""
+def _run_lock(workdir, command: str, *, create: bool = True):
+    """The run directory's lock (one pate process per run directory); ``create=False`` for a
+    command that needs an existing run."""
     from pate.rundir import lock
 
-    return lock(workdir, command)
+    return lock(workdir, command, create=create)
 
 
 @main.command()
@@ -205,9 +206,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
         if ignored:
             raise click.UsageError(f"{', '.join(ignored)} apply to --votes only: with --workdir the "
                                    "queries and classes come from the run's labels.npz and votes.npz")
-        if not os.path.isdir(workdir):  # before the lock, which would create it
-            raise PateError(f"run directory {workdir} does not exist")
-        with _run_lock(workdir, "analyze"):
+        with _run_lock(workdir, "analyze", create=False):
             analyze_workdir(workdir, **release, **outputs)
         return
     if num_classes is not None and not input_is_labels:
