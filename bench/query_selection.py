@@ -8,7 +8,7 @@ round 1's release and the public pool): ``uncertain`` (lowest top probability), 
 (smallest gap between the top two) or ``next`` (the next N points, the non-interactive
 baseline). The teachers vote on them, Confident-GNMax (the run's ``[aggregation]``, or
 ``--row THR:S1:S2``) answers, and the expected headline ε of both rounds together is computed
-as in ``bench/release_noise.py`` (RDP composes over adaptively chosen queries; the sanitised
+as in ``bench/release_noise.py`` (`release_expectation`) (RDP composes over adaptively chosen queries; the sanitised
 release covers the union). With ``--out DIR``, DIR gets a ``labels.npz`` of both rounds and
 the run's config.toml, ready for ``pate train-student --workdir DIR``.
 
@@ -58,8 +58,6 @@ def student_probs(student, images: np.ndarray, batch_size: int = 500) -> np.ndar
 
 
 def main(argv=None) -> int:
-    from analysis import gnmax, gnss, report
-    from analysis.noise import RELEASE_STREAM, NoiseSource
     from pate import aggregation, rundir
     from pate.config import load_config
     from pate.data import load_dataset, split
@@ -69,7 +67,7 @@ def main(argv=None) -> int:
     from pate.voting import predict_votes
 
     sys.path.insert(0, str(ROOT / "bench"))
-    from release_noise import expected_headline
+    from release_noise import release_expectation
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", required=True, help="a run with teachers, labels, votes and a student")
@@ -90,8 +88,6 @@ def main(argv=None) -> int:
     candidates = np.setdiff1d(np.arange(splits.pool_x.shape[0]), first["indices"])
     probs = student_probs(load_student(run.path), splits.pool_x[candidates])
     teachers = load_teachers(run.path)
-    order = p.release_order or 12.0
-    beta, sigma_ss = report.gnss_parameters(order, p.gnss_beta or None, p.release_cost)
     for i, mode in enumerate(args.modes):
         chosen = select(probs, candidates, args.queries, mode)
         votes2 = predict_votes(teachers.params, teachers.model, splits.pool_x[chosen], teachers.num_classes,
@@ -100,12 +96,7 @@ def main(argv=None) -> int:
         answered2 = labels2 >= 0
         votes = np.concatenate([votes1, votes2])
         labels = np.concatenate([first["labels"], labels2]).astype(first["labels"].dtype)
-        indep = gnmax.data_independent_eps(votes.shape[0], s2, p.delta, sigma_threshold=s1, conversion=p.conversion)
-        di_route, _ = report.gnss_headline_independent(indep, beta, sigma_ss, p.delta, p.conversion)
-        san = gnss.sanitized_eps(votes, s2, p.delta, order, beta, sigma_ss, threshold=thr, sigma_threshold=s1,
-                                 answered_mask=labels >= 0, noise=NoiseSource(args.seed + i, RELEASE_STREAM))
-        mean, _ = expected_headline(san.rdp_exact, san.noise_std, san.rdp_gnss, order, p.delta, p.conversion,
-                                    di_route)
+        mean, _, san = release_expectation(votes, labels >= 0, thr, s1, s2, p, args.seed + i)
         truth = splits.pool_y[chosen]
         print(json.dumps({
             "mode": mode, "round2_queries": int(chosen.size), "round2_answered": int(answered2.sum()),

@@ -65,6 +65,27 @@ def expected_headline(f: float, s: float, cost: float, order: float, delta: floa
     return mean, float(norm.sf((hi - f) / s)) if s > 0 else float(f > hi)
 
 
+def release_expectation(votes: np.ndarray, answered: np.ndarray, threshold: float, sigma_threshold: float,
+                        sigma: float, privacy, seed: int):
+    """(E[headline], P[headline > E + 0.5], the `gnss.sanitized_eps` result) of a Confident-GNMax
+    release of `votes` whose `answered` mask is known, at `privacy`'s fixed release order, cost,
+    β and conversion (`expected_headline`). Reads private votes: research only."""
+    from analysis import gnmax, gnss, report
+    from analysis.noise import RELEASE_STREAM, NoiseSource
+
+    order = privacy.release_order or 12.0
+    beta, sigma_ss = report.gnss_parameters(order, privacy.gnss_beta or None, privacy.release_cost)
+    indep = gnmax.data_independent_eps(votes.shape[0], sigma, privacy.delta, sigma_threshold=sigma_threshold,
+                                       conversion=privacy.conversion)
+    di_route, _ = report.gnss_headline_independent(indep, beta, sigma_ss, privacy.delta, privacy.conversion)
+    san = gnss.sanitized_eps(votes, sigma, privacy.delta, order, beta, sigma_ss, threshold=threshold,
+                             sigma_threshold=sigma_threshold, answered_mask=answered,
+                             noise=NoiseSource(seed, RELEASE_STREAM))
+    mean, tail = expected_headline(san.rdp_exact, san.noise_std, san.rdp_gnss, order, privacy.delta,
+                                   privacy.conversion, di_route)
+    return mean, tail, san
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", required=True, help="a run with trained teachers")
@@ -75,8 +96,6 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="aggregator noise seed (benchmark only)")
     args = parser.parse_args(argv)
 
-    from analysis import gnmax, gnss, report
-    from analysis.noise import RELEASE_STREAM, NoiseSource
     from pate import aggregation, rundir
     from pate.config import load_config
     from pate.data import load_dataset, split
@@ -99,21 +118,15 @@ def main(argv=None) -> int:
                               batch_size=stored.teachers.eval_batch_size)
     T = int(votes[0].sum())
     order = p.release_order or 12.0
-    beta, sigma_ss = report.gnss_parameters(order, p.gnss_beta or None, p.release_cost)
     out = []
     for i, (thr, s1, s2, q) in enumerate(rows):
         v, truth = votes[:q], splits.pool_y[:q]
-        indep = gnmax.data_independent_eps(q, s2, p.delta, sigma_threshold=s1, conversion=p.conversion)
-        di_route, _ = report.gnss_headline_independent(indep, beta, sigma_ss, p.delta, p.conversion)
         draws = []
         for d in range(args.draws):
             noise = aggregation.noise_source(args.seed + 1000 * i + d)
             labels = aggregation.confident_gnmax(v, thr, s1, s2, noise)
             answered = labels >= 0
-            san = gnss.sanitized_eps(v, s2, p.delta, order, beta, sigma_ss, threshold=thr, sigma_threshold=s1,
-                                     answered_mask=answered, noise=NoiseSource(args.seed + d, RELEASE_STREAM))
-            mean, tail = expected_headline(san.rdp_exact, san.noise_std, san.rdp_gnss, order, p.delta,
-                                           p.conversion, di_route)
+            mean, tail, san = release_expectation(v, answered, thr, s1, s2, p, args.seed + d)
             draws.append((int(answered.sum()), float(np.mean(labels[answered] == truth[answered])), mean,
                           san.noise_std, tail, np.bincount(labels[answered], minlength=votes.shape[1])))
         ans, acc, mean, std, tail, counts = (np.mean([d[k] for d in draws], axis=0) for k in range(6))

@@ -47,29 +47,21 @@ def teacher_loop_config(config, variant: str, shard_size: int):
     """The `StudentConfig` that trains one teacher: the teacher's model and optimiser, as
     many steps as its `epochs` over the shard, the `[student]` FixMatch keys, then the
     variant's overrides (TOML values, e.g. ``steps=2000,threshold=0.9``)."""
-    from pate.config import StudentConfig, _coerce
+    from pate.config import StudentConfig, _coerce, parse_override
 
-    cfg = config.student
-    teach = {k: getattr(config.teachers, k) for k in TEACHER_KEYS if hasattr(config.teachers, k)}
+    teach = {k: getattr(config.teachers, k) for k in TEACHER_KEYS}
     steps = max(1, round(config.teachers.epochs * shard_size / config.teachers.batch_size))
-    cfg = dataclasses.replace(cfg, **teach, steps=steps, ema=0.999, cutout=min(cfg.cutout, shard_size))
+    cfg = dataclasses.replace(config.student, **teach, steps=steps, ema=0.999,
+                              cutout=min(config.student.cutout, shard_size))
     hints = typing.get_type_hints(StudentConfig)
     overrides = {}
     for item in filter(None, variant.split(",")):
-        key, _, value = item.partition("=")
+        dotted, value = parse_override(f"student.{item}")
+        key = dotted.partition(".")[2]
         if key not in hints:
             raise SystemExit(f"unknown [student] key {key!r} in variant {variant!r}")
-        overrides[key] = _coerce(_parse(value), hints[key])
+        overrides[key] = _coerce(value, hints[key])
     return dataclasses.replace(cfg, **overrides)
-
-
-def _parse(value: str):
-    import tomllib
-
-    try:
-        return tomllib.loads(f"v = {value}")["v"]
-    except tomllib.TOMLDecodeError:
-        return value
 
 
 def run_variant(config, splits, part, variant: str, num: int) -> dict:
