@@ -364,7 +364,8 @@ def brief_lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_
              f"moment {independent.moment:g}"),
         Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
              "depends on the votes: do not publish as is"),
-    ))
+    ), private_warnings=(f"the best moment is the largest one tried ({dependent.moment:g}); try more "
+                         "moments (--moments) for a lower data-dependent eps",) if dependent.best_is_largest else ())
 
 
 # ------------------------------------------------------------ data-independent, every accountant

@@ -16,15 +16,17 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis import mechanisms
+from analysis import composition, mechanisms
 from analysis import report as report_mod
 from analysis.report_io import render_table, write_outputs
 from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
+from pate import ledger as ledger_mod
 from pate import rundir
 from pate.released_labels import read_labels  # noqa: F401  (re-exported: pate.analyze.read_labels)
 from pate.config import PrivacyConfig
+from pate.runlock import writes_run
 
 VOTES_FILE = rundir.VOTES_NPZ
 LABELS_FILE = rundir.LABELS_NPZ
@@ -72,15 +74,60 @@ def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
         resolved[option] = target
 
 
+def release_cost_of(rep: report_mod.PrivacyReport, release_cost: float) -> composition.Cost:
+    """The data-independent cost of the sanitised ε a report released: the LNMax
+    smooth-sensitivity release's (ε, δ), or the GNSS release at its order and β (the
+    ledger's record of a draw)."""
+    if rep.mechanism == "lnmax":
+        return composition.approx_cost(rep.value("eps_release_cost"), rep.value("delta"))
+    order, beta = rep.value("release_order"), rep.value("beta")
+    return composition.gnss_cost(beta, report_mod.gnss_parameters(order, beta, release_cost)[1])
+
+
+def charge_draw(book: ledger_mod.Ledger, rep: report_mod.PrivacyReport, release_cost: float, *,
+                subject: str, run=None, budget: float | None = None, delta: float = 1e-5) -> dict:
+    """Charges one sanitised draw to the data set's ledger; a second draw about the same
+    `subject` (labels digest, keyed votes digest) is refused whatever file was moved."""
+    cost = release_cost_of(rep, release_cost)
+    return book.charge("sanitised-eps", cost, run=run, subject=subject, once=subject is not None, budget=budget,
+                       delta=delta, mechanism={"name": rep.mechanism,
+                                               "describe": f"sanitised eps of {rep.mechanism}: {cost.describe()}"})
+
+
+def check_not_drawn(book: ledger_mod.Ledger, subject: str) -> None:
+    """Refuses early (before any noise is drawn) a second sanitised draw of the same value."""
+    entry = book.find("sanitised-eps", subject)
+    if entry is not None:
+        raise PateError(f"the ledger of {book.name!r} already records a sanitised eps drawn for these "
+                        f"labels / votes (entry {entry.get('seq')}, {entry.get('time')}, run {entry.get('run')}); "
+                        "a second noisy draw of the same private value is refused (averaging draws removes "
+                        "the noise). Publish the first one; for a new release, label again")
+
+
+def run_ledger(workdir, config, labels: dict) -> ledger_mod.Ledger:
+    """The ledger a run's release was charged to: named in labels.npz's meta, else the
+    config's data set, else the run directory itself."""
+    meta = labels.get("meta") if isinstance(labels.get("meta"), dict) else {}
+    directory = ledger_mod.directory_for(config.privacy if config is not None else None)
+    if meta.get("ledger"):
+        return ledger_mod.Ledger(str(meta["ledger"]), directory)
+    if config is not None:
+        return ledger_mod.Ledger(ledger_mod.data_identity(config.data), directory)
+    return ledger_mod.Ledger("run:" + os.path.abspath(os.fspath(workdir)), directory)
+
+
 def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
-           labels_sha256: str | None = None) -> None:
+           labels_sha256: str | None = None, data_set: dict | None = None) -> None:
     """Writes the report with the `meta` every JSON artifact carries (config hash when
     made from a config, package version, time; for a run's labels, their sha256, which
     marks that release as made: `check_not_released`)."""
     meta = rundir.metadata(config)
     if labels_sha256 is not None:
         meta["labels_sha256"] = labels_sha256
-    write_outputs(rep, json_path, plot_path, release_path=release_path, extra={"meta": meta})
+    extra = {"meta": meta, "neighbouring_relation": composition.RELATION_TEXT}
+    if data_set is not None:
+        extra["data_set"] = data_set
+    write_outputs(rep, json_path, plot_path, release_path=release_path, extra=extra)
 
 
 def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments: int = 8,
@@ -172,6 +219,7 @@ def check_not_released(paths, labels_digest: str) -> None:
                             "new release, label again in a new run directory")
 
 
+@writes_run("analyze", create=False)
 def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None = None,
                     beta: float | None = None, gnss_beta: float | None = None,
                     seed: int | None = None, conversion: str | None = None,
@@ -229,6 +277,8 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
     plot_path = os.path.join(workdir, PRIVACY_PLOT) if plot_path is None else plot_path
     release_path = os.path.join(workdir, RELEASE_JSON) if release_path is None else release_path
     check_not_released([os.path.join(workdir, RELEASE_JSON), release_path], labels_digest)
+    book = run_ledger(workdir, config, labels)
+    check_not_drawn(book, labels_digest)
     votes = votes_mod.load_votes(inputs[0])
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
     # lnmax_beta and GNMax gnss_beta (0: 0.1 / release order), never the other's.
@@ -240,8 +290,12 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
                              conversion=conversion, release_order=release_order,
                              release_cost=release_cost, noise=noise)
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
-    _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest)
+    charge_draw(book, rep, release_cost, subject=labels_digest, run=workdir, budget=p.total_budget, delta=delta)
+    data_set = book.summary(delta)
+    _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest, data_set=data_set)
     echo(render_table(rep))
+    echo(f"data set {data_set['data_set']}: {data_set['releases']} release(s), cumulative data-independent "
+         f"eps {data_set['cumulative_eps']:.4g} at delta {data_set['delta']:.3g} (`pate ledger`)")
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
 
@@ -251,7 +305,8 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
                   release_order: float | None = None, release_cost: float | None = None,
                   queries: int | None = None, indices_path=None, input_is_labels: bool = False,
                   num_classes: int | None = None, seed: int | None = None, json_path=None,
-                  plot_path=None, release_path=None, echo=print) -> report_mod.PrivacyReport:
+                  plot_path=None, release_path=None, ledger: str | None = None,
+                  total_budget: float | None = None, echo=print) -> report_mod.PrivacyReport:
     """`pate analyze --votes`: the privacy report of the answers `mechanism` gave on a
     vote file made anywhere (`analysis.votes.load_votes`), written only where asked.
 
@@ -263,7 +318,11 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
       delta, moments, beta, conversion, release_order, release_cost, seed: as in
         `analyze_workdir` (None: δ 1e-5, 8 moments, classic, release cost 0.2).
       json_path, plot_path, release_path: the report (private), its plot (private) and
-        the publishable values; None writes none.
+        the publishable values; None writes none. A sanitised ε is drawn only for
+        ``release_path`` (the one place it is published), and every draw is charged to the
+        ledger of the data set the votes come from: ``ledger`` (default
+        ``votes:<absolute path of the votes file>``), refused over ``total_budget``. Without
+        an output file the table shows the data-independent and (private) data-dependent ε.
 
     Raises:
       OptionError: an output onto an input or a run artifact, a threshold above the
@@ -290,18 +349,30 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
                           "the votes: no query could have been answered")
     answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
     params = mechanism.params()
+    # A sanitised value is drawn only for a report written to a file; each draw is charged.
+    draw = any(p is not None for p in (json_path, plot_path, release_path))
+    book = None
+    if draw:
+        book = ledger_mod.Ledger(ledger or "votes:" + os.path.abspath(os.fspath(votes_path)),
+                                 ledger_mod.default_directory())
+        book.check_budget([], total_budget, delta, "this sanitised draw")
     if isinstance(mechanism, mechanisms.LNMax):
-        rep = report_mod.lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1),
-                                      DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise)
+        rep = (report_mod.lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1),
+                                       DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise) if draw
+               else report_mod.brief_lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1)))
     else:
         rep = report_mod.gnmax_report(
             answered, mechanism.sigma, delta, threshold=params.get("threshold"),
             sigma_threshold=params.get("sigma_threshold"), conversion=conversion,
-            release_order=release_order, beta=beta, release_cost=release_cost, noise=noise)
+            release_order=release_order, beta=beta, release_cost=release_cost, noise=noise, sanitize=draw)
     rep = report_mod.extend(rep, report_mod.data_independent_items(
         mechanism.name, answered.shape[0], delta, gamma=params.get("gamma"), sigma=params.get("sigma"),
         sigma_threshold=params.get("sigma_threshold"), moments=range(1, moments + 1)))
-    _write(rep, json_path, plot_path, release_path)
+    data_set = None
+    if draw:
+        charge_draw(book, rep, release_cost, subject=None, budget=total_budget, delta=delta)
+        data_set = book.summary(delta)
+    _write(rep, json_path, plot_path, release_path, data_set=data_set)
     echo(render_table(rep))
     for path in (release_path, json_path, plot_path):
         if path:

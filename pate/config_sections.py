@@ -179,6 +179,11 @@ class PrivacyConfig:
     order of the data-independent optimum, a public quantity; never the data-dependent
     best order, which would be chosen from the private votes) spending `release_cost`
     of RDP at that order, with smoothness `gnss_beta` (0 = 0.1 / release order).
+
+    `total_budget`: the most ε (at `delta`) every release from this private data set may
+    spend together, in any run directory (`pate ledger`); a release that would go over
+    it is refused before anything is written (0 = no limit). `ledger`: the folder of the
+    ledgers (empty: `$PATE_LEDGER_DIR`, else the user's state folder).
     """
 
     delta: float = 1e-5
@@ -188,6 +193,8 @@ class PrivacyConfig:
     conversion: Literal["classic", "improved"] = "classic"
     release_order: float = 0.0
     release_cost: float = 0.2
+    total_budget: float = 0.0
+    ledger: str = ""
 
     def validate(self) -> None:
         s = "privacy"
@@ -200,6 +207,8 @@ class PrivacyConfig:
                  f"must be 0 (auto) or an order > 1, got {self.release_order}")
         _require(0 < self.release_cost <= 10, s, "release_cost",
                  f"must lie in (0, 10] (RDP at the release order), got {self.release_cost}")
+        _require(self.total_budget >= 0 and self.total_budget < float("inf"), s, "total_budget",
+                 f"must be 0 (no limit) or a finite eps > 0, got {self.total_budget}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -158,6 +158,19 @@ def _find(name: str, path: str, filenames: list[str]) -> Path:
                     f"To get it: {_HOW_TO_GET[name]}; or set data.path or ${DATA_DIR_ENV}")
 
 
+def source_location(name: str, path: str) -> Path:
+    """Where the files of data set `name` are read from (the folder `_find` picks, or the
+    first candidate when none holds them yet; a .npz's own path): the source that names a
+    data set's privacy ledger (`pate.ledger.data_identity`)."""
+    if name not in _SUBDIRS:
+        return Path(path)
+    dirs = _candidate_dirs(name, path)
+    for d in dirs:
+        if d.is_dir() and any(d.iterdir()):
+            return d
+    return dirs[0]
+
+
 def _resolve(d: Path, stem: str) -> Path:
     gz = d / f"{stem}.gz"
     return gz if gz.exists() else d / stem

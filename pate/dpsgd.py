@@ -47,6 +47,7 @@ from pate.config import Config, DpsgdConfig, config_to_dict
 from pate.models import extract_patches, lecun_normal
 from pate.progress import Progress
 from pate.student import predict
+from pate.runlock import writes_run
 
 Params = Any
 
@@ -254,6 +255,7 @@ def _check_run(config: Config, run: rundir.RunDir, overwrite: bool) -> None:
         run.check_same_data(config)
 
 
+@writes_run("dpsgd")
 def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
                 overwrite: bool = False, show_progress: bool = True,
                 echo: Callable[[str], None] = print) -> DpsgdResult:

@@ -20,11 +20,13 @@ import dataclasses
 
 import numpy as np
 
-from analysis import mechanisms
+from analysis import composition, mechanisms
 from analysis import plan as plan_mod
 from analysis.errors import PateError
 from pate import aggregation, rundir
+from pate import ledger as ledger_mod
 from pate.config import AggregationConfig, Config, PrivacyConfig
+from pate.runlock import writes_run
 
 # The keys labels.npz may hold besides `meta` (config hash and package version).
 RELEASED_KEYS = ("indices", "labels", "mechanism", "gamma", "sigma", "threshold", "sigma_threshold",
@@ -146,6 +148,7 @@ def release_labels(votes: np.ndarray, mechanism: str, params: dict, *, seed: int
     return cap_answers(released, max_answers)
 
 
+@writes_run("label")
 def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
           budget: float | None = None, accountant: str = "rdp", echo=print) -> LabelResult:
     """Computes the votes on the pool, releases noisy labels and writes both files.
@@ -190,9 +193,17 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
              + f" (data-independent eps {plan.eps:.4g} of the labels; "
              + _release_on_top(agg, plan, config.privacy) + ")")
 
+    # The ledger of the private data set refuses a release over its total budget before
+    # any teacher votes (`pate.ledger`).
+    record = mechanisms.from_config(agg)
+    num_queries = agg.queries if plan is None else plan.num_queries
+    cost = composition.labels_cost(record, num_queries, max_answers=None if plan is None else plan.max_answers)
+    book = ledger_mod.Ledger.for_config(config)
+    book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this label release")
+
     # Votes only for the queried points (the first ones of the pool): nothing else is
     # answered, and a vote nobody needs is private data kept for no reason.
-    queried = np.arange(agg.queries if plan is None else plan.num_queries)
+    queried = np.arange(num_queries)
     echo(f"voting: {teachers.num_teachers} teachers on {queried.size} pool points")
     votes = predict_votes(teachers.params, teachers.model, splits.pool_x[queried], teachers.num_classes,
                           batch_size=config.teachers.eval_batch_size)
@@ -231,12 +242,16 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     try:
         out = rundir.RunDir(staging.path)
         out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
-        out.write_npz(rundir.LABELS_NPZ, labels, config)
+        out.write_npz(rundir.LABELS_NPZ, labels, config, meta={"ledger": book.name})
         out.write_config(config)
+        # Charged before the release is in place: a kill from here on over-counts, never under-counts.
+        charge_release(book, cost, record, run.path, out / rundir.LABELS_NPZ, num_queries, config.privacy,
+                       data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
     except BaseException:
         staging.discard()
         raise
     moved = staging.commit(extra=(rundir.CONFIG_TOML,))
+    echo(cumulative_line(book, config.privacy.delta))
     echo(result.summary())
     echo(table)
     if moved:
@@ -285,11 +300,30 @@ def noise_params(mechanism: str, *, gamma=None, sigma=None, threshold=None, sigm
                                    sigma_threshold=sigma_threshold).params()
 
 
+def charge_release(book, cost, record, run_path, labels_path, num_queries: int, privacy, *,
+                   data_digest: str | None = None) -> dict:
+    """Charges a label release to the data set's ledger (refused over ``total_budget``)."""
+    mechanism = {"name": record.name, **record.params(), "queries": int(num_queries),
+                 "describe": f"labels: {num_queries} queries of {record.describe()}"}
+    return book.charge("labels", cost, run=run_path, mechanism=mechanism,
+                       subject=rundir.file_digest(labels_path), budget=privacy.total_budget,
+                       delta=privacy.delta, data_digest=data_digest)
+
+
+def cumulative_line(book, delta: float) -> str:
+    """The line every release prints: what the data set has spent in all."""
+    total = book.total(delta)
+    return (f"ledger of {book.name}: {total.count} release(s), cumulative data-independent eps "
+            f"{total.eps:.4g} at delta {total.delta:.3g} (`pate ledger` lists them)")
+
+
+@writes_run("label")
 def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", gamma=None, sigma=None,
                 threshold=None, sigma_threshold=None, queries: int | None = None, indices=None,
                 budget: float | None = None, delta: float = 1e-5, moments: int = 8,
                 conversion: str = "classic", accountant: str = "rdp", input_is_labels: bool = False,
-                seed: int | None = None, overwrite: bool = False, echo=print) -> VotesRelease:
+                seed: int | None = None, overwrite: bool = False, ledger: str | None = None,
+                total_budget: float | None = None, echo=print) -> VotesRelease:
     """Releases noisy labels from votes computed elsewhere: teachers trained anywhere.
 
     The votes are validated as `pate analyze` validates them (`analysis.votes`), the
@@ -316,6 +350,11 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
       input_is_labels: ``votes`` is a teachers × points matrix of predicted labels.
       seed: noise seed (research only; never written). Default: fresh OS entropy.
       overwrite: replace an existing votes.npz / labels.npz.
+      ledger: the name of the private data set the votes come from, whose ledger
+        (`pate.ledger`) is charged; default ``votes:<absolute path of the votes file>``
+        (``votes:in-memory`` for an array).
+      total_budget: refuse the release when the ledger's cumulative ε at ``delta`` would
+        exceed it (None or 0: no limit).
       echo: where the summary and the privacy table go.
 
     Raises:
@@ -373,6 +412,13 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
         selected = selected[:plan.num_queries]
 
     cap = None if plan is None else plan.max_answers
+    record = mechanisms.from_options(mechanism, **params)
+    cost = composition.labels_cost(record, int(selected.size), max_answers=cap)
+    if ledger is None:
+        ledger = ("votes:" + os.path.abspath(os.fspath(votes)) if isinstance(votes, (str, os.PathLike))
+                  else "votes:in-memory")
+    book = ledger_mod.Ledger(ledger, ledger_mod.default_directory())
+    book.check_budget([cost], total_budget, delta, "this label release")
     released = release_labels(hist[selected], mechanism, params, seed=seed, max_answers=cap)
     if cap is not None:
         params["max_answers"] = cap
@@ -383,12 +429,27 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     brief = report_for_release(hist, labels, delta=delta, moments=moments, conversion=conversion,
                                sanitize=False)
     brief = report_mod.extend(brief, data_independent_comparison(hist, labels, delta=delta, moments=moments))
-    run.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)})
-    run.write_npz(rundir.LABELS_NPZ, labels)
+    # Votes and labels are swapped in together, the old release and what was made from it
+    # moved aside, once both are written and the release is charged.
+    staging = rundir.Staging(run, "label", rundir.LABEL_ARTIFACTS)
+    try:
+        out = rundir.RunDir(staging.path)
+        out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)})
+        out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.name})
+        charge_release(book, cost, record, run.path, out / rundir.LABELS_NPZ, int(selected.size),
+                       PrivacyConfig(delta=delta, total_budget=total_budget or 0.0),
+                       data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()))
+    except BaseException:
+        staging.discard()
+        raise
+    moved = staging.commit()
     result = VotesRelease(mechanism, dict(params), selected, released,
                           None if plan is None else plan.eps)
     echo(result.summary())
     echo(render_table(brief))
+    echo(cumulative_line(book, delta))
+    if moved:
+        echo(rundir.stale_message(moved, "labels"))
     echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze --workdir` gives the sanitised eps")
     return result

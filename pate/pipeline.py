@@ -47,6 +47,7 @@ from analysis.errors import PateError
 from pate import rundir
 from pate.released_labels import read_labels
 from pate.config import Config, config_hash, config_to_dict
+from pate.runlock import writes_run
 
 @dataclasses.dataclass(frozen=True)
 class _Context:
@@ -323,6 +324,7 @@ def preflight(config: Config, seed: int | None) -> None:
     check_accountable(config.aggregation, config.privacy)
 
 
+@writes_run("run")
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,
         show_progress: bool = True, echo: Callable[[str], None] = print) -> RunSummary:
     """Runs the whole job over one run directory, skipping what is up to date.

@@ -5,6 +5,7 @@ Re-exported by `pate.rundir` (``rundir.lock``, ``rundir.RunLock``), the import t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -20,7 +21,7 @@ class RunLock:
 
     An OS file lock (`filelock`, `flock` on POSIX) on ``RUN/.pate.lock``; the kernel
     drops it when the holder exits, even after ``kill -9``, so a stale lock never
-    blocks a run. The holder's pid, host and command line go to ``RUN/.pate.lock.owner``
+    blocks a run. The holder's pid, host and command name go to ``RUN/.pate.lock.owner``
     so the refused process can say who holds it. Both files are removed on release, so
     a command leaves no trace of the lock.
 
@@ -40,7 +41,6 @@ class RunLock:
 
     def __enter__(self) -> "RunLock":
         import socket
-        import sys
 
         import filelock
 
@@ -54,6 +54,9 @@ class RunLock:
         except OSError as err:
             raise PateError(f"cannot create the run directory {self.path}: "
                             f"{err.strerror or err}") from None
+        if (self.path / LOCK_FILE).is_symlink():
+            raise PateError(f"{self.path / LOCK_FILE} is a symbolic link; remove it (pate never "
+                            "writes through a link)")
         lock = filelock.FileLock(self.path / LOCK_FILE, timeout=0, thread_local=False)
         try:
             lock.acquire()
@@ -64,10 +67,16 @@ class RunLock:
             raise PateError(f"cannot write in {self.path}: {err.strerror or err}; make it writable "
                             "(or free space) and try again, or use another --workdir") from None
         self._lock = lock
+        # The command's name only, never its arguments (a research --seed is private).
         owner = {"pid": os.getpid(), "host": socket.gethostname(),
-                 "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]) or self.command}
+                 "command": f"pate {self.command}"}
+        target = self.path / LOCK_OWNER
         try:
-            (self.path / LOCK_OWNER).write_text(json.dumps(owner) + "\n", encoding="utf-8")
+            if target.is_symlink() or target.exists():
+                target.unlink()  # a link is removed, never written through
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(json.dumps(owner) + "\n")
         except OSError as err:
             self._release()
             raise PateError(f"cannot write in {self.path}: {err.strerror or err}; make it writable "
@@ -101,3 +110,78 @@ class RunLock:
 def lock(workdir: str | Path, command: str, *, create: bool = True) -> RunLock:
     """`RunLock(workdir, command, create=create)`: use as ``with rundir.lock(workdir, "label"): ...``."""
     return RunLock(workdir, command, create=create)
+
+
+#: Run directories this process holds, by resolved path: (lock, depth).
+_HELD: dict[str, list] = {}
+
+
+@contextlib.contextmanager
+def hold(workdir: str | Path, command: str, *, create: bool = True):
+    """The door every writer of a run directory goes through: holds the run's lock for
+    the block, re-entrantly within one process (`pate run` holds it and calls the steps,
+    which take it again). A second process is refused in one line (`RunLock`)."""
+    key = os.path.realpath(os.fspath(workdir)) if os.fspath(workdir) else ""
+    if not key:
+        raise PateError("--workdir is empty; give a run directory")
+    if _secondary_process():
+        yield None  # multi-host training: process 0 holds the lock for all
+        return
+    held = _HELD.get(key)
+    if held is not None:
+        held[1] += 1
+        try:
+            yield held[0]
+        finally:
+            held[1] -= 1
+        return
+    new = not os.path.lexists(key)
+    try:
+        with RunLock(workdir, command, create=create) as run_lock:
+            _HELD[key] = [run_lock, 1]
+            try:
+                yield run_lock
+            finally:
+                _HELD.pop(key, None)
+    finally:
+        if new:  # a command that made the folder and wrote nothing leaves nothing behind
+            try:
+                os.rmdir(key)
+            except OSError:
+                pass
+
+
+def _secondary_process() -> bool:
+    """True in a multi-process JAX run on every process but the first."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return False
+    try:
+        return jax.process_count() > 1 and jax.process_index() != 0
+    except Exception:  # noqa: BLE001 - no backend: a single process
+        return False
+
+
+def writes_run(command: str, *, create: bool = True):
+    """Decorates a library function whose ``workdir`` argument is a run directory it
+    writes: the call holds the run's lock (`hold`), so the Python API, the CLI and `pate
+    run` all go through one door."""
+    import functools
+    import inspect
+
+    def decorate(fn):
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            workdir = signature.bind_partial(*args, **kwargs).arguments.get("workdir")
+            if workdir is None:
+                raise PateError(f"{command} needs a run directory (workdir)")
+            with hold(workdir, command, create=create):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorate

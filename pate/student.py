@@ -42,6 +42,7 @@ from pate import augment, checkpoints, models, rundir
 from pate.released_labels import Release, read_release  # noqa: F401  (re-exported: pate.student.read_release)
 from pate.config import MAX_INT, Config, StudentConfig, config_from_dict, config_to_dict
 from pate.progress import Progress
+from pate.runlock import writes_run
 
 Params = Any
 
@@ -329,6 +330,7 @@ def check_data(config: Config, workdir: str | Path) -> None:
     run.check_same_data(config, held="was labelled on data set {name!r} with a different")
 
 
+@writes_run("train-student")
 def train_student(config: Config, workdir: str | Path, *, overwrite: bool = False,
                   epochs: float | None = None, show_progress: bool = True,
                   echo: Callable[[str], None] = print) -> StudentResult:

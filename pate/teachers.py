@@ -36,6 +36,7 @@ from pate.placement import Placement, teacher_chunk, to_host, unpad
 from pate.progress import Progress
 from pate.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
 from pate.voting import predict_votes as predict_votes  # re-exported: its old home
+from pate.runlock import writes_run
 
 Params = Any
 _INIT_STREAM, _TRAIN_STREAM = 0, 1
@@ -257,6 +258,7 @@ def _nan_message(bad: np.ndarray, epoch: int, last_good: int | None, ckpt_dir: P
             "with --overwrite")
 
 
+@writes_run("train-teachers")
 def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
                    overwrite: bool = False, show_progress: bool = True,
                    devices: Sequence[jax.Device] | None = None,

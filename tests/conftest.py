@@ -12,6 +12,29 @@ CONFIGS = ROOT / "configs"
 TINY = CONFIGS / "tiny.toml"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _session_ledgers(tmp_path_factory):
+    """Privacy ledgers of the session's shared runs go to a temporary folder, never to the
+    user's state folder (`pate.ledger`)."""
+    import os
+
+    old = os.environ.get("PATE_LEDGER_DIR")
+    os.environ["PATE_LEDGER_DIR"] = str(tmp_path_factory.mktemp("ledgers"))
+    yield
+    if old is None:
+        os.environ.pop("PATE_LEDGER_DIR", None)
+    else:
+        os.environ["PATE_LEDGER_DIR"] = old
+
+
+@pytest.fixture(autouse=True)
+def ledger_dir(tmp_path_factory, monkeypatch):
+    """Each test charges its releases to ledgers of its own (a fresh folder)."""
+    path = tmp_path_factory.mktemp("ledger")
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(path))
+    return path
+
+
 @pytest.fixture(scope="session")
 def tiny_config():
     """configs/tiny.toml: synthetic data, 6 teachers, trains in seconds."""

@@ -44,7 +44,9 @@ def test_label_votes_then_analyze(tmp_path, args):
         keys = set(release.files)
         labels, indices = release["labels"], release["indices"]
         assert str(release["mechanism"]) == args[1]
-    assert keys <= set(label_mod.RELEASED_KEYS)  # no votes, no seed, no meta from a config
+    assert keys - {"meta"} <= set(label_mod.RELEASED_KEYS)  # no votes, no seed
+    meta = json.loads(str(np.load(run / "labels.npz")["meta"]))
+    assert meta["config_hash"] is None and meta["ledger"] == "votes:" + str(SIMULATED.resolve())
     expected = 100 if args[1] == "lnmax" else 300 if args[1] == "gnmax" else votes.shape[0]
     assert indices.tolist() == list(range(expected))
     assert labels.min() >= -1 and labels.max() < 10
