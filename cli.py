@@ -183,9 +183,12 @@ def _run_lock(workdir, command: str, *, create: bool = True):
               "--workdir writes RUN/release.json).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Write a PNG of cumulative eps against queries (private: owner-only).")
+@click.option("--ledger", "ledger_name", metavar="NAME",
+              help="With --votes: the private data set the votes come from, whose ledger is charged "
+                   "(default: votes:<path of FILE>).")
 def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_threshold, conversion,
             release_order, release_cost, delta, queries, indices_path, moments, beta,
-            input_is_labels, num_classes, seed, json_path, release_path, plot_path):
+            input_is_labels, num_classes, seed, json_path, release_path, plot_path, ledger_name):
     """Privacy report for noisy-argmax answers: data-independent, data-dependent
     (private) and sanitised eps."""
     from analysis import mechanisms
@@ -203,6 +206,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
         ignored = [name for name, v in (("--queries", queries), ("--indices", indices_path),
                                         ("--num-classes", num_classes)) if v is not None]
         ignored += ["--input-is-labels"] if input_is_labels else []
+        ignored += ["--ledger"] if ledger_name else []
         if ignored:
             raise click.UsageError(f"{', '.join(ignored)} apply to --votes only: with --workdir the "
                                    "queries and classes come from the run's labels.npz and votes.npz")
@@ -220,7 +224,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
                                        sigma_threshold=sigma_threshold)
     except PateError as err:
         raise click.UsageError(str(err)) from None
-    analyze_votes(votes_path, mech, queries=queries, indices_path=indices_path,
+    analyze_votes(votes_path, mech, queries=queries, indices_path=indices_path, ledger=ledger_name,
                   input_is_labels=input_is_labels, num_classes=num_classes, **release, **outputs)
 
 
@@ -363,9 +367,12 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
               "reproducible research only: whoever knows it can remove the noise. Never written to any "
               "file. Default: fresh OS entropy.")
 @click.option("--overwrite", is_flag=True, help="Replace an existing release in --workdir.")
+@click.option("--ledger", "ledger_name", metavar="NAME",
+              help="With --votes: the private data set the votes come from, whose ledger is charged "
+                   "(default: votes:<path of FILE>).")
 def label_command(workdir, votes_path, num_classes, input_is_labels, indices_path, delta, conversion,
                   accountant, mechanism, gamma, sigma, threshold, sigma_threshold, queries, budget, seed,
-                  overwrite):
+                  overwrite, ledger_name):
     """Let the teachers vote on the public pool and release noisy labels (labels.npz);
     the votes (votes.npz) stay private. With --votes, release labels from votes of
     teachers trained anywhere (no pate teachers, no config)."""
@@ -383,10 +390,11 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
                     queries=queries, indices=indices_path, budget=budget,
                     delta=1e-5 if delta is None else delta, conversion=conversion or "classic",
                     accountant=accountant, input_is_labels=input_is_labels, seed=seed,
-                    overwrite=overwrite, echo=click.echo)
+                    overwrite=overwrite, ledger=ledger_name, echo=click.echo)
         return
     only_votes = {"--num-classes": num_classes, "--indices": indices_path, "--delta": delta,
-                  "--conversion": conversion, "--input-is-labels": input_is_labels or None}
+                  "--conversion": conversion, "--input-is-labels": input_is_labels or None,
+                  "--ledger": ledger_name}
     misplaced = [name for name, value in only_votes.items() if value is not None]
     if misplaced:
         raise click.UsageError(f"{', '.join(misplaced)} apply only with --votes (a run's own votes use "
@@ -539,6 +547,47 @@ def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, n
     result = train_dpsgd(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
                          echo=click.echo)
     click.echo(result.summary())
+
+
+# --------------------------------------------------------------------------- ledger
+
+
+@main.command("ledger")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+              help="The ledger of this config's private data set.")
+@click.option("--workdir", type=click.Path(file_okay=False), help="The ledger of this run's data set.")
+@click.option("--name", help="A ledger by name (external votes: the --ledger NAME given to label/analyze).")
+@click.option("--import", "import_path", type=click.Path(file_okay=False),
+              help="Charge the releases of a run made before the ledger (once each), then list.")
+@click.option("--delta", type=float, callback=_probability,
+              help="delta of the cumulative eps (default: the config's privacy.delta, else 1e-5).")
+def ledger_command(config_path, workdir, name, import_path, delta):
+    """List every release charged to a private data set's ledger and the cumulative eps
+    they spend together (composition of their data-independent costs)."""
+    from pate import ledger as ledger_mod
+    from pate.config import load_config
+    from pate.rundir import RunDir
+
+    given = [v for v in (config_path, workdir, name) if v is not None]
+    if len(given) > 1 or not (given or import_path):
+        raise click.UsageError("give one of --config FILE, --workdir RUN or --name NAME (or --import RUN)")
+    config = None
+    if import_path is not None:
+        ledger_mod.import_run(import_path, name=name, echo=click.echo)
+        workdir = workdir if given else import_path
+    if config_path is not None:
+        config = load_config(config_path)
+        book = ledger_mod.Ledger.for_config(config)
+    elif workdir is not None and name is None:
+        if not os.path.isdir(workdir):
+            raise PateError(f"run directory {workdir} does not exist")
+        config = RunDir(workdir).stored_config()
+        book = ledger_mod.for_run(workdir, config)
+    else:
+        book = ledger_mod.Ledger(name, ledger_mod.default_directory())
+    if delta is None:
+        delta = config.privacy.delta if config is not None else 1e-5
+    click.echo(ledger_mod.render(book, delta))
 
 
 if __name__ == "__main__":  # pragma: no cover

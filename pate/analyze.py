@@ -104,18 +104,6 @@ def check_not_drawn(book: ledger_mod.Ledger, subject: str) -> None:
                         "the noise). Publish the first one; for a new release, label again")
 
 
-def run_ledger(workdir, config, labels: dict) -> ledger_mod.Ledger:
-    """The ledger a run's release was charged to: named in labels.npz's meta, else the
-    config's data set, else the run directory itself."""
-    meta = labels.get("meta") if isinstance(labels.get("meta"), dict) else {}
-    directory = ledger_mod.directory_for(config.privacy if config is not None else None)
-    if meta.get("ledger"):
-        return ledger_mod.Ledger(str(meta["ledger"]), directory)
-    if config is not None:
-        return ledger_mod.Ledger(ledger_mod.data_identity(config.data), directory)
-    return ledger_mod.Ledger("run:" + os.path.abspath(os.fspath(workdir)), directory)
-
-
 def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
            labels_sha256: str | None = None, data_set: dict | None = None) -> None:
     """Writes the report with the `meta` every JSON artifact carries (config hash when
@@ -277,7 +265,7 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
     plot_path = os.path.join(workdir, PRIVACY_PLOT) if plot_path is None else plot_path
     release_path = os.path.join(workdir, RELEASE_JSON) if release_path is None else release_path
     check_not_released([os.path.join(workdir, RELEASE_JSON), release_path], labels_digest)
-    book = run_ledger(workdir, config, labels)
+    book = ledger_mod.for_run(workdir, config)
     check_not_drawn(book, labels_digest)
     votes = votes_mod.load_votes(inputs[0])
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]

@@ -48,6 +48,8 @@ from pate.models import extract_patches, lecun_normal
 from pate.progress import Progress
 from pate.student import predict
 from pate.runlock import writes_run
+from pate import ledger as ledger_mod
+from analysis import composition
 
 Params = Any
 
@@ -301,6 +303,11 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     rate = min(1.0, batch_size / n)
     steps = max(1, round(epochs / rate))
     noise_multiplier = dpsgd_accounting.calibrate_noise(cfg.eps, delta, rate, steps, cfg.accountant)
+    # The model is a release of the private train split: its ledger refuses it over the
+    # data set's total budget before any training (`pate.ledger`).
+    cost = composition.dpsgd_cost(rate, noise_multiplier, steps)
+    book = ledger_mod.Ledger.for_config(config)
+    book.check_budget([cost], config.privacy.total_budget, delta, "this DP-SGD model")
 
     feature_start = time.time()
     test_x = np.concatenate([splits.pool_x, splits.eval_x])
@@ -358,11 +365,20 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
                          target_eps=cfg.eps, delta=delta, noise_multiplier=noise_multiplier, steps=steps,
                          epochs=steps * rate, batch_size=batch_size, wall_time_s=time.time() - start)
 
-    run.prepare(rundir.DPSGD_ARTIFACTS, overwrite=True, command="dpsgd")
-    checkpoints.save_params(run / rundir.DPSGD_DIR, params, then="run `pate dpsgd --overwrite` again")
-    if not run.exists(rundir.CONFIG_TOML):
-        run.write_config(config)
-    run.write_json(rundir.DPSGD_JSON, {
+    # The new model and dpsgd.json are staged and swapped in together once the release is
+    # charged: an interruption leaves the old result in place.
+    staging = rundir.Staging(run, "dpsgd", rundir.DPSGD_ARTIFACTS)
+    out = rundir.RunDir(staging.path)
+    try:
+        checkpoints.save_params(out / rundir.DPSGD_DIR, params, then="run `pate dpsgd --overwrite` again")
+    except BaseException:
+        staging.discard()
+        raise
+    total = book.total(delta, extra=[cost])  # the data set's cumulative eps once this model is out
+    data_set = {**book.summary(delta), "releases": total.count, "cumulative_eps": total.eps,
+                "delta": total.delta, "route": total.route}
+    out.write_json(rundir.DPSGD_JSON, {
+        "data_set": data_set,
         "model": cfg.model,
         "accuracy": accuracy,
         "eval_points": result.eval_points,
@@ -398,4 +414,18 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
         "feature_time_s": feature_time,
         "backend": jax.default_backend(),
     }, config)
+    try:
+        book.charge("dpsgd", cost, run=run.path, budget=config.privacy.total_budget, delta=delta,
+                    subject="dpsgd:" + rundir.file_digest(out / rundir.DPSGD_JSON),
+                    mechanism={"name": "dpsgd", "model": cfg.model, "describe": f"DP-SGD {cfg.model}: "
+                               f"{steps} steps, q {rate:.4g}, sigma {noise_multiplier:.4g}"},
+                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+    except BaseException:
+        staging.discard()
+        raise
+    staging.commit()
+    if not run.exists(rundir.CONFIG_TOML):
+        run.write_config(config)
+    echo(f"data set {data_set['data_set']}: {data_set['releases']} release(s), cumulative data-independent "
+         f"eps {data_set['cumulative_eps']:.4g} at delta {data_set['delta']:.3g} (`pate ledger`)")
     return result

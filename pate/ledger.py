@@ -326,3 +326,92 @@ def render(ledger: Ledger, delta: float) -> str:
                      "are still composed, as releases of one data set")
     lines.append("data-dependent (sanitised) eps values are not composed: ex-post guarantees do not add")
     return "\n".join(lines)
+
+
+def for_run(workdir, config=None) -> Ledger:
+    """The ledger a run directory's releases belong to: named in its labels.npz's meta,
+    else by its config's data set, else by the run directory itself."""
+    from pate import rundir
+
+    run = rundir.RunDir(workdir)
+    config = run.stored_config() if config is None else config
+    directory = directory_for(config.privacy if config is not None else None)
+    if run.exists(rundir.LABELS_NPZ):
+        try:
+            meta = run.read_npz(rundir.LABELS_NPZ).get("meta") or {}
+        except PateError:
+            meta = {}
+        if isinstance(meta, dict) and meta.get("ledger"):
+            return Ledger(str(meta["ledger"]), directory)
+    if config is not None:
+        return Ledger(data_identity(config.data), directory)
+    return Ledger("run:" + os.path.abspath(os.fspath(workdir)), directory)
+
+
+def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
+    """Charges the releases of a run directory made before the ledger existed, once each:
+    its labels (labels.npz), its sanitised ε (release.json) and its DP-SGD model
+    (dpsgd.json). A release already recorded (same labels digest / same dpsgd.json) is
+    skipped, so importing twice charges nothing more.
+
+    Returns:
+      The entries written.
+    """
+    from analysis import mechanisms
+    from pate import rundir
+    from pate.released_labels import read_labels
+
+    run = rundir.RunDir(workdir)
+    if not run.path.is_dir():
+        raise PateError(f"run directory {run.path} does not exist")
+    config = run.stored_config()
+    book = for_run(workdir, config) if name is None else Ledger(name, directory_for(
+        config.privacy if config is not None else None))
+    privacy = config.privacy if config is not None else None
+    release_cost = privacy.release_cost if privacy is not None else 0.2
+    written = []
+
+    def charge_once(kind, cost, subject, describe):
+        if book.find(kind, subject) is not None:
+            echo(f"already in the ledger: {describe}")
+            return
+        written.append(book.charge(kind, cost, run=run.path, subject=subject, once=True,
+                                   mechanism={"describe": describe}, note="imported"))
+        echo(f"charged: {describe}")
+
+    if run.exists(rundir.LABELS_NPZ):
+        labels = read_labels(run / rundir.LABELS_NPZ)
+        record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+        cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
+        n = int(labels["indices"].size)
+        subject = rundir.file_digest(run / rundir.LABELS_NPZ)
+        charge_once("labels", composition.labels_cost(record, n, max_answers=cap), subject,
+                    f"labels: {n} queries of {record.describe()}")
+        if run.exists(rundir.RELEASE_JSON):
+            doc = run.read_json(rundir.RELEASE_JSON)
+            details = doc.get("details") or {}
+            try:
+                if record.name == "lnmax":
+                    cost = composition.approx_cost(details["eps_release_cost"], details["delta"])
+                else:
+                    from analysis.report import gnss_parameters
+
+                    order, beta = float(details["release_order"]), float(details["beta"])
+                    cost = composition.gnss_cost(beta, gnss_parameters(order, beta, release_cost)[1])
+            except (KeyError, TypeError, ValueError):
+                raise PateError(f"{run / rundir.RELEASE_JSON} lacks the release's parameters "
+                                "(release_order, beta / eps_release_cost); it was not written by pate "
+                                "analyze or is damaged") from None
+            charge_once("sanitised-eps", cost, subject, f"sanitised eps of {record.name}: {cost.describe()}")
+    if run.exists(rundir.DPSGD_JSON):
+        doc = run.read_json(rundir.DPSGD_JSON)
+        try:
+            cost = composition.dpsgd_cost(doc["sampling_rate"], doc["noise_multiplier"], doc["steps"])
+        except (KeyError, TypeError, ValueError):
+            raise PateError(f"{run / rundir.DPSGD_JSON} lacks sampling_rate, noise_multiplier or steps; "
+                            "it was not written by pate dpsgd or is damaged") from None
+        charge_once("dpsgd", cost, "dpsgd:" + rundir.file_digest(run / rundir.DPSGD_JSON),
+                    f"DP-SGD {doc.get('model', '?')}: {cost.describe()}")
+    if not written and not (run.exists(rundir.LABELS_NPZ) or run.exists(rundir.DPSGD_JSON)):
+        raise PateError(f"{run.path} holds no release (labels.npz, dpsgd.json) to import")
+    return written

@@ -294,6 +294,7 @@ LATER_ARTIFACTS = {
     "label": STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS,
     "student": (),
     "analyze": (),
+    "dpsgd": (),
 }
 
 STAGING_PREFIX = ".new-"

@@ -1,0 +1,279 @@
+"""The privacy ledger of a data set (`pate.ledger`, `analysis.composition`): composition
+checked by hand and against second implementations, the ledger file's guarantees, and
+the issue's scenarios on the tiny config (two releases of the same teachers, a budget,
+a second sanitised draw, every writer behind the run lock)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from analysis import composition, mechanisms
+from analysis.errors import PateError
+from analysis.rdp import DEFAULT_ORDERS, eps_from_rdp
+from cli import main
+from conftest import ROOT, TINY, snapshot
+from pate import ledger as ledger_mod
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+# --------------------------------------------------------------------------- composition
+
+
+def test_rr_rdp_matches_a_plain_loop_and_the_zcdp_bound():
+    for eps0 in (0.01, 0.1, 1.0, 3.0):
+        p = math.exp(eps0) / (1 + math.exp(eps0))
+        for alpha in (1.5, 2.0, 8.0, 64.0):
+            # D_alpha(P || Q) for P = (p, 1-p), Q = (1-p, p), summed outcome by outcome.
+            loop = math.log(sum(a ** alpha * b ** (1 - alpha) for a, b in ((p, 1 - p), (1 - p, p)))) / (alpha - 1)
+            assert composition.rr_rdp(eps0, [alpha])[0] == pytest.approx(loop, rel=1e-9)
+            assert loop <= min(eps0, alpha * eps0 ** 2 / 2) + 1e-12  # Bun & Steinke 2016, Prop. 3.3
+
+
+def test_two_gnmax_releases_compose_by_hand():
+    a = composition.labels_cost(mechanisms.ConfidentGNMax(375, 150, 55), 1200)
+    b = composition.labels_cost(mechanisms.GNMax(40.0), 300)
+    assert a.params["mu2"] == pytest.approx(1200 / 150 ** 2 + 2 * 1200 / 55 ** 2)
+    total = composition.compose([a, b], 1e-5, conversion="improved")
+    # RDP: the curves add (alpha mu^2 / 2 each); one conversion at the full delta.
+    by_hand = float(eps_from_rdp(DEFAULT_ORDERS, DEFAULT_ORDERS * (a.params["mu2"] + b.params["mu2"]) / 2,
+                                 1e-5, "improved")[0])
+    assert total.routes["rdp"] == pytest.approx(by_hand)
+    # PLD: Gaussians compose to one Gaussian with mu^2 summed (exact GDP composition).
+    from analysis.pld import gaussian_eps_exact
+
+    exact = gaussian_eps_exact(math.sqrt(a.params["mu2"] + b.params["mu2"]), 1e-5)
+    assert exact <= total.routes["pld"] <= exact + 0.01  # dp-accounting rounds pessimistically
+    assert total.eps == min(total.routes.values())
+    # More releases never cost less; a release composed with itself costs more than once.
+    assert composition.compose([a, a], 1e-5).eps > composition.compose([a], 1e-5).eps
+
+
+def test_single_costs_agree_with_the_per_release_accountants():
+    from analysis import gnmax, lnmax, pld
+
+    conf = composition.labels_cost(mechanisms.ConfidentGNMax(200, 150, 40), 500, max_answers=100)
+    assert composition.single_eps(conf, 1e-5, conversion="classic") == pytest.approx(min(
+        gnmax.data_independent_eps(500, 40, 1e-5, sigma_threshold=150, num_answered=100).eps,
+        pld.gnmax_eps(500, 40, 1e-5, sigma_threshold=150, num_answered=100).eps), abs=2e-3)
+    ln = composition.labels_cost(mechanisms.LNMax(0.05), 100)
+    assert composition.single_eps(ln, 1e-5) <= lnmax.data_independent_eps(100, 0.05, 1e-5, range(1, 9)).eps
+    assert composition.single_eps(ln, 1e-5) == pytest.approx(pld.lnmax_eps(100, 0.05, 1e-5).eps, abs=2e-3)
+
+
+def test_approx_and_unexpressible_costs_add_with_their_delta():
+    g = composition.labels_cost(mechanisms.GNMax(40.0), 100)
+    r = composition.approx_cost(0.5, 1e-5)
+    s = composition.gnss_cost(0.1 / 12, 20.0)  # RDP only: enters the PLD route at a share of delta
+    total = composition.compose([g, r, s], 1e-5)
+    assert total.delta == pytest.approx(2e-5)
+    alone = composition.compose([g, s], 1e-5)
+    assert total.eps == pytest.approx(alone.eps + 0.5)
+    half = composition.single_eps(g, 0.5e-5) + composition.single_eps(s, 0.5e-5)
+    assert alone.routes["pld"] <= half + 1e-9
+
+
+def test_dpsgd_cost_replace_one_is_above_add_remove():
+    import dp_accounting
+
+    cost = composition.dpsgd_cost(0.01, 1.1, 1000)
+    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+    acc.compose(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.1)), 1000)
+    add_remove = acc.get_epsilon(1e-5)
+    replace = composition.single_eps(cost, 1e-5)
+    assert replace > add_remove
+
+
+# --------------------------------------------------------------------------- the ledger file
+
+
+def test_ledger_file_is_owner_only_append_only_and_refuses_damage(tmp_path):
+    book = ledger_mod.Ledger("synthetic:test", tmp_path / "ledgers")
+    cost = composition.labels_cost(mechanisms.GNMax(40.0), 100)
+    book.charge("labels", cost, subject="a")
+    first = book.path.read_bytes()
+    book.charge("labels", cost, subject="b")
+    assert book.path.read_bytes().startswith(first)
+    assert [e["seq"] for e in book.entries()] == [1, 2]
+    assert stat.S_IMODE(os.stat(book.path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(book.directory).st_mode) == 0o700
+    assert book.total(1e-5).eps == pytest.approx(composition.compose([cost, cost], 1e-5).eps)
+    # Nothing private in it: no votes, no seed; only public parameters and digests.
+    text = book.path.read_text()
+    assert "votes" not in text and "seed" not in text
+    # A second draw of the same subject is refused when asked to be once-only.
+    book.charge("sanitised-eps", composition.gnss_cost(0.01, 20.0), subject="L", once=True)
+    with pytest.raises(PateError, match="already records"):
+        book.charge("sanitised-eps", composition.gnss_cost(0.01, 20.0), subject="L", once=True)
+    # A budget below the cumulative eps refuses, and writes nothing.
+    before = book.path.read_bytes()
+    with pytest.raises(PateError, match="total_budget"):
+        book.charge("labels", cost, budget=0.5, delta=1e-5)
+    assert book.path.read_bytes() == before
+    # A damaged ledger is never silently reset.
+    book.path.write_bytes(before[:-5])
+    with pytest.raises(PateError, match="damaged at line"):
+        book.entries()
+    # A link in its place is not written through.
+    victim = tmp_path / "victim"
+    victim.write_text("x")
+    book.path.unlink()
+    book.path.symlink_to(victim)
+    with pytest.raises(PateError, match="not a plain file"):
+        book.charge("labels", cost)
+    assert victim.read_text() == "x"
+
+
+def test_ledger_identity_is_the_data_source_not_the_run(tiny_config, tmp_path, monkeypatch):
+    from pate.config import load_config
+
+    a = ledger_mod.Ledger.for_config(tiny_config)
+    other = load_config(TINY, {"data.synthetic_seed": 7})
+    assert ledger_mod.Ledger.for_config(other).path != a.path
+    # The pool size is public: changing it does not make a new data set.
+    pool = load_config(TINY, {"data.public_size": 100})
+    assert ledger_mod.Ledger.for_config(pool).path == a.path
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "elsewhere"))
+    assert ledger_mod.Ledger.for_config(tiny_config).directory == tmp_path / "elsewhere"
+
+
+# --------------------------------------------------------------------------- end to end on the tiny config
+
+
+def _release(run, *extra):
+    result = invoke("label", "--workdir", run, "--seed", 1, *extra)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_two_label_releases_of_the_same_teachers_add_up(trained_run, tiny_config, tmp_path):
+    run, _ = trained_run
+    second = tmp_path / "second"
+    shutil.copytree(run, second)  # a second run directory on the same teachers
+    _release(run)
+    assert invoke("analyze", "--workdir", run).exit_code == 0
+    _release(run, "--overwrite")  # the same queries released again
+    _release(second)
+    analyzed = invoke("analyze", "--workdir", second)
+    assert analyzed.exit_code == 0, analyzed.output
+
+    book = ledger_mod.Ledger.for_config(tiny_config)
+    kinds = [e["kind"] for e in book.entries()]
+    assert kinds == ["labels", "sanitised-eps", "labels", "labels", "sanitised-eps"]
+    labels_cost = composition.labels_cost(mechanisms.from_config(tiny_config.aggregation),
+                                          tiny_config.aggregation.queries)
+    costs = [composition.Cost.from_json(e["cost"]) for e in book.entries()]
+    assert costs[0] == costs[2] == costs[3] == labels_cost
+    delta = tiny_config.privacy.delta
+    by_hand = composition.compose(costs, delta)
+    assert by_hand.eps >= composition.compose([labels_cost, labels_cost, labels_cost], delta).eps
+    doc = json.loads((second / "release.json").read_text())
+    assert doc["data_set"]["releases"] == 5
+    assert doc["data_set"]["cumulative_eps"] == pytest.approx(by_hand.eps)
+    assert doc["data_set"]["relation"] == "replace-one" and "replace-one" in doc["neighbouring_relation"]
+    listed = invoke("ledger", "--workdir", second)
+    assert listed.exit_code == 0 and f"cumulative eps {by_hand.eps:.4g}" in listed.output
+
+    # Moving release.json aside does not allow a second sanitised draw of the same labels.
+    os.rename(second / "release.json", tmp_path / "kept.json")
+    again = invoke("analyze", "--workdir", second)
+    assert again.exit_code == 1 and "already records a sanitised eps" in again.output
+    assert not (second / "release.json").exists()
+
+
+def test_total_budget_refuses_a_release_before_the_teachers_vote(trained_run, tiny_config, tmp_path):
+    run, _ = trained_run
+    second = tmp_path / "second"
+    shutil.copytree(run, second)
+    _release(run)
+    _release(second)
+    book = ledger_mod.Ledger.for_config(tiny_config)
+    spent = book.total(tiny_config.privacy.delta).eps
+    # A budget just above what is spent: the same release once more would go over it.
+    text = (second / "config.toml").read_text().replace("[privacy]", f"[privacy]\ntotal_budget = {spent * 1.01}")
+    (second / "config.toml").write_text(text)
+    before = snapshot(second)
+    refused = invoke("label", "--workdir", second, "--seed", 1, "--overwrite")
+    assert refused.exit_code == 1 and "total_budget" in refused.output, refused.output
+    assert "voting:" not in refused.output  # refused before any teacher voted
+    assert snapshot(second) == before
+    assert len(book.entries()) == 2
+
+
+def test_analyze_votes_charges_every_draw(tmp_path):
+    votes = ROOT / "examples" / "votes_simulated_250.npz"
+    args = ["analyze", "--votes", votes, "--mechanism", "gnmax", "--sigma", 40, "--queries", 100,
+            "--ledger", "external"]
+    first = invoke(*args, "--release-json", tmp_path / "r1.json")
+    second = invoke(*args, "--release-json", tmp_path / "r2.json")
+    assert first.exit_code == 0 and second.exit_code == 0, second.output
+    book = ledger_mod.Ledger("external", ledger_mod.default_directory())
+    assert [e["kind"] for e in book.entries()] == ["sanitised-eps", "sanitised-eps"]
+    r2 = json.loads((tmp_path / "r2.json").read_text())
+    assert r2["data_set"]["releases"] == 2
+    # Without an output file nothing is drawn, so nothing is charged.
+    assert invoke(*args).exit_code == 0
+    assert len(book.entries()) == 2
+
+
+def test_import_charges_an_old_run_once(finished_tiny, tmp_path, tiny_config):
+    old = tmp_path / "old"
+    shutil.copytree(finished_tiny, old)
+    first = invoke("ledger", "--import", old)
+    assert first.exit_code == 0, first.output
+    assert "charged: labels" in first.output and "charged: sanitised eps" in first.output
+    again = invoke("ledger", "--import", old)
+    assert again.exit_code == 0 and "charged" not in again.output.replace("already", "")
+    book = ledger_mod.for_run(old)
+    assert [e["kind"] for e in book.entries()] == ["labels", "sanitised-eps"]
+
+
+# --------------------------------------------------------------------------- one door: the run lock
+
+
+@pytest.fixture
+def held_lock(tmp_path):
+    """A run directory whose lock another process holds."""
+    run = tmp_path / "locked"
+    run.mkdir()
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pate.runlock import RunLock\n"
+            f"with RunLock({str(run)!r}, 'test'):\n    print('held', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    yield run
+    proc.kill()
+    proc.wait()
+
+
+def test_every_writer_is_refused_under_a_held_lock(held_lock):
+    votes = ROOT / "examples" / "votes_simulated_250.npz"
+    before = snapshot(held_lock)
+    cases = [
+        ["label", "--votes", votes, "--workdir", held_lock, "--num-classes", 10, "--gamma", 0.05],
+        ["dpsgd", "--config", TINY, "--workdir", held_lock],
+        ["analyze", "--workdir", held_lock],
+    ]
+    for args in cases:
+        result = invoke(*args)
+        assert result.exit_code == 1, (args, result.output)
+        lines = [line for line in result.output.splitlines() if line.strip()]
+        assert len(lines) == 1 and "is in use by pid" in lines[0], result.output
+        assert "--gamma" not in lines[0]  # the holder's arguments are never shown
+    import pate
+
+    with pytest.raises(PateError, match="is in use"):
+        pate.label_votes(np.load(votes)["votes"], held_lock, num_classes=10, gamma=0.05)
+    assert snapshot(held_lock) == before
