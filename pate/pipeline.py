@@ -324,6 +324,20 @@ def preflight(config: Config, seed: int | None) -> None:
     check_accountable(config.aggregation, config.privacy)
 
 
+def check_budget(config: Config, run_dir: rundir.RunDir) -> None:
+    """Refuses, before the teachers train, a run whose label release would take its data
+    set's cumulative ε over ``[privacy] total_budget`` (`pate.ledger`). Only when the
+    run has no release yet: a finished run's steps are skipped, not released again."""
+    from analysis import composition, mechanisms
+    from pate.ledger import Ledger
+
+    if not config.privacy.total_budget or run_dir.exists(rundir.LABELS_NPZ):
+        return
+    cost = composition.labels_cost(mechanisms.from_config(config.aggregation), config.aggregation.queries)
+    Ledger.for_config(config).check_budget([cost], config.privacy.total_budget, config.privacy.delta,
+                                           "this run's label release")
+
+
 @writes_run("run")
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,
         show_progress: bool = True, echo: Callable[[str], None] = print) -> RunSummary:
@@ -355,6 +369,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
     if not overwrite and stored is not None:
         run_dir.check_same_data(config, stored,
                                 remedy="use another --workdir, or --overwrite to replace the whole run")
+    check_budget(config, run_dir)
     manifest = _Manifest(run_dir)
     records: list[StepRecord] = []
     ran: set[str] = set()

@@ -277,3 +277,13 @@ def test_every_writer_is_refused_under_a_held_lock(held_lock):
     with pytest.raises(PateError, match="is in use"):
         pate.label_votes(np.load(votes)["votes"], held_lock, num_classes=10, gamma=0.05)
     assert snapshot(held_lock) == before
+
+
+def test_pate_run_refuses_over_budget_before_training(tiny_config, tmp_path):
+    book = ledger_mod.Ledger.for_config(tiny_config)
+    book.charge("labels", composition.labels_cost(mechanisms.GNMax(1.0), 1000))  # a large earlier release
+    run = tmp_path / "run"
+    result = invoke("run", "--config", TINY, "--workdir", run, "--set", "privacy.total_budget=5",
+                    "--no-progress")
+    assert result.exit_code == 1 and "total_budget" in result.output, result.output
+    assert not (run / "teachers").exists()
