@@ -45,6 +45,8 @@ def test_label_end_to_end(trained_run, args):
     assert labels.min() >= -1 and labels.max() < 4
     with np.load(workdir / "labels.npz") as release:
         meta = json.loads(str(release["meta"]))
+    ledger = meta.pop("ledger")  # the data set's ledger (pate.ledger): a public name
+    assert ledger.startswith("synthetic(")
     assert "123" not in json.dumps(meta) and set(meta) <= {"config_hash", "pate_version", "written_at"}
     # The same seed reproduces the labels; analysis reads the run.
     again = invoke("label", "--workdir", workdir, "--queries", 60, "--seed", 123, "--overwrite", *args)
