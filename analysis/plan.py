@@ -375,6 +375,8 @@ def render(p: Plan) -> str:
         lines.append(f"expected answers {p.expected_answered:.1f} of {p.num_queries}")
     for note in p.notes:
         lines.append(f"note: {note}")
+    lines.append("every eps here is for replace-one neighbours: training sets that differ in one example, "
+                 "replaced (one teacher's votes change)")
     return "\n".join(lines)
 
 

@@ -73,6 +73,24 @@ def test_release_json_holds_only_public_values():
     assert private_doc["private"]["warnings"] and "best moment" in json.dumps(private_doc["private"])
 
 
+def test_every_published_figure_names_its_neighbouring_relation(tmp_path):
+    """PATE's guarantee is for replace-one neighbours (one example replaced: one teacher's
+    votes change), not add/remove (which can move every shard): release.json, the table
+    and `pate plan` say so."""
+    rep = report.lnmax_report(votes_of(), 0.05, 1e-5, range(1, 9), 0.09, noise=NoiseSource(1))
+    doc = report.release_json(rep)
+    assert doc["neighbouring_relation"] == "replace-one"
+    assert "replacing one example" in doc["neighbouring_relation_note"]
+    assert "Adding or removing" in doc["neighbouring_relation_note"]
+    assert "Neighbouring relation: replace-one" in report.render_table(rep)
+    _make_labelled_run(tmp_path)
+    result = invoke("analyze", "--workdir", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "release.json").read_text())["neighbouring_relation"] == "replace-one"
+    plan = invoke("plan", "--mechanism", "gnmax", "--queries", 100, "--eps", 2)
+    assert plan.exit_code == 0 and "replace-one neighbours" in plan.output
+
+
 # --------------------------------------------------------------------------- no private choices
 
 
