@@ -5,7 +5,8 @@ Writes ``votes.npz`` (the vote histogram of the queried pool points, row i = poo
 **private**, never publish)
 and ``labels.npz`` (the DP release: ``indices``, ``labels`` with -1 for unanswered
 queries, the mechanism and its noise parameters — nothing else; no votes, no noise
-values, no seed). Both are computed before either is written, and written atomically.
+values, no seed; ``meta.research_seed`` is true when a ``--seed`` made the noise). Both
+are computed before either is written, and written atomically.
 
 `label_votes` does the same from a vote histogram (or a teachers × points matrix of
 predicted labels) computed elsewhere — teachers trained in any framework — with no
@@ -23,6 +24,7 @@ import numpy as np
 from analysis import mechanisms
 from analysis import plan as plan_mod
 from analysis.errors import PateError
+from analysis.noise import seed_record
 from pate import aggregation, rundir
 from pate.config import AggregationConfig, Config, PrivacyConfig
 
@@ -231,7 +233,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     try:
         out = rundir.RunDir(staging.path)
         out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
-        out.write_npz(rundir.LABELS_NPZ, labels, config)
+        out.write_npz(rundir.LABELS_NPZ, labels, config, meta=seed_record(seed))
         out.write_config(config)
     except BaseException:
         staging.discard()
@@ -384,7 +386,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
                                sanitize=False)
     brief = report_mod.extend(brief, data_independent_comparison(hist, labels, delta=delta, moments=moments))
     run.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)})
-    run.write_npz(rundir.LABELS_NPZ, labels)
+    run.write_npz(rundir.LABELS_NPZ, labels, meta=seed_record(seed))
     result = VotesRelease(mechanism, dict(params), selected, released,
                           None if plan is None else plan.eps)
     echo(result.summary())

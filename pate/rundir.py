@@ -121,15 +121,17 @@ def read_json(path: str | Path) -> dict[str, Any]:
 
 
 def write_npz(path: str | Path, arrays: Mapping[str, np.ndarray],
-              config: Config | None = None) -> None:
-    """Writes arrays to an .npz atomically; with a config, adds a `meta` JSON string.
+              config: Config | None = None, *, meta: Mapping[str, Any] | None = None) -> None:
+    """Writes arrays to an .npz atomically; with a config or `meta` entries, adds a `meta`
+    JSON string (`metadata(config)` and those entries).
 
     The `meta` entry is a 0-d unicode array, readable with `allow_pickle=False`.
     """
     if _META_KEY in arrays:
         raise ValueError(f"array name {_META_KEY!r} is reserved for metadata")
     buf = io.BytesIO()
-    extra = {} if config is None else {_META_KEY: np.array(json.dumps(metadata(config)))}
+    extra = ({} if config is None and not meta
+             else {_META_KEY: np.array(json.dumps({**metadata(config), **(meta or {})}))})
     np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()}, **extra)
     atomic_write_bytes(path, buf.getvalue())
 
@@ -217,8 +219,8 @@ class RunDir:
         return read_json(self.path / name)
 
     def write_npz(self, name: str, arrays: Mapping[str, np.ndarray],
-                  config: Config | None = None) -> None:
-        write_npz(self.path / name, arrays, config)
+                  config: Config | None = None, *, meta: Mapping[str, Any] | None = None) -> None:
+        write_npz(self.path / name, arrays, config, meta=meta)
 
     def read_npz(self, name: str, required: Iterable[str] = ()) -> dict[str, np.ndarray]:
         return read_npz(self.path / name, required)

@@ -45,7 +45,9 @@ def test_label_end_to_end(trained_run, args):
     assert labels.min() >= -1 and labels.max() < 4
     with np.load(workdir / "labels.npz") as release:
         meta = json.loads(str(release["meta"]))
-    assert "123" not in json.dumps(meta) and set(meta) <= {"config_hash", "pate_version", "written_at"}
+    assert "123" not in json.dumps(meta)
+    assert set(meta) <= {"config_hash", "pate_version", "written_at", "research_seed"}
+    assert meta["research_seed"] is True  # a seed made the noise: said, never the seed
     # The same seed reproduces the labels; analysis reads the run.
     again = invoke("label", "--workdir", workdir, "--queries", 60, "--seed", 123, "--overwrite", *args)
     assert again.exit_code == 0

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from analysis import gnmax, lnmax, pld
 from analysis import report as report_mod
 from cli import main
-from pate import label as label_mod
+from pate import label as label_mod, rundir
 from pate.config import AggregationConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -44,7 +44,8 @@ def test_label_votes_then_analyze(tmp_path, args):
         keys = set(release.files)
         labels, indices = release["labels"], release["indices"]
         assert str(release["mechanism"]) == args[1]
-    assert keys <= set(label_mod.RELEASED_KEYS)  # no votes, no seed, no meta from a config
+    assert keys <= set(label_mod.RELEASED_KEYS) | {"meta"}  # no votes, no seed
+    assert rundir.read_npz(run / "labels.npz")["meta"]["research_seed"] is True  # that one was used
     expected = 100 if args[1] == "lnmax" else 300 if args[1] == "gnmax" else votes.shape[0]
     assert indices.tolist() == list(range(expected))
     assert labels.min() >= -1 and labels.max() < 10
@@ -61,6 +62,45 @@ def test_label_votes_then_analyze(tmp_path, args):
     assert doc["public"]["data_independent_headline"] == "pld"
     assert doc["public"]["eps_data_independent_headline"] == doc["public"]["eps_data_independent_pld"]
     assert doc["public"]["eps_data_independent_headline"] <= doc["public"]["eps_data_independent"]
+
+
+def test_research_seed_is_recorded_never_the_seed(tmp_path):
+    """A seed makes the noise removable by whoever has it: labels.npz and release.json say
+    `research_seed: true` when one was used for the labels or for the release (never the
+    seed), and nothing when none was."""
+    seed = 2**100 + 12345
+
+    def labelled(name, *extra):
+        run = tmp_path / name
+        result = invoke("label", "--votes", SIMULATED, "--workdir", run, "--num-classes", 10,
+                        "--mechanism", "gnmax", "--sigma", 40, "--queries", 200, *extra)
+        assert result.exit_code == 0, result.output
+        return run
+
+    def analysed(run, *extra):
+        result = invoke("analyze", "--workdir", run, *extra)
+        assert result.exit_code == 0, result.output
+        return json.loads((run / "release.json").read_text()), result.output
+
+    real = labelled("real")
+    assert "research_seed" not in (rundir.read_npz(real / "labels.npz").get("meta") or {})
+    release, output = analysed(real)
+    assert "research_seed" not in release and "research seed" not in output
+    seeded = labelled("seeded", "--seed", seed)
+    assert rundir.read_npz(seeded / "labels.npz")["meta"]["research_seed"] is True
+    release, output = analysed(seeded)  # the release's own noise is fresh; the labels' was not
+    assert release["research_seed"] is True and "research seed" in output
+    assert any("research seed" in w for w in release["warnings"])
+    release, _ = analysed(labelled("release-seeded"), "--seed", seed)
+    assert release["research_seed"] is True
+    out = tmp_path / "votes-release.json"
+    result = invoke("analyze", "--votes", SIMULATED, "--mechanism", "gnmax", "--sigma", 40, "--queries", 200,
+                    "--release-json", out, "--seed", seed)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["research_seed"] is True
+    for path in [*tmp_path.rglob("*")]:
+        if path.is_file():
+            assert str(seed) not in path.read_bytes().decode("latin-1"), path
 
 
 def test_label_votes_from_predicted_labels_with_indices_and_budget(tmp_path):

@@ -76,6 +76,9 @@ def test_full_run_through_the_cli(_finished):
     assert load_config(workdir / "config.toml") == load_config(TINY)
     student = json.loads((workdir / "student.json").read_text())
     assert student["accuracy"] > 0.5  # 4 classes
+    # `pate run --seed`: the release says a research seed made its noise (never which).
+    assert json.loads((workdir / "release.json").read_text())["research_seed"] is True
+    assert rundir.read_npz(workdir / "labels.npz")["meta"]["research_seed"] is True
 
 
 def test_rerun_skips_every_step(finished):
