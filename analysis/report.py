@@ -78,9 +78,9 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
 
     The headline ``eps`` is the total guarantee of everything released — the labels and
     the sanitised ε — at ``delta_total = delta + delta + delta_sampling`` (the answers' δ,
-    the release's, and the float64 label samplers', `headline_delta`): the smaller of the data-independent route (ε_DI + ε_r) and the
-    data-dependent route (the sanitised value, floored at 0, + ε_r). Both are functions
-    of published values only.
+    the release's, and the float64 label samplers', `headline_delta`): the smaller of the
+    data-independent route (ε_DI + ε_r) and the data-dependent route (the sanitised
+    value, floored at 0, + ε_r). Both are functions of published values only.
 
     Args:
       votes: ``(n, num_classes)`` histograms of the answered queries (private).
@@ -450,8 +450,9 @@ def extend(report: PrivacyReport, items) -> PrivacyReport:
     (``eps_data_independent_headline``, e.g. the PLD), the headline ``eps`` is recomputed
     with it: its data-independent route is that ε plus the release's own cost, at the
     same total δ (basic composition; its float64-sampling part, computed at the larger ε,
-    still bounds that δ at the smaller one: `analysis.noise.sampling_delta` grows with ε). For GNMax the headline keeps composing the RDP
-    curve with the GNSS release (both in RDP at one δ).
+    still bounds that δ at the smaller one: `analysis.noise.sampling_delta` grows with ε).
+    For GNMax the headline keeps composing the RDP curve with the GNSS release (both in
+    RDP at one δ).
     """
     clash = {i.key for i in items} & {i.key for i in report.items}
     if clash:
