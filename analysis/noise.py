@@ -71,6 +71,13 @@ def check_seed(seed, option: str = "--seed") -> int | None:
     return seed
 
 
+def seed_record(seed) -> dict:
+    """What a released file records of a seed: ``{"research_seed": True}`` when one was
+    given (the noise of that release is reproducible by whoever has the seed: it is no
+    real release), nothing otherwise. Never the seed itself."""
+    return {} if seed is None else {"research_seed": True}
+
+
 class NoiseSource:
     """Random bits for one release: fresh OS entropy, or a 128-bit research seed.
 

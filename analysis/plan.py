@@ -375,6 +375,8 @@ def render(p: Plan) -> str:
         lines.append(f"expected answers {p.expected_answered:.1f} of {p.num_queries}")
     for note in p.notes:
         lines.append(f"note: {note}")
+    lines.append("every eps here is for replace-one neighbours: training sets that differ in one example, "
+                 "replaced (one teacher's votes change)")
     return "\n".join(lines)
 
 
@@ -389,17 +391,66 @@ class BudgetPlan:
       num_queries: queries to make (for Confident-GNMax: threshold steps).
       max_answers: for Confident-GNMax, stop answering after this many answers; None
         for LNMax and GNMax, where every query is answered.
-      eps: the data-independent ε of that plan (≤ the budget).
+      eps: the data-independent ε of the labels of that plan (≤ the budget).
+      eps_published: with ``release``: the data-independent ε of the labels *and* the
+        sanitised ε `pate analyze` publishes with them (≤ the budget; the headline of
+        release.json is at most this), at ``delta_published``.
     """
 
     num_queries: int
     max_answers: int | None
     eps: float
+    eps_published: float | None = None
+    delta_published: float | None = None
+
+
+def published_eps(mechanism, num_queries: int, delta: float, *, max_answers: int | None = None,
+                  moments: int = 8, conversion: str = "classic", accountant: str = "rdp",
+                  beta: float | None = None, release_order: float | None = None,
+                  release_cost: float = 0.2) -> tuple[float, float]:
+    """``(ε, δ)``: the data-independent route of the headline `pate analyze` publishes for
+    ``num_queries`` queries of ``mechanism`` (an ``analysis.mechanisms`` record) — the
+    labels' data-independent ε with the sanitised release composed in
+    (`analysis.report.data_independent_with_release`, with the release settings of the
+    `[privacy]` section: ``beta``, ``release_order``, ``release_cost``). The headline is
+    the smaller of this and the sanitised route, so it is never above this value.
+
+    LNMax: the labels' ε under ``accountant`` (moments accountant or PLD: the report's
+    data-independent route takes the tightest of both) plus the smooth-sensitivity
+    release's ε_r, at 2δ. GNMax and Confident-GNMax (threshold steps on every query, GNMax
+    on at most ``max_answers``): the labels' RDP curve composed with the GNSS release in
+    RDP, converted with ``conversion``, at δ — the report has no PLD route with the
+    release, so ``accountant`` plays no part there. Public: no vote enters. The δ does
+    not include the float64 samplers' (`analysis.noise.sampling_delta`), which the
+    report adds at the headline ε.
+    """
+    from analysis import mechanisms
+    from analysis import report as report_mod
+
+    k = int(num_queries)
+    if isinstance(mechanism, mechanisms.LNMax):
+        labels = (pld.lnmax_eps(k, mechanism.gamma, delta) if accountant == "pld"
+                  else lnmax.data_independent_eps(k, mechanism.gamma, delta, range(1, moments + 1)))
+    else:
+        confident = isinstance(mechanism, mechanisms.ConfidentGNMax)
+        labels = gnmax.data_independent_eps(
+            k, mechanism.sigma, delta, sigma_threshold=mechanism.sigma_threshold if confident else None,
+            num_answered=max_answers if confident else None, conversion=conversion)
+    eps, delta_total, _ = report_mod.data_independent_with_release(
+        mechanism.name, labels, delta, conversion=conversion, beta=beta, release_order=release_order,
+        release_cost=release_cost)
+    return float(eps), float(delta_total)
 
 
 def budget_plan(mechanism, max_queries: int, budget: float, delta: float, *, moments: int = 8,
-                conversion: str = "classic", accountant: str = "rdp") -> BudgetPlan:
+                conversion: str = "classic", accountant: str = "rdp", release: dict | None = None) -> BudgetPlan:
     """The largest plan whose data-independent ε stays within ``budget``.
+
+    With ``release`` (the keyword arguments of `published_eps` for the sanitised release:
+    ``beta``, ``release_order``, ``release_cost``; ``{}`` for the defaults), the budget
+    covers what is published: the labels *and* the sanitised ε `pate analyze` releases with
+    them (`published_eps`), so the headline of release.json cannot exceed it. Without,
+    the labels alone.
 
     ``mechanism`` is an ``analysis.mechanisms`` record; at most ``max_queries`` queries.
     The plan is fixed before any vote is seen, so it costs no privacy: LNMax and GNMax
@@ -437,6 +488,11 @@ def budget_plan(mechanism, max_queries: int, budget: float, delta: float, *, mom
         return lo
 
     use_pld = accountant == "pld"
+
+    def published(k, a=None):
+        return published_eps(cfg, k, delta, max_answers=a, moments=moments, conversion=conversion,
+                             accountant=accountant, **release)
+
     if isinstance(cfg, mechanisms.LNMax):
         def eps(k):
             if use_pld:
@@ -454,14 +510,22 @@ def budget_plan(mechanism, max_queries: int, budget: float, delta: float, *, mom
                                      num_answered=a).eps
             return gnmax.data_independent_eps(n, cfg.sigma, delta, sigma_threshold=cfg.sigma_threshold,
                                               num_answered=a, conversion=conversion).eps
-        n = largest(lambda k: eps_pair(k, 0) <= budget, n_max)
-        a = largest(lambda k: eps_pair(n, k) <= budget, n) if n else 0
+
+        def fits_pair(n, a):
+            return (eps_pair(n, a) if release is None else published(n, a)[0]) <= budget
+
+        n = largest(lambda k: fits_pair(k, 0), n_max)
+        a = largest(lambda k: fits_pair(n, k), n) if n else 0
         if a == 0:
             raise PateError(f"a budget of eps {budget:g} allows no Confident-GNMax answer at these noise "
-                            "levels; raise the budget or the noise (see `pate plan`)")
-        return BudgetPlan(n, a, float(eps_pair(n, a)))
-    k = largest(lambda k: eps(k) <= budget, n_max)
+                            "levels" + (" with the sanitised release on top" if release is not None else "")
+                            + "; raise the budget or the noise (see `pate plan`)")
+        total = (None, None) if release is None else published(n, a)
+        return BudgetPlan(n, a, float(eps_pair(n, a)), *total)
+    k = largest(lambda k: (eps(k) if release is None else published(k)[0]) <= budget, n_max)
     if k == 0:
-        raise PateError(f"a budget of eps {budget:g} allows no {cfg.name} answer at this noise; "
-                        "raise the budget or the noise (see `pate plan`)")
-    return BudgetPlan(k, None, float(eps(k)))
+        raise PateError(f"a budget of eps {budget:g} allows no {cfg.name} answer at this noise"
+                        + (" with the sanitised release on top" if release is not None else "")
+                        + "; raise the budget or the noise (see `pate plan`)")
+    total = (None, None) if release is None else published(k)
+    return BudgetPlan(k, None, float(eps(k)), *total)

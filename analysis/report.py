@@ -77,10 +77,10 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
     """The PATE 2017 report for LNMax answers to every row of ``votes``.
 
     The headline ``eps`` is the total guarantee of everything released — the labels and
-    the sanitised ε — at ``delta_total = delta + delta`` (the answers' δ plus the
-    release's): the smaller of the data-independent route (ε_DI + ε_r) and the
-    data-dependent route (the sanitised value, floored at 0, + ε_r). Both are functions
-    of published values only.
+    the sanitised ε — at ``delta_total = delta + delta + delta_sampling`` (the answers' δ,
+    the release's, and the float64 label samplers', `headline_delta`): the smaller of the
+    data-independent route (ε_DI + ε_r) and the data-dependent route (the sanitised
+    value, floored at 0, + ε_r). Both are functions of published values only.
 
     Args:
       votes: ``(n, num_classes)`` histograms of the answered queries (private).
@@ -106,12 +106,14 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
     routes = {"data-independent": independent.eps + released.eps_release,
               "sanitised data-dependent": max(released.value, 0.0) + released.eps_release}
     route = min(routes, key=routes.get)
-    delta_total = delta + released.delta_release
+    warnings, private_warnings = [], []
     extra_delta = sampling_delta(n, votes.shape[1], routes[route])
+    delta_total = headline_delta(delta + released.delta_release, extra_delta, warnings)
     items = (
         Item("eps", "HEADLINE eps (everything released)", routes[route], True,
              f"at delta {delta_total:g}; {route} route, release included"),
-        Item("delta_total", "delta of the headline", delta_total, True, "answers + release"),
+        Item("delta_total", "delta of the headline", delta_total, True,
+             "answers + release + float64 label noise"),
         Item("num_queries", "answered queries", n, True),
         Item("gamma", "gamma (Laplace noise 1/gamma)", float(gamma), True),
         Item("delta", "delta", float(delta), True),
@@ -130,9 +132,8 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
         Item("beta", "beta", float(beta), True),
         Item("grid", "grid step of the sanitised eps", float(grid), True),
         Item("delta_sampling", "delta from float64 label noise", extra_delta, True,
-             "on top of delta_total (analysis.noise)"),
+             "included in the headline delta (analysis.noise)"),
     )
-    warnings, private_warnings = [], []
     if dependent.best_is_largest:
         private_warnings.append(
             f"the best moment is the largest one tried ({dependent.moment:g}); "
@@ -143,6 +144,25 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
             f"({independent.moment:g}); more moments may lower it")
     return PrivacyReport("lnmax", items, tuple(warnings), np.arange(1, n + 1), di_curve, dd_curve,
                          tuple(private_warnings), "answered queries")
+
+
+def headline_delta(delta: float, sampling: float, warnings: list) -> float:
+    """The δ of the headline: the analysis δ (``delta``: the answers', plus the release's
+    for LNMax) plus the float64 label samplers' δ (``sampling``, `analysis.noise.sampling_delta`
+    at the headline ε: the implemented mechanism is within total variation τ of the ideal
+    one, so an (ε, δ) guarantee of the ideal one holds for it at (ε, δ + (1 + e^ε) τ), the
+    derivation in `analysis.noise`). The sanitised ε adds no such term: it is drawn with
+    exact discrete samplers. A δ is a probability: at 1 or above the headline guarantees
+    nothing, which is said in ``warnings`` (public: it depends on public values only) and
+    the δ reported is 1.
+    """
+    total = float(delta) + float(sampling)
+    if total >= 1.0:
+        warnings.append(f"the headline delta is at least 1 (delta {delta:g} + {sampling:.3g} from the float64 "
+                        "label noise at this eps): the headline eps guarantees NOTHING; use more noise or "
+                        "fewer queries")
+        return 1.0
+    return total
 
 
 MAX_RELEASE_COST = 10.0  # RDP a GNSS release may spend at its order
@@ -235,7 +255,8 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     is the order of the data-independent optimum (a public quantity), not the paper's
     data-dependent best order. The headline ``eps`` (at δ) is the smaller of the
     sanitised route (its own cost included) and the data-independent route with the
-    release's cost composed in (:func:`gnss_headline_independent`).
+    release's cost composed in (:func:`gnss_headline_independent`), at
+    ``delta_total = delta + delta_sampling`` (`headline_delta`).
     """
     from analysis import gnmax
     from analysis import rdp as rdp_mod
@@ -279,6 +300,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     route = min(routes, key=routes.get)
     coordinates = votes.shape[1] + (1 if confident else 0)
     extra_delta = sampling_delta(n, coordinates, routes[route])
+    delta_total = headline_delta(delta, extra_delta, warnings)
     # Per-query RDP curves for the cumulative plot.
     if confident:
         thr, gn, w, _ = gnmax.confident_curves(votes, sigma, threshold, sigma_threshold, orders)
@@ -299,8 +321,8 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     di_curve, _ = rdp_mod.eps_from_rdp(orders, di_rdp, delta, conversion)
     mech = "confident-gnmax" if confident else "gnmax"
     items = [Item("eps", "HEADLINE eps (everything released)", routes[route], True,
-                  f"at delta {delta:g}; {route} route, release included"),
-             Item("delta_total", "delta of the headline", float(delta), True),
+                  f"at delta {delta_total:g}; {route} route, release included"),
+             Item("delta_total", "delta of the headline", delta_total, True, "answers + float64 label noise"),
              Item("num_queries", "queries", n, True)]
     if confident:
         if num_answered is not None:
@@ -339,7 +361,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
         Item("beta", "beta", float(beta), True),
         Item("grid", "grid step of the sanitised RDP", float(grid), True),
         Item("delta_sampling", "delta from float64 label noise", extra_delta, True,
-             "on top of delta (analysis.noise)"),
+             "included in the headline delta (analysis.noise)"),
     ]
     if n and dependent.order == orders.max():
         private_warnings.append(f"the best order is the largest one tried ({dependent.order:g}); "
@@ -428,8 +450,10 @@ def extend(report: PrivacyReport, items) -> PrivacyReport:
     When the items bring a tighter data-independent ε of LNMax
     (``eps_data_independent_headline``, e.g. the PLD), the headline ``eps`` is recomputed
     with it: its data-independent route is that ε plus the release's own cost, at the
-    same total δ (basic composition). For GNMax the headline keeps composing the RDP
-    curve with the GNSS release (both in RDP at one δ).
+    same total δ (basic composition; its float64-sampling part, computed at the larger ε,
+    still bounds that δ at the smaller one: `analysis.noise.sampling_delta` grows with ε).
+    For GNMax the headline keeps composing the RDP curve with the GNSS release (both in
+    RDP at one δ).
     """
     clash = {i.key for i in items} & {i.key for i in report.items}
     if clash:

@@ -49,6 +49,8 @@ def render_table(report: PrivacyReport) -> str:
     if any(item.key == "eps" for item in report.items):
         lines.append("Publish the HEADLINE eps (it counts everything released) and only the rows "
                      "marked 'yes'; the others depend on the private votes.")
+        lines.append(f"Neighbouring relation: {NEIGHBOURING_RELATION} (two training sets that differ in "
+                     "one example, replaced: one teacher's vote changes).")
     else:
         lines.append("Publish only the rows marked 'yes'; the others depend on the private votes.")
     for warning in report.warnings:
@@ -96,6 +98,17 @@ def to_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     return doc
 
 
+#: The neighbouring relation every PATE figure holds for (release.json names it).
+NEIGHBOURING_RELATION = "replace-one"
+RELATION_NOTE = (
+    "eps at delta holds for private training sets that differ by replacing one example by "
+    "another. pate's partition gives each position of a fixed permutation of the training set "
+    "to one teacher, so a replacement changes one teacher's shard and, on every query, at most "
+    "that teacher's vote; the analysis bounds exactly that change (for votes made elsewhere: vote "
+    "sets that differ in one teacher's votes). Adding or removing an example shifts the partition "
+    "and can change every teacher: that relation is not covered.")
+
+
 def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     """``release.json``: only publishable values, safe to publish as a whole.
 
@@ -110,6 +123,8 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
         "mechanism": report.mechanism,
         "eps": public.pop("eps"),
         "delta": public.pop("delta_total"),
+        "neighbouring_relation": NEIGHBOURING_RELATION,
+        "neighbouring_relation_note": RELATION_NOTE,
         "details": public,
         "notes": "Everything here may be published. 'eps' at 'delta' is the guarantee of "
                  "everything released: the labels and the sanitised eps, its own cost included.",

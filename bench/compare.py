@@ -62,7 +62,7 @@ def dpsgd_row(workdir: Path) -> dict[str, Any] | None:
         "accuracy": info["accuracy"], "eval_points": info.get("eval_points"),
         "accuracy_test": info.get("accuracy_test"), "test_points": info.get("test_points"),
         "published_accuracy_eps3": PUBLISHED.get(info["model"]),
-        "wall_time_s": info["wall_time_s"], "noise_multiplier": info["noise_multiplier"],
+        "wall_time_s": info.get("wall_time_s"), "noise_multiplier": info["noise_multiplier"],
         "epochs": info["epochs"], "batch_size": info["batch_size"], "accountant": info["accountant"],
         "workdir": str(workdir),
     }

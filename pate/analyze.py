@@ -11,6 +11,7 @@ Uses only `analysis` and the run directory's names (no JAX).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -104,15 +105,27 @@ def check_not_drawn(book: ledger_mod.Ledger, subject: str) -> None:
                         "the noise). Publish the first one; for a new release, label again")
 
 
+def _research(rep: report_mod.PrivacyReport, research_seed: bool) -> report_mod.PrivacyReport:
+    """The report, warned when a research seed made any of its noise (labels or release)."""
+    if not research_seed:
+        return rep
+    return dataclasses.replace(rep, warnings=tuple(rep.warnings) + (
+        "a research seed (--seed) made noise of this release: whoever knows it can remove the noise; "
+        "this is no real release (research_seed: true)",))
+
+
 def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
-           labels_sha256: str | None = None, data_set: dict | None = None) -> None:
+           labels_sha256: str | None = None, research_seed: bool = False,
+           data_set: dict | None = None) -> None:
     """Writes the report with the `meta` every JSON artifact carries (config hash when
     made from a config, package version, time; for a run's labels, their sha256, which
-    marks that release as made: `check_not_released`)."""
+    marks that release as made: `check_not_released`), and ``research_seed: true`` when a
+    seed made any of the released noise (never the seed)."""
     meta = rundir.metadata(config)
     if labels_sha256 is not None:
         meta["labels_sha256"] = labels_sha256
-    extra = {"meta": meta, "neighbouring_relation": composition.RELATION_TEXT}
+    extra = {"meta": meta, "neighbouring_relation": composition.RELATION_TEXT,
+             **({"research_seed": True} if research_seed else {})}
     if data_set is not None:
         extra["data_set"] = data_set
     write_outputs(rep, json_path, plot_path, release_path=release_path, extra=extra)
@@ -278,9 +291,13 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
                              conversion=conversion, release_order=release_order,
                              release_cost=release_cost, noise=noise)
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
+    # Seeded labels (labels.npz says so) or a seeded release: release.json says so too.
+    research = seed is not None or (labels.get("meta") or {}).get("research_seed") is True
+    rep = _research(rep, research)
     charge_draw(book, rep, release_cost, subject=labels_digest, run=workdir, budget=p.total_budget, delta=delta)
     data_set = book.summary(delta)
-    _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest, data_set=data_set)
+    _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest, research_seed=research,
+           data_set=data_set)
     echo(render_table(rep))
     echo(f"data set {data_set['data_set']}: {data_set['releases']} release(s), cumulative data-independent "
          f"eps {data_set['cumulative_eps']:.4g} at delta {data_set['delta']:.3g} (`pate ledger`)")
@@ -356,11 +373,12 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     rep = report_mod.extend(rep, report_mod.data_independent_items(
         mechanism.name, answered.shape[0], delta, gamma=params.get("gamma"), sigma=params.get("sigma"),
         sigma_threshold=params.get("sigma_threshold"), moments=range(1, moments + 1)))
+    rep = _research(rep, seed is not None)
     data_set = None
     if draw:
         charge_draw(book, rep, release_cost, subject=None, budget=total_budget, delta=delta)
         data_set = book.summary(delta)
-    _write(rep, json_path, plot_path, release_path, data_set=data_set)
+    _write(rep, json_path, plot_path, release_path, research_seed=seed is not None, data_set=data_set)
     echo(render_table(rep))
     for path in (release_path, json_path, plot_path):
         if path:

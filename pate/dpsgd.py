@@ -21,10 +21,15 @@ Formal guarantee: with sigma from `pate.dpsgd_accounting.calibrate_noise`, the r
 parameters (and anything computed from them) are (eps, delta)-DP with respect to
 adding or removing one example of the private training split, eps as accounted for
 ``steps`` Poisson-subsampled Gaussian steps (Abadi et al. 2016, Thm. 1, made tight by
-the RDP analysis of Mironov, Talwar & Zhang 2019). Only the privacy of the training
-split is protected; the evaluation split and the public pool are not touched in
-training. Nothing else that depends on the private data is written: no loss values, no
-realised batch sizes (a sum of batch sizes reveals membership), no seed.
+the RDP analysis of Mironov, Talwar & Zhang 2019), q and ``steps`` being fixed in
+advance (they follow from the size of the training split, taken as public). For
+replace-one neighbours, the relation PATE's ε is stated for, ``dpsgd.json`` also gives
+``eps_replace_one`` (`pate.dpsgd_accounting.epsilon_replace_one`: group privacy of
+size 2). Only the privacy of the training split is protected; the evaluation split and
+the public pool are not touched in training. Nothing else that depends on the private
+data is written: no loss values, no realised batch sizes (a sum of batch sizes reveals
+membership), no wall times (the training time grows with the realised batch sizes; they
+are printed, not written), no seed.
 """
 
 from __future__ import annotations
@@ -220,7 +225,7 @@ def poisson_batch(rng: np.random.Generator, n: int, rate: float, microbatch: int
 
 @dataclasses.dataclass(frozen=True)
 class DpsgdResult:
-    """What `train_dpsgd` did (also written to `dpsgd.json`)."""
+    """What `train_dpsgd` did (written to `dpsgd.json`, but for the wall time: printed only)."""
 
     model: str
     accuracy: float
@@ -235,6 +240,7 @@ class DpsgdResult:
     epochs: float
     batch_size: int
     wall_time_s: float
+    eps_replace_one: float = math.nan
 
     def summary(self) -> str:
         return "\n".join([
@@ -242,8 +248,9 @@ class DpsgdResult:
             f"{self.epochs:.1f} epochs), noise multiplier {self.noise_multiplier:.4f}",
             f"dpsgd accuracy on the evaluation split ({self.eval_points} points): {self.accuracy:.4f} "
             f"(whole test split, {self.test_points} points: {self.accuracy_test:.4f})",
-            f"dpsgd eps = {self.eps:.4f} at delta = {self.delta:g} (target {self.target_eps:g})",
-            f"wall time: {self.wall_time_s:.1f} s",
+            f"dpsgd eps = {self.eps:.4f} at delta = {self.delta:g} (target {self.target_eps:g}; "
+            f"add/remove-one neighbours); replace-one neighbours: eps = {self.eps_replace_one:.4f}",
+            f"wall time: {self.wall_time_s:.1f} s (printed only: it depends on the private batch sizes)",
         ])
 
 
@@ -356,6 +363,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
                         "and run again with --overwrite")
 
     eps = dpsgd_accounting.epsilon(noise_multiplier, rate, steps, delta, cfg.accountant)
+    eps_replace = dpsgd_accounting.epsilon_replace_one(noise_multiplier, rate, steps, delta, cfg.accountant)
     pred = predict(model, params, test_x, cfg.eval_batch_size)
     pool = splits.pool_x.shape[0]
     accuracy = float(np.mean(pred[pool:] == test_y[pool:]))
@@ -363,7 +371,8 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     result = DpsgdResult(model=cfg.model, accuracy=accuracy, accuracy_test=accuracy_test,
                          eval_points=int(test_y.size - pool), test_points=int(test_y.size), eps=eps,
                          target_eps=cfg.eps, delta=delta, noise_multiplier=noise_multiplier, steps=steps,
-                         epochs=steps * rate, batch_size=batch_size, wall_time_s=time.time() - start)
+                         epochs=steps * rate, batch_size=batch_size, wall_time_s=time.time() - start,
+                         eps_replace_one=eps_replace)
 
     # The new model and dpsgd.json are staged and swapped in together once the release is
     # charged: an interruption leaves the old result in place.
@@ -387,6 +396,9 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
         "eps": eps,
         "target_eps": cfg.eps,
         "delta": delta,
+        "neighbouring_relation": dpsgd_accounting.RELATION,
+        "eps_replace_one": eps_replace,
+        "neighbouring_relation_note": dpsgd_accounting.RELATION_NOTE,
         "accountant": cfg.accountant,
         "noise_multiplier": noise_multiplier,
         "clip_norm": cfg.clip_norm,
@@ -409,9 +421,6 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
         "dataset": config.data.name,
         "num_classes": splits.num_classes,
         "input_shape": list(train_x.shape[1:]),
-        "wall_time_s": result.wall_time_s,
-        "train_time_s": train_time,
-        "feature_time_s": feature_time,
         "backend": jax.default_backend(),
     }, config)
     try:
@@ -428,4 +437,6 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
         run.write_config(config)
     echo(f"data set {data_set['data_set']}: {data_set['releases']} release(s), cumulative data-independent "
          f"eps {data_set['cumulative_eps']:.4g} at delta {data_set['delta']:.3g} (`pate ledger`)")
+    echo(f"dpsgd: training {train_time:.1f} s, features {feature_time:.1f} s (not written to "
+         f"{rundir.DPSGD_JSON}: the training time grows with the private batch sizes)")
     return result

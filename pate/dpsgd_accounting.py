@@ -91,6 +91,83 @@ def epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: fl
         return float(acc.get_epsilon(delta))
 
 
+#: The neighbouring relation of `epsilon` (and of the ε `pate dpsgd` targets).
+RELATION = "add/remove-one"
+#: The relation of `epsilon_replace_one`, the one PATE's ε is stated for.
+RELATION_REPLACE = "replace-one"
+#: What `pate dpsgd` writes next to its two ε (dpsgd.json).
+RELATION_NOTE = (
+    "eps holds for neighbouring training sets that differ by adding or removing one example "
+    "(the sampling rate and the number of steps are fixed in advance: pate derives them from the "
+    "size of the training split, taken as public). eps_replace_one holds for training sets of one "
+    "size that differ by replacing one example, the relation PATE's eps is stated for: group "
+    "privacy of size 2 over the add/remove guarantee (an upper bound); compare PATE with it.")
+
+
+def epsilon_replace_one(noise_multiplier: float, sampling_rate: float, steps: int, delta: float,
+                        accountant: str = "rdp", rel_tol: float = 1e-6) -> float:
+    """eps at `delta` of a DP-SGD run for replace-one neighbours: training sets of the same
+    size that differ in one example (the relation PATE's ε holds for).
+
+    Formal guarantee: group privacy of size 2 over the add/remove-one guarantee of
+    `epsilon`. Fix q and the step count (they are constants of the run); write M for the
+    DP-SGD run with them. For D and D' = D − x + x', the chain D → D − x → D' is one
+    removal and one addition, and M is (e, d(e))-DP for each, where d(e) is the
+    accountant's ``get_delta(e)`` (both directions are covered: dp-accounting's PLD
+    accountant composes the remove and the add loss distributions; the RDP of the sampled
+    Gaussian it computes bounds the divergence in both orders, Mironov, Talwar & Zhang
+    2019, Sec. 3). For every event S:
+
+        P[M(D) ∈ S] ≤ e^e P[M(D − x) ∈ S] + d(e) ≤ e^{2e} P[M(D') ∈ S] + (1 + e^e) d(e),
+
+    i.e. M is (2e, (1 + e^e) d(e))-DP under replace-one (group privacy for a group of 2;
+    Dwork & Roth 2014, Thm. 2.2, states it for pure DP; the chain above is the whole proof
+    with δ). Returned: 2e for an e found by
+    bisection with (1 + e^e) d(e) ≤ `delta`; every value the bisection returns is checked
+    to satisfy that, so the result is an upper bound whether or not (1 + e^e) d(e) is
+    monotone. Unlike dp-accounting's own ``REPLACE_ONE`` loss distribution of the
+    subsampled Gaussian (a mixture-against-mixture pair for one step), this needs no claim
+    that one pair of data sets is worst case for the whole composition (Lebeda, Regehr,
+    Kamath & Steinke 2024 show such claims can fail); it is looser by at most the
+    group-privacy step.
+
+    With the PLD accountant, whose pessimistic rounding puts a mass of about e^-50 at an
+    infinite loss, d(e) never falls below that mass and (1 + e^e) d(e) ≤ `delta` can have
+    no solution once e is large (about 40); the RDP accountant's bound is used then.
+
+    Args:
+      noise_multiplier, sampling_rate, steps, delta, accountant: as in `epsilon`.
+      rel_tol: relative precision of the bisection (the result errs upwards only).
+    """
+    _check(sampling_rate, steps, delta)
+    if noise_multiplier <= 0:
+        return math.inf
+    acc = make_accountant(accountant)
+    log_target = math.log(delta)
+    with _quiet_absl():
+        acc.compose(dp_event(noise_multiplier, sampling_rate, steps))
+
+        def fits(e: float) -> bool:
+            d = float(acc.get_delta(e))  # log(1 + e^e) + log d(e) <= log delta, without overflow
+            return d <= 0.0 or e + math.log1p(math.exp(-e)) + math.log(d) <= log_target
+
+        hi = max(float(acc.get_epsilon(delta)), 1e-3)
+        while not fits(hi):
+            hi *= 2.0
+            if hi > 1e4:
+                if accountant == "pld":
+                    return epsilon_replace_one(noise_multiplier, sampling_rate, steps, delta, "rdp", rel_tol)
+                return math.inf
+        lo = 0.0
+        while hi - lo > rel_tol * hi:
+            mid = 0.5 * (lo + hi)
+            if fits(mid):
+                hi = mid
+            else:
+                lo = mid
+    return 2.0 * hi
+
+
 def calibrate_noise(target_eps: float, delta: float, sampling_rate: float, steps: int,
                     accountant: str = "rdp", tol: float = 1e-4) -> float:
     """The smallest noise multiplier (to within `tol`) whose eps at `delta` is at most

@@ -5,7 +5,8 @@ Writes ``votes.npz`` (the vote histogram of the queried pool points, row i = poo
 **private**, never publish)
 and ``labels.npz`` (the DP release: ``indices``, ``labels`` with -1 for unanswered
 queries, the mechanism and its noise parameters — nothing else; no votes, no noise
-values, no seed). Both are computed before either is written, and written atomically.
+values, no seed; ``meta.research_seed`` is true when a ``--seed`` made the noise). Both
+are computed before either is written, and written atomically.
 
 `label_votes` does the same from a vote histogram (or a teachers × points matrix of
 predicted labels) computed elsewhere — teachers trained in any framework — with no
@@ -23,6 +24,7 @@ import numpy as np
 from analysis import composition, mechanisms
 from analysis import plan as plan_mod
 from analysis.errors import PateError
+from analysis.noise import seed_record
 from pate import aggregation, rundir
 from pate import ledger as ledger_mod
 from pate.config import AggregationConfig, Config, PrivacyConfig
@@ -97,34 +99,31 @@ def mechanism_params(cfg: AggregationConfig) -> dict:
 BudgetPlan = plan_mod.BudgetPlan
 
 
+def release_settings(mechanism: str, privacy) -> dict:
+    """The sanitised release `pate analyze` makes after these labels with a ``[privacy]``
+    section (`analysis.plan.published_eps`'s keywords: the β of the mechanism's release,
+    the release order and cost)."""
+    beta = privacy.lnmax_beta if mechanism == "lnmax" else (privacy.gnss_beta or None)
+    return dict(beta=beta, release_order=privacy.release_order or None, release_cost=privacy.release_cost)
+
+
 def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments: int = 8,
-                conversion: str = "classic", accountant: str = "rdp") -> BudgetPlan:
+                conversion: str = "classic", accountant: str = "rdp", privacy=None) -> BudgetPlan:
     """`analysis.plan.budget_plan` for an ``[aggregation]`` section (its mechanism and at
-    most ``cfg.queries`` queries)."""
+    most ``cfg.queries`` queries). With ``privacy`` (a `PrivacyConfig`), the budget covers
+    what is published: the labels and the sanitised ε `pate analyze` releases with those
+    settings (`release_settings`); what `pate label --budget` plans."""
+    release = None if privacy is None else release_settings(cfg.mechanism, privacy)
     return plan_mod.budget_plan(mechanisms.from_config(cfg), cfg.queries, budget, delta, moments=moments,
-                                conversion=conversion, accountant=accountant)
+                                conversion=conversion, accountant=accountant, release=release)
 
 
-def _release_on_top(agg: AggregationConfig, plan: BudgetPlan, privacy) -> str:
-    """Says what the sanitised ε that `pate analyze` publishes adds to a budget plan."""
-    from analysis import gnmax, lnmax
-    from analysis import report as report_mod
-
-    if agg.mechanism == "lnmax":
-        di = lnmax.data_independent_eps(plan.num_queries, agg.gamma, privacy.delta,
-                                        range(1, privacy.moments + 1))
-        beta = privacy.lnmax_beta
-    else:
-        confident = agg.mechanism == "confident-gnmax"
-        di = gnmax.data_independent_eps(plan.num_queries, agg.sigma, privacy.delta,
-                                        sigma_threshold=agg.sigma_threshold if confident else None,
-                                        num_answered=plan.max_answers if confident else None,
-                                        conversion=privacy.conversion)
-        beta = privacy.gnss_beta or None
-    total, delta_total, _ = report_mod.data_independent_with_release(
-        agg.mechanism, di, privacy.delta, conversion=privacy.conversion, beta=beta,
-        release_order=privacy.release_order or None, release_cost=privacy.release_cost)
-    return f"the sanitised eps published by `pate analyze` comes on top: {total:.4g} at delta {delta_total:g}"
+def budget_line(budget: float, plan: BudgetPlan, accountant: str) -> str:
+    """What `pate label --budget` prints, from a run's teachers or from ``--votes`` alike."""
+    answers = f", at most {plan.max_answers} answers" if plan.max_answers is not None else ""
+    return (f"budget eps {budget:g} ({accountant}): {plan.num_queries} queries{answers}; data-independent eps "
+            f"{plan.eps_published:.4g} at delta {plan.delta_published:g} for the labels and the sanitised eps "
+            f"`pate analyze` publishes with them (the labels alone: {plan.eps:.4g})")
 
 
 def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
@@ -158,8 +157,9 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
       workdir: a run directory with trained teachers.
       seed: noise seed (research only; never written anywhere). Default: OS entropy.
       overwrite: replace existing votes.npz / labels.npz.
-      budget: stop answering where the data-independent ε would exceed it (see
-        `budget_plan`); None answers `aggregation.queries` queries.
+      budget: stop answering where the data-independent ε of what is published — the
+        labels and the sanitised ε of `pate analyze` with ``config.privacy`` — would exceed
+        it (see `budget_plan`); None answers `aggregation.queries` queries.
       accountant: how `budget` is measured: "rdp" or "pld" (see `budget_plan`).
       echo: where progress lines go.
 
@@ -187,11 +187,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     plan = None
     if budget is not None:
         plan = budget_plan(agg, budget, config.privacy.delta, moments=config.privacy.moments,
-                           conversion=config.privacy.conversion, accountant=accountant)
-        echo(f"budget eps {budget:g}: {plan.num_queries} queries"
-             + (f", at most {plan.max_answers} answers" if plan.max_answers is not None else "")
-             + f" (data-independent eps {plan.eps:.4g} of the labels; "
-             + _release_on_top(agg, plan, config.privacy) + ")")
+                           conversion=config.privacy.conversion, accountant=accountant, privacy=config.privacy)
+        echo(budget_line(budget, plan, accountant))
 
     # The ledger of the private data set refuses a release over its total budget before
     # any teacher votes (`pate.ledger`).
@@ -242,7 +239,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     try:
         out = rundir.RunDir(staging.path)
         out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
-        out.write_npz(rundir.LABELS_NPZ, labels, config, meta={"ledger": book.name})
+        out.write_npz(rundir.LABELS_NPZ, labels, config, meta={"ledger": book.name, **seed_record(seed)})
         out.write_config(config)
         # Charged before the release is in place: a kill from here on over-counts, never under-counts.
         charge_release(book, cost, record, run.path, out / rundir.LABELS_NPZ, num_queries, config.privacy,
@@ -345,8 +342,9 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
       queries: query only the first N selected rows.
       indices: rows to query, in order (array, or path of a ``.npy`` / ``.npz`` key
         ``indices``); default all rows.
-      budget: stop where the data-independent ε would exceed it (`budget_plan`, at
-        ``delta`` with ``moments``, ``conversion`` and ``accountant``).
+      budget: stop where the data-independent ε of the labels and of the sanitised ε
+        `pate analyze` publishes with them (default release settings) would exceed it
+        (`budget_plan`, at ``delta`` with ``moments``, ``conversion`` and ``accountant``).
       input_is_labels: ``votes`` is a teachers × points matrix of predicted labels.
       seed: noise seed (research only; never written). Default: fresh OS entropy.
       overwrite: replace an existing votes.npz / labels.npz.
@@ -405,10 +403,10 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     check_accountable(agg, PrivacyConfig(delta=delta, moments=moments, conversion=conversion))
     plan = None
     if budget is not None:
-        plan = budget_plan(agg, budget, delta, moments=moments, conversion=conversion, accountant=accountant)
-        echo(f"budget eps {budget:g} ({accountant}): {plan.num_queries} queries"
-             + (f", at most {plan.max_answers} answers" if plan.max_answers is not None else "")
-             + f" (data-independent eps {plan.eps:.4g})")
+        privacy = PrivacyConfig(delta=delta, moments=moments, conversion=conversion)
+        plan = budget_plan(agg, budget, delta, moments=moments, conversion=conversion, accountant=accountant,
+                           privacy=privacy)
+        echo(budget_line(budget, plan, accountant))
         selected = selected[:plan.num_queries]
 
     cap = None if plan is None else plan.max_answers
@@ -435,7 +433,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     try:
         out = rundir.RunDir(staging.path)
         out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)})
-        out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.name})
+        out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.name, **seed_record(seed)})
         charge_release(book, cost, record, run.path, out / rundir.LABELS_NPZ, int(selected.size),
                        PrivacyConfig(delta=delta, total_budget=total_budget or 0.0),
                        data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()))

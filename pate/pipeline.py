@@ -15,9 +15,17 @@ analyze    data, teachers, aggregation, privacy         privacy.json, privacy.pn
 =========  ==========================================  ===========================
 
 How a step is known to be valid: ``pipeline.json`` (written after each step) records,
-per step, the hash of its sections (`section_hash`), the sha256 of its main artifact
-and of the artifacts it read. (Those digests cover private files such as
-``teachers.json``: ``pipeline.json`` is bookkeeping, not for publication.) A step is skipped when its artifacts are all present, its
+per step, the hash of its sections (`section_hash`), the digest of its main artifact
+and of the artifacts it read. Those files include private ones (``teachers.json``,
+``privacy.json``), which an adversary who knows all votes but one teacher's can rebuild
+byte for byte for each neighbouring data set; a plain sha256 in ``pipeline.json``
+(world-readable) would tell them which one is real. So the digests are HMAC-SHA256
+under the run's secret key ``pipeline.key`` (`pate.rundir.keyed_digest`, 0600): they
+still show that a file is unchanged, and without the key they reveal nothing of it.
+(Keeping plain digests in an owner-only ``pipeline.json`` would detect changes as well,
+but would leave a fingerprint of private files in every copy of a file that reads as
+bookkeeping.) A lost key only makes the digests match nothing: steps are then checked
+by their config hashes, as below. A step is skipped when its artifacts are all present, its
 main artifact is the one recorded, its sections hash equals the current config's, and
 its inputs are the ones it was made from. Artifacts made by the single commands (no
 record yet) are recognised by the config hash in their ``meta``: it must be the hash of
@@ -155,7 +163,7 @@ def section_hash(config: Config, sections: Iterable[str]) -> str:
 
 
 def _sha256(path: Path) -> str | None:
-    """The file's sha256, or None when it is missing."""
+    """The file's sha256, or None when it is missing (public files only: labels.npz)."""
     return rundir.file_digest(path) if path.is_file() else None
 
 
@@ -232,6 +240,7 @@ class _Manifest:
     def __init__(self, run: rundir.RunDir):
         self.run = run
         self.steps: dict[str, dict] = {}
+        self._key: bytes | None = None
         path = run / rundir.PIPELINE_JSON
         if path.exists():
             try:
@@ -239,16 +248,27 @@ class _Manifest:
                 self.steps = {k: v for k, v in doc.get("steps", {}).items() if isinstance(v, dict)}
             except (OSError, ValueError):
                 self.steps = {}  # unreadable: every step is checked from its artifacts
+            # Plain digests an older version wrote: removed now, even if every step is skipped.
+            if any([e.pop(k, None) for e in self.steps.values() for k in ("artifact_sha256", "inputs_sha256")]):
+                rundir.atomic_write_text(path, json.dumps({**doc, "steps": self.steps}, indent=2) + "\n")
+
+    def digest(self, path: Path) -> str | None:
+        """The file's HMAC-SHA256 under the run's secret key, or None when it is missing."""
+        if not path.is_file():
+            return None
+        if self._key is None:
+            self._key = rundir.digest_key(self.run.path)
+        return rundir.keyed_digest(path, self._key)
 
     def digest_inputs(self, step: Step) -> dict[str, str | None]:
-        return {name: _sha256(self.run / name) for name in step.inputs}
+        return {name: self.digest(self.run / name) for name in step.inputs}
 
     def record(self, step: Step, config: Config, figures: dict) -> None:
         self.steps[step.name] = {
             "sections": {name: section_hash(config, [name]) for name in step.sections},
             "sections_hash": section_hash(config, step.sections),
-            "artifact_sha256": _sha256(self.run / step.main),
-            "inputs_sha256": self.digest_inputs(step),
+            "artifact_hmac": self.digest(self.run / step.main),
+            "inputs_hmac": self.digest_inputs(step),
             "figures": figures,
         }
         self.run.write_json(rundir.PIPELINE_JSON, {"steps": self.steps}, config)
@@ -278,12 +298,12 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
     want = section_hash(config, step.sections)
     main = run / step.main
     entry = manifest.steps.get(step.name)
-    if entry and entry.get("artifact_sha256") == _sha256(main):
+    if entry and entry.get("artifact_hmac") == manifest.digest(main):
         if entry.get("sections_hash") != want:
             recorded = entry.get("sections") if isinstance(entry.get("sections"), dict) else {}
             changed = [n for n in step.sections if recorded.get(n) != section_hash(config, [n])]
             return _changed(changed or step.sections)
-        if entry.get("inputs_sha256") != manifest.digest_inputs(step):
+        if entry.get("inputs_hmac") != manifest.digest_inputs(step):
             return "its inputs changed"
         return None
     # Made by a single command: find its config by the hash in its meta.

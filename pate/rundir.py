@@ -38,10 +38,12 @@ DPSGD_JSON = "dpsgd.json"
 DPSGD_FEATURES_DIR = "dpsgd-features"
 RELEASE_JSON = "release.json"
 PIPELINE_JSON = "pipeline.json"  # `pate run`'s record of its finished steps
+#: The secret key of pipeline.json's digests (`digest_key`): private, like what they cover.
+PIPELINE_KEY = "pipeline.key"
 
 #: Files and folders that hold private values: created owner-only (0600 / 0700).
 PRIVATE_ARTIFACTS = frozenset({"teachers", "teachers.json", "votes.npz", "privacy.json", "privacy.png",
-                               "dpsgd-features"})
+                               "dpsgd-features", PIPELINE_KEY})
 
 #: The artifacts each command produces (what `--overwrite` replaces).
 TEACHER_ARTIFACTS = (TEACHERS_DIR, TEACHERS_JSON)
@@ -50,8 +52,8 @@ STUDENT_ARTIFACTS = (STUDENT_DIR, STUDENT_JSON)
 ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG, RELEASE_JSON)
 DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
 #: Every file and folder a run directory may hold (what no report may be written over).
-RUN_ARTIFACTS = ((CONFIG_TOML, PIPELINE_JSON) + TEACHER_ARTIFACTS + LABEL_ARTIFACTS + STUDENT_ARTIFACTS
-                 + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + (DPSGD_FEATURES_DIR,))
+RUN_ARTIFACTS = ((CONFIG_TOML, PIPELINE_JSON, PIPELINE_KEY) + TEACHER_ARTIFACTS + LABEL_ARTIFACTS
+                 + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + (DPSGD_FEATURES_DIR,))
 
 _META_KEY = "meta"
 
@@ -119,18 +121,17 @@ def read_json(path: str | Path) -> dict[str, Any]:
 
 
 def write_npz(path: str | Path, arrays: Mapping[str, np.ndarray],
-              config: Config | None = None, meta: Mapping[str, Any] | None = None) -> None:
-    """Writes arrays to an .npz atomically; with a config (or `meta` entries), adds a
-    `meta` JSON string (`metadata` plus `meta`).
+              config: Config | None = None, *, meta: Mapping[str, Any] | None = None) -> None:
+    """Writes arrays to an .npz atomically; with a config or `meta` entries, adds a `meta`
+    JSON string (`metadata(config)` and those entries).
 
     The `meta` entry is a 0-d unicode array, readable with `allow_pickle=False`.
     """
     if _META_KEY in arrays:
         raise ValueError(f"array name {_META_KEY!r} is reserved for metadata")
     buf = io.BytesIO()
-    extra = {}
-    if config is not None or meta:
-        extra = {_META_KEY: np.array(json.dumps({**metadata(config), **(meta or {})}))}
+    extra = ({} if config is None and not meta
+             else {_META_KEY: np.array(json.dumps({**metadata(config), **(meta or {})}))})
     np.savez(buf, **{k: np.asarray(v) for k, v in arrays.items()}, **extra)
     atomic_write_bytes(path, buf.getvalue())
 
@@ -218,8 +219,8 @@ class RunDir:
         return read_json(self.path / name)
 
     def write_npz(self, name: str, arrays: Mapping[str, np.ndarray],
-                  config: Config | None = None, meta: Mapping[str, Any] | None = None) -> None:
-        write_npz(self.path / name, arrays, config, meta)
+                  config: Config | None = None, *, meta: Mapping[str, Any] | None = None) -> None:
+        write_npz(self.path / name, arrays, config, meta=meta)
 
     def read_npz(self, name: str, required: Iterable[str] = ()) -> dict[str, np.ndarray]:
         return read_npz(self.path / name, required)
@@ -383,7 +384,9 @@ def stale_message(moved: list[str], step: str) -> str:
 
 def file_digest(path: str | Path) -> str:
     """sha256 hex digest of a file's bytes (what records such as student.json's
-    ``labels_sha256`` and pipeline.json hold)."""
+    ``labels_sha256`` hold). Never for a world-readable record of a private file: whoever
+    can rebuild that file for a neighbouring data set (all votes but one teacher's are
+    enough for privacy.json) tells the two apart by its digest; see `keyed_digest`."""
     import hashlib
 
     h = hashlib.sha256()
@@ -425,3 +428,55 @@ def check_recorded(kind: str, path: Path, recorded: Any, remake: str) -> None:
     if tree_digest(path) != recorded:
         raise PateError(f"{path} is not the {kind} recorded by the run (its content changed or is "
                         f"damaged); {remake}")
+
+
+# --------------------------------------------------------------------------- keyed digests
+
+DIGEST_KEY_BYTES = 32
+
+
+def digest_key(run_path: str | Path) -> bytes:
+    """The run directory's secret key for `keyed_digest`: ``pipeline.key``, 32 bytes from
+    ``secrets.token_bytes`` (the OS CSPRNG), owner-only (0600), made on first use.
+
+    A key file that is not a plain file, not 32 bytes long, or readable by anyone but its
+    owner is no secret and is replaced by a fresh key: digests made with the old one then
+    match nothing (`pate run` falls back to the artifacts' own config hashes).
+    """
+    import secrets
+    import stat
+
+    path = Path(run_path) / PIPELINE_KEY
+    try:
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o077:
+            key = path.read_bytes()
+            if len(key) == DIGEST_KEY_BYTES:
+                return key
+    except OSError:
+        pass
+    key = secrets.token_bytes(DIGEST_KEY_BYTES)
+    atomic_write_bytes(path, key)
+    return key
+
+
+def keyed_digest(path: str | Path, key: bytes) -> str:
+    """HMAC-SHA256 (RFC 2104) of a file's bytes under `key`, hex.
+
+    What a world-readable record may hold of a private file (pipeline.json does): under a
+    secret uniformly random 256-bit key HMAC-SHA256 is a pseudorandom function (Bellare,
+    "New Proofs for NMAC and HMAC: Security without Collision-Resistance", CRYPTO 2006,
+    main theorem: HMAC is a PRF when the compression function is a (dual) PRF), so
+    without the key the digest of a file the reader can rebuild byte for byte is
+    indistinguishable from random: it tells neighbouring data sets apart no better than
+    guessing. Equal files still give equal digests, which is all that
+    up-to-date detection needs.
+    """
+    import hashlib
+    import hmac
+
+    h = hmac.new(key, digestmod=hashlib.sha256)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -175,8 +175,17 @@ def test_tiny_run_through_the_cli(tiny_dpsgd):
     assert "dpsgd accuracy" in output and "eps" in output
     info = json.loads((workdir / rundir.DPSGD_JSON).read_text())
     for key in ("accuracy", "eps", "delta", "noise_multiplier", "clip_norm", "epochs", "steps",
-                "batch_size", "sampling", "accountant", "wall_time_s", "model"):
+                "batch_size", "sampling", "accountant", "model", "neighbouring_relation", "eps_replace_one"):
         assert key in info, key
+    # The wall times grow with the realised (private) Poisson batch sizes: printed, never written.
+    assert not [key for key in info if "time" in key]
+    assert "wall time" in output and "training" in output
+    # Each eps names its neighbouring relation; the replace-one one (PATE's) is the larger.
+    assert info["neighbouring_relation"] == "add/remove-one"
+    assert "replace-one" in output and "replacing one example" in info["neighbouring_relation_note"]
+    assert info["eps_replace_one"] == pytest.approx(dpsgd_accounting.epsilon_replace_one(
+        info["noise_multiplier"], info["sampling_rate"], info["steps"], info["delta"]), rel=1e-9)
+    assert info["eps_replace_one"] > info["eps"]
     assert info["model"] == "cnn" and info["sampling"] == "poisson" and info["accountant"] == "rdp"
     assert info["accuracy"] > 0.5  # 4 classes
     assert info["eps"] <= info["target_eps"] == 3.0

@@ -111,3 +111,73 @@ def test_bad_arguments(kwargs, match):
     args.update(kwargs)
     with pytest.raises(PateError, match=match):
         acc.calibrate_noise(**args)
+
+
+# --------------------------------------------------------------------------- replace-one
+
+
+def gaussian_delta(eps: float, mu: float) -> float:
+    """delta(eps) of the Gaussian mechanism of sensitivity/std ratio mu, exactly (Balle &
+    Wang 2018, Thm. 8): Phi(mu/2 - eps/mu) - e^eps Phi(-mu/2 - eps/mu)."""
+    from scipy.stats import norm
+
+    return float(norm.cdf(mu / 2 - eps / mu) - math.exp(eps) * norm.cdf(-mu / 2 - eps / mu))
+
+
+def eps_for_delta(delta_of, delta: float) -> float:
+    """The smallest eps (to 1e-10) with delta_of(eps) <= delta, delta_of decreasing."""
+    from scipy.optimize import brentq
+
+    hi = 1.0
+    while delta_of(hi) > delta:
+        hi *= 2
+    return brentq(lambda e: delta_of(e) - delta, 0.0, hi, xtol=1e-12)
+
+
+@pytest.mark.parametrize("sigma,steps", [(1.0, 1), (4.0, 50), (10.0, 400)])
+def test_replace_one_is_group_privacy_of_the_exact_gaussian(sigma, steps):
+    """q = 1: `steps` Gaussian steps are one Gaussian mechanism of mu = sqrt(steps)/sigma under
+    add/remove, with an exact privacy curve. Group privacy of 2 computed here from that curve
+    by a root finder must agree with the accountant's replace-one eps (PLD: to its
+    discretisation, and never below; RDP: looser, never below), and lie above the exact
+    replace-one eps (the same Gaussian with twice the sensitivity), which no valid bound
+    may undercut."""
+    delta, mu = 1e-5, math.sqrt(steps) / sigma
+    half = eps_for_delta(lambda e: (1 + math.exp(e)) * gaussian_delta(e, mu), delta)
+    group = 2 * half
+    exact_replace = eps_for_delta(lambda e: gaussian_delta(e, 2 * mu), delta)
+    assert exact_replace < group
+    by_pld = acc.epsilon_replace_one(sigma, 1.0, steps, delta, "pld")
+    assert group * (1 - 1e-9) <= by_pld <= group + 0.02
+    assert acc.epsilon_replace_one(sigma, 1.0, steps, delta, "rdp") >= group * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+@pytest.mark.parametrize("q,sigma,steps", [(0.01, 1.0, 1000), (0.2, 2.0, 13), (0.05, 1.2, 200)])
+def test_replace_one_bounds_the_add_remove_eps_and_the_replaced_pair(accountant, q, sigma, steps):
+    """The replace-one eps: above the add/remove eps (one replacement is a removal and an
+    addition), meeting its own group-privacy condition at delta, and above the eps of the
+    mixture-against-mixture pair dp-accounting uses for replace-one (a pair of data sets
+    that does occur: an example whose clipped gradient is +C replaced by one whose is -C)."""
+    import dp_accounting
+    from dp_accounting import pld as dp_pld
+
+    delta = 1e-5
+    add_remove = acc.epsilon(sigma, q, steps, delta, accountant)
+    replace = acc.epsilon_replace_one(sigma, q, steps, delta, accountant)
+    assert replace >= add_remove
+    accountant_ = acc.make_accountant(accountant)
+    accountant_.compose(acc.dp_event(sigma, q, steps))
+    assert (1 + math.exp(replace / 2)) * accountant_.get_delta(replace / 2) <= delta
+    pair = dp_pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE, 1e-4)
+    pair.compose(acc.dp_event(sigma, q, steps))
+    assert replace >= pair.get_epsilon(delta)
+    assert acc.epsilon_replace_one(0.0, q, steps, delta, accountant) == math.inf
+
+
+def test_replace_one_falls_back_to_rdp_past_the_pld_floor():
+    """At an eps of about 40 the PLD's tail mass leaves group privacy no solution; the
+    RDP accountant's bound is returned, finite and above the add/remove eps."""
+    eps = acc.epsilon_replace_one(2.0, 1.0, 50, 1e-5, "pld")
+    assert eps == acc.epsilon_replace_one(2.0, 1.0, 50, 1e-5, "rdp")
+    assert acc.epsilon(2.0, 1.0, 50, 1e-5, "pld") < eps < math.inf

@@ -47,7 +47,9 @@ def test_label_end_to_end(trained_run, args):
         meta = json.loads(str(release["meta"]))
     ledger = meta.pop("ledger")  # the data set's ledger (pate.ledger): a public name
     assert ledger.startswith("synthetic(")
-    assert "123" not in json.dumps(meta) and set(meta) <= {"config_hash", "pate_version", "written_at"}
+    assert "123" not in json.dumps(meta)
+    assert set(meta) <= {"config_hash", "pate_version", "written_at", "research_seed"}
+    assert meta["research_seed"] is True  # a seed made the noise: said, never the seed
     # The same seed reproduces the labels; analysis reads the run.
     again = invoke("label", "--workdir", workdir, "--queries", 60, "--seed", 123, "--overwrite", *args)
     assert again.exit_code == 0
@@ -111,7 +113,8 @@ def test_cap_answers():
 
 def test_label_with_budget(trained_run):
     workdir, _ = trained_run
-    budget = lnmax.data_independent_eps(25, 0.5, 1e-5).eps + 1e-9
+    # The budget covers the labels and the sanitised eps `pate analyze` publishes with them.
+    budget = lnmax.data_independent_eps(25, 0.5, 1e-5).eps + lnmax.release_eps_cost(0.09, 1e-5) + 1e-9
     result = invoke("label", "--workdir", workdir, "--queries", 100, "--gamma", 0.5, "--budget", budget)
     assert result.exit_code == 0, result.output
     assert "budget" in result.output

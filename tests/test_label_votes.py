@@ -5,15 +5,17 @@ the budget, and the report's data-independent comparison."""
 import json
 import os
 import pathlib
+import re
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from analysis import gnmax, lnmax, pld
+from analysis import gnmax, lnmax, mechanisms, pld
+from analysis import plan as plan_mod
 from analysis import report as report_mod
 from cli import main
-from pate import label as label_mod
+from pate import label as label_mod, rundir
 from pate.config import AggregationConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -47,6 +49,7 @@ def test_label_votes_then_analyze(tmp_path, args):
     assert keys - {"meta"} <= set(label_mod.RELEASED_KEYS)  # no votes, no seed
     meta = json.loads(str(np.load(run / "labels.npz")["meta"]))
     assert meta["config_hash"] is None and meta["ledger"] == "votes:" + str(SIMULATED.resolve())
+    assert rundir.read_npz(run / "labels.npz")["meta"]["research_seed"] is True  # that one was used
     expected = 100 if args[1] == "lnmax" else 300 if args[1] == "gnmax" else votes.shape[0]
     assert indices.tolist() == list(range(expected))
     assert labels.min() >= -1 and labels.max() < 10
@@ -65,6 +68,45 @@ def test_label_votes_then_analyze(tmp_path, args):
     assert doc["public"]["eps_data_independent_headline"] <= doc["public"]["eps_data_independent"]
 
 
+def test_research_seed_is_recorded_never_the_seed(tmp_path):
+    """A seed makes the noise removable by whoever has it: labels.npz and release.json say
+    `research_seed: true` when one was used for the labels or for the release (never the
+    seed), and nothing when none was."""
+    seed = 2**100 + 12345
+
+    def labelled(name, *extra):
+        run = tmp_path / name
+        result = invoke("label", "--votes", SIMULATED, "--workdir", run, "--num-classes", 10,
+                        "--mechanism", "gnmax", "--sigma", 40, "--queries", 200, *extra)
+        assert result.exit_code == 0, result.output
+        return run
+
+    def analysed(run, *extra):
+        result = invoke("analyze", "--workdir", run, *extra)
+        assert result.exit_code == 0, result.output
+        return json.loads((run / "release.json").read_text()), result.output
+
+    real = labelled("real")
+    assert "research_seed" not in (rundir.read_npz(real / "labels.npz").get("meta") or {})
+    release, output = analysed(real)
+    assert "research_seed" not in release and "research seed" not in output
+    seeded = labelled("seeded", "--seed", seed)
+    assert rundir.read_npz(seeded / "labels.npz")["meta"]["research_seed"] is True
+    release, output = analysed(seeded)  # the release's own noise is fresh; the labels' was not
+    assert release["research_seed"] is True and "research seed" in output
+    assert any("research seed" in w for w in release["warnings"])
+    release, _ = analysed(labelled("release-seeded"), "--seed", seed)
+    assert release["research_seed"] is True
+    out = tmp_path / "votes-release.json"
+    result = invoke("analyze", "--votes", SIMULATED, "--mechanism", "gnmax", "--sigma", 40, "--queries", 200,
+                    "--release-json", out, "--seed", seed)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["research_seed"] is True
+    for path in [*tmp_path.rglob("*")]:
+        if path.is_file():
+            assert str(seed) not in path.read_bytes().decode("latin-1"), path
+
+
 def test_label_votes_from_predicted_labels_with_indices_and_budget(tmp_path):
     rng = np.random.default_rng(0)
     truth = rng.integers(0, 5, size=80)
@@ -73,7 +115,8 @@ def test_label_votes_from_predicted_labels_with_indices_and_budget(tmp_path):
     np.save(tmp_path / "preds.npy", preds)
     order = rng.permutation(80)
     np.save(tmp_path / "order.npy", order)
-    budget = pld.gnmax_eps(40, 8.0, 1e-5).eps + 1e-9
+    # The budget covers the labels and the sanitised eps `pate analyze` publishes with them.
+    budget = plan_mod.published_eps(mechanisms.GNMax(sigma=8.0), 40, 1e-5)[0] + 1e-9
     run = tmp_path / "run"
     result = invoke("label", "--votes", tmp_path / "preds.npy", "--input-is-labels", "--num-classes", 6,
                     "--workdir", run, "--mechanism", "gnmax", "--sigma", 8, "--indices", tmp_path / "order.npy",
@@ -85,6 +128,62 @@ def test_label_votes_from_predicted_labels_with_indices_and_budget(tmp_path):
     assert release["indices"].tolist() == order[:40].tolist()  # the budget allows exactly 40 answers
     assert np.mean(release["labels"] == truth[order[:40]]) > 0.8
     assert invoke("analyze", "--workdir", run, "--release-order", 10).exit_code == 0
+
+
+def published_by_hand(mechanism, queries, answers=None, accountant="rdp", delta=1e-5):
+    """The data-independent eps with the release, composed here from the report's pieces:
+    LNMax the labels' eps plus the smooth-sensitivity release's cost (beta 0.09); GNMax the
+    labels' RDP curve with the GNSS release at its order (0.2 of RDP, beta 0.1/order)."""
+    if mechanism == "lnmax":
+        labels = (pld.lnmax_eps(queries, 0.05, delta).eps if accountant == "pld"
+                  else lnmax.data_independent_eps(queries, 0.05, delta).eps)
+        return labels + lnmax.release_eps_cost(0.09, delta)
+    kw = dict(sigma_threshold=150.0, num_answered=answers) if mechanism == "confident-gnmax" else {}
+    curve = gnmax.data_independent_eps(queries, 40.0, delta, **kw)
+    beta, sigma_ss = report_mod.gnss_parameters(curve.order, None, 0.2)
+    return report_mod.gnss_headline_independent(curve, beta, sigma_ss, delta, "classic")[0]
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+@pytest.mark.parametrize("mechanism", ["lnmax", "gnmax", "confident-gnmax"])
+def test_budget_covers_the_labels_and_the_published_release(mechanism, accountant):
+    """`--budget B` plans against what is published: the labels and the sanitised eps of
+    `pate analyze`. Within B, and one more query (answer, for Confident-GNMax) would not be."""
+    from pate.config import PrivacyConfig
+
+    cfg = AggregationConfig(mechanism=mechanism, queries=5000, gamma=0.05, sigma=40.0, threshold=200,
+                            sigma_threshold=150.0)
+    plan = label_mod.budget_plan(cfg, 4.0, 1e-5, accountant=accountant, privacy=PrivacyConfig())
+    if mechanism == "confident-gnmax":
+        total = published_by_hand(mechanism, plan.num_queries, plan.max_answers)
+        assert plan.max_answers < plan.num_queries
+        more = published_by_hand(mechanism, plan.num_queries, plan.max_answers + 1)
+    else:
+        total = published_by_hand(mechanism, plan.num_queries, accountant=accountant)
+        more = published_by_hand(mechanism, plan.num_queries + 1, accountant=accountant)
+    assert plan.eps_published == pytest.approx(total, rel=1e-9)
+    assert plan.eps < total <= 4.0 < more
+    assert plan.delta_published == (2e-5 if mechanism == "lnmax" else 1e-5)
+
+
+def test_budget_bounds_the_published_headline_and_both_paths_say_so(tmp_path, trained_run):
+    """The measured case: GNMax at sigma 40 on the simulated votes with `--budget 2` published a
+    headline of 2.29 when the budget covered the labels only. Now release.json stays within
+    it, and `pate label` from a run's teachers prints the same line as `--votes`."""
+    run = tmp_path / "from-votes"
+    result = invoke("label", "--votes", SIMULATED, "--workdir", run, "--num-classes", 10,
+                    "--mechanism", "gnmax", "--sigma", 40, "--budget", 2)
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("budget eps 2 (rdp): "))
+    assert "for the labels and the sanitised eps `pate analyze` publishes with them" in line
+    assert invoke("analyze", "--workdir", run).exit_code == 0
+    assert json.loads((run / "release.json").read_text())["eps"] <= 2.0
+    workdir, _ = trained_run
+    own = invoke("label", "--workdir", workdir, "--mechanism", "gnmax", "--sigma", 40, "--budget", 2)
+    assert own.exit_code == 0, own.output
+    mine = next(x for x in own.output.splitlines() if x.startswith("budget eps 2 (rdp): "))
+    numbers = re.compile(r"[0-9][0-9.e-]*")
+    assert numbers.sub("#", mine) == numbers.sub("#", line)
 
 
 def test_label_votes_python_api_takes_arrays(tmp_path):

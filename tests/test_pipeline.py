@@ -76,6 +76,9 @@ def test_full_run_through_the_cli(_finished):
     assert load_config(workdir / "config.toml") == load_config(TINY)
     student = json.loads((workdir / "student.json").read_text())
     assert student["accuracy"] > 0.5  # 4 classes
+    # `pate run --seed`: the release says a research seed made its noise (never which).
+    assert json.loads((workdir / "release.json").read_text())["research_seed"] is True
+    assert rundir.read_npz(workdir / "labels.npz")["meta"]["research_seed"] is True
 
 
 def test_rerun_skips_every_step(finished):
@@ -178,6 +181,75 @@ def test_student_without_answers_fails_cleanly(finished):
     assert "answers none" in result.output.strip().splitlines()[-1]
     for name in (rundir.TEACHERS_JSON, rundir.LABELS_NPZ, rundir.VOTES_NPZ):
         assert (finished / name).exists()
+
+
+def _private_fingerprints(workdir):
+    """The sha256 of every private file of a run, and of the teachers' folder and each
+    file and folder under it (what teachers.json records)."""
+    digests = {rundir.file_digest(workdir / name)
+               for name in (rundir.PRIVACY_JSON, rundir.PRIVACY_PNG, rundir.TEACHERS_JSON, rundir.VOTES_NPZ)}
+    teachers = workdir / rundir.TEACHERS_DIR
+    for path in (teachers, *teachers.rglob("*")):
+        digests.add(rundir.file_digest(path) if path.is_file() else rundir.tree_digest(path))
+    return digests
+
+
+def test_no_fingerprint_of_a_private_file_in_a_public_one(_finished):
+    """Whoever knows all votes but one teacher's can rebuild privacy.json (or votes.npz) for
+    each neighbouring data set byte for byte: a plain digest of it in a world-readable file
+    would say which one is real. Only keyed digests (secret key, owner-only) are written."""
+    workdir = _finished[0]
+    fingerprints = _private_fingerprints(workdir)
+    assert len(fingerprints) > 6
+    public = [p for p in workdir.rglob("*")
+              if p.is_file() and not set(p.relative_to(workdir).parts) & rundir.PRIVATE_ARTIFACTS]
+    names = {p.relative_to(workdir).as_posix() for p in public}
+    assert {rundir.PIPELINE_JSON, rundir.RELEASE_JSON, rundir.LABELS_NPZ, rundir.STUDENT_JSON} <= names
+    for path in public:
+        data = path.read_bytes().lower()
+        for digest in fingerprints:
+            for form in (digest.encode(), digest[:16].encode(), bytes.fromhex(digest)):
+                assert form not in data, f"{path.name} holds a digest of a private file"
+    # Everything that is not checked above is owner-only.
+    for name in rundir.PRIVATE_ARTIFACTS:
+        if (workdir / name).exists():
+            assert os.stat(workdir / name).st_mode & 0o077 == 0, name
+    assert len((workdir / rundir.PIPELINE_KEY).read_bytes()) == 32
+    steps = json.loads((workdir / rundir.PIPELINE_JSON).read_text())["steps"]
+    assert all(len(entry["artifact_hmac"]) == 64 for entry in steps.values())
+
+
+def test_changed_private_input_is_noticed_through_its_keyed_digest(finished):
+    """teachers.json rewritten (same config hash): the teachers are still recognised by their
+    config, and the labels made from the old file run again."""
+    doc = json.loads((finished / rundir.TEACHERS_JSON).read_text())
+    doc["edited"] = True
+    rundir.atomic_write_text(finished / rundir.TEACHERS_JSON, json.dumps(doc))
+    before = stamps(finished)
+    result = pate_run(finished)
+    assert result.exit_code == 0, result.output
+    assert "[label] running (its inputs changed)" in result.output
+    assert ran_steps(before, stamps(finished)) == ["analyze", "label", "student"]
+
+
+def test_plain_digests_of_an_older_pipeline_json_are_removed(finished):
+    """A pipeline.json with plain sha256 digests (as older versions wrote) loses them on the next
+    `pate run`, even when every step is up to date; so does a lost key change nothing but the
+    record: the artifacts' config hashes still identify every step."""
+    path = finished / rundir.PIPELINE_JSON
+    doc = json.loads(path.read_text())
+    for name, entry in doc["steps"].items():
+        entry.pop("artifact_hmac")
+        entry["artifact_sha256"] = rundir.file_digest(finished / OUTPUTS[name])
+        entry["inputs_sha256"] = {k: rundir.file_digest(finished / k) for k in entry.pop("inputs_hmac")}
+    path.write_text(json.dumps(doc))
+    os.unlink(finished / rundir.PIPELINE_KEY)
+    before = stamps(finished)
+    result = pate_run(finished)
+    assert result.exit_code == 0, result.output
+    assert ran_steps(before, stamps(finished)) == []
+    assert "sha256" not in path.read_text()
+    assert json.loads(path.read_text())["steps"]["label"]["figures"]  # what the summary needs is kept
 
 
 def test_section_hash():

@@ -41,7 +41,7 @@ def test_lnmax_headline_counts_the_release_at_the_total_delta():
     di, san, cost = (rep.value(k) for k in ("eps_data_independent", "eps_sanitized", "eps_release_cost"))
     assert cost == pytest.approx(lnmax.release_eps_cost(0.09, 1e-5))
     assert rep.value("eps") == pytest.approx(min(di + cost, max(san, 0.0) + cost))
-    assert rep.value("delta_total") == pytest.approx(2e-5)
+    assert rep.value("delta_total") == pytest.approx(2e-5 + rep.value("delta_sampling"), rel=1e-12)
     assert rep.value("eps") > cost  # the release's own cost is always inside the headline
 
 
@@ -58,6 +58,39 @@ def test_gnmax_headline_is_the_smaller_route_with_the_release_inside(confident):
                                                        abs=1e-12)
 
 
+@pytest.mark.parametrize("mechanism", ["lnmax", "gnmax", "confident-gnmax"])
+def test_headline_delta_includes_the_float64_sampler_delta(mechanism):
+    """The labels' float64 noise is within total variation tau of the ideal noise, which
+    adds (1 + e^eps) tau to delta (analysis.noise): the headline's delta counts it."""
+    votes = votes_of(6, n=150)
+    if mechanism == "lnmax":
+        rep = report.lnmax_report(votes, 0.05, 1e-5, range(1, 9), 0.09, noise=NoiseSource(1))
+        analysis_delta, coordinates = 2e-5, 10
+    else:
+        kw = dict(threshold=150.0, sigma_threshold=60.0) if mechanism == "confident-gnmax" else {}
+        rep = report.gnmax_report(votes, 30.0, 1e-5, noise=NoiseSource(1), **kw)
+        analysis_delta, coordinates = 1e-5, 10 + bool(kw)
+    sampling = rep.value("delta_sampling")
+    assert sampling == pytest.approx((1 + math.exp(rep.value("eps"))) * 150 * coordinates**2 * 2.0**-51,
+                                     rel=1e-12)
+    assert rep.value("delta_total") == analysis_delta + sampling > analysis_delta
+    assert report.release_json(rep)["delta"] == analysis_delta + sampling
+    assert not [w for w in rep.warnings if "NOTHING" in w]
+
+
+def test_headline_delta_of_one_is_said_not_hidden():
+    """sigma 3 on 6 teachers (a tiny config): the headline eps is so large that the float64
+    noise's delta reaches 1. The report and release.json say delta 1 and that the headline
+    guarantees nothing, instead of delta 1e-5."""
+    rng = np.random.default_rng(0)
+    votes = rng.multinomial(6, rng.dirichlet(np.full(4, 0.5)), size=100)
+    rep = report.gnmax_report(votes, 3.0, 1e-5, noise=NoiseSource(0))
+    doc = report.release_json(rep)
+    assert rep.value("delta_total") == doc["delta"] == 1.0
+    assert any("guarantees NOTHING" in w for w in doc["warnings"])
+    assert "guarantees NOTHING" in report.render_table(rep)
+
+
 def test_release_json_holds_only_public_values():
     votes = votes_of()
     rep = report.lnmax_report(votes, 0.05, 1e-5, range(1, 3), 0.09, noise=NoiseSource(1))
@@ -71,6 +104,24 @@ def test_release_json_holds_only_public_values():
     assert doc["details"]["eps_sanitized"] == pytest.approx(round(doc["details"]["eps_sanitized"] / 1e-3) * 1e-3)
     private_doc = report.to_json(rep)
     assert private_doc["private"]["warnings"] and "best moment" in json.dumps(private_doc["private"])
+
+
+def test_every_published_figure_names_its_neighbouring_relation(tmp_path):
+    """PATE's guarantee is for replace-one neighbours (one example replaced: one teacher's
+    votes change), not add/remove (which can move every shard): release.json, the table
+    and `pate plan` say so."""
+    rep = report.lnmax_report(votes_of(), 0.05, 1e-5, range(1, 9), 0.09, noise=NoiseSource(1))
+    doc = report.release_json(rep)
+    assert doc["neighbouring_relation"] == "replace-one"
+    assert "replacing one example" in doc["neighbouring_relation_note"]
+    assert "Adding or removing" in doc["neighbouring_relation_note"]
+    assert "Neighbouring relation: replace-one" in report.render_table(rep)
+    _make_labelled_run(tmp_path)
+    result = invoke("analyze", "--workdir", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "release.json").read_text())["neighbouring_relation"] == "replace-one"
+    plan = invoke("plan", "--mechanism", "gnmax", "--queries", 100, "--eps", 2)
+    assert plan.exit_code == 0 and "replace-one neighbours" in plan.output
 
 
 # --------------------------------------------------------------------------- no private choices
