@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from analysis import gnmax, lnmax, report
+from analysis import gnmax, lnmax_release, report, report_io
 from analysis.noise import NoiseSource
 from cli import main
 
@@ -39,7 +39,7 @@ def test_lnmax_headline_counts_the_release_at_the_total_delta():
     votes = votes_of()
     rep = report.lnmax_report(votes, 0.05, 1e-5, range(1, 9), 0.09, noise=NoiseSource(1))
     di, san, cost = (rep.value(k) for k in ("eps_data_independent", "eps_sanitized", "eps_release_cost"))
-    assert cost == pytest.approx(lnmax.release_eps_cost(0.09, 1e-5))
+    assert cost == pytest.approx(lnmax_release.release_eps_cost(0.09, 1e-5))
     assert rep.value("eps") == pytest.approx(min(di + cost, max(san, 0.0) + cost))
     assert rep.value("delta_total") == pytest.approx(2e-5)
     assert rep.value("eps") > cost  # the release's own cost is always inside the headline
@@ -62,14 +62,14 @@ def test_release_json_holds_only_public_values():
     votes = votes_of()
     rep = report.lnmax_report(votes, 0.05, 1e-5, range(1, 3), 0.09, noise=NoiseSource(1))
     assert rep.private_warnings  # moments 1..2: the private best moment is the largest
-    doc = report.release_json(rep)
+    doc = report_io.release_json(rep)
     text = json.dumps(doc)
     assert doc["eps"] == rep.value("eps") and doc["delta"] == rep.value("delta_total")
     assert not PRIVATE_KEYS & set(doc["details"])
     assert "best moment" not in text  # private warnings stay in privacy.json
     assert doc["details"]["grid"] == 1e-3
     assert doc["details"]["eps_sanitized"] == pytest.approx(round(doc["details"]["eps_sanitized"] / 1e-3) * 1e-3)
-    private_doc = report.to_json(rep)
+    private_doc = report_io.to_json(rep)
     assert private_doc["private"]["warnings"] and "best moment" in json.dumps(private_doc["private"])
 
 
