@@ -132,7 +132,7 @@ def _moments(ctx, param, value):
 def _run_lock(workdir, command: str, *, create: bool = True):
     """The run directory's lock (one pate process per run directory); ``create=False`` for a
     command that needs an existing run."""
-    from pate.rundir import lock
+    from pate.runlock import lock
 
     return lock(workdir, command, create=create)
 

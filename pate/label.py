@@ -92,18 +92,16 @@ def mechanism_params(cfg: AggregationConfig) -> dict:
     return mechanisms.from_config(cfg).params()
 
 
-BudgetPlan = plan_mod.BudgetPlan
-
 
 def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments: int = 8,
-                conversion: str = "classic", accountant: str = "rdp") -> BudgetPlan:
+                conversion: str = "classic", accountant: str = "rdp") -> plan_mod.BudgetPlan:
     """`analysis.plan.budget_plan` for an ``[aggregation]`` section (its mechanism and at
     most ``cfg.queries`` queries)."""
     return plan_mod.budget_plan(mechanisms.from_config(cfg), cfg.queries, budget, delta, moments=moments,
                                 conversion=conversion, accountant=accountant)
 
 
-def _release_on_top(agg: AggregationConfig, plan: BudgetPlan, privacy) -> str:
+def _release_on_top(agg: AggregationConfig, plan: plan_mod.BudgetPlan, privacy) -> str:
     """Says what the sanitised ε that `pate analyze` publishes adds to a budget plan."""
     from analysis import gnmax, lnmax
     from analysis import report as report_mod
