@@ -75,7 +75,7 @@ from scipy.special import log_ndtr, logsumexp
 from analysis.confident import answer_weight, rdp_confident
 from analysis.errors import PateError
 from analysis.rdp import DEFAULT_ORDERS, check_orders, eps_from_rdp
-from analysis.validation import check_counts, check_delta, check_sigma, teachers_of
+from analysis.validation import check_counts, check_delta, check_sigma
 
 __all__ = [
     "log_q",
