@@ -62,8 +62,8 @@ def main(argv=None) -> int:
     from pate.config import load_config
     from pate.data import load_dataset, split
     from pate.released_labels import read_labels
-    from pate.student import load_student
-    from pate.teachers import load_teachers
+    from pate.steps.student import load_student
+    from pate.steps.teachers import load_teachers
     from pate.voting import predict_votes
 
     sys.path.insert(0, str(ROOT / "bench"))

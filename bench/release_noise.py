@@ -110,7 +110,7 @@ def main(argv=None) -> int:
     splits = split(load_dataset(stored.data), stored.data.public_size)
     votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
     if votes is None or votes.shape[0] < need:
-        from pate.teachers import load_teachers
+        from pate.steps.teachers import load_teachers
         from pate.voting import predict_votes
 
         teachers = load_teachers(run.path)

@@ -47,12 +47,12 @@ def _device_peak_mb(device) -> float | None:
 
 
 class _Program:
-    """The training program of `pate.teachers` for a fixed number of teachers, compiled once."""
+    """The training program of `pate.steps.teachers` for a fixed number of teachers, compiled once."""
 
     def __init__(self, num_teachers, model, tx, tc, shard_size, image_shape, devices):
         import jax.numpy as jnp
 
-        from pate import teachers
+        from pate.steps import teachers
         from pate.placement import Placement
 
         self.placement = Placement(num_teachers, devices)
@@ -67,7 +67,7 @@ class _Program:
         self.compile_s = time.perf_counter() - start
 
     def _init(self, ids):
-        from pate import teachers
+        from pate.steps import teachers
 
         return teachers.init_teachers(self.model, self.tx, self.image_shape, self.tc.seed,
                                       self.placement, teacher_ids=ids)
@@ -108,7 +108,7 @@ def main(argv=None) -> dict:
 
     import jax
 
-    from pate import teachers
+    from pate.steps import teachers
     from pate.config import load_config, parse_override
     from pate.data import load_dataset, partition, split
     from pate.models import conv_impl, make_model

@@ -17,8 +17,9 @@ from click.testing import CliRunner
 from scipy import stats
 
 from cli import main
-from pate import dpsgd, dpsgd_accounting, keys, models, rundir, scattering
+from pate import dpsgd_accounting, keys, models, rundir, scattering
 from pate.config import DpsgdConfig, load_config
+from pate.steps import dpsgd
 
 from conftest import TINY
 

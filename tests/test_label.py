@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from analysis import gnmax, lnmax
 from cli import main
-from pate import label as label_mod
+from pate.steps import label as label_mod
 from pate.config import AggregationConfig
 
 

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from analysis import gnmax, lnmax, pld
 from analysis import report as report_mod
 from cli import main
-from pate import label as label_mod
+from pate.steps import label as label_mod
 from pate.config import AggregationConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -133,7 +133,7 @@ def test_cli_votes_mode_writes_release_json(tmp_path):
 def test_private_run_artifacts_are_owner_only(trained_run):
     from pate import rundir
     from pate.config import load_config
-    from pate.label import label
+    from pate.steps.label import label
 
     workdir, _ = trained_run
     assert mode(workdir / "teachers") == 0o700
@@ -217,7 +217,7 @@ def test_label_seed_uses_every_bit(trained_run, tmp_path):
     import shutil
 
     from pate.config import load_config
-    from pate.label import label
+    from pate.steps.label import label
 
     workdir, _ = trained_run
     other = tmp_path / "other"

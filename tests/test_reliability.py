@@ -177,7 +177,7 @@ def test_empty_teachers_json(finished):
 
 def test_student_checkpoint_checked(finished):
     from analysis.errors import PateError
-    from pate.student import load_student
+    from pate.steps.student import load_student
 
     load_student(finished)  # as recorded
     target = max((p for p in (finished / "student").rglob("*") if p.is_file()),

@@ -54,7 +54,7 @@ def test_report_json_carries_meta_and_null_for_infinite(tmp_path, tiny_config):
     """privacy.json and release.json carry the `meta` every JSON artifact carries, and
     write a non-finite number as null (as write_json does), never as a string."""
     from analysis import report_io
-    from pate.analyze import analyze
+    from pate.steps.analyze import analyze
 
     votes = np.zeros((20, 4), np.int32)
     votes[:, 0] = 6

@@ -16,9 +16,10 @@ from click.testing import CliRunner
 
 from analysis.errors import PateError
 from cli import main
-from pate import rundir, teachers, voting
+from pate import rundir, voting
 from pate.config import config_hash, load_config
 from pate.placement import teacher_chunk
+from pate.steps import teachers
 
 from conftest import ROOT, TINY
 
@@ -158,7 +159,8 @@ def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
         import dataclasses, json, sys
         import jax, numpy as np
         from pate.config import load_config
-        from pate import teachers, voting
+        from pate import voting
+        from pate.steps import teachers
         from pate.placement import Placement
         assert len(jax.devices()) == 4, jax.devices()
         config = load_config({str(TINY)!r})

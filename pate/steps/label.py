@@ -162,7 +162,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
       PateError: no teachers; labels exist and not `overwrite`; bad parameters.
     """
     from pate.data import load_dataset, split
-    from pate.teachers import load_teachers
+    from pate.steps.teachers import load_teachers
     from pate.voting import plurality_accuracy, predict_votes
 
     run = rundir.RunDir(workdir)
@@ -216,7 +216,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     # The brief report is computed before anything is written: a release the analysis
     # cannot account for is never written (drawing noise that is never published costs nothing).
     from analysis.report_io import render_table
-    from pate.analyze import report_for_release
+    from pate.steps.analyze import report_for_release
 
     # Everything that can fail is computed before the first byte is written.
     p = config.privacy
@@ -325,7 +325,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     from analysis import report as report_mod
     from analysis import votes as votes_mod
     from analysis.report_io import render_table
-    from pate.analyze import data_independent_comparison, report_for_release
+    from pate.steps.analyze import data_independent_comparison, report_for_release
 
     if num_classes is None or int(num_classes) < 2:
         raise PateError(f"--num-classes must be given and at least 2, got {num_classes}")
@@ -390,9 +390,3 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze --workdir` gives the sanitised eps")
     return result
-
-
-# `pate.label(...)` calls `label` (the package's entry point) while `pate.label` stays this module.
-from pate import _callable_module  # noqa: E402
-
-_callable_module(__name__, "label")

@@ -307,9 +307,3 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
 def analyze(config, workdir, *, seed: int | None = None, echo=print) -> report_mod.PrivacyReport:
     """`pate analyze` of a run directory with the run config's `[privacy]` settings."""
     return analyze_workdir(workdir, seed=seed, echo=echo, config=config)
-
-
-# `pate.analyze(...)` calls `analyze` (the package's entry point) while `pate.analyze` stays this module.
-from pate import _callable_module  # noqa: E402
-
-_callable_module(__name__, "analyze")

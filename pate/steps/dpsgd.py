@@ -46,7 +46,7 @@ from pate import checkpoints, dpsgd_accounting, keys, rundir
 from pate.config import Config, DpsgdConfig, config_to_dict
 from pate.models import Linear, TanhCNN, cnn_output_side
 from pate.progress import Progress
-from pate.student import predict
+from pate.steps.student import predict
 
 Params = Any
 
