@@ -192,7 +192,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
     """Privacy report for noisy-argmax answers: data-independent, data-dependent
     (private) and sanitised eps."""
     from analysis import mechanisms
-    from pate.analyze import analyze_votes, analyze_workdir
+    from pate.steps.analyze import analyze_votes, analyze_workdir
 
     if (votes_path is None) == (workdir is None):
         raise click.UsageError("give exactly one of --votes FILE or --workdir RUN")
@@ -316,7 +316,8 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
         overrides["teachers.epochs"] = epochs
     config = load_config(config_path, overrides)
 
-    from pate import placement, teachers  # imports JAX: keep `pate --help` fast
+    from pate import placement  # imports JAX: keep `pate --help` fast
+    from pate.steps import teachers
 
     if distributed:
         placement.initialize_distributed(*cluster)
@@ -383,7 +384,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
     if votes_path is not None:
         if num_classes is None:
             raise click.UsageError("--votes needs --num-classes C (classes no teacher predicted still count)")
-        from pate.label import label_votes  # imports JAX
+        from pate.steps.label import label_votes  # imports JAX
 
         label_votes(votes_path, workdir, num_classes=num_classes, mechanism=mechanism or "lnmax",
                     gamma=gamma, sigma=sigma, threshold=threshold, sigma_threshold=sigma_threshold,
@@ -418,7 +419,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
                                f"{'--mechanism' if mechanism else config_file}); drop them or pick "
                                "the mechanism they belong to")
 
-    from pate.label import label  # imports JAX
+    from pate.steps.label import label  # imports JAX
 
     with _run_lock(workdir, "label"):
         label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, accountant=accountant,
@@ -467,7 +468,7 @@ def train_student_command(workdir, method, steps, epochs, settings, overwrite, n
         raise click.BadParameter("give --steps or --epochs, not both", param_hint="--epochs")
     config = load_config(config_file, overrides)
 
-    from pate.student import train_student  # imports JAX
+    from pate.steps.student import train_student  # imports JAX
 
     with _run_lock(workdir, "train-student"):
         result = train_student(config, workdir, overwrite=overwrite, epochs=epochs,
@@ -497,7 +498,7 @@ def run_command(config_path, workdir, settings, seed, overwrite, no_progress):
 
     config = load_config(config_path, dict(parse_override(s) for s in settings))
 
-    from pate.pipeline import preflight, run  # imports JAX
+    from pate.steps.pipeline import preflight, run  # imports JAX
 
     preflight(config, seed)  # before the lock creates the run directory
     with _run_lock(workdir, "run"):
@@ -542,7 +543,7 @@ def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, n
         overrides["dpsgd.model"] = model
     config = load_config(config_path, overrides)
 
-    from pate.dpsgd import train_dpsgd  # imports JAX
+    from pate.steps.dpsgd import train_dpsgd  # imports JAX
 
     result = train_dpsgd(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
                          echo=click.echo)

@@ -20,16 +20,17 @@ Quick start::
 Modules (each imported on first use):
 
 - `lnmax` — PATE 2017, Laplace noisy max: `data_independent_eps`, `data_dependent_eps`
-  (private), `smooth_sensitivity`, `sanitized_eps` (publishable release).
+  (private), `smooth_sensitivity`; the publishable release, `sanitized_eps`, is
+  `analysis.lnmax_release`'s.
 - `gnmax` — PATE 2018, GNMax and Confident-GNMax: `data_independent_eps`,
-  `data_dependent_eps` (private), `rdp`, `rdp_threshold`, `smooth_sensitivity`,
-  `sanitized_eps` (GNSS release).
+  `data_dependent_eps` (private), `rdp`, `rdp_threshold`; `smooth_sensitivity` is
+  `analysis.gnmax_sensitivity`'s, the GNSS release `sanitized_eps` `analysis.gnss`'s.
 - `pld` — the data-independent ε from dp-accounting's privacy loss distributions
   (`gnmax_eps`, `lnmax_eps`, `gaussian_events`): the tightest.
 - `rdp` — Rényi DP → (ε, δ) conversions (`eps_from_rdp`, "classic" | "improved").
 - `plan` — the least noise for a budget (`plan`, `render`; here `plan_noise`, `render_plan`).
-- `report` — the ε report (`lnmax_report`, `gnmax_report`, `data_independent_items`,
-  `render_table`, `to_json`, `write_outputs`).
+- `report` — the ε report (`lnmax_report`, `gnmax_report`, `data_independent_items`);
+  its table and files are `analysis.report_io`'s (`render_table`, `to_json`, `write_outputs`).
 - `votes` — reading and validating vote files (`load_votes`, `check_votes`,
   `labels_to_votes`).
 
@@ -55,9 +56,9 @@ _FUNCTIONS = {
     "lnmax_report": ("report", "lnmax_report"),
     "gnmax_report": ("report", "gnmax_report"),
     "data_independent_items": ("report", "data_independent_items"),
-    "render_table": ("report", "render_table"),
-    "to_json": ("report", "to_json"),
-    "write_outputs": ("report", "write_outputs"),
+    "render_table": ("report_io", "render_table"),
+    "to_json": ("report_io", "to_json"),
+    "write_outputs": ("report_io", "write_outputs"),
 }
 
 __all__ = ["PateError", *_MODULES, *_FUNCTIONS]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.rdp import DEFAULT_ORDERS, check_orders
-from analysis.validation import check_sigma as _check_sigma
+from analysis.validation import check_sigma
 
 __all__ = ["answer_weight", "rdp_confident"]
 
@@ -39,7 +39,7 @@ def answer_weight(log_pr_answered, sigma_threshold, orders=DEFAULT_ORDERS):
     of the threshold bit's Rényi sum, ≤ e^{(μ−1)μ/(2σ₁²)}. Ŷ is the minimum over μ, attained
     at μ − 1 = σ₁√(2 log 1/P₁) (the exponent is convex in μ − 1). Non-decreasing in P₁.
     """
-    sigma_threshold = _check_sigma(sigma_threshold, "sigma_threshold")
+    sigma_threshold = check_sigma(sigma_threshold, "sigma_threshold")
     orders = check_orders(orders)
     return np.exp(np.minimum(0.0, _log_answer_weight(log_pr_answered, sigma_threshold, orders)))
 

@@ -1,8 +1,8 @@
 """PATE 2018 privacy analysis: the per-query RDP bounds of GNMax and Confident-GNMax and
 the ε over all queries (data-independent and data-dependent).
 
-The rest of the 2018 analysis lives beside it, one idea per module (all still importable
-from here): ``analysis.confident`` (the joint Confident-GNMax bound),
+The rest of the 2018 analysis lives beside it, one idea per module:
+``analysis.confident`` (the joint Confident-GNMax bound),
 ``analysis.gnmax_sensitivity`` (smooth sensitivity of the data-dependent RDP) and
 ``analysis.gnss`` (the sanitised release and its cost). The notes below cover all four.
 
@@ -75,7 +75,7 @@ from scipy.special import log_ndtr, logsumexp
 from analysis.confident import answer_weight, rdp_confident
 from analysis.errors import PateError
 from analysis.rdp import DEFAULT_ORDERS, check_orders, eps_from_rdp
-from analysis.validation import check_counts, check_delta, check_sigma, teachers_of
+from analysis.validation import check_counts, check_delta, check_sigma
 
 __all__ = [
     "log_q",
@@ -84,17 +84,10 @@ __all__ = [
     "log_pr_answered",
     "rdp_threshold",
     "rdp_threshold_data_independent",
-    "rdp_confident",
-    "answer_weight",
     "EpsResult",
     "data_independent_eps",
     "data_dependent_eps",
-    "DEFAULT_ORDERS",
 ]
-# Also importable from here (defined in their own modules, see `_MOVED` at the end):
-# smooth_sensitivity, local_sensitivity_profile (analysis.gnmax_sensitivity); rdp_gnss,
-# gnss_sigma_for_cost, gnss_discrete_correction, SanitizedEps, sanitized_eps (analysis.gnss).
-
 _SQRT2 = math.sqrt(2.0)
 _LN2 = math.log(2.0)
 
@@ -111,9 +104,6 @@ def _log1mexp(x):
         )
 
 
-_check_sigma = check_sigma
-_check_votes = check_counts
-_teachers_of = teachers_of
 #: The noise scales the analysis accepts: sigma**2 must neither overflow nor vanish.
 SIGMA_RANGE = (1e-100, 1e100)
 
@@ -131,8 +121,8 @@ def log_q(votes, sigma):
     its noise with any other class's), so at least 1/m. Computed in log space
     (log_ndtr + logsumexp); shape votes.shape[:-1].
     """
-    votes = _check_votes(votes)
-    sigma = _check_sigma(sigma)
+    votes = check_counts(votes)
+    sigma = check_sigma(sigma)
     m = votes.shape[-1]
     srt = np.sort(votes, axis=-1)
     gaps = srt[..., -1:] - srt[..., :-1]
@@ -140,7 +130,7 @@ def log_q(votes, sigma):
     return np.minimum(logub, math.log1p(-1.0 / m))
 
 
-def _theorem6(logq, sigma: float, orders: np.ndarray) -> np.ndarray:
+def theorem6(logq, sigma: float, orders: np.ndarray) -> np.ndarray:
     """min(data-independent λ/σ², Theorem 6 bound) at each order; shape logq.shape + orders.shape.
 
     Theorem 6 (2018 paper, Appendix A): if M is (μ₁, ε₁)- and (μ₂, ε₂)-RDP, q ≥
@@ -184,14 +174,14 @@ def rdp(log_q, sigma, orders=DEFAULT_ORDERS):
     Proposition 7 bound is `log_q` (any q ≥ Pr[GNMax(D) ≠ argmax] works: the bound is
     increasing in q where its conditions hold). Where the conditions fail, or where it
     is larger, the data-independent λ/σ² (Proposition 8) is returned instead; the
-    conditions are listed in `_theorem6`. Shape log_q.shape + orders.shape.
+    conditions are listed in `theorem6`. Shape log_q.shape + orders.shape.
     """
-    sigma = _check_sigma(sigma)
+    sigma = check_sigma(sigma)
     orders = check_orders(orders)
     log_q = np.asarray(log_q, dtype=float)
     if np.any(log_q > 0) or np.any(np.isnan(log_q)):
         raise PateError("log_q must be ≤ 0 (a log-probability)")
-    return _theorem6(log_q, sigma, orders)
+    return theorem6(log_q, sigma, orders)
 
 
 def rdp_data_independent(sigma, orders=DEFAULT_ORDERS):
@@ -200,8 +190,8 @@ def rdp_data_independent(sigma, orders=DEFAULT_ORDERS):
     The histogram has L2 sensitivity √2, so this is the Gaussian mechanism's
     λΔ²/(2σ²) with Δ² = 2 (Mironov 2017, Corollary 3). Shape of `orders`.
     """
-    sigma = _check_sigma(sigma)
-    return check_orders(orders) / (sigma * sigma)  # the same rounding as `_theorem6`'s cap
+    sigma = check_sigma(sigma)
+    return check_orders(orders) / (sigma * sigma)  # the same rounding as `theorem6`'s cap
 
 
 def log_pr_answered(threshold, sigma, votes):
@@ -210,8 +200,8 @@ def log_pr_answered(threshold, sigma, votes):
     The probability that Confident-GNMax's threshold step (2018 paper, Algorithm 1,
     σ = σ₁) answers a query. Exact, in log space; shape votes.shape[:-1].
     """
-    votes = _check_votes(votes)
-    sigma = _check_sigma(sigma)
+    votes = check_counts(votes)
+    sigma = check_sigma(sigma)
     threshold = float(threshold)
     return log_ndtr((votes.max(axis=-1) - threshold) / sigma)
 
@@ -224,18 +214,18 @@ def rdp_threshold(log_pr_answered, sigma, orders=DEFAULT_ORDERS):
     that curve (σ = √2·σ₁ in `rdp`) and q = min(p, 1 − p), p = Pr[answered], the chance
     of the less likely bit. Falls back to λ/(2σ₁²). Shape log_pr_answered.shape + orders.shape.
     """
-    sigma = _check_sigma(sigma)
+    sigma = check_sigma(sigma)
     orders = check_orders(orders)
     logp = np.asarray(log_pr_answered, dtype=float)
     if np.any(logp > 0) or np.any(np.isnan(logp)):
         raise PateError("log_pr_answered must be ≤ 0 (a log-probability)")
     logq = np.minimum(logp, _log1mexp(logp))
-    return _theorem6(logq, _SQRT2 * sigma, orders)
+    return theorem6(logq, _SQRT2 * sigma, orders)
 
 
 def rdp_threshold_data_independent(sigma, orders=DEFAULT_ORDERS):
     """The threshold step is (λ, λ/(2σ₁²))-RDP: a Gaussian mechanism of sensitivity 1."""
-    sigma = _check_sigma(sigma, "sigma_threshold")
+    sigma = check_sigma(sigma, "sigma_threshold")
     return check_orders(orders) / (2.0 * sigma**2)
 
 
@@ -274,7 +264,8 @@ class EpsResult:
 # ------------------------------------------------------------------ high level
 
 
-def _mechanism(threshold, sigma_threshold) -> str:
+def mechanism_name(threshold, sigma_threshold) -> str:
+    """'gnmax' or 'confident-gnmax' from the threshold parameters (both or neither given)."""
     if (threshold is None) != (sigma_threshold is None):
         raise PateError("Confident-GNMax needs both threshold and sigma_threshold (or neither, for GNMax)")
     return "gnmax" if threshold is None else "confident-gnmax"
@@ -352,13 +343,13 @@ def data_dependent_eps(
     `expected_answered` is Σ Pr[answered]. Converted with `analysis.rdp.eps_from_rdp`;
     the result is marked private.
     """
-    votes = _check_votes(votes)
+    votes = check_counts(votes)
     if votes.ndim != 2:
         raise PateError(f"votes must be a (queries, classes) array, got shape {votes.shape}")
-    sigma = _check_sigma(sigma)
+    sigma = check_sigma(sigma)
     delta = check_delta(delta)
     orders = check_orders(orders)
-    mech = _mechanism(threshold, sigma_threshold)
+    mech = mechanism_name(threshold, sigma_threshold)
     n = votes.shape[0]
     if mech == "gnmax":
         if answered_mask is not None:
@@ -370,7 +361,7 @@ def data_dependent_eps(
     if accounting == "joint":
         curve = rdp_confident(thr, gn, w, orders).sum(axis=0)
     elif accounting == "realised":
-        mask = _check_mask(answered_mask, n)
+        mask = check_answered_mask(answered_mask, n)
         curve = thr.sum(axis=0) + gn[mask].sum(axis=0)
     else:
         raise PateError(f"accounting must be 'joint' or 'realised', got {accounting!r}")
@@ -381,29 +372,11 @@ def data_dependent_eps(
     )
 
 
-def _check_mask(answered_mask, n) -> np.ndarray:
+def check_answered_mask(answered_mask, n) -> np.ndarray:
+    """The realised accounting's `answered_mask` as a bool (n,) array (required, shape checked)."""
     if answered_mask is None:
         raise PateError("accounting='realised' needs answered_mask (which queries were answered)")
     mask = np.asarray(answered_mask)
     if mask.shape != (n,):
         raise PateError(f"answered_mask has shape {mask.shape}, expected ({n},)")
     return mask.astype(bool)
-
-
-# Names that live in their own modules now, still importable from here (PEP 562).
-_MOVED = {
-    "rdp_gnss": "analysis.gnss", "gnss_sigma_for_cost": "analysis.gnss",
-    "gnss_discrete_correction": "analysis.gnss", "SanitizedEps": "analysis.gnss",
-    "sanitized_eps": "analysis.gnss", "RELEASE_GRID": "analysis.gnss",
-    "local_sensitivity_profile": "analysis.gnmax_sensitivity",
-    "smooth_sensitivity": "analysis.gnmax_sensitivity", "_GNMaxLS": "analysis.gnmax_sensitivity",
-    "_ball_max_sums": "analysis.gnmax_sensitivity", "_total_profile": "analysis.gnmax_sensitivity",
-}
-
-
-def __getattr__(name):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module 'analysis.gnmax' has no attribute {name!r}")

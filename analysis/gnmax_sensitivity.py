@@ -14,11 +14,9 @@ from scipy.special import log_ndtr, ndtri_exp
 
 from analysis.confident import answer_weight, rdp_confident
 from analysis.errors import PateError
-from analysis.gnmax import _check_mask, _theorem6, log_q, rdp, rdp_threshold
+from analysis.gnmax import check_answered_mask, log_q, rdp, rdp_threshold, theorem6
 from analysis.rdp import check_orders
-from analysis.validation import check_counts as _check_votes
-from analysis.validation import check_sigma as _check_sigma
-from analysis.validation import teachers_of as _teachers_of
+from analysis.validation import check_counts, check_sigma, teachers_of
 
 __all__ = ["local_sensitivity_profile", "smooth_sensitivity"]
 
@@ -103,7 +101,7 @@ class _GNMaxLS:
         self.peak = float(self.cb.max())
 
     def beta(self, logq):
-        return _theorem6(logq, self.sigma, self._orders)[..., 0]
+        return theorem6(logq, self.sigma, self._orders)[..., 0]
 
     def _z(self, logq):
         return ndtri_exp(np.minimum(np.asarray(logq, dtype=float) - self.log_m1, 0.0))
@@ -292,11 +290,11 @@ def local_sensitivity_profile(votes, num_teachers, sigma, order):
     at `order` (2018 paper, Section B.4; the paper's Algorithms 3–5 compute the same
     quantity by moving votes one at a time). Shape votes.shape[:-1] + (T+1,).
     """
-    votes = _check_votes(votes)
-    sigma = _check_sigma(sigma)
+    votes = check_counts(votes)
+    sigma = check_sigma(sigma)
     order = float(check_orders([order])[0])
-    T = _teachers_of(votes, num_teachers)
-    _check_votes(votes, T)
+    T = teachers_of(votes, num_teachers)
+    check_counts(votes, T)
     flat = votes.reshape(-1, votes.shape[-1])
     ls = _GNMaxLS(sigma, order, flat.shape[-1], T)
     out = np.empty((flat.shape[0], T + 1))
@@ -376,7 +374,7 @@ def _ball_max_sums(h: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _total_profile(votes, sigma, order, T, *, threshold, sigma_threshold, answered_mask, accounting):
+def total_profile(votes, sigma, order, T, *, threshold, sigma_threshold, answered_mask, accounting):
     """F(d) ≥ the local sensitivity at distance d of the whole data-dependent RDP at `order`,
     and f(D) itself (the exact data-dependent RDP at `order`, same function)."""
     ls = _GNMaxLS(sigma, order, votes.shape[-1], T)
@@ -398,7 +396,7 @@ def _total_profile(votes, sigma, order, T, *, threshold, sigma_threshold, answer
             weight = w1[np.minimum(vmax[sl, None] + d[None, :], T)]
             F += (weight * A).sum(axis=0)
         return F, float(f.sum())
-    mask = _check_mask(answered_mask, votes.shape[0])
+    mask = check_answered_mask(answered_mask, votes.shape[0])
     if np.any(mask):
         for _, A in _gnmax_profiles(votes[mask], sigma, order, T, ls):
             F += A.sum(axis=0)

@@ -12,13 +12,10 @@ from fractions import Fraction
 import numpy as np
 
 from analysis.errors import PateError
-from analysis.gnmax import _mechanism
-from analysis.gnmax_sensitivity import _total_profile
+from analysis.gnmax import mechanism_name
+from analysis.gnmax_sensitivity import total_profile
 from analysis.rdp import check_orders, eps_from_rdp
-from analysis.validation import check_counts as _check_votes
-from analysis.validation import check_delta
-from analysis.validation import check_sigma as _check_sigma
-from analysis.validation import teachers_of as _teachers_of
+from analysis.validation import check_counts, check_delta, check_sigma, teachers_of
 
 __all__ = ["rdp_gnss", "gnss_sigma_for_cost", "gnss_discrete_correction", "SanitizedEps", "sanitized_eps",
            "RELEASE_GRID"]
@@ -41,7 +38,7 @@ def rdp_gnss(orders, beta, sigma_ss):
     """
     orders = check_orders(orders)
     beta = float(beta)
-    sigma_ss = _check_sigma(sigma_ss, "sigma_ss")
+    sigma_ss = check_sigma(sigma_ss, "sigma_ss")
     if not (beta > 0 and math.isfinite(beta)):
         raise PateError(f"beta must be a positive number, got {beta!r}")
     lo, hi = math.exp(-2 * beta), math.exp(2 * beta)
@@ -190,20 +187,20 @@ def sanitized_eps(
     """
     from analysis.noise import NoiseSource, discrete_gaussian
 
-    votes = _check_votes(votes)
+    votes = check_counts(votes)
     if votes.ndim != 2:
         raise PateError(f"votes must be a (queries, classes) array, got shape {votes.shape}")
-    T = _teachers_of(votes, num_teachers)
-    _check_votes(votes, T)
-    sigma = _check_sigma(sigma)
+    T = teachers_of(votes, num_teachers)
+    check_counts(votes, T)
+    sigma = check_sigma(sigma)
     delta = check_delta(delta)
     order = float(check_orders([order])[0])
     grid = float(grid)
     if not (grid > 0 and math.isfinite(grid)):
         raise PateError(f"grid must be a positive number, got {grid}")
-    mech = _mechanism(threshold, sigma_threshold)
+    mech = mechanism_name(threshold, sigma_threshold)
     if mech == "confident-gnmax":
-        sigma_threshold = _check_sigma(sigma_threshold, "sigma_threshold")
+        sigma_threshold = check_sigma(sigma_threshold, "sigma_threshold")
         if accounting not in ("joint", "realised"):
             raise PateError(f"accounting must be 'joint' or 'realised', got {accounting!r}")
     else:
@@ -214,7 +211,7 @@ def sanitized_eps(
     if not math.isfinite(cost):
         raise PateError(f"the GNSS release at order {order:g} has no finite cost (beta {beta:g}, "
                         f"sigma_ss {sigma_ss:g}); lower --beta or raise --release-cost")
-    F, f = _total_profile(
+    F, f = total_profile(
         votes, sigma, order, T, threshold=threshold, sigma_threshold=sigma_threshold,
         answered_mask=answered_mask, accounting=accounting,
     )

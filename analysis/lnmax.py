@@ -19,7 +19,7 @@ Every function is vectorised over leading axes (queries), moments and, for the s
 sensitivity, the distance ``k``; all arithmetic on probabilities is in log space.
 
 The sanitised release of the data-dependent ε (``sanitized_eps``, ``release_eps_cost``)
-lives in ``analysis.lnmax_release`` and is importable from here too.
+lives in ``analysis.lnmax_release``.
 """
 
 from __future__ import annotations
@@ -44,9 +44,6 @@ MAX_MOMENTS = 64
 
 
 # --------------------------------------------------------------------------- checks
-
-
-_check_positive = check_positive
 
 
 def check_moments(moments) -> np.ndarray:
@@ -104,7 +101,7 @@ def q_bound(votes, gamma) -> np.ndarray:
     Returns:
       float64 array of shape ``votes.shape[:-1]``.
     """
-    gamma = _check_positive("gamma", gamma)
+    gamma = check_positive("gamma", gamma)
     counts = _as_counts(votes)
     num_classes = counts.shape[-1]
     top = np.argmax(counts, axis=-1)
@@ -124,7 +121,7 @@ def logmgf_data_independent(eps, moments) -> np.ndarray:
     ``eps = 2 gamma``, from Dwork & Rothblum's concentrated DP; and the trivial bound
     ``eps l`` of pure DP).
     """
-    eps = _check_positive("eps", eps)
+    eps = check_positive("eps", eps)
     l = check_moments(moments)
     return np.minimum(0.5 * eps * eps * l * (l + 1.0), eps * l)
 
@@ -152,7 +149,7 @@ def logmgf(q, eps, moments) -> np.ndarray:
     Returns:
       float64 array of shape ``q.shape + moments.shape``.
     """
-    eps = _check_positive("eps", eps)
+    eps = check_positive("eps", eps)
     l = check_moments(moments)
     q = np.asarray(q, dtype=np.float64)
     if np.any(~np.isfinite(q)) or np.any(q < 0) or np.any(q > 1):
@@ -212,7 +209,8 @@ def _eps_from_log_moments(log_moments, moments, delta, num_queries) -> MomentsEp
                       num_queries=int(num_queries))
 
 
-def _flat_votes(votes) -> np.ndarray:
+def flat_votes(votes) -> np.ndarray:
+    """The checked vote counts as a float (queries, classes) array (leading axes flattened)."""
     counts = _as_counts(votes)
     return counts.reshape(-1, counts.shape[-1])
 
@@ -225,12 +223,12 @@ def data_dependent_eps(votes, gamma, delta, moments=DEFAULT_MOMENTS) -> MomentsE
     votes*: the moments accountant (Abadi et al. 2016, Thm 2) over the per-query
     bound of :func:`logmgf` with ``q`` from :func:`q_bound` (PATE 2017, Lemma 4,
     Theorem 3). The value depends on the private votes and is itself **private**;
-    publish it only through :func:`sanitized_eps`.
+    publish it only through :func:`analysis.lnmax_release.sanitized_eps`.
     """
-    gamma = _check_positive("gamma", gamma)
+    gamma = check_positive("gamma", gamma)
     delta = check_delta(delta)
     l = check_moments(moments)
-    flat = _flat_votes(votes)
+    flat = flat_votes(votes)
     q = q_bound(flat, gamma)
     total = logmgf(q, 2.0 * gamma, l).sum(axis=0)
     return _eps_from_log_moments(total, l, delta, flat.shape[0])
@@ -244,7 +242,7 @@ def data_independent_eps(num_queries, gamma, delta, moments=DEFAULT_MOMENTS) -> 
     and the moments accountant, the answers are ``(eps, delta)``-DP.
     Known value: 100 queries, gamma=0.05, delta=1e-5, l=1..8 give eps ~ 5.30 at l=5.
     """
-    gamma = _check_positive("gamma", gamma)
+    gamma = check_positive("gamma", gamma)
     delta = check_delta(delta)
     l = check_moments(moments)
     try:
@@ -263,10 +261,10 @@ def cumulative_eps(votes, gamma, delta, moments=DEFAULT_MOMENTS) -> tuple[np.nda
     Returns ``(data_independent, data_dependent)``, each of shape ``(n,)``; the second
     is private (see :func:`data_dependent_eps`).
     """
-    gamma = _check_positive("gamma", gamma)
+    gamma = check_positive("gamma", gamma)
     delta = check_delta(delta)
     l = check_moments(moments)
-    flat = _flat_votes(votes)
+    flat = flat_votes(votes)
     n = flat.shape[0]
     count = np.arange(1, n + 1, dtype=np.float64)[:, None]
     per_query_di = logmgf_data_independent(2.0 * gamma, l)
@@ -398,8 +396,8 @@ def smooth_sensitivity(votes, gamma, moments, beta) -> np.ndarray:
       float64 array of shape ``votes.shape[:-1] + moments.shape``. Data-dependent:
       **private**.
     """
-    gamma = _check_positive("gamma", gamma)
-    beta = _check_positive("beta", beta)
+    gamma = check_positive("gamma", gamma)
+    beta = check_positive("beta", beta)
     l = check_moments(moments)
     counts = _as_counts(votes)
     lead = counts.shape[:-1]
@@ -435,16 +433,3 @@ def smooth_sensitivity(votes, gamma, moments, beta) -> np.ndarray:
         out[idx] = best
         start = stop
     return out.reshape(lead + (l.size,))
-
-
-# The sanitised release lives in analysis.lnmax_release; its names stay importable from
-# here (PEP 562: imported on first use, so neither module imports the other at load time).
-_MOVED = ("RELEASE_GRID", "DEFAULT_BETA", "SanitizedEps", "release_eps_cost", "sanitized_eps")
-
-
-def __getattr__(name):
-    if name in _MOVED:
-        from analysis import lnmax_release
-
-        return getattr(lnmax_release, name)
-    raise AttributeError(f"module 'analysis.lnmax' has no attribute {name!r}")

@@ -1,8 +1,7 @@
 """PATE 2017's sanitised release of the LNMax data-dependent ε: the ε of
 ``analysis.lnmax.data_dependent_eps`` published with discrete Laplace noise scaled to its
 smooth sensitivity (``analysis.lnmax.smooth_sensitivity``) on a public grid, and the
-privacy the release itself costs. Every name here is also importable from
-``analysis.lnmax``.
+privacy the release itself costs.
 
 Papernot et al., ICLR 2017 (arXiv:1610.05755), Appendix C; Nissim, Raskhodnikova, Smith,
 "Smooth Sensitivity and Sampling in Private Data Analysis", STOC 2007 ("NRS07").
@@ -16,7 +15,7 @@ import math
 import numpy as np
 
 from analysis.errors import PateError
-from analysis.lnmax import (DEFAULT_MOMENTS, MomentsEps, _flat_votes, check_moments, data_dependent_eps,
+from analysis.lnmax import (DEFAULT_MOMENTS, MomentsEps, check_moments, data_dependent_eps, flat_votes,
                             smooth_sensitivity)
 from analysis.validation import check_delta, check_positive
 
@@ -124,7 +123,7 @@ def sanitized_eps(votes, gamma, delta, beta=DEFAULT_BETA, moments=DEFAULT_MOMENT
     delta = check_delta(delta)
     grid = check_positive("grid", grid)
     l = check_moments(moments)
-    flat = _flat_votes(votes)
+    flat = flat_votes(votes)
     eps_r = release_eps_cost(beta, delta)
     result = data_dependent_eps(flat, gamma, delta, l)
     ss = float(np.max(smooth_sensitivity(flat, gamma, l, beta).sum(axis=0) / l))

@@ -1,7 +1,7 @@
 """Where the randomness of a release comes from, and how noise is sampled from it.
 
 Every noisy number pate releases — the aggregators' labels (`pate.aggregation`) and the
-sanitised ε (`analysis.lnmax.sanitized_eps`, `analysis.gnmax.sanitized_eps`) — draws its
+sanitised ε (`analysis.lnmax_release.sanitized_eps`, `analysis.gnss.sanitized_eps`) — draws its
 bits from one :class:`NoiseSource`:
 
 - **No seed (every real release).** Each draw reads fresh bytes from ``os.urandom``, the
@@ -271,7 +271,7 @@ def log_theta_ratio(inv_var: float, terms: int = 64) -> float:
 
     By Poisson summation ``R(a) = Σ_n e^{−2π² n² / a} >= 1``; it is how much a discrete
     Gaussian's normaliser exceeds the continuous one, and bounds the extra Rényi
-    divergence of discrete Gaussians (see ``analysis.gnmax.gnss_discrete_correction``).
+    divergence of discrete Gaussians (see ``analysis.gnss.gnss_discrete_correction``).
     """
     a = float(inv_var)
     if not (a > 0 and math.isfinite(a)):

@@ -40,8 +40,8 @@ import numpy as np
 
 from analysis import gnmax, lnmax, pld
 from analysis.errors import PateError
-from analysis.rdp import DEFAULT_ORDERS, check_delta, check_orders, conversion_term
-from analysis.validation import check_positive
+from analysis.rdp import DEFAULT_ORDERS, check_orders, conversion_term
+from analysis.validation import check_delta, check_positive
 
 MECHANISMS = ("lnmax", "gnmax", "confident-gnmax")
 ACCOUNTANTS = ("rdp", "pld")
@@ -83,16 +83,13 @@ SIGMA_RATIO_RANGE = (1e-6, 1e6)
 MAX_EPS = 1e6
 
 
-_positive = check_positive
-
-
 def lnmax_gamma(num_queries, eps, delta, moments=DEFAULT_MOMENTS):
     """Largest γ whose data-independent LNMax ε over `num_queries` answers is ≤ `eps`.
 
     Returns (γ, moment attaining it). Raises `PateError` when ε ≤ log(1/δ)/max(moments).
     """
     n = int(num_queries)
-    eps = _positive("eps", eps)
+    eps = check_positive("eps", eps)
     delta = check_delta(delta)
     l = np.asarray(moments, dtype=float)
     if l.ndim != 1 or l.size == 0 or np.any(l <= 0):
@@ -117,7 +114,7 @@ def gaussian_sigma(rdp_per_sigma2, eps, delta, orders=DEFAULT_ORDERS, conversion
 
     Returns (σ, order). K(λ) is e.g. N·λ for GNMax. Raises `PateError` when no σ works.
     """
-    eps = _positive("eps", eps)
+    eps = check_positive("eps", eps)
     delta = check_delta(delta)
     orders = check_orders(orders)
     k = np.asarray(rdp_per_sigma2(orders), dtype=float)
@@ -211,7 +208,7 @@ def plan(
         raise PateError(f"num_queries must be a whole number, got {num_queries!r}") from None
     if n < 1 or n != num_queries:
         raise PateError(f"num_queries must be a whole number ≥ 1, got {num_queries}")
-    eps = _positive("eps", eps)
+    eps = check_positive("eps", eps)
     if eps > MAX_EPS:
         raise PateError(f"--eps must be at most {MAX_EPS:g} (a budget beyond it protects nothing), "
                         f"got {eps:g}")
@@ -260,7 +257,7 @@ def plan(
         threshold = float(threshold)
         if not math.isfinite(threshold):
             raise PateError(f"threshold must be a finite number, got {threshold}")
-        ratio = _positive("sigma_ratio", sigma_ratio)
+        ratio = check_positive("sigma_ratio", sigma_ratio)
         if not SIGMA_RATIO_RANGE[0] <= ratio <= SIGMA_RATIO_RANGE[1]:
             raise PateError(f"--sigma-ratio must lie between {SIGMA_RATIO_RANGE[0]:g} and "
                             f"{SIGMA_RATIO_RANGE[1]:g}, got {ratio:g}")

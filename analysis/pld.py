@@ -69,8 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.errors import PateError
-from analysis.rdp import check_delta
-from analysis.validation import check_positive
+from analysis.validation import check_delta, check_positive
 
 __all__ = [
     "DEFAULT_DISCRETIZATION",
@@ -99,7 +98,7 @@ DEFAULT_DISCRETIZATION = 1e-4
 
 def _auto(discretization, guess) -> float:
     if discretization is not None:
-        return _positive("discretization", discretization)
+        return check_positive("discretization", discretization)
     return DEFAULT_DISCRETIZATION * max(1.0, float(guess()))
 
 MECHANISMS = ("lnmax", "gnmax", "confident-gnmax")
@@ -126,9 +125,6 @@ class PldEps:
     accountant: str = "pld"
 
 
-_positive = check_positive
-
-
 def _count(name, value) -> int:
     try:
         n = int(value)
@@ -144,14 +140,14 @@ def gnmax_event(sigma):
     module docstring for the dominating-pair argument)."""
     import dp_accounting
 
-    return dp_accounting.GaussianDpEvent(_positive("sigma", sigma) / math.sqrt(2.0))
+    return dp_accounting.GaussianDpEvent(check_positive("sigma", sigma) / math.sqrt(2.0))
 
 
 def threshold_event(sigma_threshold):
     """One Confident-GNMax threshold step at noise σ₁: ``GaussianDpEvent(σ₁)`` (sensitivity 1)."""
     import dp_accounting
 
-    return dp_accounting.GaussianDpEvent(_positive("sigma_threshold", sigma_threshold))
+    return dp_accounting.GaussianDpEvent(check_positive("sigma_threshold", sigma_threshold))
 
 
 def gaussian_events(num_queries, sigma, *, sigma_threshold=None, num_answered=None):
@@ -186,12 +182,12 @@ def lnmax_pld(num_queries, gamma, *, discretization=None):
     from dp_accounting.pld import common, privacy_loss_distribution
 
     n = _count("num_queries", num_queries)
-    eps0 = 2.0 * _positive("gamma", gamma)
+    eps0 = 2.0 * check_positive("gamma", gamma)
     if n == 0:
         return None
     # Default: the grid step is 2γ itself, so the losses ±2γ and all their sums lie on
     # the grid and the rounding is exact (the PLD is then the exact binomial law).
-    discretization = eps0 if discretization is None else _positive("discretization", discretization)
+    discretization = eps0 if discretization is None else check_positive("discretization", discretization)
     one = privacy_loss_distribution.from_privacy_parameters(
         common.DifferentialPrivacyParameters(eps0, 0.0), value_discretization_interval=discretization)
     return one.self_compose(n)
@@ -291,7 +287,7 @@ def gaussian_mu_for(eps, delta) -> float:
     grows with μ). Used to bracket noise calibration."""
     from scipy.optimize import brentq
 
-    eps = _positive("eps", eps)
+    eps = check_positive("eps", eps)
     delta = check_delta(delta)
     hi = 1.0
     while gaussian_eps_exact(hi, delta) < eps:

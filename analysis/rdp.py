@@ -28,7 +28,7 @@ import math
 import numpy as np
 
 from analysis.errors import PateError
-from analysis.validation import check_delta  # noqa: F401  (re-exported: analysis.rdp.check_delta)
+from analysis.validation import check_delta
 
 CONVERSIONS = ("classic", "improved")
 

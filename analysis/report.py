@@ -1,6 +1,6 @@
 """The ε report: data-independent, data-dependent and sanitised ε, each marked public or
 private, with the headline ε of everything released. Its table, JSON documents and plot
-are `analysis.report_io`'s (re-exported here).
+are `analysis.report_io`'s.
 
 What may be published: the data-independent ε, the sanitised ε and the parameters of
 its release. The raw data-dependent ε, its best order, the smooth sensitivity and the
@@ -16,9 +16,6 @@ import numpy as np
 
 from analysis import lnmax, lnmax_release
 from analysis.errors import PateError
-from analysis.report_io import (  # noqa: F401 - the outputs' old home: re-exported
-    json_bytes, jsonable, plot_bytes, release_bytes, release_json, render_table, to_json, write_atomic,
-    write_outputs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,15 +174,13 @@ def gnss_parameters(order: float, beta: float | None = None, release_cost: float
       PateError: ``release_cost`` above :data:`MAX_RELEASE_COST` (the release would be
         almost noiseless and its ε meaningless).
     """
-    from analysis import gnmax
+    from analysis import gnss
 
     if not 0 < float(release_cost) <= MAX_RELEASE_COST:
         raise PateError(f"--release-cost must lie in (0, {MAX_RELEASE_COST:g}] (RDP at the release order), got "
                         f"{release_cost:g}: a larger cost leaves the sanitised eps almost noiseless")
-    from analysis.gnss import BETA_TIMES_ORDER
-
-    beta = BETA_TIMES_ORDER / order if beta is None else float(beta)
-    return beta, gnmax.gnss_sigma_for_cost(order, beta, release_cost)
+    beta = gnss.BETA_TIMES_ORDER / order if beta is None else float(beta)
+    return beta, gnss.gnss_sigma_for_cost(order, beta, release_cost)
 
 
 def gnss_headline_independent(independent, beta: float, sigma_ss: float, delta: float,
@@ -197,7 +192,7 @@ def gnss_headline_independent(independent, beta: float, sigma_ss: float, delta: 
     curve where the GNSS cost is finite (Mironov 2017, Proposition 1: RDP adds). Returns
     ``(eps, order)``; public (no vote enters).
     """
-    from analysis import gnmax
+    from analysis import gnss
     from analysis import rdp as rdp_mod
 
     orders = np.asarray(independent.orders, dtype=float)
@@ -205,8 +200,8 @@ def gnss_headline_independent(independent, beta: float, sigma_ss: float, delta: 
     if not feasible.any():
         return math.inf, math.nan
     o = orders[feasible]
-    cost = gnmax.rdp_gnss(o, beta, sigma_ss) + np.array([gnmax.gnss_discrete_correction(x, sigma_ss)
-                                                          for x in o])
+    cost = gnss.rdp_gnss(o, beta, sigma_ss) + np.array([gnss.gnss_discrete_correction(x, sigma_ss)
+                                                         for x in o])
     eps, order = rdp_mod.eps_from_rdp(o, np.asarray(independent.rdp)[feasible] + cost, delta, conversion)
     return float(eps), float(order)
 
@@ -244,7 +239,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     GNMax: ``votes`` are the answered queries. Confident-GNMax (``threshold`` and
     ``sigma_threshold`` given, ``sigma`` is σ₂): ``votes`` are *all* queried rows (the
     threshold step runs on each) and ``answered`` marks which were answered; the
-    data-dependent cost is the joint bound of ``analysis.gnmax.rdp_confident`` (a proven
+    data-dependent cost is the joint bound of ``analysis.confident.rdp_confident`` (a proven
     bound on the release, unlike the 2018 paper's accounting that charges GNMax only on
     the answered queries), and the data-independent cost composes the threshold step
     and GNMax on every query — or on at most ``max_answers`` of them when the labeller
@@ -258,14 +253,15 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     release's cost composed in (:func:`gnss_headline_independent`), at
     ``delta_total = delta + delta_sampling`` (`headline_delta`).
     """
-    from analysis import gnmax
+    from analysis import gnmax, gnss
     from analysis import rdp as rdp_mod
+    from analysis.confident import rdp_confident
     from analysis.noise import sampling_delta
 
     votes = np.asarray(votes)
     orders = rdp_mod.DEFAULT_ORDERS if orders is None else orders
     orders = rdp_mod.check_orders(orders)
-    grid = gnmax.RELEASE_GRID if grid is None else grid
+    grid = gnss.RELEASE_GRID if grid is None else grid
     n = votes.shape[0]
     confident = threshold is not None
     num_answered = None if answered is None else int(np.sum(answered))
@@ -293,8 +289,8 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     fixed = release_order is not None
     order = float(release_order) if fixed else float(independent.order)
     beta, sigma_ss = gnss_parameters(order, beta, release_cost)
-    released = gnmax.sanitized_eps(votes, sigma, delta, order, beta, sigma_ss, conversion=conversion,
-                                   num_teachers=num_teachers, noise=noise, grid=grid, **kwargs)
+    released = gnss.sanitized_eps(votes, sigma, delta, order, beta, sigma_ss, conversion=conversion,
+                                  num_teachers=num_teachers, noise=noise, grid=grid, **kwargs)
     di_route, di_route_order = gnss_headline_independent(independent, beta, sigma_ss, delta, conversion)
     routes = {"data-independent": di_route, "sanitised data-dependent": released.eps}
     route = min(routes, key=routes.get)
@@ -304,7 +300,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     # Per-query RDP curves for the cumulative plot.
     if confident:
         thr, gn, w, _ = gnmax.confident_curves(votes, sigma, threshold, sigma_threshold, orders)
-        per_query = gnmax.rdp_confident(thr, gn, w, orders)
+        per_query = rdp_confident(thr, gn, w, orders)
         per_query_di = (gnmax.rdp_threshold_data_independent(sigma_threshold, orders)
                         + gnmax.rdp_data_independent(sigma, orders))
     else:
@@ -470,3 +466,62 @@ def extend(report: PrivacyReport, items) -> PrivacyReport:
                      f"at delta {delta_total:g}; data-independent route ({how}), release included")
                 if item.key == "eps" else item for item in report.items))
     return report
+
+
+# --------------------------------------------------------------------------- expected release
+
+
+def expected_headline(f: float, s: float, cost: float, order: float, delta: float, conversion: str,
+                      independent: float) -> tuple[float, float]:
+    """(E[headline], P[headline > E + 0.5]) over Z ~ N(0, 1) for a sanitised RDP max(0, f + sZ).
+
+    The headline is ``min(conv(max(0, f + s Z) + cost), independent)`` at ``order``
+    (`analysis.rdp.eps_from_rdp`), the GNSS grid rounding ignored; the expectation is a
+    40-node Gauss-Hermite sum. ``f`` (the data-dependent RDP) and ``s`` (the GNSS noise
+    std) depend on the votes: the result is private, for choosing settings in research.
+    """
+    from analysis.rdp import eps_from_rdp
+
+    z, w = np.polynomial.hermite_e.hermegauss(40)
+    w = w / w.sum()
+    released = np.maximum(0.0, f + s * z)
+    eps = np.array([eps_from_rdp([order], [r + cost], delta, conversion)[0] for r in released])
+    headline = np.minimum(eps, independent)
+    mean = float(np.sum(w * headline))
+    # The tail exactly: the headline rises with the released RDP r, so it exceeds m = mean + 0.5
+    # where r > r*, eps(r* + cost) = m (bisection), unless the data-independent route caps it.
+    target = mean + 0.5
+    if independent <= target:
+        return mean, 0.0
+    lo, hi = 0.0, max(f, 0.0) + 20.0 * s + 20.0
+    if eps_from_rdp([order], [lo + cost], delta, conversion)[0] > target:
+        return mean, 1.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if eps_from_rdp([order], [mid + cost], delta, conversion)[0] <= target else (lo, mid)
+    from scipy.stats import norm
+
+    return mean, float(norm.sf((hi - f) / s)) if s > 0 else float(f > hi)
+
+
+def release_expectation(votes: np.ndarray, answered: np.ndarray, threshold: float, sigma_threshold: float,
+                        sigma: float, privacy, seed: int):
+    """(E[headline], P[headline > E + 0.5], the `gnss.sanitized_eps` result) of a Confident-GNMax
+    release of `votes` whose `answered` mask is known, at `privacy`'s fixed release order, cost,
+    β and conversion (`expected_headline`). `privacy` is a ``[privacy]`` section
+    (`pate.config.PrivacyConfig`: ``delta``, ``conversion``, ``release_order`` (0: order 12),
+    ``gnss_beta`` (0: the default), ``release_cost``). Reads private votes: research only."""
+    from analysis import gnmax, gnss
+    from analysis.noise import RELEASE_STREAM, NoiseSource
+
+    order = privacy.release_order or 12.0
+    beta, sigma_ss = gnss_parameters(order, privacy.gnss_beta or None, privacy.release_cost)
+    indep = gnmax.data_independent_eps(votes.shape[0], sigma, privacy.delta, sigma_threshold=sigma_threshold,
+                                       conversion=privacy.conversion)
+    di_route, _ = gnss_headline_independent(indep, beta, sigma_ss, privacy.delta, privacy.conversion)
+    san = gnss.sanitized_eps(votes, sigma, privacy.delta, order, beta, sigma_ss, threshold=threshold,
+                             sigma_threshold=sigma_threshold, answered_mask=answered,
+                             noise=NoiseSource(seed, RELEASE_STREAM))
+    mean, tail = expected_headline(san.rdp_exact, san.noise_std, san.rdp_gnss, order, privacy.delta,
+                                   privacy.conversion, di_route)
+    return mean, tail, san

@@ -28,7 +28,7 @@ import numpy as np
 
 from scipy.special import log_ndtr, ndtri_exp
 
-from analysis import gnmax
+from analysis import gnmax, gnmax_sensitivity, gnss
 from analysis.noise import NoiseSource
 
 
@@ -124,13 +124,13 @@ def run(args) -> dict:
     t1 = time.perf_counter()
     order = float(dd.order)
     beta = 0.2 / order
-    sigma_ss = gnmax.gnss_sigma_for_cost(order, beta, 0.05)
-    san = gnmax.sanitized_eps(votes, s2, delta, order, beta, sigma_ss, threshold=threshold, sigma_threshold=s1,
-                              noise=NoiseSource(args.seed))
+    sigma_ss = gnss.gnss_sigma_for_cost(order, beta, 0.05)
+    san = gnss.sanitized_eps(votes, s2, delta, order, beta, sigma_ss, threshold=threshold, sigma_threshold=s1,
+                             noise=NoiseSource(args.seed))
     t2 = time.perf_counter()
 
     # plain loop on a subset (GNMax part, which dominates), scaled to all queries
-    ls_model = gnmax._GNMaxLS(s2, order, args.classes, args.teachers)
+    ls_model = gnmax_sensitivity._GNMaxLS(s2, order, args.classes, args.teachers)
     k = min(args.loop_queries, args.queries)
     t3 = time.perf_counter()
     for row in votes[:k]:

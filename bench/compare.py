@@ -107,7 +107,7 @@ def pate_release(config_path: str, teachers_run: Path, workdir: Path, queries: i
     import shutil
 
     from pate.config import load_config
-    from pate.pipeline import run
+    from pate.steps.pipeline import run
 
     config = load_config(config_path, {"aggregation.queries": queries})
     workdir.mkdir(parents=True, exist_ok=True)
@@ -147,7 +147,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
 def train(config_path: str, workdir: Path, model: str, eps: float) -> None:
     from pate.config import load_config
-    from pate.dpsgd import train_dpsgd
+    from pate.steps.dpsgd import train_dpsgd
 
     config = load_config(config_path, {"dpsgd.model": model, "dpsgd.eps": eps})
     print(f"# training dpsgd {model} at eps {eps:g} in {workdir}", file=sys.stderr)

@@ -35,10 +35,11 @@ def main() -> None:
 
     import jax
 
-    from pate import aggregation, teachers, voting
+    from pate import aggregation, voting
     from pate.placement import Placement
     from pate.config import load_config
     from pate.models import make_model
+    from pate.steps import teachers
 
     config = load_config(args.config, {"teachers.num_teachers": args.teachers})
     image_shape, num_classes = (28, 28, 1), 10

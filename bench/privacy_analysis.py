@@ -26,7 +26,7 @@ import os
 import numpy as np
 
 
-from analysis import lnmax
+from analysis import lnmax, lnmax_release
 from analysis.noise import NoiseSource
 
 
@@ -116,7 +116,7 @@ def main() -> None:
     for _ in range(args.repeats):
         lnmax._cached_envelope.cache_clear()
         t0 = time.perf_counter()
-        result = lnmax.sanitized_eps(votes, gamma, delta, beta, moments, noise=NoiseSource(0))
+        result = lnmax_release.sanitized_eps(votes, gamma, delta, beta, moments, noise=NoiseSource(0))
         times.append(time.perf_counter() - t0)
     vec_s = float(np.median(times))
 
@@ -146,13 +146,13 @@ def main() -> None:
         "data_dependent_eps": round(result.data_dependent.eps, 4),
         "python": platform.python_version(), "machine": platform.machine(),
     }}
-    if not args.skip_glyph:
-        import importlib.util
+    if not args.skip_glyph:  # the other benchmark, run as its own script (its default arguments)
+        import subprocess
+        import sys
 
-        spec = importlib.util.spec_from_file_location("analysis_gnmax", os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis_gnmax.py"))
-        glyph = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(glyph)
-        out["gnmax_glyph_scale"] = glyph.run(glyph.parser().parse_args([]))
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis_gnmax.py")
+        proc = subprocess.run([sys.executable, script], capture_output=True, text=True, check=True)
+        out["gnmax_glyph_scale"] = json.loads(proc.stdout)
     print(json.dumps(out, indent=2))
 
 

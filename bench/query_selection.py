@@ -58,16 +58,14 @@ def student_probs(student, images: np.ndarray, batch_size: int = 500) -> np.ndar
 
 
 def main(argv=None) -> int:
+    from analysis.report import release_expectation
     from pate import aggregation, rundir
     from pate.config import load_config
     from pate.data import load_dataset, split
     from pate.released_labels import read_labels
-    from pate.student import load_student
-    from pate.teachers import load_teachers
+    from pate.steps.student import load_student
+    from pate.steps.teachers import load_teachers
     from pate.voting import predict_votes
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from release_noise import release_expectation
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", required=True, help="a run with teachers, labels, votes and a student")

@@ -13,10 +13,11 @@ the papers did.
     python bench/release_noise.py --workdir RUN [--config configs/fashion_mnist.toml]
         [--rows "threshold:sigma_threshold:sigma:queries" ...] [--draws 3] [--seed 0]
 
-The expectation is over the release noise Z ~ N(0, 1) (Gauss-Hermite, 40 nodes) at the
-config's fixed release order, cost and β: E[min(DI route, conv(max(0, f + s Z) + cost))]
-with f the data-dependent RDP at that order and s the GNSS noise std (both private), the
-grid rounding ignored. One JSON object per row, then a Markdown table.
+The expectation (`analysis.report.release_expectation`) is over the release noise
+Z ~ N(0, 1) (Gauss-Hermite, 40 nodes) at the config's fixed release order, cost and β:
+E[min(DI route, conv(max(0, f + s Z) + cost))] with f the data-dependent RDP at that order
+and s the GNSS noise std (both private), the grid rounding ignored. One JSON object per
+row, then a Markdown table.
 """
 
 from __future__ import annotations
@@ -38,54 +39,6 @@ def parse_row(text: str) -> tuple[float, float, float, int]:
     return float(threshold), float(sigma_threshold), float(sigma), int(queries)
 
 
-def expected_headline(f: float, s: float, cost: float, order: float, delta: float, conversion: str,
-                      independent: float) -> tuple[float, float]:
-    """(E[headline], P[headline > E + 0.5]) over Z ~ N(0, 1) for a sanitised RDP max(0, f + sZ)."""
-    from analysis.rdp import eps_from_rdp
-
-    z, w = np.polynomial.hermite_e.hermegauss(40)
-    w = w / w.sum()
-    released = np.maximum(0.0, f + s * z)
-    eps = np.array([eps_from_rdp([order], [r + cost], delta, conversion)[0] for r in released])
-    headline = np.minimum(eps, independent)
-    mean = float(np.sum(w * headline))
-    # The tail exactly: the headline rises with the released RDP r, so it exceeds m = mean + 0.5
-    # where r > r*, eps(r* + cost) = m (bisection), unless the data-independent route caps it.
-    target = mean + 0.5
-    if independent <= target:
-        return mean, 0.0
-    lo, hi = 0.0, max(f, 0.0) + 20.0 * s + 20.0
-    if eps_from_rdp([order], [lo + cost], delta, conversion)[0] > target:
-        return mean, 1.0
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if eps_from_rdp([order], [mid + cost], delta, conversion)[0] <= target else (lo, mid)
-    from scipy.stats import norm
-
-    return mean, float(norm.sf((hi - f) / s)) if s > 0 else float(f > hi)
-
-
-def release_expectation(votes: np.ndarray, answered: np.ndarray, threshold: float, sigma_threshold: float,
-                        sigma: float, privacy, seed: int):
-    """(E[headline], P[headline > E + 0.5], the `gnss.sanitized_eps` result) of a Confident-GNMax
-    release of `votes` whose `answered` mask is known, at `privacy`'s fixed release order, cost,
-    β and conversion (`expected_headline`). Reads private votes: research only."""
-    from analysis import gnmax, gnss, report
-    from analysis.noise import RELEASE_STREAM, NoiseSource
-
-    order = privacy.release_order or 12.0
-    beta, sigma_ss = report.gnss_parameters(order, privacy.gnss_beta or None, privacy.release_cost)
-    indep = gnmax.data_independent_eps(votes.shape[0], sigma, privacy.delta, sigma_threshold=sigma_threshold,
-                                       conversion=privacy.conversion)
-    di_route, _ = report.gnss_headline_independent(indep, beta, sigma_ss, privacy.delta, privacy.conversion)
-    san = gnss.sanitized_eps(votes, sigma, privacy.delta, order, beta, sigma_ss, threshold=threshold,
-                             sigma_threshold=sigma_threshold, answered_mask=answered,
-                             noise=NoiseSource(seed, RELEASE_STREAM))
-    mean, tail = expected_headline(san.rdp_exact, san.noise_std, san.rdp_gnss, order, privacy.delta,
-                                   privacy.conversion, di_route)
-    return mean, tail, san
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workdir", required=True, help="a run with trained teachers")
@@ -96,6 +49,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="aggregator noise seed (benchmark only)")
     args = parser.parse_args(argv)
 
+    from analysis.report import release_expectation
     from pate import aggregation, rundir
     from pate.config import load_config
     from pate.data import load_dataset, split
@@ -110,7 +64,7 @@ def main(argv=None) -> int:
     splits = split(load_dataset(stored.data), stored.data.public_size)
     votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
     if votes is None or votes.shape[0] < need:
-        from pate.teachers import load_teachers
+        from pate.steps.teachers import load_teachers
         from pate.voting import predict_votes
 
         teachers = load_teachers(run.path)

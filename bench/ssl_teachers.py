@@ -69,7 +69,7 @@ def run_variant(config, splits, part, variant: str, num: int) -> dict:
     import jax.numpy as jnp
 
     from pate import models
-    from pate import student as S
+    from pate.steps import student as S
     from pate.voting import plurality_accuracy, votes_from_predictions
 
     cfg = teacher_loop_config(config, variant, part.shard_size)

@@ -5,7 +5,7 @@ student's accuracy (FixMatch and supervised) and the data-independent / data-dep
 
 Benchmark harness, not the product: it reads the run's private votes (to release labels
 for many settings from one vote) and the pool's true labels (to score the release).
-Each student is trained by `pate.student.train_student` in a fresh run directory that
+Each student is trained by `pate.steps.student.train_student` in a fresh run directory that
 holds only `config.toml` and `labels.npz`, as a user's student would be.
 
     python bench/student.py --workdir runs/fm250 [--config configs/fashion_mnist.toml]
@@ -66,10 +66,10 @@ def main() -> None:
 
     from analysis.noise import RELEASE_STREAM, NoiseSource
     from pate import aggregation, rundir
-    from pate.analyze import report_for_release
+    from pate.steps.analyze import report_for_release
     from pate.config import load_config
     from pate.data import load_dataset, split
-    from pate.student import train_student
+    from pate.steps.student import train_student
 
     run = rundir.RunDir(args.workdir)
     base = load_config(args.config)
@@ -85,7 +85,7 @@ def main() -> None:
     splits = split(load_dataset(config.data), config.data.public_size)
     votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
     if need and (votes is None or votes.shape[0] < need):
-        from pate.teachers import load_teachers
+        from pate.steps.teachers import load_teachers
         from pate.voting import predict_votes
 
         teachers = load_teachers(run.path)

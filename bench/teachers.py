@@ -47,12 +47,12 @@ def _device_peak_mb(device) -> float | None:
 
 
 class _Program:
-    """The training program of `pate.teachers` for a fixed number of teachers, compiled once."""
+    """The training program of `pate.steps.teachers` for a fixed number of teachers, compiled once."""
 
     def __init__(self, num_teachers, model, tx, tc, shard_size, image_shape, devices):
         import jax.numpy as jnp
 
-        from pate import teachers
+        from pate.steps import teachers
         from pate.placement import Placement
 
         self.placement = Placement(num_teachers, devices)
@@ -67,7 +67,7 @@ class _Program:
         self.compile_s = time.perf_counter() - start
 
     def _init(self, ids):
-        from pate import teachers
+        from pate.steps import teachers
 
         return teachers.init_teachers(self.model, self.tx, self.image_shape, self.tc.seed,
                                       self.placement, teacher_ids=ids)
@@ -108,10 +108,11 @@ def main(argv=None) -> dict:
 
     import jax
 
-    from pate import teachers
+    from pate.steps import teachers
     from pate.config import load_config, parse_override
     from pate.data import load_dataset, partition, split
     from pate.models import conv_impl, make_model
+    from pate.placement import teacher_chunk
 
     config = load_config(args.config, dict(parse_override(s) for s in args.settings))
     tc = config.teachers
@@ -159,7 +160,7 @@ def main(argv=None) -> dict:
         cfg = dataclasses.replace(tc, teacher_chunk=chunk)
         ensemble = _Program(num_teachers, model, tx, cfg, part.shard_size, image_shape, devices)
         run_s, params = ensemble.train(ids, x_all, y_all, epochs)
-        entry = {"teacher_chunk": teachers.teacher_chunk(cfg, devices[0].platform) or num_teachers,
+        entry = {"teacher_chunk": teacher_chunk(cfg, devices[0].platform) or num_teachers,
                  "run_s": run_s, "compile_s": ensemble.compile_s,
                  "examples_per_s": examples / run_s, "peak_rss_mb": _peak_rss_mb()}
         if seq_params is not None:

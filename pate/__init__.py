@@ -14,6 +14,8 @@ The pipeline, one function per CLI command (each reads and writes one run direct
 - `analyze(config, workdir)` / `analyze_workdir(workdir, delta=...)` — the ε report.
 - `run(config, workdir)` — all of the above, skipping finished steps.
 
+Each is defined in its step's module in `pate.steps` (`pate.steps.label`, ...), beside
+the machinery the steps share (`pate.data`, `pate.models`, `pate.voting`, `pate.rundir`, ...).
 The privacy analysis (no JAX) is the separate `analysis` package: ``help(analysis)``.
 Heavy modules load on first use, so ``import pate`` does not import JAX.
 """
@@ -33,41 +35,20 @@ except _metadata.PackageNotFoundError:  # running from a source tree without ins
 # name -> (module, attribute), loaded on first access.
 _API = {
     "load_config": ("pate.config", "load_config"),
-    "train_teachers": ("pate.teachers", "train_teachers"),
-    "label": ("pate.label", "label"),
-    "label_votes": ("pate.label", "label_votes"),
-    "train_student": ("pate.student", "train_student"),
-    "analyze": ("pate.analyze", "analyze"),
-    "analyze_workdir": ("pate.analyze", "analyze_workdir"),
-    "run": ("pate.pipeline", "run"),
+    "train_teachers": ("pate.steps.teachers", "train_teachers"),
+    "label": ("pate.steps.label", "label"),
+    "label_votes": ("pate.steps.label", "label_votes"),
+    "train_student": ("pate.steps.student", "train_student"),
+    "analyze": ("pate.steps.analyze", "analyze"),
+    "analyze_workdir": ("pate.steps.analyze", "analyze_workdir"),
+    "run": ("pate.steps.pipeline", "run"),
 }
 
 __all__ = ["PateError", "__version__", *_API]
 
 
-def _callable_module(module_name: str, function_name: str) -> None:
-    """Makes the submodule `module_name` callable as its function `function_name`.
-
-    `pate.label` and `pate.analyze` are both submodules (``from pate import label as
-    label_mod`` gives the module, as before) and entry points: ``pate.label(config,
-    workdir)`` calls `pate.label.label`, whichever way the module was imported.
-    """
-    import sys
-    import types
-
-    module = sys.modules[module_name]
-
-    class _Callable(types.ModuleType):
-        def __call__(self, *args, **kwargs):
-            return getattr(self, function_name)(*args, **kwargs)
-
-    module.__class__ = _Callable
-
-
 def __getattr__(name):
     # PEP 562: the entry points load (and import JAX) on first access.
-    if name in ("label", "analyze"):
-        return importlib.import_module(f"pate.{name}")  # a callable module, see _callable_module
     if name in _API:
         module, attr = _API[name]
         return getattr(importlib.import_module(module), attr)

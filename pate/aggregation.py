@@ -26,7 +26,6 @@ from analysis.noise import NoiseSource
 from analysis.validation import check_counts, check_positive
 
 UNANSWERED = -1
-MECHANISMS = mechanisms.NAMES
 
 
 

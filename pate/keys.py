@@ -24,12 +24,10 @@ KEY_BITS = 128
 KEY_IMPL = "rbg"
 SEED_LIMIT = 1 << KEY_BITS
 
-check_seed = noise.check_seed  # one seed rule for every release: 0 <= seed < 2**128
-
 
 def seed_words(seed: int) -> np.ndarray:
     """All 128 bits of `seed` as four uint32 words, least significant first."""
-    seed = check_seed(seed)
+    seed = noise.check_seed(seed)  # one seed rule for every release: 0 <= seed < 2**128
     return np.array([(seed >> (32 * i)) & 0xFFFFFFFF for i in range(4)], dtype=np.uint32)
 
 

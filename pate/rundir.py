@@ -21,7 +21,6 @@ import numpy as np
 
 from analysis.errors import PateError
 from pate.config import Config, config_diff, config_hash, config_to_dict, config_to_toml, load_config
-from pate.runlock import LOCK_FILE, LOCK_OWNER, RunLock, lock  # noqa: F401  (re-exported: rundir.lock)
 
 CONFIG_TOML = "config.toml"
 TEACHERS_DIR = "teachers"

@@ -45,7 +45,7 @@ def tiny_config():
 
 @pytest.fixture(scope="session")
 def _trained_tiny(tmp_path_factory, tiny_config):
-    from pate.teachers import train_teachers
+    from pate.steps.teachers import train_teachers
 
     workdir = tmp_path_factory.mktemp("tiny-run")
     result = train_teachers(tiny_config, workdir, show_progress=False)
@@ -64,7 +64,7 @@ def trained_run(_trained_tiny, tmp_path):
 @pytest.fixture(scope="session")
 def finished_tiny(_trained_tiny, tmp_path_factory, tiny_config):
     """A complete tiny run (teachers, labels, student, privacy report), made once."""
-    from pate.pipeline import run
+    from pate.steps.pipeline import run
 
     workdir = tmp_path_factory.mktemp("tiny-finished") / "run"
     shutil.copytree(_trained_tiny[0], workdir)

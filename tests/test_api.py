@@ -40,11 +40,11 @@ def test_exports_have_docstrings_and_help_reads_as_a_manual():
 
 def test_pate_entry_points_are_callable_and_modules_stay_modules():
     import pate
-    from pate import label as label_mod
+    from pate.steps import label as label_mod
 
     assert label_mod.RELEASED_KEYS and callable(pate.label) and callable(pate.analyze)
     assert pate.label_votes is label_mod.label_votes and callable(pate.run)
-    assert pate.analyze_workdir.__module__ == "pate.analyze"
+    assert pate.analyze_workdir.__module__ == "pate.steps.analyze"
 
 
 def test_walkthrough_runs(tmp_path):

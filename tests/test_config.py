@@ -184,8 +184,8 @@ def test_config_is_frozen(tiny_config):
 
 def test_beta_defaults_are_written_once():
     """One beta per mechanism: the config's defaults are the analysis constants."""
-    from analysis import gnss, lnmax
+    from analysis import gnss, lnmax_release
     from pate.config import PrivacyConfig
 
-    assert PrivacyConfig().lnmax_beta == lnmax.DEFAULT_BETA
+    assert PrivacyConfig().lnmax_beta == lnmax_release.DEFAULT_BETA
     assert PrivacyConfig().gnss_beta == 0 and gnss.BETA_TIMES_ORDER == 0.1

@@ -17,8 +17,9 @@ from click.testing import CliRunner
 from scipy import stats
 
 from cli import main
-from pate import dpsgd, dpsgd_accounting, keys, rundir, scattering
+from pate import dpsgd_accounting, keys, models, rundir, scattering
 from pate.config import DpsgdConfig, load_config
+from pate.steps import dpsgd
 
 from conftest import TINY
 
@@ -76,7 +77,7 @@ def test_step_noise_has_the_calibrated_scale():
     """With an empty batch the SGD update is -lr * N(0, (sigma C)^2) / (q N): a KS test at
     that scale passes; at a scale 10% off it fails."""
     cfg = DpsgdConfig()
-    model = dpsgd.Linear(10)
+    model = models.Linear(10)
     x = np.zeros((4, 40, 50), np.float32)
     params = model.init(jax.random.key(0), jnp.zeros((1, 40, 50)))
     sigma, clip, denominator, lr = 1.7, 0.1, 250.0, 1.0
@@ -124,12 +125,12 @@ def test_cnn_matches_tramer_boneh_shape():
     model = dpsgd.make_model(cfg, "cnn", 10, (28, 28, 1))
     shapes = jax.eval_shape(model.init, jax.random.key(0), jnp.zeros((1, 28, 28, 1)))
     assert sum(math.prod(p.shape) for p in jax.tree.leaves(shapes)) == 26010  # their MNIST_CNN
-    assert dpsgd.cnn_output_side(28, cfg) == 4
+    assert models.cnn_output_side(28, cfg) == 4
     x = jax.random.uniform(jax.random.key(1), (3, 9, 9, 2))
     import flax.linen as nn
 
-    np.testing.assert_allclose(dpsgd.max_pool_2x2_stride_1(x),
-                               nn.max_pool(x, (2, 2), strides=(1, 1), padding="VALID"))
+    np.testing.assert_allclose(models.max_pool_2x2_stride_1(x),
+                                nn.max_pool(x, (2, 2), strides=(1, 1), padding="VALID"))
 
 
 # --------------------------------------------------------------------------- ScatterNet features

@@ -12,9 +12,11 @@ from hypothesis import strategies as st
 from scipy import stats
 from scipy.special import log_ndtr, logsumexp, ndtri_exp
 
+from analysis import confident, gnmax_sensitivity, gnss
 from analysis import gnmax as g
 from analysis.errors import PateError
 from analysis.noise import NoiseSource
+from analysis.rdp import DEFAULT_ORDERS
 
 # --------------------------------------------------------------------------- plain loops
 
@@ -136,7 +138,7 @@ def test_rdp_matches_plain_loop_theorem6(logq, sigma, lam):
 @settings(max_examples=200, deadline=None)
 @given(votes=votes_st, sigma=st.floats(0.5, 100.0))
 def test_data_dependent_rdp_at_most_data_independent(votes, sigma):
-    orders = g.DEFAULT_ORDERS
+    orders = DEFAULT_ORDERS
     dep = g.rdp(g.log_q(np.array(votes), sigma), sigma, orders)
     assert np.all(dep <= g.rdp_data_independent(sigma, orders) + 1e-15)
     assert np.all(dep >= 0)
@@ -156,7 +158,7 @@ def test_rdp_is_monotone_in_consensus(votes, sigma, data):
     w[j] -= 1
     w[top] += 1
     assert g.log_q(w, sigma) <= g.log_q(v, sigma) + 1e-12
-    orders = g.DEFAULT_ORDERS
+    orders = DEFAULT_ORDERS
     assert np.all(g.rdp(g.log_q(w, sigma), sigma, orders) <= g.rdp(g.log_q(v, sigma), sigma, orders) + 1e-12)
 
 
@@ -180,7 +182,7 @@ def test_data_independent_matches_dp_accounting_gaussian():
     dp_accounting = pytest.importorskip("dp_accounting")
     from dp_accounting.rdp import rdp_privacy_accountant
 
-    orders = list(g.DEFAULT_ORDERS)
+    orders = list(DEFAULT_ORDERS)
     for sigma, n in [(40.0, 1), (100.0, 1000)]:
         acc = rdp_privacy_accountant.RdpAccountant(orders)
         acc.compose(dp_accounting.GaussianDpEvent(sigma / math.sqrt(2)), n)
@@ -244,7 +246,7 @@ def loop_answer_weight(logp, s1, lam):
 @settings(max_examples=100, deadline=None)
 @given(logp=st.floats(-2000.0, 0.0), s1=st.floats(1.0, 2000.0), lam=st.floats(1.1, 200.0))
 def test_answer_weight_matches_grid_minimum(logp, s1, lam):
-    got = float(g.answer_weight(logp, s1, [lam])[0])
+    got = float(confident.answer_weight(logp, s1, [lam])[0])
     want = loop_answer_weight(logp, s1, lam)
     assert got <= want * (1 + 1e-6) + 1e-300  # closed form is the true minimum
     if want > 0:  # and the grid minimum is close to it (in log terms: the tail goes to 1e-300)
@@ -263,7 +265,7 @@ def joint_bound(h, t, s1, s2, lam):
     logp = math.log(stats.norm.cdf((max(h) - t) / s1))
     thr = g.rdp_threshold(logp, s1, [lam])
     gn = g.rdp(g.log_q(np.array(h), s2), s2, [lam])
-    return float(g.rdp_confident(thr, gn, g.answer_weight(logp, s1, [lam]), [lam])[0])
+    return float(confident.rdp_confident(thr, gn, confident.answer_weight(logp, s1, [lam]), [lam])[0])
 
 
 @pytest.mark.parametrize(
@@ -293,7 +295,7 @@ def test_joint_accounting_charges_unlikely_answers_little():
     votes = np.array([[240, 10, 0], [100, 90, 60]])  # one confident, one far below the threshold
     orders = np.array([10.0])
     logp = g.log_pr_answered(200, 20.0, votes)
-    w = g.answer_weight(logp, 20.0, orders)[:, 0]
+    w = confident.answer_weight(logp, 20.0, orders)[:, 0]
     assert w[0] == 1.0 and w[1] < 1e-5
 
 
@@ -346,7 +348,7 @@ def test_gaussian_renyi_closed_form_matches_numerical_integration():
 @pytest.mark.parametrize("lam, c, sigma", [(5.0, 0.2, 5.0), (20.0, 0.4, 5.0), (50.0, 0.49, 20.0), (3.0, 0.1, 1.0)])
 def test_rdp_gnss_covers_every_smooth_pair_and_is_attained(lam, c, sigma):
     beta = c / lam
-    bound = float(g.rdp_gnss([lam], beta, sigma)[0])
+    bound = float(gnss.rdp_gnss([lam], beta, sigma)[0])
     worst = 0.0
     for r in np.exp(np.linspace(-2 * beta, 2 * beta, 801)):  # S(D')²/S(D)², S(D) = 1
         for frac in (0.0, 0.5, 1.0):
@@ -361,19 +363,19 @@ def test_reference_gnss_formula_underestimates():
     lam, beta, sigma = 50.0, 0.49 / 50.0, 5.0
     exact = gaussian_renyi(lam, sigma, sigma * math.exp(-beta), math.exp(-beta))
     assert reference_gnss(beta, sigma, lam) < exact / 10
-    assert float(g.rdp_gnss([lam], beta, sigma)[0]) >= exact * (1 - 1e-12)
+    assert float(gnss.rdp_gnss([lam], beta, sigma)[0]) >= exact * (1 - 1e-12)
 
 
 def test_rdp_gnss_refuses_orders_without_finite_rdp():
     with pytest.raises(PateError, match="no finite RDP"):
-        g.rdp_gnss([60.0], 0.01, 1.0)
+        gnss.rdp_gnss([60.0], 0.01, 1.0)
 
 
 def test_gnss_sigma_for_cost_inverts_the_cost():
-    s = g.gnss_sigma_for_cost(20.0, 0.2 / 20, 0.05)
-    assert float(g.rdp_gnss([20.0], 0.01, s)[0]) == pytest.approx(0.05, rel=1e-9)
+    s = gnss.gnss_sigma_for_cost(20.0, 0.2 / 20, 0.05)
+    assert float(gnss.rdp_gnss([20.0], 0.01, s)[0]) == pytest.approx(0.05, rel=1e-9)
     with pytest.raises(PateError):
-        g.gnss_sigma_for_cost(20.0, 0.49 / 20, 1e-6)
+        gnss.gnss_sigma_for_cost(20.0, 0.49 / 20, 1e-6)
 
 
 # --------------------------------------------------------------------------- smooth sensitivity
@@ -402,10 +404,10 @@ def brute_force_profiles(T, m, sigma, order):
 def test_profile_bounds_brute_force_ball_maxima_and_ss_is_smooth(T, m, sigma, order):
     H, index, adj, ls, balls = brute_force_profiles(T, m, sigma, order)
     assert ls.max() > 0
-    prof = g.local_sensitivity_profile(np.array(H), T, sigma, order)
+    prof = gnmax_sensitivity.local_sensitivity_profile(np.array(H), T, sigma, order)
     assert np.all(prof >= balls * (1 - 1e-9) - 1e-15)
     beta = 0.1
-    ss = g.smooth_sensitivity(np.array(H), T, sigma, order, beta)
+    ss = gnmax_sensitivity.smooth_sensitivity(np.array(H), T, sigma, order, beta)
     assert np.all(ss >= ls * (1 - 1e-9))
     for i in range(len(H)):  # β-smooth: SS(D') ≤ e^β SS(D)
         for j in adj[i]:
@@ -449,8 +451,8 @@ def test_profiles_match_the_vote_moving_loop_at_mnist_scale():
     T, m, sigma, lam, beta = 250, 10, 40.0, 20.0, 0.01
     rng = np.random.default_rng(0)
     votes = np.array([rng.multinomial(T, rng.dirichlet(np.ones(m) * 0.1)) for _ in range(24)])
-    prof = g.local_sensitivity_profile(votes, T, sigma, lam)
-    ls = g._GNMaxLS(sigma, lam, m, T)
+    prof = gnmax_sensitivity.local_sensitivity_profile(votes, T, sigma, lam)
+    ls = gnmax_sensitivity._GNMaxLS(sigma, lam, m, T)
     disc = np.exp(-beta * np.arange(T + 1))
     lq = g.log_q(votes, sigma)
     sides = 0
@@ -475,8 +477,8 @@ def test_largest_q_within_distance_d_is_the_greedy_move():
     index = {h: i for i, h in enumerate(H)}
     lq = g.log_q(np.array(H), sigma)
     adj = [[index[n] for n in neighbours(h)] for h in H]
-    ls = g._GNMaxLS(sigma, order, m, T)
-    prof = g.local_sensitivity_profile(np.array(H), T, sigma, order)
+    ls = gnmax_sensitivity._GNMaxLS(sigma, order, m, T)
+    prof = gnmax_sensitivity.local_sensitivity_profile(np.array(H), T, sigma, order)
     checked = 0
     for i, h in enumerate(H):
         if lq[i] >= ls.cut_lo:
@@ -495,7 +497,7 @@ def test_condition_c6_fails_at_mnist_scale_and_profiles_still_bound():
     """The paper's Condition C6 (LS rising up to q₁) fails at σ = 40, λ = 50 (MNIST-like), which the
     reference code assumes without checking; the running-maximum envelope is still an upper bound."""
     sigma, order, m, T = 40.0, 50.0, 10, 250
-    ls = g._GNMaxLS(sigma, order, m, T)
+    ls = gnmax_sensitivity._GNMaxLS(sigma, order, m, T)
     grid = np.linspace(ls.cut - 5, ls.cut_lo, 20_001)
     vals = ls.ls(grid)
     assert np.any(np.diff(vals) < -1e-9 * vals[1:])  # not monotone below the peak
@@ -507,14 +509,14 @@ def test_threshold_ball_max_is_a_running_maximum_not_the_two_ends():
     h = np.array([0.0, 5.0, 1.0, 0.0, 0.0, 0.0, 0.0])
     counts = np.zeros(7)
     counts[1] = 1
-    ours = g._ball_max_sums(h, counts)
+    ours = gnmax_sensitivity._ball_max_sums(h, counts)
     ref = [max(h[v] for v in (1 - d, 1 + d) if 0 <= v < 7) for d in range(6)]
     assert ours[2] == 5.0 and ref[2] == 0.0
 
 
 def test_smooth_sensitivity_is_zero_where_data_independent_always_wins():
     votes = np.array([[250, 0, 0], [100, 100, 50]])
-    assert np.all(g.smooth_sensitivity(votes, 250, 200.0, 5.0, 0.1) == 0)
+    assert np.all(gnmax_sensitivity.smooth_sensitivity(votes, 250, 200.0, 5.0, 0.1) == 0)
 
 
 # --------------------------------------------------------------------------- release
@@ -531,7 +533,7 @@ def test_sanitized_release_noise_has_the_stated_scale():
     votes = _votes()
     draws = []
     for seed in range(300):
-        r = g.sanitized_eps(votes, 40.0, 1e-5, 20.0, 0.2 / 20, 2.0, noise=NoiseSource(seed))
+        r = gnss.sanitized_eps(votes, 40.0, 1e-5, 20.0, 0.2 / 20, 2.0, noise=NoiseSource(seed))
         draws.append((r.rdp_released - r.rdp_exact) / r.noise_std)
         assert r.rdp_released == r.units * r.grid and isinstance(r.units, int)
     assert r.noise_std / r.grid > 20  # the grid is fine next to the noise
@@ -543,13 +545,13 @@ def test_sanitized_release_noise_has_the_stated_scale():
 def test_sanitized_matches_data_dependent_and_reports_the_gnss_cost():
     votes = _votes(seed=1)
     order, beta, s = 20.0, 0.01, 10.0
-    r = g.sanitized_eps(votes, 40.0, 1e-5, order, beta, s, noise=NoiseSource(0))
+    r = gnss.sanitized_eps(votes, 40.0, 1e-5, order, beta, s, noise=NoiseSource(0))
     dd = g.data_dependent_eps(votes, 40.0, 1e-5, [order])
     assert r.rdp_exact == pytest.approx(float(dd.rdp[0]), rel=1e-12)
-    assert r.rdp_gnss == pytest.approx(float(g.rdp_gnss([order], beta, s)[0])
-                                       + g.gnss_discrete_correction(order, s), rel=1e-12)
+    assert r.rdp_gnss == pytest.approx(float(gnss.rdp_gnss([order], beta, s)[0])
+                                       + gnss.gnss_discrete_correction(order, s), rel=1e-12)
     assert r.eps == pytest.approx(r.rdp_released + r.rdp_gnss + math.log(1e5) / (order - 1))
-    rc = g.sanitized_eps(
+    rc = gnss.sanitized_eps(
         votes, 40.0, 1e-5, order, beta, s, threshold=200, sigma_threshold=150.0, noise=NoiseSource(0)
     )
     ddc = g.data_dependent_eps(votes, 40.0, 1e-5, [order], threshold=200, sigma_threshold=150.0)
@@ -570,8 +572,8 @@ def test_sanitized_confident_sensitivity_bounds_brute_force():
     rng = np.random.default_rng(0)
     for _ in range(15):
         rows = [H[i] for i in rng.choice(len(H), 2)]
-        F, f = g._total_profile(np.array(rows), sigma, order, T, threshold=t, sigma_threshold=s1,
-                                answered_mask=None, accounting="joint")
+        F, f = gnmax_sensitivity.total_profile(np.array(rows), sigma, order, T, threshold=t,
+                                               sigma_threshold=s1, answered_mask=None, accounting="joint")
         assert f == pytest.approx(total(rows), rel=1e-12)
         # one teacher changes its vote on every query at once
         worst = 0.0
@@ -593,4 +595,4 @@ def test_input_errors_are_pate_errors():
     with pytest.raises(PateError):
         g.data_dependent_eps(np.array([[3, 1]]), 1.0, 1e-5, threshold=2)
     with pytest.raises(PateError, match="sum to"):
-        g.sanitized_eps(np.array([[3, 1], [2, 1]]), 1.0, 1e-5, 2.0, 0.1, 1.0, num_teachers=4)
+        gnss.sanitized_eps(np.array([[3, 1], [2, 1]]), 1.0, 1e-5, 2.0, 0.1, 1.0, num_teachers=4)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from analysis import gnmax, lnmax
+from analysis import gnmax, lnmax, lnmax_release
 from cli import main
-from pate import label as label_mod
+from pate.steps import label as label_mod
 from pate.config import AggregationConfig
 
 
@@ -114,7 +114,7 @@ def test_cap_answers():
 def test_label_with_budget(trained_run):
     workdir, _ = trained_run
     # The budget covers the labels and the sanitised eps `pate analyze` publishes with them.
-    budget = lnmax.data_independent_eps(25, 0.5, 1e-5).eps + lnmax.release_eps_cost(0.09, 1e-5) + 1e-9
+    budget = lnmax.data_independent_eps(25, 0.5, 1e-5).eps + lnmax_release.release_eps_cost(0.09, 1e-5) + 1e-9
     result = invoke("label", "--workdir", workdir, "--queries", 100, "--gamma", 0.5, "--budget", budget)
     assert result.exit_code == 0, result.output
     assert "budget" in result.output

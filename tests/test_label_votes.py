@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from analysis import gnmax, lnmax, mechanisms, pld
+from analysis import gnmax, lnmax, lnmax_release, mechanisms, pld
 from analysis import plan as plan_mod
 from analysis import report as report_mod
 from cli import main
-from pate import label as label_mod, rundir
+from pate import rundir
+from pate.steps import label as label_mod
 from pate.config import AggregationConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -137,7 +138,7 @@ def published_by_hand(mechanism, queries, answers=None, accountant="rdp", delta=
     if mechanism == "lnmax":
         labels = (pld.lnmax_eps(queries, 0.05, delta).eps if accountant == "pld"
                   else lnmax.data_independent_eps(queries, 0.05, delta).eps)
-        return labels + lnmax.release_eps_cost(0.09, delta)
+        return labels + lnmax_release.release_eps_cost(0.09, delta)
     kw = dict(sigma_threshold=150.0, num_answered=answers) if mechanism == "confident-gnmax" else {}
     curve = gnmax.data_independent_eps(queries, 40.0, delta, **kw)
     beta, sigma_ss = report_mod.gnss_parameters(curve.order, None, 0.2)

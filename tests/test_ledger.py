@@ -183,7 +183,7 @@ def test_two_label_releases_of_the_same_teachers_add_up(trained_run, tiny_config
     doc = json.loads((second / "release.json").read_text())
     assert doc["data_set"]["releases"] == 5
     assert doc["data_set"]["cumulative_eps"] == pytest.approx(by_hand.eps)
-    assert doc["data_set"]["relation"] == "replace-one" and "replace-one" in doc["neighbouring_relation"]
+    assert doc["data_set"]["relation"] == "replace-one" == doc["neighbouring_relation"]
     listed = invoke("ledger", "--workdir", second)
     assert listed.exit_code == 0 and f"cumulative eps {by_hand.eps:.4g}" in listed.output
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis import lnmax
+from analysis import lnmax, lnmax_release
 from analysis.errors import PateError
 from analysis.noise import NoiseSource
 
@@ -396,8 +396,8 @@ def test_smooth_sensitivity_shapes_and_scale():
 def test_sanitized_eps_release():
     rng = np.random.default_rng(0)
     votes = rng.multinomial(250, rng.dirichlet(np.full(10, 0.1)), size=100)
-    a = lnmax.sanitized_eps(votes, 0.05, 1e-5, 0.09, noise=NoiseSource(5))
-    b = lnmax.sanitized_eps(votes, 0.05, 1e-5, 0.09, noise=NoiseSource(5))
+    a = lnmax_release.sanitized_eps(votes, 0.05, 1e-5, 0.09, noise=NoiseSource(5))
+    b = lnmax_release.sanitized_eps(votes, 0.05, 1e-5, 0.09, noise=NoiseSource(5))
     assert a.value == b.value
     # Discrete Laplace is (eps/2, beta)-admissible for eps = 2 (e^beta - 1) ln(2/delta).
     assert a.eps_release == pytest.approx(2 * math.expm1(0.09) * math.log(2 / 1e-5))
@@ -407,9 +407,9 @@ def test_sanitized_eps_release():
     assert a.noise_scale == pytest.approx(2 * (a.smooth_sensitivity + a.grid) / a.eps_release, rel=1e-6)
     assert a.value == a.units * a.grid and isinstance(a.units, int)
     # The release is the data-dependent eps plus (discrete) Laplace noise of that scale.
-    draws = np.array([lnmax.sanitized_eps(votes[:20], 0.05, 1e-5, 0.09,
+    draws = np.array([lnmax_release.sanitized_eps(votes[:20], 0.05, 1e-5, 0.09,
                                           noise=NoiseSource(s)).value for s in range(300)])
-    ref = lnmax.sanitized_eps(votes[:20], 0.05, 1e-5, 0.09, noise=NoiseSource(0))
+    ref = lnmax_release.sanitized_eps(votes[:20], 0.05, 1e-5, 0.09, noise=NoiseSource(0))
     assert ref.noise_scale / ref.grid > 20  # fine grid: the continuous KS test applies
     from scipy import stats
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from analysis import gnmax, lnmax
+from analysis import gnss, lnmax_release
 from analysis.errors import PateError
 from analysis.noise import (
     KOLMOGOROV_BOUND,
@@ -154,9 +154,9 @@ def _dlap(k, t):
     (0.05, 1e-2, 200.0, -150, True), (0.3, 1e-4, 2.0, 1, False), (0.3, 1e-4, 1.0, 1, True),
 ])
 def test_discrete_laplace_release_is_eps_delta_dp_on_worst_neighbours(beta, delta, s_units, shift, up):
-    """The LNMax release's proof (lnmax.sanitized_eps): for neighbours with values Δ ≤ S̃ apart
+    """The LNMax release's proof (lnmax_release.sanitized_eps): for neighbours with values Δ ≤ S̃ apart
     and scales e^{±β} apart, the exact hockey-stick divergence Σ max(0, P − e^ε Q) ≤ δ."""
-    eps = lnmax.release_eps_cost(beta, delta)
+    eps = lnmax_release.release_eps_cost(beta, delta)
     s_x = s_units
     s_y = s_units * math.exp(beta if up else -beta)
     assert abs(shift) <= min(s_x, s_y)  # |Δ| ≤ LS at both ends ≤ S̃ at both ends
@@ -171,9 +171,9 @@ def test_discrete_laplace_release_is_eps_delta_dp_on_worst_neighbours(beta, delt
 
 def test_release_cost_refuses_meaningless_beta_and_delta():
     with pytest.raises(PateError, match="--beta"):
-        lnmax.release_eps_cost(1e308, 1e-5)
+        lnmax_release.release_eps_cost(1e308, 1e-5)
     with pytest.raises(PateError, match="delta"):
-        lnmax.release_eps_cost(0.1, 0.99)  # beta > (e^beta - 1) ln(2/delta): dilation fails
+        lnmax_release.release_eps_cost(0.1, 0.99)  # beta > (e^beta - 1) ln(2/delta): dilation fails
 
 
 def _log_dgauss(k, mu, s2):
@@ -187,7 +187,7 @@ def test_discrete_gaussian_gnss_cost_covers_exact_renyi_divergence(order, sigma_
     """The GNSS cost with discrete Gaussians (rdp_gnss + gnss_discrete_correction) bounds the
     exact Rényi divergence, summed over the integers, of neighbouring releases at the smallest
     scale (S̃ = 1 grid step, where the correction is largest) and other smooth pairs."""
-    bound = float(gnmax.rdp_gnss([order], beta, sigma_ss)[0]) + gnmax.gnss_discrete_correction(order, sigma_ss)
+    bound = float(gnss.rdp_gnss([order], beta, sigma_ss)[0]) + gnss.gnss_discrete_correction(order, sigma_ss)
     worst = 0.0
     for s0_units in (1.0, 1.5, 3.0):
         for ratio in (math.exp(-beta), 1.0, math.exp(beta)):
@@ -202,7 +202,7 @@ def test_discrete_gaussian_gnss_cost_covers_exact_renyi_divergence(order, sigma_
                 log_terms = order * _log_dgauss(k, 0, s0) + (1 - order) * _log_dgauss(k, shift, s1)
                 worst = max(worst, float(special.logsumexp(log_terms)) / (order - 1))
     assert worst <= bound + 1e-12
-    assert gnmax.gnss_discrete_correction(order, sigma_ss) > 0
+    assert gnss.gnss_discrete_correction(order, sigma_ss) > 0
 
 
 def test_theta_ratio_matches_a_direct_sum():

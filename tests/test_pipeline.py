@@ -14,8 +14,9 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from pate import pipeline, rundir
+from pate import rundir
 from pate.config import load_config
+from pate.steps import pipeline
 
 from conftest import CONFIGS, TINY
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from analysis import gnmax, lnmax, report
+from analysis import gnmax, lnmax_release, report, report_io
 from analysis.noise import NoiseSource
 from cli import main
 
@@ -39,7 +39,7 @@ def test_lnmax_headline_counts_the_release_at_the_total_delta():
     votes = votes_of()
     rep = report.lnmax_report(votes, 0.05, 1e-5, range(1, 9), 0.09, noise=NoiseSource(1))
     di, san, cost = (rep.value(k) for k in ("eps_data_independent", "eps_sanitized", "eps_release_cost"))
-    assert cost == pytest.approx(lnmax.release_eps_cost(0.09, 1e-5))
+    assert cost == pytest.approx(lnmax_release.release_eps_cost(0.09, 1e-5))
     assert rep.value("eps") == pytest.approx(min(di + cost, max(san, 0.0) + cost))
     assert rep.value("delta_total") == pytest.approx(2e-5 + rep.value("delta_sampling"), rel=1e-12)
     assert rep.value("eps") > cost  # the release's own cost is always inside the headline
@@ -74,7 +74,7 @@ def test_headline_delta_includes_the_float64_sampler_delta(mechanism):
     assert sampling == pytest.approx((1 + math.exp(rep.value("eps"))) * 150 * coordinates**2 * 2.0**-51,
                                      rel=1e-12)
     assert rep.value("delta_total") == analysis_delta + sampling > analysis_delta
-    assert report.release_json(rep)["delta"] == analysis_delta + sampling
+    assert report_io.release_json(rep)["delta"] == analysis_delta + sampling
     assert not [w for w in rep.warnings if "NOTHING" in w]
 
 
@@ -85,24 +85,24 @@ def test_headline_delta_of_one_is_said_not_hidden():
     rng = np.random.default_rng(0)
     votes = rng.multinomial(6, rng.dirichlet(np.full(4, 0.5)), size=100)
     rep = report.gnmax_report(votes, 3.0, 1e-5, noise=NoiseSource(0))
-    doc = report.release_json(rep)
+    doc = report_io.release_json(rep)
     assert rep.value("delta_total") == doc["delta"] == 1.0
     assert any("guarantees NOTHING" in w for w in doc["warnings"])
-    assert "guarantees NOTHING" in report.render_table(rep)
+    assert "guarantees NOTHING" in report_io.render_table(rep)
 
 
 def test_release_json_holds_only_public_values():
     votes = votes_of()
     rep = report.lnmax_report(votes, 0.05, 1e-5, range(1, 3), 0.09, noise=NoiseSource(1))
     assert rep.private_warnings  # moments 1..2: the private best moment is the largest
-    doc = report.release_json(rep)
+    doc = report_io.release_json(rep)
     text = json.dumps(doc)
     assert doc["eps"] == rep.value("eps") and doc["delta"] == rep.value("delta_total")
     assert not PRIVATE_KEYS & set(doc["details"])
     assert "best moment" not in text  # private warnings stay in privacy.json
     assert doc["details"]["grid"] == 1e-3
     assert doc["details"]["eps_sanitized"] == pytest.approx(round(doc["details"]["eps_sanitized"] / 1e-3) * 1e-3)
-    private_doc = report.to_json(rep)
+    private_doc = report_io.to_json(rep)
     assert private_doc["private"]["warnings"] and "best moment" in json.dumps(private_doc["private"])
 
 
@@ -111,11 +111,11 @@ def test_every_published_figure_names_its_neighbouring_relation(tmp_path):
     votes change), not add/remove (which can move every shard): release.json, the table
     and `pate plan` say so."""
     rep = report.lnmax_report(votes_of(), 0.05, 1e-5, range(1, 9), 0.09, noise=NoiseSource(1))
-    doc = report.release_json(rep)
+    doc = report_io.release_json(rep)
     assert doc["neighbouring_relation"] == "replace-one"
     assert "replacing one example" in doc["neighbouring_relation_note"]
     assert "Adding or removing" in doc["neighbouring_relation_note"]
-    assert "Neighbouring relation: replace-one" in report.render_table(rep)
+    assert "Neighbouring relation: replace-one" in report_io.render_table(rep)
     _make_labelled_run(tmp_path)
     result = invoke("analyze", "--workdir", tmp_path)
     assert result.exit_code == 0, result.output
@@ -184,7 +184,7 @@ def test_cli_votes_mode_writes_release_json(tmp_path):
 def test_private_run_artifacts_are_owner_only(trained_run):
     from pate import rundir
     from pate.config import load_config
-    from pate.label import label
+    from pate.steps.label import label
 
     workdir, _ = trained_run
     assert mode(workdir / "teachers") == 0o700
@@ -268,7 +268,7 @@ def test_label_seed_uses_every_bit(trained_run, tmp_path):
     import shutil
 
     from pate.config import load_config
-    from pate.label import label
+    from pate.steps.label import label
 
     workdir, _ = trained_run
     other = tmp_path / "other"

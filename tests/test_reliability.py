@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from pate import rundir
+from pate import rundir, runlock
 
 from conftest import ROOT, TINY, snapshot
 
@@ -48,8 +48,8 @@ def test_second_process_is_refused_naming_the_holder(finished):
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
             sys.path.insert(0, {str(ROOT)!r})
-            from pate import rundir
-            with rundir.lock({str(finished)!r}, "label"):
+            from pate import runlock
+            with runlock.lock({str(finished)!r}, "label"):
                 print("locked", flush=True)
                 time.sleep(60)
         """)], stdout=subprocess.PIPE, text=True)
@@ -78,8 +78,8 @@ def test_second_process_is_refused_naming_the_holder(finished):
 
 def test_lock_is_released_and_leaves_nothing(finished):
     before = sorted(os.listdir(finished))
-    with rundir.lock(finished, "test"):
-        owner = json.loads((finished / rundir.LOCK_OWNER).read_text())
+    with runlock.lock(finished, "test"):
+        owner = json.loads((finished / runlock.LOCK_OWNER).read_text())
         assert owner["pid"] == os.getpid()
     assert sorted(os.listdir(finished)) == before
 
@@ -177,7 +177,7 @@ def test_empty_teachers_json(finished):
 
 def test_student_checkpoint_checked(finished):
     from analysis.errors import PateError
-    from pate.student import load_student
+    from pate.steps.student import load_student
 
     load_student(finished)  # as recorded
     target = max((p for p in (finished / "student").rglob("*") if p.is_file()),

@@ -53,8 +53,8 @@ def test_json_carries_meta(tmp_path, tiny_config):
 def test_report_json_carries_meta_and_null_for_infinite(tmp_path, tiny_config):
     """privacy.json and release.json carry the `meta` every JSON artifact carries, and
     write a non-finite number as null (as write_json does), never as a string."""
-    from analysis import report
-    from pate.analyze import analyze
+    from analysis import report_io
+    from pate.steps.analyze import analyze
 
     votes = np.zeros((20, 4), np.int32)
     votes[:, 0] = 6
@@ -65,8 +65,8 @@ def test_report_json_carries_meta_and_null_for_infinite(tmp_path, tiny_config):
     for name in (rundir.PRIVACY_JSON, rundir.RELEASE_JSON):
         meta = json.loads((tmp_path / name).read_text())["meta"]
         assert meta["config_hash"] == config_hash(tiny_config) and meta["pate_version"] == __version__
-    assert report.jsonable({"a": float("inf"), "b": [np.float32("-inf"), np.float64(2.5)],
-                            "c": np.array([1.0, np.nan])}) == {"a": None, "b": [None, 2.5], "c": [1.0, None]}
+    assert report_io.jsonable({"a": float("inf"), "b": [np.float32("-inf"), np.float64(2.5)],
+                               "c": np.array([1.0, np.nan])}) == {"a": None, "b": [None, 2.5], "c": [1.0, None]}
 
 
 def test_read_json_errors(tmp_path):

@@ -77,7 +77,7 @@ def test_student_never_opens_votes_or_teachers(labelled):
         shutil.move(labelled / name, hidden / name)
         os.symlink(labelled / "nowhere" / name, labelled / name)
     config = with_student(rundir.RunDir(labelled).read_config(), steps=STEPS)
-    from pate.student import train_student
+    from pate.steps.student import train_student
 
     _OPENED = []
     try:
@@ -105,7 +105,7 @@ def test_train_student_cli(labelled, method):
     assert "label_accuracy" not in json.dumps(info)  # the student cannot know it
     assert info["meta"]["config_hash"]
     assert (info["num_unlabelled"] == 200) == (method == "fixmatch")
-    from pate.student import load_student
+    from pate.steps.student import load_student
     from pate.config import load_config
     from pate.data import load_dataset, split
 
@@ -118,7 +118,7 @@ def test_train_student_cli(labelled, method):
 
 
 def test_same_seed_same_student(labelled):
-    from pate.student import train_student
+    from pate.steps.student import train_student
 
     config = with_student(rundir.RunDir(labelled).read_config(), steps=STEPS)
     a = train_student(config, labelled, show_progress=False, echo=lambda *_: None)
@@ -128,7 +128,7 @@ def test_same_seed_same_student(labelled):
 
 @pytest.mark.parametrize("threshold, low, high", [(0.0, 1.0, 1.0), (1.0, 0.0, 0.05)])
 def test_confidence_threshold_masks_pseudo_labels(labelled, threshold, low, high):
-    from pate.student import train_student
+    from pate.steps.student import train_student
 
     config = with_student(rundir.RunDir(labelled).read_config(), steps=STEPS, threshold=threshold)
     result = train_student(config, labelled, show_progress=False, echo=lambda *_: None)
@@ -178,7 +178,7 @@ def test_bad_input_one_line_nothing_lost(labelled, tmp_path, case, needle):
 
 
 def test_config_of_another_data_set_is_refused(labelled):
-    from pate.student import train_student
+    from pate.steps.student import train_student
 
     raw = config_to_dict(rundir.RunDir(labelled).read_config())
     raw["data"]["synthetic_classes"] = 3
@@ -210,7 +210,7 @@ def test_strong_affine_keeps_shape_range_and_mass():
 
 def test_steps_for_epochs_counts_passes():
     from pate.config import StudentConfig
-    from pate.student import steps_for_epochs
+    from pate.steps.student import steps_for_epochs
 
     fix = StudentConfig(method="fixmatch", batch_size=64, mu=3)
     assert steps_for_epochs(fix, 1, pool_size=9000, num_labelled=400) == 47  # ceil(9000 / 192)
@@ -238,7 +238,7 @@ def test_train_student_epochs_cli(labelled):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_label_weights_match_a_plain_loop(seed):
-    from pate.student import label_weights
+    from pate.steps.student import label_weights
 
     rng = np.random.default_rng(seed)
     k = int(rng.integers(2, 8))
@@ -256,7 +256,7 @@ def test_label_weights_match_a_plain_loop(seed):
 def test_align_matches_a_plain_loop_and_undoes_a_skewed_prior():
     import jax.numpy as jnp
 
-    from pate.student import align
+    from pate.steps.student import align
 
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(4), size=6).astype(np.float32)
@@ -272,7 +272,7 @@ def test_align_matches_a_plain_loop_and_undoes_a_skewed_prior():
 
 
 def test_balanced_labels_and_alignment_train(labelled):
-    from pate.student import train_student
+    from pate.steps.student import train_student
 
     config = with_student(rundir.RunDir(labelled).read_config(), steps=STEPS, balance_labels=True,
                           distribution_alignment=True)
@@ -285,7 +285,7 @@ def test_balanced_labels_and_alignment_train(labelled):
 def test_class_thresholds_match_a_plain_loop(seed):
     import jax.numpy as jnp
 
-    from pate.student import class_thresholds
+    from pate.steps.student import class_thresholds
 
     learned = np.random.default_rng(seed).uniform(0.0, 0.3, size=5).astype(np.float32)
     got = np.asarray(class_thresholds(0.95, jnp.asarray(learned)))
@@ -299,7 +299,7 @@ def test_class_thresholds_match_a_plain_loop(seed):
 
 
 def test_adaptive_threshold_trains(labelled):
-    from pate.student import train_student
+    from pate.steps.student import train_student
 
     config = with_student(rundir.RunDir(labelled).read_config(), steps=STEPS, adaptive_threshold=True)
     result = train_student(config, labelled, overwrite=True, show_progress=False, echo=lambda *_: None)

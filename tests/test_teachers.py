@@ -16,8 +16,10 @@ from click.testing import CliRunner
 
 from analysis.errors import PateError
 from cli import main
-from pate import rundir, teachers
+from pate import rundir, voting
 from pate.config import config_hash, load_config
+from pate.placement import teacher_chunk
+from pate.steps import teachers
 
 from conftest import ROOT, TINY
 
@@ -63,7 +65,7 @@ def test_loaded_teachers_reproduce_reported_accuracy(trained_run, tiny_config):
     from pate.data import load_dataset, split
 
     s = split(load_dataset(tiny_config.data), tiny_config.data.public_size)
-    preds = teachers.teacher_predictions(ens.params, ens.model, s.eval_x, batch_size=32)
+    preds = voting.teacher_predictions(ens.params, ens.model, s.eval_x, batch_size=32)
     np.testing.assert_allclose((preds == s.eval_y).mean(axis=1), result.accuracies)
 
 
@@ -71,7 +73,7 @@ def test_predict_votes(trained_run):
     workdir, _ = trained_run
     ens = teachers.load_teachers(workdir)
     images = np.random.default_rng(0).uniform(size=(23, 8, 8, 1)).astype(np.float32)
-    votes = teachers.predict_votes(ens.params, ens.model, images, ens.num_classes, batch_size=7)
+    votes = voting.predict_votes(ens.params, ens.model, images, ens.num_classes, batch_size=7)
     assert votes.shape == (23, 4) and votes.dtype == np.int32
     np.testing.assert_array_equal(votes.sum(axis=1), 6)
     # a plain loop over teachers, one image batch at a time
@@ -81,16 +83,16 @@ def test_predict_votes(trained_run):
         pred = np.asarray(ens.model.apply(params_t, images).argmax(-1))
         expected[np.arange(23), pred] += 1
     np.testing.assert_array_equal(votes, expected)
-    preds = teachers.teacher_predictions(ens.params, ens.model, images, batch_size=100)
-    np.testing.assert_array_equal(teachers.votes_from_predictions(preds, 4), expected)
-    empty = teachers.predict_votes(ens.params, ens.model, images[:0], 4)
+    preds = voting.teacher_predictions(ens.params, ens.model, images, batch_size=100)
+    np.testing.assert_array_equal(voting.votes_from_predictions(preds, 4), expected)
+    empty = voting.predict_votes(ens.params, ens.model, images[:0], 4)
     assert empty.shape == (0, 4)
 
 
 def test_plurality_accuracy_ties_go_to_lowest_class():
     votes = np.array([[2, 2, 0], [0, 1, 3]])
-    assert teachers.plurality_accuracy(votes, np.array([0, 2])) == 1.0
-    assert teachers.plurality_accuracy(votes, np.array([1, 2])) == 0.5
+    assert voting.plurality_accuracy(votes, np.array([0, 2])) == 1.0
+    assert voting.plurality_accuracy(votes, np.array([1, 2])) == 0.5
 
 
 class _Killed(Exception):
@@ -157,7 +159,8 @@ def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
         import dataclasses, json, sys
         import jax, numpy as np
         from pate.config import load_config
-        from pate import teachers
+        from pate import voting
+        from pate.steps import teachers
         from pate.placement import Placement
         assert len(jax.devices()) == 4, jax.devices()
         config = load_config({str(TINY)!r})
@@ -179,14 +182,14 @@ def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
         placement = Placement(6, jax.devices())
         sharded = placement.put(b.params)
         assert len(jax.tree.leaves(sharded)[0].sharding.device_set) == 4
-        v4 = teachers.predict_votes(sharded, b.model, images, 4, 16, placement=placement)
-        v4c = teachers.predict_votes(sharded, b.model, images, 4, 16, placement=placement,
-                                     chunk=1)
-        p4 = teachers.teacher_predictions(sharded, b.model, images, 16, placement, chunk=1)
+        v4 = voting.predict_votes(sharded, b.model, images, 4, 16, placement=placement)
+        v4c = voting.predict_votes(sharded, b.model, images, 4, 16, placement=placement,
+                                   chunk=1)
+        p4 = voting.teacher_predictions(sharded, b.model, images, 16, placement, chunk=1)
         p1 = Placement(6, jax.devices()[:1])
-        v1 = teachers.predict_votes(p1.put(b.params), b.model, images, 4, 16, placement=p1)
+        v1 = voting.predict_votes(p1.put(b.params), b.model, images, 4, 16, placement=p1)
         same = bool((v1 == v4).all() and (v1 == v4c).all()
-                    and (teachers.votes_from_predictions(p4, 4) == v1).all())
+                    and (voting.votes_from_predictions(p4, 4) == v1).all())
         print(json.dumps({{"diff": diff, "acc": out, "votes_equal": same,
                           "votes_sum": int(v4.sum())}}))
     """)
@@ -279,8 +282,8 @@ def test_quickstart_on_fashion_mnist(tmp_path):
 def test_teacher_chunks_change_speed_not_results(tiny_config, tmp_path, trained_run):
     straight, _ = trained_run  # all 6 teachers in one vmap
     chunked = replace(tiny_config, teacher_chunk=4)  # a chunk of 4, then a remainder of 2
-    assert teachers.teacher_chunk(chunked.teachers, "cpu") == 4
-    assert teachers.teacher_chunk(tiny_config.teachers, "gpu") == 0
+    assert teacher_chunk(chunked.teachers, "cpu") == 4
+    assert teacher_chunk(tiny_config.teachers, "gpu") == 0
     teachers.train_teachers(chunked, tmp_path / "c", show_progress=False)
     a, b = teachers.load_teachers(straight), teachers.load_teachers(tmp_path / "c")
     assert_trees_close(a.params, b.params, atol=1e-5)

@@ -25,18 +25,13 @@ from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
 from pate import ledger as ledger_mod
 from pate import rundir
-from pate.released_labels import read_labels  # noqa: F401  (re-exported: pate.analyze.read_labels)
+from pate.released_labels import read_labels
 from pate.config import PrivacyConfig
 from pate.runlock import writes_run
 
-VOTES_FILE = rundir.VOTES_NPZ
-LABELS_FILE = rundir.LABELS_NPZ
-PRIVACY_JSON = rundir.PRIVACY_JSON
-PRIVACY_PLOT = rundir.PRIVACY_PNG
-RELEASE_JSON = rundir.RELEASE_JSON
 
 #: The report's outputs by option, and the run artifact each one is by default.
-_OUTPUTS = {"--json": PRIVACY_JSON, "--plot": PRIVACY_PLOT, "--release-json": RELEASE_JSON}
+_OUTPUTS = {"--json": rundir.PRIVACY_JSON, "--plot": rundir.PRIVACY_PNG, "--release-json": rundir.RELEASE_JSON}
 
 
 def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
@@ -124,8 +119,7 @@ def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, co
     meta = rundir.metadata(config)
     if labels_sha256 is not None:
         meta["labels_sha256"] = labels_sha256
-    extra = {"meta": meta, "neighbouring_relation": composition.RELATION_TEXT,
-             **({"research_seed": True} if research_seed else {})}
+    extra = {"meta": meta, **({"research_seed": True} if research_seed else {})}
     if data_set is not None:
         extra["data_set"] = data_set
     write_outputs(rep, json_path, plot_path, release_path=release_path, extra=extra)
@@ -146,13 +140,13 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     ``analysis.lnmax_release.DEFAULT_BETA``; GNSS default 0.1 / order); ``gnss_beta``, when given,
     is GNMax's alone (a config holds one β per mechanism).
     """
-    indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=LABELS_FILE)
+    indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=rundir.LABELS_NPZ)
     mask = np.asarray(labels["labels"]) >= 0
     answered = indices[mask]
-    mech = mechanisms.from_arrays(labels, LABELS_FILE)
+    mech = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
     if isinstance(mech, mechanisms.LNMax):
         if answered.size == 0:
-            raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
+            raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
         if not sanitize:
             return report_mod.brief_lnmax_report(votes[answered], mech.gamma, delta, range(1, moments + 1))
         return report_mod.lnmax_report(votes[answered], mech.gamma, delta, range(1, moments + 1),
@@ -160,7 +154,7 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     confident = isinstance(mech, mechanisms.ConfidentGNMax)
     rows = indices if confident else answered  # the threshold step runs on every query
     if rows.size == 0:
-        raise PateError(f"{LABELS_FILE} answers no query; there is nothing to analyse")
+        raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
     max_answers = None
     if "max_answers" in labels:
         max_answers = int(float(labels["max_answers"]))
@@ -183,7 +177,7 @@ def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float
     GNMax; every queried row for Confident-GNMax, with GNMax on ``max_answers`` of them
     when the release was capped. Public: it uses the parameters and counts only.
     """
-    indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=LABELS_FILE)
+    indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=rundir.LABELS_NPZ)
     answered = int(np.sum(np.asarray(labels["labels"]) >= 0))
     mechanism = str(labels["mechanism"])
     params = {k: float(labels[k]) for k in ("gamma", "sigma", "sigma_threshold") if k in labels}
@@ -270,14 +264,14 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
     conversion = p.conversion if conversion is None else conversion
     release_order = (p.release_order or None) if release_order is None else release_order
     release_cost = p.release_cost if release_cost is None else release_cost
-    inputs = [os.path.join(workdir, VOTES_FILE), os.path.join(workdir, LABELS_FILE)]
+    inputs = [os.path.join(workdir, rundir.VOTES_NPZ), os.path.join(workdir, rundir.LABELS_NPZ)]
     check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path}, inputs, workdir)
     labels = read_labels(inputs[1])
     labels_digest = rundir.file_digest(inputs[1])
-    json_path = os.path.join(workdir, PRIVACY_JSON) if json_path is None else json_path
-    plot_path = os.path.join(workdir, PRIVACY_PLOT) if plot_path is None else plot_path
-    release_path = os.path.join(workdir, RELEASE_JSON) if release_path is None else release_path
-    check_not_released([os.path.join(workdir, RELEASE_JSON), release_path], labels_digest)
+    json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
+    plot_path = os.path.join(workdir, rundir.PRIVACY_PNG) if plot_path is None else plot_path
+    release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
+    check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], labels_digest)
     book = ledger_mod.for_run(workdir, config)
     check_not_drawn(book, labels_digest)
     votes = votes_mod.load_votes(inputs[0])
@@ -389,9 +383,3 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
 def analyze(config, workdir, *, seed: int | None = None, echo=print) -> report_mod.PrivacyReport:
     """`pate analyze` of a run directory with the run config's `[privacy]` settings."""
     return analyze_workdir(workdir, seed=seed, echo=echo, config=config)
-
-
-# `pate.analyze(...)` calls `analyze` (the package's entry point) while `pate.analyze` stays this module.
-from pate import _callable_module  # noqa: E402
-
-_callable_module(__name__, "analyze")

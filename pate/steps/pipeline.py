@@ -97,7 +97,7 @@ _TEACHER_SECTIONS = ("data", "teachers")
 
 
 def _train_teachers(ctx: _Context) -> dict:
-    from pate.teachers import train_teachers
+    from pate.steps.teachers import train_teachers
 
     run_dir, stored, config = ctx.run_dir, ctx.stored, ctx.config
     resume = (not ctx.overwrite and run_dir.exists(rundir.TEACHERS_DIR)
@@ -115,7 +115,7 @@ def _train_teachers(ctx: _Context) -> dict:
 
 
 def _label(ctx: _Context) -> dict:
-    from pate.label import label
+    from pate.steps.label import label
 
     result = label(ctx.config, ctx.run_dir.path, seed=ctx.seed, overwrite=True, echo=ctx.echo)
     # A benchmark figure (the pool's true labels): kept for the summary of later runs
@@ -124,7 +124,7 @@ def _label(ctx: _Context) -> dict:
 
 
 def _train_student(ctx: _Context) -> dict:
-    from pate.student import train_student
+    from pate.steps.student import train_student
 
     result = train_student(ctx.config, ctx.run_dir.path, overwrite=True, show_progress=ctx.show_progress,
                            echo=ctx.echo)
@@ -133,7 +133,7 @@ def _train_student(ctx: _Context) -> dict:
 
 
 def _analyze(ctx: _Context) -> dict:
-    from pate.analyze import analyze
+    from pate.steps.analyze import analyze
 
     analyze(ctx.config, ctx.run_dir.path, seed=ctx.seed, echo=ctx.echo)
     return {}
@@ -335,10 +335,10 @@ def preflight(config: Config, seed: int | None) -> None:
     failure after `label` would have spent the privacy of a release for nothing.
 
     Checks the seed (0 <= seed < 2**128, used by the aggregator and the sanitised release)
-    and the release settings (`pate.label.check_accountable`).
+    and the release settings (`pate.steps.label.check_accountable`).
     """
     from pate.aggregation import noise_source
-    from pate.label import check_accountable
+    from pate.steps.label import check_accountable
 
     noise_source(seed)  # the same 128-bit check serves the aggregator and the release
     check_accountable(config.aggregation, config.privacy)

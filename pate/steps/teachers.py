@@ -1,7 +1,7 @@
 """The teacher ensemble: all teachers as one stacked pytree, trained by one jitted step
 vmapped over the teacher axis (sharded over a ("teacher",) mesh when there are several
 devices), checkpointed with orbax and evaluated; `load_teachers` reads a trained ensemble back.
-Its predictions and vote histograms are `pate.voting`'s (re-exported here).
+Its predictions and vote histograms are `pate.voting`'s.
 
 Randomness is explicit: teacher t is initialised from `fold_in(init_key, t)` and
 shuffles and augments its shard in epoch e from `fold_in(fold_in(train_key, t), e)`,
@@ -35,7 +35,6 @@ from pate.models import conv_impl, make_model
 from pate.placement import Placement, teacher_chunk, to_host, unpad
 from pate.progress import Progress
 from pate.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
-from pate.voting import predict_votes as predict_votes  # re-exported: its old home
 from pate.runlock import writes_run
 
 Params = Any

@@ -96,8 +96,6 @@ def mechanism_params(cfg: AggregationConfig) -> dict:
     return mechanisms.from_config(cfg).params()
 
 
-BudgetPlan = plan_mod.BudgetPlan
-
 
 def release_settings(mechanism: str, privacy) -> dict:
     """The sanitised release `pate analyze` makes after these labels with a ``[privacy]``
@@ -108,7 +106,7 @@ def release_settings(mechanism: str, privacy) -> dict:
 
 
 def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments: int = 8,
-                conversion: str = "classic", accountant: str = "rdp", privacy=None) -> BudgetPlan:
+                conversion: str = "classic", accountant: str = "rdp", privacy=None) -> plan_mod.BudgetPlan:
     """`analysis.plan.budget_plan` for an ``[aggregation]`` section (its mechanism and at
     most ``cfg.queries`` queries). With ``privacy`` (a `PrivacyConfig`), the budget covers
     what is published: the labels and the sanitised ε `pate analyze` releases with those
@@ -118,7 +116,7 @@ def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments:
                                 conversion=conversion, accountant=accountant, release=release)
 
 
-def budget_line(budget: float, plan: BudgetPlan, accountant: str) -> str:
+def budget_line(budget: float, plan: plan_mod.BudgetPlan, accountant: str) -> str:
     """What `pate label --budget` prints, from a run's teachers or from ``--votes`` alike."""
     answers = f", at most {plan.max_answers} answers" if plan.max_answers is not None else ""
     return (f"budget eps {budget:g} ({accountant}): {plan.num_queries} queries{answers}; data-independent eps "
@@ -167,7 +165,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
       PateError: no teachers; labels exist and not `overwrite`; bad parameters.
     """
     from pate.data import load_dataset, split
-    from pate.teachers import load_teachers
+    from pate.steps.teachers import load_teachers
     from pate.voting import plurality_accuracy, predict_votes
 
     run = rundir.RunDir(workdir)
@@ -226,7 +224,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     # The brief report is computed before anything is written: a release the analysis
     # cannot account for is never written (drawing noise that is never published costs nothing).
     from analysis.report_io import render_table
-    from pate.analyze import report_for_release
+    from pate.steps.analyze import report_for_release
 
     # Everything that can fail is computed before the first byte is written.
     p = config.privacy
@@ -364,7 +362,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     from analysis import report as report_mod
     from analysis import votes as votes_mod
     from analysis.report_io import render_table
-    from pate.analyze import data_independent_comparison, report_for_release
+    from pate.steps.analyze import data_independent_comparison, report_for_release
 
     if num_classes is None or int(num_classes) < 2:
         raise PateError(f"--num-classes must be given and at least 2, got {num_classes}")
@@ -451,9 +449,3 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze --workdir` gives the sanitised eps")
     return result
-
-
-# `pate.label(...)` calls `label` (the package's entry point) while `pate.label` stays this module.
-from pate import _callable_module  # noqa: E402
-
-_callable_module(__name__, "label")

@@ -39,7 +39,7 @@ import optax
 
 from analysis.errors import PateError
 from pate import augment, checkpoints, models, rundir
-from pate.released_labels import Release, read_release  # noqa: F401  (re-exported: pate.student.read_release)
+from pate.released_labels import Release, read_release
 from pate.config import MAX_INT, Config, StudentConfig, config_from_dict, config_to_dict
 from pate.progress import Progress
 from pate.runlock import writes_run

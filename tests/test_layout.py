@@ -1,0 +1,255 @@
+"""The code's layout, read from the source with `ast` (nothing is imported): the project's
+modules import one another without a cycle, every name has one import path (only the two
+curated package `__init__`s and `pate.config`'s sections re-export), and the steps in
+`pate/steps/` sit on top of the machinery in `pate/`."""
+
+from __future__ import annotations
+
+import ast
+import io
+import tokenize
+
+import pytest
+
+from conftest import ROOT
+
+PACKAGES = ("pate", "analysis")
+#: The only modules that may hand out names defined elsewhere.
+CURATED = {"pate", "analysis"}
+#: `pate.config` re-exports its section dataclasses from here (see ARCHITECTURE.md).
+CONFIG_SECTIONS = ("pate.config", "pate.config_sections")
+
+
+def _module_name(path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _project_modules() -> dict:
+    """``{dotted name: path}`` of every module of pate/, analysis/ and cli.py."""
+    modules = {_module_name(p): p for package in PACKAGES for p in sorted((ROOT / package).rglob("*.py"))}
+    modules["cli"] = ROOT / "cli.py"
+    return modules
+
+
+MODULES = _project_modules()
+TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
+
+
+def _package_of(name: str) -> str:
+    return name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
+
+
+def _imported_modules(name: str, tree: ast.Module) -> set:
+    """The project modules `name` imports anywhere in its source (top level, functions,
+    TYPE_CHECKING blocks): ``from p import m`` counts as importing the submodule p.m."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = _package_of(name).split(".")
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        found |= {t for t in targets if t in MODULES and t != name}
+    return found
+
+
+def _cycles(graph: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on_stack, components = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return components
+
+
+GRAPH = {name: _imported_modules(name, tree) for name, tree in TREES.items()}
+
+
+def _defined_names(tree: ast.Module) -> set:
+    """Names a module binds itself at the top level (functions, classes, assignments),
+    not names it imports."""
+    names = set()
+
+    def scan(body):
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+                for field in ("body", "orelse", "finalbody"):
+                    scan(getattr(node, field, []))
+                for handler in getattr(node, "handlers", []):
+                    scan(handler.body)
+
+    scan(tree.body)
+    return names
+
+
+def _module_imports(tree: ast.Module) -> set:
+    """Names bound by a plain ``import x`` at the top level (modules such as ``os``)."""
+    return {(a.asname or a.name).split(".")[0] for node in tree.body if isinstance(node, ast.Import)
+            for a in node.names}
+
+
+def _providers() -> dict:
+    """``{module: names another module may import from it}``: what it defines, its
+    submodules, and for `pate.config` the section dataclasses it re-exports."""
+    provided = {}
+    for name, tree in TREES.items():
+        names = _defined_names(tree) | _module_imports(tree)
+        names |= {m.rpartition(".")[2] for m in MODULES if m.rpartition(".")[0] == name}
+        provided[name] = names
+    config, sections = CONFIG_SECTIONS
+    provided[config] |= {a.asname or a.name for node in TREES[config].body
+                         if isinstance(node, ast.ImportFrom) and node.module == sections for a in node.names}
+    return provided
+
+
+PROVIDERS = _providers()
+
+
+def _python_files() -> list:
+    """Every Python file of the repository that imports the project: library, cli, tests,
+    bench, examples."""
+    files = list(MODULES.values())
+    for folder in ("tests", "bench", "examples"):
+        files += sorted((ROOT / folder).rglob("*.py"))
+    return files
+
+
+def _lookups(tree: ast.Module):
+    """``(line, module, name)`` for each ``from module import name`` and each
+    ``alias.name`` where alias is a project module imported under that name."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in MODULES and not node.level:
+            for a in node.names:
+                if f"{node.module}.{a.name}" in MODULES:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+                else:
+                    yield node.lineno, node.module, a.name
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname and a.name in MODULES})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            yield node.lineno, aliases[node.value.id], node.attr
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_the_graph_sees_the_layers():
+    """A check of the checker: known edges are found, function-level imports included."""
+    assert "pate.rundir" in GRAPH["pate.steps.label"]
+    assert "pate.steps.teachers" in GRAPH["pate.steps.label"]  # inside a function
+    assert "analysis.report" in GRAPH["analysis.report_io"]  # under TYPE_CHECKING
+    assert len(MODULES) > 30
+
+
+def test_no_import_cycles():
+    assert _cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_analysis_never_imports_pate_or_cli():
+    for name, deps in GRAPH.items():
+        if name.split(".")[0] == "analysis":
+            assert not {d for d in deps if d.split(".")[0] in ("pate", "cli")}, name
+
+
+def test_machinery_never_imports_a_step():
+    """`pate/steps/` (the commands) sits on top of the machinery in `pate/`."""
+    for name, deps in GRAPH.items():
+        if name.startswith("pate") and not name.startswith("pate.steps") and name != "pate":
+            assert not {d for d in deps if d.startswith("pate.steps")}, name
+
+
+@pytest.mark.parametrize("path", _python_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_name_is_imported_from_where_it_is_defined(path):
+    """No caller reaches a name through a module that only imports it."""
+    wrong = [f"{path.relative_to(ROOT)}:{line}: {module}.{name}"
+             for line, module, name in _lookups(ast.parse(path.read_text()))
+             if module not in CURATED and name not in PROVIDERS[module]]
+    assert wrong == []
+
+
+def _noqa_f401(path) -> bool:
+    tokens = tokenize.generate_tokens(io.StringIO(path.read_text()).readline)
+    return any(t.type == tokenize.COMMENT and "noqa: F401" in t.string for t in tokens)
+
+
+def _imported_names(tree: ast.Module) -> dict:
+    """``{local name: module}`` of names a module's top level imports from a project module."""
+    return {a.asname or a.name: node.module for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES
+            for a in node.names}
+
+
+@pytest.mark.parametrize("name", sorted(set(MODULES) - CURATED - {CONFIG_SECTIONS[0]}))
+def test_no_module_re_exports(name):
+    """Outside the curated `__init__`s and `pate.config`: no PEP 562 ``__getattr__``, no
+    ``_MOVED`` table, no ``# noqa: F401`` import, no ``import x as x``, no module-level
+    alias of an imported name, no ``__all__`` naming what the module does not define."""
+    tree, path = TREES[name], MODULES[name]
+    defined = _defined_names(tree)
+    assert "__getattr__" not in defined and "_MOVED" not in defined
+    assert not _noqa_f401(path)
+    imported = _imported_names(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert all(a.asname != a.name for a in node.names), f"{name}:{node.lineno}"
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            value = node.value
+            while isinstance(value, ast.Attribute):
+                value = value.value
+            is_alias = isinstance(node.value, (ast.Name, ast.Attribute)) and isinstance(value, ast.Name)
+            assert not (is_alias and value.id in imported), f"{name}:{node.lineno} aliases an imported name"
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                assert set(ast.literal_eval(node.value)) <= defined, f"{name}.__all__"
+    if path.name == "__init__.py":  # a package that is not curated holds no code
+        assert not [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+
+
+def test_no_module_and_function_share_a_name():
+    """`pate.label` is a function, not also a module made callable."""
+    api = _defined_names(TREES["pate"]) | {
+        ast.literal_eval(k) for node in ast.walk(TREES["pate"]) if isinstance(node, ast.Dict)
+        for k in node.keys if isinstance(k, ast.Constant)}
+    assert "label" in api and "run" in api
+    assert not {m for m in MODULES if m.rpartition(".")[0] == "pate" and m.rpartition(".")[2] in api}
