@@ -1,6 +1,6 @@
 """One `pate` process per run directory: an OS file lock on ``RUN/.pate.lock``.
 
-Re-exported by `pate.rundir` (``rundir.lock``, ``rundir.RunLock``), the import to use.
+Writers take it through `writes_run` / `hold` (re-entrant within a process); import from here.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ class RunLock:
 
 
 def lock(workdir: str | Path, command: str, *, create: bool = True) -> RunLock:
-    """`RunLock(workdir, command, create=create)`: use as ``with rundir.lock(workdir, "label"): ...``."""
+    """`RunLock(workdir, command, create=create)`: use as ``with runlock.lock(workdir, "label"): ...``."""
     return RunLock(workdir, command, create=create)
 
 
