@@ -129,14 +129,6 @@ def _moments(ctx, param, value):
     return value
 
 
-def _run_lock(workdir, command: str, *, create: bool = True):
-    """The run directory's lock (one pate process per run directory); ``create=False`` for a
-    command that needs an existing run."""
-    from pate.runlock import hold
-
-    return hold(workdir, command, create=create)
-
-
 @main.command()
 @click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
               help="Vote histogram: .npz (key 'votes') or .npy, queries × classes.")
@@ -210,8 +202,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
         if ignored:
             raise click.UsageError(f"{', '.join(ignored)} apply to --votes only: with --workdir the "
                                    "queries and classes come from the run's labels.npz and votes.npz")
-        with _run_lock(workdir, "analyze", create=False):
-            analyze_workdir(workdir, **release, **outputs)
+        analyze_workdir(workdir, **release, **outputs)  # holds the run's lock (runlock.writes_run)
         return
     if num_classes is not None and not input_is_labels:
         raise click.UsageError("--num-classes applies with --input-is-labels only (a vote histogram "
@@ -321,16 +312,10 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 
     if distributed:
         placement.initialize_distributed(*cluster)
-    import contextlib
-
-    import jax
-
     # Multi-host: every host runs this command on the shared run directory; process 0
-    # holds the lock for all of them.
-    lock = _run_lock(workdir, "train-teachers") if jax.process_index() == 0 else contextlib.nullcontext()
-    with lock:
-        result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
-                                         show_progress=not no_progress, echo=click.echo)
+    # holds the lock for all of them (runlock.writes_run).
+    result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
+                                     show_progress=not no_progress, echo=click.echo)
     click.echo(result.summary())
 
 
@@ -421,9 +406,8 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
 
     from pate.steps.label import label  # imports JAX
 
-    with _run_lock(workdir, "label"):
-        label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, accountant=accountant,
-              echo=click.echo)
+    label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, accountant=accountant,
+          echo=click.echo)
 
 
 # --------------------------------------------------------------------------- train-student
@@ -470,9 +454,8 @@ def train_student_command(workdir, method, steps, epochs, settings, overwrite, n
 
     from pate.steps.student import train_student  # imports JAX
 
-    with _run_lock(workdir, "train-student"):
-        result = train_student(config, workdir, overwrite=overwrite, epochs=epochs,
-                               show_progress=not no_progress, echo=click.echo)
+    result = train_student(config, workdir, overwrite=overwrite, epochs=epochs,
+                           show_progress=not no_progress, echo=click.echo)
     click.echo(result.summary())
 
 
@@ -501,9 +484,8 @@ def run_command(config_path, workdir, settings, seed, overwrite, no_progress):
     from pate.steps.pipeline import preflight, run  # imports JAX
 
     preflight(config, seed)  # before the lock creates the run directory
-    with _run_lock(workdir, "run"):
-        summary = run(config, workdir, overwrite=overwrite, seed=seed, show_progress=not no_progress,
-                      echo=click.echo)
+    summary = run(config, workdir, overwrite=overwrite, seed=seed, show_progress=not no_progress,
+                  echo=click.echo)
     click.echo(summary.summary())
 
 

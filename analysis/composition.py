@@ -274,37 +274,31 @@ def compose(costs: Iterable[Cost], delta: float, *, conversion: str = "improved"
     orders = DEFAULT_ORDERS if orders is None else np.asarray(orders, dtype=float)
     costs = list(costs)
     approx = [c for c in costs if c.kind == "approx"]
-    rest = [c for c in costs if c.kind != "approx"]
+    rest = [c for c in costs if c.kind != "approx" and not is_free(c)]
     eps_a = sum(c.params["eps"] for c in approx)
     delta_a = sum(c.params["delta"] for c in approx)
-    routes = {}
-
-    rest = [c for c in rest if not is_free(c)]
-    kw = dict(conversion=conversion, orders=orders)
-
-    # RDP route: the curves add; what has no curve enters at its own share of delta.
-    inside = [c for c in rest if rdp(c, orders) is not None]
-    outside = [c for c in rest if rdp(c, orders) is None]
-    share = delta / (len(outside) + (1 if inside else 0) or 1)
-    eps_r = sum(single_eps(c, share, **kw) for c in outside)
-    if inside:
-        curve = np.sum([rdp(c, orders) for c in inside], axis=0)
-        eps_r += float(eps_from_rdp(orders, curve, share, conversion)[0])
-    routes["rdp"] = eps_r
-
-    # PLD route: the distributions compose; what has none enters at its own share.
+    curves = [rdp(c, orders) for c in rest]
     dists = [pld(c) for c in rest]
-    inside_p = [d for d in dists if d is not None]
-    outside_p = [c for c, d in zip(rest, dists) if d is None]
-    share = delta / (len(outside_p) + (1 if inside_p else 0) or 1)
-    eps_p = sum(single_eps(c, share, **kw) for c in outside_p)
-    if inside_p:
-        total = inside_p[0]
-        for d in inside_p[1:]:
-            total = total.compose(d)
-        eps_p += max(float(total.get_epsilon_for_delta(share)), 0.0)
-    routes["pld"] = eps_p
 
-    route = min(routes, key=routes.get)
-    return Total(routes[route] + eps_a, delta + delta_a, route,
+    def route(forms, combine) -> float:
+        """ε of one route: the costs it can express combined at one share of δ, each other
+        cost on its own at another share (basic composition)."""
+        inside = [f for f in forms if f is not None]
+        outside = [c for c, f in zip(rest, forms) if f is None]
+        share = delta / (len(outside) + (1 if inside else 0) or 1)
+        eps = sum(single_eps(c, share, conversion=conversion, orders=orders) for c in outside)
+        return eps + (combine(inside, share) if inside else 0.0)
+
+    def rdp_eps(curves, share):  # the curves add (Mironov 2017, Proposition 1)
+        return float(eps_from_rdp(orders, np.sum(curves, axis=0), share, conversion)[0])
+
+    def pld_eps(dists, share):  # the distributions compose
+        total = dists[0]
+        for d in dists[1:]:
+            total = total.compose(d)
+        return max(float(total.get_epsilon_for_delta(share)), 0.0)
+
+    routes = {"rdp": route(curves, rdp_eps), "pld": route(dists, pld_eps)}
+    best = min(routes, key=routes.get)
+    return Total(routes[best] + eps_a, delta + delta_a, best,
                  {k: v + eps_a for k, v in routes.items()}, len(costs))

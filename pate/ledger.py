@@ -194,27 +194,27 @@ class Ledger:
         return composition.compose(self.costs(extra), delta, conversion=conversion)
 
     def check_budget(self, costs: Iterable[composition.Cost], budget: float | None, delta: float,
-                     what: str) -> composition.Total | None:
+                     what: str) -> None:
         """Refuses `what` when its costs would take the cumulative ε over ``budget``
-        (None or 0: no budget). Writes nothing."""
-        if not budget:
-            return None
-        costs = list(costs)
-        total = self.total(delta, extra=costs)
-        if total.eps > budget:
-            spent = self.total(delta).eps if self.exists() else 0.0
-            raise PateError(f"{what} would take the cumulative eps of data set {self.name!r} to "
-                            f"{total.eps:.4g} (delta {total.delta:.3g}; {spent:.4g} already spent), over "
-                            f"[privacy] total_budget = {budget:g}; nothing was written (`pate ledger` "
-                            "lists what was spent)")
-        return total
+        (None or 0: no limit). Writes nothing."""
+        _refuse_over_budget(self.name, self.costs(), list(costs), budget, delta, what)
 
-    def find(self, kind: str, subject: str) -> dict | None:
+    def find(self, kind: str, subject: str, entries: list[dict] | None = None) -> dict | None:
         """The first entry of `kind` about `subject` (a labels digest, a keyed votes digest)."""
-        for entry in self.entries():
+        for entry in self.entries() if entries is None else entries:
             if entry.get("kind") == kind and entry.get("subject") == subject:
                 return entry
         return None
+
+    def refuse_repeat(self, kind: str, subject: str, entries: list[dict] | None = None) -> None:
+        """Refuses a second release of `kind` about `subject` (a second sanitised draw of the
+        same private value: averaging draws removes the noise)."""
+        e = self.find(kind, subject, entries)
+        if e is not None:
+            raise PateError(f"the ledger of {self.name!r} already records a {kind.replace('-', ' ')} release of this "
+                            f"private value (entry {e.get('seq')}, {e.get('time')}, run {e.get('run')}); "
+                            "a second noisy draw would let an attacker average the noise away. Publish "
+                            "the first one; for a new release, label again")
 
     def charge(self, kind: str, cost: composition.Cost, *, run: str | Path | None = None,
                mechanism: dict | None = None, subject: str | None = None, once: bool = False,
@@ -250,21 +250,9 @@ class Ledger:
                 raw = self._read_raw()
                 header, entries = self._parse(raw)
                 if once and subject is not None:
-                    for e in entries:
-                        if e.get("kind") == kind and e.get("subject") == subject:
-                            raise PateError(
-                                f"the ledger of {self.name!r} already records a {kind} release of this "
-                                f"private value (entry {e.get('seq')}, {e.get('time')}, run {e.get('run')}); "
-                                "a second noisy draw would let an attacker average the noise away. Publish "
-                                "the first one; for a new release, label again")
-                if budget:
-                    costs = [composition.Cost.from_json(e["cost"]) for e in entries] + [cost]
-                    total = composition.compose(costs, delta)
-                    if total.eps > budget:
-                        raise PateError(
-                            f"this {kind} release would take the cumulative eps of data set {self.name!r} "
-                            f"to {total.eps:.4g} (delta {total.delta:.3g}), over [privacy] total_budget = "
-                            f"{budget:g}; nothing was written (`pate ledger` lists what was spent)")
+                    self.refuse_repeat(kind, subject, entries)
+                _refuse_over_budget(self.name, [composition.Cost.from_json(e["cost"]) for e in entries],
+                                    [cost], budget, delta, f"this {kind} release")
                 entry = {"seq": len(entries) + 1, "time": _now(), "kind": kind,
                          "run": None if run is None else str(Path(run).resolve()),
                          "mechanism": mechanism, "cost": cost.to_json(), "subject": subject,
@@ -289,13 +277,33 @@ class Ledger:
                             "released") from None
         os.chmod(self.path, 0o600)
 
-    def summary(self, delta: float) -> dict[str, Any]:
-        """The public figures of the ledger, for release.json / dpsgd.json."""
-        total = self.total(delta)
+    def summary(self, delta: float, *, extra: Iterable[composition.Cost] = ()) -> dict[str, Any]:
+        """The public figures of the ledger (with `extra` releases not yet charged), for
+        release.json / dpsgd.json."""
+        total = self.total(delta, extra=extra)
         return {"data_set": self.name, "releases": total.count, "cumulative_eps": total.eps,
                 "delta": total.delta, "route": total.route, "relation": composition.RELATION,
                 "what": "composition of the data-independent cost of every release recorded for this "
                         "data set (pate ledger)"}
+
+
+def _refuse_over_budget(name: str, spent: list, new: list, budget: float | None, delta: float,
+                        what: str) -> None:
+    if not budget:
+        return
+    total = composition.compose(spent + new, delta)
+    if total.eps > budget:
+        before = composition.compose(spent, delta).eps
+        raise PateError(f"{what} would take the cumulative eps of data set {name!r} to {total.eps:.4g} "
+                        f"(delta {total.delta:.3g}; {before:.4g} already spent), over [privacy] "
+                        f"total_budget = {budget:g}; nothing was written (`pate ledger` lists what was spent)")
+
+
+def cumulative_line(book: Ledger, delta: float) -> str:
+    """The line every release prints: what its data set has spent in all."""
+    total = book.total(delta)
+    return (f"ledger of {book.name}: {total.count} release(s), cumulative data-independent eps "
+            f"{total.eps:.4g} at delta {total.delta:.3g} (`pate ledger` lists them)")
 
 
 def render(ledger: Ledger, delta: float) -> str:

@@ -90,16 +90,6 @@ def charge_draw(book: ledger_mod.Ledger, rep: report_mod.PrivacyReport, release_
                                                "describe": f"sanitised eps of {rep.mechanism}: {cost.describe()}"})
 
 
-def check_not_drawn(book: ledger_mod.Ledger, subject: str) -> None:
-    """Refuses early (before any noise is drawn) a second sanitised draw of the same value."""
-    entry = book.find("sanitised-eps", subject)
-    if entry is not None:
-        raise PateError(f"the ledger of {book.name!r} already records a sanitised eps drawn for these "
-                        f"labels / votes (entry {entry.get('seq')}, {entry.get('time')}, run {entry.get('run')}); "
-                        "a second noisy draw of the same private value is refused (averaging draws removes "
-                        "the noise). Publish the first one; for a new release, label again")
-
-
 def _research(rep: report_mod.PrivacyReport, research_seed: bool) -> report_mod.PrivacyReport:
     """The report, warned when a research seed made any of its noise (labels or release)."""
     if not research_seed:
@@ -273,7 +263,7 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], labels_digest)
     book = ledger_mod.for_run(workdir, config)
-    check_not_drawn(book, labels_digest)
+    book.refuse_repeat("sanitised-eps", labels_digest)  # before any noise is drawn
     votes = votes_mod.load_votes(inputs[0])
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
     # lnmax_beta and GNMax gnss_beta (0: 0.1 / release order), never the other's.
@@ -293,8 +283,7 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
     _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest, research_seed=research,
            data_set=data_set)
     echo(render_table(rep))
-    echo(f"data set {data_set['data_set']}: {data_set['releases']} release(s), cumulative data-independent "
-         f"eps {data_set['cumulative_eps']:.4g} at delta {data_set['delta']:.3g} (`pate ledger`)")
+    echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
 

@@ -310,9 +310,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     except BaseException:
         staging.discard()
         raise
-    total = book.total(delta, extra=[cost])  # the data set's cumulative eps once this model is out
-    data_set = {**book.summary(delta), "releases": total.count, "cumulative_eps": total.eps,
-                "delta": total.delta, "route": total.route}
+    data_set = book.summary(delta, extra=[cost])  # the data set's cumulative eps once this model is out
     out.write_json(rundir.DPSGD_JSON, {
         "data_set": data_set,
         "model": cfg.model,
@@ -362,8 +360,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     staging.commit()
     if not run.exists(rundir.CONFIG_TOML):
         run.write_config(config)
-    echo(f"data set {data_set['data_set']}: {data_set['releases']} release(s), cumulative data-independent "
-         f"eps {data_set['cumulative_eps']:.4g} at delta {data_set['delta']:.3g} (`pate ledger`)")
+    echo(ledger_mod.cumulative_line(book, delta))
     echo(f"dpsgd: training {train_time:.1f} s, features {feature_time:.1f} s (not written to "
          f"{rundir.DPSGD_JSON}: the training time grows with the private batch sizes)")
     return result

@@ -246,7 +246,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         staging.discard()
         raise
     moved = staging.commit(extra=(rundir.CONFIG_TOML,))
-    echo(cumulative_line(book, config.privacy.delta))
+    echo(ledger_mod.cumulative_line(book, config.privacy.delta))
     echo(result.summary())
     echo(table)
     if moved:
@@ -303,13 +303,6 @@ def charge_release(book, cost, record, run_path, labels_path, num_queries: int, 
     return book.charge("labels", cost, run=run_path, mechanism=mechanism,
                        subject=rundir.file_digest(labels_path), budget=privacy.total_budget,
                        delta=privacy.delta, data_digest=data_digest)
-
-
-def cumulative_line(book, delta: float) -> str:
-    """The line every release prints: what the data set has spent in all."""
-    total = book.total(delta)
-    return (f"ledger of {book.name}: {total.count} release(s), cumulative data-independent eps "
-            f"{total.eps:.4g} at delta {total.delta:.3g} (`pate ledger` lists them)")
 
 
 @writes_run("label")
@@ -443,7 +436,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
                           None if plan is None else plan.eps)
     echo(result.summary())
     echo(render_table(brief))
-    echo(cumulative_line(book, delta))
+    echo(ledger_mod.cumulative_line(book, delta))
     if moved:
         echo(rundir.stale_message(moved, "labels"))
     echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
