@@ -14,9 +14,9 @@ Neighbouring relation: **replace-one** on the private training set. PATE's parti
 assigns fixed positions of a permutation of range(N) to the teachers, so replacing one
 example changes one teacher's shard and hence one teacher's vote — the relation every
 PATE bound in `analysis` is stated for ("one teacher's vote changes"). DP-SGD's
-Poisson-subsampled Gaussian is accounted under the same relation here (dp-accounting's
-PLD of the subsampled Gaussian with ``NeighboringRelation.REPLACE_ONE``), so the sum is
-about one relation.
+Poisson-subsampled Gaussian is accounted under the same relation here (an RDP curve for
+replace-one derived from the add/remove curve by Mironov's weak triangle inequality, see
+`dpsgd_replace_one_rdp`), so the sum is about one relation.
 
 The kinds of cost (``Cost.kind``):
 
@@ -39,8 +39,14 @@ The kinds of cost (``Cost.kind``):
 - ``"approx"`` (``eps``, ``delta``): an (ε, δ)-DP step with no finer description (the
   LNMax smooth-sensitivity release, `analysis.lnmax_release.release_eps_cost`). Added
   by basic composition (Dwork & Roth 2014, Theorem 3.16).
-- ``"poisson-gaussian"`` (``q``, ``noise_multiplier``, ``steps``): DP-SGD's steps,
-  dp-accounting's PLD under replace-one; no RDP form under replace-one is used.
+- ``"poisson-gaussian"`` (``q``, ``noise_multiplier``, ``steps``): DP-SGD's steps, as
+  an RDP curve under replace-one (`dpsgd_replace_one_rdp`); no PLD. dp-accounting's
+  ``REPLACE_ONE`` PLD of the subsampled Gaussian is *not* used: it is the loss
+  distribution of one pair of mixtures, and a pair that is worst case for one step need
+  not be worst case once steps and other releases are composed (Lebeda, Regehr, Kamath &
+  Steinke, "Avoiding pitfalls for privacy accounting of subsampled mechanisms under
+  composition", 2024). The RDP curve below holds for every replace-one pair, so it
+  composes with the rest (Mironov 2017, Proposition 1).
 
 `compose` gives two routes and publishes the smaller: RDP (the curves add, Mironov
 2017, Proposition 1, converted once) and PLD (dp-accounting composes the privacy loss
@@ -164,9 +170,65 @@ def rr_rdp(eps0: float, orders) -> np.ndarray:
     return np.logaddexp(log_p + a1 * eps0, log_q - a1 * eps0) / a1
 
 
+def sampled_gaussian_rdp(q: float, noise_multiplier: float, orders) -> np.ndarray:
+    """RDP of one Poisson-subsampled Gaussian step (sensitivity 1, noise std
+    ``noise_multiplier``, sampling rate ``q``) under **add/remove-one**, at each order,
+    both directions.
+
+    For integer α the Rényi divergence of the pair μ₀ = N(0, σ²), μ = (1−q)μ₀ + qN(1, σ²)
+    is ``log A_α/(α−1)`` with A_α = Σ_k C(α,k)(1−q)^{α−k} q^k exp((k²−k)/(2σ²))
+    (Mironov, Talwar & Zhang, "Rényi differential privacy of the sampled Gaussian
+    mechanism", 2019, Section 3), and that pair bounds both D_α(μ‖μ₀) and D_α(μ₀‖μ)
+    for every add/remove pair of data sets (ibid.; dp-accounting computes the same). A
+    non-integer order is bounded by the next integer: D_α grows with α (van Erven &
+    Harremoës 2014, Theorem 3)."""
+    orders = np.asarray(orders, dtype=float)
+    out = np.zeros(orders.shape)
+    if q == 0:
+        return out
+    if noise_multiplier == 0:
+        return np.full(orders.shape, np.inf)
+    if q == 1:  # no sampling: the Gaussian mechanism, α/(2σ²) at the next integer order
+        return np.ceil(orders - 1e-12) / (2.0 * noise_multiplier ** 2)
+    from scipy.special import gammaln
+
+    cache: dict[int, float] = {}
+    for i, a in enumerate(orders.ravel()):
+        n = int(math.ceil(a - 1e-12))
+        if n not in cache:
+            k = np.arange(n + 1, dtype=float)
+            with np.errstate(divide="ignore"):
+                log_terms = (gammaln(n + 1) - gammaln(k + 1) - gammaln(n - k + 1) + (n - k) * np.log1p(-q)
+                             + k * math.log(q) + (k * k - k) / (2.0 * noise_multiplier ** 2))
+            cache[n] = max(float(np.logaddexp.reduce(log_terms)), 0.0) / (n - 1)
+        out.flat[i] = cache[n]
+    return out
+
+
+def dpsgd_replace_one_rdp(q: float, noise_multiplier: float, steps: int, orders) -> np.ndarray:
+    """RDP curve of ``steps`` Poisson-subsampled Gaussian steps under **replace-one**.
+
+    Write ε(α) = steps · `sampled_gaussian_rdp`(α), the add/remove curve of the run
+    (adaptive composition, Mironov 2017, Proposition 1). For D' = D − x + x', the chain
+    D → D − x → D' is one removal and one addition, and Mironov 2017, Proposition 11
+    (the weak triangle inequality, p = q = 2) gives
+
+        D_α(M(D) ‖ M(D')) ≤ (α − ½)/(α − 1) · D_{2α}(M(D) ‖ M(D − x)) + D_{2α−1}(M(D − x) ‖ M(D'))
+                          ≤ (α − ½)/(α − 1) · ε(2α) + ε(2α − 1),
+
+    for every replace-one pair (the same bound with D and D' swapped), so the curve
+    composes with other replace-one curves."""
+    orders = np.asarray(orders, dtype=float)
+    if steps == 0 or q == 0:
+        return np.zeros(orders.shape)
+    first = sampled_gaussian_rdp(q, noise_multiplier, 2.0 * orders)
+    second = sampled_gaussian_rdp(q, noise_multiplier, 2.0 * orders - 1.0)
+    return steps * ((orders - 0.5) / (orders - 1.0) * first + second)
+
+
 def rdp(cost: Cost, orders) -> np.ndarray | None:
     """The RDP curve of a cost at ``orders`` (inf where it has none), or None when the cost
-    has no RDP form in this module (``approx``, ``poisson-gaussian``)."""
+    has no RDP form in this module (``approx``)."""
     orders = np.asarray(orders, dtype=float)
     p = cost.params
     if cost.kind == "gaussian":
@@ -183,13 +245,14 @@ def rdp(cost: Cost, orders) -> np.ndarray | None:
             out[ok] = rdp_gnss(o, p["beta"], p["sigma_ss"]) + np.array(
                 [gnss_discrete_correction(x, p["sigma_ss"]) for x in o])
         return out
+    if cost.kind == "poisson-gaussian":
+        return dpsgd_replace_one_rdp(p["q"], p["noise_multiplier"], int(p["steps"]), orders)
     return None
 
 
 def pld(cost: Cost, discretization: float = PLD_DISCRETIZATION):
     """The privacy loss distribution of a cost (dp-accounting), or None when it has none
-    here (``gnss``, ``approx``) or costs nothing."""
-    from dp_accounting import NeighboringRelation
+    here (``gnss``, ``approx``, ``poisson-gaussian``: module docstring) or costs nothing."""
     from dp_accounting.pld import common, privacy_loss_distribution as pld_mod
 
     p = cost.params
@@ -204,13 +267,6 @@ def pld(cost: Cost, discretization: float = PLD_DISCRETIZATION):
         one = pld_mod.from_privacy_parameters(common.DifferentialPrivacyParameters(p["eps0"], 0.0),
                                               value_discretization_interval=discretization)
         return one.self_compose(int(p["count"]))
-    if cost.kind == "poisson-gaussian":
-        if p["steps"] == 0 or p["q"] == 0:
-            return None
-        return pld_mod.from_gaussian_mechanism(
-            standard_deviation=p["noise_multiplier"], value_discretization_interval=discretization,
-            sampling_prob=p["q"], neighboring_relation=NeighboringRelation.REPLACE_ONE,
-        ).self_compose(int(p["steps"]))
     return None
 
 

@@ -101,7 +101,8 @@ RELATION_NOTE = (
     "(the sampling rate and the number of steps are fixed in advance: pate derives them from the "
     "size of the training split, taken as public). eps_replace_one holds for training sets of one "
     "size that differ by replacing one example, the relation PATE's eps is stated for: group "
-    "privacy of size 2 over the add/remove guarantee (an upper bound); compare PATE with it.")
+    "privacy of size 2 over the add/remove guarantee or Mironov's weak triangle inequality for RDP, "
+    "whichever is smaller (both upper bounds); compare PATE with it.")
 
 
 def epsilon_replace_one(noise_multiplier: float, sampling_rate: float, steps: int, delta: float,
@@ -109,7 +110,12 @@ def epsilon_replace_one(noise_multiplier: float, sampling_rate: float, steps: in
     """eps at `delta` of a DP-SGD run for replace-one neighbours: training sets of the same
     size that differ in one example (the relation PATE's ε holds for).
 
-    Formal guarantee: group privacy of size 2 over the add/remove-one guarantee of
+    Returned: the smaller of two upper bounds, each valid on its own: the group-privacy
+    bound derived here, and the replace-one RDP curve that `pate ledger` composes
+    (`analysis.composition.dpsgd_replace_one_rdp`, Mironov 2017, Proposition 11),
+    converted at `delta`.
+
+    First bound: group privacy of size 2 over the add/remove-one guarantee of
     `epsilon`. Fix q and the step count (they are constants of the run); write M for the
     DP-SGD run with them. For D and D' = D − x + x', the chain D → D − x → D' is one
     removal and one addition, and M is (e, d(e))-DP for each, where d(e) is the
@@ -142,6 +148,15 @@ def epsilon_replace_one(noise_multiplier: float, sampling_rate: float, steps: in
     _check(sampling_rate, steps, delta)
     if noise_multiplier <= 0:
         return math.inf
+    from analysis import composition
+
+    triangle = composition.single_eps(composition.dpsgd_cost(sampling_rate, noise_multiplier, steps), delta)
+    return min(triangle, group_privacy_replace_one(noise_multiplier, sampling_rate, steps, delta, accountant, rel_tol))
+
+
+def group_privacy_replace_one(noise_multiplier: float, sampling_rate: float, steps: int, delta: float,
+                              accountant: str = "rdp", rel_tol: float = 1e-6) -> float:
+    """The first (group-privacy) bound of `epsilon_replace_one`, as derived in its docstring."""
     acc = make_accountant(accountant)
     log_target = math.log(delta)
     with _quiet_absl():
@@ -156,7 +171,7 @@ def epsilon_replace_one(noise_multiplier: float, sampling_rate: float, steps: in
             hi *= 2.0
             if hi > 1e4:
                 if accountant == "pld":
-                    return epsilon_replace_one(noise_multiplier, sampling_rate, steps, delta, "rdp", rel_tol)
+                    return group_privacy_replace_one(noise_multiplier, sampling_rate, steps, delta, "rdp", rel_tol)
                 return math.inf
         lo = 0.0
         while hi - lo > rel_tol * hi:

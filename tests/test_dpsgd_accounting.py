@@ -147,9 +147,12 @@ def test_replace_one_is_group_privacy_of_the_exact_gaussian(sigma, steps):
     group = 2 * half
     exact_replace = eps_for_delta(lambda e: gaussian_delta(e, 2 * mu), delta)
     assert exact_replace < group
-    by_pld = acc.epsilon_replace_one(sigma, 1.0, steps, delta, "pld")
+    by_pld = acc.group_privacy_replace_one(sigma, 1.0, steps, delta, "pld")
     assert group * (1 - 1e-9) <= by_pld <= group + 0.02
-    assert acc.epsilon_replace_one(sigma, 1.0, steps, delta, "rdp") >= group * (1 - 1e-9)
+    assert acc.group_privacy_replace_one(sigma, 1.0, steps, delta, "rdp") >= group * (1 - 1e-9)
+    for accountant in ("pld", "rdp"):  # the published value: the smaller bound, never below exact
+        published = acc.epsilon_replace_one(sigma, 1.0, steps, delta, accountant)
+        assert exact_replace <= published <= acc.group_privacy_replace_one(sigma, 1.0, steps, delta, accountant)
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
@@ -168,7 +171,9 @@ def test_replace_one_bounds_the_add_remove_eps_and_the_replaced_pair(accountant,
     assert replace >= add_remove
     accountant_ = acc.make_accountant(accountant)
     accountant_.compose(acc.dp_event(sigma, q, steps))
-    assert (1 + math.exp(replace / 2)) * accountant_.get_delta(replace / 2) <= delta
+    group = acc.group_privacy_replace_one(sigma, q, steps, delta, accountant)
+    assert (1 + math.exp(group / 2)) * accountant_.get_delta(group / 2) <= delta
+    assert replace <= group
     pair = dp_pld.PLDAccountant(dp_accounting.NeighboringRelation.REPLACE_ONE, 1e-4)
     pair.compose(acc.dp_event(sigma, q, steps))
     assert replace >= pair.get_epsilon(delta)
@@ -178,6 +183,6 @@ def test_replace_one_bounds_the_add_remove_eps_and_the_replaced_pair(accountant,
 def test_replace_one_falls_back_to_rdp_past_the_pld_floor():
     """At an eps of about 40 the PLD's tail mass leaves group privacy no solution; the
     RDP accountant's bound is returned, finite and above the add/remove eps."""
-    eps = acc.epsilon_replace_one(2.0, 1.0, 50, 1e-5, "pld")
-    assert eps == acc.epsilon_replace_one(2.0, 1.0, 50, 1e-5, "rdp")
+    eps = acc.group_privacy_replace_one(2.0, 1.0, 50, 1e-5, "pld")
+    assert eps == acc.group_privacy_replace_one(2.0, 1.0, 50, 1e-5, "rdp")
     assert acc.epsilon(2.0, 1.0, 50, 1e-5, "pld") < eps < math.inf

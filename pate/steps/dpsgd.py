@@ -25,7 +25,7 @@ the RDP analysis of Mironov, Talwar & Zhang 2019), q and ``steps`` being fixed i
 advance (they follow from the size of the training split, taken as public). For
 replace-one neighbours, the relation PATE's ε is stated for, ``dpsgd.json`` also gives
 ``eps_replace_one`` (`pate.dpsgd_accounting.epsilon_replace_one`: group privacy of
-size 2). Only the privacy of the training split is protected; the evaluation split and
+size 2 or the RDP weak triangle inequality, the smaller). Only the privacy of the training split is protected; the evaluation split and
 the public pool are not touched in training. Nothing else that depends on the private
 data is written: no loss values, no realised batch sizes (a sum of batch sizes reveals
 membership), no wall times (the training time grows with the realised batch sizes; they
