@@ -1,9 +1,17 @@
-"""PATE against DP-SGD at the same (eps, delta): one JSON object per row (accuracy, eps,
-wall time), then a Markdown table.
+"""PATE against DP-SGD at the same (eps, delta) under ONE neighbouring relation: one JSON
+object per row (accuracy, eps under each relation, wall time), then a Markdown table.
+
+Relations: PATE's eps holds for replace-one neighbours (its partition permutes range(N));
+DP-SGD's usual eps (Tramer & Boneh's) for add/remove-one. ``--relation replace-one``
+(default) calibrates each DP-SGD model to the target eps *under replace-one*
+(``dpsgd.relation``), so every row's ``eps`` is a replace-one eps and the comparison is
+like for like; ``--relation add-remove`` trains the literature's setting. Every row
+also gives each eps it has: ``eps_replace_one`` and ``eps_add_remove`` (PATE: none, its
+partition gives no add/remove guarantee).
 
 DP-SGD rows: `pate dpsgd` for each model and target eps, each in its own run directory
-``ROOT/dpsgd-MODEL-epsE`` (a row already there is read, not trained again; `--no-train`
-reads only). PATE rows: run directories given with `--pate`, and, with
+``ROOT/dpsgd-MODEL-epsE`` (add/remove) or ``ROOT/dpsgd-MODEL-epsE-replace-one`` (a row
+already there is read, not trained again; `--no-train` reads only). PATE rows: run directories given with `--pate`, and, with
 `--pate-teachers RUN`, one row per `--pate-queries N`: the teachers of RUN (hard-linked,
 not retrained) label N pool points and a student is trained, through the product's own
 `pate run` in ``ROOT/pate-qN`` (so a PATE row's wall time is its label + student +
@@ -12,7 +20,8 @@ read from public files only (``release.json``'s headline ε, ``student.json``); 
 private (votes, privacy.json) is opened.
 
     python bench/compare.py [--config configs/fashion_mnist.toml] [--root runs/compare]
-        [--eps 1 2 3] [--models cnn scatternet] [--no-train] [--pate RUN ...]
+        [--eps 1 2 3] [--models cnn scatternet] [--relation replace-one|add-remove]
+        [--no-train] [--pate RUN ...]
         [--pate-teachers RUN --pate-queries 300 800 1500] [--plot compare.png]
 
 Both sides evaluate on the same split: data.public_size onwards of the test split
@@ -56,9 +65,12 @@ def dpsgd_row(workdir: Path) -> dict[str, Any] | None:
     info = _read(workdir / "dpsgd.json")
     if info is None:
         return None
+    replace = _number(info.get("eps_replace_one"))
     return {
         "method": f"dpsgd-{info['model']}",
-        "eps": info["eps"], "target_eps": info.get("target_eps"), "delta": info["delta"],
+        "eps": replace, "relation": "replace-one", "eps_replace_one": replace, "eps_add_remove": info["eps"],
+        "target_eps": info.get("target_eps"), "target_relation": info.get("target_relation", "add/remove-one"),
+        "delta": info["delta"],
         "accuracy": info["accuracy"], "eval_points": info.get("eval_points"),
         "accuracy_test": info.get("accuracy_test"), "test_points": info.get("test_points"),
         "published_accuracy_eps3": PUBLISHED.get(info["model"]),
@@ -90,7 +102,8 @@ def pate_row(workdir: Path) -> dict[str, Any]:
     walls = [_number(d.get("wall_time_s")) for d in (teachers, student)]
     return {
         "method": f"pate-{student.get('method', 'student')}",
-        "eps": eps, "eps_source": source,
+        "eps": eps, "relation": release.get("neighbouring_relation", "replace-one"), "eps_source": source,
+        "eps_replace_one": eps, "eps_add_remove": None,
         "eps_release_cost": _number(public.get("eps_release_cost")),
         "delta": _number(public.get("delta")) or _number(release.get("delta")),
         "accuracy": _number(student.get("accuracy")), "eval_points": student.get("eval_points"),
@@ -135,7 +148,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
         if pts:
             xs, ys = zip(*pts)
             ax.plot(xs, ys, marker="o", label=method)
-    ax.set_xlabel("published ε (δ = 1e-5)")
+    ax.set_xlabel("published ε, replace-one neighbours (δ = 1e-5)")
     ax.set_ylabel("accuracy (evaluation split)")
     ax.set_title("Fashion-MNIST: PATE student vs DP-SGD")
     ax.grid(alpha=0.3)
@@ -145,24 +158,25 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
-def train(config_path: str, workdir: Path, model: str, eps: float) -> None:
+def train(config_path: str, workdir: Path, model: str, eps: float, relation: str) -> None:
     from pate.config import load_config
     from pate.steps.dpsgd import train_dpsgd
 
-    config = load_config(config_path, {"dpsgd.model": model, "dpsgd.eps": eps})
-    print(f"# training dpsgd {model} at eps {eps:g} in {workdir}", file=sys.stderr)
+    config = load_config(config_path, {"dpsgd.model": model, "dpsgd.eps": eps, "dpsgd.relation": relation})
+    print(f"# training dpsgd {model} at eps {eps:g} ({relation}) in {workdir}", file=sys.stderr)
     train_dpsgd(config, workdir, show_progress=False, echo=lambda s: print(f"# {s}", file=sys.stderr))
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| method | eps | accuracy (eval split) | accuracy (whole test) | wall time (s) |",
-             "|---|---|---|---|---|"]
+    lines = ["| method | eps, replace-one | eps, add/remove-one | accuracy (eval split) | accuracy (whole test) "
+             "| wall time (s) |", "|---|---|---|---|---|---|"]
 
     def fmt(x, spec):
         return "-" if x is None else format(x, spec)
 
     for r in rows:
-        lines.append(f"| {r['method']} | {fmt(r['eps'], '.2f')} | {fmt(r['accuracy'], '.4f')} | "
+        lines.append(f"| {r['method']} | {fmt(r['eps_replace_one'], '.2f')} | {fmt(r['eps_add_remove'], '.2f')} | "
+                     f"{fmt(r['accuracy'], '.4f')} | "
                      f"{fmt(r.get('accuracy_test'), '.4f')} | {fmt(r['wall_time_s'], '.0f')} |")
     return "\n".join(lines)
 
@@ -175,6 +189,8 @@ def main(argv=None) -> int:
     parser.add_argument("--eps", type=float, nargs="+", default=[1.0, 2.0, 3.0])
     parser.add_argument("--models", nargs="*", choices=["cnn", "scatternet"], default=["cnn", "scatternet"],
                         help="DP-SGD models (none: PATE rows only)")
+    parser.add_argument("--relation", choices=["replace-one", "add-remove"], default="replace-one",
+                        help="the relation DP-SGD's target eps holds for (replace-one: PATE's)")
     parser.add_argument("--no-train", action="store_true", help="read existing DP-SGD rows only")
     parser.add_argument("--pate", nargs="*", default=[], help="PATE run directories to read")
     parser.add_argument("--pate-teachers", default=None,
@@ -188,10 +204,11 @@ def main(argv=None) -> int:
     rows = []
     for model in args.models:
         for eps in args.eps:
-            workdir = Path(args.root) / f"dpsgd-{model}-eps{eps:g}"
+            suffix = "-replace-one" if args.relation == "replace-one" else ""
+            workdir = Path(args.root) / f"dpsgd-{model}-eps{eps:g}{suffix}"
             row = dpsgd_row(workdir)
             if row is None and not args.no_train:
-                train(args.config, workdir, model, eps)
+                train(args.config, workdir, model, eps, args.relation)
                 row = dpsgd_row(workdir)
             if row is None:
                 print(f"# no DP-SGD result in {workdir} (run without --no-train)", file=sys.stderr)

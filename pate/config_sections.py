@@ -296,6 +296,9 @@ class DpsgdConfig:
     gradient to L2 norm `clip_norm`, adds Gaussian noise of std `noise multiplier *
     clip_norm` (the multiplier calibrated so that `epochs` passes spend `eps` at
     `[privacy] delta` under `accountant`) and takes an SGD step with `momentum`.
+    `relation` names the neighbouring relation `eps` is a target for: "add-remove"
+    (the DP-SGD literature's, Tramer & Boneh's included) or "replace-one" (PATE's: set it
+    to compare the two like for like; `pate.dpsgd_accounting.calibrate_noise`).
 
     `model = "cnn"`: Tramer & Boneh's end-to-end CNN (tanh): convolutions of
     `conv_features` channels, kernels `conv_kernels`, strides `conv_strides`, zero
@@ -309,6 +312,7 @@ class DpsgdConfig:
 
     model: Literal["cnn", "scatternet"] = "scatternet"
     eps: float = 3.0
+    relation: Literal["add-remove", "replace-one"] = "add-remove"
     accountant: Literal["rdp", "pld"] = "rdp"
     clip_norm: float = 0.1
     momentum: float = 0.9

@@ -184,9 +184,14 @@ def group_privacy_replace_one(noise_multiplier: float, sampling_rate: float, ste
 
 
 def calibrate_noise(target_eps: float, delta: float, sampling_rate: float, steps: int,
-                    accountant: str = "rdp", tol: float = 1e-4) -> float:
+                    accountant: str = "rdp", tol: float = 1e-4, relation: str = RELATION) -> float:
     """The smallest noise multiplier (to within `tol`) whose eps at `delta` is at most
     `target_eps` for `steps` Poisson-subsampled Gaussian steps at rate `sampling_rate`.
+
+    ``relation`` is the neighbouring relation the target holds for: `RELATION`
+    (add/remove-one, `epsilon` under `accountant`) or `RELATION_REPLACE` (replace-one:
+    the RDP weak-triangle bound of `epsilon_replace_one`, whatever `accountant`; it is
+    the bound `pate ledger` composes, so the ledger charges the target).
 
     eps is decreasing in sigma, so the search is a bracketed root find
     (`dp_accounting.calibrate_dp_mechanism`); the result is then nudged up until the
@@ -199,6 +204,10 @@ def calibrate_noise(target_eps: float, delta: float, sampling_rate: float, steps
     if not (target_eps > 0 and math.isfinite(target_eps)):
         raise PateError(f"target eps must be a positive number, got {target_eps}")
     _check(sampling_rate, steps, delta)
+    if relation == RELATION_REPLACE:
+        return _calibrate_replace_one(target_eps, delta, sampling_rate, steps, tol)
+    if relation != RELATION:
+        raise PateError(f"unknown neighbouring relation {relation!r}; one of {RELATION}, {RELATION_REPLACE}")
     upper = 1e4
     if epsilon(upper, sampling_rate, steps, delta, accountant) > target_eps:
         raise PateError(f"eps = {target_eps} at delta = {delta} is out of reach even with noise "
@@ -222,6 +231,30 @@ def calibrate_noise(target_eps: float, delta: float, sampling_rate: float, steps
     while epsilon(sigma, sampling_rate, steps, delta, accountant) > target_eps:
         sigma += tol
     return sigma
+
+
+def _calibrate_replace_one(target_eps: float, delta: float, sampling_rate: float, steps: int,
+                           tol: float) -> float:
+    """`calibrate_noise` for replace-one: bisection on the weak-triangle ε, which falls as
+    sigma grows (every Rényi divergence of the sampled Gaussian does); the returned sigma
+    is one the bound was checked at."""
+    from analysis import composition
+
+    def eps(sigma: float) -> float:
+        return composition.single_eps(composition.dpsgd_cost(sampling_rate, sigma, steps), delta)
+
+    lo, hi = 1e-2, 1e4
+    if eps(hi) > target_eps:
+        raise PateError(f"eps = {target_eps} (replace-one) at delta = {delta} is out of reach even with "
+                        f"noise multiplier {hi:g} for {steps} steps at sampling rate {sampling_rate:.4g}; "
+                        "raise --eps or train fewer steps")
+    while hi - lo > tol:
+        mid = 0.5 * (lo + hi)
+        if eps(mid) <= target_eps:
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def _check(sampling_rate: float, steps: int, delta: float) -> None:

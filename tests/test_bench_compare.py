@@ -32,6 +32,7 @@ def test_pate_rows_from_one_ensemble(trained_run, tmp_path, capsys):
         student = json.loads((root / f"pate-q{q}" / "student.json").read_text())
         assert r["eps"] == release["eps"] and r["eps_source"] == "release.json:eps"
         assert r["accuracy"] == student["accuracy"]
+        assert r["relation"] == "replace-one" and r["eps_replace_one"] == r["eps"] and r["eps_add_remove"] is None
         assert r["wall_time_parts"]["teachers"] is not None
     assert pate[0]["eps"] > 0 and pate[0]["delta"] > 0
     # The teachers were linked, not retrained: same inodes, untouched files.
@@ -47,3 +48,19 @@ def test_pate_rows_from_one_ensemble(trained_run, tmp_path, capsys):
     assert compare.main(["--config", str(TINY), "--root", str(root), "--models", "--no-train",
                          "--pate-teachers", str(run), "--pate-queries", "20"]) == 0
     assert (root / "pate-q20" / "student.json").stat().st_mtime_ns == mtime
+
+
+def test_dpsgd_rows_give_the_replace_one_eps(tmp_path):
+    """A DP-SGD row's eps is its replace-one eps (PATE's relation), whatever relation its
+    target was set under; the add/remove eps is the second column."""
+    compare = _compare()
+    run = tmp_path / "dpsgd-scatternet-eps2-replace-one"
+    run.mkdir()
+    info = {"model": "scatternet", "eps": 0.9, "eps_replace_one": 2.0, "target_eps": 2.0,
+            "target_relation": "replace-one", "delta": 1e-5, "accuracy": 0.88, "noise_multiplier": 9.0,
+            "epochs": 60.0, "batch_size": 8192, "accountant": "rdp"}
+    (run / "dpsgd.json").write_text(json.dumps(info))
+    row = compare.dpsgd_row(run)
+    assert (row["eps"], row["eps_replace_one"], row["eps_add_remove"]) == (2.0, 2.0, 0.9)
+    assert row["relation"] == "replace-one" and row["target_relation"] == "replace-one"
+    assert "| dpsgd-scatternet | 2.00 | 0.90 | 0.8800 |" in compare.table([row])

@@ -182,7 +182,7 @@ def test_tiny_run_through_the_cli(tiny_dpsgd):
     assert not [key for key in info if "time" in key]
     assert "wall time" in output and "training" in output
     # Each eps names its neighbouring relation; the replace-one one (PATE's) is the larger.
-    assert info["neighbouring_relation"] == "add/remove-one"
+    assert info["neighbouring_relation"] == info["target_relation"] == "add/remove-one"
     assert "replace-one" in output and "replacing one example" in info["neighbouring_relation_note"]
     assert info["eps_replace_one"] == pytest.approx(dpsgd_accounting.epsilon_replace_one(
         info["noise_multiplier"], info["sampling_rate"], info["steps"], info["delta"]), rel=1e-9)

@@ -69,6 +69,22 @@ def test_calibration_meets_the_target_and_is_tight(target):
     assert loop_epsilon(q, sigma, steps, delta) == pytest.approx(target, rel=0.03)
 
 
+def test_replace_one_calibration_meets_its_target_and_needs_more_noise():
+    """A replace-one target (to compare with PATE like for like) is met by the published
+    replace-one eps, tightly for the weak-triangle bound it calibrates on, and needs more
+    noise than the same add/remove target; an unknown relation is refused."""
+    from analysis import composition
+
+    q, steps, delta, target = 0.05, 200, 1e-5, 2.0
+    sigma = acc.calibrate_noise(target, delta, q, steps, relation=acc.RELATION_REPLACE)
+    assert acc.epsilon_replace_one(sigma, q, steps, delta) <= target
+    triangle = composition.single_eps(composition.dpsgd_cost(q, sigma * 0.99, steps), delta)
+    assert triangle > target
+    assert sigma > acc.calibrate_noise(target, delta, q, steps)
+    with pytest.raises(PateError, match="relation"):
+        acc.calibrate_noise(target, delta, q, steps, relation="add-one")
+
+
 def test_pld_is_tighter_and_calibrates_less_noise():
     q, steps, delta = 0.05, 200, 1e-5
     eps_rdp = acc.epsilon(1.2, q, steps, delta, "rdp")

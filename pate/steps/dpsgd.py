@@ -168,6 +168,7 @@ class DpsgdResult:
     batch_size: int
     wall_time_s: float
     eps_replace_one: float = math.nan
+    target_relation: str = "add/remove-one"
 
     def summary(self) -> str:
         return "\n".join([
@@ -175,8 +176,9 @@ class DpsgdResult:
             f"{self.epochs:.1f} epochs), noise multiplier {self.noise_multiplier:.4f}",
             f"dpsgd accuracy on the evaluation split ({self.eval_points} points): {self.accuracy:.4f} "
             f"(whole test split, {self.test_points} points: {self.accuracy_test:.4f})",
-            f"dpsgd eps = {self.eps:.4f} at delta = {self.delta:g} (target {self.target_eps:g}; "
-            f"add/remove-one neighbours); replace-one neighbours: eps = {self.eps_replace_one:.4f}",
+            f"dpsgd eps = {self.eps:.4f} at delta = {self.delta:g} (add/remove-one neighbours); "
+            f"replace-one neighbours: eps = {self.eps_replace_one:.4f}; target {self.target_eps:g} "
+            f"({self.target_relation})",
             f"wall time: {self.wall_time_s:.1f} s (printed only: it depends on the private batch sizes)",
         ])
 
@@ -236,7 +238,9 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     batch_size, learning_rate, epochs = cfg.training()
     rate = min(1.0, batch_size / n)
     steps = max(1, round(epochs / rate))
-    noise_multiplier = dpsgd_accounting.calibrate_noise(cfg.eps, delta, rate, steps, cfg.accountant)
+    relation = dpsgd_accounting.RELATION_REPLACE if cfg.relation == "replace-one" else dpsgd_accounting.RELATION
+    noise_multiplier = dpsgd_accounting.calibrate_noise(cfg.eps, delta, rate, steps, cfg.accountant,
+                                                        relation=relation)
     # The model is a release of the private train split: its ledger refuses it over the
     # data set's total budget before any training (`pate.ledger`).
     cost = composition.dpsgd_cost(rate, noise_multiplier, steps)
@@ -273,7 +277,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
 
     echo(f"dpsgd: {cfg.model} ({num_params} parameters) on {n} private training points; "
          f"{steps} steps of Poisson rate {rate:.5f} (expected batch {rate * n:.0f}), "
-         f"noise multiplier {noise_multiplier:.4f} for eps {cfg.eps:g} at delta {delta:g} "
+         f"noise multiplier {noise_multiplier:.4f} for eps {cfg.eps:g} ({relation}) at delta {delta:g} "
          f"({cfg.accountant.upper()})")
     train_start = time.time()
     with Progress("dpsgd step", steps, show=show_progress) as bar:
@@ -297,7 +301,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     accuracy_test = float(np.mean(pred == test_y))
     result = DpsgdResult(model=cfg.model, accuracy=accuracy, accuracy_test=accuracy_test,
                          eval_points=int(test_y.size - pool), test_points=int(test_y.size), eps=eps,
-                         target_eps=cfg.eps, delta=delta, noise_multiplier=noise_multiplier, steps=steps,
+                         target_eps=cfg.eps, target_relation=relation, delta=delta, noise_multiplier=noise_multiplier, steps=steps,
                          epochs=steps * rate, batch_size=batch_size, wall_time_s=time.time() - start,
                          eps_replace_one=eps_replace)
 
@@ -320,6 +324,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
         "test_points": result.test_points,
         "eps": eps,
         "target_eps": cfg.eps,
+        "target_relation": relation,
         "delta": delta,
         "neighbouring_relation": dpsgd_accounting.RELATION,
         "eps_replace_one": eps_replace,
