@@ -59,7 +59,8 @@ def test_event_matches_the_plain_loop_rdp(q, sigma, steps):
     assert acc.epsilon(sigma, q, int(steps), 1e-5) <= eps * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("target", [1.0, 2.0, 3.0])
+@pytest.mark.parametrize("target", [pytest.param(1.0, marks=pytest.mark.slow), 2.0,
+                                    pytest.param(3.0, marks=pytest.mark.slow)])
 def test_calibration_meets_the_target_and_is_tight(target):
     q, steps, delta = 2048 / 60000, 600, 1e-5
     sigma = acc.calibrate_noise(target, delta, q, steps)
@@ -85,6 +86,7 @@ def test_replace_one_calibration_meets_its_target_and_needs_more_noise():
         acc.calibrate_noise(target, delta, q, steps, relation="add-one")
 
 
+@pytest.mark.slow  # PLD calibration takes ~20 s; run with -m slow
 def test_pld_is_tighter_and_calibrates_less_noise():
     q, steps, delta = 0.05, 200, 1e-5
     eps_rdp = acc.epsilon(1.2, q, steps, delta, "rdp")

@@ -152,6 +152,7 @@ def test_real_nan_from_a_huge_learning_rate(tiny_config, tmp_path):
         teachers.train_teachers(config, tmp_path / "r", show_progress=False)
 
 
+@pytest.mark.slow  # about 1 min of CPU: fake devices; run with -m slow (and on a GPU)
 def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
     """6 teachers over 4 (forced host) devices: padded to 8, sharded (shard_map), with and
     without chunks, give the parameters and votes of one device."""
@@ -279,6 +280,7 @@ def test_quickstart_on_fashion_mnist(tmp_path):
     assert result.accuracies.mean() > 0.7 and result.ensemble_accuracy > 0.75
 
 
+@pytest.mark.slow  # retrains the ensemble twice; run with -m slow
 def test_teacher_chunks_change_speed_not_results(tiny_config, tmp_path, trained_run):
     straight, _ = trained_run  # all 6 teachers in one vmap
     chunked = replace(tiny_config, teacher_chunk=4)  # a chunk of 4, then a remainder of 2
@@ -289,6 +291,7 @@ def test_teacher_chunks_change_speed_not_results(tiny_config, tmp_path, trained_
     assert_trees_close(a.params, b.params, atol=1e-5)
 
 
+@pytest.mark.slow  # a subprocess that trains; run with -m slow
 def test_distributed_flag(tmp_path):
     """`--distributed` initialises jax.distributed (here: a one-process 'cluster')."""
     import socket
