@@ -275,3 +275,16 @@ def test_summary_shows_the_headline_eps():
     text = pipeline.RunSummary(**common, eps=4.3, delta_total=2e-5).summary()
     assert "HEADLINE eps:          4.300  at delta 2e-05" in text
     assert "HEADLINE eps:          n/a" in pipeline.RunSummary(**common, eps=None, delta_total=None).summary()
+
+
+@pytest.mark.parametrize("setting,needle", [("aggregation.queries=100000", "more than the"),
+                                            ("aggregation.threshold=1e6", "above the")])
+def test_run_refuses_what_the_config_implies_before_training(tmp_path, setting, needle):
+    """A query count beyond the pool or a threshold above the ensemble is refused before
+    the teachers train: one line, exit 1, no run directory written."""
+    workdir = tmp_path / "run"
+    result = CliRunner().invoke(main, ["run", "--config", str(TINY), "--workdir", str(workdir), "--no-progress",
+                                       "--set", 'aggregation.mechanism="confident-gnmax"', "--set", setting])
+    assert result.exit_code == 1 and needle in result.output, result.output
+    assert result.output.strip().count("\n") == 0
+    assert not (workdir / rundir.TEACHERS_JSON).exists() and not (workdir / "teachers").exists()

@@ -334,14 +334,18 @@ def preflight(config: Config, seed: int | None) -> None:
     """Every check that can be made before a step runs, made before the first one: a
     failure after `label` would have spent the privacy of a release for nothing.
 
-    Checks the seed (0 <= seed < 2**128, used by the aggregator and the sanitised release)
-    and the release settings (`pate.steps.label.check_accountable`).
+    Checks the seed (0 <= seed < 2**128, used by the aggregator and the sanitised release),
+    the release settings (`pate.steps.label.check_accountable`), and the query count and
+    threshold against what the config alone fixes (the pool is the first
+    ``data.public_size`` test points; the ensemble has ``teachers.num_teachers``), so hours
+    of teacher training never end in a refusal the config already implied.
     """
     from pate.aggregation import noise_source
-    from pate.steps.label import check_accountable
+    from pate.steps.label import check_accountable, resolve
 
     noise_source(seed)  # the same 128-bit check serves the aggregator and the release
     check_accountable(config.aggregation, config.privacy)
+    resolve(config.aggregation, num_teachers=config.teachers.num_teachers, pool_size=config.data.public_size)
 
 
 def check_budget(config: Config, run_dir: rundir.RunDir) -> None:
