@@ -13,7 +13,7 @@ the papers did.
     python bench/release_noise.py --workdir RUN [--config configs/fashion_mnist.toml]
         [--rows "threshold:sigma_threshold:sigma:queries" ...] [--draws 3] [--seed 0]
 
-The expectation (`analysis.report.release_expectation`) is over the release noise
+The expectation (`analysis.release_expectation.release_expectation`) is over the release noise
 Z ~ N(0, 1) (Gauss-Hermite, 40 nodes) at the config's fixed release order, cost and β:
 E[min(DI route, conv(max(0, f + s Z) + cost))] with f the data-dependent RDP at that order
 and s the GNSS noise std (both private), the grid rounding ignored. One JSON object per
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="aggregator noise seed (benchmark only)")
     args = parser.parse_args(argv)
 
-    from analysis.report import release_expectation
+    from analysis.release_expectation import release_expectation
     from pate import aggregation, rundir
     from pate.config import load_config
     from pate.data import load_dataset, split

@@ -24,7 +24,7 @@ def _bench():
                                                 (0.0, 0.5, math.inf)])
 def test_expected_headline_matches_monte_carlo(f, s, independent):
     from analysis.rdp import eps_from_rdp
-    from analysis.report import expected_headline
+    from analysis.release_expectation import expected_headline
 
     mean, tail = expected_headline(f, s, 0.2, 12.0, 1e-5, "classic", independent)
     z = np.random.default_rng(0).standard_normal(200_000)
