@@ -29,8 +29,9 @@ Modules (each imported on first use):
   (`gnmax_eps`, `lnmax_eps`, `gaussian_events`): the tightest.
 - `rdp` — Rényi DP → (ε, δ) conversions (`eps_from_rdp`, "classic" | "improved").
 - `plan` — the least noise for a budget (`plan`, `render`; here `plan_noise`, `render_plan`).
-- `report` — the ε report (`lnmax_report`, `gnmax_report`, `data_independent_items`);
-  its table and files are `analysis.report_io`'s (`render_table`, `to_json`, `write_outputs`).
+- `report` — the ε report (`lnmax_report`, `gnmax_report`); its table and files are
+  `analysis.report_io`'s (`render_table`, `to_json`, `write_outputs`), the data-independent
+  ε under every accountant `analysis.accountants`'s (`data_independent_items`).
 - `votes` — reading and validating vote files (`load_votes`, `check_votes`,
   `labels_to_votes`).
 
@@ -55,7 +56,7 @@ _FUNCTIONS = {
     "render_plan": ("plan", "render"),
     "lnmax_report": ("report", "lnmax_report"),
     "gnmax_report": ("report", "gnmax_report"),
-    "data_independent_items": ("report", "data_independent_items"),
+    "data_independent_items": ("accountants", "data_independent_items"),
     "render_table": ("report_io", "render_table"),
     "to_json": ("report_io", "to_json"),
     "write_outputs": ("report_io", "write_outputs"),

@@ -127,22 +127,14 @@ class Cost:
 
 def labels_cost(mechanism, num_queries: int, *, max_answers: int | None = None) -> Cost:
     """The data-independent cost of a label release: `num_queries` queries of a
-    `analysis.mechanisms` record (Confident-GNMax: the threshold step on every query and
-    GNMax on ``max_answers`` of them when the cap was fixed in advance, else on all —
-    what `analysis.gnmax.data_independent_eps` composes)."""
-    from analysis import mechanisms
-
+    `analysis.mechanisms` record, as the record states it (``mechanism.cost``: LNMax
+    ``count`` answers of a 2γ-DP mechanism; GNMax μ² = 2N/σ²; Confident-GNMax the
+    threshold step on every query and GNMax on ``max_answers`` of them when the cap was
+    fixed in advance, else on all — what `analysis.gnmax.data_independent_eps` composes)."""
     n = int(num_queries)
     if n < 0:
         raise PateError(f"num_queries must be >= 0, got {num_queries}")
-    if isinstance(mechanism, mechanisms.LNMax):
-        return Cost("pure", {"eps0": 2.0 * mechanism.gamma, "count": n})
-    if isinstance(mechanism, mechanisms.GNMax):
-        return Cost("gaussian", {"mu2": 2.0 * n / mechanism.sigma ** 2})
-    if isinstance(mechanism, mechanisms.ConfidentGNMax):
-        a = n if max_answers is None else min(int(max_answers), n)
-        return Cost("gaussian", {"mu2": n / mechanism.sigma_threshold ** 2 + 2.0 * a / mechanism.sigma ** 2})
-    raise PateError(f"no cost is known for mechanism {mechanism!r}")
+    return mechanism.cost(n, max_answers=max_answers)
 
 
 def gnss_cost(beta: float, sigma_ss: float) -> Cost:

@@ -351,7 +351,7 @@ def data_dependent_eps(
     orders = check_orders(orders)
     mech = mechanism_name(threshold, sigma_threshold)
     n = votes.shape[0]
-    if mech == "gnmax":
+    if threshold is None:  # GNMax (`mechanism_name` checked: both threshold parameters or neither)
         if answered_mask is not None:
             raise PateError("answered_mask applies to Confident-GNMax only")
         curve = rdp(log_q(votes, sigma), sigma, orders).sum(axis=0)

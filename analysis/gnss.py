@@ -17,8 +17,8 @@ from analysis.gnmax_sensitivity import total_profile
 from analysis.rdp import check_orders, eps_from_rdp
 from analysis.validation import check_counts, check_delta, check_sigma, teachers_of
 
-__all__ = ["rdp_gnss", "gnss_sigma_for_cost", "gnss_discrete_correction", "SanitizedEps", "sanitized_eps",
-           "RELEASE_GRID"]
+__all__ = ["rdp_gnss", "gnss_sigma_for_cost", "gnss_discrete_correction", "gnss_parameters",
+           "gnss_headline_independent", "with_release", "SanitizedEps", "sanitized_eps", "RELEASE_GRID"]
 
 
 def rdp_gnss(orders, beta, sigma_ss):
@@ -89,6 +89,58 @@ def gnss_sigma_for_cost(order, beta, max_rdp):
 RELEASE_GRID = 1e-3  # default grid step of the published sanitised RDP (public)
 BETA_TIMES_ORDER = 0.1  # default GNSS smoothness: beta = 0.1 / order (the 2018 paper's choice)
 _FLOAT_MARGIN = 1e-9  # relative slack on the smooth sensitivity for floating-point error
+
+
+MAX_RELEASE_COST = 10.0  # RDP a GNSS release may spend at its order
+
+
+def gnss_parameters(order: float, beta: float | None = None, release_cost: float = 0.2):
+    """Public GNSS release parameters at ``order``: β (default 0.1/order,
+    :data:`BETA_TIMES_ORDER`) and the σ_ss whose release costs ``release_cost`` in RDP at
+    that order (`gnss_sigma_for_cost`). Functions of public numbers only.
+
+    Raises:
+      PateError: ``release_cost`` above :data:`MAX_RELEASE_COST` (the release would be
+        almost noiseless and its ε meaningless).
+    """
+    if not 0 < float(release_cost) <= MAX_RELEASE_COST:
+        raise PateError(f"--release-cost must lie in (0, {MAX_RELEASE_COST:g}] (RDP at the release order), got "
+                        f"{release_cost:g}: a larger cost leaves the sanitised eps almost noiseless")
+    beta = BETA_TIMES_ORDER / order if beta is None else float(beta)
+    return beta, gnss_sigma_for_cost(order, beta, release_cost)
+
+
+def gnss_headline_independent(independent, beta: float, sigma_ss: float, delta: float,
+                              conversion: str) -> tuple[float, float]:
+    """ε of the labels' data-independent RDP curve composed with the GNSS release.
+
+    The sanitised value is released too, so a data-independent headline must count it:
+    ``min_λ conv(ρ_DI(λ) + rdp_gnss(λ) + discrete correction)`` over the orders of the
+    curve where the GNSS cost is finite (Mironov 2017, Proposition 1: RDP adds). Returns
+    ``(eps, order)``; public (no vote enters).
+    """
+    orders = np.asarray(independent.orders, dtype=float)
+    feasible = orders * -math.expm1(-2.0 * beta) < 1.0
+    if not feasible.any():
+        return math.inf, math.nan
+    o = orders[feasible]
+    cost = rdp_gnss(o, beta, sigma_ss) + np.array([gnss_discrete_correction(x, sigma_ss) for x in o])
+    eps, order = eps_from_rdp(o, np.asarray(independent.rdp)[feasible] + cost, delta, conversion)
+    return float(eps), float(order)
+
+
+def with_release(independent, delta: float, *, conversion: str = "classic", beta: float | None = None,
+                 release_order: float | None = None, release_cost: float = 0.2) -> tuple[float, float, str]:
+    """``(eps, delta_total, how)``: the labels' data-independent RDP curve
+    (``independent``, an `analysis.gnmax.EpsResult`) composed with the GNSS release at its
+    default order (the data-independent optimum, or ``release_order``), β = 0.1/order (or
+    ``beta``) and ``release_cost`` of RDP there (:func:`gnss_headline_independent`), at δ.
+    Public: no vote enters.
+    """
+    order = float(independent.order if release_order is None else release_order)
+    beta, sigma_ss = gnss_parameters(order, beta, release_cost)
+    eps, _ = gnss_headline_independent(independent, beta, sigma_ss, delta, conversion)
+    return eps, delta, f"GNSS release at order {order:g}, RDP cost {release_cost:g}"
 
 
 def gnss_discrete_correction(order, sigma_ss) -> float:
@@ -185,28 +237,14 @@ def sanitized_eps(
     Raises:
       PateError: bad parameters, or a release whose cost, sensitivity or value is not finite.
     """
-    from analysis.noise import NoiseSource, discrete_gaussian
-
-    votes = check_counts(votes)
-    if votes.ndim != 2:
-        raise PateError(f"votes must be a (queries, classes) array, got shape {votes.shape}")
-    T = teachers_of(votes, num_teachers)
-    check_counts(votes, T)
+    votes, T = _checked_votes(votes, num_teachers)
     sigma = check_sigma(sigma)
     delta = check_delta(delta)
     order = float(check_orders([order])[0])
     grid = float(grid)
     if not (grid > 0 and math.isfinite(grid)):
         raise PateError(f"grid must be a positive number, got {grid}")
-    mech = mechanism_name(threshold, sigma_threshold)
-    if mech == "confident-gnmax":
-        sigma_threshold = check_sigma(sigma_threshold, "sigma_threshold")
-        if accounting not in ("joint", "realised"):
-            raise PateError(f"accounting must be 'joint' or 'realised', got {accounting!r}")
-    else:
-        accounting = None
-        if answered_mask is not None:
-            raise PateError("answered_mask applies to Confident-GNMax only")
+    mech, sigma_threshold, accounting = _checked_threshold(threshold, sigma_threshold, answered_mask, accounting)
     cost = float(rdp_gnss([order], beta, sigma_ss)[0]) + gnss_discrete_correction(order, sigma_ss)
     if not math.isfinite(cost):
         raise PateError(f"the GNSS release at order {order:g} has no finite cost (beta {beta:g}, "
@@ -219,13 +257,7 @@ def sanitized_eps(
     if not (math.isfinite(f) and math.isfinite(ss)):
         raise PateError(f"the data-dependent RDP ({f}) or its smooth sensitivity ({ss}) is not finite "
                         "at these noise levels: nothing can be released; raise --sigma/--sigma-threshold")
-    ss_units = ss / grid * (1.0 + _FLOAT_MARGIN) + 1.0
-    std_units = float(sigma_ss) * ss_units
-    if not math.isfinite(std_units * std_units):
-        raise PateError(f"the release noise is not finite (grid {grid:g}); use a larger grid")
-    source = NoiseSource() if noise is None else noise
-    z = discrete_gaussian(source, Fraction(float(sigma_ss)) ** 2 * Fraction(ss_units) ** 2)
-    units = max(0, int(round(f / grid)) + z)
+    units, std_units = _draw(f, ss, grid, sigma_ss, noise)
     released = units * grid
     eps, _ = eps_from_rdp([order], [released + cost], delta, conversion)
     eps_exact, _ = eps_from_rdp([order], [f + cost], delta, conversion)
@@ -235,3 +267,41 @@ def sanitized_eps(
         accounting=accounting, rdp_exact=f, eps_exact=float(eps_exact), smooth_sensitivity=ss,
         noise_std=std_units * grid,
     )
+
+
+def _checked_votes(votes, num_teachers):
+    """The vote histogram as a checked ``(queries, classes)`` array, and its teacher count."""
+    votes = check_counts(votes)
+    if votes.ndim != 2:
+        raise PateError(f"votes must be a (queries, classes) array, got shape {votes.shape}")
+    T = teachers_of(votes, num_teachers)
+    check_counts(votes, T)
+    return votes, T
+
+
+def _checked_threshold(threshold, sigma_threshold, answered_mask, accounting):
+    """``(mechanism name, σ₁, accounting)`` of the threshold parameters: both or neither
+    (GNMax, no accounting and no answered mask)."""
+    mech = mechanism_name(threshold, sigma_threshold)
+    if threshold is None:
+        if answered_mask is not None:
+            raise PateError("answered_mask applies to Confident-GNMax only")
+        return mech, sigma_threshold, None
+    if accounting not in ("joint", "realised"):
+        raise PateError(f"accounting must be 'joint' or 'realised', got {accounting!r}")
+    return mech, check_sigma(sigma_threshold, "sigma_threshold"), accounting
+
+
+def _draw(f: float, ss: float, grid: float, sigma_ss: float, noise) -> tuple[int, float]:
+    """The released grid value ``max(0, round(f/g) + Z)`` in grid units, Z an exact discrete
+    Gaussian of std σ_ss·S̃ with S̃ = S/g·(1 + 1e-9) + 1 (`sanitized_eps`), and that std in
+    grid units. ``noise``: an ``analysis.noise.NoiseSource`` (fresh OS entropy when None)."""
+    from analysis.noise import NoiseSource, discrete_gaussian
+
+    ss_units = ss / grid * (1.0 + _FLOAT_MARGIN) + 1.0
+    std_units = float(sigma_ss) * ss_units
+    if not math.isfinite(std_units * std_units):
+        raise PateError(f"the release noise is not finite (grid {grid:g}); use a larger grid")
+    source = NoiseSource() if noise is None else noise
+    z = discrete_gaussian(source, Fraction(float(sigma_ss)) ** 2 * Fraction(ss_units) ** 2)
+    return max(0, int(round(f / grid)) + z), std_units

@@ -78,6 +78,16 @@ def release_eps_cost(beta, delta) -> float:
     return eps
 
 
+def with_release(eps_labels: float, delta: float, beta: float | None = None) -> tuple[float, float, str]:
+    """``(eps, delta_total, how)``: a data-independent ε of the labels, ``eps_labels`` at
+    ``delta``, with the smooth-sensitivity release composed in — its (ε_r, δ) at β
+    (``beta``, default :data:`DEFAULT_BETA`) added by basic composition (Dwork & Roth
+    2014, Theorem 3.16), so at 2δ. Public: no vote enters."""
+    beta = DEFAULT_BETA if beta is None else beta
+    cost = release_eps_cost(beta, delta)
+    return eps_labels + cost, 2 * delta, f"smooth-sensitivity release, beta {beta:g}, +eps {cost:.4f}"
+
+
 def sanitized_eps(votes, gamma, delta, beta=DEFAULT_BETA, moments=DEFAULT_MOMENTS,
                   noise=None, grid: float = RELEASE_GRID) -> SanitizedEps:
     """Releases the data-dependent ε with smooth-sensitivity discrete Laplace noise on a grid.

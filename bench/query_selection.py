@@ -58,7 +58,7 @@ def student_probs(student, images: np.ndarray, batch_size: int = 500) -> np.ndar
 
 
 def main(argv=None) -> int:
-    from analysis.report import release_expectation
+    from analysis.release_expectation import release_expectation
     from pate import aggregation, rundir
     from pate.config import load_config
     from pate.data import load_dataset, split

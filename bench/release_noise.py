@@ -21,7 +21,7 @@ private values — how the default release settings of configs/fashion_mnist.tom
 justified (README, threat model). With ``--target E`` the row with the most expected
 correct answers among those whose expected headline is at most E is printed last.
 
-The expectation (`analysis.report.release_expectation`) is over the release noise
+The expectation (`analysis.release_expectation.release_expectation`) is over the release noise
 Z ~ N(0, 1) (Gauss-Hermite, 40 nodes) at the config's fixed release order, cost and β:
 E[min(DI route, conv(max(0, f + s Z) + cost))] with f the data-dependent RDP at that order
 and s the GNSS noise std (both private), the grid rounding ignored. One JSON object per
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="aggregator noise seed (benchmark only)")
     args = parser.parse_args(argv)
 
-    from analysis.report import release_expectation
+    from analysis.release_expectation import release_expectation
     from pate import aggregation, rundir
     from pate.config import load_config
     from pate.data import load_dataset, split

@@ -399,13 +399,7 @@ def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
             doc = run.read_json(rundir.RELEASE_JSON)
             details = doc.get("details") or {}
             try:
-                if record.name == "lnmax":
-                    cost = composition.approx_cost(details["eps_release_cost"], details["delta"])
-                else:
-                    from analysis.report import gnss_parameters
-
-                    order, beta = float(details["release_order"]), float(details["beta"])
-                    cost = composition.gnss_cost(beta, gnss_parameters(order, beta, release_cost)[1])
+                cost = record.sanitised_cost(details, release_cost)
             except (KeyError, TypeError, ValueError):
                 raise PateError(f"{run / rundir.RELEASE_JSON} lacks the release's parameters "
                                 "(release_order, beta / eps_release_cost); it was not written by pate "

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from analysis import gnmax, lnmax, lnmax_release, mechanisms, pld
+from analysis import accountants, gnmax, gnss, lnmax, lnmax_release, mechanisms, pld
 from analysis import plan as plan_mod
 from analysis import report as report_mod
 from cli import main
@@ -141,8 +141,8 @@ def published_by_hand(mechanism, queries, answers=None, accountant="rdp", delta=
         return labels + lnmax_release.release_eps_cost(0.09, delta)
     kw = dict(sigma_threshold=150.0, num_answered=answers) if mechanism == "confident-gnmax" else {}
     curve = gnmax.data_independent_eps(queries, 40.0, delta, **kw)
-    beta, sigma_ss = report_mod.gnss_parameters(curve.order, None, 0.2)
-    return report_mod.gnss_headline_independent(curve, beta, sigma_ss, delta, "classic")[0]
+    beta, sigma_ss = gnss.gnss_parameters(curve.order, None, 0.2)
+    return gnss.gnss_headline_independent(curve, beta, sigma_ss, delta, "classic")[0]
 
 
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
@@ -301,17 +301,17 @@ def test_budget_plan_pld_allows_more_and_stays_within(mechanism):
 
 
 def test_data_independent_items_mark_the_smallest():
-    items = {i.key: i for i in report_mod.data_independent_items("gnmax", 1000, 1e-5, sigma=100.0)}
+    items = {i.key: i for i in accountants.data_independent_items("gnmax", 1000, 1e-5, sigma=100.0)}
     assert round(items["eps_data_independent_classic"].value, 4) == 2.2478
     assert round(items["eps_data_independent_improved"].value, 4) == 1.9165
     assert round(items["eps_data_independent_pld"].value, 4) == 1.7601
     assert items["data_independent_headline"].value == "pld"
     assert items["eps_data_independent_headline"].value == items["eps_data_independent_pld"].value
     assert all(i.public for i in items.values())
-    ln = {i.key: i.value for i in report_mod.data_independent_items("lnmax", 100, 1e-5, gamma=0.05)}
+    ln = {i.key: i.value for i in accountants.data_independent_items("lnmax", 100, 1e-5, gamma=0.05)}
     assert ln["eps_data_independent_moments"] == pytest.approx(lnmax.data_independent_eps(100, 0.05, 1e-5).eps)
     assert ln["data_independent_headline"] == "pld" and round(ln["eps_data_independent_headline"], 3) == 4.307
-    cg = {i.key: i.value for i in report_mod.data_independent_items(
+    cg = {i.key: i.value for i in accountants.data_independent_items(
         "confident-gnmax", 500, 1e-5, sigma=40.0, sigma_threshold=150.0, max_answers=100)}
     assert cg["eps_data_independent_classic"] == pytest.approx(gnmax.data_independent_eps(
         500, 40.0, 1e-5, sigma_threshold=150.0, num_answered=100).eps)

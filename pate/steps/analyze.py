@@ -19,6 +19,7 @@ import numpy as np
 
 from analysis import composition, mechanisms
 from analysis import report as report_mod
+from analysis.accountants import data_independent_items
 from analysis.report_io import render_table, write_outputs
 from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
@@ -74,10 +75,7 @@ def release_cost_of(rep: report_mod.PrivacyReport, release_cost: float) -> compo
     """The data-independent cost of the sanitised ε a report released: the LNMax
     smooth-sensitivity release's (ε, δ), or the GNSS release at its order and β (the
     ledger's record of a draw)."""
-    if rep.mechanism == "lnmax":
-        return composition.approx_cost(rep.value("eps_release_cost"), rep.value("delta"))
-    order, beta = rep.value("release_order"), rep.value("beta")
-    return composition.gnss_cost(beta, report_mod.gnss_parameters(order, beta, release_cost)[1])
+    return mechanisms.record_type(rep.mechanism).sanitised_cost({i.key: i.value for i in rep.items}, release_cost)
 
 
 def charge_draw(book: ledger_mod.Ledger, rep: report_mod.PrivacyReport, release_cost: float, *,
@@ -161,7 +159,7 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
 def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float,
                                 moments: int = 8) -> tuple[report_mod.Item, ...]:
     """The data-independent ε of a release (``labels.npz`` contents) under every
-    accountant, with the headline marked (`analysis.report.data_independent_items`).
+    accountant, with the headline marked (`analysis.accountants.data_independent_items`).
 
     Counts exactly what `report_for_release` charges: the answered queries for LNMax and
     GNMax; every queried row for Confident-GNMax, with GNMax on ``max_answers`` of them
@@ -169,14 +167,10 @@ def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float
     """
     indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=rundir.LABELS_NPZ)
     answered = int(np.sum(np.asarray(labels["labels"]) >= 0))
-    mechanism = str(labels["mechanism"])
-    params = {k: float(labels[k]) for k in ("gamma", "sigma", "sigma_threshold") if k in labels}
-    if mechanism == "confident-gnmax":
-        cap = int(labels["max_answers"]) if "max_answers" in labels else None
-        return report_mod.data_independent_items(mechanism, indices.size, delta, sigma=params.get("sigma"),
-                                                 sigma_threshold=params.get("sigma_threshold"), max_answers=cap)
-    return report_mod.data_independent_items(mechanism, answered, delta, gamma=params.get("gamma"),
-                                             sigma=params.get("sigma"), moments=range(1, moments + 1))
+    record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+    cap = int(labels["max_answers"]) if "max_answers" in labels else None
+    n, cap = record.charged(indices.size, answered, cap)
+    return data_independent_items(record, n, delta, max_answers=cap, moments=range(1, moments + 1))
 
 
 def check_not_released(paths, labels_digest: str) -> None:
@@ -267,10 +261,7 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
     votes = votes_mod.load_votes(inputs[0])
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
     # lnmax_beta and GNMax gnss_beta (0: 0.1 / release order), never the other's.
-    if gnss_beta is None and beta is None and labels["mechanism"] != "lnmax":
-        gnss_beta = p.gnss_beta or None
-    if beta is None:
-        beta = p.lnmax_beta if labels["mechanism"] == "lnmax" else None
+    beta = gnss_beta = mechanisms.from_arrays(labels, rundir.LABELS_NPZ).release_beta(p, beta, gnss_beta)
     rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta, gnss_beta=gnss_beta,
                              conversion=conversion, release_order=release_order,
                              release_cost=release_cost, noise=noise)
@@ -332,7 +323,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     if indices is not None and np.unique(indices).size != indices.size:
         raise PateError(f"{indices_path} repeats a query index; each answered query is listed once")
     teachers = int(votes[0].sum())
-    if isinstance(mechanism, mechanisms.ConfidentGNMax) and mechanism.threshold > teachers:
+    if not mechanism.answerable(teachers):
         raise OptionError("--threshold", f"{mechanism.threshold:g} is above the {teachers} teachers of "
                           "the votes: no query could have been answered")
     answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
@@ -353,9 +344,8 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
             answered, mechanism.sigma, delta, threshold=params.get("threshold"),
             sigma_threshold=params.get("sigma_threshold"), conversion=conversion,
             release_order=release_order, beta=beta, release_cost=release_cost, noise=noise, sanitize=draw)
-    rep = report_mod.extend(rep, report_mod.data_independent_items(
-        mechanism.name, answered.shape[0], delta, gamma=params.get("gamma"), sigma=params.get("sigma"),
-        sigma_threshold=params.get("sigma_threshold"), moments=range(1, moments + 1)))
+    rep = report_mod.extend(rep, data_independent_items(mechanism, answered.shape[0], delta,
+                                                        moments=range(1, moments + 1)))
     rep = _research(rep, seed is not None)
     data_set = None
     if draw:

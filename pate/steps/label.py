@@ -61,7 +61,7 @@ def resolve(cfg: AggregationConfig, *, num_teachers: int, pool_size: int) -> Agg
     if cfg.queries > pool_size:
         raise PateError(f"aggregation.queries = {cfg.queries} is more than the {pool_size} points "
                         f"of the public pool; use at most {pool_size}")
-    if cfg.mechanism == "confident-gnmax" and cfg.threshold > num_teachers:
+    if not mechanisms.from_config(cfg).answerable(num_teachers):
         raise PateError(f"aggregation.threshold = {cfg.threshold:g} is above the {num_teachers} "
                         "teachers: no query could ever be answered; lower it")
     return cfg
@@ -70,19 +70,12 @@ def resolve(cfg: AggregationConfig, *, num_teachers: int, pool_size: int) -> Agg
 def check_accountable(cfg: AggregationConfig, privacy) -> None:
     """Refuses, before any vote is computed, settings whose data-independent ε is not finite
     (e.g. ``--sigma 1e-300`` would release the noiseless plurality)."""
-    from analysis import gnmax, lnmax
-
     n = cfg.queries
     try:
-        if cfg.mechanism == "lnmax":
-            eps = lnmax.data_independent_eps(n, cfg.gamma, privacy.delta, range(1, privacy.moments + 1)).eps
-            option = f"--gamma {cfg.gamma:g}"
-        else:
-            confident = cfg.mechanism == "confident-gnmax"
-            eps = gnmax.data_independent_eps(n, cfg.sigma, privacy.delta,
-                                             sigma_threshold=cfg.sigma_threshold if confident else None,
-                                             conversion=privacy.conversion).eps
-            option = f"--sigma {cfg.sigma:g}" + (f" / --sigma-threshold {cfg.sigma_threshold:g}" if confident else "")
+        record = mechanisms.from_config(cfg)
+        eps = record.independent_eps(n, privacy.delta, moments=range(1, privacy.moments + 1),
+                                     conversion=privacy.conversion).eps
+        option = record.noise_options()
     except (ValueError, OverflowError, ZeroDivisionError, FloatingPointError) as err:
         raise PateError(f"the [aggregation] / [privacy] settings cannot be accounted ({err}); "
                         "check the noise (--gamma/--sigma/--sigma-threshold) and privacy.delta") from None
@@ -97,11 +90,11 @@ def mechanism_params(cfg: AggregationConfig) -> dict:
 
 
 
-def release_settings(mechanism: str, privacy) -> dict:
+def release_settings(mechanism: mechanisms.Mechanism, privacy) -> dict:
     """The sanitised release `pate analyze` makes after these labels with a ``[privacy]``
     section (`analysis.plan.published_eps`'s keywords: the β of the mechanism's release,
     the release order and cost)."""
-    beta = privacy.lnmax_beta if mechanism == "lnmax" else (privacy.gnss_beta or None)
+    beta = mechanism.release_beta(privacy)
     return dict(beta=beta, release_order=privacy.release_order or None, release_cost=privacy.release_cost)
 
 
@@ -111,7 +104,7 @@ def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments:
     most ``cfg.queries`` queries). With ``privacy`` (a `PrivacyConfig`), the budget covers
     what is published: the labels and the sanitised ε `pate analyze` releases with those
     settings (`release_settings`); what `pate label --budget` plans."""
-    release = None if privacy is None else release_settings(cfg.mechanism, privacy)
+    release = None if privacy is None else release_settings(mechanisms.from_config(cfg), privacy)
     return plan_mod.budget_plan(mechanisms.from_config(cfg), cfg.queries, budget, delta, moments=moments,
                                 conversion=conversion, accountant=accountant, release=release)
 
