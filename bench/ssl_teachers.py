@@ -47,7 +47,7 @@ def teacher_loop_config(config, variant: str, shard_size: int):
     """The `StudentConfig` that trains one teacher: the teacher's model and optimiser, as
     many steps as its `epochs` over the shard, the `[student]` FixMatch keys, then the
     variant's overrides (TOML values, e.g. ``steps=2000,threshold=0.9``)."""
-    from pate.config import StudentConfig, _coerce, parse_override
+    from pate.config import StudentConfig, coerce, parse_override
 
     teach = {k: getattr(config.teachers, k) for k in TEACHER_KEYS}
     steps = max(1, round(config.teachers.epochs * shard_size / config.teachers.batch_size))
@@ -60,7 +60,7 @@ def teacher_loop_config(config, variant: str, shard_size: int):
         key = dotted.partition(".")[2]
         if key not in hints:
             raise SystemExit(f"unknown [student] key {key!r} in variant {variant!r}")
-        overrides[key] = _coerce(value, hints[key])
+        overrides[key] = coerce(value, hints[key])
     return dataclasses.replace(cfg, **overrides)
 
 
@@ -68,20 +68,20 @@ def run_variant(config, splits, part, variant: str, num: int) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from pate import models
+    from pate import keys, models
     from pate.steps import student as S
     from pate.voting import plurality_accuracy, votes_from_predictions
 
     cfg = teacher_loop_config(config, variant, part.shard_size)
     model = models.make_model(cfg, splits.num_classes, jax.default_backend())
-    tx, train = S._compiled(model, cfg)
+    tx, train = S.compiled_loop(model, cfg)
     xu = jnp.asarray(splits.pool_x)
     accs, preds, start = [], [], time.time()
     for t in range(num):
         idx = part.indices[t]
         yl = splits.train_y[idx]
         state = S.init_state(model, tx, splits.pool_x.shape[1:], t, splits.num_classes)
-        key = jax.random.fold_in(jax.random.key(t), 1)
+        key = keys.stream(keys.training_key(t), keys.DATA_STREAM)
         wl = jnp.asarray(S.label_weights(yl, splits.num_classes, False))
         state, _ = train(state, key, jnp.asarray(splits.train_x[idx]), jnp.asarray(yl), wl, xu,
                          jnp.int32(cfg.steps))

@@ -48,7 +48,7 @@ def _type_name(tp: Any) -> str:
     return {int: "an integer", float: "a number", str: "a string", bool: "true or false"}[tp]
 
 
-def _coerce(value: Any, tp: Any) -> Any:
+def coerce(value: Any, tp: Any) -> Any:
     """Returns `value` as type `tp`, or raises TypeError."""
     origin = typing.get_origin(tp)
     if origin is Literal:
@@ -58,7 +58,7 @@ def _coerce(value: Any, tp: Any) -> Any:
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
             raise TypeError
-        return tuple(_coerce(v, typing.get_args(tp)[0]) for v in value)
+        return tuple(coerce(v, typing.get_args(tp)[0]) for v in value)
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -103,7 +103,7 @@ def _build_section(name: str, cls: type, raw: Mapping[str, Any], source: str) ->
             raise PateError(f"{source}: unknown key {name}.{key}; known keys in [{name}]: "
                             + ", ".join(known))
         try:
-            values[key] = _coerce(value, hints[key])
+            values[key] = coerce(value, hints[key])
         except TypeError:
             raise PateError(f"{source}: {name}.{key} must be {_type_name(hints[key])}, "
                             f"got {value!r}") from None

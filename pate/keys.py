@@ -1,4 +1,15 @@
-"""Noise keys with 128 bits of entropy.
+"""The one JAX key convention: typed keys, named streams.
+
+Every key is a typed key (`jax.random.key` / `jax.random.wrap_key_data`, never the
+legacy ``PRNGKey`` array), and every independent use of a key draws from its own named
+stream, ``fold_in(key, STREAM)`` with a fixed stream id (`stream`): parameters from
+`INIT_STREAM`, batches, shuffles, augmentation and Poisson sampling from `DATA_STREAM`,
+privacy noise from `NOISE_STREAM`; loops then fold in the teacher, epoch or step.
+
+Training keys (`training_key`) come from a config's ``seed``: threefry keys, the same
+bits as ``PRNGKey(seed)``, so a seed trains the same teachers and students as before.
+
+Noise keys hold 128 bits of entropy.
 
 `jax.random.key(int)` and `PRNGKey(int)` keep at most 64 bits of the integer (32 on a
 default x64-disabled install), and the default threefry key holds 64 bits: too few for
@@ -23,6 +34,22 @@ KEY_BITS = 128
 #: The key implementation: RngBitGenerator with a 4 x uint32 (128-bit) key.
 KEY_IMPL = "rbg"
 SEED_LIMIT = 1 << KEY_BITS
+
+#: The named streams of a key (`stream`): fixed ids, so a seed always gives the same draws.
+INIT_STREAM = 0  # parameter initialisation
+DATA_STREAM = 1  # batches, shuffles, augmentation, dropout, Poisson sampling
+NOISE_STREAM = 2  # the Gaussian noise of DP-SGD
+
+
+def training_key(seed: int) -> jax.Array:
+    """The typed (threefry) key of a config's training ``seed``: no privacy rests on it
+    (the noise of a release comes from `noise_key`)."""
+    return jax.random.key(seed)
+
+
+def stream(key: jax.Array, stream_id: int) -> jax.Array:
+    """The key of one named stream of `key` (`INIT_STREAM`, `DATA_STREAM`, `NOISE_STREAM`)."""
+    return jax.random.fold_in(key, stream_id)
 
 
 def seed_words(seed: int) -> np.ndarray:

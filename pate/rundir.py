@@ -164,6 +164,15 @@ def read_npz(path: str | Path, required: Iterable[str] = ()) -> dict[str, np.nda
     return out
 
 
+def remove(path: str | Path) -> None:
+    """Deletes a file, link or folder of artifacts (nothing when it is missing)."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
 def remake_hint(path: str | Path) -> str:
     """The command that writes a run artifact again, for messages."""
     path = Path(path)
@@ -225,14 +234,21 @@ class RunDir:
         return read_npz(self.path / name, required)
 
     def prepare(self, artifacts: Iterable[str], *, overwrite: bool = False,
-                resume: bool = False, command: str = "this command") -> bool:
-        """Checks that a command may write `artifacts` here, and clears them if told to.
+                resume: bool = False, command: str = "this command",
+                again: str = "replace them or --resume to continue",
+                guard: Iterable[str] | None = None, clear: bool = True) -> bool:
+        """May a command write `artifacts` here? The one answer (`pate.door.step` asks it
+        for every writer); clears the artifacts if told to overwrite them.
 
         Args:
           artifacts: the names the command writes.
-          overwrite: delete existing artifacts first.
+          overwrite: replace existing artifacts (deleted here when `clear`).
           resume: keep them (the command continues from them).
           command: the command's name, for messages.
+          again: what ``--overwrite`` does, for the message ("pass --overwrite to {again}").
+          guard: the artifacts whose presence refuses a write (default: `artifacts`).
+          clear: delete the artifacts to be overwritten now (False: a staged writer swaps
+            them out when its new ones are complete).
 
         Returns:
           True when existing artifacts are kept for resuming, False for a fresh start.
@@ -250,15 +266,11 @@ class RunDir:
                 raise PateError(f"nothing to resume: {self.path} holds none of "
                                 f"{', '.join(artifacts)}; run {command} without --resume")
             return True
-        if present and not overwrite:
-            raise PateError(f"{self.path} already holds {', '.join(present)}; pass --overwrite "
-                            f"to replace them or --resume to continue")
-        for name in present:
-            target = self.path / name
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            else:
-                target.unlink()
+        guarded = [a for a in (artifacts if guard is None else tuple(guard)) if self.exists(a)]
+        if guarded and not overwrite:
+            raise PateError(f"{self.path} already holds {', '.join(guarded)}; pass --overwrite to {again}")
+        for name in present if clear else ():
+            remove(self.path / name)
         self.path.mkdir(parents=True, exist_ok=True)
         return False
 
@@ -284,98 +296,6 @@ class RunDir:
         if diff:
             raise PateError(f"{self.path} {held.format(name=a['name'])} [data] section "
                             f"({', '.join(diff)} differ); {remedy}")
-
-
-# --------------------------------------------------------------------------- replacing artifacts
-
-#: What each step's output invalidates: a replaced step moves these aside.
-LATER_ARTIFACTS = {
-    "teachers": LABEL_ARTIFACTS + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS,
-    "label": STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS,
-    "student": (),
-    "analyze": (),
-    "dpsgd": (),
-}
-
-STAGING_PREFIX = ".new-"
-STALE_PREFIX = "stale-"
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
-class Staging:
-    """Where a step writes the artifacts that will replace finished ones.
-
-    A command asked to ``--overwrite`` writes its new artifacts into
-    ``RUN/.new-<step>/`` and calls `commit` once every one is complete: only then are
-    the old artifacts replaced (a rename each), and the later steps' artifacts, made from
-    the old ones, moved aside into ``RUN/stale-<step>-<time>/`` — never deleted: a
-    release moved aside is still a release the user may need. If the command fails or is
-    killed first, the old artifacts are untouched; the staging folder is cleared by the
-    next attempt.
-    """
-
-    def __init__(self, run: "RunDir", step: str, artifacts: Iterable[str]):
-        self.run = run
-        self.step = step
-        self.artifacts = tuple(artifacts)
-        self.path = run.path / f"{STAGING_PREFIX}{step}"
-        _remove(self.path)
-        self.path.mkdir(parents=True)
-
-    def __truediv__(self, name: str) -> Path:
-        return self.path / name
-
-    def commit(self, extra: Iterable[str] = ()) -> list[str]:
-        """Swaps the staged artifacts (and `extra` files, e.g. config.toml) in.
-
-        Returns:
-          The later artifacts moved aside (relative to the run directory), for a message.
-        """
-        names = [n for n in (*self.artifacts, *extra) if (self.path / n).exists()]
-        missing = [n for n in self.artifacts if n not in names]
-        if missing:
-            raise PateError(f"internal error: {self.step} left {', '.join(missing)} unwritten in "
-                            f"{self.path}")
-        later = [n for n in LATER_ARTIFACTS[self.step] if self.run.exists(n)]
-        moved = []
-        if later:
-            stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-            aside = self.run.path / f"{STALE_PREFIX}{self.step}-{stamp}"
-            k = 1
-            while aside.exists():
-                k += 1
-                aside = self.run.path / f"{STALE_PREFIX}{self.step}-{stamp}-{k}"
-            aside.mkdir()
-            for n in later:
-                os.replace(self.run.path / n, aside / n)
-                moved.append(f"{aside.name}/{n}")
-        old = self.run.path / f".old-{self.step}"
-        _remove(old)
-        old.mkdir()
-        for n in names:
-            if self.run.exists(n):
-                os.replace(self.run.path / n, old / n)
-            os.replace(self.path / n, self.run.path / n)
-        _remove(old)
-        _remove(self.path)
-        return moved
-
-    def discard(self) -> None:
-        _remove(self.path)
-
-
-def stale_message(moved: list[str], step: str) -> str:
-    """The line a command prints after `Staging.commit` moved later artifacts aside."""
-    folders = sorted({m.split("/", 1)[0] for m in moved})
-    names = ", ".join(m.split("/", 1)[1] for m in moved)
-    return (f"the new {step} replace the ones {names} were made from: moved those to "
-            f"{', '.join(folders)} (kept, not deleted); run the later steps again")
 
 
 # --------------------------------------------------------------------------- checkpoint records

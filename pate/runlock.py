@@ -1,6 +1,7 @@
 """One `pate` process per run directory: an OS file lock on ``RUN/.pate.lock``.
 
-Writers take it through `writes_run` / `hold` (re-entrant within a process); import from here.
+Writers take it through `hold` (re-entrant within a process), which `pate.door.step` calls for
+every writer of a run directory.
 """
 
 from __future__ import annotations
@@ -118,13 +119,13 @@ _HELD: dict[str, list] = {}
 
 @contextlib.contextmanager
 def hold(workdir: str | Path, command: str, *, create: bool = True):
-    """The door every writer of a run directory goes through: holds the run's lock for
-    the block, re-entrantly within one process (`pate run` holds it and calls the steps,
+    """Holds the run's lock for the block (every writer takes it through `pate.door.step`),
+    re-entrantly within one process (`pate run` holds it and calls the steps,
     which take it again). A second process is refused in one line (`RunLock`)."""
     key = os.path.realpath(os.fspath(workdir)) if os.fspath(workdir) else ""
     if not key:
         raise PateError("--workdir is empty; give a run directory")
-    if _secondary_process():
+    if secondary_process():
         yield None  # multi-host training: process 0 holds the lock for all
         return
     held = _HELD.get(key)
@@ -151,7 +152,7 @@ def hold(workdir: str | Path, command: str, *, create: bool = True):
                 pass
 
 
-def _secondary_process() -> bool:
+def secondary_process() -> bool:
     """True in a multi-process JAX run on every process but the first."""
     import sys
 
@@ -162,26 +163,3 @@ def _secondary_process() -> bool:
         return jax.process_count() > 1 and jax.process_index() != 0
     except Exception:  # noqa: BLE001 - no backend: a single process
         return False
-
-
-def writes_run(command: str, *, create: bool = True):
-    """Decorates a library function whose ``workdir`` argument is a run directory it
-    writes: the call holds the run's lock (`hold`), so the Python API, the CLI and `pate
-    run` all go through one door."""
-    import functools
-    import inspect
-
-    def decorate(fn):
-        signature = inspect.signature(fn)
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            workdir = signature.bind_partial(*args, **kwargs).arguments.get("workdir")
-            if workdir is None:
-                raise PateError(f"{command} needs a run directory (workdir)")
-            with hold(workdir, command, create=create):
-                return fn(*args, **kwargs)
-
-        return wrapper
-
-    return decorate

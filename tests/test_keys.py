@@ -62,3 +62,15 @@ def test_numpy_generator_carries_the_key():
 def test_bad_seeds_are_refused(seed):
     with pytest.raises(PateError, match="seed"):
         keys.noise_key(seed)
+
+
+def test_training_keys_are_typed_and_draw_what_prngkey_drew():
+    """The one key convention changes no seeded result: a typed training key and its named
+    streams hold the bits the legacy ``PRNGKey(seed)`` and ``fold_in(., id)`` held."""
+    for seed, stream_id in ((0, keys.INIT_STREAM), (7, keys.DATA_STREAM), (2**31 - 1, keys.NOISE_STREAM)):
+        typed = keys.stream(keys.training_key(seed), stream_id)
+        legacy = jax.random.fold_in(jax.random.PRNGKey(seed), stream_id)
+        assert jax.dtypes.issubdtype(typed.dtype, jax.dtypes.prng_key)
+        assert np.array_equal(jax.random.key_data(typed), legacy)
+        assert np.array_equal(jax.random.permutation(typed, 10), jax.random.permutation(legacy, 10))
+    assert len({keys.INIT_STREAM, keys.DATA_STREAM, keys.NOISE_STREAM}) == 3

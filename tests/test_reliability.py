@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from pate import rundir, runlock
+from pate import door, rundir, runlock
 
 from conftest import ROOT, TINY, snapshot
 
@@ -95,7 +95,7 @@ def test_failed_overwrite_keeps_the_old_teachers(finished):
     assert result.exit_code == 1, result.output
     assert "NaN" in one_line(result)
     assert snapshot(finished) == before  # teachers, labels, student, report: all as they were
-    assert not any(n.startswith(rundir.STAGING_PREFIX) for n in os.listdir(finished))
+    assert not any(n.startswith(door.STAGING_PREFIX) for n in os.listdir(finished))
 
 
 def test_overwrite_swaps_in_and_moves_later_steps_aside(finished):
@@ -104,7 +104,7 @@ def test_overwrite_swaps_in_and_moves_later_steps_aside(finished):
                     "--no-progress", "--set", "teachers.epochs=2")
     assert result.exit_code == 0, result.output
     assert json.loads((finished / "teachers.json").read_text())["epochs"] == 2
-    stale = [n for n in os.listdir(finished) if n.startswith(rundir.STALE_PREFIX)]
+    stale = [n for n in os.listdir(finished) if n.startswith(door.STALE_PREFIX)]
     assert len(stale) == 1 and "moved" in result.output
     aside = finished / stale[0]
     assert (aside / "labels.npz").read_bytes() == old_labels  # the release is kept

@@ -28,7 +28,7 @@ from pate import ledger as ledger_mod
 from pate import rundir
 from pate.released_labels import read_labels
 from pate.config import PrivacyConfig
-from pate.runlock import writes_run
+from pate.door import step
 
 
 #: The report's outputs by option, and the run artifact each one is by default.
@@ -198,13 +198,7 @@ def check_not_released(paths, labels_digest: str) -> None:
                             "new release, label again in a new run directory")
 
 
-@writes_run("analyze", create=False)
-def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None = None,
-                    beta: float | None = None, gnss_beta: float | None = None,
-                    seed: int | None = None, conversion: str | None = None,
-                    release_order: float | None = None, release_cost: float | None = None,
-                    json_path=None, plot_path=None, release_path=None,
-                    echo=print, config=None) -> report_mod.PrivacyReport:
+def analyze_workdir(workdir, **settings) -> report_mod.PrivacyReport:
     """Builds the privacy report of a labelled run and writes privacy.json, privacy.png
     (both private, owner-only) and release.json (publishable).
 
@@ -216,6 +210,7 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
 
     Args:
       workdir: the run directory.
+      settings: the keywords below (`_report_workdir`'s).
       delta: δ of the report.
       moments: moments accountant orders 1..moments (LNMax).
       beta: smoothness of the smooth-sensitivity release (LNMax default 0.09; GNMax
@@ -234,12 +229,21 @@ def analyze_workdir(workdir, *, delta: float | None = None, moments: int | None 
       PateError: missing or unreadable inputs, or a sanitised ε already released for
         these labels.
     """
+    with step("analyze", workdir):
+        return _report_workdir(workdir, **settings)
+
+
+def _report_workdir(workdir, *, delta: float | None = None, moments: int | None = None,
+                    beta: float | None = None, gnss_beta: float | None = None,
+                    seed: int | None = None, conversion: str | None = None,
+                    release_order: float | None = None, release_cost: float | None = None,
+                    json_path=None, plot_path=None, release_path=None,
+                    echo=print, config=None) -> report_mod.PrivacyReport:
+    """The body of `analyze_workdir`, under its lock."""
     from analysis.noise import RELEASE_STREAM, NoiseSource
 
     noise = NoiseSource(seed, RELEASE_STREAM)  # refuses a bad seed before anything is read or written
-    workdir = os.fspath(workdir)
-    if not os.path.isdir(workdir):
-        raise PateError(f"run directory {workdir} does not exist")
+    workdir = os.fspath(workdir)  # an existing directory: the door's lock checked it
     if config is None:
         config = rundir.RunDir(workdir).stored_config()
     p = config.privacy if config is not None else PrivacyConfig()

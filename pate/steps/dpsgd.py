@@ -13,8 +13,8 @@ with Poisson sampling. Step t:
    (the L2 norm over all parameters), so one example moves the sum by at most C.
 4. Noise: ``(sum_i clipped g_i + N(0, sigma^2 C^2 I)) / (q N)``, dividing by the
    *expected* batch size (dividing by the realised size would depend on the data).
-   The noise key is ``fold_in(key, t)`` of an ``rbg`` key holding 128 bits of OS
-   entropy (`pate.keys`).
+   The noise key is ``fold_in(key, t)`` of the ``NOISE_STREAM`` of an ``rbg`` key holding
+   128 bits of OS entropy (`pate.keys`).
 5. SGD with momentum (optax) on the noisy gradient (post-processing).
 
 Formal guarantee: with sigma from `pate.dpsgd_accounting.calibrate_noise`, the released
@@ -25,8 +25,9 @@ the RDP analysis of Mironov, Talwar & Zhang 2019), q and ``steps`` being fixed i
 advance (they follow from the size of the training split, taken as public). For
 replace-one neighbours, the relation PATE's ε is stated for, ``dpsgd.json`` also gives
 ``eps_replace_one`` (`pate.dpsgd_accounting.epsilon_replace_one`: group privacy of
-size 2 or the RDP weak triangle inequality, the smaller). Only the privacy of the training split is protected; the evaluation split and
-the public pool are not touched in training. Nothing else that depends on the private
+size 2 or the RDP weak triangle inequality, the smaller); with ``[dpsgd] relation =
+"replace-one"`` the noise is calibrated so that this is at most the target. Only the
+privacy of the training split is protected; the evaluation split and the public pool are not touched in training. Nothing else that depends on the private
 data is written: no loss values, no realised batch sizes (a sum of batch sizes reveals
 membership), no wall times (the training time grows with the realised batch sizes; they
 are printed, not written), no seed.
@@ -52,7 +53,7 @@ from pate.config import Config, DpsgdConfig, config_to_dict
 from pate.models import Linear, TanhCNN, cnn_output_side
 from pate.progress import Progress
 from pate.steps.student import predict
-from pate.runlock import writes_run
+from pate.door import step
 from pate import ledger as ledger_mod
 from analysis import composition
 
@@ -183,17 +184,6 @@ class DpsgdResult:
         ])
 
 
-def _check_run(config: Config, run: rundir.RunDir, overwrite: bool) -> None:
-    if run.path.exists() and not run.path.is_dir():
-        raise PateError(f"--workdir {run.path} is a file, not a directory")
-    if run.exists(rundir.DPSGD_JSON) and not overwrite:
-        raise PateError(f"{run.path} already holds {rundir.DPSGD_JSON}; pass --overwrite to train "
-                        "the DP-SGD model again")
-    if run.exists(rundir.CONFIG_TOML):
-        run.check_same_data(config)
-
-
-@writes_run("dpsgd")
 def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
                 overwrite: bool = False, show_progress: bool = True,
                 echo: Callable[[str], None] = print) -> DpsgdResult:
@@ -224,148 +214,168 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     start = time.time()
     cfg = config.dpsgd
     delta = config.privacy.delta
-    if not (cfg.eps > 0 and math.isfinite(cfg.eps)):
-        raise PateError(f"eps must be a positive number, got {cfg.eps}")
-    if not 0 < delta < 1:
-        raise PateError(f"privacy.delta must lie strictly between 0 and 1, got {delta}")
-    key = keys.noise_key(seed)  # checks the seed before any work
-    run = rundir.RunDir(workdir)
-    _check_run(config, run, overwrite)
+    # The new model and dpsgd.json are staged and swapped in together once the release is
+    # charged: an interruption leaves the old result in place.
+    with step("dpsgd", workdir, config=config, overwrite=overwrite, data={}, keep_config=True,
+              echo=echo) as door:
+        if not (cfg.eps > 0 and math.isfinite(cfg.eps)):
+            raise PateError(f"eps must be a positive number, got {cfg.eps}")
+        if not 0 < delta < 1:
+            raise PateError(f"privacy.delta must lie strictly between 0 and 1, got {delta}")
+        key = keys.noise_key(seed)  # checks the seed before any work
+        splits = split(load_dataset(config.data), config.data.public_size)
+        plan = Plan.of(cfg, int(splits.train_x.shape[0]), delta)
+        # The model is a release of the private train split: its ledger refuses it over the
+        # data set's total budget before any training (`pate.ledger`).
+        book = ledger_mod.Ledger.for_config(config)
+        book.check_budget([plan.cost], config.privacy.total_budget, delta, "this DP-SGD model")
+        feature_start = time.time()
+        train_x, test_x, test_y = _features(cfg, splits, door.run)
+        feature_time = time.time() - feature_start
+        model = make_model(cfg, cfg.model, splits.num_classes, tuple(train_x.shape[1:]))
+        params, train_time = _fit(model, cfg, plan, train_x, splits.train_y, key, delta, show_progress, echo)
+        result = _score(model, params, cfg, plan, test_x, test_y, splits.pool_x.shape[0], delta, start)
+        checkpoints.save_params(door.out / rundir.DPSGD_DIR, params, then="run `pate dpsgd --overwrite` again")
+        door.out.write_json(rundir.DPSGD_JSON, {"data_set": book.summary(delta, extra=[plan.cost]),
+                                                **_record(config, plan, result, params, train_x, seed,
+                                                          splits.num_classes)}, config)
+        book.charge("dpsgd", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
+                    subject="dpsgd:" + rundir.file_digest(door.out / rundir.DPSGD_JSON),
+                    mechanism={"name": "dpsgd", "model": cfg.model, "describe": f"DP-SGD {cfg.model}: "
+                               f"{plan.steps} steps, q {plan.rate:.4g}, sigma {plan.noise_multiplier:.4g}"},
+                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+    echo(ledger_mod.cumulative_line(book, delta))
+    echo(f"dpsgd: training {train_time:.1f} s, features {feature_time:.1f} s (not written to "
+         f"{rundir.DPSGD_JSON}: the training time grows with the private batch sizes)")
+    return result
 
-    dataset = load_dataset(config.data)
-    splits = split(dataset, config.data.public_size)
-    n = int(splits.train_x.shape[0])
-    batch_size, learning_rate, epochs = cfg.training()
-    rate = min(1.0, batch_size / n)
-    steps = max(1, round(epochs / rate))
-    relation = dpsgd_accounting.RELATION_REPLACE if cfg.relation == "replace-one" else dpsgd_accounting.RELATION
-    noise_multiplier = dpsgd_accounting.calibrate_noise(cfg.eps, delta, rate, steps, cfg.accountant,
-                                                        relation=relation)
-    # The model is a release of the private train split: its ledger refuses it over the
-    # data set's total budget before any training (`pate.ledger`).
-    cost = composition.dpsgd_cost(rate, noise_multiplier, steps)
-    book = ledger_mod.Ledger.for_config(config)
-    book.check_budget([cost], config.privacy.total_budget, delta, "this DP-SGD model")
 
-    feature_start = time.time()
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The DP-SGD schedule fixed before training: Poisson rate, steps, noise, cost."""
+
+    n: int  # private training points
+    batch_size: int  # expected batch
+    learning_rate: float
+    rate: float
+    steps: int
+    noise_multiplier: float
+    cost: composition.Cost
+    relation: str  # the neighbouring relation the target eps holds for
+
+    @classmethod
+    def of(cls, cfg: DpsgdConfig, n: int, delta: float) -> "Plan":
+        """The schedule of `cfg` on `n` points, its noise calibrated to ``cfg.eps`` at `delta`."""
+        batch_size, learning_rate, epochs = cfg.training()
+        rate = min(1.0, batch_size / n)
+        steps = max(1, round(epochs / rate))
+        relation = dpsgd_accounting.RELATION_REPLACE if cfg.relation == "replace-one" else dpsgd_accounting.RELATION
+        noise_multiplier = dpsgd_accounting.calibrate_noise(cfg.eps, delta, rate, steps, cfg.accountant,
+                                                            relation=relation)
+        return cls(n, batch_size, learning_rate, rate, steps, noise_multiplier,
+                   composition.dpsgd_cost(rate, noise_multiplier, steps), relation)
+
+
+def _features(cfg: DpsgdConfig, splits, run: rundir.RunDir):
+    """(train_x, test_x, test_y): pixels, or ScatterNet features cached (private) in the run.
+    The test split is the pool and the evaluation split together."""
     test_x = np.concatenate([splits.pool_x, splits.eval_x])
     test_y = np.concatenate([splits.pool_y, splits.eval_y])
-    if cfg.model == "scatternet":
-        from pate import scattering
+    if cfg.model != "scatternet":
+        return splits.train_x, test_x, test_y
+    from pate import scattering
 
-        cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # features of private data
-        train_x = scattering.features(splits.train_x, cfg.scattering_j, cfg.scattering_l, cfg.groups,
-                                      cache, "train")
-        test_x = scattering.features(test_x, cfg.scattering_j, cfg.scattering_l, cfg.groups,
-                                     cache, "test")
-    else:
-        train_x = splits.train_x
-    feature_time = time.time() - feature_start
-    train_y = splits.train_y
-    del dataset
+    cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # features of private data
+    train_x = scattering.features(splits.train_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "train")
+    test_x = scattering.features(test_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "test")
+    return train_x, test_x, test_y
 
-    model = make_model(cfg, cfg.model, splits.num_classes, tuple(train_x.shape[1:]))
-    k_init, k_sample, k_noise = (jax.random.fold_in(key, i) for i in range(3))
-    params = model.init(k_init, jnp.zeros((1, *train_x.shape[1:]), jnp.float32))
+
+def _fit(model, cfg: DpsgdConfig, plan: Plan, train_x, train_y, key, delta: float, show_progress: bool,
+         echo) -> tuple[Params, float]:
+    """DP-SGD itself: parameters from the key's `INIT_STREAM`, Poisson batches from its
+    `DATA_STREAM`, noise from its `NOISE_STREAM` (`pate.keys`). Returns host parameters and
+    the training time."""
+    n, rate = plan.n, plan.rate
+    params = model.init(keys.stream(key, keys.INIT_STREAM), jnp.zeros((1, *train_x.shape[1:]), jnp.float32))
     num_params = int(sum(p.size for p in jax.tree.leaves(params)))
-    tx = optax.sgd(learning_rate, momentum=cfg.momentum if cfg.momentum > 0 else None)
+    tx = optax.sgd(plan.learning_rate, momentum=cfg.momentum if cfg.momentum > 0 else None)
     opt_state = tx.init(params)
-    step = make_step(model, tx, cfg.clip_norm, noise_multiplier * cfg.clip_norm, rate * n)
-    rng = keys.numpy_generator(k_sample)
+    dp_step = make_step(model, tx, cfg.clip_norm, plan.noise_multiplier * cfg.clip_norm, rate * n)
+    rng = keys.numpy_generator(keys.stream(key, keys.DATA_STREAM))
+    k_noise = keys.stream(key, keys.NOISE_STREAM)
     x_dev, y_dev = jnp.asarray(train_x), jnp.asarray(train_y)
-    microbatch = min(cfg.microbatch, max(1, batch_size))
-
+    microbatch = min(cfg.microbatch, max(1, plan.batch_size))
     echo(f"dpsgd: {cfg.model} ({num_params} parameters) on {n} private training points; "
-         f"{steps} steps of Poisson rate {rate:.5f} (expected batch {rate * n:.0f}), "
-         f"noise multiplier {noise_multiplier:.4f} for eps {cfg.eps:g} ({relation}) at delta {delta:g} "
+         f"{plan.steps} steps of Poisson rate {rate:.5f} (expected batch {rate * n:.0f}), "
+         f"noise multiplier {plan.noise_multiplier:.4f} for eps {cfg.eps:g} ({plan.relation}) at delta {delta:g} "
          f"({cfg.accountant.upper()})")
     train_start = time.time()
-    with Progress("dpsgd step", steps, show=show_progress) as bar:
-        for t in range(steps):
+    with Progress("dpsgd step", plan.steps, show=show_progress) as bar:
+        for t in range(plan.steps):
             idx, valid = poisson_batch(rng, n, rate, microbatch)
-            params, opt_state = step(params, opt_state, x_dev, y_dev, jnp.asarray(idx),
-                                     jnp.asarray(valid), jax.random.fold_in(k_noise, t))
-            if (t + 1) % 10 == 0 or t + 1 == steps:
+            params, opt_state = dp_step(params, opt_state, x_dev, y_dev, jnp.asarray(idx),
+                                        jnp.asarray(valid), jax.random.fold_in(k_noise, t))
+            if (t + 1) % 10 == 0 or t + 1 == plan.steps:
                 bar.update(t + 1)
     params = jax.tree.map(np.asarray, params)
-    train_time = time.time() - train_start
     if not all(np.isfinite(p).all() for p in jax.tree.leaves(params)):
         raise PateError(f"DP-SGD diverged (non-finite parameters); lower dpsgd.{cfg.model}_learning_rate "
                         "and run again with --overwrite")
+    return params, time.time() - train_start
 
-    eps = dpsgd_accounting.epsilon(noise_multiplier, rate, steps, delta, cfg.accountant)
-    eps_replace = dpsgd_accounting.epsilon_replace_one(noise_multiplier, rate, steps, delta, cfg.accountant)
+
+def _score(model, params, cfg: DpsgdConfig, plan: Plan, test_x, test_y, pool: int, delta: float,
+           start: float) -> DpsgdResult:
+    """The model's accuracy (evaluation split; whole test split) and its ε."""
+    eps = dpsgd_accounting.epsilon(plan.noise_multiplier, plan.rate, plan.steps, delta, cfg.accountant)
+    eps_replace = dpsgd_accounting.epsilon_replace_one(plan.noise_multiplier, plan.rate, plan.steps, delta,
+                                                       cfg.accountant)
     pred = predict(model, params, test_x, cfg.eval_batch_size)
-    pool = splits.pool_x.shape[0]
-    accuracy = float(np.mean(pred[pool:] == test_y[pool:]))
-    accuracy_test = float(np.mean(pred == test_y))
-    result = DpsgdResult(model=cfg.model, accuracy=accuracy, accuracy_test=accuracy_test,
-                         eval_points=int(test_y.size - pool), test_points=int(test_y.size), eps=eps,
-                         target_eps=cfg.eps, target_relation=relation, delta=delta, noise_multiplier=noise_multiplier, steps=steps,
-                         epochs=steps * rate, batch_size=batch_size, wall_time_s=time.time() - start,
-                         eps_replace_one=eps_replace)
+    return DpsgdResult(model=cfg.model, accuracy=float(np.mean(pred[pool:] == test_y[pool:])),
+                       accuracy_test=float(np.mean(pred == test_y)), eval_points=int(test_y.size - pool),
+                       test_points=int(test_y.size), eps=eps, target_eps=cfg.eps, target_relation=plan.relation, delta=delta,
+                       noise_multiplier=plan.noise_multiplier, steps=plan.steps, epochs=plan.steps * plan.rate,
+                       batch_size=plan.batch_size, wall_time_s=time.time() - start, eps_replace_one=eps_replace)
 
-    # The new model and dpsgd.json are staged and swapped in together once the release is
-    # charged: an interruption leaves the old result in place.
-    staging = rundir.Staging(run, "dpsgd", rundir.DPSGD_ARTIFACTS)
-    out = rundir.RunDir(staging.path)
-    try:
-        checkpoints.save_params(out / rundir.DPSGD_DIR, params, then="run `pate dpsgd --overwrite` again")
-    except BaseException:
-        staging.discard()
-        raise
-    data_set = book.summary(delta, extra=[cost])  # the data set's cumulative eps once this model is out
-    out.write_json(rundir.DPSGD_JSON, {
-        "data_set": data_set,
+
+def _record(config: Config, plan: Plan, result: DpsgdResult, params, train_x, seed, num_classes: int) -> dict:
+    """dpsgd.json but its ``data_set``: nothing that depends on the private data but the model's figures."""
+    cfg = config.dpsgd
+    return {
         "model": cfg.model,
-        "accuracy": accuracy,
+        "accuracy": result.accuracy,
         "eval_points": result.eval_points,
-        "accuracy_test": accuracy_test,
+        "accuracy_test": result.accuracy_test,
         "test_points": result.test_points,
-        "eps": eps,
+        "eps": result.eps,
         "target_eps": cfg.eps,
-        "target_relation": relation,
-        "delta": delta,
+        "target_relation": plan.relation,
+        "delta": result.delta,
         "neighbouring_relation": dpsgd_accounting.RELATION,
-        "eps_replace_one": eps_replace,
+        "eps_replace_one": result.eps_replace_one,
         "neighbouring_relation_note": dpsgd_accounting.RELATION_NOTE,
         "accountant": cfg.accountant,
-        "noise_multiplier": noise_multiplier,
+        "noise_multiplier": plan.noise_multiplier,
         "clip_norm": cfg.clip_norm,
-        "epochs": steps * rate,
-        "steps": steps,
-        "batch_size": batch_size,
+        "epochs": plan.steps * plan.rate,
+        "steps": plan.steps,
+        "batch_size": plan.batch_size,
         "sampling": "poisson",
-        "sampling_rate": rate,
-        "train_points": n,
+        "sampling_rate": plan.rate,
+        "train_points": plan.n,
         "optimizer": "sgd",
-        "learning_rate": learning_rate,
+        "learning_rate": plan.learning_rate,
         "momentum": cfg.momentum,
-        "microbatch": microbatch,
-        "num_params": num_params,
+        "microbatch": min(cfg.microbatch, max(1, plan.batch_size)),
+        "num_params": int(sum(p.size for p in jax.tree.leaves(params))),
         "noise_key": f"{keys.KEY_BITS}-bit {keys.KEY_IMPL} key, "
                      + ("OS entropy" if seed is None else "research seed (not recorded)"),
         "features": ("scattering J={} L={}, per-example group norm G={}".format(
             cfg.scattering_j, cfg.scattering_l, cfg.groups) if cfg.model == "scatternet" else "pixels"),
         "dpsgd": config_to_dict(config)["dpsgd"],
         "dataset": config.data.name,
-        "num_classes": splits.num_classes,
+        "num_classes": num_classes,
         "input_shape": list(train_x.shape[1:]),
         "backend": jax.default_backend(),
-    }, config)
-    try:
-        book.charge("dpsgd", cost, run=run.path, budget=config.privacy.total_budget, delta=delta,
-                    subject="dpsgd:" + rundir.file_digest(out / rundir.DPSGD_JSON),
-                    mechanism={"name": "dpsgd", "model": cfg.model, "describe": f"DP-SGD {cfg.model}: "
-                               f"{steps} steps, q {rate:.4g}, sigma {noise_multiplier:.4g}"},
-                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
-    except BaseException:
-        staging.discard()
-        raise
-    staging.commit()
-    if not run.exists(rundir.CONFIG_TOML):
-        run.write_config(config)
-    echo(ledger_mod.cumulative_line(book, delta))
-    echo(f"dpsgd: training {train_time:.1f} s, features {feature_time:.1f} s (not written to "
-         f"{rundir.DPSGD_JSON}: the training time grows with the private batch sizes)")
-    return result
+    }

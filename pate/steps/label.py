@@ -27,8 +27,9 @@ from analysis.errors import PateError
 from analysis.noise import seed_record
 from pate import aggregation, rundir
 from pate import ledger as ledger_mod
+from analysis.report_io import render_table
 from pate.config import AggregationConfig, Config, PrivacyConfig
-from pate.runlock import writes_run
+from pate.door import Door, step
 
 # The keys labels.npz may hold besides `meta` (config hash and package version).
 RELEASED_KEYS = ("indices", "labels", "mechanism", "gamma", "sigma", "threshold", "sigma_threshold",
@@ -138,7 +139,6 @@ def release_labels(votes: np.ndarray, mechanism: str, params: dict, *, seed: int
     return cap_answers(released, max_answers)
 
 
-@writes_run("label")
 def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
           budget: float | None = None, accountant: str = "rdp", echo=print) -> LabelResult:
     """Computes the votes on the pool, releases noisy labels and writes both files.
@@ -159,30 +159,38 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     """
     from pate.data import load_dataset, split
     from pate.steps.teachers import load_teachers
-    from pate.voting import plurality_accuracy, predict_votes
 
-    run = rundir.RunDir(workdir)
-    present = [a for a in rundir.LABEL_ARTIFACTS if run.exists(a)]
-    if present and not overwrite:
-        raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "
-                        "label again (the old release is replaced)")
-    aggregation.noise_source(seed)  # refuses a bad seed before any vote is computed
-    check_accountable(config.aggregation, config.privacy)
-    teachers = load_teachers(run.path)
-    agg = config.aggregation
-    splits = split(load_dataset(config.data), config.data.public_size)
-    if splits.pool_x.shape[1:] != tuple(teachers.image_shape):
-        raise PateError(f"the pool's images have shape {splits.pool_x.shape[1:]} but the teachers "
-                        f"were trained on {tuple(teachers.image_shape)}: is this the same data set?")
-    resolve(agg, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
-    plan = None
-    if budget is not None:
-        plan = budget_plan(agg, budget, config.privacy.delta, moments=config.privacy.moments,
-                           conversion=config.privacy.conversion, accountant=accountant, privacy=config.privacy)
-        echo(budget_line(budget, plan, accountant))
+    # Votes, labels and config.toml are swapped in together once all three are written.
+    with step("label", workdir, config=config, overwrite=overwrite, echo=echo) as door:
+        aggregation.noise_source(seed)  # refuses a bad seed before any vote is computed
+        check_accountable(config.aggregation, config.privacy)
+        teachers = load_teachers(door.run.path)
+        agg = config.aggregation
+        splits = split(load_dataset(config.data), config.data.public_size)
+        if splits.pool_x.shape[1:] != tuple(teachers.image_shape):
+            raise PateError(f"the pool's images have shape {splits.pool_x.shape[1:]} but the teachers "
+                            f"were trained on {tuple(teachers.image_shape)}: is this the same data set?")
+        resolve(agg, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
+        plan = None
+        if budget is not None:
+            plan = budget_plan(agg, budget, config.privacy.delta, moments=config.privacy.moments,
+                               conversion=config.privacy.conversion, accountant=accountant,
+                               privacy=config.privacy)
+            echo(budget_line(budget, plan, accountant))
+        result = _release_from_teachers(door, config, teachers, splits, plan, seed, echo)
+    echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
+         "(the release); `pate analyze` gives the sanitised eps and the headline eps")
+    return result
+
+
+def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, seed, echo) -> LabelResult:
+    """The body of `label` once its inputs are checked: the ledger's budget, the votes,
+    the release, the brief report; writes votes.npz and labels.npz through `door`."""
+    from pate.voting import plurality_accuracy, predict_votes
 
     # The ledger of the private data set refuses a release over its total budget before
     # any teacher votes (`pate.ledger`).
+    agg = config.aggregation
     record = mechanisms.from_config(agg)
     num_queries = agg.queries if plan is None else plan.num_queries
     cost = composition.labels_cost(record, num_queries, max_answers=None if plan is None else plan.max_answers)
@@ -199,54 +207,46 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         raise PateError("internal error: a vote row does not count every teacher once")
 
     params = mechanism_params(agg)
-    cap = None if plan is None else plan.max_answers
-    released = release_labels(votes[queried], agg.mechanism, params, seed=seed, max_answers=cap)
-    if cap is not None:
-        params["max_answers"] = cap
+    labels = _released_arrays(votes[queried], queried, agg.mechanism, params, seed,
+                              None if plan is None else plan.max_answers)
+    released, truth = labels["labels"], splits.pool_y[queried]
     answered = released >= 0
-    truth = splits.pool_y[queried]
     result = LabelResult(
         mechanism=agg.mechanism, num_queries=int(queried.size), num_answered=int(answered.sum()),
         label_accuracy=float(np.mean(released[answered] == truth[answered])) if answered.any() else float("nan"),
         plurality_accuracy=plurality_accuracy(votes[queried], truth),
         params=params)
-    labels = {"indices": queried.astype(np.int64), "labels": released.astype(np.int32),
-              "mechanism": np.array(agg.mechanism)}
-    labels.update({k: np.array(float(v)) for k, v in params.items()})
 
     # The brief report is computed before anything is written: a release the analysis
     # cannot account for is never written (drawing noise that is never published costs nothing).
-    from analysis.report_io import render_table
     from pate.steps.analyze import report_for_release
 
-    # Everything that can fail is computed before the first byte is written.
     p = config.privacy
-    brief = report_for_release(votes, labels, delta=p.delta, moments=p.moments,
-                               conversion=p.conversion, sanitize=False)
-    table = render_table(brief)
-
-    # Votes, labels and config.toml are swapped in together once all three are written.
-    staging = rundir.Staging(run, "label", rundir.LABEL_ARTIFACTS)
-    try:
-        out = rundir.RunDir(staging.path)
-        out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
-        out.write_npz(rundir.LABELS_NPZ, labels, config, meta={"ledger": book.name, **seed_record(seed)})
-        out.write_config(config)
-        # Charged before the release is in place: a kill from here on over-counts, never under-counts.
-        charge_release(book, cost, record, run.path, out / rundir.LABELS_NPZ, num_queries, config.privacy,
-                       data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
-    except BaseException:
-        staging.discard()
-        raise
-    moved = staging.commit(extra=(rundir.CONFIG_TOML,))
+    table = render_table(report_for_release(votes, labels, delta=p.delta, moments=p.moments,
+                                            conversion=p.conversion, sanitize=False))
+    door.out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
+    door.out.write_npz(rundir.LABELS_NPZ, labels, config, meta={"ledger": book.name, **seed_record(seed)})
+    # Charged before the release is in place: a kill from here on over-counts, never under-counts.
+    charge_release(book, cost, record, door.run.path, door.out / rundir.LABELS_NPZ, num_queries, config.privacy,
+                   data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
     echo(ledger_mod.cumulative_line(book, config.privacy.delta))
     echo(result.summary())
     echo(table)
-    if moved:
-        echo(rundir.stale_message(moved, "labels"))
-    echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
-         "(the release); `pate analyze` gives the sanitised eps and the headline eps")
     return result
+
+
+def _released_arrays(votes: np.ndarray, indices: np.ndarray, mechanism: str, params: dict,
+                     seed: int | None, cap: int | None) -> dict:
+    """What labels.npz holds: the queried `indices`, their noisy labels (`release_labels`
+    over `votes`, their rows), the mechanism and its noise (``max_answers`` added to
+    `params` when `cap` withheld answers)."""
+    released = release_labels(votes, mechanism, params, seed=seed, max_answers=cap)
+    if cap is not None:
+        params["max_answers"] = cap
+    labels = {"indices": indices.astype(np.int64), "labels": released.astype(np.int32),
+              "mechanism": np.array(mechanism)}
+    labels.update({k: np.array(float(v)) for k, v in params.items()})
+    return labels
 
 
 @dataclasses.dataclass(frozen=True)
@@ -298,7 +298,6 @@ def charge_release(book, cost, record, run_path, labels_path, num_queries: int, 
                        delta=privacy.delta, data_digest=data_digest)
 
 
-@writes_run("label")
 def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", gamma=None, sigma=None,
                 threshold=None, sigma_threshold=None, queries: int | None = None, indices=None,
                 budget: float | None = None, delta: float = 1e-5, moments: int = 8,
@@ -345,21 +344,43 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     """
     import os
 
-    from analysis import report as report_mod
-    from analysis import votes as votes_mod
-    from analysis.report_io import render_table
-    from pate.steps.analyze import data_independent_comparison, report_for_release
+    with step("label", workdir, overwrite=overwrite, echo=echo) as door:
+        if num_classes is None or int(num_classes) < 2:
+            raise PateError(f"--num-classes must be given and at least 2, got {num_classes}")
+        params = noise_params(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
+                              sigma_threshold=sigma_threshold)
+        hist = _vote_histogram(votes, int(num_classes), input_is_labels)
+        selected = _selected_rows(indices, queries, hist.shape[0])
+        agg = AggregationConfig(mechanism=mechanism, queries=int(selected.size), **params)
+        agg.validate()
+        resolve(agg, num_teachers=int(hist[0].sum()), pool_size=hist.shape[0])
+        aggregation.noise_source(seed)  # refuses a bad seed before anything is released
+        privacy = PrivacyConfig(delta=delta, moments=moments, conversion=conversion)
+        check_accountable(agg, privacy)
+        plan = None
+        if budget is not None:
+            plan = budget_plan(agg, budget, delta, moments=moments, conversion=conversion, accountant=accountant,
+                               privacy=privacy)
+            echo(budget_line(budget, plan, accountant))
+            selected = selected[:plan.num_queries]
+        if ledger is None:
+            ledger = ("votes:" + os.path.abspath(os.fspath(votes)) if isinstance(votes, (str, os.PathLike))
+                      else "votes:in-memory")
+        book = ledger_mod.Ledger(ledger, ledger_mod.default_directory())
+        result = _release_from_votes(door, hist, selected, mechanism, params, plan, book, seed=seed,
+                                     privacy=dataclasses.replace(privacy, total_budget=total_budget or 0.0),
+                                     total_budget=total_budget, echo=echo)
+    echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
+         "(the release); `pate analyze --workdir` gives the sanitised eps")
+    return result
 
-    if num_classes is None or int(num_classes) < 2:
-        raise PateError(f"--num-classes must be given and at least 2, got {num_classes}")
-    num_classes = int(num_classes)
-    params = noise_params(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
-                          sigma_threshold=sigma_threshold)
-    run = rundir.RunDir(workdir)
-    present = [a for a in rundir.LABEL_ARTIFACTS if run.exists(a)]
-    if present and not overwrite:
-        raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "
-                        "label again (the old release is replaced)")
+
+def _vote_histogram(votes, num_classes: int, input_is_labels: bool) -> np.ndarray:
+    """The vote histogram `label_votes` was given (an array or a file), checked."""
+    import os
+
+    from analysis import votes as votes_mod
+
     if isinstance(votes, (str, os.PathLike)):
         hist = votes_mod.load_votes(votes, input_is_labels=input_is_labels, num_classes=num_classes)
     elif input_is_labels:
@@ -368,7 +389,15 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
         hist = votes_mod.check_votes(votes)
     if hist.shape[1] != num_classes:
         raise PateError(f"the votes have {hist.shape[1]} class columns but --num-classes is {num_classes}")
-    rows = hist.shape[0]
+    return hist
+
+
+def _selected_rows(indices, queries: int | None, rows: int) -> np.ndarray:
+    """The rows `label_votes` queries, in order: ``indices`` (default all), the first ``queries``."""
+    import os
+
+    from analysis import votes as votes_mod
+
     if indices is None:
         selected = np.arange(rows)
     elif isinstance(indices, (str, os.PathLike)):
@@ -379,59 +408,35 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
         if int(queries) < 1 or int(queries) > selected.size:
             raise PateError(f"--queries {queries} must be between 1 and the {selected.size} rows selected")
         selected = selected[:int(queries)]
-    num_teachers = int(hist[0].sum())
-    agg = AggregationConfig(mechanism=mechanism, queries=int(selected.size), **params)
-    agg.validate()
-    resolve(agg, num_teachers=num_teachers, pool_size=rows)
-    aggregation.noise_source(seed)  # refuses a bad seed before anything is released
-    check_accountable(agg, PrivacyConfig(delta=delta, moments=moments, conversion=conversion))
-    plan = None
-    if budget is not None:
-        privacy = PrivacyConfig(delta=delta, moments=moments, conversion=conversion)
-        plan = budget_plan(agg, budget, delta, moments=moments, conversion=conversion, accountant=accountant,
-                           privacy=privacy)
-        echo(budget_line(budget, plan, accountant))
-        selected = selected[:plan.num_queries]
+    return selected
 
+
+def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, mechanism: str, params: dict,
+                        plan, book, *, seed, privacy: PrivacyConfig, total_budget, echo) -> VotesRelease:
+    """The body of `label_votes` once its inputs are checked: the ledger's budget, the
+    release, the report; writes votes.npz and labels.npz through `door`."""
+    from analysis import report as report_mod
+    from pate.steps.analyze import data_independent_comparison, report_for_release
+
+    delta, moments = privacy.delta, privacy.moments
     cap = None if plan is None else plan.max_answers
     record = mechanisms.from_options(mechanism, **params)
     cost = composition.labels_cost(record, int(selected.size), max_answers=cap)
-    if ledger is None:
-        ledger = ("votes:" + os.path.abspath(os.fspath(votes)) if isinstance(votes, (str, os.PathLike))
-                  else "votes:in-memory")
-    book = ledger_mod.Ledger(ledger, ledger_mod.default_directory())
     book.check_budget([cost], total_budget, delta, "this label release")
-    released = release_labels(hist[selected], mechanism, params, seed=seed, max_answers=cap)
-    if cap is not None:
-        params["max_answers"] = cap
-    labels = {"indices": selected.astype(np.int64), "labels": released.astype(np.int32),
-              "mechanism": np.array(mechanism)}
-    labels.update({k: np.array(float(v)) for k, v in params.items()})
+    labels = _released_arrays(hist[selected], selected, mechanism, params, seed, cap)
     # The table is computed before anything is written: a failure leaves no release.
-    brief = report_for_release(hist, labels, delta=delta, moments=moments, conversion=conversion,
+    brief = report_for_release(hist, labels, delta=delta, moments=moments, conversion=privacy.conversion,
                                sanitize=False)
     brief = report_mod.extend(brief, data_independent_comparison(hist, labels, delta=delta, moments=moments))
     # Votes and labels are swapped in together, the old release and what was made from it
     # moved aside, once both are written and the release is charged.
-    staging = rundir.Staging(run, "label", rundir.LABEL_ARTIFACTS)
-    try:
-        out = rundir.RunDir(staging.path)
-        out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)})
-        out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.name, **seed_record(seed)})
-        charge_release(book, cost, record, run.path, out / rundir.LABELS_NPZ, int(selected.size),
-                       PrivacyConfig(delta=delta, total_budget=total_budget or 0.0),
-                       data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()))
-    except BaseException:
-        staging.discard()
-        raise
-    moved = staging.commit()
-    result = VotesRelease(mechanism, dict(params), selected, released,
+    door.out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)})
+    door.out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.name, **seed_record(seed)})
+    charge_release(book, cost, record, door.run.path, door.out / rundir.LABELS_NPZ, int(selected.size),
+                   privacy, data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()))
+    result = VotesRelease(mechanism, dict(params), selected, labels["labels"],
                           None if plan is None else plan.eps)
     echo(result.summary())
     echo(render_table(brief))
     echo(ledger_mod.cumulative_line(book, delta))
-    if moved:
-        echo(rundir.stale_message(moved, "labels"))
-    echo(f"wrote {run / rundir.VOTES_NPZ} (private: never publish) and {run / rundir.LABELS_NPZ} "
-         "(the release); `pate analyze --workdir` gives the sanitised eps")
     return result

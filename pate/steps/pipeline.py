@@ -55,7 +55,7 @@ from analysis.errors import PateError
 from pate import rundir
 from pate.released_labels import read_labels
 from pate.config import Config, config_hash, config_to_dict
-from pate.runlock import writes_run
+from pate.door import step
 
 @dataclasses.dataclass(frozen=True)
 class _Context:
@@ -362,7 +362,6 @@ def check_budget(config: Config, run_dir: rundir.RunDir) -> None:
                                            "this run's label release")
 
 
-@writes_run("run")
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,
         show_progress: bool = True, echo: Callable[[str], None] = print) -> RunSummary:
     """Runs the whole job over one run directory, skipping what is up to date.
@@ -385,36 +384,49 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
     """
     start = time.time()
     preflight(config, seed)
-    run_dir = rundir.RunDir(workdir)
+    # Nothing is touched in the run directory of another data set unless `overwrite`.
+    data = None if overwrite else DATA_CHECK
+    with step("run", workdir, config=config, data=data, echo=echo) as door:
+        run_dir = door.run
+        check_budget(config, run_dir)
+        manifest = _Manifest(run_dir)
+        records = _run_steps(config, run_dir, manifest, overwrite, seed, show_progress, echo)
+        door.write_config()
+        return _summarise(config, run_dir, manifest, records, start)
+
+
+#: The door's data check of `run`: the run's config must be readable and of this data set.
+DATA_CHECK = dict(unreadable="use another --workdir, or --overwrite to replace the run",
+                  remedy="use another --workdir, or --overwrite to replace the whole run")
+
+
+def _run_steps(config: Config, run_dir: rundir.RunDir, manifest: "_Manifest", overwrite: bool,
+               seed: int | None, show_progress: bool, echo) -> list[StepRecord]:
+    """Runs every step that is not up to date (`_check_state`), recording each in the manifest."""
     stored = run_dir.stored_config()
-    if run_dir.exists(rundir.CONFIG_TOML) and stored is None and not overwrite:
-        raise PateError(f"{run_dir / rundir.CONFIG_TOML} is not a readable config; use another "
-                        "--workdir, or --overwrite to replace the run")
-    if not overwrite and stored is not None:
-        run_dir.check_same_data(config, stored,
-                                remedy="use another --workdir, or --overwrite to replace the whole run")
-    check_budget(config, run_dir)
-    manifest = _Manifest(run_dir)
     records: list[StepRecord] = []
     ran: set[str] = set()
-
-    for step in STEPS:
-        reason = "--overwrite" if overwrite else _check_state(run_dir, manifest, step, config, stored,
-                                                              bool(ran & set(step.upstream)))
+    for step_ in STEPS:
+        reason = "--overwrite" if overwrite else _check_state(run_dir, manifest, step_, config, stored,
+                                                              bool(ran & set(step_.upstream)))
         if reason is None:
-            echo(f"[{step.name}] up to date: skipped")
-            records.append(StepRecord(step.name, False, 0.0, "up to date"))
+            echo(f"[{step_.name}] up to date: skipped")
+            records.append(StepRecord(step_.name, False, 0.0, "up to date"))
             continue
-        echo(f"[{step.name}] running ({reason})")
-        manifest.forget(step.name)
+        echo(f"[{step_.name}] running ({reason})")
+        manifest.forget(step_.name)
         t0 = time.time()
-        figures = step.run(_Context(config, run_dir, stored, overwrite, seed, show_progress, echo))
-        manifest.record(step, config, figures)
+        figures = step_.run(_Context(config, run_dir, stored, overwrite, seed, show_progress, echo))
+        manifest.record(step_, config, figures)
         stored = run_dir.stored_config()
-        records.append(StepRecord(step.name, True, time.time() - t0, reason))
-        ran.add(step.name)
+        records.append(StepRecord(step_.name, True, time.time() - t0, reason))
+        ran.add(step_.name)
+    return records
 
-    run_dir.write_config(config)
+
+def _summarise(config: Config, run_dir: rundir.RunDir, manifest: "_Manifest", records: list[StepRecord],
+               start: float) -> RunSummary:
+    """The `RunSummary` of a finished run, read from its artifacts and the manifest."""
     teachers = run_dir.read_json(rundir.TEACHERS_JSON)
     student = run_dir.read_json(rundir.STUDENT_JSON)
     privacy = run_dir.read_json(rundir.PRIVACY_JSON)
@@ -428,7 +440,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         except (TypeError, ValueError):
             return float("nan")
 
-    summary = RunSummary(
+    return RunSummary(
         steps=tuple(records), dataset=config.data.name, mechanism=mechanism, num_queries=num_queries,
         num_answered=num_answered, teacher_ensemble_accuracy=number(teachers.get("ensemble_accuracy")),
         label_accuracy=manifest.figure("label", "label_accuracy"), student_method=str(student.get("method")),
@@ -439,4 +451,3 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         eps=number(release["eps"]) if "eps" in release else None,
         delta_total=number(release["delta"]) if "delta" in release else None,
         delta=config.privacy.delta, wall_time_s=time.time() - start)
-    return summary

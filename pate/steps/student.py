@@ -38,11 +38,11 @@ import numpy as np
 import optax
 
 from analysis.errors import PateError
-from pate import augment, checkpoints, models, rundir
+from pate import augment, checkpoints, keys, models, rundir
 from pate.released_labels import Release, read_release
 from pate.config import MAX_INT, Config, StudentConfig, config_from_dict, config_to_dict
 from pate.progress import Progress
-from pate.runlock import writes_run
+from pate.door import step
 
 Params = Any
 
@@ -212,7 +212,7 @@ def make_train_fn(model, tx: optax.GradientTransformation, cfg: StudentConfig,
 
 
 @functools.lru_cache(maxsize=8)
-def _compiled(model, cfg: StudentConfig):
+def compiled_loop(model, cfg: StudentConfig):
     """The optimizer and jitted loop of a config, built once per process (a second
     student with the same config and data shapes reuses the compiled loop)."""
     tx = make_optimizer(cfg, cfg.steps)
@@ -220,8 +220,8 @@ def _compiled(model, cfg: StudentConfig):
 
 
 def init_state(model, tx, image_shape, seed: int, num_classes: int) -> TrainState:
-    key = jax.random.fold_in(jax.random.key(seed), 0)
-    params = model.init(key, jnp.zeros((1, *image_shape), jnp.float32))
+    init_key = keys.stream(keys.training_key(seed), keys.INIT_STREAM)
+    params = model.init(init_key, jnp.zeros((1, *image_shape), jnp.float32))
     uniform = jnp.full((num_classes,), 1.0 / num_classes, jnp.float32)
     return TrainState(params, jax.tree.map(jnp.copy, params), tx.init(params), jnp.zeros((), jnp.int32),
                       uniform, jnp.copy(uniform))
@@ -277,7 +277,7 @@ def load_student(workdir: str | Path) -> Student:
     except (KeyError, TypeError, ValueError, AttributeError, PateError):
         raise record.refuse("student") from None
     model = models.make_model(scfg, record.num_classes)
-    like = jax.eval_shape(lambda: model.init(jax.random.key(0), jnp.zeros((1, *record.image_shape))))
+    like = jax.eval_shape(lambda: model.init(keys.training_key(0), jnp.zeros((1, *record.image_shape))))
     directory = record.run / rundir.STUDENT_DIR
     params = checkpoints.verified_restore("student checkpoint", directory, info.get("checkpoint_sha256"),
                                           record.remake, lambda: checkpoints.restore_params(directory, like))
@@ -320,17 +320,11 @@ class StudentResult:
         return "\n".join(lines)
 
 
-def check_data(config: Config, workdir: str | Path) -> None:
-    """Refuses a config whose ``[data]`` differs from the run's ``config.toml``: the
-    labels in the run would belong to another data set (or another pool)."""
-    run = rundir.RunDir(workdir)
-    if not run.exists(rundir.CONFIG_TOML):
-        raise PateError(f"{run.path} is not a run directory (no {rundir.CONFIG_TOML}); run "
-                        "`pate train-teachers` and `pate label` first")
-    run.check_same_data(config, held="was labelled on data set {name!r} with a different")
+#: The door's data check of `train_student`: the labels in the run must belong to this data set.
+DATA_CHECK = dict(required="`pate train-teachers` and `pate label`",
+                  held="was labelled on data set {name!r} with a different")
 
 
-@writes_run("train-student")
 def train_student(config: Config, workdir: str | Path, *, overwrite: bool = False,
                   epochs: float | None = None, show_progress: bool = True,
                   echo: Callable[[str], None] = print) -> StudentResult:
@@ -359,34 +353,35 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
     from pate.data import load_dataset, split
 
     start_time = time.time()
-    cfg = config.student
-    run = rundir.RunDir(workdir)
-    check_data(config, workdir)
-    dataset = load_dataset(config.data)
-    splits = split(dataset, config.data.public_size)
-    release = read_release(run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes)
-    if epochs is not None:
-        cfg = dataclasses.replace(cfg, steps=steps_for_epochs(cfg, epochs, pool_size=splits.pool_x.shape[0],
-                                                              num_labelled=release.indices.size))
-        config = dataclasses.replace(config, student=cfg)
-    present = [a for a in rundir.STUDENT_ARTIFACTS if run.exists(a)]
-    if present and not overwrite:
-        raise PateError(f"{run.path} already holds {', '.join(present)}; pass --overwrite to "
-                        "train the student again")
+    # The old student (if any) is replaced only once the new one is completely written.
+    with step("student", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
+        splits = split(load_dataset(config.data), config.data.public_size)
+        release = read_release(door.run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes)
+        if epochs is not None:
+            steps = steps_for_epochs(config.student, epochs, pool_size=splits.pool_x.shape[0],
+                                     num_labelled=release.indices.size)
+            config = dataclasses.replace(config, student=dataclasses.replace(config.student, steps=steps))
+            door.config = config  # the recorded config says the steps that ran
+        result, ema = _train(config, release, splits, show_progress, echo, start_time)
+        _write_student(door.out, ema, config, result, release, splits)
+    return result
 
-    # Only public data from here on: the pool's images, the released labels.
+
+def _train(config: Config, release: Release, splits, show_progress: bool, echo, start_time: float
+           ) -> tuple[StudentResult, Params]:
+    """The body of `train_student`: trains on the release and the pool's images (public
+    data only) and scores the EMA and the last weights on the evaluation split."""
+    cfg = config.student
     pool_x = splits.pool_x
     xl = jnp.asarray(pool_x[release.indices])
     yl = jnp.asarray(release.labels)
     wl = jnp.asarray(label_weights(release.labels, splits.num_classes, cfg.balance_labels))
     xu = jnp.asarray(pool_x)
-    del dataset
     image_shape = tuple(pool_x.shape[1:])
-    backend = jax.default_backend()
-    model = models.make_model(cfg, splits.num_classes, backend)
-    tx, train = _compiled(model, cfg)
+    model = models.make_model(cfg, splits.num_classes, jax.default_backend())
+    tx, train = compiled_loop(model, cfg)
     state = init_state(model, tx, image_shape, cfg.seed, splits.num_classes)
-    key = jax.random.fold_in(jax.random.key(cfg.seed), 1)
+    key = keys.stream(keys.training_key(cfg.seed), keys.DATA_STREAM)
 
     echo(f"student: {cfg.method} on {release.num_queries} queries, {xl.shape[0]} answered "
          f"({release.mechanism}); {xu.shape[0]} pool images")
@@ -417,24 +412,13 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
         loss_history=losses, mask_history=masks if cfg.method == "fixmatch" else [],
         wall_time_s=time.time() - start_time, train_time_s=train_time,
         eval_points=int(splits.eval_x.shape[0]))
-
-    # The old student (if any) is replaced only once the new one is completely written.
-    staging = rundir.Staging(run, "student", rundir.STUDENT_ARTIFACTS)
-    try:
-        _write_student(staging, ema, config, cfg, result, release, splits, image_shape, losses,
-                       train_time, backend)
-    except BaseException:
-        staging.discard()
-        raise
-    staging.commit(extra=(rundir.CONFIG_TOML,))
-    return result
+    return result, ema
 
 
-def _write_student(staging: "rundir.Staging", ema, config: Config, cfg: StudentConfig, result,
-                   release: Release, splits, image_shape, losses, train_time, backend) -> None:
-    out = rundir.RunDir(staging.path)
+def _write_student(out: rundir.RunDir, ema, config: Config, result: StudentResult, release: Release,
+                   splits) -> None:
+    cfg = config.student
     checkpoints.save_params(out / rundir.STUDENT_DIR, ema, then="train the student again")
-    out.write_config(config)
     out.write_json(rundir.STUDENT_JSON, {
         "checkpoint_sha256": rundir.tree_digest(out / rundir.STUDENT_DIR),
         "method": cfg.method,
@@ -449,11 +433,11 @@ def _write_student(staging: "rundir.Staging", ema, config: Config, cfg: StudentC
         "steps": cfg.steps,
         "student": config_to_dict(config)["student"],
         "num_classes": splits.num_classes,
-        "image_shape": list(image_shape),
+        "image_shape": list(splits.pool_x.shape[1:]),
         "dataset": config.data.name,
-        "loss_history": losses,
+        "loss_history": result.loss_history,
         "confident_fraction_history": result.mask_history,
         "wall_time_s": result.wall_time_s,
-        "train_time_s": train_time,
-        "backend": backend,
+        "train_time_s": result.train_time_s,
+        "backend": jax.default_backend(),
     }, config)

@@ -3,8 +3,8 @@ vmapped over the teacher axis (sharded over a ("teacher",) mesh when there are s
 devices), checkpointed with orbax and evaluated; `load_teachers` reads a trained ensemble back.
 Its predictions and vote histograms are `pate.voting`'s.
 
-Randomness is explicit: teacher t is initialised from `fold_in(init_key, t)` and
-shuffles and augments its shard in epoch e from `fold_in(fold_in(train_key, t), e)`,
+Randomness is explicit (`pate.keys`): teacher t is initialised from `fold_in(init_key, t)`
+and shuffles and augments its shard in epoch e from `fold_in(fold_in(data_key, t), e)`,
 so a run resumed from a checkpoint, or sharded differently, sees the same batches.
 
 Multi-host: run the same command on every host with `--distributed`, which calls
@@ -28,17 +28,16 @@ import numpy as np
 import optax
 
 from analysis.errors import PateError
-from pate import augment, checkpoints, rundir
+from pate import augment, checkpoints, keys, rundir
 from pate.config import Config, TeachersConfig
 from pate.data import Partition, load_dataset, partition, split
 from pate.models import conv_impl, make_model
 from pate.placement import Placement, teacher_chunk, to_host, unpad
 from pate.progress import Progress
 from pate.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
-from pate.runlock import writes_run
+from pate.door import Door, step
 
 Params = Any
-_INIT_STREAM, _TRAIN_STREAM = 0, 1
 
 
 # --------------------------------------------------------------------------- training program
@@ -66,13 +65,14 @@ def init_teachers(model, tx: optax.GradientTransformation, image_shape: Sequence
                   teacher_ids: jax.Array | None = None) -> tuple[Params, Any]:
     """Stacked parameters and optimizer states of all teachers, on the devices.
 
-    Teacher t's parameters come from `fold_in(fold_in(PRNGKey(seed), 0), t)`.
+    Teacher t's parameters come from `fold_in(stream(training_key(seed), INIT_STREAM), t)`
+    (`pate.keys`).
 
     Args:
       teacher_ids: the ids to initialise, placed by `placement` (default: all of
         `placement.teacher_ids()`).
     """
-    init_key = jax.random.fold_in(jax.random.PRNGKey(seed), _INIT_STREAM)
+    init_key = keys.stream(keys.training_key(seed), keys.INIT_STREAM)
 
     def one(teacher_id):
         params = model.init(jax.random.fold_in(init_key, teacher_id),
@@ -97,7 +97,7 @@ def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
     """
     batch = cfg.batch_size
     num_batches = shard_size // batch
-    train_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _TRAIN_STREAM)
+    train_key = keys.stream(keys.training_key(cfg.seed), keys.DATA_STREAM)
 
     def loss_fn(params, x, y, key):
         logits = model.apply(params, x, train=True, rngs={"dropout": key})
@@ -151,7 +151,7 @@ def _shapes(model, tx, image_shape: Sequence[int], num_teachers: int):
     """Abstract (unpadded, host) stacked params and optimizer state."""
 
     def one():
-        params = model.init(jax.random.PRNGKey(0), jnp.zeros((1, *image_shape), jnp.float32))
+        params = model.init(keys.training_key(0), jnp.zeros((1, *image_shape), jnp.float32))
         return params, tx.init(params)
 
     params, opt = jax.eval_shape(one)
@@ -257,7 +257,6 @@ def _nan_message(bad: np.ndarray, epoch: int, last_good: int | None, ckpt_dir: P
             "with --overwrite")
 
 
-@writes_run("train-teachers")
 def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
                    overwrite: bool = False, show_progress: bool = True,
                    devices: Sequence[jax.Device] | None = None,
@@ -281,7 +280,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
       echo: where the line about replaced artifacts goes.
 
     With `overwrite` over finished teachers, the new ensemble is trained in
-    ``RUN/.new-teachers/`` and swapped in only once complete (`rundir.Staging`): a
+    ``RUN/.new-teachers/`` and swapped in only once complete (`pate.door.step`): a
     failure leaves the old teachers as they were. The artifacts of later steps
     (votes, labels, student, privacy report) are then moved aside, not deleted.
 
@@ -295,111 +294,90 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
     """
     start_time = time.time()
     tc = config.teachers
-    dataset = load_dataset(config.data)
-    splits = split(dataset, config.data.public_size)
-    part: Partition = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
-    if part.shard_size < tc.batch_size:
-        raise PateError(f"each of {tc.num_teachers} teachers gets {part.shard_size} training "
-                        f"points, fewer than teachers.batch_size = {tc.batch_size}; lower "
-                        "teachers.batch_size or teachers.num_teachers")
-
-    run = rundir.RunDir(workdir)
-    if resume and run.exists(rundir.CONFIG_TOML):
-        run.check_same_config(config)
-    staging = None
-    if (overwrite and not resume and jax.process_count() == 1
-            and any(run.exists(a) for a in rundir.TEACHER_ARTIFACTS)):
-        # Keep the finished teachers until the new ones are complete. (Multi-host runs
-        # replace them up front as before: the staging folder would need a barrier.)
-        staging = rundir.Staging(run, "teachers", rundir.TEACHER_ARTIFACTS)
-        resuming = False
-    else:
-        resuming = run.prepare(rundir.TEACHER_ARTIFACTS, overwrite=overwrite, resume=resume,
-                               command="train-teachers")
-    if resuming and not run.exists(rundir.CONFIG_TOML):
-        raise PateError(f"cannot resume: {run / rundir.CONFIG_TOML} is missing; start again "
-                        "with --overwrite")
-    out = run if staging is None else rundir.RunDir(staging.path)
-    try:
-        result = _train(config, run, out, resuming, placement_devices=devices, dataset=dataset,
-                        splits=splits, part=part, start_time=start_time, show_progress=show_progress,
-                        on_epoch=on_epoch, staged=staging is not None)
-    except BaseException:
-        if staging is not None:
-            staging.discard()  # the old teachers stay as they were
-        raise
-    if staging is not None:
-        moved = staging.commit(extra=(rundir.CONFIG_TOML,))
-        if moved:
-            echo(rundir.stale_message(moved, "teachers"))
-    return result
+    # Keep the finished teachers until the new ones are complete. (Multi-host runs
+    # replace them up front: the staging folder would need a barrier.)
+    staged = "when-replacing" if jax.process_count() == 1 else False
+    with step("teachers", workdir, config=config, overwrite=overwrite, resume=resume, staged=staged,
+              echo=echo) as door:
+        dataset = load_dataset(config.data)
+        splits = split(dataset, config.data.public_size)
+        part: Partition = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
+        if part.shard_size < tc.batch_size:
+            raise PateError(f"each of {tc.num_teachers} teachers gets {part.shard_size} training "
+                            f"points, fewer than teachers.batch_size = {tc.batch_size}; lower "
+                            "teachers.batch_size or teachers.num_teachers")
+        placement = Placement(tc.num_teachers, devices)
+        model = make_model(config.teachers, splits.num_classes, backend=placement.platform)
+        tx = make_optimizer(tc, part.shard_size // tc.batch_size)
+        door.write_config()
+        # The teachers are private: their folder is owner-only.
+        manager = checkpoints.open_manager(door.out / rundir.TEACHERS_DIR, private=True)
+        try:
+            params, history, latest, train_time = _train(config, door, manager, placement, model, tx, splits,
+                                                         part, show_progress, on_epoch)
+        finally:
+            manager.close()
+        return _evaluate(config, door.out, params, model, placement, dataset.name, splits, part, history,
+                         latest, start_time, train_time)
 
 
-def _train(config: Config, run: rundir.RunDir, out: rundir.RunDir, resuming: bool, *,
-           placement_devices, dataset, splits, part, start_time: float, show_progress: bool,
-           on_epoch, staged: bool) -> TrainResult:
-    """The body of `train_teachers`: trains and writes into `out` (the run directory, or
-    its staging folder when replacing finished teachers)."""
+def _train(config: Config, door: Door, manager, placement: Placement, model, tx, splits, part,
+           show_progress: bool, on_epoch):
+    """The training loop of `train_teachers`: from the last checkpoint when resuming, else
+    from `init_teachers`; checkpoints into `door.out` (the run directory, or its staging
+    folder when replacing finished teachers). Returns (params, loss history, epoch
+    resumed from, training time)."""
     tc = config.teachers
-    devices = placement_devices
-    if jax.process_index() == 0:
-        out.write_config(config)
-
-    placement = Placement(tc.num_teachers, devices)
     image_shape = splits.train_x.shape[1:]
-    model = make_model(config.teachers, splits.num_classes, backend=placement.platform)
-    steps_per_epoch = part.shard_size // tc.batch_size
-    tx = make_optimizer(tc, steps_per_epoch)
+    start_epoch, history = 0, []
+    latest = manager.latest_step() if door.resuming else None
+    if latest is not None:
+        params_like, opt_like = _shapes(model, tx, image_shape, tc.num_teachers)
+        restored = checkpoints.restore_step(manager, latest, {"params": params_like, "opt_state": opt_like},
+                                            ("progress",))
+        params = placement.put(jax.tree.map(np.asarray, restored["params"]))
+        opt_state = placement.put(jax.tree.map(np.asarray, restored["opt_state"]))
+        start_epoch, history = int(latest), list(restored["progress"]["loss_history"])
+    else:
+        params, opt_state = init_teachers(model, tx, image_shape, tc.seed, placement)
 
-    # The teachers are private: their folder is owner-only.
-    manager = checkpoints.open_manager(out / rundir.TEACHERS_DIR, private=True)
-    try:
-        start_epoch, history = 0, []
-        latest = manager.latest_step() if resuming else None
-        if latest is not None:
-            params_like, opt_like = _shapes(model, tx, image_shape, tc.num_teachers)
-            restored = checkpoints.restore_step(manager, latest, {"params": params_like, "opt_state": opt_like},
-                                                ("progress",))
-            params = placement.put(jax.tree.map(np.asarray, restored["params"]))
-            opt_state = placement.put(jax.tree.map(np.asarray, restored["opt_state"]))
-            start_epoch, history = int(latest), list(restored["progress"]["loss_history"])
-        else:
-            params, opt_state = init_teachers(model, tx, image_shape, tc.seed, placement)
+    shards = np.concatenate([part.indices, np.repeat(part.indices[:1],
+                             placement.padded - tc.num_teachers, axis=0)])
+    x = placement.put(splits.train_x[shards])
+    y = placement.put(splits.train_y[shards])
+    ids = placement.teacher_ids()
+    epoch_fn = make_epoch_fn(model, tx, tc, part.shard_size, placement)
 
-        shards = np.concatenate([part.indices, np.repeat(part.indices[:1],
-                                 placement.padded - tc.num_teachers, axis=0)])
-        x = placement.put(splits.train_x[shards])
-        y = placement.put(splits.train_y[shards])
-        ids = placement.teacher_ids()
-        epoch_fn = make_epoch_fn(model, tx, tc, part.shard_size, placement)
+    last_good = latest
+    train_start = time.time()
+    with Progress("epoch", tc.epochs, ("loss",), start=start_epoch, show=show_progress) as bar:
+        for epoch in range(start_epoch, tc.epochs):
+            params, opt_state, loss, finite = epoch_fn(params, opt_state, x, y, ids, jnp.int32(epoch))
+            loss = to_host(loss)[: tc.num_teachers]
+            finite = to_host(finite)[: tc.num_teachers]
+            if not finite.all():
+                raise PateError(_nan_message(np.flatnonzero(~finite), epoch + 1, last_good,
+                                             door.run / rundir.TEACHERS_DIR, door.staged))
+            history.append(float(loss.mean()))
+            done = epoch + 1
+            if done % tc.checkpoint_every == 0 or done == tc.epochs:
+                checkpoints.save_step(
+                    manager, done, {"params": unpad(params, tc.num_teachers),
+                                    "opt_state": unpad(opt_state, tc.num_teachers)},
+                    {"progress": {"loss_history": history}}, unit="epoch",
+                    then="run `pate train-teachers --resume` (earlier checkpoints are kept)")
+                last_good = done
+            bar.update(done, loss=f"{history[-1]:.4f}")
+            if on_epoch:
+                on_epoch(done, history[-1])
+    return params, history, latest, time.time() - train_start
 
-        last_good = latest
-        train_start = time.time()
-        with Progress("epoch", tc.epochs, ("loss",), start=start_epoch, show=show_progress) as bar:
-            for epoch in range(start_epoch, tc.epochs):
-                params, opt_state, loss, finite = epoch_fn(params, opt_state, x, y, ids,
-                                                           jnp.int32(epoch))
-                loss = to_host(loss)[: tc.num_teachers]
-                finite = to_host(finite)[: tc.num_teachers]
-                if not finite.all():
-                    raise PateError(_nan_message(np.flatnonzero(~finite), epoch + 1, last_good,
-                                                 run / rundir.TEACHERS_DIR, staged))
-                history.append(float(loss.mean()))
-                done = epoch + 1
-                if done % tc.checkpoint_every == 0 or done == tc.epochs:
-                    checkpoints.save_step(
-                        manager, done, {"params": unpad(params, tc.num_teachers),
-                                        "opt_state": unpad(opt_state, tc.num_teachers)},
-                        {"progress": {"loss_history": history}}, unit="epoch",
-                        then="run `pate train-teachers --resume` (earlier checkpoints are kept)")
-                    last_good = done
-                bar.update(done, loss=f"{history[-1]:.4f}")
-                if on_epoch:
-                    on_epoch(done, history[-1])
-        train_time = time.time() - train_start
-    finally:
-        manager.close()
 
+def _evaluate(config: Config, out: rundir.RunDir, params, model, placement: Placement, dataset_name: str,
+              splits, part, history, latest, start_time: float, train_time: float) -> TrainResult:
+    """Scores the trained teachers on the evaluation split and writes teachers.json into `out`."""
+    tc = config.teachers
+    image_shape = splits.train_x.shape[1:]
     preds = teacher_predictions(params, model, splits.eval_x, tc.eval_batch_size, placement,
                                 tc.teacher_chunk)
     accuracies = (preds == splits.eval_y[None, :]).mean(axis=1)
@@ -417,7 +395,7 @@ def _train(config: Config, run: rundir.RunDir, out: rundir.RunDir, resuming: boo
             "num_teachers": tc.num_teachers,
             "num_classes": splits.num_classes,
             "image_shape": list(image_shape),
-            "dataset": dataset.name,
+            "dataset": dataset_name,
             "train_points": int(splits.train_x.shape[0]),
             "shard_size": part.shard_size,
             "left_out": int(part.left_out.size),
