@@ -334,12 +334,9 @@ def preflight(config: Config, seed: int | None) -> None:
     """Every check that can be made before a step runs, made before the first one: a
     failure after `label` would have spent the privacy of a release for nothing.
 
-    Checks the seed (0 <= seed < 2**128, used by the aggregator and the sanitised release),
-    the release settings (`pate.steps.label.check_accountable`), and the query count and
-    threshold against what the config alone fixes (the pool is the first
-    ``data.public_size`` test points; the ensemble has ``teachers.num_teachers``), so hours
-    of teacher training never end in a refusal the config already implied.
-    """
+    Checks the seed (0 <= seed < 2**128), the release settings (`check_accountable`), and
+    the queries and threshold against the pool (``data.public_size``) and ensemble size the
+    config fixes: no refusal the config implied comes after hours of teacher training."""
     from pate.aggregation import noise_source
     from pate.steps.label import check_accountable, resolve
 
