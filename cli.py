@@ -573,5 +573,48 @@ def ledger_command(config_path, workdir, name, import_path, delta):
     click.echo(ledger_mod.render(book, delta))
 
 
+# --------------------------------------------------------------------------- fedavg
+
+
+def _fedavg_positive(ctx, param, value):
+    if value is not None and not (value > 0 and value != float("inf")):
+        raise click.BadParameter(f"must be a positive number, got {value}")
+    return value
+
+
+@main.command("fedavg")
+@click.option("--config", "config_path", required=True, type=click.Path(dir_okay=False),
+              help="TOML run config, e.g. configs/fashion_mnist.toml (its [fedavg] section).")
+@click.option("--workdir", required=True, type=click.Path(file_okay=False),
+              help="Run directory (created if missing; a PATE run of the same data is fine).")
+@click.option("--algorithm", type=click.Choice(["fedavg", "iadmm"]), help="Overrides fedavg.algorithm.")
+@click.option("--eps", type=float, callback=_fedavg_positive, help="Total eps of all rounds (overrides fedavg.eps).")
+@click.option("--rounds", type=click.IntRange(min=1), help="Overrides fedavg.rounds.")
+@click.option("--clients", type=click.IntRange(min=1), help="Overrides fedavg.clients (default: the teachers' shards).")
+@click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), help="Overrides fedavg.mechanism.")
+@click.option("--set", "settings", multiple=True, metavar="SECTION.KEY=VALUE",
+              help="Override any config key (TOML value syntax); repeatable.")
+@click.option("--seed", type=click.IntRange(min=0, max=2**128 - 1),
+              help="Noise seed (0 <= seed < 2**128), research only; never written. Default: OS entropy.")
+@click.option("--overwrite", is_flag=True, help="Replace fedavg.json and fedavg/ already in --workdir.")
+@click.option("--no-progress", is_flag=True, help="Do not draw the progress bar.")
+def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechanism, settings, seed, overwrite,
+                   no_progress):
+    """Federated learning on the teachers' shards with noise on every client message,
+    eps accounted over all rounds at [privacy] delta; write fedavg.json and fedavg/."""
+    from pate.config import load_config, parse_override
+
+    overrides = dict(parse_override(s) for s in settings)
+    given = {"algorithm": algorithm, "eps": eps, "rounds": rounds, "clients": clients, "mechanism": mechanism}
+    overrides.update({f"fedavg.{k}": v for k, v in given.items() if v is not None})
+    config = load_config(config_path, overrides)
+
+    from pate.steps.fedavg import train_fedavg  # imports JAX
+
+    result = train_fedavg(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
+                          echo=click.echo)
+    click.echo(result.summary())
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -1,0 +1,366 @@
+"""`pate fedavg`: federated learning with output perturbation on the same private train
+split as the teachers (each client a shard), scored on the same evaluation split as the
+student, accounted over all rounds.
+
+Round t (the server's model w is public: it is computed from noisy messages only):
+
+- ``fedavg``: each client p takes `local_steps` full-batch steps of plain gradient
+  descent from w, every per-example gradient clipped (l1 for Laplace, l2 for Gaussian,
+  `clipped_mean_gradient`), and sends w_p + noise; the server averages the messages.
+- ``iadmm``: each client sends z_p = w + (λ_p − ḡ_p(w))/ρ + noise; the server sets
+  w ← mean_p(z̃_p − λ_p/ρ) and λ_p ← λ_p + ρ(w − z̃_p) from the noisy z̃_p (so λ_p is
+  post-processing of released values and never needs to be sent).
+
+Formal guarantee: every message has noise calibrated to the sensitivity of
+`analysis.fedavg_privacy` (derived there: per-example clipping enforced, K local steps
+counted with the change of the other examples' gradients along the trajectory, the dual
+from the transcript) at the per-round ε̄ (Laplace) or μ (Gaussian) for which R rounds
+compose to ``eps`` at ``[privacy] delta``; the released model (and anything computed from
+it) is then (eps, delta)-DP for **replace-one** neighbours of the private train split
+(the relation of PATE and of the ledger). The charge to the ledger is that composition.
+The noise is float64 from `analysis.noise.NoiseSource` (128-bit OS entropy, or a
+research seed, never written); like every floating-point mechanism it is not snapped to
+a grid (Mironov 2012), which this module does not claim to defend against.
+
+Nothing else that depends on the private data is written: no losses, no per-round
+values, no wall times (printed only); `fedavg.json` holds the released model's accuracy on
+the public evaluation split and public parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from analysis import composition
+from analysis import fedavg_privacy as fp
+from analysis.errors import PateError
+from analysis.noise import NoiseSource
+from pate import checkpoints, rundir
+from pate import ledger as ledger_mod
+from pate.config import Config, config_to_dict
+from pate.models import Linear
+from pate.progress import Progress
+from pate.runlock import writes_run
+from pate.steps.student import predict
+
+#: The `analysis.noise` stream of this step's noise (labels use 0, the sanitised release 1).
+NOISE_STREAM = 2
+
+
+# --------------------------------------------------------------------------- one client
+
+
+def clipped_mean_gradient(theta: jax.Array, x: jax.Array, y: jax.Array, clip: float, norm: str) -> jax.Array:
+    """(1/I) Σ_i g_i min(1, C/‖g_i‖) for softmax regression θ = [W; b] ((D+1) × c).
+
+    The per-example gradient is the rank-one (p_i − e_{y_i}) x̃_iᵀ with x̃ = [x; 1], so its
+    l1 norm is ‖p_i − e_y‖₁‖x̃_i‖₁ and its l2 (Frobenius) norm ‖p_i − e_y‖₂‖x̃_i‖₂: the
+    clipped sum is one matrix product, no per-example gradient is stored.
+    """
+    xt = jnp.concatenate([x, jnp.ones((x.shape[0], 1), x.dtype)], axis=1)
+    r = jax.nn.softmax(xt @ theta) - jax.nn.one_hot(y, theta.shape[1], dtype=theta.dtype)
+    if norm == "l1":
+        gnorm = jnp.sum(jnp.abs(r), axis=1) * jnp.sum(jnp.abs(xt), axis=1)
+    else:
+        gnorm = jnp.linalg.norm(r, axis=1) * jnp.linalg.norm(xt, axis=1)
+    scale = jnp.minimum(1.0, clip / jnp.maximum(gnorm, 1e-12))
+    return xt.T @ (r * scale[:, None]) / x.shape[0]
+
+
+def fedavg_message(theta, x, y, *, clip: float, learning_rate: float, local_steps: int, norm: str):
+    """The model client (x, y) sends in a FedAvg round (before noise)."""
+    def step(t, _):
+        return t - learning_rate * clipped_mean_gradient(t, x, y, clip, norm), None
+
+    out, _ = jax.lax.scan(step, theta, None, length=local_steps)
+    return out
+
+
+def iadmm_message(theta, lam, x, y, *, clip: float, rho: float, norm: str):
+    """z_p = w + (λ_p − ḡ_p(w))/ρ, the primal an IADMM client sends (before noise)."""
+    return theta + (lam - clipped_mean_gradient(theta, x, y, clip, norm)) / rho
+
+
+def make_round(algorithm: str, *, clip: float, learning_rate: float, local_steps: int, rho: float,
+               norm: str) -> Callable:
+    """The jitted messages of all clients, vmapped over the client axis:
+    ``messages(theta, lam, xs, ys)`` with xs (P, I, D), ys (P, I), lam (P, D+1, c)."""
+    if algorithm == "fedavg":
+        one = lambda t, lam, x, y: fedavg_message(t, x, y, clip=clip, learning_rate=learning_rate,  # noqa: E731
+                                                   local_steps=local_steps, norm=norm)
+    else:
+        one = lambda t, lam, x, y: iadmm_message(t, lam, x, y, clip=clip, rho=rho, norm=norm)  # noqa: E731
+    return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
+
+
+def add_noise(messages: np.ndarray, source: NoiseSource, mechanism: str, scale: float) -> np.ndarray:
+    """Every coordinate of every message plus independent float64 Laplace (scale b) or
+    Gaussian (std σ) noise."""
+    messages = np.asarray(messages, np.float64)
+    draw = source.laplace if mechanism == "laplace" else source.normal
+    return messages + draw(messages.shape, scale)
+
+
+def server_update(algorithm: str, noisy: np.ndarray, lam: np.ndarray, rho: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """The new global model and duals from the *noisy* messages (P, D+1, c) alone.
+
+    FedAvg: the mean. IADMM: w = mean_p(z̃_p − λ_p/ρ), λ_p ← λ_p + ρ(w − z̃_p): the dual
+    is post-processing of released values (the server holds the same λ_p as the client),
+    so no noiseless state ever leaves a client.
+    """
+    if algorithm == "fedavg":
+        return noisy.mean(axis=0), lam
+    theta = (noisy - lam / rho).mean(axis=0)
+    return theta, lam + rho * (theta[None] - noisy)
+
+
+def to_flax(theta: np.ndarray) -> dict:
+    """θ = [W; b] as the parameters of `pate.models.Linear`."""
+    theta = np.asarray(theta, np.float32)
+    return {"params": {"Dense_0": {"kernel": theta[:-1], "bias": theta[-1]}}}
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@dataclasses.dataclass(frozen=True)
+class FedavgResult:
+    """What `train_fedavg` did (written to `fedavg.json`, but for the wall time)."""
+
+    algorithm: str
+    mechanism: str
+    model: str
+    accuracy: float
+    accuracy_test: float
+    eval_points: int
+    eps: float
+    delta: float
+    per_round: float
+    per_round_eps: float
+    rounds: int
+    clients: int
+    client_size: int
+    sensitivity: float
+    noise_scale: float
+    wall_time_s: float
+
+    def summary(self) -> str:
+        what = "eps" if self.mechanism == "laplace" else "mu"
+        return "\n".join([
+            f"fedavg: {self.algorithm}, {self.mechanism} output perturbation, {self.model} model; "
+            f"{self.clients} clients of {self.client_size} points, {self.rounds} rounds",
+            f"fedavg accuracy on the evaluation split ({self.eval_points} points): {self.accuracy:.4f} "
+            f"(whole test split: {self.accuracy_test:.4f})",
+            f"fedavg eps = {self.eps:.4f} at delta = {self.delta:g} over all {self.rounds} rounds "
+            f"(replace-one neighbours); per round {what} {self.per_round:.4g} (per-round eps "
+            f"{self.per_round_eps:.4g}: the figure per-round accounting such as APPFL's reports)",
+            f"sensitivity {self.sensitivity:.4g}, noise scale {self.noise_scale:.4g} per coordinate",
+            f"wall time: {self.wall_time_s:.1f} s (printed only)",
+        ])
+
+
+def _check_run(config: Config, run: rundir.RunDir, overwrite: bool) -> None:
+    if run.path.exists() and not run.path.is_dir():
+        raise PateError(f"--workdir {run.path} is a file, not a directory")
+    if run.exists(rundir.FEDAVG_JSON) and not overwrite:
+        raise PateError(f"{run.path} already holds {rundir.FEDAVG_JSON}; pass --overwrite to train "
+                        "the federated model again")
+    if run.exists(rundir.CONFIG_TOML):
+        run.check_same_data(config)
+
+
+def client_shards(n: int, config: Config) -> np.ndarray:
+    """(P, I) indices of each client's points: the teachers' partition (``clients = 0``) or
+    the same seeded permutation cut into ``clients`` shards."""
+    from pate.data import partition
+
+    p = config.fedavg.clients or config.teachers.num_teachers
+    if p > n:
+        raise PateError(f"{p} clients but only {n} training points: each client needs at least one; "
+                        "lower fedavg.clients (--clients)")
+    return partition(n, p, config.teachers.seed).indices
+
+
+@writes_run("fedavg")
+def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None, overwrite: bool = False,
+                 show_progress: bool = True, echo: Callable[[str], None] = print) -> FedavgResult:
+    """Trains `config.fedavg` on the private train split cut into clients and releases the
+    model at `config.fedavg.eps` in total, `config.privacy.delta` (module docstring).
+
+    Writes ``fedavg.json`` and ``fedavg/`` (orbax checkpoint of the `pate.models.Linear`
+    parameters) into `workdir`, and ``config.toml`` when it has none; charges the release
+    to the data set's ledger first.
+
+    Args:
+      config: the resolved config.
+      workdir: the run directory.
+      seed: None (fresh OS entropy) or an integer in [0, 2**128) for research; never written.
+      overwrite: replace an existing ``fedavg.json``.
+      show_progress: draw a progress bar.
+      echo: where status lines go.
+
+    Raises:
+      PateError: bad eps/delta/seed/clients, missing data, an existing result without
+        `overwrite`, a run of another data set, over the ledger's budget, divergence.
+    """
+    from pate.data import load_dataset, split
+
+    start = time.time()
+    cfg = config.fedavg
+    delta = config.privacy.delta
+    if not (cfg.eps > 0 and math.isfinite(cfg.eps)):
+        raise PateError(f"eps must be a positive number, got {cfg.eps}")
+    if not 0 < delta < 1:
+        raise PateError(f"privacy.delta must lie strictly between 0 and 1, got {delta}")
+    source = NoiseSource(seed, stream=NOISE_STREAM)  # checks the seed before any work
+    run = rundir.RunDir(workdir)
+    _check_run(config, run, overwrite)
+
+    dataset = load_dataset(config.data)
+    splits = split(dataset, config.data.public_size)
+    n = int(splits.train_x.shape[0])
+    shards = client_shards(n, config)
+    clients, size = shards.shape
+    norm = fp.NORMS[cfg.mechanism]
+
+    test_x = np.concatenate([splits.pool_x, splits.eval_x])
+    test_y = np.concatenate([splits.pool_y, splits.eval_y])
+    if cfg.model == "scatternet":
+        from pate import scattering
+
+        d = config.dpsgd
+        cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # features of private data
+        train_x = scattering.features(splits.train_x, d.scattering_j, d.scattering_l, d.groups, cache, "train")
+        test_x = scattering.features(test_x, d.scattering_j, d.scattering_l, d.groups, cache, "test")
+        lipschitz = None  # no input-domain bound used: the general (any loss) recursion
+    else:
+        train_x = np.clip(splits.train_x, 0.0, 1.0)  # the domain the Lipschitz bound is for
+        test_x = np.clip(test_x, 0.0, 1.0)
+        dim = int(np.prod(train_x.shape[1:]))
+        lipschitz = fp.linear_lipschitz(dim + 1, 1.0, math.sqrt(dim + 1), norm)
+    input_shape = tuple(train_x.shape[1:])
+    flat = np.asarray(train_x, np.float32).reshape(n, -1)
+    features = flat.shape[1]
+
+    if cfg.algorithm == "fedavg":
+        sensitivity = fp.fedavg_sensitivity(cfg.clip_norm, cfg.learning_rate, size, cfg.local_steps,
+                                            norm=norm, lipschitz=lipschitz)
+    else:
+        sensitivity = fp.iadmm_sensitivity(cfg.clip_norm, cfg.rho, size)
+    per_round = fp.calibrate_per_round(cfg.mechanism, cfg.eps, cfg.rounds, delta)
+    scale = fp.noise_scale(cfg.mechanism, sensitivity, per_round)
+    cost = fp.round_cost(cfg.mechanism, per_round, cfg.rounds)
+    eps = composition.single_eps(cost, delta)
+    one_round = fp.round_cost(cfg.mechanism, per_round, 1)
+    per_round_eps = composition.single_eps(one_round, delta)  # Laplace: = per_round (pure)
+    book = ledger_mod.Ledger.for_config(config)
+    book.check_budget([cost], config.privacy.total_budget, delta, "this federated model")
+
+    num_classes = splits.num_classes
+    xs = jnp.asarray(flat[shards])
+    ys = jnp.asarray(splits.train_y[shards])
+    del dataset
+    messages_fn = make_round(cfg.algorithm, clip=cfg.clip_norm, learning_rate=cfg.learning_rate,
+                             local_steps=cfg.local_steps, rho=cfg.rho, norm=norm)
+    theta = np.zeros((features + 1, num_classes))  # public start (Linear's zero init)
+    lam = np.zeros((clients, features + 1, num_classes))
+    echo(f"fedavg: {cfg.algorithm}, {cfg.mechanism} noise, {cfg.model} model ({theta.size} parameters); "
+         f"{clients} clients of {size} points, {cfg.rounds} rounds; sensitivity {sensitivity:.4g} ({norm}), "
+         f"per round {'eps' if cfg.mechanism == 'laplace' else 'mu'} {per_round:.4g} for total eps "
+         f"{cfg.eps:g} at delta {delta:g} (replace-one)")
+    train_start = time.time()
+    with Progress("fedavg round", cfg.rounds, show=show_progress) as bar:
+        for t in range(cfg.rounds):
+            sent = np.asarray(messages_fn(jnp.asarray(theta, jnp.float32), jnp.asarray(lam, jnp.float32), xs, ys))
+            noisy = add_noise(sent, source, cfg.mechanism, scale)
+            theta, lam = server_update(cfg.algorithm, noisy, lam, cfg.rho)
+            bar.update(t + 1)
+    train_time = time.time() - train_start
+    if not np.isfinite(theta).all():
+        raise PateError("federated training diverged (non-finite parameters); lower fedavg.learning_rate "
+                        "(or raise fedavg.rho) and run again with --overwrite")
+
+    params = to_flax(theta)
+    pred = predict(Linear(num_classes), params, test_x, cfg.eval_batch_size)
+    pool = splits.pool_x.shape[0]
+    accuracy = float(np.mean(pred[pool:] == test_y[pool:]))
+    accuracy_test = float(np.mean(pred == test_y))
+    result = FedavgResult(algorithm=cfg.algorithm, mechanism=cfg.mechanism, model=cfg.model, accuracy=accuracy,
+                          accuracy_test=accuracy_test, eval_points=int(test_y.size - pool), eps=eps, delta=delta,
+                          per_round=per_round, per_round_eps=per_round_eps, rounds=cfg.rounds, clients=clients,
+                          client_size=size, sensitivity=sensitivity, noise_scale=scale,
+                          wall_time_s=time.time() - start)
+
+    staging = rundir.Staging(run, "fedavg", rundir.FEDAVG_ARTIFACTS)
+    out = rundir.RunDir(staging.path)
+    try:
+        checkpoints.save_params(out / rundir.FEDAVG_DIR, params, then="run `pate fedavg --overwrite` again")
+    except BaseException:
+        staging.discard()
+        raise
+    out.write_json(rundir.FEDAVG_JSON, {
+        "data_set": book.summary(delta, extra=[cost]),
+        "algorithm": cfg.algorithm,
+        "mechanism": cfg.mechanism,
+        "model": cfg.model,
+        "accuracy": accuracy,
+        "eval_points": result.eval_points,
+        "accuracy_test": accuracy_test,
+        "test_points": int(test_y.size),
+        "eps": eps,
+        "target_eps": cfg.eps,
+        "delta": delta,
+        "neighbouring_relation": composition.RELATION,
+        "accounting": ("composition over rounds (a client's data enters only its own messages), parallel "
+                       "across clients; Laplace: R x eps-DP (randomized response, PLD/RDP); Gaussian: "
+                       "R x mu-GDP"),
+        "per_round_eps": per_round_eps,
+        "per_round_mu": per_round if cfg.mechanism == "gaussian" else None,
+        "per_round_note": "the per-round eps is what per-round accounting (APPFL) reports; the released "
+                          "model costs eps",
+        "rounds": cfg.rounds,
+        "clients": clients,
+        "client_size": size,
+        "partition": "teachers" if cfg.clients == 0 else "clients",
+        "sensitivity": sensitivity,
+        "sensitivity_norm": norm,
+        "lipschitz": lipschitz,
+        "noise_scale": scale,
+        "clip_norm": cfg.clip_norm,
+        "learning_rate": cfg.learning_rate,
+        "local_steps": cfg.local_steps,
+        "rho": cfg.rho,
+        "optimizer": "plain full-batch gradient descent, per-example clipping",
+        "num_params": int(theta.size),
+        "noise": f"float64 {cfg.mechanism}, " + ("OS entropy" if seed is None else "research seed (not recorded)"),
+        "features": "pixels clamped to [0, 1]" if cfg.model == "linear" else "scattering (the [dpsgd] settings)",
+        "fedavg": config_to_dict(config)["fedavg"],
+        "dataset": config.data.name,
+        "num_classes": num_classes,
+        "input_shape": list(input_shape),
+    }, config)
+    try:
+        book.charge("fedavg", cost, run=run.path, budget=config.privacy.total_budget, delta=delta,
+                    subject="fedavg:" + rundir.file_digest(out / rundir.FEDAVG_JSON),
+                    mechanism={"name": "fedavg", "algorithm": cfg.algorithm, "describe":
+                               f"{cfg.algorithm} {cfg.mechanism}: {cost.describe()}, {clients} clients"},
+                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+    except BaseException:
+        staging.discard()
+        raise
+    staging.commit()
+    if not run.exists(rundir.CONFIG_TOML):
+        run.write_config(config)
+    echo(ledger_mod.cumulative_line(book, delta))
+    echo(f"fedavg: training {train_time:.1f} s (printed only)")
+    return result
+
