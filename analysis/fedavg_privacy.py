@@ -147,12 +147,17 @@ def total_eps(mechanism: str, per_round: float, rounds: int, delta: float) -> fl
 def calibrate_per_round(mechanism: str, eps: float, rounds: int, delta: float) -> float:
     """The largest per-round ε̄ (Laplace) or μ (Gaussian), within a factor 1 + 1e-6, whose
     `rounds`-fold composition costs at most `eps` at `delta`."""
-    from analysis.pld import calibrate
+    from analysis.pld import calibrate, gaussian_mu_for
 
     eps = _positive("eps", eps)
     rounds = int(rounds)
     if rounds < 1:
         raise PateError(f"rounds must be >= 1, got {rounds}")
+    if mechanism == "gaussian":  # √R μ-GDP exactly (Balle & Wang 2018, Thm 8), then the ledger's figure
+        mu = gaussian_mu_for(eps, delta) / math.sqrt(rounds)
+        while total_eps(mechanism, mu, rounds, delta) > eps:
+            mu *= 0.999
+        return mu
     forward = lambda x: total_eps(mechanism, x, rounds, delta)  # noqa: E731
     lo = eps / rounds / 4.0  # basic composition is feasible: R ε̄ ≤ eps (μ: below ε/R too)
     while forward(lo) > eps:

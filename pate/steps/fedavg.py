@@ -261,7 +261,7 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
     cost = fp.round_cost(cfg.mechanism, per_round, cfg.rounds)
     eps = composition.single_eps(cost, delta)
     one_round = fp.round_cost(cfg.mechanism, per_round, 1)
-    per_round_eps = composition.single_eps(one_round, delta)  # Laplace: = per_round (pure)
+    per_round_eps = per_round if cfg.mechanism == "laplace" else composition.single_eps(one_round, delta)
     book = ledger_mod.Ledger.for_config(config)
     book.check_budget([cost], config.privacy.total_budget, delta, "this federated model")
 
