@@ -12,7 +12,6 @@ import click
 from pate import cli_options as opt
 
 
-
 @click.group(cls=opt.Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version=opt.version(), prog_name="pate")
 def main() -> None:
@@ -228,9 +227,22 @@ def ledger_command(config_path, workdir, name, import_path, delta):
     from pate import ledger as ledger_mod
 
     book, config = opt.ledger_book(config_path, workdir, name, import_path, click.echo)
-    if delta is None:
-        delta = (config.privacy if config is not None else opt.DEFAULTS).delta
-    click.echo(ledger_mod.render(book, delta))
+    click.echo(ledger_mod.render(book, delta or (config.privacy if config is not None else opt.DEFAULTS).delta))
+
+
+@main.command("fedavg")
+@opt.fedavg_options()
+def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechanism, settings, seed, overwrite,
+                   no_progress):
+    """Federated learning on the teachers' shards with noise on every client message,
+    eps accounted over all rounds at [privacy] delta; write fedavg.json and fedavg/."""
+    config = opt.config_with(config_path, settings, fedavg__algorithm=algorithm, fedavg__eps=eps,
+                             fedavg__rounds=rounds, fedavg__clients=clients, fedavg__mechanism=mechanism)
+    from pate.steps.fedavg import train_fedavg  # imports JAX
+
+    result = train_fedavg(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
+                          echo=click.echo)
+    click.echo(result.summary())
 
 
 if __name__ == "__main__":  # pragma: no cover

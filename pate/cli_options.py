@@ -221,6 +221,23 @@ def analyze_options():
         ledger())
 
 
+def fedavg_options():
+    """The options of `pate fedavg`."""
+    return options(
+        config("TOML run config, e.g. configs/fashion_mnist.toml (its [fedavg] section)."),
+        workdir("Run directory (created if missing; a PATE run of the same data is fine)."),
+        click.option("--algorithm", type=click.Choice(["fedavg", "iadmm"]), help="Overrides fedavg.algorithm."),
+        click.option("--eps", type=float, callback=positive, help="Total eps of all rounds (overrides fedavg.eps)."),
+        click.option("--rounds", type=click.IntRange(min=1), help="Overrides fedavg.rounds."),
+        click.option("--clients", type=click.IntRange(min=1),
+                     help="Overrides fedavg.clients (default: the teachers' shards)."),
+        click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), help="Overrides fedavg.mechanism."),
+        settings(),
+        seed_option("Noise seed (0 <= seed < 2**128), research only; never written. Default: OS entropy."),
+        overwrite("Replace fedavg.json and fedavg/ already in --workdir."),
+        no_progress())
+
+
 def label_options():
     """The options of `pate label`."""
     return options(

@@ -26,6 +26,7 @@ from pate.config_sections import (  # noqa: F401  (re-exported: pate.config.Teac
     Config,
     DataConfig,
     DpsgdConfig,
+    FedavgConfig,
     PrivacyConfig,
     StudentConfig,
     TeachersConfig,

@@ -60,6 +60,8 @@ WRITERS = {
     "analyze": Writer("analyze", create=False),
     "dpsgd": Writer("dpsgd", rundir.DPSGD_ARTIFACTS, noun="DP-SGD model", again="train the DP-SGD model again",
                     guard=(rundir.DPSGD_JSON,)),
+    "fedavg": Writer("fedavg", rundir.FEDAVG_ARTIFACTS, noun="federated model",
+                     again="train the federated model again", guard=(rundir.FEDAVG_JSON,)),
     "run": Writer("run"),
 }
 

@@ -33,6 +33,8 @@ PRIVACY_JSON = "privacy.json"
 PRIVACY_PNG = "privacy.png"
 DPSGD_DIR = "dpsgd"
 DPSGD_JSON = "dpsgd.json"
+FEDAVG_DIR = "fedavg"
+FEDAVG_JSON = "fedavg.json"
 #: Cached ScatterNet features of the private set (private, like the data).
 DPSGD_FEATURES_DIR = "dpsgd-features"
 RELEASE_JSON = "release.json"
@@ -50,9 +52,11 @@ LABEL_ARTIFACTS = (VOTES_NPZ, LABELS_NPZ)
 STUDENT_ARTIFACTS = (STUDENT_DIR, STUDENT_JSON)
 ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG, RELEASE_JSON)
 DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
+FEDAVG_ARTIFACTS = (FEDAVG_DIR, FEDAVG_JSON)
 #: Every file and folder a run directory may hold (what no report may be written over).
 RUN_ARTIFACTS = ((CONFIG_TOML, PIPELINE_JSON, PIPELINE_KEY) + TEACHER_ARTIFACTS + LABEL_ARTIFACTS
-                 + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + (DPSGD_FEATURES_DIR,))
+                 + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + FEDAVG_ARTIFACTS
+                 + (DPSGD_FEATURES_DIR,))
 
 _META_KEY = "meta"
 

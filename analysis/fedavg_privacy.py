@@ -1,0 +1,173 @@
+"""Sensitivity and accounting of federated learning with output perturbation
+(`pate fedavg`): what one client sends per round, how far one replaced example can move
+it, and what R rounds cost together.
+
+Setting. The private train split is cut into P disjoint clients of I points each (equal
+sizes, fixed by a public partition). The model is linear (softmax regression on the
+features x̃ = [x; 1]); every per-example gradient g_i is clipped to norm C in the norm of
+the mechanism (``l1`` for Laplace, ``l2`` for Gaussian): c_i = g_i min(1, C / ‖g_i‖).
+Local training is plain full-batch gradient descent, no momentum or Adam (Adam moves
+every coordinate by about the learning rate whatever C is, so clipping would bound
+nothing). Each round, every value a client sends gets independent noise calibrated to
+the sensitivity below. Neighbouring relation: **replace-one** (one of client p's I points
+replaced by any other point of the domain), the relation of PATE's bounds and of the
+ledger.
+
+Sensitivity of FedAvg (`fedavg_sensitivity`). Client p receives the public global model
+w and sends w_K after K local steps w_{k+1} = w_k − (η/I) Σ_i c_i(w_k). Take neighbours
+D, D' of client p differing in example j, trajectories w_k, w'_k from the same w_0 = w,
+and d_k = ‖w_k − w'_k‖. Then
+
+    d_{k+1} ≤ d_k + (η/I) [ Σ_{i≠j} ‖c_i(w_k) − c_i(w'_k)‖ + ‖c_j(w_k) − c'_j(w'_k)‖ ].
+
+The replaced example's term is at most 2C (two vectors of norm ≤ C). The other I − 1
+examples are the same on both sides, but they are evaluated at *different* iterates once
+k ≥ 1, so their clipped gradients differ too: by at most 2C each (any loss), and by at
+most 2 L d_k when the per-example gradient is L-Lipschitz in the norm of the mechanism
+(the radial retraction onto a norm ball, x ↦ x min(1, C/‖x‖), is 2-Lipschitz in any norm
+and 1-Lipschitz in l2, where it is a projection). So
+
+    d_1 = 2Cη/I,   d_{k+1} ≤ d_k + η [ (I−1)/I · min(2C, 2 L_clip L d_k) + 2C/I ],
+
+with L_clip = 2 (l1) or 1 (l2). For one local step, Δ = 2Cη/I exactly (attained: two
+points whose clipped gradients have disjoint supports). For K > 1 the bound grows with
+the iterate gap: with no Lipschitz constant (a general, non-convex loss) every later step
+adds 2Cη, I times the first step's share, so **Δ ≈ 2Cη(K − 1 + 1/I), not 2CηK/I**: the
+per-round sensitivity that counts K local steps as K independent 2Cη/I moves assumes the
+other examples' gradients do not change, and they do. For the linear softmax model,
+L is a property of the *input domain*, never of the data: the gradient (p − e_y) x̃ᵀ has
+‖(p − p') x̃ᵀ‖₁ = ‖p − p'‖₁‖x̃‖₁ and ‖p − p'‖₁ ≤ range(u − u') ≤ ‖x̃‖∞ ‖Θ − Θ'‖₁ for
+logits u = Θx̃ (the softmax Jacobian maps v to p ⊙ (v − p·v), of l1 norm ≤ range(v)), so
+L₁ = max ‖x̃‖₁‖x̃‖∞; in l2, ‖p − p'‖₂ ≤ ½‖u − u'‖₂ and L₂ = max ‖x̃‖₂² / 2 (`linear_lipschitz`).
+The step clamps its inputs to the domain, so the bound holds for every input.
+
+Sensitivity of inexact ADMM (`iadmm_sensitivity`). Client p sends
+z_p = w + (λ_p − ḡ_p(w))/ρ with ḡ_p(w) = (1/I) Σ_i c_i(w) (one linearised step), the
+server sets w ← mean_p(z̃_p − λ_p/ρ), and the dual is updated from *released* values only:
+λ_p ← λ_p + ρ(w_new − z̃_p) with the noisy z̃_p. λ_p is therefore a function of the
+transcript (the same on both neighbours, and the server can compute it: the client need
+not send it, so nothing about it is left unnoised), and with λ_p and w fixed z_p moves by
+(1/ρ)·2C/I: Δ = 2C/(ρI). (APPFL's IIADMM updates the dual from the noiseless clipped
+gradient, so z_{t+1} = w + (g_t − g_{t+1})/ρ holds two data-dependent gradients and
+Δ = 4C/(ρI) with its per-round noise calibrated to half of that; ICEADMM sends the dual
+unnoised.)
+
+Noise. Laplace of scale b = Δ₁/ε̄ on every coordinate of a vector of l1 sensitivity Δ₁ is
+ε̄-DP (Dwork, McSherry, Nissim, Smith 2006; Dwork & Roth 2014, Theorem 3.6); Gaussian of
+std σ on a vector of l2 sensitivity Δ₂ is μ-GDP with μ = Δ₂/σ (Dong, Roth, Su 2022,
+Theorem 2.7).
+
+Composition. A replaced example of client p enters only client p's messages; the other
+clients' messages in round t depend on it only through the released global models, i.e.
+by post-processing. Round t is therefore (given the transcript so far) an ε̄-DP (or
+μ-GDP) mechanism of the data, and R rounds compose adaptively: R × ε̄-DP is the ledger's
+``pure`` cost (exact composition through randomized response, RDP and PLD; Kairouz, Oh,
+Viswanath 2015), R × μ-GDP is √R μ-GDP (Dong, Roth, Su 2022, Corollary 3.3), the
+``gaussian`` cost. Clients compose in parallel (one example is in one client). The
+per-round ε̄ is what APPFL reports as "the" ε; it is printed beside the total, which is
+what the released model costs.
+
+This module uses numpy, scipy and dp-accounting only.
+"""
+
+from __future__ import annotations
+
+import math
+
+from analysis import composition
+from analysis.errors import PateError
+
+MECHANISMS = ("laplace", "gaussian")
+ALGORITHMS = ("fedavg", "iadmm")
+#: The norm each mechanism clips and measures sensitivity in.
+NORMS = {"laplace": "l1", "gaussian": "l2"}
+_CLIP_LIPSCHITZ = {"l1": 2.0, "l2": 1.0}
+
+
+def _positive(name: str, value: float) -> float:
+    value = float(value)
+    if not (value > 0 and math.isfinite(value)):
+        raise PateError(f"{name} must be a positive number, got {value}")
+    return value
+
+
+def linear_lipschitz(max_l1: float, max_linf: float, max_l2: float, norm: str) -> float:
+    """L of the softmax regression's per-example gradient x̃ ↦ (p − e_y) x̃ᵀ in `norm`
+    (module docstring), from bounds on the norms of x̃ over the input domain."""
+    if norm == "l1":
+        return float(max_l1) * float(max_linf)
+    if norm == "l2":
+        return float(max_l2) ** 2 / 2.0
+    raise PateError(f"norm must be l1 or l2, got {norm!r}")
+
+
+def fedavg_sensitivity(clip: float, learning_rate: float, client_size: int, local_steps: int = 1,
+                       *, norm: str = "l1", lipschitz: float | None = None) -> float:
+    """Sensitivity (in `norm`) of the model one client sends after `local_steps` full-batch
+    steps of clipped gradient descent, under replace-one of one of its `client_size`
+    points (module docstring: the recursion, valid for any loss with ``lipschitz=None``,
+    for an L-Lipschitz per-example gradient otherwise)."""
+    c, eta = _positive("clip_norm", clip), _positive("learning_rate", learning_rate)
+    n, k = int(client_size), int(local_steps)
+    if n < 1 or k < 1:
+        raise PateError(f"client size and local steps must be >= 1, got {n} and {k}")
+    if norm not in _CLIP_LIPSCHITZ:
+        raise PateError(f"norm must be l1 or l2, got {norm!r}")
+    d = 2.0 * c * eta / n
+    for _ in range(k - 1):
+        others = 2.0 * c if lipschitz is None else min(2.0 * c, 2.0 * _CLIP_LIPSCHITZ[norm] * lipschitz * d)
+        d = d + eta * ((n - 1) / n * others + 2.0 * c / n)
+    return d
+
+
+def iadmm_sensitivity(clip: float, rho: float, client_size: int) -> float:
+    """Sensitivity of z_p = w + (λ_p − ḡ_p(w))/ρ with λ_p a function of the transcript:
+    2C/(ρI) (module docstring)."""
+    n = int(client_size)
+    if n < 1:
+        raise PateError(f"client size must be >= 1, got {n}")
+    return 2.0 * _positive("clip_norm", clip) / (_positive("rho", rho) * n)
+
+
+def round_cost(mechanism: str, per_round: float, rounds: int) -> composition.Cost:
+    """The ledger cost of `rounds` rounds: Laplace at per-round ε̄ = `per_round` (``pure``),
+    or Gaussian at per-round μ = `per_round` (``gaussian``, μ² R)."""
+    if mechanism == "laplace":
+        return composition.Cost("pure", {"eps0": per_round, "count": int(rounds)})
+    if mechanism == "gaussian":
+        return composition.Cost("gaussian", {"mu2": int(rounds) * float(per_round) ** 2})
+    raise PateError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
+
+
+def total_eps(mechanism: str, per_round: float, rounds: int, delta: float) -> float:
+    """ε at δ of `rounds` rounds (the smaller of RDP and PLD, as the ledger composes)."""
+    return composition.single_eps(round_cost(mechanism, per_round, rounds), delta)
+
+
+def calibrate_per_round(mechanism: str, eps: float, rounds: int, delta: float) -> float:
+    """The largest per-round ε̄ (Laplace) or μ (Gaussian), within a factor 1 + 1e-6, whose
+    `rounds`-fold composition costs at most `eps` at `delta`."""
+    from analysis.pld import calibrate, gaussian_mu_for
+
+    eps = _positive("eps", eps)
+    rounds = int(rounds)
+    if rounds < 1:
+        raise PateError(f"rounds must be >= 1, got {rounds}")
+    if mechanism == "gaussian":  # √R μ-GDP exactly (Balle & Wang 2018, Thm 8), then the ledger's figure
+        mu = gaussian_mu_for(eps, delta) / math.sqrt(rounds)
+        while total_eps(mechanism, mu, rounds, delta) > eps:
+            mu *= 0.999
+        return mu
+    forward = lambda x: total_eps(mechanism, x, rounds, delta)  # noqa: E731
+    lo = eps / rounds / 4.0  # basic composition is feasible: R ε̄ ≤ eps (μ: below ε/R too)
+    while forward(lo) > eps:
+        lo /= 2.0
+    hi = 2.0 * eps
+    while forward(hi) <= eps:
+        hi *= 2.0
+    return calibrate(forward, lo, hi, eps)
+
+
+def noise_scale(mechanism: str, sensitivity: float, per_round: float) -> float:
+    """Laplace scale b = Δ₁/ε̄, or Gaussian std σ = Δ₂/μ."""
+    return _positive("sensitivity", sensitivity) / _positive("per-round eps / mu", per_round)
