@@ -80,7 +80,6 @@ __all__ = [
     "lnmax_pld",
     "gnmax_eps",
     "lnmax_eps",
-    "data_independent_eps",
     "gaussian_eps_exact",
     "gaussian_mu_for",
     "calibrate",
@@ -100,9 +99,6 @@ def _auto(discretization, guess) -> float:
     if discretization is not None:
         return check_positive("discretization", discretization)
     return DEFAULT_DISCRETIZATION * max(1.0, float(guess()))
-
-MECHANISMS = ("lnmax", "gnmax", "confident-gnmax")
-
 
 @dataclass(frozen=True)
 class PldEps:
@@ -234,26 +230,6 @@ def lnmax_eps(num_queries, gamma, delta, *, discretization=None) -> PldEps:
     pld = lnmax_pld(num_queries, gamma, discretization=discretization)
     eps = 0.0 if pld is None else float(pld.get_epsilon_for_delta(delta))
     return PldEps(max(eps, 0.0), delta, "lnmax", _count("num_queries", num_queries))
-
-
-def data_independent_eps(mechanism, num_queries, delta, *, gamma=None, sigma=None, sigma_threshold=None,
-                         num_answered=None, discretization=None) -> PldEps:
-    """PLD data-independent ε of `mechanism` ("lnmax" with `gamma`; "gnmax" with `sigma`;
-    "confident-gnmax" with `sigma`, `sigma_threshold` and optionally `num_answered`)."""
-    if mechanism == "lnmax":
-        if gamma is None:
-            raise PateError("lnmax needs gamma")
-        return lnmax_eps(num_queries, gamma, delta, discretization=discretization)
-    if mechanism == "gnmax":
-        if sigma is None:
-            raise PateError("gnmax needs sigma")
-        return gnmax_eps(num_queries, sigma, delta, discretization=discretization)
-    if mechanism == "confident-gnmax":
-        if sigma is None or sigma_threshold is None:
-            raise PateError("confident-gnmax needs sigma and sigma_threshold")
-        return gnmax_eps(num_queries, sigma, delta, sigma_threshold=sigma_threshold,
-                         num_answered=num_answered, discretization=discretization)
-    raise PateError(f"mechanism must be one of {', '.join(MECHANISMS)}, got {mechanism!r}")
 
 
 def gaussian_eps_exact(mu, delta) -> float:

@@ -293,8 +293,9 @@ def test_budget_plan_pld_allows_more_and_stays_within(mechanism):
         assert more > 4.0 or by_pld.max_answers == by_pld.num_queries
     else:
         assert by_pld.num_queries > by_rdp.num_queries
-        kw = dict(gamma=0.05) if mechanism == "lnmax" else dict(sigma=40.0)
-        assert pld.data_independent_eps(mechanism, by_pld.num_queries + 1, 1e-5, **kw).eps > 4.0
+        more = (pld.lnmax_eps(by_pld.num_queries + 1, 0.05, 1e-5) if mechanism == "lnmax"
+                else pld.gnmax_eps(by_pld.num_queries + 1, 40.0, 1e-5))
+        assert more.eps > 4.0
 
 
 # ------------------------------------------------------------------ report items
