@@ -128,8 +128,28 @@ def options(*decorators):
     return apply
 
 
+def _nonempty_path(ctx, param, value):
+    """An empty path would mean the current directory: refused as a usage error."""
+    if value is not None and not str(value).strip():
+        raise click.BadParameter("must name a directory, got an empty path")
+    return value
+
+
+def _overrides(ctx, param, values):
+    """`--set` values checked at parse time (a malformed one is a usage error, exit 2)."""
+    from pate.config import parse_override
+
+    for text in values:
+        try:
+            parse_override(text)
+        except PateError as err:
+            raise click.BadParameter(str(err)) from None
+    return values
+
+
 def workdir(help: str, required: bool = True):
-    return click.option("--workdir", required=required, type=click.Path(file_okay=False), help=help)
+    return click.option("--workdir", required=required, type=click.Path(file_okay=False), callback=_nonempty_path,
+                        help=help)
 
 
 def config(help: str = "TOML run config, e.g. configs/fashion_mnist.toml."):
@@ -138,7 +158,7 @@ def config(help: str = "TOML run config, e.g. configs/fashion_mnist.toml."):
 
 def settings(metavar: str = "SECTION.KEY=VALUE", help: str = "Override any config key (TOML value syntax); "
              "repeatable."):
-    return click.option("--set", "settings", multiple=True, metavar=metavar, help=help)
+    return click.option("--set", "settings", multiple=True, metavar=metavar, callback=_overrides, help=help)
 
 
 def no_progress(help: str = "Do not draw the progress bar."):

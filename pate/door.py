@@ -211,8 +211,8 @@ def step(name: str, workdir, *, config: Config | None = None, overwrite: bool = 
       A `Door`.
     """
     writer = WRITERS[name]
-    if workdir is None:
-        raise PateError(f"{writer.command} needs a run directory (workdir)")
+    if workdir is None or not str(workdir).strip():  # '' would be the current directory
+        raise PateError(f"{writer.command} needs a run directory (workdir), got {workdir!r}")
     with hold(workdir, writer.command, create=writer.create):
         run = rundir.RunDir(workdir)
         if resume and run.exists(rundir.CONFIG_TOML):

@@ -112,3 +112,31 @@ def test_hostile_number(command, base, option, extra, value, finished_tiny, inpu
         lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
         assert len(lines) == 1, f"expected one line on stderr, got:\n{result.stderr}"
         assert snapshot(run) == before, f"failed but changed the run directory: {lines}"
+
+
+# --------------------------------------------------------------------------- second hunt (issue 21)
+
+@pytest.mark.parametrize("args", [["train-teachers", "--config", str(TINY), "--workdir", ""],
+                                  ["dpsgd", "--config", str(TINY), "--workdir", " "],
+                                  ["train-teachers", "--config", str(TINY), "--workdir", "w", "--set", "epochs=3"],
+                                  ["dpsgd", "--config", str(TINY), "--workdir", "w", "--set", "dpsgd.eps"]])
+def test_empty_workdir_and_malformed_set_are_usage_errors(args, tmp_path, monkeypatch):
+    """`--workdir ''` would write into the current directory and a malformed `--set` is a
+    usage error: both exit 2 in one line, before anything is created."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_api_refuses_an_empty_workdir_and_a_fractional_class_count(tmp_path, monkeypatch):
+    import pate
+    from analysis.errors import PateError
+
+    monkeypatch.chdir(tmp_path)
+    votes = np.array([[3, 1, 0, 0], [0, 4, 0, 0]])
+    with pytest.raises(PateError, match="run directory"):
+        pate.label_votes(votes, "", num_classes=4, gamma=0.5)
+    with pytest.raises(PateError, match="whole number"):
+        pate.label_votes(votes, tmp_path / "run", num_classes=4.9, gamma=0.5)
+    assert list(tmp_path.iterdir()) == []

@@ -345,8 +345,9 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
     import os
 
     with step("label", workdir, overwrite=overwrite, echo=echo) as door:
-        if num_classes is None or int(num_classes) < 2:
-            raise PateError(f"--num-classes must be given and at least 2, got {num_classes}")
+        if (isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer))
+                or int(num_classes) < 2):  # 4.9 is no class count (int() would truncate it)
+            raise PateError(f"--num-classes must be a whole number, at least 2, got {num_classes!r}")
         params = noise_params(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
                               sigma_threshold=sigma_threshold)
         hist = _vote_histogram(votes, int(num_classes), input_is_labels)
