@@ -9,6 +9,11 @@ like for like; ``--relation add-remove`` trains the literature's setting. Every 
 also gives each eps it has: ``eps_replace_one`` and ``eps_add_remove`` (PATE: none, its
 partition gives no add/remove guarantee).
 
+Federated rows (``--fedavg fedavg iadmm``): `pate fedavg` at each target eps (total over all
+rounds, replace-one by construction) with the config's ``[fedavg]`` settings (``--fedavg-clients
+P`` to cut the same shards into P clients), in ``ROOT/fedavg-ALGORITHM-epsE`` (or
+``...-pP``); each row also gives the per-round eps that per-round accounting would report.
+
 DP-SGD rows: `pate dpsgd` for each model and target eps, each in its own run directory
 ``ROOT/dpsgd-MODEL-epsE`` (add/remove) or ``ROOT/dpsgd-MODEL-epsE-replace-one`` (a row
 already there is read, not trained again; `--no-train` reads only). PATE rows: run directories given with `--pate`, and, with
@@ -21,6 +26,7 @@ private (votes, privacy.json) is opened.
 
     python bench/compare.py [--config configs/fashion_mnist.toml] [--root runs/compare]
         [--eps 1 2 3] [--models cnn scatternet] [--relation replace-one|add-remove]
+        [--fedavg fedavg iadmm] [--fedavg-clients P]
         [--no-train] [--pate RUN ...]
         [--pate-teachers RUN --pate-queries 300 800 1500] [--plot compare.png]
 
@@ -78,6 +84,32 @@ def dpsgd_row(workdir: Path) -> dict[str, Any] | None:
         "epochs": info["epochs"], "batch_size": info["batch_size"], "accountant": info["accountant"],
         "workdir": str(workdir),
     }
+
+
+def fedavg_row(workdir: Path) -> dict[str, Any] | None:
+    info = _read(workdir / "fedavg.json")
+    if info is None:
+        return None
+    return {
+        "method": f"{info['algorithm']}-{info['mechanism']}-{info['model']}",
+        "eps": info["eps"], "relation": info["neighbouring_relation"], "eps_replace_one": info["eps"],
+        "eps_add_remove": None, "per_round_eps": info["per_round_eps"], "target_eps": info["target_eps"],
+        "delta": info["delta"], "accuracy": info["accuracy"], "eval_points": info["eval_points"],
+        "accuracy_test": info.get("accuracy_test"), "rounds": info["rounds"], "clients": info["clients"],
+        "wall_time_s": None, "workdir": str(workdir),
+    }
+
+
+def train_fedavg(config_path: str, workdir: Path, algorithm: str, eps: float, clients: int | None) -> None:
+    from pate.config import load_config
+    from pate.steps.fedavg import train_fedavg as train
+
+    overrides = {"fedavg.algorithm": algorithm, "fedavg.eps": eps}
+    if clients:
+        overrides["fedavg.clients"] = clients
+    print(f"# training {algorithm} at total eps {eps:g} in {workdir}", file=sys.stderr)
+    train(load_config(config_path, overrides), workdir, show_progress=False,
+          echo=lambda line: print(f"# {line}", file=sys.stderr))
 
 
 def pate_row(workdir: Path) -> dict[str, Any]:
@@ -191,6 +223,10 @@ def main(argv=None) -> int:
                         help="DP-SGD models (none: PATE rows only)")
     parser.add_argument("--relation", choices=["replace-one", "add-remove"], default="replace-one",
                         help="the relation DP-SGD's target eps holds for (replace-one: PATE's)")
+    parser.add_argument("--fedavg", nargs="*", choices=["fedavg", "iadmm"], default=[],
+                        help="federated rows (pate fedavg) at each --eps, total over all rounds")
+    parser.add_argument("--fedavg-clients", type=int, default=None,
+                        help="clients for the federated rows (default: the config's, i.e. the teachers' shards)")
     parser.add_argument("--no-train", action="store_true", help="read existing DP-SGD rows only")
     parser.add_argument("--pate", nargs="*", default=[], help="PATE run directories to read")
     parser.add_argument("--pate-teachers", default=None,
@@ -212,6 +248,18 @@ def main(argv=None) -> int:
                 row = dpsgd_row(workdir)
             if row is None:
                 print(f"# no DP-SGD result in {workdir} (run without --no-train)", file=sys.stderr)
+                continue
+            rows.append(row)
+    for algorithm in args.fedavg:
+        for eps in args.eps:
+            suffix = f"-p{args.fedavg_clients}" if args.fedavg_clients else ""
+            workdir = Path(args.root) / f"fedavg-{algorithm}-eps{eps:g}{suffix}"
+            row = fedavg_row(workdir)
+            if row is None and not args.no_train:
+                train_fedavg(args.config, workdir, algorithm, eps, args.fedavg_clients)
+                row = fedavg_row(workdir)
+            if row is None:
+                print(f"# no federated result in {workdir} (run without --no-train)", file=sys.stderr)
                 continue
             rows.append(row)
     for path in args.pate:

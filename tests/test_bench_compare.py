@@ -64,3 +64,18 @@ def test_dpsgd_rows_give_the_replace_one_eps(tmp_path):
     assert (row["eps"], row["eps_replace_one"], row["eps_add_remove"]) == (2.0, 2.0, 0.9)
     assert row["relation"] == "replace-one" and row["target_relation"] == "replace-one"
     assert "| dpsgd-scatternet | 2.00 | 0.90 | 0.8800 |" in compare.table([row])
+
+
+def test_federated_rows_through_pate_fedavg(tmp_path, capsys):
+    """`--fedavg` trains `pate fedavg` at each total eps and reads its public fedavg.json:
+    the row's eps is the total over all rounds (replace-one), the per-round eps beside it."""
+    compare = _compare()
+    root = tmp_path / "compare"
+    assert compare.main(["--config", str(TINY), "--root", str(root), "--models", "--fedavg", "fedavg",
+                         "--eps", "2"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    row = [r for r in rows if r.get("method", "").startswith("fedavg")][0]
+    info = json.loads((root / "fedavg-fedavg-eps2" / "fedavg.json").read_text())
+    assert row["eps"] == info["eps"] <= 2.0 + 1e-9 and row["relation"] == "replace-one"
+    assert row["per_round_eps"] == info["per_round_eps"] < row["eps"]
+    assert row["accuracy"] == info["accuracy"]
