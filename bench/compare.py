@@ -213,6 +213,18 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _read_or_train(workdir: Path, read, no_train: bool, train_it, what: str) -> list[dict[str, Any]]:
+    """The row of `workdir` (read), trained first when missing unless `no_train`."""
+    row = read(workdir)
+    if row is None and not no_train:
+        train_it(workdir)
+        row = read(workdir)
+    if row is None:
+        print(f"# no {what} result in {workdir} (run without --no-train)", file=sys.stderr)
+        return []
+    return [row]
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist.toml"))
@@ -238,30 +250,18 @@ def main(argv=None) -> int:
 
     start = time.time()
     rows = []
+    suffix = "-replace-one" if args.relation == "replace-one" else ""
     for model in args.models:
         for eps in args.eps:
-            suffix = "-replace-one" if args.relation == "replace-one" else ""
-            workdir = Path(args.root) / f"dpsgd-{model}-eps{eps:g}{suffix}"
-            row = dpsgd_row(workdir)
-            if row is None and not args.no_train:
-                train(args.config, workdir, model, eps, args.relation)
-                row = dpsgd_row(workdir)
-            if row is None:
-                print(f"# no DP-SGD result in {workdir} (run without --no-train)", file=sys.stderr)
-                continue
-            rows.append(row)
+            rows += _read_or_train(Path(args.root) / f"dpsgd-{model}-eps{eps:g}{suffix}", dpsgd_row, args.no_train,
+                                   lambda w: train(args.config, w, model, eps, args.relation), "DP-SGD")
+    clients = f"-p{args.fedavg_clients}" if args.fedavg_clients else ""
     for algorithm in args.fedavg:
         for eps in args.eps:
-            suffix = f"-p{args.fedavg_clients}" if args.fedavg_clients else ""
-            workdir = Path(args.root) / f"fedavg-{algorithm}-eps{eps:g}{suffix}"
-            row = fedavg_row(workdir)
-            if row is None and not args.no_train:
-                train_fedavg(args.config, workdir, algorithm, eps, args.fedavg_clients)
-                row = fedavg_row(workdir)
-            if row is None:
-                print(f"# no federated result in {workdir} (run without --no-train)", file=sys.stderr)
-                continue
-            rows.append(row)
+            rows += _read_or_train(Path(args.root) / f"fedavg-{algorithm}-eps{eps:g}{clients}", fedavg_row,
+                                   args.no_train,
+                                   lambda w: train_fedavg(args.config, w, algorithm, eps, args.fedavg_clients),
+                                   "federated")
     for path in args.pate:
         rows.append(pate_row(Path(path)))
     if args.pate_teachers:

@@ -107,10 +107,10 @@ def main(argv=None) -> int:
         votes, pool_y = simulate_votes(np.random.default_rng(args.seed), need, args.teachers, args.classes,
                                        args.accuracy, args.concentration, args.confusion)
     else:
-        pool_y = split(load_dataset(stored.data), stored.data.public_size).pool_y
+        splits = split(load_dataset(stored.data), stored.data.public_size)
+        pool_y = splits.pool_y
         votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
     if votes is None or votes.shape[0] < need:
-        splits = split(load_dataset(stored.data), stored.data.public_size)
         from pate.steps.teachers import load_teachers
         from pate.voting import predict_votes
 

@@ -48,6 +48,7 @@ import numpy as np
 import optax
 
 from analysis.errors import PateError
+from analysis.validation import check_delta, check_positive
 from pate import checkpoints, dpsgd_accounting, keys, rundir
 from pate.config import Config, DpsgdConfig, config_to_dict
 from pate.models import Linear, TanhCNN, cnn_output_side
@@ -218,10 +219,8 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     # charged: an interruption leaves the old result in place.
     with step("dpsgd", workdir, config=config, overwrite=overwrite, data={}, keep_config=True,
               echo=echo) as door:
-        if not (cfg.eps > 0 and math.isfinite(cfg.eps)):
-            raise PateError(f"eps must be a positive number, got {cfg.eps}")
-        if not 0 < delta < 1:
-            raise PateError(f"privacy.delta must lie strictly between 0 and 1, got {delta}")
+        check_positive("eps", cfg.eps)
+        check_delta(delta)
         key = keys.noise_key(seed)  # checks the seed before any work
         splits = split(load_dataset(config.data), config.data.public_size)
         plan = Plan.of(cfg, int(splits.train_x.shape[0]), delta)

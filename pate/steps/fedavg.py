@@ -42,6 +42,7 @@ import numpy as np
 from analysis import composition
 from analysis import fedavg_privacy as fp
 from analysis.errors import PateError
+from analysis.validation import check_delta, check_positive
 from analysis.noise import NoiseSource
 from pate import checkpoints, rundir
 from pate import ledger as ledger_mod
@@ -210,10 +211,8 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
     # charged: an interruption leaves an older result in place.
     with step("fedavg", workdir, config=config, overwrite=overwrite, data={}, keep_config=True,
               echo=echo) as door:
-        if not (cfg.eps > 0 and math.isfinite(cfg.eps)):
-            raise PateError(f"eps must be a positive number, got {cfg.eps}")
-        if not 0 < delta < 1:
-            raise PateError(f"privacy.delta must lie strictly between 0 and 1, got {delta}")
+        check_positive("eps", cfg.eps)
+        check_delta(delta)
         source = NoiseSource(seed, stream=NOISE_STREAM)  # checks the seed before any work
         splits = split(load_dataset(config.data), config.data.public_size)
         shards = client_shards(int(splits.train_x.shape[0]), config)
