@@ -210,8 +210,8 @@ def test_ledger_identity_is_the_data_source_not_the_run(tiny_config, tmp_path, m
 # --------------------------------------------------------------------------- end to end on the tiny config
 
 
-def _release(run, *extra):
-    result = invoke("label", "--workdir", run, "--seed", 1, *extra)
+def _release(run, *extra, seed=1):
+    result = invoke("label", "--workdir", run, "--seed", seed, *extra)
     assert result.exit_code == 0, result.output
     return result
 
@@ -223,7 +223,10 @@ def test_two_label_releases_of_the_same_teachers_add_up(trained_run, tiny_config
     _release(run)
     assert invoke("analyze", "--workdir", run).exit_code == 0
     _release(run, "--overwrite")  # the same queries released again
-    _release(second)
+    # Another seed: with the same one the labels are the same and, written within the zip
+    # format's 2-second timestamp, labels.npz is byte-identical, so the ledger rightly calls
+    # a second sanitised draw of it a repeat (the test failed at random so).
+    _release(second, seed=2)
     analyzed = invoke("analyze", "--workdir", second)
     assert analyzed.exit_code == 0, analyzed.output
 
