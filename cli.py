@@ -265,7 +265,8 @@ def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechan
                    f"{opt.short(opt.DEFAULTS.delta)}).")
 @opt.seed_option("Seed of the audit's noise, 0 <= seed < 2**128, for reproducible research only. "
                  "Default: fresh OS entropy, as in a release.")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Also write the result as JSON.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Also write the result as JSON (publishable: nothing private goes in).")
 def audit_command(config_path, workdir, mechanism, gamma, sigma, threshold, sigma_threshold, teachers, num_classes,
                   queries, trials, confidence, delta, seed, json_path):
     """Empirical lower bound on eps: run the aggregator many times on neighbouring vote
