@@ -245,5 +245,42 @@ def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechan
     click.echo(result.summary())
 
 
+@main.command("audit")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+              help="Audit this config's [aggregation] mechanism (teachers and classes from it too).")
+@opt.workdir("Audit the mechanism a run directory's labels.npz was released with (read only).", required=False)
+@click.option("--mechanism", type=click.Choice(opt.MECHANISMS),
+              help="The noisy aggregator (overrides the config's aggregation.mechanism).")
+@opt.noise("LNMax: Laplace noise of scale 1/gamma.", "Confident-GNMax threshold noise.")
+@click.option("--teachers", type=click.IntRange(1, 10**9), help="Number of teachers (default: the config's).")
+@click.option("--num-classes", type=click.IntRange(2, 10**4), help="Number of classes (default: the config's data).")
+@click.option("--queries", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Each trial asks the same query this many times; the claim is for as many queries.")
+@click.option("--trials", type=click.IntRange(min=100), default=100_000, show_default=True,
+              help="Runs of the aggregator on each side of every neighbouring pair.")
+@click.option("--confidence", type=float, default=0.95, show_default=True, callback=opt.probability,
+              help="Probability that the lower bound holds (simultaneously over every event tested).")
+@click.option("--delta", type=float, callback=opt.probability,
+              help=f"delta of the claim and of the bound (default: the config's privacy.delta, else "
+                   f"{opt.short(opt.DEFAULTS.delta)}).")
+@opt.seed_option("Seed of the audit's noise, 0 <= seed < 2**128, for reproducible research only. "
+                 "Default: fresh OS entropy, as in a release.")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="Also write the result as JSON (publishable: nothing private goes in).")
+def audit_command(config_path, workdir, mechanism, gamma, sigma, threshold, sigma_threshold, teachers, num_classes,
+                  queries, trials, confidence, delta, seed, json_path):
+    """Empirical lower bound on eps: run the aggregator many times on neighbouring vote
+    histograms (one teacher's vote moved), bound the rates of output events with
+    Clopper-Pearson intervals, and print the bound beside the claimed eps. Reads no
+    private data: not a release, charged to no ledger."""
+    from pate.steps.audit import audit_command as run  # imports the aggregator
+
+    noise = dict(gamma=gamma, sigma=sigma, threshold=threshold, sigma_threshold=sigma_threshold)
+    result = run(config_path=config_path, workdir=workdir, mechanism=mechanism, noise=noise, teachers=teachers,
+                 num_classes=num_classes, delta=delta, queries=queries, trials=trials, confidence=confidence,
+                 seed=seed, json_path=json_path)
+    click.echo(result.render())
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

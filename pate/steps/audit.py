@@ -1,0 +1,221 @@
+"""`pate audit`: an empirical lower bound on ε for a mechanism record, beside its claim.
+
+Runs the project's own aggregator (`pate.aggregation.run` on `analysis.noise` samplers,
+exactly what `pate label` releases with) many times on the neighbouring vote histograms
+of `analysis.audit.candidate_pairs`, each query repeated ``queries`` times, counts the
+output events and hands them to `analysis.audit.audit` (Clopper–Pearson, the ε bound).
+The claim is the record's tightest data-independent ε for the same number of queries at
+the same δ (replace-one).
+
+**Not a release.** The audit reads no private data — the histograms are made up, the
+mechanism and its noise are public — so nothing here is charged to a ledger, and its
+JSON output may be published. A run directory is only read (its labels.npz record and
+config.toml), never written or locked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from analysis import audit as stats
+from analysis import mechanisms
+from analysis.errors import OptionError, PateError
+from analysis.noise import check_seed
+from analysis.report_io import write_atomic
+from pate import aggregation, rundir
+from pate.config import PrivacyConfig, load_config
+from pate.released_labels import read_labels
+from pate.steps.analyze import check_outputs
+
+#: Vote counts per call of the aggregator (rows x classes): bounds the memory of one batch.
+CHUNK_COUNTS = 1 << 21
+#: Noise draws (2 sides x pairs x trials x queries x noise coordinates) beyond which an
+#: audit would run for hours: refused.
+MAX_DRAWS = 2 * 10**10
+
+
+@dataclasses.dataclass(frozen=True)
+class Audit:
+    """What `pate audit` measured (see `analysis.audit.Bound`) and what was claimed."""
+
+    record: mechanisms.Mechanism
+    num_teachers: int
+    num_classes: int
+    queries: int
+    bound: stats.Bound
+    claimed: float
+    accountant: str
+    pairs: tuple[stats.Pair, ...]
+    seconds: float
+    research_seed: bool
+
+    def to_json(self) -> dict:
+        b = self.bound
+        return {
+            "mechanism": self.record.name, "parameters": self.record.params(), "num_teachers": self.num_teachers,
+            "num_classes": self.num_classes, "queries": self.queries, "trials_per_side": b.trials,
+            "confidence": b.confidence, "delta": b.delta, "neighbouring_relation": "replace-one",
+            "eps_lower_bound": b.eps, "eps_claimed": self.claimed, "claimed_by": self.accountant,
+            "violation": b.eps > self.claimed, "events_tested": b.events,
+            "best": None if b.pair is None else {
+                "pair": self.pairs[b.pair].what, "event": b.event, "direction": b.direction,
+                "rates": list(b.rates), "clopper_pearson": list(b.bounds)},
+            "pairs": [{"pair": p.what, "n": p.n.tolist(), "n_prime": p.n_prime.tolist(), "eps_lower_bound": e}
+                      for p, e in zip(self.pairs, b.per_pair)],
+            "seconds": round(self.seconds, 2), "research_seed": self.research_seed,
+            "note": "an audit, not a release: no private data read, nothing charged to a ledger"}
+
+    def render(self) -> str:
+        b = self.bound
+        lines = [f"pate audit: {self.record.describe()}, {self.num_teachers} teachers, {self.num_classes} classes, "
+                 f"{self.queries} quer{'y' if self.queries == 1 else 'ies'} per trial",
+                 f"{b.trials} trials per histogram, {len(self.pairs)} neighbouring pairs (one teacher's vote "
+                 f"moved), {b.events} events, confidence {b.confidence:g}, delta {b.delta:.3g}", "",
+                 f"  {'pair n -> n' + chr(39):<62} {'eps lower bound':>15}"]
+        lines += [f"  {p.what[:62]:<62} {e:>15.4f}" for p, e in zip(self.pairs, b.per_pair)]
+        lines += ["", f"  eps lower bound (empirical)   {b.eps:.4f}",
+                  f"  eps claimed                   {self.claimed:.4f}   ({self.accountant}, replace-one)"]
+        if b.pair is not None:
+            lines.append(f"  from event '{b.event}' ({b.direction}) on pair {b.pair + 1}: rates "
+                         f"{b.rates[0]:.4g} vs {b.rates[1]:.4g}, bounds {b.bounds[0]:.4g} / {b.bounds[1]:.4g}")
+        verdict = ("VIOLATION: the implementation leaks more than its analysis claims" if b.eps > self.claimed
+                   else "no violation found (a lower bound at or below the claim)")
+        lines += [f"  {verdict}", f"  ({self.seconds:.1f} s; an audit reads no private data and is not "
+                  "charged to any ledger)"]
+        return "\n".join(lines)
+
+
+def _side(record, row: np.ndarray, trials: int, queries: int, names, source) -> np.ndarray:
+    """The count histogram (`analysis.audit.count_histogram`) of ``trials`` runs of
+    ``queries`` queries of the aggregator on the histogram ``row``."""
+    hist = np.zeros((len(names), queries + 1), dtype=np.int64)
+    per_chunk = max(1, CHUNK_COUNTS // (queries * row.size))
+    done = 0
+    while done < trials:
+        t = min(per_chunk, trials - done)
+        votes = np.broadcast_to(row, (t * queries, row.size))
+        labels = aggregation.run(votes, record, source).reshape(t, queries)
+        hist += stats.count_histogram(stats.categorise(labels, names), len(names))
+        done += t
+    return hist
+
+
+def run_audit(record: mechanisms.Mechanism, *, num_teachers: int, num_classes: int, queries: int = 1,
+              trials: int = 100_000, confidence: float = 0.95, delta: float = 1e-5, seed: int | None = None) -> Audit:
+    """Audits ``record``: ``trials`` runs of ``queries`` queries of the aggregator on each
+    side of every candidate pair, the ε lower bound at ``confidence`` and the claim at
+    ``delta`` (module docstring). ``seed``: research only (reproducible noise)."""
+    if int(queries) < 1 or int(trials) < 1:
+        raise PateError(f"queries and trials must be at least 1, got {queries} and {trials}")
+    queries, trials = int(queries), int(trials)
+    start = time.perf_counter()
+    pairs = stats.candidate_pairs(record, num_teachers, num_classes)
+    draws = 2 * len(pairs) * trials * queries * (int(num_classes) + 1)
+    if draws > MAX_DRAWS:
+        raise OptionError("--trials", f"{trials} trials x {queries} queries x {len(pairs)} pairs x 2 sides x "
+                          f"{num_classes + 1} noise coordinates is over {MAX_DRAWS:.0e} noise draws (hours); "
+                          "use fewer trials or queries")
+    claimed, accountant = stats.claimed_eps(record, queries, delta)
+    names = stats.categories(record, num_classes)
+    source = aggregation.noise_source(check_seed(seed))
+    histograms = [(_side(record, p.n, trials, queries, names, source),
+                   _side(record, p.n_prime, trials, queries, names, source)) for p in pairs]
+    bound = stats.audit(histograms, trials, stats.audit_delta(record, queries, num_classes, delta, claimed),
+                        confidence, names)
+    return Audit(record, int(num_teachers), int(num_classes), queries, dataclasses.replace(bound, delta=delta),
+                 claimed, accountant, pairs, time.perf_counter() - start, seed is not None)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+#: Which noise option belongs to which mechanism (the others are refused, as by `pate label`).
+_APPLIES = {"gamma": ("lnmax",), "sigma": ("gnmax", "confident-gnmax"), "threshold": ("confident-gnmax",),
+            "sigma_threshold": ("confident-gnmax",)}
+_FIXED_CLASSES = {"fashion_mnist": 10, "mnist": 10, "svhn": 10}
+
+
+def _classes_of(config) -> int | None:
+    """The number of classes a config's data set has, from its public description (an
+    ``npz`` data set is not opened: the audit reads no data)."""
+    data = config.data
+    if data.name == "synthetic":
+        return int(data.synthetic_classes)
+    return _FIXED_CLASSES.get(data.name)
+
+
+def _record_from_config(config_path, mechanism, noise: dict):
+    """The `[aggregation]` record of a config, with --mechanism and the noise options on top."""
+    overrides = {f"aggregation.{k}": v for k, v in dict(mechanism=mechanism, **noise).items() if v is not None}
+    config = load_config(config_path, overrides)
+    effective = config.aggregation.mechanism
+    stray = ["--" + k.replace("_", "-") for k, v in noise.items() if v is not None and effective not in _APPLIES[k]]
+    if stray:
+        raise OptionError(stray[0], f"{', '.join(stray)} do not apply to the mechanism {effective}; drop them "
+                          "or pick the mechanism they belong to with --mechanism")
+    return mechanisms.from_config(config.aggregation), config
+
+
+def _record_from_run(workdir, mechanism, noise: dict):
+    """The record a run directory's labels.npz released with, and the run's config (or None)."""
+    if mechanism is not None or any(v is not None for v in noise.values()):
+        raise OptionError("--workdir", "with --workdir the mechanism and its noise come from the run's labels.npz; "
+                          "drop --mechanism/--gamma/--sigma/--threshold/--sigma-threshold")
+    path = Path(workdir) / rundir.LABELS_NPZ
+    return mechanisms.from_arrays(read_labels(path), str(path)), rundir.RunDir(workdir).stored_config()
+
+
+def resolve(*, config_path=None, workdir=None, mechanism=None, noise: dict | None = None, teachers=None,
+            num_classes=None, delta=None):
+    """``(record, teachers, classes, delta, inputs)`` of `pate audit`: the mechanism from a
+    run's labels.npz (``workdir``), a config's ``[aggregation]`` (``config_path``, with the
+    options on top) or the options alone; teachers, classes and δ from the options, else
+    the config (the run's config.toml), else δ's default. Bad or missing options raise
+    `OptionError` (exit 2)."""
+    noise = {k: None for k in _APPLIES} | dict(noise or {})
+    if config_path is not None and workdir is not None:
+        raise OptionError("--workdir", "give --config or --workdir, not both")
+    if workdir is not None:
+        record, config = _record_from_run(workdir, mechanism, noise)
+        inputs = [Path(workdir) / rundir.LABELS_NPZ]
+    elif config_path is not None:
+        record, config = _record_from_config(config_path, mechanism, noise)
+        inputs = [config_path]
+    else:
+        if mechanism is None:
+            raise OptionError("--mechanism", "give the mechanism to audit: --mechanism with its noise, "
+                              "--config FILE or --workdir RUN")
+        try:
+            record = mechanisms.from_options(mechanism, **noise)
+        except PateError as err:
+            raise OptionError("--mechanism", str(err)) from None
+        config, inputs = None, []
+    teachers = teachers if teachers is not None else (None if config is None else config.teachers.num_teachers)
+    classes = num_classes if num_classes is not None else (None if config is None else _classes_of(config))
+    if teachers is None:
+        raise OptionError("--teachers", "give the number of teachers (no config says it)")
+    if classes is None:
+        raise OptionError("--num-classes", "give the number of classes (no config says it)")
+    if delta is None:
+        delta = (config.privacy if config is not None else PrivacyConfig()).delta
+    return record, int(teachers), int(classes), float(delta), inputs
+
+
+def audit_command(*, json_path=None, queries: int = 1, trials: int = 100_000, confidence: float = 0.95,
+                  seed=None, **sources) -> Audit:
+    """`pate audit`: :func:`resolve` the mechanism, refuse a --json over an input or a run
+    artifact, run the audit (:func:`run_audit`) and write its JSON (not private: nothing
+    private went in)."""
+    record, teachers, classes, delta, inputs = resolve(**sources)
+    if json_path is not None:
+        check_outputs({"--json": json_path}, inputs)
+    result = run_audit(record, num_teachers=teachers, num_classes=classes, queries=queries, trials=trials,
+                       confidence=confidence, delta=delta, seed=seed)
+    if json_path is not None:
+        write_atomic(json_path, (json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n").encode())
+    return result
