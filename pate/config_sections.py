@@ -184,6 +184,13 @@ class PrivacyConfig:
     spend together, in any run directory (`pate ledger`); a release that would go over
     it is refused before anything is written (0 = no limit). `ledger`: the folder of the
     ledgers (empty: `$PATE_LEDGER_DIR`, else the user's state folder).
+
+    `target_eps` > 0 (GNMax, Confident-GNMax): `pate label` chooses the release order, β,
+    cost and the queries (at most `[aggregation] queries`) so that the headline is at
+    most `target_eps` with probability `target_probability` over the release noise, on
+    votes simulated from a public model with mean teacher accuracy `target_accuracy`
+    (`analysis.headline_target`); `release_order`, `release_cost` and `gnss_beta` are
+    then not used. 0 = off.
     """
 
     delta: float = 1e-5
@@ -195,6 +202,9 @@ class PrivacyConfig:
     release_cost: float = 0.2
     total_budget: float = 0.0
     ledger: str = ""
+    target_eps: float = 0.0
+    target_probability: float = 0.95
+    target_accuracy: float = 0.7
 
     def validate(self) -> None:
         s = "privacy"
@@ -209,6 +219,11 @@ class PrivacyConfig:
                  f"must lie in (0, 10] (RDP at the release order), got {self.release_cost}")
         _require(self.total_budget >= 0 and self.total_budget < float("inf"), s, "total_budget",
                  f"must be 0 (no limit) or a finite eps > 0, got {self.total_budget}")
+        _require(0 <= self.target_eps < float("inf"), s, "target_eps",
+                 f"must be 0 (off) or an eps > 0, got {self.target_eps}")
+        _require(0.5 <= self.target_probability < 1, s, "target_probability",
+                 f"must lie in [0.5, 1), got {self.target_probability}")
+        _require(0 < self.target_accuracy < 1, s, "target_accuracy", f"must lie in (0, 1), got {self.target_accuracy}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
