@@ -26,7 +26,7 @@ def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
     _require(all(f >= 1 for f in cfg.conv_features), s, "conv_features", "must be positive channel counts")
     for key in ("conv_kernels", "conv_strides"):
         values = getattr(cfg, key)
-        _require(cfg.model != "cnn" or len(values) == len(cfg.conv_features), s, key,
+        _require(cfg.model == "mlp" or len(values) == len(cfg.conv_features), s, key,
                  f"must have one entry per layer of conv_features ({len(cfg.conv_features)}), "
                  f"got {list(values)}")
         _require(all(v >= 1 for v in values), s, key, f"must be positive, got {list(values)}")
@@ -254,11 +254,15 @@ class StudentConfig:
     `adaptive_threshold` (FlexMatch, Zhang et al., NeurIPS 2021) lowers the confidence
     threshold of the classes whose pool images the student predicts confidently least often.
 
+    `model = "wrn"`: a Wide-ResNet-style network for accelerators (`pate.models.WideResNet`):
+    `conv_features` are its groups' widths, `conv_strides` their strides, `wrn_blocks`
+    the residual blocks per group (`conv_kernels`, `gabor_orientations`, `hidden` unused).
+
     The defaults are the CPU-measured Fashion-MNIST student (README, Results).
     """
 
     method: Literal["fixmatch", "supervised"] = "fixmatch"
-    model: Literal["cnn", "mlp"] = "cnn"
+    model: Literal["cnn", "mlp", "wrn"] = "cnn"
     gabor_orientations: int = 8
     conv_features: tuple[int, ...] = (64,)
     conv_kernels: tuple[int, ...] = (3,)
@@ -288,10 +292,12 @@ class StudentConfig:
     adaptive_threshold: bool = False
     seed: int = 0
     eval_batch_size: int = 500
+    wrn_blocks: int = 2
 
     def validate(self) -> None:
         s = "student"
         _check_model_keys(self, s)
+        _require(self.wrn_blocks >= 1, s, "wrn_blocks", f"must be >= 1, got {self.wrn_blocks}")
         _require(self.steps >= 1, s, "steps", f"must be >= 1, got {self.steps}")
         _require(self.mu >= 1, s, "mu", f"must be >= 1, got {self.mu}")
         _require(0 <= self.threshold <= 1, s, "threshold", "must be in [0, 1]")
