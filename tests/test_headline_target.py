@@ -133,17 +133,19 @@ def test_refusals():
         headline_target.choose_release(RECORD, 100, 0.5, 1e-5, model=MODEL)
 
 
-def test_label_plans_before_any_vote_and_analyze_reports_the_probability(trained_run, tiny_config, monkeypatch):
-    """`pate label` with a target: the chooser runs before the teachers vote, with public
-    arguments only; labels.npz records the plan and release.json its probability."""
+def test_label_plans_before_any_vote_and_analyze_reports_the_probability(trained_run, monkeypatch):
+    """`pate label --target-eps`: the chooser runs before the teachers vote, with public
+    arguments only; labels.npz records the plan, `pate analyze` releases with it and
+    release.json reports its probability."""
     import json
 
-    from pate import release_target
-    from pate.config import load_config
-    from pate.steps import analyze, label
-    from pate import voting
+    from click.testing import CliRunner
 
-    run, config = trained_run[0], tiny_config
+    import cli
+    from pate import release_target, voting
+    from pate.released_labels import read_labels
+
+    run = trained_run[0]
     calls = []
     real_choose, real_votes = headline_target.choose_release, voting.predict_votes
 
@@ -159,22 +161,22 @@ def test_label_plans_before_any_vote_and_analyze_reports_the_probability(trained
 
     monkeypatch.setattr(headline_target, "choose_release", spy_choose)
     monkeypatch.setattr(voting, "predict_votes", spy_votes)
-    import dataclasses
-
-    cfg = dataclasses.replace(config, aggregation=dataclasses.replace(
-        config.aggregation, mechanism="confident-gnmax", threshold=4.0, sigma_threshold=2.0, sigma=2.0),
-        privacy=dataclasses.replace(config.privacy, target_eps=20.0))
-    label.label(cfg, run, seed=1, echo=lambda *_: None)
-    assert calls == ["choose", "votes"]
-    from pate.released_labels import read_labels
-
+    labelled = CliRunner().invoke(cli.main, [
+        "label", "--workdir", str(run), "--mechanism", "confident-gnmax", "--threshold", "4", "--sigma-threshold",
+        "2", "--sigma", "2", "--target-eps", "20", "--seed", "1"])
+    assert labelled.exit_code == 0, labelled.output
+    assert calls == ["choose", "votes"] and "P[headline <= 20]" in labelled.output
     labels = read_labels(run / "labels.npz")
     plan = release_target.planned(labels)
-    assert plan is not None and labels["indices"].size == plan.num_queries
-    analyze.analyze(load_config(run / "config.toml"), run, seed=2, echo=lambda *_: None)
+    assert plan is not None and labels["indices"].size == plan.num_queries and plan.target_eps == 20.0
+    assert "target_eps = 20.0" in (run / "config.toml").read_text()
+    analyzed = CliRunner().invoke(cli.main, ["analyze", "--workdir", str(run), "--seed", "2"])
+    assert analyzed.exit_code == 0, analyzed.output
     details = json.loads((run / "release.json").read_text())["details"]
     assert details["target_eps"] == 20.0 and 0.95 <= details["p_headline_within_target"] <= 1.0
     assert details["release_order"] == plan.order and details["beta"] == plan.beta
+    both = CliRunner().invoke(cli.main, ["label", "--workdir", str(run), "--overwrite", "--budget", "30"])
+    assert both.exit_code == 1 and "use one" in both.output  # the stored target and --budget
 
 
 def test_pate_plan_prints_the_choice_and_refuses_mixed_options():

@@ -152,6 +152,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         labels and the sanitised ε of `pate analyze` with ``config.privacy`` — would exceed
         it (see `budget_plan`); None answers `aggregation.queries` queries.
       accountant: how `budget` is measured: "rdp" or "pld" (see `budget_plan`).
+      ``config.privacy.target_eps``: plan the queries and release first (`pate.release_target`).
       echo: where progress lines go.
 
     Raises:
