@@ -43,10 +43,16 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
 
 
 @main.command()
-@click.option("--mechanism", required=True, type=click.Choice(opt.MECHANISMS), help="The noisy aggregator to calibrate.")
-@click.option("--queries", type=int, required=True, callback=opt.at_least_one,
-              help="Number of queries the student will ask.")
-@click.option("--eps", "eps", type=float, required=True, callback=opt.positive, help="Privacy budget epsilon.")
+@click.option("--mechanism", type=click.Choice(opt.MECHANISMS), help="The noisy aggregator to calibrate.")
+@click.option("--queries", type=int, callback=opt.at_least_one,
+              help="Number of queries the student will ask (with --config: at most this many).")
+@click.option("--eps", "eps", type=float, callback=opt.positive, help="Privacy budget epsilon.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
+              help="Instead of --mechanism/--eps: plan the release of this run config for a target headline "
+                   "([privacy] target_eps, or --target-eps): the queries and the release order, beta and cost.")
+@click.option("--target-eps", type=float, callback=opt.positive,
+              help="With --config: the headline eps to stay within (overrides [privacy] target_eps).")
+@opt.settings()
 @click.option("--delta", type=float, default=opt.DEFAULTS.delta, show_default=True, callback=opt.probability)
 @click.option("--teachers", type=int, callback=opt.at_least_one,
               help="Number of teachers (checks --votes and --threshold against it).")
@@ -62,13 +68,23 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
               help="LNMax: moments accountant orders 1..M.")
 @click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
               help="Vote histogram (.npz key 'votes', or .npy): also print the data-dependent eps.")
-def plan(mechanism, queries, eps, delta, teachers, threshold, sigma_ratio, answered, conversion, accountant,
-         moments, votes_path):
-    """Calibrate the noise so that the data-independent eps meets a budget."""
+def plan(mechanism, queries, eps, config_path, target_eps, settings, delta, teachers, threshold, sigma_ratio,
+         answered, conversion, accountant, moments, votes_path):
+    """Calibrate the noise so that the data-independent eps meets a budget; with --config,
+    choose the queries and release settings so that the published headline meets a target
+    with probability [privacy] target_probability."""
     from analysis import plan as plan_mod
     from analysis import votes as votes_mod
 
-    opt.check_plan(mechanism, queries, threshold, answered)
+    if config_path is not None or target_eps is not None or settings:
+        opt.check_plan_config(config_path, mechanism, eps, threshold, answered, votes_path, teachers)
+        from pate import release_target
+
+        config = opt.config_with(config_path, settings, aggregation__queries=queries,
+                                 privacy__target_eps=target_eps)  # δ, conversion: the config's
+        release_target.plan_config(config, echo=click.echo)
+        return
+    opt.check_plan(mechanism, queries, eps, threshold, answered)
     votes = None if votes_path is None else votes_mod.load_votes(votes_path)
     result = plan_mod.plan(
         mechanism, queries, eps, delta, num_teachers=teachers, threshold=threshold, sigma_ratio=sigma_ratio,
@@ -120,7 +136,7 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 @main.command("label")
 @opt.label_options()
 def label_command(workdir, votes_path, num_classes, input_is_labels, indices_path, delta, conversion,
-                  accountant, mechanism, gamma, sigma, threshold, sigma_threshold, queries, budget, seed,
+                  accountant, mechanism, gamma, sigma, threshold, sigma_threshold, queries, budget, target_eps, seed,
                   overwrite, ledger_name):
     """Let the teachers vote on the public pool and release noisy labels (labels.npz);
     the votes (votes.npz) stay private. With --votes, release labels from votes of
@@ -129,6 +145,8 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
     if votes_path is not None:
         if num_classes is None:
             raise click.UsageError("--votes needs --num-classes C (classes no teacher predicted still count)")
+        if target_eps is not None:
+            raise click.UsageError("--target-eps plans a run's own release (its config); with --votes use --budget")
         from pate.steps.label import label_votes  # imports JAX
 
         label_votes(votes_path, workdir, num_classes=num_classes, mechanism=mechanism or "lnmax", **noise,
@@ -140,7 +158,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
         return
     config = opt.label_config(workdir, mechanism, noise, queries, {
         "--num-classes": num_classes, "--indices": indices_path, "--delta": delta, "--conversion": conversion,
-        "--input-is-labels": input_is_labels or None, "--ledger": ledger_name})
+        "--input-is-labels": input_is_labels or None, "--ledger": ledger_name}, target_eps)
 
     from pate.steps.label import label  # imports JAX
 

@@ -357,15 +357,17 @@ def _neighbour_ls(f: np.ndarray) -> np.ndarray:
 
 
 def _ball_max_sums(h: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """F(d) = Σ_v counts[v] · max{h(v') : |v' − v| ≤ d, 0 ≤ v' ≤ T}, d = 0..T (exact)."""
+    """F(d) = Σ_v counts[v] · max{h(v') : |v' − v| ≤ d, 0 ≤ v' ≤ T}, d = 0..T (exact); for
+    a ``(k, T + 1)`` array of counts, the ``(k, T + 1)`` array of each row's F."""
     T1 = h.size
-    out = np.empty(T1)
+    out = np.empty(counts.shape[:-1] + (T1,))
     cur = h.copy()
     top = h.max()
+    used = counts.reshape(-1, T1).sum(axis=0) > 0
     for d in range(T1):
-        out[d] = counts @ cur
-        if np.all(cur[counts > 0] >= top):
-            out[d:] = counts.sum() * top
+        out[..., d] = counts @ cur
+        if np.all(cur[used] >= top):
+            out[..., d:] = counts.sum(axis=-1)[..., None] * top
             break
         nxt = cur.copy()
         nxt[1:] = np.maximum(nxt[1:], cur[:-1])
@@ -401,3 +403,40 @@ def total_profile(votes, sigma, order, T, *, threshold, sigma_threshold, answere
         for _, A in _gnmax_profiles(votes[mask], sigma, order, T, ls):
             F += A.sum(axis=0)
     return F, float(thr_tab[vmax].sum() + gn[mask].sum())
+
+
+def prefix_profiles(votes, sigma, order, T, ends, *, threshold=None, sigma_threshold=None):
+    """`total_profile` (joint accounting for Confident-GNMax) of every prefix ``votes[:e]``,
+    ``e`` in the increasing ``ends``, in one pass: F and f are sums over the queries (the
+    ball-maximum sums are linear in the counts), so each prefix is a cumulative sum of
+    per-segment sums. Returns ``(F, f)`` of shapes ``(len(ends), T + 1)`` and ``(len(ends),)``.
+    Private when the votes are (used on simulated votes by `analysis.headline_target`)."""
+    ends = np.asarray(ends, dtype=int)
+    if ends.ndim != 1 or ends.size == 0 or np.any(np.diff(ends) <= 0) or ends[0] < 1 or ends[-1] > votes.shape[0]:
+        raise PateError(f"ends must increase within 1..{votes.shape[0]}, got {ends.tolist()}")
+    votes = votes[:ends[-1]]
+    seg = np.searchsorted(ends, np.arange(votes.shape[0]), side="right")  # query i is in segment seg[i]
+    F = np.zeros((ends.size, T + 1))
+    ls = _GNMaxLS(sigma, order, votes.shape[-1], T)
+    gn = rdp(log_q(votes, sigma), sigma, np.array([order]))[:, 0]
+    if threshold is None:
+        for sl, A in _gnmax_profiles(votes, sigma, order, T, ls):
+            _segment_add(F, seg[sl], A)
+        f = gn
+    else:
+        thr_tab, h, w_tab, w1 = _threshold_tables(T, threshold, sigma_threshold, sigma, order, True)
+        vmax = votes.max(axis=-1)
+        counts = np.zeros((ends.size, T + 1))
+        np.add.at(counts, (seg, vmax), 1.0)
+        F += _ball_max_sums(h, counts)
+        d = np.arange(T + 1)
+        for sl, A in _gnmax_profiles(votes, sigma, order, T, ls):
+            _segment_add(F, seg[sl], w1[np.minimum(vmax[sl, None] + d[None, :], T)] * A)
+        f = rdp_confident(thr_tab[vmax], gn, w_tab[vmax], order)
+    return np.cumsum(F, axis=0), np.cumsum(np.bincount(seg, weights=f, minlength=ends.size))
+
+
+def _segment_add(F: np.ndarray, seg: np.ndarray, rows: np.ndarray) -> None:
+    """F[s] += the sum of the ``rows`` whose (sorted) segment index is s."""
+    index, starts = np.unique(seg, return_index=True)
+    F[index] += np.add.reduceat(rows, starts, axis=0)

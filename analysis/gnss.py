@@ -18,7 +18,8 @@ from analysis.rdp import check_orders, eps_from_rdp
 from analysis.validation import check_counts, check_delta, check_sigma, teachers_of
 
 __all__ = ["rdp_gnss", "gnss_sigma_for_cost", "gnss_discrete_correction", "gnss_parameters",
-           "gnss_headline_independent", "with_release", "SanitizedEps", "sanitized_eps", "RELEASE_GRID"]
+           "gnss_headline_independent", "with_release", "SanitizedEps", "sanitized_eps", "RELEASE_GRID",
+           "noise_units"]
 
 
 def rdp_gnss(orders, beta, sigma_ss):
@@ -292,14 +293,20 @@ def _checked_threshold(threshold, sigma_threshold, answered_mask, accounting):
     return mech, check_sigma(sigma_threshold, "sigma_threshold"), accounting
 
 
+def noise_units(ss: float, grid: float, sigma_ss: float) -> tuple[float, float]:
+    """``(S̃, σ_ss·S̃)``: the smooth sensitivity of the grid value, S̃ = S/g·(1 + 1e-9) + 1,
+    and the std of the release noise, both in grid units (`sanitized_eps`)."""
+    ss_units = ss / grid * (1.0 + _FLOAT_MARGIN) + 1.0
+    return ss_units, float(sigma_ss) * ss_units
+
+
 def _draw(f: float, ss: float, grid: float, sigma_ss: float, noise) -> tuple[int, float]:
     """The released grid value ``max(0, round(f/g) + Z)`` in grid units, Z an exact discrete
     Gaussian of std σ_ss·S̃ with S̃ = S/g·(1 + 1e-9) + 1 (`sanitized_eps`), and that std in
     grid units. ``noise``: an ``analysis.noise.NoiseSource`` (fresh OS entropy when None)."""
     from analysis.noise import NoiseSource, discrete_gaussian
 
-    ss_units = ss / grid * (1.0 + _FLOAT_MARGIN) + 1.0
-    std_units = float(sigma_ss) * ss_units
+    ss_units, std_units = noise_units(ss, grid, sigma_ss)
     if not math.isfinite(std_units * std_units):
         raise PateError(f"the release noise is not finite (grid {grid:g}); use a larger grid")
     source = NoiseSource() if noise is None else noise

@@ -16,7 +16,7 @@ the papers did.
         --concentration 2 --confusion 0.5] [--rows ...] [--target 2.0]
 
 ``--simulate`` reads no data at all: the votes are drawn from a public model fixed before
-looking at any vote (`simulate_votes`), so settings chosen on them are chosen without
+looking at any vote (`analysis.simulated_votes.simulate_votes`), so settings chosen on them are chosen without
 private values — how the default release settings of configs/fashion_mnist.toml are
 justified (README, threat model). With ``--target E`` the row with the most expected
 correct answers among those whose expected headline is at most E is printed last.
@@ -41,24 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def simulate_votes(rng: np.random.Generator, queries: int, teachers: int, classes: int, accuracy: float,
-                   concentration: float, confusion: float) -> tuple[np.ndarray, np.ndarray]:
-    """Vote histograms of a simulated ensemble, and the true classes: a public model of
-    teacher agreement, not fitted to any vote. Per query: a true class (uniform), one
-    confusable class (uniform among the others), and a chance ``a`` that a teacher is
-    right drawn from Beta(accuracy * concentration, (1 - accuracy) * concentration) (easy
-    and hard queries); a wrong teacher picks the confusable class with probability
-    ``confusion``, else one of the other classes uniformly. Votes ~ Multinomial(teachers)."""
-    truth = rng.integers(classes, size=queries)
-    confuser = (truth + rng.integers(1, classes, size=queries)) % classes
-    a = rng.beta(accuracy * concentration, (1 - accuracy) * concentration, size=queries)
-    probs = np.repeat(((1 - a) * (1 - confusion) / (classes - 2))[:, None], classes, axis=1)
-    rows = np.arange(queries)
-    probs[rows, truth] = a
-    probs[rows, confuser] = (1 - a) * confusion
-    votes = np.stack([rng.multinomial(teachers, p / p.sum()) for p in probs])
-    return votes, truth
+from analysis.simulated_votes import simulate_votes  # noqa: E402  (the public model of teacher agreement)
 
 
 def parse_row(text: str) -> tuple[float, float, float, int]:

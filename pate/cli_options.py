@@ -281,6 +281,10 @@ def label_options():
         click.option("--queries", type=int, callback=at_least_one, help="Query the first N pool points."),
         click.option("--budget", type=float, callback=positive,
                      help="Stop answering where the data-independent eps would exceed this budget."),
+        click.option("--target-eps", type=float, callback=positive,
+                     help="Choose the queries and the release order, beta and cost so that the published headline "
+                          "eps is at most this with probability [privacy] target_probability, on simulated votes "
+                          "(sets privacy.target_eps; `pate plan --config` shows the choice)."),
         seed_option(SEED_HELP),
         overwrite("Replace an existing release in --workdir."),
         ledger())
@@ -321,7 +325,18 @@ def mechanism_record(mechanism: str, noise: dict):
         raise click.UsageError(str(err)) from None
 
 
-def check_plan(mechanism: str, queries: int, threshold, answered) -> None:
+def check_plan_config(config_path, *given) -> None:
+    """`pate plan --config`: the mechanism, noise and budget come from the config."""
+    if config_path is None:
+        raise click.UsageError("--target-eps and --set need --config (a run config to plan)")
+    if any(v is not None for v in given):
+        raise click.UsageError("with --config the mechanism and noise come from the config; drop --mechanism/"
+                               "--eps/--threshold/--answered/--votes/--teachers (use --set to change them)")
+
+
+def check_plan(mechanism: str, queries: int, eps, threshold, answered) -> None:
+    if mechanism is None or queries is None or eps is None:
+        raise click.UsageError("give --mechanism, --queries and --eps (or --config to plan a target headline)")
     if mechanism == "confident-gnmax" and threshold is None:
         raise click.UsageError("--threshold is required with --mechanism confident-gnmax")
     if mechanism != "confident-gnmax" and (threshold is not None or answered is not None):
@@ -338,7 +353,7 @@ def run_config_file(workdir, *, first: str) -> str:
     return config_file
 
 
-def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict):
+def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, target_eps=None):
     """`pate label` from a run's teachers: the run's config with the mechanism and noise
     given; refuses options that apply only with --votes or to another mechanism."""
     misplaced = [name for name, value in votes_only.items() if value is not None]
@@ -347,6 +362,8 @@ def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict):
                                "its config)")
     overrides = {f"aggregation.{k}": v for k, v in dict(mechanism=mechanism, **noise, queries=queries).items()
                  if v is not None}
+    if target_eps is not None:
+        overrides["privacy.target_eps"] = target_eps
     from pate.config import load_config
 
     config_file = run_config_file(workdir, first="`pate train-teachers`")

@@ -26,7 +26,7 @@ def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
     _require(all(f >= 1 for f in cfg.conv_features), s, "conv_features", "must be positive channel counts")
     for key in ("conv_kernels", "conv_strides"):
         values = getattr(cfg, key)
-        _require(cfg.model != "cnn" or len(values) == len(cfg.conv_features), s, key,
+        _require(cfg.model == "mlp" or len(values) == len(cfg.conv_features), s, key,
                  f"must have one entry per layer of conv_features ({len(cfg.conv_features)}), "
                  f"got {list(values)}")
         _require(all(v >= 1 for v in values), s, key, f"must be positive, got {list(values)}")
@@ -184,6 +184,13 @@ class PrivacyConfig:
     spend together, in any run directory (`pate ledger`); a release that would go over
     it is refused before anything is written (0 = no limit). `ledger`: the folder of the
     ledgers (empty: `$PATE_LEDGER_DIR`, else the user's state folder).
+
+    `target_eps` > 0 (GNMax, Confident-GNMax): `pate label` chooses the release order, β,
+    cost and the queries (at most `[aggregation] queries`) so that the headline is at
+    most `target_eps` with probability `target_probability` over the release noise, on
+    votes simulated from a public model with mean teacher accuracy `target_accuracy`
+    (`analysis.headline_target`); `release_order`, `release_cost` and `gnss_beta` are
+    then not used. 0 = off.
     """
 
     delta: float = 1e-5
@@ -195,6 +202,9 @@ class PrivacyConfig:
     release_cost: float = 0.2
     total_budget: float = 0.0
     ledger: str = ""
+    target_eps: float = 0.0
+    target_probability: float = 0.95
+    target_accuracy: float = 0.7
 
     def validate(self) -> None:
         s = "privacy"
@@ -209,6 +219,11 @@ class PrivacyConfig:
                  f"must lie in (0, 10] (RDP at the release order), got {self.release_cost}")
         _require(self.total_budget >= 0 and self.total_budget < float("inf"), s, "total_budget",
                  f"must be 0 (no limit) or a finite eps > 0, got {self.total_budget}")
+        _require(0 <= self.target_eps < float("inf"), s, "target_eps",
+                 f"must be 0 (off) or an eps > 0, got {self.target_eps}")
+        _require(0.5 <= self.target_probability < 1, s, "target_probability",
+                 f"must lie in [0.5, 1), got {self.target_probability}")
+        _require(0 < self.target_accuracy < 1, s, "target_accuracy", f"must lie in (0, 1), got {self.target_accuracy}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -239,11 +254,15 @@ class StudentConfig:
     `adaptive_threshold` (FlexMatch, Zhang et al., NeurIPS 2021) lowers the confidence
     threshold of the classes whose pool images the student predicts confidently least often.
 
+    `model = "wrn"`: a Wide-ResNet-style network for accelerators (`pate.models.WideResNet`):
+    `conv_features` are its groups' widths, `conv_strides` their strides, `wrn_blocks`
+    the residual blocks per group (`conv_kernels`, `gabor_orientations`, `hidden` unused).
+
     The defaults are the CPU-measured Fashion-MNIST student (README, Results).
     """
 
     method: Literal["fixmatch", "supervised"] = "fixmatch"
-    model: Literal["cnn", "mlp"] = "cnn"
+    model: Literal["cnn", "mlp", "wrn"] = "cnn"
     gabor_orientations: int = 8
     conv_features: tuple[int, ...] = (64,)
     conv_kernels: tuple[int, ...] = (3,)
@@ -273,10 +292,12 @@ class StudentConfig:
     adaptive_threshold: bool = False
     seed: int = 0
     eval_batch_size: int = 500
+    wrn_blocks: int = 2
 
     def validate(self) -> None:
         s = "student"
         _check_model_keys(self, s)
+        _require(self.wrn_blocks >= 1, s, "wrn_blocks", f"must be >= 1, got {self.wrn_blocks}")
         _require(self.steps >= 1, s, "steps", f"must be >= 1, got {self.steps}")
         _require(self.mu >= 1, s, "mu", f"must be >= 1, got {self.mu}")
         _require(0 <= self.threshold <= 1, s, "threshold", "must be in [0, 1]")

@@ -216,6 +216,46 @@ class MLP(nn.Module):
         return nn.Dense(self.num_classes, kernel_init=lecun_normal)(x)
 
 
+class WideResNet(nn.Module):
+    """A Wide-ResNet-style student for accelerators (Zagoruyko & Komodakis 2016, the
+    network FixMatch trains): a 3x3 stem of ``widths[0]`` channels, then per group ``i``
+    ``blocks`` pre-activation residual blocks of ``widths[i]`` channels (the first with
+    stride ``strides[i]``; a 1x1 projection where the shape changes), GroupNorm instead
+    of BatchNorm (no running statistics: the same pure ``apply`` as every other model),
+    global average pooling, dropout and the classifier. WRN-16-2 on 28x28: widths
+    (32, 64, 128), strides (1, 2, 2), 2 blocks."""
+
+    num_classes: int
+    widths: Sequence[int] = (32, 64, 128)
+    strides: Sequence[int] = (1, 2, 2)
+    blocks: int = 2
+    dropout: float = 0.0
+    impl: str = "xla"
+
+    @nn.compact
+    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+        x = Conv(self.widths[0], 3, 1, self.impl)(x)
+        for width, stride in zip(self.widths, self.strides, strict=True):
+            for b in range(self.blocks):
+                x = self._block(x, width, stride if b == 0 else 1)
+        x = nn.relu(nn.GroupNorm(num_groups=_groups(x.shape[-1]))(x))
+        x = jnp.mean(x, axis=(1, 2))
+        x = _dropout(self, x, self.dropout, train)
+        return nn.Dense(self.num_classes, kernel_init=lecun_normal)(x)
+
+    def _block(self, x: jax.Array, width: int, stride: int) -> jax.Array:
+        h = nn.relu(nn.GroupNorm(num_groups=_groups(x.shape[-1]))(x))
+        shortcut = x if (stride == 1 and x.shape[-1] == width) else Conv(width, 1, stride, self.impl)(h)
+        h = Conv(width, 3, stride, self.impl)(h)
+        h = nn.relu(nn.GroupNorm(num_groups=_groups(width))(h))
+        return shortcut + Conv(width, 3, 1, self.impl)(h)
+
+
+def _groups(channels: int) -> int:
+    """GroupNorm groups: 8 channels per group where they divide, else one group."""
+    return channels // 8 if channels % 8 == 0 and channels >= 8 else 1
+
+
 class FlipAveraged(nn.Module):
     """Test-time augmentation: at inference, the mean log-probabilities of `inner` on
     each image and its horizontal mirror; in training, `inner` unchanged."""
@@ -263,6 +303,9 @@ def make_model(cfg: TeachersConfig | StudentConfig, num_classes: int,
     """
     if cfg.model == "mlp":
         model = MLP(num_classes=num_classes, hidden=tuple(cfg.hidden), dropout=cfg.dropout)
+    elif cfg.model == "wrn":
+        model = WideResNet(num_classes=num_classes, widths=tuple(cfg.conv_features), strides=tuple(cfg.conv_strides),
+                           blocks=cfg.wrn_blocks, dropout=cfg.dropout, impl=conv_impl(cfg.conv_impl, backend))
     else:
         model = CNN(num_classes=num_classes, gabor_orientations=cfg.gabor_orientations,
                     features=tuple(cfg.conv_features),

@@ -52,14 +52,15 @@ def test_runs_on_the_tiny_ensemble(trained_run, capsys):
 
 
 def test_simulated_votes_follow_the_stated_model():
-    bench = _bench()
+    from analysis.simulated_votes import simulate_votes
+
     rng = np.random.default_rng(0)
-    votes, truth = bench.simulate_votes(rng, 4000, 50, 10, 0.7, 2.0, 0.5)
+    votes, truth = simulate_votes(rng, 4000, 50, 10, 0.7, 2.0, 0.5)
     assert votes.shape == (4000, 10) and (votes.sum(axis=1) == 50).all()
     right = votes[np.arange(4000), truth] / 50.0
     assert abs(right.mean() - 0.7) < 0.02  # mean teacher accuracy
     assert 0.065 < right.var() < 0.08  # Beta(1.4, 0.6): 0.07, plus the multinomial's 0.14 / 50
-    votes2, _ = bench.simulate_votes(np.random.default_rng(0), 4000, 50, 10, 0.7, 2.0, 0.5)
+    votes2, _ = simulate_votes(np.random.default_rng(0), 4000, 50, 10, 0.7, 2.0, 0.5)
     assert (votes2 == votes).all()
 
 

@@ -156,3 +156,34 @@ def test_shipped_configs_build_their_models(name):
     x = jnp.zeros((2, *shape))
     params = jax.eval_shape(model.init, jax.random.PRNGKey(0), x)
     assert jax.eval_shape(model.apply, params, x).shape == (2, 10)
+
+
+def test_wide_resnet_student():
+    """`model = "wrn"`: logits of the right shape, patches and lax.conv agree, a stride-2
+    group halves the side (projection shortcut), dropout only in training."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from pate.config import StudentConfig
+    from pate.models import WideResNet, make_model
+
+    cfg = StudentConfig(model="wrn", conv_features=(8, 16), conv_kernels=(3, 3), conv_strides=(1, 2),
+                        wrn_blocks=2, dropout=0.5, conv_impl="patches", gabor_orientations=0)
+    cfg.validate()
+    model = make_model(cfg, 10)
+    assert isinstance(model, WideResNet) and model.blocks == 2
+    x = jax.random.uniform(jax.random.key(0), (3, 12, 12, 1))
+    params = model.init({"params": jax.random.key(1), "dropout": jax.random.key(2)}, x)
+    logits = model.apply(params, x)
+    assert logits.shape == (3, 10) and bool(jnp.all(jnp.isfinite(logits)))
+    xla = make_model(StudentConfig(**{**cfg.__dict__, "conv_impl": "xla"}), 10)
+    np.testing.assert_allclose(np.asarray(xla.apply(params, x)), np.asarray(logits), atol=1e-4)
+    trained = model.apply(params, x, train=True, rngs={"dropout": jax.random.key(3)})
+    assert not np.allclose(np.asarray(trained), np.asarray(logits))
+    shapes = jax.tree.map(lambda a: a.shape, params)["params"]
+    assert any(v["kernel"][:2] == (1, 1) for k, v in shapes.items() if k.startswith("Conv"))  # a projection
+    with pytest.raises(Exception, match="conv_strides"):
+        StudentConfig(model="wrn", conv_features=(8, 16), conv_kernels=(3, 3), conv_strides=(1,)).validate()
+    with pytest.raises(Exception, match="wrn_blocks"):
+        StudentConfig(model="wrn", wrn_blocks=0).validate()

@@ -260,6 +260,13 @@ def test_section_hash():
     assert pipeline.section_hash(b, ["student"]) != pipeline.section_hash(a, ["student"])
     assert pipeline.section_hash(b, ["data", "teachers"]) == pipeline.section_hash(a, ["data", "teachers"])
     assert pipeline.section_hash(load_config(TINY), ["privacy"]) == pipeline.section_hash(a, ["privacy"])
+    # "section.key" hashes one key: a target headline re-plans the labels, a new delta does not.
+    label = next(s for s in pipeline.STEPS if s.name == "label").sections
+    target = load_config(TINY, {"privacy.target_eps": 2.0})
+    other_delta = load_config(TINY, {"privacy.delta": 1e-6})
+    assert pipeline.section_hash(target, label) != pipeline.section_hash(a, label)
+    assert pipeline.section_hash(other_delta, label) == pipeline.section_hash(a, label)
+    assert pipeline.section_hash(other_delta, ["privacy"]) != pipeline.section_hash(a, ["privacy"])
 
 
 def test_summary_shows_the_headline_eps():

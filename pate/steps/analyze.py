@@ -25,7 +25,7 @@ from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
 from pate import ledger as ledger_mod
-from pate import rundir
+from pate import release_target, rundir
 from pate.released_labels import read_labels
 from pate.config import PrivacyConfig
 from pate.door import step
@@ -250,11 +250,15 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     delta = p.delta if delta is None else delta
     moments = p.moments if moments is None else moments
     conversion = p.conversion if conversion is None else conversion
-    release_order = (p.release_order or None) if release_order is None else release_order
-    release_cost = p.release_cost if release_cost is None else release_cost
     inputs = [os.path.join(workdir, rundir.VOTES_NPZ), os.path.join(workdir, rundir.LABELS_NPZ)]
     check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path}, inputs, workdir)
     labels = read_labels(inputs[1])
+    # Labels planned for a target headline (`pate.release_target`) are released as planned.
+    plan = release_target.planned(labels)
+    release_order, release_cost, gnss_beta = release_target.release_settings(plan, release_order, release_cost,
+                                                                             gnss_beta)
+    release_order = (p.release_order or None) if release_order is None else release_order
+    release_cost = p.release_cost if release_cost is None else release_cost
     labels_digest = rundir.file_digest(inputs[1])
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, rundir.PRIVACY_PNG) if plot_path is None else plot_path
@@ -270,6 +274,9 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
                              conversion=conversion, release_order=release_order,
                              release_cost=release_cost, noise=noise)
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
+    if plan is not None:
+        record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+        rep = report_mod.extend(rep, release_target.report_items(plan, record, rep, release_cost, delta, conversion))
     # Seeded labels (labels.npz says so) or a seeded release: release.json says so too.
     research = seed is not None or (labels.get("meta") or {}).get("research_seed") is True
     rep = _research(rep, research)

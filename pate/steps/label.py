@@ -25,7 +25,7 @@ from analysis import composition, mechanisms
 from analysis import plan as plan_mod
 from analysis.errors import PateError
 from analysis.noise import seed_record
-from pate import aggregation, rundir
+from pate import aggregation, release_target, rundir
 from pate import ledger as ledger_mod
 from analysis.report_io import render_table
 from pate.config import AggregationConfig, Config, PrivacyConfig
@@ -152,6 +152,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         labels and the sanitised ε of `pate analyze` with ``config.privacy`` — would exceed
         it (see `budget_plan`); None answers `aggregation.queries` queries.
       accountant: how `budget` is measured: "rdp" or "pld" (see `budget_plan`).
+      ``config.privacy.target_eps``: plan the queries and release first (`pate.release_target`).
       echo: where progress lines go.
 
     Raises:
@@ -171,19 +172,23 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
             raise PateError(f"the pool's images have shape {splits.pool_x.shape[1:]} but the teachers "
                             f"were trained on {tuple(teachers.image_shape)}: is this the same data set?")
         resolve(agg, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
-        plan = None
+        # A target headline plans the queries and the release before any teacher votes.
+        target = release_target.choose(config, teachers.num_teachers, teachers.num_classes, budget=budget, echo=echo)
+        plan = None if target is None else release_target.budget_plan(target)
         if budget is not None:
             plan = budget_plan(agg, budget, config.privacy.delta, moments=config.privacy.moments,
                                conversion=config.privacy.conversion, accountant=accountant,
                                privacy=config.privacy)
             echo(budget_line(budget, plan, accountant))
-        result = _release_from_teachers(door, config, teachers, splits, plan, seed, echo)
+        planned = {} if target is None else {release_target.PLAN_KEY: target.meta()}
+        result = _release_from_teachers(door, config, teachers, splits, plan, seed, echo, planned)
     echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze` gives the sanitised eps and the headline eps")
     return result
 
 
-def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, seed, echo) -> LabelResult:
+def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, seed, echo,
+                           planned: dict) -> LabelResult:
     """The body of `label` once its inputs are checked: the ledger's budget, the votes,
     the release, the brief report; writes votes.npz and labels.npz through `door`."""
     from pate.voting import plurality_accuracy, predict_votes
@@ -225,7 +230,7 @@ def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, s
     table = render_table(report_for_release(votes, labels, delta=p.delta, moments=p.moments,
                                             conversion=p.conversion, sanitize=False))
     door.out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
-    door.out.write_npz(rundir.LABELS_NPZ, labels, config, meta={"ledger": book.name, **seed_record(seed)})
+    door.out.write_npz(rundir.LABELS_NPZ, labels, config, meta={"ledger": book.name, **seed_record(seed), **planned})
     # Charged before the release is in place: a kill from here on over-counts, never under-counts.
     charge_release(book, cost, record, door.run.path, door.out / rundir.LABELS_NPZ, num_queries, config.privacy,
                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))

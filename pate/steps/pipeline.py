@@ -8,7 +8,7 @@ after it that reads its output):
 step       sections                                     artifacts
 =========  ==========================================  ===========================
 teachers   data, teachers                               teachers/, teachers.json
-label      data, teachers, aggregation                  votes.npz, labels.npz
+label      data, teachers, aggregation, privacy.target_*  votes.npz, labels.npz
 student    data, teachers, aggregation, student         student/, student.json
 analyze    data, teachers, aggregation, privacy         privacy.json, privacy.png,
                                                         release.json
@@ -31,10 +31,9 @@ its inputs are the ones it was made from. Artifacts made by the single commands 
 record yet) are recognised by the config hash in their ``meta``: it must be the hash of
 the current config or of the run's ``config.toml``.
 
-Results flow forward: a step returns the figures the summary needs and ``pipeline.json``
-keeps them, so a later run that skips the step still has them. The label accuracy is
-the one `label` measured (against the pool's true labels, a benchmark figure); it is
-n/a for labels made outside `pate run`.
+Results flow forward: a step returns the figures the summary needs and ``pipeline.json`` keeps
+them, so a later run that skips the step still has them. The label accuracy is the one `label`
+measured (against the pool's true labels, a benchmark figure); n/a for labels made elsewhere.
 
 A run directory whose ``config.toml`` has another ``[data]`` section (another data set,
 another pool) is refused: nothing is deleted unless ``overwrite``.
@@ -94,6 +93,7 @@ class Step:
 
 
 _TEACHER_SECTIONS = ("data", "teachers")
+_TARGET_KEYS = ("privacy.target_eps", "privacy.target_probability", "privacy.target_accuracy")  # plan the labels
 
 
 def _train_teachers(ctx: _Context) -> dict:
@@ -143,7 +143,7 @@ def _analyze(ctx: _Context) -> dict:
 STEPS: tuple[Step, ...] = (
     Step("teachers", _TEACHER_SECTIONS, rundir.TEACHER_ARTIFACTS, rundir.TEACHERS_JSON,
          upstream=(), inputs=(), run=_train_teachers),
-    Step("label", ("data", "teachers", "aggregation"), rundir.LABEL_ARTIFACTS, rundir.LABELS_NPZ,
+    Step("label", ("data", "teachers", "aggregation", *_TARGET_KEYS), rundir.LABEL_ARTIFACTS, rundir.LABELS_NPZ,
          upstream=("teachers",), inputs=(rundir.TEACHERS_JSON,), run=_label),
     Step("student", ("data", "teachers", "aggregation", "student"), rundir.STUDENT_ARTIFACTS,
          rundir.STUDENT_JSON, upstream=("teachers", "label"), inputs=(rundir.LABELS_NPZ,),
@@ -155,9 +155,9 @@ STEPS: tuple[Step, ...] = (
 
 
 def section_hash(config: Config, sections: Iterable[str]) -> str:
-    """A stable 16-hex-digit hash of the named sections of a config (defaults included)."""
+    """A stable 16-hex-digit hash of the named sections ("section.key": one key) of a config (defaults included)."""
     full = config_to_dict(config)
-    part = {name: full[name] for name in sorted(sections)}
+    part = {n: (full[n.partition(".")[0]][n.partition(".")[2]] if "." in n else full[n]) for n in sorted(sections)}
     canonical = json.dumps(part, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

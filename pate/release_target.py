@@ -1,0 +1,97 @@
+"""A labelling run's target headline: `[privacy] target_eps` turned into the release plan
+`pate label` follows and records with its labels, and the rows the report adds for it.
+
+The plan (`analysis.headline_target.choose_release`) is made before any teacher votes,
+from public values only: the config's mechanism and noise, its query count, δ and
+conversion, the ensemble's size and class count, and a public vote model. It fixes the
+queries and the GNSS release's order, β and cost; labels.npz carries it in its ``meta``
+(``release_plan``, all public), and `pate analyze` releases with those settings and
+reports P[headline ≤ target] (recomputed on the same simulated votes for the settings
+actually used) in release.json.
+"""
+
+from __future__ import annotations
+
+from analysis import headline_target, mechanisms
+from analysis import plan as plan_mod
+from analysis.errors import PateError
+from analysis.report import Item
+from analysis.simulated_votes import VoteModel
+
+PLAN_KEY = "release_plan"  # labels.npz meta key
+
+
+def vote_model(config, num_teachers: int, num_classes: int) -> VoteModel:
+    """The public vote model of a config's ensemble (`analysis.simulated_votes`)."""
+    return VoteModel(int(num_teachers), int(num_classes), accuracy=config.privacy.target_accuracy)
+
+
+def choose(config, num_teachers: int, num_classes: int, *, budget=None,
+           echo=print) -> headline_target.ReleaseChoice | None:
+    """The release plan of ``config`` (None when ``[privacy] target_eps`` is 0), printed.
+
+    Raises:
+      PateError: a target with ``budget`` (two plans for one release), with LNMax, or one
+        no release meets.
+    """
+    p = config.privacy
+    if not p.target_eps:
+        return None
+    if budget is not None:
+        raise PateError("--budget and [privacy] target_eps each plan the release; use one (target_eps = 0 "
+                        "turns the target off)")
+    record = mechanisms.from_config(config.aggregation)
+    choice = headline_target.choose_release(
+        record, config.aggregation.queries, p.target_eps, p.delta, conversion=p.conversion,
+        probability=p.target_probability, model=vote_model(config, num_teachers, num_classes))
+    echo(choice.render())
+    return choice
+
+
+def plan_config(config, echo=print) -> headline_target.ReleaseChoice:
+    """`pate plan --config`: the release plan of a run config (its data set gives the class
+    count, its `[teachers]` the ensemble's size), printed."""
+    from pate.data import load_dataset
+
+    if not config.privacy.target_eps:
+        raise PateError("no target to plan for: set [privacy] target_eps in the config or give --target-eps")
+    return choose(config, config.teachers.num_teachers, load_dataset(config.data).num_classes, echo=echo)
+
+
+def budget_plan(choice: headline_target.ReleaseChoice) -> plan_mod.BudgetPlan:
+    """The plan's queries as the `analysis.plan.BudgetPlan` `pate label` answers (no cap)."""
+    return plan_mod.BudgetPlan(choice.num_queries, None, choice.eps_data_independent,
+                               choice.eps_data_independent, choice.delta)
+
+
+def planned(labels: dict) -> headline_target.ReleaseChoice | None:
+    """The release plan a labels.npz records (None: none)."""
+    meta = (labels.get("meta") or {}).get(PLAN_KEY)
+    return None if meta is None else headline_target.ReleaseChoice.from_meta(meta)
+
+
+def release_settings(plan: headline_target.ReleaseChoice | None, release_order, release_cost, gnss_beta) -> tuple:
+    """``(release_order, release_cost, gnss_beta)``: those given (not None), else the plan's."""
+    if plan is None:
+        return release_order, release_cost, gnss_beta
+    return (plan.order if release_order is None else release_order,
+            plan.release_cost if release_cost is None else release_cost,
+            plan.beta if gnss_beta is None else gnss_beta)
+
+
+def report_items(plan: headline_target.ReleaseChoice, record, report, release_cost: float, delta: float,
+                 conversion: str) -> tuple[Item, ...]:
+    """The report's rows on the target: P[headline ≤ target] and E[headline] of the release
+    ``report`` made (its queries, ``release_order`` and ``beta``, and ``release_cost``) by
+    ``record``, on the plan's simulated votes — public: no vote of the data set enters."""
+    release = headline_target.release_parameters(report.value("release_order"), report.value("beta"), release_cost)
+    p, p_min, expected, _ = headline_target.headline_probability(
+        record, int(report.value("num_queries")), release, plan.target_eps, delta, model=plan.model,
+        conversion=conversion, ensembles=plan.ensembles, seed=plan.seed)
+    note = (f"over the release noise, on {plan.ensembles} ensembles simulated from a public model "
+            f"({plan.model.teachers} teachers, accuracy {plan.model.accuracy:g}); least {p_min:.4f}")
+    return (Item("target_eps", "target headline eps (planned)", plan.target_eps, True,
+                 f"P >= {plan.target_probability:g} asked for"),
+            Item("p_headline_within_target", "P[headline <= target] (planned)", p, True, note),
+            Item("expected_headline_eps", "expected headline eps (planned)", expected, True,
+                 "same simulated votes: public"))

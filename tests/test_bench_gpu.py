@@ -1,0 +1,44 @@
+"""bench/gpu.py --smoke: the GPU benchmark's every part on the tiny synthetic job on CPU —
+the vmapped ensemble against the same teachers in sequence, and `pate run` end to end
+with a Wide-ResNet FixMatch student — and its one JSON object."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+
+from conftest import ROOT
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_smoke_runs_every_part(_trained_tiny, tmp_path, capsys):
+    shutil.copytree(_trained_tiny[0], tmp_path / "run")  # the teachers step is then up to date
+    out = _bench().main(["--smoke", "--workdir", str(tmp_path), "--out", str(tmp_path / "gpu.json")])
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((tmp_path / "gpu.json").read_text()) == json.loads(json.dumps(out))
+    assert out["environment"]["backend"] == "cpu"
+    teachers = out["teachers"]
+    assert teachers["teachers"] == 2 and teachers["speedup_over_sequential"] > 0
+    assert teachers["ensemble"]["auto"]["max_param_diff_vs_sequential"] < 1e-3  # the same teachers
+    run = out["run"]
+    assert run["student_model"] == "wrn" and set(run["steps"]) == {"teachers", "label", "student", "analyze"}
+    assert 0 <= run["student_accuracy"] <= 1 and run["headline_eps"] > 0
+    assert (tmp_path / "run" / "release.json").exists()
+
+
+def test_data_folder_prefers_the_carried_copy(tmp_path, monkeypatch):
+    bench = _bench()
+    assert bench.data_folder(str(tmp_path)) == str(tmp_path.resolve())
+    monkeypatch.setattr(bench, "ROOT", tmp_path)
+    assert bench.data_folder(None) == ""  # nothing carried: the loader's default
+    carried = tmp_path / "data" / "fashion-mnist"
+    carried.mkdir(parents=True)
+    (carried / "train-images-idx3-ubyte.gz").write_bytes(b"")
+    assert bench.data_folder(None) == str(carried)
