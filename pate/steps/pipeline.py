@@ -22,21 +22,18 @@ byte for byte for each neighbouring data set; a plain sha256 in ``pipeline.json`
 (world-readable) would tell them which one is real. So the digests are HMAC-SHA256
 under the run's secret key ``pipeline.key`` (`pate.rundir.keyed_digest`, 0600): they
 still show that a file is unchanged, and without the key they reveal nothing of it.
-(Keeping plain digests in an owner-only ``pipeline.json`` would detect changes as well,
-but would leave a fingerprint of private files in every copy of a file that reads as
-bookkeeping.) A lost key only makes the digests match nothing: steps are then checked
-by their config hashes, as below. A step is skipped when its artifacts are all present, its
+(Plain digests in an owner-only ``pipeline.json`` would leave a fingerprint of private
+files in every copy of a file that reads as bookkeeping.) A lost key only makes the digests
+match nothing: steps are then checked by their config hashes, as below. A step is skipped when its artifacts are all present, its
 main artifact is the one recorded, its sections hash equals the current config's, and
 its inputs are the ones it was made from. Artifacts made by the single commands (no
 record yet) are recognised by the config hash in their ``meta``: it must be the hash of
 the current config or of the run's ``config.toml``.
 
 Results flow forward: a step returns the figures the summary needs and ``pipeline.json`` keeps
-them, so a later run that skips the step still has them. The label accuracy is the one `label`
-measured (against the pool's true labels, a benchmark figure); n/a for labels made elsewhere.
-
-A run directory whose ``config.toml`` has another ``[data]`` section (another data set,
-another pool) is refused: nothing is deleted unless ``overwrite``.
+them for later runs that skip it. The label accuracy is the one `label` measured (against the
+pool's true labels, a benchmark figure); n/a for labels made elsewhere. A run directory whose
+``config.toml`` has another ``[data]`` section is refused: nothing is deleted unless ``overwrite``.
 """
 
 from __future__ import annotations
@@ -155,9 +152,17 @@ STEPS: tuple[Step, ...] = (
 
 
 def section_hash(config: Config, sections: Iterable[str]) -> str:
-    """A stable 16-hex-digit hash of the named sections ("section.key": one key) of a config (defaults included)."""
-    full = config_to_dict(config)
-    part = {n: (full[n.partition(".")[0]][n.partition(".")[2]] if "." in n else full[n]) for n in sorted(sections)}
+    """A stable 16-hex-digit hash of the named sections of a config (defaults included);
+    "section.key" names one key, left out while it has its default (so adding such a key
+    to a step leaves the hashes of runs that do not use it unchanged)."""
+    full, default = config_to_dict(config), config_to_dict(Config())
+    part = {}
+    for name in sorted(sections):
+        table, _, key = name.partition(".")
+        if not key:
+            part[name] = full[name]
+        elif full[table][key] != default[table][key]:
+            part[name] = full[table][key]
     canonical = json.dumps(part, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
