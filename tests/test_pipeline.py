@@ -88,6 +88,27 @@ def test_rerun_skips_every_step(finished):
     assert "student accuracy" in result.output
 
 
+def test_records_of_an_older_pate_are_taken_from_config_toml(finished):
+    """A pipeline.json written before the config gained keys (no hash_version, other hashes):
+    upgrading pate must not re-run finished steps (a second, charged release of the labels)
+    while config.toml still has the current settings, and must when it does not."""
+    path = finished / rundir.PIPELINE_JSON
+    record = json.loads(path.read_text())
+    for entry in record["steps"].values():
+        entry.pop("hash_version")
+        entry["sections_hash"] = "0" * 16
+        entry["sections"] = {name: "0" * 16 for name in entry["sections"]}
+    path.write_text(json.dumps(record))
+    before = stamps(finished)
+    result = pate_run(finished)
+    assert result.exit_code == 0, result.output
+    assert ran_steps(before, stamps(finished)) == [] and result.output.count("up to date: skipped") == 4
+    path.write_text(json.dumps(record))  # the skip rewrote it: old records again, and a changed student
+    result = pate_run(finished, "--set", "student.steps=30")
+    assert result.exit_code == 0, result.output
+    assert ran_steps(before, stamps(finished)) == ["student"]
+
+
 @pytest.mark.parametrize("setting, expected", [
     ("student.steps=30", ["student"]),
     ("aggregation.gamma=0.4", ["analyze", "label", "student"]),

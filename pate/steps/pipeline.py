@@ -272,6 +272,7 @@ class _Manifest:
         self.steps[step.name] = {
             "sections": {name: section_hash(config, [name]) for name in step.sections},
             "sections_hash": section_hash(config, step.sections),
+            "hash_version": HASH_VERSION,
             "artifact_hmac": self.digest(self.run / step.main),
             "inputs_hmac": self.digest_inputs(step),
             "figures": figures,
@@ -286,6 +287,19 @@ class _Manifest:
 
     def forget(self, step: str) -> None:
         self.steps.pop(step, None)
+
+
+#: Bumped when a version of pate adds config keys (their defaults change every hash).
+HASH_VERSION = 2
+
+
+def _older_version_same_toml(entry: dict, stored: Config | None, step: Step, want: str) -> bool:
+    """A record written by an older pate (no ``hash_version``; its hashes lack the keys added
+    since) is taken as current when the run's config.toml, read now, has the step's sections
+    of the current config: otherwise upgrading pate would re-run finished steps (a second
+    release of the labels)."""
+    return (entry.get("hash_version", 1) < HASH_VERSION and stored is not None
+            and section_hash(stored, step.sections) == want)
 
 
 def _changed(names) -> str:
@@ -304,7 +318,7 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
     main = run / step.main
     entry = manifest.steps.get(step.name)
     if entry and entry.get("artifact_hmac") == manifest.digest(main):
-        if entry.get("sections_hash") != want:
+        if entry.get("sections_hash") != want and not _older_version_same_toml(entry, stored, step, want):
             recorded = entry.get("sections") if isinstance(entry.get("sections"), dict) else {}
             changed = [n for n in step.sections if recorded.get(n) != section_hash(config, [n])]
             return _changed(changed or step.sections)
