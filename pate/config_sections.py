@@ -407,7 +407,10 @@ class FedavgConfig:
     so that `rounds` rounds cost `eps` in total at `[privacy] delta` (replace-one).
     `model`: "linear" (softmax regression on the pixels, clamped to [0, 1]) or
     "scatternet" (on the ScatterNet features of `[dpsgd]`'s `scattering_j`,
-    `scattering_l`, `groups`). `analysis/fedavg_privacy.py` derives the sensitivities.
+    `scattering_l`, `groups`). `pca` > 0 projects those inputs onto the top `pca`
+    principal directions of the *public pool* (centred at the pool's mean, divided by the
+    pool's mean l1 norm: public values only; the projection is saved with the model).
+    `analysis/fedavg_privacy.py` derives the sensitivities.
     """
 
     algorithm: Literal["fedavg", "iadmm"] = "fedavg"
@@ -420,6 +423,7 @@ class FedavgConfig:
     learning_rate: float = 1.0
     clip_norm: float = 1.0
     rho: float = 1.0
+    pca: int = 0
     eval_batch_size: int = 1000
 
     def validate(self) -> None:
@@ -430,6 +434,7 @@ class FedavgConfig:
         _require(self.rounds >= 1, s, "rounds", f"must be >= 1, got {self.rounds}")
         _require(self.clients >= 0, s, "clients", f"must be >= 0 (0: the teachers' partition), got {self.clients}")
         _require(self.local_steps >= 1, s, "local_steps", f"must be >= 1, got {self.local_steps}")
+        _require(self.pca >= 0, s, "pca", f"must be >= 0 (0: no projection), got {self.pca}")
         _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
 
 

@@ -324,3 +324,48 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, code, needle):
     line = one_line_error(invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", *args), code)
     assert needle in line
     assert not workdir.exists() or not any(workdir.iterdir())
+
+
+# --------------------------------------------------------------------------- the public projection
+
+
+def test_public_projection_uses_the_pool_only_and_bounds_the_box():
+    rng = np.random.default_rng(3)
+    pool = rng.random((40, 12))
+    proj = fedavg.public_projection(pool, 4)
+    # principal directions of the pool: orthogonal, descending variance, mean l1 norm 1 on the pool
+    v = proj["components"].astype(np.float64)
+    scale = 1.0 / np.linalg.norm(v[0])
+    assert v @ v.T == pytest.approx(np.eye(4) / scale ** 2, abs=1e-5)
+    z = fedavg.project(proj, pool)
+    assert np.mean(np.abs(z).sum(axis=1)) == pytest.approx(1.0, rel=1e-5)
+    assert np.all(np.diff(z.var(axis=0)) <= 1e-6)
+    # no private value enters: the same pool gives the same projection whatever else exists
+    assert fedavg.public_projection(pool.copy(), 4)["components"] == pytest.approx(proj["components"])
+    # projected_box is the exact max |z_i| over the box: attained at a corner, never exceeded
+    box = fedavg.projected_box(proj, 0.0, 1.0)
+    corners = np.array(list(itertools.product([0.0, 1.0], repeat=12)))
+    reach = np.abs(fedavg.project(proj, corners)).max(axis=0)
+    assert reach == pytest.approx(box, rel=1e-5)
+    assert np.all(np.abs(fedavg.project(proj, rng.random((500, 12)))) <= box * (1 + 1e-6))
+    with pytest.raises(fedavg.PateError, match="fedavg.pca"):
+        fedavg.public_projection(pool, 13)
+
+
+def test_tiny_run_with_a_public_projection(tmp_path, ledger_dir):
+    workdir = tmp_path / "run"
+    result = invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", "--set", "fedavg.pca=5",
+                    "--set", "fedavg.local_steps=2")
+    assert result.exit_code == 0, result.output
+    info = json.loads((workdir / rundir.FEDAVG_JSON).read_text())
+    assert info["num_params"] == 6 * info["num_classes"] and "principal directions" in info["features"]
+    from pate import checkpoints
+    tree = checkpoints.restore_params(workdir / rundir.FEDAVG_DIR, None)
+    proj = {k: np.asarray(v) for k, v in tree["projection"].items()}
+    assert proj["components"].shape[0] == 5
+    # the Lipschitz bound of K = 2 steps is the projected pixel box's (public), not the raw pixels'
+    box = fedavg.projected_box(proj, 0.0, 1.0)
+    assert info["lipschitz"] == pytest.approx(fp.linear_lipschitz(box.sum() + 1, max(box.max(), 1.0),
+                                                                  math.sqrt(np.sum(box ** 2) + 1), "l1"))
+    pixels = proj["components"].shape[1]
+    assert info["lipschitz"] < fp.linear_lipschitz(pixels + 1, 1.0, math.sqrt(pixels + 1), "l1")

@@ -216,7 +216,7 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
         source = NoiseSource(seed, stream=NOISE_STREAM)  # checks the seed before any work
         splits = split(load_dataset(config.data), config.data.public_size)
         shards = client_shards(int(splits.train_x.shape[0]), config)
-        train_x, test_x, test_y, lipschitz = _features(config, splits, door.run)
+        train_x, test_x, test_y, lipschitz, projection = _features(config, splits, door.run)
         plan = Plan.of(cfg, shards.shape[1], lipschitz, delta)
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([plan.cost], config.privacy.total_budget, delta, "this federated model")
@@ -224,6 +224,8 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
                                    show_progress, echo)
         params = to_flax(theta)
         pred = predict(Linear(splits.num_classes), params, test_x, cfg.eval_batch_size)
+        if projection is not None:  # the released model is the public projection, then the linear map
+            params = {**params, "projection": projection}
         pool = splits.pool_x.shape[0]
         result = FedavgResult(algorithm=cfg.algorithm, mechanism=cfg.mechanism, model=cfg.model,
                               accuracy=float(np.mean(pred[pool:] == test_y[pool:])),
@@ -277,9 +279,10 @@ class Plan:
 
 
 def _features(config: Config, splits, run: rundir.RunDir):
-    """(train_x, test_x, test_y, lipschitz): pixels clamped to [0, 1] with their input-domain
-    Lipschitz bound, or ScatterNet features (the [dpsgd] settings, cached privately) with
-    none (the general recursion)."""
+    """(train_x, test_x, test_y, lipschitz, projection): pixels clamped to [0, 1] with their
+    input-domain Lipschitz bound, or ScatterNet features (the [dpsgd] settings, cached
+    privately) with none (the general recursion); with ``[fedavg] pca`` both projected by
+    `public_projection` (None otherwise)."""
     test_x = np.concatenate([splits.pool_x, splits.eval_x])
     test_y = np.concatenate([splits.pool_y, splits.eval_y])
     if config.fedavg.model == "scatternet":
@@ -289,11 +292,53 @@ def _features(config: Config, splits, run: rundir.RunDir):
         cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # features of private data
         train_x = scattering.features(splits.train_x, d.scattering_j, d.scattering_l, d.groups, cache, "train")
         test_x = scattering.features(test_x, d.scattering_j, d.scattering_l, d.groups, cache, "test")
-        return train_x, test_x, test_y, None
-    train_x = np.clip(splits.train_x, 0.0, 1.0)  # the domain the Lipschitz bound is for
-    dim = int(np.prod(train_x.shape[1:]))
-    lipschitz = fp.linear_lipschitz(dim + 1, 1.0, math.sqrt(dim + 1), fp.NORMS[config.fedavg.mechanism])
-    return train_x, np.clip(test_x, 0.0, 1.0), test_y, lipschitz
+        lipschitz, box = None, None
+    else:
+        train_x, test_x = np.clip(splits.train_x, 0.0, 1.0), np.clip(test_x, 0.0, 1.0)  # the bound's domain
+        box = (0.0, 1.0)
+    train_x = train_x.reshape(train_x.shape[0], -1)
+    test_x = test_x.reshape(test_x.shape[0], -1)
+    projection = None
+    if config.fedavg.pca:
+        pool = splits.pool_x.shape[0]  # the first rows of test_x: the public pool
+        projection = public_projection(test_x[:pool], config.fedavg.pca)
+        train_x, test_x = project(projection, train_x), project(projection, test_x)
+    if box is not None:
+        per_coordinate = (np.ones(train_x.shape[1]) if projection is None
+                          else projected_box(projection, *box))
+        norm = fp.NORMS[config.fedavg.mechanism]
+        lipschitz = fp.linear_lipschitz(float(per_coordinate.sum()) + 1.0, max(float(per_coordinate.max()), 1.0),
+                                        math.sqrt(float(np.sum(per_coordinate ** 2)) + 1.0), norm)
+    return train_x, test_x, test_y, lipschitz, projection
+
+
+def public_projection(pool: np.ndarray, components: int) -> dict[str, np.ndarray]:
+    """The top `components` principal directions of the public pool's inputs (rows of
+    `pool`), centred at its mean and divided by its mean l1 norm after projection:
+    computed from public values only, so projecting the private inputs costs nothing."""
+    pool = np.asarray(pool, np.float64)
+    if components > min(pool.shape):
+        raise PateError(f"fedavg.pca is {components} but the public pool gives at most {min(pool.shape)} "
+                        "principal directions; lower fedavg.pca")
+    mean = pool.mean(axis=0)
+    _, _, vt = np.linalg.svd(pool - mean, full_matrices=False)
+    directions = vt[:components]
+    scale = float(np.mean(np.abs((pool - mean) @ directions.T).sum(axis=1))) or 1.0
+    return {"mean": mean.astype(np.float32), "components": (directions / scale).astype(np.float32)}
+
+
+def project(projection: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+    """Inputs (rows) in the coordinates of `public_projection`."""
+    return ((np.asarray(x, np.float32) - projection["mean"]) @ projection["components"].T).astype(np.float32)
+
+
+def projected_box(projection: dict[str, np.ndarray], low: float, high: float) -> np.ndarray:
+    """max |z_i| over inputs x in the box [low, high]^D, per projected coordinate i
+    (z = (x − m) Vᵀ: each term V_ij (x_j − m_j) is largest at an end of its interval)."""
+    v = projection["components"].astype(np.float64)
+    m = projection["mean"].astype(np.float64)
+    lo, hi = v * (low - m), v * (high - m)
+    return np.maximum(np.maximum(lo, hi).sum(axis=1), -np.minimum(lo, hi).sum(axis=1))
 
 
 def _train(cfg, plan: Plan, shards: np.ndarray, train_x, train_y, num_classes: int, source, show_progress: bool,
@@ -362,7 +407,9 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "optimizer": "plain full-batch gradient descent, per-example clipping",
         "num_params": int(theta.size),
         "noise": f"float64 {cfg.mechanism}, " + ("OS entropy" if seed is None else "research seed (not recorded)"),
-        "features": "pixels clamped to [0, 1]" if cfg.model == "linear" else "scattering (the [dpsgd] settings)",
+        "features": ("pixels clamped to [0, 1]" if cfg.model == "linear" else "scattering (the [dpsgd] settings)")
+        + (f", projected onto the top {cfg.pca} principal directions of the public pool (saved with the model)"
+           if cfg.pca else ""),
         "fedavg": config_to_dict(config)["fedavg"],
         "dataset": config.data.name,
         "num_classes": num_classes,
