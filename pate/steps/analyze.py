@@ -253,9 +253,12 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     release_order = (p.release_order or None) if release_order is None else release_order
     release_cost = p.release_cost if release_cost is None else release_cost
     inputs = [os.path.join(workdir, rundir.VOTES_NPZ), os.path.join(workdir, rundir.LABELS_NPZ)]
+    two_rounds = os.path.exists(os.path.join(workdir, rundir.LABELS_ROUND2_NPZ))
+    if two_rounds:
+        inputs += [os.path.join(workdir, rundir.VOTES_ROUND2_NPZ), os.path.join(workdir, rundir.LABELS_ROUND2_NPZ)]
     check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path}, inputs, workdir)
     labels = read_labels(inputs[1])
-    labels_digest = rundir.file_digest(inputs[1])
+    labels_digest = rundir.file_digest(inputs[-1])  # the last round's release: what this draw is about
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, rundir.PRIVACY_PNG) if plot_path is None else plot_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
@@ -263,6 +266,9 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     book = ledger_mod.for_run(workdir, config)
     book.refuse_repeat("sanitised-eps", labels_digest)  # before any noise is drawn
     votes = votes_mod.load_votes(inputs[0])
+    earlier = []
+    if two_rounds:
+        votes, labels, earlier = _both_rounds(workdir, votes, labels, book)
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
     # lnmax_beta and GNMax gnss_beta (0: 0.1 / release order), never the other's.
     beta = gnss_beta = mechanisms.from_arrays(labels, rundir.LABELS_NPZ).release_beta(p, beta, gnss_beta)
@@ -273,6 +279,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     # Seeded labels (labels.npz says so) or a seeded release: release.json says so too.
     research = seed is not None or (labels.get("meta") or {}).get("research_seed") is True
     rep = _research(rep, research)
+    if two_rounds:
+        rep = _cumulative(rep, labels, earlier, release_cost, delta, conversion)
     charge_draw(book, rep, release_cost, subject=labels_digest, run=workdir, budget=p.total_budget, delta=delta)
     data_set = book.summary(delta)
     _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest, research_seed=research,
@@ -281,6 +289,57 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
+
+
+def _both_rounds(workdir, votes: np.ndarray, labels: dict, book: ledger_mod.Ledger):
+    """The votes and labels of both rounds as one release (round 2's rows after round
+    1's), and the costs of the sanitised releases published before (round 1's draw, from
+    the ledger).
+
+    Raises:
+      PateError: round 2's mechanism is not round 1's (one report covers both).
+    """
+    run = rundir.RunDir(workdir)
+    second = read_labels(run / rundir.LABELS_ROUND2_NPZ)
+    votes2 = votes_mod.load_votes(run / rundir.VOTES_ROUND2_NPZ)
+    first_record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+    if mechanisms.from_arrays(second, rundir.LABELS_ROUND2_NPZ) != first_record or "max_answers" in labels:
+        raise PateError(f"{run / rundir.LABELS_ROUND2_NPZ} was not released by the mechanism of "
+                        f"{run / rundir.LABELS_NPZ} ({first_record.describe()}); label round 2 again")
+    if votes2.shape[0] != second["labels"].size or votes2.shape[1] != votes.shape[1]:
+        raise PateError(f"{run / rundir.VOTES_ROUND2_NPZ} does not match {run / rundir.LABELS_ROUND2_NPZ}; "
+                        "label round 2 again (`pate label --round 2 --overwrite`)")
+    union = {k: v for k, v in labels.items() if k not in ("indices", "labels", "meta")}
+    union["indices"] = np.concatenate([np.asarray(labels["indices"]), votes.shape[0] + np.arange(votes2.shape[0])])
+    union["labels"] = np.concatenate([np.asarray(labels["labels"]), np.asarray(second["labels"])])
+    seeded = any((r.get("meta") or {}).get("research_seed") is True for r in (labels, second))
+    union["meta"] = {"research_seed": seeded, "round_sizes": [int(labels["labels"].size), int(second["labels"].size)]}
+    found = book.find("sanitised-eps", rundir.file_digest(run / rundir.LABELS_NPZ))
+    earlier = [] if found is None else [composition.Cost.from_json(found["cost"])]
+    return np.concatenate([votes, votes2]), union, earlier
+
+
+def _cumulative(rep: report_mod.PrivacyReport, labels: dict, earlier: list, release_cost: float,
+                delta: float, conversion: str) -> report_mod.PrivacyReport:
+    """The report of both rounds with its headline replaced by the ε of everything both
+    rounds released (`analysis.rounds.cumulative_headline`)."""
+    from analysis.rounds import cumulative_headline
+
+    record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+    sizes = labels["meta"]["round_sizes"]  # the queries of each round (`_both_rounds`)
+    every = ([composition.labels_cost(record, n) for n in sizes] + list(earlier)
+             + [release_cost_of(rep, release_cost)])
+    cum = cumulative_headline(rep, earlier, every, delta, conversion)
+    items = tuple(report_mod.Item("eps", "HEADLINE eps (both rounds, everything released)", cum.eps, True,
+                                  f"at delta {cum.delta:g}; {cum.route}") if i.key == "eps"
+                  else report_mod.Item("delta_total", i.label, cum.delta, True, i.note) if i.key == "delta_total"
+                  else i for i in rep.items)
+    items += (report_mod.Item("rounds", "rounds", 2, True, "labels.npz and labels-round2.npz"),
+              report_mod.Item("eps_earlier_releases", "sanitised releases before this one", len(earlier), True,
+                              "their data-independent cost composed in"),
+              *(report_mod.Item(f"eps_route_{k.split(',')[0].replace(' ', '_').replace('-', '_')}",
+                                f"headline route: {k}", v, True) for k, v in cum.routes.items()))
+    return dataclasses.replace(rep, items=items)
 
 
 def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float | None = None,

@@ -263,13 +263,16 @@ class Student:
         return predict(self.model, self.params, images, self.config.student.eval_batch_size)
 
 
-def load_student(workdir: str | Path) -> Student:
-    """The trained student of a run directory (the EMA weights).
+def load_student(workdir: str | Path, *, record: str = rundir.STUDENT_JSON,
+                 directory: str = rundir.STUDENT_DIR) -> Student:
+    """The trained student of a run directory (the EMA weights); ``record`` and
+    ``directory`` name another copy (round 2's ``student-round1``).
 
     Raises:
       PateError: the directory holds no finished `train-student` run.
     """
-    record = checkpoints.read_record(workdir, record=rundir.STUDENT_JSON, directory=rundir.STUDENT_DIR,
+    where = directory
+    record = checkpoints.read_record(workdir, record=record, directory=directory,
                                      noun="student", command="train-student", pronoun="it")
     info, config = record.info, record.config
     try:
@@ -278,7 +281,7 @@ def load_student(workdir: str | Path) -> Student:
         raise record.refuse("student") from None
     model = models.make_model(scfg, record.num_classes)
     like = jax.eval_shape(lambda: model.init(keys.training_key(0), jnp.zeros((1, *record.image_shape))))
-    directory = record.run / rundir.STUDENT_DIR
+    directory = record.run / where
     params = checkpoints.verified_restore("student checkpoint", directory, info.get("checkpoint_sha256"),
                                           record.remake, lambda: checkpoints.restore_params(directory, like))
     return Student(params, model, config, record.num_classes, record.image_shape)
@@ -430,6 +433,7 @@ def _write_student(out: rundir.RunDir, ema, config: Config, result: StudentResul
         "num_unlabelled": result.num_unlabelled if cfg.method == "fixmatch" else 0,
         "mechanism": release.mechanism,
         "labels_sha256": release.digest,
+        "rounds": release.rounds,
         "steps": cfg.steps,
         "student": config_to_dict(config)["student"],
         "num_classes": splits.num_classes,
