@@ -4,37 +4,30 @@ released, composed.
 What was released from the private data, under the **replace-one** relation of every
 bound in `analysis` (one replaced example changes one teacher's shard, so one vote of
 round 1 and one vote of round 2: teacher t's round-2 head is trained on shard t only):
+round 1's labels and its sanitised ε (``release-round1.json``, published before round 2
+began), round 2's labels and its sanitised ε (published now). Round 2's queries and
+heads are chosen by the round-1 student, a function of round 1's release and public data,
+so the rounds compose adaptively (Mironov 2017, Proposition 1 for RDP; adaptive
+composition of privacy loss distributions for the PLD route).
 
-1. round 1's labels, 2. round 1's sanitised ε (published before round 2, when round 1
-   was analysed: ``earlier``), 3. round 2's labels, 4. the sanitised ε published now.
+Three routes, each sound; the headline is the smallest:
 
-Round 2's queries are chosen by the round-1 student, a function of release 1 and public
-data, so the rounds compose adaptively (Mironov 2017, Proposition 1, for RDP; the PLD
-composition of dp-accounting, for adaptively chosen mechanisms, by the same argument).
-
-Two routes, each sound; the headline is the smaller:
-
-- **sanitised**: the report of both rounds' votes (`analysis.report.gnmax_report` over
-  the queries of both rounds, whose data-dependent RDP is the sum of the per-query bounds
-  of both rounds — composition of the answers, PATE 2018 Theorem 6 / Proposition 7 —
-  released once by GNSS, its own cost included: PATE 2018, Section 4.3), plus the RDP of
-  every ``earlier`` GNSS release at the same order (RDP adds), converted once; an earlier
-  (ε, δ) release (LNMax's smooth-sensitivity release) is added by basic composition
-  (Dwork & Roth 2014, Theorem 3.16). For an LNMax report, whose own headline is already
-  an (ε, δ) figure, earlier releases are added by basic composition too.
+- **RDP of both sanitised releases** (both GNSS at the same order λ): each round's
+  sanitised RDP is a released bound on the data-dependent RDP of that round's answers at
+  λ (PATE 2018, Section 4.3), each release costs its own RDP at λ; RDP adds over the four
+  releases, converted once at δ. The δ is δ plus both rounds' float64-sampler δ.
+- **basic composition of the two published headlines** (always available, e.g. LNMax or
+  two orders): ε₁ + ε₂ at δ₁ + δ₂ (Dwork & Roth 2014, Theorem 3.16).
 - **data-independent**: `analysis.composition.compose` of the data-independent cost of
-  every release (both rounds' labels, both sanitised releases): what the ledger adds up.
-
-The δ of the headline is the report's (its δ, its release's and the float64 label
-samplers' over the queries of both rounds) plus the δ of the earlier (ε, δ) releases,
-which bounds the δ of either route.
+  every release (both rounds' labels, both sanitised releases) — what the ledger adds up
+  — at its δ plus both rounds' float64-sampler δ.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from analysis import composition
 from analysis.rdp import eps_from_rdp
@@ -42,7 +35,7 @@ from analysis.rdp import eps_from_rdp
 
 @dataclasses.dataclass(frozen=True)
 class Cumulative:
-    """The headline of both rounds: ε at δ by the smaller route (module docstring)."""
+    """The headline of both rounds: ε at δ by the smallest route (module docstring)."""
 
     eps: float
     delta: float
@@ -50,36 +43,32 @@ class Cumulative:
     routes: dict
 
 
-def cumulative_headline(report, earlier: Sequence[composition.Cost], every: Sequence[composition.Cost],
-                        delta: float, conversion: str) -> Cumulative:
-    """ε of everything the rounds released (module docstring).
+def _sampling(details: Mapping) -> float:
+    return float(details.get("delta_sampling", 0.0) or 0.0)
+
+
+def cumulative_headline(first: Mapping, second: Mapping, every: Sequence[composition.Cost], delta: float,
+                        conversion: str) -> Cumulative:
+    """ε of everything both rounds released (module docstring).
 
     Args:
-      report: the `analysis.report.PrivacyReport` over the queries of every round (its
-        ``eps``, ``delta_total`` and, for GNSS, ``rdp_sanitized``, ``release_rdp_cost``,
-        ``release_order``).
-      earlier: the data-independent costs of the sanitised releases published before it.
-      every: the data-independent costs of every release of the rounds (labels of each
-        round, every sanitised release, this one's included).
-      delta: the analysis δ.
-      conversion: the RDP → (ε, δ) conversion of the report.
+      first, second: each round's published values (a release.json's ``details`` with its
+        ``eps`` and ``delta``): ``eps``, ``delta``, and for a GNSS release ``rdp_sanitized``,
+        ``release_rdp_cost``, ``release_order``; ``delta_sampling`` when the report has one.
+      every: the data-independent cost of every release of both rounds.
+      delta: the analysis δ of both rounds.
+      conversion: the RDP → (ε, δ) conversion.
     """
-    keys = {i.key for i in report.items}
-    approx = [c for c in earlier if c.kind == "approx"]
-    extra_eps = sum(c.params["eps"] for c in approx)
-    extra_delta = sum(c.params["delta"] for c in approx)
-    if "rdp_sanitized" in keys:
-        order = float(report.value("release_order"))
-        rdp = float(report.value("rdp_sanitized")) + float(report.value("release_rdp_cost"))
-        for c in earlier:
-            if c.kind != "approx":
-                curve = composition.rdp(c, [order])
-                rdp += math.inf if curve is None else float(curve[0])
-        sanitised = (float(eps_from_rdp([order], [rdp], delta, conversion)[0]) if math.isfinite(rdp)
-                     else math.inf) + extra_eps
-    else:
-        sanitised = float(report.value("eps")) + extra_eps
-    independent = composition.compose(every, delta, conversion=conversion).eps
-    routes = {"sanitised data-dependent, both rounds": sanitised, "data-independent, every release": independent}
-    route = min(routes, key=routes.get)
-    return Cumulative(routes[route], float(report.value("delta_total")) + extra_delta, route, routes)
+    sampling = _sampling(first) + _sampling(second)
+    routes = {"basic composition of both rounds' headlines": (float(first["eps"]) + float(second["eps"]),
+                                                              float(first["delta"]) + float(second["delta"]))}
+    gnss = all(k in r for r in (first, second) for k in ("rdp_sanitized", "release_rdp_cost", "release_order"))
+    if gnss and float(first["release_order"]) == float(second["release_order"]):
+        order = float(second["release_order"])
+        rdp = sum(float(r["rdp_sanitized"]) + float(r["release_rdp_cost"]) for r in (first, second))
+        eps = float(eps_from_rdp([order], [rdp], delta, conversion)[0]) if math.isfinite(rdp) else math.inf
+        routes["RDP of both sanitised releases"] = (eps, delta + sampling)
+    total = composition.compose(every, delta, conversion=conversion)
+    routes["data-independent, every release"] = (total.eps, total.delta + sampling)
+    route = min(routes, key=lambda k: routes[k][0])
+    return Cumulative(routes[route][0], routes[route][1], route, {k: v[0] for k, v in routes.items()})

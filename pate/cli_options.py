@@ -283,7 +283,7 @@ def label_options():
         click.option("--round", "round_", type=click.IntRange(1, 2), default=1, show_default=True,
                      help="2: the interactive round on a finished round 1 (labels.npz and its student): "
                      "teachers as ridge heads on the student's features, queries chosen by its uncertainty."),
-        click.option("--select", type=click.Choice(["uncertain", "margin"]),
+        click.option("--select", type=click.Choice(["uncertain", "margin", "next"]),
                      help="With --round 2: how the student picks the queries (default rounds.select)."),
         click.option("--budget", type=float, callback=positive,
                      help="Stop answering where the data-independent eps would exceed this budget."),

@@ -174,15 +174,16 @@ class RoundsConfig:
     """`[rounds]`: the 2018 paper's interactive setting (`pate label --round 2`). With
     `rounds` = 2, round 2 queries `queries` pool points not queried in round 1, the most
     unsure of the round-1 student first (`select`: "uncertain" = lowest top probability,
-    "margin" = smallest gap between the top two), and its teachers are ridge heads
+    "margin" = smallest gap between the top two; "next" = the next points in pool
+    order, the non-interactive baseline), and its teachers are ridge heads
     (penalty `ridge`) on the round-1 student's features reduced to `pca_dim` dimensions
     by a PCA of the public pool; each on its round-1 teacher's shard."""
 
     rounds: int = 1
     queries: int = 800
-    select: Literal["uncertain", "margin"] = "uncertain"
+    select: Literal["uncertain", "margin", "next"] = "uncertain"
     pca_dim: int = 256
-    ridge: float = 1.0
+    ridge: float = 10.0
 
     def validate(self) -> None:
         s = "rounds"

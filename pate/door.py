@@ -57,7 +57,7 @@ WRITERS = {
                     rundir.ROUND2_ARTIFACTS + rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS,
                     "labels", "label again (the old release is replaced)"),
     # Round 2 keeps round 1's release; the student and the report made before it are moved
-    # aside (the round-1 student goes on as student-round1/, what round 2 stood on).
+    # aside (copied first as student-round1/ and release-round1.json).
     "round2": Writer("label --round 2", rundir.ROUND2_ARTIFACTS,
                      rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS, "round-2 labels",
                      "label round 2 again (the old round-2 release is replaced)",

@@ -252,13 +252,14 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     conversion = p.conversion if conversion is None else conversion
     release_order = (p.release_order or None) if release_order is None else release_order
     release_cost = p.release_cost if release_cost is None else release_cost
-    inputs = [os.path.join(workdir, rundir.VOTES_NPZ), os.path.join(workdir, rundir.LABELS_NPZ)]
+    # Round 2 (`pate label --round 2`): its own votes and labels, its headline composed with round 1's.
     two_rounds = os.path.exists(os.path.join(workdir, rundir.LABELS_ROUND2_NPZ))
-    if two_rounds:
-        inputs += [os.path.join(workdir, rundir.VOTES_ROUND2_NPZ), os.path.join(workdir, rundir.LABELS_ROUND2_NPZ)]
+    names = ((rundir.VOTES_ROUND2_NPZ, rundir.LABELS_ROUND2_NPZ, rundir.LABELS_NPZ, rundir.RELEASE_ROUND1_JSON)
+             if two_rounds else (rundir.VOTES_NPZ, rundir.LABELS_NPZ))
+    inputs = [os.path.join(workdir, n) for n in names]
     check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path}, inputs, workdir)
     labels = read_labels(inputs[1])
-    labels_digest = rundir.file_digest(inputs[-1])  # the last round's release: what this draw is about
+    labels_digest = rundir.file_digest(inputs[1])
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, rundir.PRIVACY_PNG) if plot_path is None else plot_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
@@ -266,9 +267,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     book = ledger_mod.for_run(workdir, config)
     book.refuse_repeat("sanitised-eps", labels_digest)  # before any noise is drawn
     votes = votes_mod.load_votes(inputs[0])
-    earlier = []
     if two_rounds:
-        votes, labels, earlier = _both_rounds(workdir, votes, labels, book)
+        labels = _round2_rows(inputs, votes, labels)
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
     # lnmax_beta and GNMax gnss_beta (0: 0.1 / release order), never the other's.
     beta = gnss_beta = mechanisms.from_arrays(labels, rundir.LABELS_NPZ).release_beta(p, beta, gnss_beta)
@@ -277,10 +277,11 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
                              release_cost=release_cost, noise=noise)
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
     # Seeded labels (labels.npz says so) or a seeded release: release.json says so too.
-    research = seed is not None or (labels.get("meta") or {}).get("research_seed") is True
+    research = seed is not None or (labels.get("meta") or {}).get("research_seed") is True or (
+        two_rounds and rundir.read_json(inputs[3]).get("research_seed") is True)  # round 1's release
     rep = _research(rep, research)
     if two_rounds:
-        rep = _cumulative(rep, labels, earlier, release_cost, delta, conversion)
+        rep = _cumulative(workdir, rep, labels, book, release_cost, delta, conversion)
     charge_draw(book, rep, release_cost, subject=labels_digest, run=workdir, budget=p.total_budget, delta=delta)
     data_set = book.summary(delta)
     _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest, research_seed=research,
@@ -291,54 +292,65 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     return rep
 
 
-def _both_rounds(workdir, votes: np.ndarray, labels: dict, book: ledger_mod.Ledger):
-    """The votes and labels of both rounds as one release (round 2's rows after round
-    1's), and the costs of the sanitised releases published before (round 1's draw, from
-    the ledger).
+def _round2_rows(inputs: list, votes: np.ndarray, labels: dict) -> dict:
+    """Round 2's labels with ``indices`` the rows of its votes (query i is row i; the file's
+    indices are pool points), checked against the votes."""
+    if votes.shape[0] != np.asarray(labels["labels"]).size:
+        raise PateError(f"{inputs[0]} does not match {inputs[1]}; label round 2 again "
+                        "(`pate label --round 2 --overwrite`)")
+    return dict(labels, indices=np.arange(votes.shape[0]))
 
-    Raises:
-      PateError: round 2's mechanism is not round 1's (one report covers both).
-    """
+
+def _round1(workdir) -> tuple[dict, composition.Cost, composition.Cost]:
+    """Round 1's published values (release-round1.json: its ``details``, ``eps`` and
+    ``delta``), its labels' data-independent cost and its sanitised release's cost."""
     run = rundir.RunDir(workdir)
-    second = read_labels(run / rundir.LABELS_ROUND2_NPZ)
-    votes2 = votes_mod.load_votes(run / rundir.VOTES_ROUND2_NPZ)
-    first_record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
-    if mechanisms.from_arrays(second, rundir.LABELS_ROUND2_NPZ) != first_record or "max_answers" in labels:
-        raise PateError(f"{run / rundir.LABELS_ROUND2_NPZ} was not released by the mechanism of "
-                        f"{run / rundir.LABELS_NPZ} ({first_record.describe()}); label round 2 again")
-    if votes2.shape[0] != second["labels"].size or votes2.shape[1] != votes.shape[1]:
-        raise PateError(f"{run / rundir.VOTES_ROUND2_NPZ} does not match {run / rundir.LABELS_ROUND2_NPZ}; "
+    first = read_labels(run / rundir.LABELS_NPZ)
+    doc = run.read_json(rundir.RELEASE_ROUND1_JSON)
+    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
+    if (doc.get("meta") or {}).get("labels_sha256") != digest or "eps" not in doc:
+        raise PateError(f"{run / rundir.RELEASE_ROUND1_JSON} is not the release of {run / rundir.LABELS_NPZ}; "
                         "label round 2 again (`pate label --round 2 --overwrite`)")
-    union = {k: v for k, v in labels.items() if k not in ("indices", "labels", "meta")}
-    union["indices"] = np.concatenate([np.asarray(labels["indices"]), votes.shape[0] + np.arange(votes2.shape[0])])
-    union["labels"] = np.concatenate([np.asarray(labels["labels"]), np.asarray(second["labels"])])
-    seeded = any((r.get("meta") or {}).get("research_seed") is True for r in (labels, second))
-    union["meta"] = {"research_seed": seeded, "round_sizes": [int(labels["labels"].size), int(second["labels"].size)]}
-    found = book.find("sanitised-eps", rundir.file_digest(run / rundir.LABELS_NPZ))
-    earlier = [] if found is None else [composition.Cost.from_json(found["cost"])]
-    return np.concatenate([votes, votes2]), union, earlier
+    details = {**(doc.get("details") or {}), "eps": doc["eps"], "delta": doc["delta"]}
+    record = mechanisms.from_arrays(first, rundir.LABELS_NPZ)
+    cap = int(float(first["max_answers"])) if "max_answers" in first else None
+    labels_cost = composition.labels_cost(record, int(first["indices"].size), max_answers=cap)
+    try:
+        released = record.sanitised_cost(details, float(details.get("release_rdp_cost", 0.2)))
+    except (KeyError, TypeError, ValueError):
+        raise PateError(f"{run / rundir.RELEASE_ROUND1_JSON} lacks the release's parameters; it was not "
+                        "written by pate analyze or is damaged") from None
+    return details, labels_cost, released
 
 
-def _cumulative(rep: report_mod.PrivacyReport, labels: dict, earlier: list, release_cost: float,
+def _cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, release_cost: float,
                 delta: float, conversion: str) -> report_mod.PrivacyReport:
-    """The report of both rounds with its headline replaced by the ε of everything both
-    rounds released (`analysis.rounds.cumulative_headline`)."""
+    """Round 2's report with its headline replaced by the ε of everything both rounds
+    released (`analysis.rounds.cumulative_headline`); round 2's own headline is kept as
+    ``eps_round2``."""
     from analysis.rounds import cumulative_headline
 
-    record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
-    sizes = labels["meta"]["round_sizes"]  # the queries of each round (`_both_rounds`)
-    every = ([composition.labels_cost(record, n) for n in sizes] + list(earlier)
-             + [release_cost_of(rep, release_cost)])
-    cum = cumulative_headline(rep, earlier, every, delta, conversion)
+    first, labels1, released1 = _round1(workdir)
+    found = book.find("sanitised-eps", rundir.file_digest(rundir.RunDir(workdir) / rundir.LABELS_NPZ))
+    if found is not None:  # the ledger's record of round 1's draw: its exact cost
+        released1 = composition.Cost.from_json(found["cost"])
+    record = mechanisms.from_arrays(labels, rundir.LABELS_ROUND2_NPZ)
+    every = [labels1, released1, composition.labels_cost(record, int(np.asarray(labels["labels"]).size)),
+             release_cost_of(rep, release_cost)]
+    second = {i.key: i.value for i in rep.items if i.public}
+    second["delta"] = second["delta_total"]
+    cum = cumulative_headline(first, second, every, delta, conversion)
     items = tuple(report_mod.Item("eps", "HEADLINE eps (both rounds, everything released)", cum.eps, True,
                                   f"at delta {cum.delta:g}; {cum.route}") if i.key == "eps"
-                  else report_mod.Item("delta_total", i.label, cum.delta, True, i.note) if i.key == "delta_total"
-                  else i for i in rep.items)
-    items += (report_mod.Item("rounds", "rounds", 2, True, "labels.npz and labels-round2.npz"),
-              report_mod.Item("eps_earlier_releases", "sanitised releases before this one", len(earlier), True,
-                              "their data-independent cost composed in"),
-              *(report_mod.Item(f"eps_route_{k.split(',')[0].replace(' ', '_').replace('-', '_')}",
-                                f"headline route: {k}", v, True) for k, v in cum.routes.items()))
+                  else report_mod.Item("delta_total", i.label, cum.delta, True, "both rounds")
+                  if i.key == "delta_total" else i for i in rep.items)
+    items += (report_mod.Item("rounds", "rounds", 2, True, "labels.npz, then labels-round2.npz"),
+              report_mod.Item("eps_round1", "round 1's published headline eps", float(first["eps"]), True,
+                              "release-round1.json"),
+              report_mod.Item("eps_round2", "round 2's own headline eps", float(second["eps"]), True,
+                              f"at delta {second['delta']:g}"),
+              *(report_mod.Item("eps_route_" + "_".join(k.replace("-", " ").replace("'", "").split()[:3]),
+                                f"route: {k}", v, True) for k, v in cum.routes.items()))
     return dataclasses.replace(rep, items=items)
 
 

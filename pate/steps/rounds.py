@@ -12,13 +12,14 @@ Round 1 released ``labels.npz`` and a student learnt from it. That student is pu
   trained on teacher t's round-1 shard (the same partition). Head t depends on shard t
   and public values only, so one replaced example changes one vote (replace-one).
 
-The heads vote on the chosen points and round 1's mechanism record (Confident-GNMax by
-default) answers through `pate.steps.label.release_labels`. Written through the door
+The heads vote on the chosen points and the run's mechanism record (``[aggregation]``,
+Confident-GNMax by default) answers through `pate.steps.label.release_labels`. Written through the door
 (`pate.door.step`, writer ``round2``): ``votes-round2.npz`` (private, 0600),
 ``labels-round2.npz`` (the second release, same format as ``labels.npz``, which is kept
-as it is) and ``student-round1/`` + ``student-round1.json`` (the feature map round 2 stood
+as it is), ``student-round1/`` + ``student-round1.json`` (the feature map round 2 stood
 on, so that round 2 can be labelled again after `pate train-student` has replaced
-``student/`` with the student of both rounds). The release is charged to the data set's
+``student/`` with the student of both rounds) and ``release-round1.json`` (round 1's
+published ε, which the headline of both rounds composes). The release is charged to the data set's
 ledger as its own ``labels`` entry before it is swapped in; `pate analyze` then publishes
 the headline ε of both rounds (`pate.steps.analyze`).
 """
@@ -87,18 +88,21 @@ def round1_student(run: rundir.RunDir) -> tuple[str, str]:
     return rundir.STUDENT_JSON, rundir.STUDENT_DIR
 
 
-def round1_release(run: rundir.RunDir) -> tuple[dict, mechanisms.Mechanism]:
-    """Round 1's labels and mechanism record (the aggregator of round 2 too).
+def round1_release(run: rundir.RunDir) -> dict:
+    """Round 1's labels, once round 1 is finished: labels.npz and the release.json that
+    publishes its sanitised ε (``release-round1.json`` once round 2 kept it). Round 2's
+    headline composes that published value (`analysis.rounds`).
 
     Raises:
-      PateError: no labels.npz; a release capped by ``--budget`` (its answer cap is a
-        round-1 accounting that round 2 cannot extend).
+      PateError: no labels.npz, or round 1 not analysed.
     """
     first = read_labels(run / rundir.LABELS_NPZ)
-    if "max_answers" in first:
-        raise PateError(f"{run / rundir.LABELS_NPZ} was capped by `pate label --budget` (max_answers); round 2 "
-                        "extends an uncapped release only: label round 1 again without --budget")
-    return first, mechanisms.from_arrays(first, rundir.LABELS_NPZ)
+    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
+    for name in (rundir.RELEASE_ROUND1_JSON, rundir.RELEASE_JSON):
+        if run.exists(name) and (run.read_json(name).get("meta") or {}).get("labels_sha256") == digest:
+            return first
+    raise PateError(f"round 1 of {run.path} is not finished: no release.json publishes the eps of "
+                    f"{run / rundir.LABELS_NPZ}; run `pate analyze --workdir {run.path}` first")
 
 
 def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
@@ -107,7 +111,7 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
 
     Args:
       config: the run's config (its ``[data]``, ``[teachers]`` partition, ``[rounds]``).
-      workdir: a run directory with round 1 finished (labels.npz and its student).
+      workdir: a run directory with round 1 finished (labels.npz, its student, release.json).
       seed: noise seed (research only; never written). Default: OS entropy.
       overwrite: replace an existing round-2 release (the student and report made from it
         are moved aside).
@@ -122,21 +126,25 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
     with step("round2", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
         aggregation.noise_source(seed)  # refuses a bad seed before anything is computed
         run, rc = door.run, config.rounds
-        first, record = round1_release(run)
+        first = round1_release(run)
         student_files = round1_student(run)
+        record = mechanisms.from_config(config.aggregation)
         splits = split(load_dataset(config.data), config.data.public_size)
         candidates = np.setdiff1d(np.arange(splits.pool_x.shape[0]), first["indices"])
         if rc.queries > candidates.size:
             raise PateError(f"rounds.queries = {rc.queries} but only {candidates.size} pool points were not "
                             "queried in round 1; ask at most that many")
-        if not record.answerable(config.teachers.num_teachers):
-            raise PateError(f"{record.describe()} can answer no query of {config.teachers.num_teachers} teachers")
+        from pate.steps.label import check_accountable, resolve
+
+        agg = dataclasses.replace(config.aggregation, queries=rc.queries)
+        resolve(agg, num_teachers=config.teachers.num_teachers, pool_size=splits.pool_x.shape[0])
+        check_accountable(agg, config.privacy)
         cost = composition.labels_cost(record, rc.queries)
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this round-2 release")
         votes, chosen, accuracies = _round2_votes(config, run, student_files, splits, candidates, echo)
         result = _release(door, config, record, votes, chosen, splits, accuracies, seed, book, cost, echo)
-        _keep_round1_student(run, door.out, student_files)
+        _keep_round1(run, door.out, student_files)
     echo(f"wrote {door.run / rundir.VOTES_ROUND2_NPZ} (private: never publish) and "
          f"{door.run / rundir.LABELS_ROUND2_NPZ} (the round-2 release); `pate train-student` learns from both "
          "rounds, `pate analyze` publishes the headline eps of both")
@@ -212,8 +220,11 @@ def _release(door, config: Config, record, votes, chosen, splits, accuracies, se
     return result
 
 
-def _keep_round1_student(run: rundir.RunDir, out: rundir.RunDir, files: tuple[str, str]) -> None:
-    """Copies the student round 2 stood on into the new artifacts as ``student-round1``."""
+def _keep_round1(run: rundir.RunDir, out: rundir.RunDir, files: tuple[str, str]) -> None:
+    """Copies the student round 2 stood on (``student-round1``) and round 1's release.json
+    (``release-round1.json``) into the new artifacts."""
     record, directory = files
     shutil.copytree(run / directory, out / rundir.STUDENT_ROUND1_DIR, dirs_exist_ok=True)
     shutil.copy2(run / record, out / rundir.STUDENT_ROUND1_JSON)
+    release = rundir.RELEASE_ROUND1_JSON if run.exists(rundir.RELEASE_ROUND1_JSON) else rundir.RELEASE_JSON
+    shutil.copy2(run / release, out / rundir.RELEASE_ROUND1_JSON)
