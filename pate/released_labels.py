@@ -65,32 +65,33 @@ class Release:
     rounds: int = 1
 
 
-def release_files(workdir: str | Path) -> list[Path]:
+def release_files(workdir: str | Path, rounds: int | None = None) -> list[Path]:
     """The released label files of a run: ``labels.npz``, and ``labels-round2.npz`` when
-    round 2 was released."""
+    round 2 was released (the first ``rounds`` of them when given)."""
     run = rundir.RunDir(workdir)
-    return [run / rundir.LABELS_NPZ] + ([run / rundir.LABELS_ROUND2_NPZ] if run.exists(rundir.LABELS_ROUND2_NPZ)
-                                        else [])
+    files = [run / rundir.LABELS_NPZ] + ([run / rundir.LABELS_ROUND2_NPZ] if run.exists(rundir.LABELS_ROUND2_NPZ)
+                                         else [])
+    return files[:rounds]
 
 
-def release_digest(workdir: str | Path) -> str:
+def release_digest(workdir: str | Path, rounds: int | None = None) -> str:
     """What marks the labels a student learnt from: the sha256 of ``labels.npz`` (one
     round), or the sha256 of both files' sha256 digests (two rounds)."""
     import hashlib
 
-    digests = [rundir.file_digest(p) for p in release_files(workdir)]
+    digests = [rundir.file_digest(p) for p in release_files(workdir, rounds)]
     return digests[0] if len(digests) == 1 else hashlib.sha256("\n".join(digests).encode()).hexdigest()
 
 
-def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Release:
-    """Reads the released labels of every round (`read_labels` each, `release_files`)
-    and checks them against the pool they should label.
+def read_release(workdir: str | Path, *, pool_size: int, num_classes: int, rounds: int | None = None) -> Release:
+    """Reads the released labels of every round (of the first ``rounds``; `read_labels`
+    each, `release_files`) and checks them against the pool they should label.
 
     Raises:
       PateError: what `read_labels` raises; indices outside the pool or repeated (within
         or across rounds); labels outside ``-1 .. num_classes-1``; no query answered.
     """
-    files = release_files(workdir)
+    files = release_files(workdir, rounds)
     rounds = [read_labels(p, require_mechanism=False) for p in files]
     path = files[-1] if len(files) == 1 else f"{files[0]} and {files[1].name}"
     data = rounds[0]
@@ -111,5 +112,5 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Re
                         "labels to learn from; label again with more queries or less noise "
                         "(for Confident-GNMax, a lower threshold)")
     return Release(indices=indices[answered].astype(np.int64), labels=labels[answered].astype(np.int32),
-                   num_queries=int(labels.size), mechanism=data["mechanism"], digest=release_digest(workdir),
+                   num_queries=int(labels.size), mechanism=data["mechanism"], digest=release_digest(workdir, len(rounds)),
                    rounds=len(rounds))

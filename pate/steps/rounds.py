@@ -69,20 +69,21 @@ class RoundResult:
 
 
 def round1_student(run: rundir.RunDir) -> tuple[str, str]:
-    """Where round 1's student is: ``student-round1/`` when round 2 kept it, else
-    ``student/`` — which must have been trained on ``labels.npz`` alone.
+    """Where round 1's student is: ``student/`` when it was trained on ``labels.npz``
+    alone, else ``student-round1/`` (kept by an earlier round 2) when that was.
 
     Raises:
       PateError: no student, or one trained on other labels (both rounds, an older release).
     """
-    if run.exists(rundir.STUDENT_ROUND1_JSON) and run.exists(rundir.STUDENT_ROUND1_DIR):
-        return rundir.STUDENT_ROUND1_JSON, rundir.STUDENT_ROUND1_DIR
+    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
+    for record, directory in ((rundir.STUDENT_JSON, rundir.STUDENT_DIR),
+                              (rundir.STUDENT_ROUND1_JSON, rundir.STUDENT_ROUND1_DIR)):
+        if run.exists(record) and run.exists(directory) and run.read_json(record).get("labels_sha256") == digest:
+            return record, directory
     if not (run.exists(rundir.STUDENT_JSON) and run.exists(rundir.STUDENT_DIR)):
         raise PateError(f"{run.path} holds no round-1 student (student/, student.json); run "
                         f"`pate train-student --workdir {run.path}` first: round 2 stands on it")
-    info = run.read_json(rundir.STUDENT_JSON)
-    if info.get("labels_sha256") != rundir.file_digest(run / rundir.LABELS_NPZ):
-        raise PateError(f"{run / rundir.STUDENT_JSON} was not trained on {run / rundir.LABELS_NPZ} alone; "
+    raise PateError(f"{run / rundir.STUDENT_JSON} was not trained on {run / rundir.LABELS_NPZ} alone; "
                         f"train the round-1 student again (`pate train-student --workdir {run.path} "
                         "--overwrite`) before round 2")
     return rundir.STUDENT_JSON, rundir.STUDENT_DIR
@@ -98,7 +99,7 @@ def round1_release(run: rundir.RunDir) -> dict:
     """
     first = read_labels(run / rundir.LABELS_NPZ)
     digest = rundir.file_digest(run / rundir.LABELS_NPZ)
-    for name in (rundir.RELEASE_ROUND1_JSON, rundir.RELEASE_JSON):
+    for name in (rundir.RELEASE_JSON, rundir.RELEASE_ROUND1_JSON):
         if run.exists(name) and (run.read_json(name).get("meta") or {}).get("labels_sha256") == digest:
             return first
     raise PateError(f"round 1 of {run.path} is not finished: no release.json publishes the eps of "
@@ -226,5 +227,7 @@ def _keep_round1(run: rundir.RunDir, out: rundir.RunDir, files: tuple[str, str])
     record, directory = files
     shutil.copytree(run / directory, out / rundir.STUDENT_ROUND1_DIR, dirs_exist_ok=True)
     shutil.copy2(run / record, out / rundir.STUDENT_ROUND1_JSON)
-    release = rundir.RELEASE_ROUND1_JSON if run.exists(rundir.RELEASE_ROUND1_JSON) else rundir.RELEASE_JSON
+    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
+    release = next(n for n in (rundir.RELEASE_JSON, rundir.RELEASE_ROUND1_JSON)
+                   if run.exists(n) and (run.read_json(n).get("meta") or {}).get("labels_sha256") == digest)
     shutil.copy2(run / release, out / rundir.RELEASE_ROUND1_JSON)

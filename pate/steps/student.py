@@ -329,7 +329,7 @@ DATA_CHECK = dict(required="`pate train-teachers` and `pate label`",
 
 
 def train_student(config: Config, workdir: str | Path, *, overwrite: bool = False,
-                  epochs: float | None = None, show_progress: bool = True,
+                  epochs: float | None = None, show_progress: bool = True, rounds: int | None = None,
                   echo: Callable[[str], None] = print) -> StudentResult:
     """Trains the student of ``config.student`` on a labelled run directory.
 
@@ -344,6 +344,8 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
       epochs: when given, train `steps_for_epochs` steps instead of ``student.steps``
         (the recorded config says the steps that ran).
       show_progress: draw a rich progress bar.
+      rounds: learn from the first ``rounds`` releases only (1: round 1's, as `pate run`
+        does before round 2); default every round there is.
       echo: where status lines go.
 
     Returns:
@@ -359,7 +361,8 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
     # The old student (if any) is replaced only once the new one is completely written.
     with step("student", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
         splits = split(load_dataset(config.data), config.data.public_size)
-        release = read_release(door.run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes)
+        release = read_release(door.run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes,
+                               rounds=rounds)
         if epochs is not None:
             steps = steps_for_epochs(config.student, epochs, pool_size=splits.pool_x.shape[0],
                                      num_labelled=release.indices.size)
