@@ -33,9 +33,14 @@ from analysis import composition
 from analysis.rdp import eps_from_rdp
 
 
+#: The routes by key (`Cumulative.routes`), in words.
+ROUTES = {"rdp": "RDP of both sanitised releases", "basic": "basic composition of both rounds' headlines",
+          "independent": "data-independent, every release"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Cumulative:
-    """The headline of both rounds: ε at δ by the smallest route (module docstring)."""
+    """The headline of both rounds: ε at δ by the smallest route (`ROUTES`, module docstring)."""
 
     eps: float
     delta: float
@@ -60,15 +65,15 @@ def cumulative_headline(first: Mapping, second: Mapping, every: Sequence[composi
       conversion: the RDP → (ε, δ) conversion.
     """
     sampling = _sampling(first) + _sampling(second)
-    routes = {"basic composition of both rounds' headlines": (float(first["eps"]) + float(second["eps"]),
-                                                              float(first["delta"]) + float(second["delta"]))}
+    routes = {"basic": (float(first["eps"]) + float(second["eps"]), float(first["delta"]) + float(second["delta"]))}
     gnss = all(k in r for r in (first, second) for k in ("rdp_sanitized", "release_rdp_cost", "release_order"))
     if gnss and float(first["release_order"]) == float(second["release_order"]):
         order = float(second["release_order"])
         rdp = sum(float(r["rdp_sanitized"]) + float(r["release_rdp_cost"]) for r in (first, second))
         eps = float(eps_from_rdp([order], [rdp], delta, conversion)[0]) if math.isfinite(rdp) else math.inf
-        routes["RDP of both sanitised releases"] = (eps, delta + sampling)
+        routes["rdp"] = (eps, delta + sampling)
     total = composition.compose(every, delta, conversion=conversion)
-    routes["data-independent, every release"] = (total.eps, total.delta + sampling)
+    routes["independent"] = (total.eps, total.delta + sampling)
     route = min(routes, key=lambda k: routes[k][0])
-    return Cumulative(routes[route][0], routes[route][1], route, {k: v[0] for k, v in routes.items()})
+    # A δ of 1 or more guarantees nothing (`analysis.report.headline_delta` warns of it).
+    return Cumulative(routes[route][0], min(routes[route][1], 1.0), route, {k: v[0] for k, v in routes.items()})

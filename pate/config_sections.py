@@ -190,7 +190,7 @@ class RoundsConfig:
         _require(self.rounds in (1, 2), s, "rounds", f"must be 1 or 2, got {self.rounds}")
         _require(self.queries >= 1, s, "queries", f"must be >= 1, got {self.queries}")
         _require(self.pca_dim >= 1, s, "pca_dim", f"must be >= 1, got {self.pca_dim}")
-        _require(self.ridge > 0 and self.ridge != float("inf"), s, "ridge", f"must be a positive number, got {self.ridge}")
+        _require(0 < self.ridge < float("inf"), s, "ridge", f"must be a positive number, got {self.ridge}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

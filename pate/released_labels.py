@@ -83,7 +83,8 @@ def release_digest(workdir: str | Path, rounds: int | None = None) -> str:
     return digests[0] if len(digests) == 1 else hashlib.sha256("\n".join(digests).encode()).hexdigest()
 
 
-def read_release(workdir: str | Path, *, pool_size: int, num_classes: int, rounds: int | None = None) -> Release:
+def read_release(workdir: str | Path, *, pool_size: int, num_classes: int,
+                 rounds: int | None = None) -> Release:
     """Reads the released labels of every round (of the first ``rounds``; `read_labels`
     each, `release_files`) and checks them against the pool they should label.
 
@@ -112,5 +113,6 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int, round
                         "labels to learn from; label again with more queries or less noise "
                         "(for Confident-GNMax, a lower threshold)")
     return Release(indices=indices[answered].astype(np.int64), labels=labels[answered].astype(np.int32),
-                   num_queries=int(labels.size), mechanism=data["mechanism"], digest=release_digest(workdir, len(rounds)),
+                   num_queries=int(labels.size), mechanism=data["mechanism"],
+                   digest=release_digest(workdir, len(rounds)),
                    rounds=len(rounds))

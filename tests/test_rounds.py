@@ -110,6 +110,7 @@ def test_ledger_has_both_rounds_and_the_headline_composes_them(two_rounds):
     first = two_rounds["release1"]
     d = release["details"]
     # LNMax: basic composition of the two published headlines, or the ledger's composition.
+    assert set(d) >= {"eps_route_basic", "eps_route_independent", "eps_round1", "eps_round2"}
     basic = first["eps"] + d["eps_round2"]
     costs = [composition.Cost.from_json(e["cost"]) for e in two_rounds["entries"]]
     independent = composition.compose(costs, d["delta"], conversion="classic").eps
@@ -191,12 +192,12 @@ def test_cumulative_headline_against_plain_sums():
     every = [composition.Cost("gaussian", {"mu2": 0.5}), composition.Cost("gaussian", {"mu2": 0.5})]
     got = cumulative_headline(first, second, every, delta, "classic")
     rdp_route = 0.1 + 0.2 + 0.15 + 0.2 + math.log(1 / delta) / (order - 1)
-    assert got.routes["RDP of both sanitised releases"] == pytest.approx(rdp_route)
-    assert got.routes["basic composition of both rounds' headlines"] == pytest.approx(3.9)
+    assert got.routes["rdp"] == pytest.approx(rdp_route)
+    assert got.routes["basic"] == pytest.approx(3.9)
     assert got.eps == pytest.approx(min(got.routes.values()))
     assert got.eps == pytest.approx(rdp_route) and got.delta == pytest.approx(delta + 3e-6)
     other = dict(second, release_order=10.0)  # two orders: no RDP route
-    assert "RDP of both sanitised releases" not in cumulative_headline(first, other, every, delta, "classic").routes
+    assert "rdp" not in cumulative_headline(first, other, every, delta, "classic").routes
 
 
 # --------------------------------------------------------------------------- bad input

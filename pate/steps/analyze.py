@@ -328,7 +328,7 @@ def _cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, rele
     """Round 2's report with its headline replaced by the ε of everything both rounds
     released (`analysis.rounds.cumulative_headline`); round 2's own headline is kept as
     ``eps_round2``."""
-    from analysis.rounds import cumulative_headline
+    from analysis.rounds import ROUTES, cumulative_headline
 
     first, labels1, released1 = _round1(workdir)
     found = book.find("sanitised-eps", rundir.file_digest(rundir.RunDir(workdir) / rundir.LABELS_NPZ))
@@ -341,7 +341,7 @@ def _cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, rele
     second["delta"] = second["delta_total"]
     cum = cumulative_headline(first, second, every, delta, conversion)
     items = tuple(report_mod.Item("eps", "HEADLINE eps (both rounds, everything released)", cum.eps, True,
-                                  f"at delta {cum.delta:g}; {cum.route}") if i.key == "eps"
+                                  f"at delta {cum.delta:g}; {ROUTES[cum.route]}") if i.key == "eps"
                   else report_mod.Item("delta_total", i.label, cum.delta, True, "both rounds")
                   if i.key == "delta_total" else i for i in rep.items)
     items += (report_mod.Item("rounds", "rounds", 2, True, "labels.npz, then labels-round2.npz"),
@@ -349,8 +349,7 @@ def _cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, rele
                               "release-round1.json"),
               report_mod.Item("eps_round2", "round 2's own headline eps", float(second["eps"]), True,
                               f"at delta {second['delta']:g}"),
-              *(report_mod.Item("eps_route_" + "_".join(k.replace("-", " ").replace("'", "").split()[:3]),
-                                f"route: {k}", v, True) for k, v in cum.routes.items()))
+              *(report_mod.Item(f"eps_route_{k}", f"route: {ROUTES[k]}", v, True) for k, v in cum.routes.items()))
     return dataclasses.replace(rep, items=items)
 
 
