@@ -278,7 +278,13 @@ def label_options():
         click.option("--mechanism", type=click.Choice(MECHANISMS),
                      help="Noisy aggregator (default: the run config's aggregation.mechanism)."),
         noise("LNMax: Laplace noise of scale 1/gamma.", "Confident-GNMax threshold noise."),
-        click.option("--queries", type=int, callback=at_least_one, help="Query the first N pool points."),
+        click.option("--queries", type=int, callback=at_least_one, help="Query the first N pool points (with "
+                     "--round 2: N points not queried in round 1; default rounds.queries)."),
+        click.option("--round", "round_", type=click.IntRange(1, 2), default=1, show_default=True,
+                     help="2: the interactive round on a finished round 1 (labels.npz and its student): "
+                     "teachers as ridge heads on the student's features, queries chosen by its uncertainty."),
+        click.option("--select", type=click.Choice(["uncertain", "margin", "next"]),
+                     help="With --round 2: how the student picks the queries (default rounds.select)."),
         click.option("--budget", type=float, callback=positive,
                      help="Stop answering where the data-independent eps would exceed this budget."),
         click.option("--target-eps", type=float, callback=positive,
@@ -377,6 +383,21 @@ def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, tar
         raise click.UsageError(f"{', '.join(stray)} do not apply to the mechanism {effective} (from {source}); "
                                "drop them or pick the mechanism they belong to")
     return config
+
+
+def round2_config(workdir, queries, select, others: dict):
+    """`pate label --round 2`: the run's config with ``[rounds]`` from the options; refuses
+    the options of a round-1 release (round 2 uses round 1's mechanism)."""
+    given = [name for name, value in others.items() if value is not None and value is not False]
+    if given:
+        raise click.UsageError(f"{', '.join(given)} do not apply with --round 2: it answers with round 1's "
+                               "mechanism (labels.npz) and asks --queries points chosen by --select")
+    from pate.config import load_config
+
+    overrides = {"rounds.rounds": 2, **{f"rounds.{k}": v for k, v in (("queries", queries), ("select", select))
+                                        if v is not None}}
+    config_file = run_config_file(workdir, first="`pate train-teachers`, `pate label` and `pate train-student`")
+    return load_config(config_file, overrides)
 
 
 def student_config(workdir, method, steps, epochs, settings):

@@ -28,6 +28,7 @@ from pate.config_sections import (  # noqa: F401  (re-exported: pate.config.Teac
     DpsgdConfig,
     FedavgConfig,
     PrivacyConfig,
+    RoundsConfig,
     StudentConfig,
     TeachersConfig,
 )

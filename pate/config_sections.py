@@ -1,5 +1,5 @@
 """The config sections: one frozen dataclass per TOML table (`[data]`, `[teachers]`,
-`[aggregation]`, `[privacy]`, `[student]`, `[dpsgd]`, `[fedavg]`), each with its defaults and a
+`[aggregation]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`), each with its defaults and a
 `validate()` that names the key at fault, and `Config`, the registry of sections.
 
 Loading, overrides, TOML output and hashing live in `pate.config`, which re-exports every
@@ -167,6 +167,30 @@ class AggregationConfig:
             value = getattr(self, key)
             _require(value > 0 and value != float("inf"), s, key, f"must be a positive number, got {value}")
         _require(0 <= self.threshold < float("inf"), s, "threshold", f"must be >= 0, got {self.threshold}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoundsConfig:
+    """`[rounds]`: the 2018 paper's interactive setting (`pate label --round 2`). With
+    `rounds` = 2, round 2 queries `queries` pool points not queried in round 1, the most
+    unsure of the round-1 student first (`select`: "uncertain" = lowest top probability,
+    "margin" = smallest gap between the top two; "next" = the next points in pool
+    order, the non-interactive baseline), and its teachers are ridge heads
+    (penalty `ridge`) on the round-1 student's features reduced to `pca_dim` dimensions
+    by a PCA of the public pool; each on its round-1 teacher's shard."""
+
+    rounds: int = 1
+    queries: int = 800
+    select: Literal["uncertain", "margin", "next"] = "uncertain"
+    pca_dim: int = 256
+    ridge: float = 10.0
+
+    def validate(self) -> None:
+        s = "rounds"
+        _require(self.rounds in (1, 2), s, "rounds", f"must be 1 or 2, got {self.rounds}")
+        _require(self.queries >= 1, s, "queries", f"must be >= 1, got {self.queries}")
+        _require(self.pca_dim >= 1, s, "pca_dim", f"must be >= 1, got {self.pca_dim}")
+        _require(0 < self.ridge < float("inf"), s, "ridge", f"must be a positive number, got {self.ridge}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -447,5 +471,6 @@ class Config:
     aggregation: AggregationConfig = AggregationConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     student: StudentConfig = StudentConfig()
+    rounds: RoundsConfig = RoundsConfig()
     dpsgd: DpsgdConfig = DpsgdConfig()
     fedavg: FedavgConfig = FedavgConfig()

@@ -51,10 +51,17 @@ class Writer:
 #: Every writer of a run directory, by the name of its step (the staging folder's suffix).
 WRITERS = {
     "teachers": Writer("train-teachers", rundir.TEACHER_ARTIFACTS,
-                       rundir.LABEL_ARTIFACTS + rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS,
-                       "teachers", "replace them or --resume to continue"),
-    "label": Writer("label", rundir.LABEL_ARTIFACTS, rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS,
+                       rundir.LABEL_ARTIFACTS + rundir.ROUND2_ARTIFACTS + rundir.STUDENT_ARTIFACTS
+                       + rundir.ANALYSIS_ARTIFACTS, "teachers", "replace them or --resume to continue"),
+    "label": Writer("label", rundir.LABEL_ARTIFACTS,
+                    rundir.ROUND2_ARTIFACTS + rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS,
                     "labels", "label again (the old release is replaced)"),
+    # Round 2 keeps round 1's release; the student and the report made before it are moved
+    # aside (copied first as student-round1/ and release-round1.json).
+    "round2": Writer("label --round 2", rundir.ROUND2_ARTIFACTS,
+                     rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS, "round-2 labels",
+                     "label round 2 again (the old round-2 release is replaced)",
+                     guard=(rundir.VOTES_ROUND2_NPZ, rundir.LABELS_ROUND2_NPZ)),
     "student": Writer("train-student", rundir.STUDENT_ARTIFACTS, noun="student",
                       again="train the student again"),
     "analyze": Writer("analyze", create=False),

@@ -186,7 +186,7 @@ class CNN(nn.Module):
     impl: str = "patches"
 
     @nn.compact
-    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    def __call__(self, x: jax.Array, train: bool = False, features: bool = False) -> jax.Array:
         if self.gabor_orientations:
             x = GaborModulus(self.gabor_orientations)(x)
         for f, k, s in zip(self.features, self.kernels, self.strides, strict=True):
@@ -196,6 +196,8 @@ class CNN(nn.Module):
         x = x.reshape(x.shape[0], -1)
         for width in self.hidden:
             x = nn.relu(nn.Dense(width, kernel_init=lecun_normal)(x))
+        if features:  # the classifier's input (`penultimate`)
+            return x
         x = _dropout(self, x, self.dropout, train)
         return nn.Dense(self.num_classes, kernel_init=lecun_normal)(x)
 
@@ -208,10 +210,12 @@ class MLP(nn.Module):
     dropout: float = 0.0
 
     @nn.compact
-    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    def __call__(self, x: jax.Array, train: bool = False, features: bool = False) -> jax.Array:
         x = x.reshape(x.shape[0], -1)
         for width in self.hidden:
             x = nn.relu(nn.Dense(width, kernel_init=lecun_normal)(x))
+        if features:
+            return x
         x = _dropout(self, x, self.dropout, train)
         return nn.Dense(self.num_classes, kernel_init=lecun_normal)(x)
 
@@ -262,7 +266,9 @@ class FlipAveraged(nn.Module):
 
     inner: nn.Module
 
-    def __call__(self, x: jax.Array, train: bool = False) -> jax.Array:
+    def __call__(self, x: jax.Array, train: bool = False, features: bool = False) -> jax.Array:
+        if features:  # the features of the image itself (no mirror)
+            return self.inner(x, features=True)
         if train:
             return self.inner(x, train=True)
         both = self.inner(jnp.concatenate([x, x[:, :, ::-1, :]]), train=False)
@@ -389,3 +395,9 @@ def cnn_output_side(side: int, cfg: DpsgdConfig) -> int:
         if side <= 0:
             return 0
     return side
+
+
+def penultimate(model: nn.Module, params, x: jax.Array) -> jax.Array:
+    """The input of a `make_model` network's classifier layer for images `x`, flattened
+    (N, D): the last convolution's (or dense layer's) activations, before dropout."""
+    return model.apply(params, x, features=True)

@@ -1,9 +1,12 @@
 """`labels.npz`, the release of `pate label`: the queried pool indices, their released labels
-(-1 where a query went unanswered), the mechanism with its parameters, and `meta`.
+(-1 where a query went unanswered), the mechanism with its parameters, and `meta`; and
+`labels-round2.npz`, round 2's release (`pate label --round 2`), in the same format, beside
+it (round 1's file is never rewritten, so every record of its digest stays true).
 
 One reader with one set of format checks, for `pate analyze` (which needs the mechanism and
-its parameters), `pate train-student` (which also checks the file against the pool it should
-label: `read_release`) and `pate run`. Nothing here is private: the file is the release.
+its parameters), `pate train-student` (which also checks the files against the pool they
+should label and reads both rounds: `read_release`) and `pate run`. Nothing here is
+private: the files are the release.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ class Release:
       labels: their released (noisy) labels.
       num_queries: how many queries were made (answered or not).
       mechanism: the aggregator that released them.
-      digest: sha256 of ``labels.npz`` (ties the student to this release).
+      digest: `release_digest` (ties the student to this release).
+      rounds: how many rounds released them (1 or 2).
     """
 
     indices: np.ndarray
@@ -58,18 +62,42 @@ class Release:
     num_queries: int
     mechanism: str
     digest: str
+    rounds: int = 1
 
 
-def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Release:
-    """Reads ``labels.npz`` (`read_labels`) and checks it against the pool it should label.
+def release_files(workdir: str | Path, rounds: int | None = None) -> list[Path]:
+    """The released label files of a run: ``labels.npz``, and ``labels-round2.npz`` when
+    round 2 was released (the first ``rounds`` of them when given)."""
+    run = rundir.RunDir(workdir)
+    files = [run / rundir.LABELS_NPZ] + ([run / rundir.LABELS_ROUND2_NPZ] if run.exists(rundir.LABELS_ROUND2_NPZ)
+                                         else [])
+    return files[:rounds]
+
+
+def release_digest(workdir: str | Path, rounds: int | None = None) -> str:
+    """What marks the labels a student learnt from: the sha256 of ``labels.npz`` (one
+    round), or the sha256 of both files' sha256 digests (two rounds)."""
+    import hashlib
+
+    digests = [rundir.file_digest(p) for p in release_files(workdir, rounds)]
+    return digests[0] if len(digests) == 1 else hashlib.sha256("\n".join(digests).encode()).hexdigest()
+
+
+def read_release(workdir: str | Path, *, pool_size: int, num_classes: int,
+                 rounds: int | None = None) -> Release:
+    """Reads the released labels of every round (of the first ``rounds``; `read_labels`
+    each, `release_files`) and checks them against the pool they should label.
 
     Raises:
-      PateError: what `read_labels` raises; indices outside the pool or repeated; labels
-        outside ``-1 .. num_classes-1``; no query answered.
+      PateError: what `read_labels` raises; indices outside the pool or repeated (within
+        or across rounds); labels outside ``-1 .. num_classes-1``; no query answered.
     """
-    path = rundir.RunDir(workdir) / rundir.LABELS_NPZ
-    data = read_labels(path, require_mechanism=False)
-    indices, labels = np.asarray(data["indices"]), np.asarray(data["labels"])
+    files = release_files(workdir, rounds)
+    rounds = [read_labels(p, require_mechanism=False) for p in files]
+    path = files[-1] if len(files) == 1 else f"{files[0]} and {files[1].name}"
+    data = rounds[0]
+    indices = np.concatenate([np.asarray(r["indices"]) for r in rounds])
+    labels = np.concatenate([np.asarray(r["labels"]) for r in rounds])
     if indices.size and (indices.min() < 0 or indices.max() >= pool_size):
         raise PateError(f"{path} labels pool points up to index {int(indices.max())}, but the "
                         f"public pool of this config has {pool_size} points: the labels do not "
@@ -85,4 +113,6 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int) -> Re
                         "labels to learn from; label again with more queries or less noise "
                         "(for Confident-GNMax, a lower threshold)")
     return Release(indices=indices[answered].astype(np.int64), labels=labels[answered].astype(np.int32),
-                   num_queries=int(labels.size), mechanism=data["mechanism"], digest=rundir.file_digest(path))
+                   num_queries=int(labels.size), mechanism=data["mechanism"],
+                   digest=release_digest(workdir, len(rounds)),
+                   rounds=len(rounds))

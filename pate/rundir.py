@@ -38,13 +38,21 @@ FEDAVG_JSON = "fedavg.json"
 #: Cached ScatterNet features of the private set (private, like the data).
 DPSGD_FEATURES_DIR = "dpsgd-features"
 RELEASE_JSON = "release.json"
+#: Round 2 (`pate label --round 2`): its votes (private), its release, the round-1 student
+#: its teachers stand on (public: trained on round 1's release only) and round 1's
+#: release.json (public), kept beside round 2's.
+VOTES_ROUND2_NPZ = "votes-round2.npz"
+LABELS_ROUND2_NPZ = "labels-round2.npz"
+STUDENT_ROUND1_DIR = "student-round1"
+STUDENT_ROUND1_JSON = "student-round1.json"
+RELEASE_ROUND1_JSON = "release-round1.json"
 PIPELINE_JSON = "pipeline.json"  # `pate run`'s record of its finished steps
 #: The secret key of pipeline.json's digests (`digest_key`): private, like what they cover.
 PIPELINE_KEY = "pipeline.key"
 
 #: Files and folders that hold private values: created owner-only (0600 / 0700).
 PRIVATE_ARTIFACTS = frozenset({"teachers", "teachers.json", "votes.npz", "privacy.json", "privacy.png",
-                               "dpsgd-features", PIPELINE_KEY})
+                               "dpsgd-features", PIPELINE_KEY, VOTES_ROUND2_NPZ})
 
 #: The artifacts each command produces (what `--overwrite` replaces).
 TEACHER_ARTIFACTS = (TEACHERS_DIR, TEACHERS_JSON)
@@ -53,10 +61,12 @@ STUDENT_ARTIFACTS = (STUDENT_DIR, STUDENT_JSON)
 ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG, RELEASE_JSON)
 DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
 FEDAVG_ARTIFACTS = (FEDAVG_DIR, FEDAVG_JSON)
+ROUND2_ARTIFACTS = (VOTES_ROUND2_NPZ, LABELS_ROUND2_NPZ, STUDENT_ROUND1_DIR, STUDENT_ROUND1_JSON,
+                    RELEASE_ROUND1_JSON)
 #: Every file and folder a run directory may hold (what no report may be written over).
 RUN_ARTIFACTS = ((CONFIG_TOML, PIPELINE_JSON, PIPELINE_KEY) + TEACHER_ARTIFACTS + LABEL_ARTIFACTS
                  + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + FEDAVG_ARTIFACTS
-                 + (DPSGD_FEATURES_DIR,))
+                 + ROUND2_ARTIFACTS + (DPSGD_FEATURES_DIR,))
 
 _META_KEY = "meta"
 
@@ -180,7 +190,8 @@ def remove(path: str | Path) -> None:
 def remake_hint(path: str | Path) -> str:
     """The command that writes a run artifact again, for messages."""
     path = Path(path)
-    command = {VOTES_NPZ: "label", LABELS_NPZ: "label", TEACHERS_JSON: "train-teachers",
+    command = {VOTES_NPZ: "label", LABELS_NPZ: "label", VOTES_ROUND2_NPZ: "label --round 2",
+               LABELS_ROUND2_NPZ: "label --round 2", TEACHERS_JSON: "train-teachers",
                TEACHERS_DIR: "train-teachers", STUDENT_JSON: "train-student",
                STUDENT_DIR: "train-student", PRIVACY_JSON: "analyze"}.get(path.name)
     if command is None:

@@ -20,6 +20,7 @@ from scipy import stats
 from scipy.special import gammaln, ndtr
 
 from analysis import fedavg_privacy as fp
+from analysis.errors import PateError
 from analysis.noise import NoiseSource
 from cli import main
 from pate import rundir
@@ -348,7 +349,7 @@ def test_public_projection_uses_the_pool_only_and_bounds_the_box():
     reach = np.abs(fedavg.project(proj, corners)).max(axis=0)
     assert reach == pytest.approx(box, rel=1e-5)
     assert np.all(np.abs(fedavg.project(proj, rng.random((500, 12)))) <= box * (1 + 1e-6))
-    with pytest.raises(fedavg.PateError, match="fedavg.pca"):
+    with pytest.raises(PateError, match="fedavg.pca"):
         fedavg.public_projection(pool, 13)
 
 

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from cli import main
 from pate import rundir
 from pate.config import load_config
-from pate.steps import pipeline
+from pate.steps import pipeline, run_summary
 
 from conftest import CONFIGS, TINY
 
@@ -300,9 +300,9 @@ def test_summary_shows_the_headline_eps():
                   teacher_ensemble_accuracy=0.9, label_accuracy=0.9, student_method="fixmatch",
                   student_accuracy=0.9, eps_data_independent=5.3, eps_data_dependent=2.0,
                   eps_sanitized=2.1, delta=1e-5, wall_time_s=1.0)
-    text = pipeline.RunSummary(**common, eps=4.3, delta_total=2e-5).summary()
+    text = run_summary.RunSummary(**common, eps=4.3, delta_total=2e-5).summary()
     assert "HEADLINE eps:          4.300  at delta 2e-05" in text
-    assert "HEADLINE eps:          n/a" in pipeline.RunSummary(**common, eps=None, delta_total=None).summary()
+    assert "HEADLINE eps:          n/a" in run_summary.RunSummary(**common, eps=None, delta_total=None).summary()
 
 
 @pytest.mark.parametrize("setting,needle", [("aggregation.queries=100000", "more than the"),

@@ -212,7 +212,7 @@ def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, s
         raise PateError("internal error: a vote row does not count every teacher once")
 
     params = mechanism_params(agg)
-    labels = _released_arrays(votes[queried], queried, agg.mechanism, params, seed,
+    labels = released_arrays(votes[queried], queried, agg.mechanism, params, seed,
                               None if plan is None else plan.max_answers)
     released, truth = labels["labels"], splits.pool_y[queried]
     answered = released >= 0
@@ -240,7 +240,7 @@ def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, s
     return result
 
 
-def _released_arrays(votes: np.ndarray, indices: np.ndarray, mechanism: str, params: dict,
+def released_arrays(votes: np.ndarray, indices: np.ndarray, mechanism: str, params: dict,
                      seed: int | None, cap: int | None) -> dict:
     """What labels.npz holds: the queried `indices`, their noisy labels (`release_labels`
     over `votes`, their rows), the mechanism and its noise (``max_answers`` added to
@@ -429,7 +429,7 @@ def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, mech
     record = mechanisms.from_options(mechanism, **params)
     cost = composition.labels_cost(record, int(selected.size), max_answers=cap)
     book.check_budget([cost], total_budget, delta, "this label release")
-    labels = _released_arrays(hist[selected], selected, mechanism, params, seed, cap)
+    labels = released_arrays(hist[selected], selected, mechanism, params, seed, cap)
     # The table is computed before anything is written: a failure leaves no release.
     brief = report_for_release(hist, labels, delta=delta, moments=moments, conversion=privacy.conversion,
                                sanitize=False)

@@ -45,13 +45,13 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-import numpy as np
 
 from analysis.errors import PateError
 from pate import rundir
-from pate.released_labels import read_labels
+from pate.released_labels import release_digest
 from pate.config import Config, config_hash, config_to_dict
 from pate.door import step
+from pate.steps.run_summary import RunSummary, StepRecord, summarise
 
 @dataclasses.dataclass(frozen=True)
 class _Context:
@@ -120,13 +120,21 @@ def _label(ctx: _Context) -> dict:
     return {"label_accuracy": result.label_accuracy}
 
 
-def _train_student(ctx: _Context) -> dict:
+def _train_student(ctx: _Context, rounds: int | None = 1) -> dict:
+    """The student of round 1's labels (``rounds`` 1), or of both rounds (None)."""
     from pate.steps.student import train_student
 
     result = train_student(ctx.config, ctx.run_dir.path, overwrite=True, show_progress=ctx.show_progress,
-                           echo=ctx.echo)
+                           rounds=rounds, echo=ctx.echo)
     ctx.echo(result.summary())
     return {}
+
+
+def _round2(ctx: _Context) -> dict:
+    from pate.steps.rounds import label_round2
+
+    result = label_round2(ctx.config, ctx.run_dir.path, seed=ctx.seed, overwrite=True, echo=ctx.echo)
+    return {"label_accuracy": result.label_accuracy}
 
 
 def _analyze(ctx: _Context) -> dict:
@@ -149,6 +157,32 @@ STEPS: tuple[Step, ...] = (
     Step("analyze", ("data", "teachers", "aggregation", "privacy"), rundir.ANALYSIS_ARTIFACTS,
          rundir.PRIVACY_JSON, upstream=("teachers", "label"), inputs=(rundir.LABELS_NPZ,), run=_analyze),
 )
+
+
+#: With ``[rounds] rounds = 2``: round 2 on the finished round 1, the student of both rounds, their report.
+_ROUND2_SECTIONS = ("data", "teachers", "aggregation", "student", "privacy", "rounds")
+ROUND2_STEPS: tuple[Step, ...] = (
+    Step("round2", _ROUND2_SECTIONS, (rundir.VOTES_ROUND2_NPZ, rundir.LABELS_ROUND2_NPZ), rundir.LABELS_ROUND2_NPZ,
+         upstream=("teachers", "label", "student", "analyze"), inputs=(rundir.LABELS_NPZ,), run=_round2),
+    Step("student2", _ROUND2_SECTIONS, rundir.STUDENT_ARTIFACTS, rundir.STUDENT_JSON, upstream=("round2",),
+         inputs=(rundir.LABELS_ROUND2_NPZ,), run=lambda ctx: _train_student(ctx, rounds=None)),
+    Step("analyze2", _ROUND2_SECTIONS, rundir.ANALYSIS_ARTIFACTS, rundir.PRIVACY_JSON, upstream=("round2",),
+         inputs=(rundir.LABELS_ROUND2_NPZ,), run=_analyze),
+)
+
+
+def steps_of(config: Config, run_dir: rundir.RunDir) -> tuple[Step, ...]:
+    """The steps a run takes: `STEPS`, then with two rounds `ROUND2_STEPS`. Once round 2
+    has run, round 1's student and report are the copies it kept (student-round1/,
+    release-round1.json): ``student/`` and ``release.json`` are then round 2's."""
+    if config.rounds.rounds == 1:
+        return STEPS
+    kept = {"student": dict(artifacts=(rundir.STUDENT_ROUND1_DIR, rundir.STUDENT_ROUND1_JSON),
+                            main=rundir.STUDENT_ROUND1_JSON),
+            "analyze": dict(artifacts=(rundir.RELEASE_ROUND1_JSON,), main=rundir.RELEASE_ROUND1_JSON)}
+    if not run_dir.exists(rundir.STUDENT_ROUND1_JSON):
+        kept = {}
+    return tuple(dataclasses.replace(s, **kept.get(s.name, {})) for s in STEPS) + ROUND2_STEPS
 
 
 def section_hash(config: Config, sections: Iterable[str]) -> str:
@@ -182,61 +216,6 @@ def _meta_hash(path: Path) -> str | None:
         return meta.get("config_hash") if isinstance(meta, dict) else None
     except (OSError, ValueError, PateError):
         return None
-
-
-@dataclasses.dataclass(frozen=True)
-class StepRecord:
-    """One step as `pate run` left it."""
-
-    name: str
-    ran: bool  # True: ran now; False: skipped (up to date)
-    seconds: float
-    reason: str
-
-
-@dataclasses.dataclass(frozen=True)
-class RunSummary:
-    """The outcome of `run`: what each step did and the headline figures."""
-
-    steps: tuple[StepRecord, ...]
-    dataset: str
-    mechanism: str
-    num_queries: int
-    num_answered: int
-    teacher_ensemble_accuracy: float
-    label_accuracy: float
-    student_method: str
-    student_accuracy: float
-    eps_data_independent: float
-    eps_data_dependent: float
-    eps_sanitized: float | None
-    eps: float | None  # the headline: everything released (release.json)
-    delta_total: float | None  # δ of the headline
-    delta: float
-    wall_time_s: float
-
-    def summary(self) -> str:
-        def f(x, spec=".4f"):
-            return "n/a" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
-
-        done = ", ".join(f"{s.name} {'ran' if s.ran else 'skipped'}" + (f" ({s.seconds:.0f} s)" if s.ran else "")
-                         for s in self.steps)
-        return "\n".join([
-            f"pate run: {done}; total {self.wall_time_s:.0f} s",
-            f"data set: {self.dataset}; labels: {self.mechanism}, {self.num_answered} of "
-            f"{self.num_queries} queries answered",
-            f"teacher ensemble accuracy (evaluation split):  {f(self.teacher_ensemble_accuracy)}",
-            f"label accuracy (answered queries, true labels): {f(self.label_accuracy)}"
-            "  [benchmark only: uses the pool's true labels]",
-            f"student accuracy ({self.student_method}, evaluation split): {f(self.student_accuracy)}",
-            f"data-independent eps:  {f(self.eps_data_independent, '.3f')}  (delta {self.delta:g})",
-            f"data-dependent eps:    {f(self.eps_data_dependent, '.3f')}  PRIVATE: depends on the votes, "
-            "do not publish",
-            f"sanitised eps:         {f(self.eps_sanitized, '.3f')}  (smooth-sensitivity release: publishable)",
-            f"HEADLINE eps:          {f(self.eps, '.3f')}  at delta "
-            f"{'n/a' if self.delta_total is None else format(self.delta_total, 'g')}: everything released "
-            "(labels and the sanitised eps, its cost included) — publish this (release.json)",
-        ])
 
 
 class _Manifest:
@@ -335,18 +314,11 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
         return "made by an unknown config"
     if section_hash(source, step.sections) != want:
         return _changed([n for n in step.sections if section_hash(source, [n]) != section_hash(config, [n])])
-    if step.name == "student":
-        info = run.read_json(rundir.STUDENT_JSON)
-        if info.get("labels_sha256") != _sha256(run / rundir.LABELS_NPZ):
-            return "labels.npz changed since the student was trained"
+    if step.name in ("student", "student2"):
+        info = run.read_json(step.main)
+        if info.get("labels_sha256") != release_digest(run.path, 1 if step.name == "student" else None):
+            return "the labels changed since the student was trained"
     return None
-
-
-def _released(run: rundir.RunDir) -> tuple[int, int, str]:
-    """Queries, answered queries and mechanism of the run's labels.npz."""
-    release = read_labels(run / rundir.LABELS_NPZ, require_mechanism=False)
-    labels = release["labels"]
-    return int(labels.size), int(np.sum(labels >= 0)), release["mechanism"]
 
 
 def preflight(config: Config, seed: int | None) -> None:
@@ -362,6 +334,10 @@ def preflight(config: Config, seed: int | None) -> None:
     noise_source(seed)  # the same 128-bit check serves the aggregator and the release
     check_accountable(config.aggregation, config.privacy)
     resolve(config.aggregation, num_teachers=config.teachers.num_teachers, pool_size=config.data.public_size)
+    left = config.data.public_size - config.aggregation.queries
+    if config.rounds.rounds == 2 and config.rounds.queries > left:
+        raise PateError(f"rounds.queries = {config.rounds.queries} but round 1 leaves {left} pool points "
+                        "unqueried; ask at most that many in round 2")
 
 
 def check_budget(config: Config, run_dir: rundir.RunDir) -> None:
@@ -373,8 +349,11 @@ def check_budget(config: Config, run_dir: rundir.RunDir) -> None:
 
     if not config.privacy.total_budget or run_dir.exists(rundir.LABELS_NPZ):
         return
-    cost = composition.labels_cost(mechanisms.from_config(config.aggregation), config.aggregation.queries)
-    Ledger.for_config(config).check_budget([cost], config.privacy.total_budget, config.privacy.delta,
+    record = mechanisms.from_config(config.aggregation)
+    costs = [composition.labels_cost(record, config.aggregation.queries)]
+    if config.rounds.rounds == 2:
+        costs.append(composition.labels_cost(record, config.rounds.queries))
+    Ledger.for_config(config).check_budget(costs, config.privacy.total_budget, config.privacy.delta,
                                            "this run's label release")
 
 
@@ -408,7 +387,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         manifest = _Manifest(run_dir)
         records = _run_steps(config, run_dir, manifest, overwrite, seed, show_progress, echo)
         door.write_config()
-        return _summarise(config, run_dir, manifest, records, start)
+        return summarise(config, run_dir, manifest, records, start)
 
 
 #: The door's data check of `run`: the run's config must be readable and of this data set.
@@ -422,7 +401,7 @@ def _run_steps(config: Config, run_dir: rundir.RunDir, manifest: "_Manifest", ov
     stored = run_dir.stored_config()
     records: list[StepRecord] = []
     ran: set[str] = set()
-    for step_ in STEPS:
+    for step_ in steps_of(config, run_dir):
         reason = "--overwrite" if overwrite else _check_state(run_dir, manifest, step_, config, stored,
                                                               bool(ran & set(step_.upstream)))
         if reason is None:
@@ -438,32 +417,3 @@ def _run_steps(config: Config, run_dir: rundir.RunDir, manifest: "_Manifest", ov
         records.append(StepRecord(step_.name, True, time.time() - t0, reason))
         ran.add(step_.name)
     return records
-
-
-def _summarise(config: Config, run_dir: rundir.RunDir, manifest: "_Manifest", records: list[StepRecord],
-               start: float) -> RunSummary:
-    """The `RunSummary` of a finished run, read from its artifacts and the manifest."""
-    teachers = run_dir.read_json(rundir.TEACHERS_JSON)
-    student = run_dir.read_json(rundir.STUDENT_JSON)
-    privacy = run_dir.read_json(rundir.PRIVACY_JSON)
-    release = run_dir.read_json(rundir.RELEASE_JSON)
-    num_queries, num_answered, mechanism = _released(run_dir)
-    public, private = privacy.get("public", {}), privacy.get("private", {})
-
-    def number(x):
-        try:
-            return float(x)
-        except (TypeError, ValueError):
-            return float("nan")
-
-    return RunSummary(
-        steps=tuple(records), dataset=config.data.name, mechanism=mechanism, num_queries=num_queries,
-        num_answered=num_answered, teacher_ensemble_accuracy=number(teachers.get("ensemble_accuracy")),
-        label_accuracy=manifest.figure("label", "label_accuracy"), student_method=str(student.get("method")),
-        student_accuracy=number(student.get("accuracy")),
-        eps_data_independent=number(public.get("eps_data_independent")),
-        eps_data_dependent=number(private.get("eps_data_dependent")),
-        eps_sanitized=number(public["eps_sanitized"]) if "eps_sanitized" in public else None,
-        eps=number(release["eps"]) if "eps" in release else None,
-        delta_total=number(release["delta"]) if "delta" in release else None,
-        delta=config.privacy.delta, wall_time_s=time.time() - start)

@@ -263,13 +263,16 @@ class Student:
         return predict(self.model, self.params, images, self.config.student.eval_batch_size)
 
 
-def load_student(workdir: str | Path) -> Student:
-    """The trained student of a run directory (the EMA weights).
+def load_student(workdir: str | Path, *, record: str = rundir.STUDENT_JSON,
+                 directory: str = rundir.STUDENT_DIR) -> Student:
+    """The trained student of a run directory (the EMA weights); ``record`` and
+    ``directory`` name another copy (round 2's ``student-round1``).
 
     Raises:
       PateError: the directory holds no finished `train-student` run.
     """
-    record = checkpoints.read_record(workdir, record=rundir.STUDENT_JSON, directory=rundir.STUDENT_DIR,
+    where = directory
+    record = checkpoints.read_record(workdir, record=record, directory=directory,
                                      noun="student", command="train-student", pronoun="it")
     info, config = record.info, record.config
     try:
@@ -278,7 +281,7 @@ def load_student(workdir: str | Path) -> Student:
         raise record.refuse("student") from None
     model = models.make_model(scfg, record.num_classes)
     like = jax.eval_shape(lambda: model.init(keys.training_key(0), jnp.zeros((1, *record.image_shape))))
-    directory = record.run / rundir.STUDENT_DIR
+    directory = record.run / where
     params = checkpoints.verified_restore("student checkpoint", directory, info.get("checkpoint_sha256"),
                                           record.remake, lambda: checkpoints.restore_params(directory, like))
     return Student(params, model, config, record.num_classes, record.image_shape)
@@ -326,7 +329,7 @@ DATA_CHECK = dict(required="`pate train-teachers` and `pate label`",
 
 
 def train_student(config: Config, workdir: str | Path, *, overwrite: bool = False,
-                  epochs: float | None = None, show_progress: bool = True,
+                  epochs: float | None = None, show_progress: bool = True, rounds: int | None = None,
                   echo: Callable[[str], None] = print) -> StudentResult:
     """Trains the student of ``config.student`` on a labelled run directory.
 
@@ -341,6 +344,8 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
       epochs: when given, train `steps_for_epochs` steps instead of ``student.steps``
         (the recorded config says the steps that ran).
       show_progress: draw a rich progress bar.
+      rounds: learn from the first ``rounds`` releases only (1: round 1's, as `pate run`
+        does before round 2); default every round there is.
       echo: where status lines go.
 
     Returns:
@@ -356,7 +361,8 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
     # The old student (if any) is replaced only once the new one is completely written.
     with step("student", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
         splits = split(load_dataset(config.data), config.data.public_size)
-        release = read_release(door.run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes)
+        release = read_release(door.run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes,
+                               rounds=rounds)
         if epochs is not None:
             steps = steps_for_epochs(config.student, epochs, pool_size=splits.pool_x.shape[0],
                                      num_labelled=release.indices.size)
@@ -430,6 +436,7 @@ def _write_student(out: rundir.RunDir, ema, config: Config, result: StudentResul
         "num_unlabelled": result.num_unlabelled if cfg.method == "fixmatch" else 0,
         "mechanism": release.mechanism,
         "labels_sha256": release.digest,
+        "rounds": release.rounds,
         "steps": cfg.steps,
         "student": config_to_dict(config)["student"],
         "num_classes": splits.num_classes,

@@ -1,0 +1,233 @@
+"""`pate label --round 2`: the 2018 paper's interactive setting on top of a finished round 1.
+
+Round 1 released ``labels.npz`` and a student learnt from it. That student is public
+(post-processing of round 1's release and the public pool), so round 2 may use it twice:
+
+- **which points to ask** (`pate.selection`): the ``[rounds] queries`` pool points not
+  queried in round 1 about which the round-1 student is least sure (``select``:
+  ``uncertain`` or ``margin``). The number of queries is fixed by the config or the
+  command line, the choice reads the student and the pool only: no vote, no private value.
+- **what the teachers stand on** (`pate.heads`): teacher t of round 2 is a ridge head on
+  the student's penultimate features, reduced by a PCA fitted on the public pool only,
+  trained on teacher t's round-1 shard (the same partition). Head t depends on shard t
+  and public values only, so one replaced example changes one vote (replace-one).
+
+The heads vote on the chosen points and the run's mechanism record (``[aggregation]``,
+Confident-GNMax by default) answers through `pate.steps.label.release_labels`. Written through the door
+(`pate.door.step`, writer ``round2``): ``votes-round2.npz`` (private, 0600),
+``labels-round2.npz`` (the second release, same format as ``labels.npz``, which is kept
+as it is), ``student-round1/`` + ``student-round1.json`` (the feature map round 2 stood
+on, so that round 2 can be labelled again after `pate train-student` has replaced
+``student/`` with the student of both rounds) and ``release-round1.json`` (round 1's
+published ε, which the headline of both rounds composes). The release is charged to the data set's
+ledger as its own ``labels`` entry before it is swapped in; `pate analyze` then publishes
+the headline ε of both rounds (`pate.steps.analyze`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import numpy as np
+
+from analysis import composition, mechanisms
+from analysis.errors import PateError
+from analysis.noise import seed_record
+from analysis.report_io import render_table
+from pate import aggregation, rundir
+from pate import ledger as ledger_mod
+from pate.config import Config
+from pate.door import step
+from pate.released_labels import read_labels
+
+#: The door's data check: round 2 stands on a run of this data set.
+DATA_CHECK = dict(required="`pate train-teachers`, `pate label` and `pate train-student` (round 1)",
+                  held="was labelled on data set {name!r} with a different")
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundResult:
+    """What round 2 released and how good it is (benchmark figures use true labels)."""
+
+    num_queries: int
+    num_answered: int
+    label_accuracy: float  # released labels vs the pool's true labels, answered queries
+    plurality_accuracy: float  # noiseless plurality of the heads on the queries (private)
+    head_accuracy: float  # mean head accuracy on the evaluation split
+    ensemble_accuracy: float  # plurality of the heads on the evaluation split
+    mechanism: str
+
+    def summary(self) -> str:
+        return "\n".join([
+            f"round 2: {self.num_answered} of {self.num_queries} queries answered ({self.mechanism})",
+            f"round-2 teachers (ridge heads) on the evaluation split: mean {self.head_accuracy:.4f}, "
+            f"plurality {self.ensemble_accuracy:.4f}",
+            f"accuracy of released round-2 labels (answered queries): {self.label_accuracy:.4f}",
+            f"accuracy of the noiseless plurality on the queries (private): {self.plurality_accuracy:.4f}",
+        ])
+
+
+def round1_student(run: rundir.RunDir) -> tuple[str, str]:
+    """Where round 1's student is: ``student/`` when it was trained on ``labels.npz``
+    alone, else ``student-round1/`` (kept by an earlier round 2) when that was.
+
+    Raises:
+      PateError: no student, or one trained on other labels (both rounds, an older release).
+    """
+    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
+    for record, directory in ((rundir.STUDENT_JSON, rundir.STUDENT_DIR),
+                              (rundir.STUDENT_ROUND1_JSON, rundir.STUDENT_ROUND1_DIR)):
+        if run.exists(record) and run.exists(directory) and run.read_json(record).get("labels_sha256") == digest:
+            return record, directory
+    if not (run.exists(rundir.STUDENT_JSON) and run.exists(rundir.STUDENT_DIR)):
+        raise PateError(f"{run.path} holds no round-1 student (student/, student.json); run "
+                        f"`pate train-student --workdir {run.path}` first: round 2 stands on it")
+    raise PateError(f"{run / rundir.STUDENT_JSON} was not trained on {run / rundir.LABELS_NPZ} alone; "
+                        f"train the round-1 student again (`pate train-student --workdir {run.path} "
+                        "--overwrite`) before round 2")
+    return rundir.STUDENT_JSON, rundir.STUDENT_DIR
+
+
+def round1_release(run: rundir.RunDir) -> dict:
+    """Round 1's labels, once round 1 is finished: labels.npz and the release.json that
+    publishes its sanitised ε (``release-round1.json`` once round 2 kept it). Round 2's
+    headline composes that published value (`analysis.rounds`).
+
+    Raises:
+      PateError: no labels.npz, or round 1 not analysed.
+    """
+    first = read_labels(run / rundir.LABELS_NPZ)
+    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
+    for name in (rundir.RELEASE_JSON, rundir.RELEASE_ROUND1_JSON):
+        if run.exists(name) and (run.read_json(name).get("meta") or {}).get("labels_sha256") == digest:
+            return first
+    raise PateError(f"round 1 of {run.path} is not finished: no release.json publishes the eps of "
+                    f"{run / rundir.LABELS_NPZ}; run `pate analyze --workdir {run.path}` first")
+
+
+def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
+                 echo=print) -> RoundResult:
+    """Releases round 2's labels (module docstring) with ``config.rounds``.
+
+    Args:
+      config: the run's config (its ``[data]``, ``[teachers]`` partition, ``[rounds]``).
+      workdir: a run directory with round 1 finished (labels.npz, its student, release.json).
+      seed: noise seed (research only; never written). Default: OS entropy.
+      overwrite: replace an existing round-2 release (the student and report made from it
+        are moved aside).
+      echo: where progress lines go.
+
+    Raises:
+      PateError: no finished round 1, too many queries for the pool left, a release over
+        the ledger's budget, a round 2 already there without ``overwrite``.
+    """
+    from pate.data import load_dataset, split
+
+    with step("round2", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
+        aggregation.noise_source(seed)  # refuses a bad seed before anything is computed
+        run, rc = door.run, config.rounds
+        first = round1_release(run)
+        student_files = round1_student(run)
+        record = mechanisms.from_config(config.aggregation)
+        splits = split(load_dataset(config.data), config.data.public_size)
+        candidates = np.setdiff1d(np.arange(splits.pool_x.shape[0]), first["indices"])
+        if rc.queries > candidates.size:
+            raise PateError(f"rounds.queries = {rc.queries} but only {candidates.size} pool points were not "
+                            "queried in round 1; ask at most that many")
+        from pate.steps.label import check_accountable, resolve
+
+        agg = dataclasses.replace(config.aggregation, queries=rc.queries)
+        resolve(agg, num_teachers=config.teachers.num_teachers, pool_size=splits.pool_x.shape[0])
+        check_accountable(agg, config.privacy)
+        cost = composition.labels_cost(record, rc.queries)
+        book = ledger_mod.Ledger.for_config(config)
+        book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this round-2 release")
+        votes, chosen, accuracies = _round2_votes(config, run, student_files, splits, candidates, echo)
+        result = _release(door, config, record, votes, chosen, splits, accuracies, seed, book, cost, echo)
+        _keep_round1(run, door.out, student_files)
+    echo(f"wrote {door.run / rundir.VOTES_ROUND2_NPZ} (private: never publish) and "
+         f"{door.run / rundir.LABELS_ROUND2_NPZ} (the round-2 release); `pate train-student` learns from both "
+         "rounds, `pate analyze` publishes the headline eps of both")
+    return result
+
+
+def _round2_votes(config: Config, run, student_files, splits, candidates, echo):
+    """The public part (selection, PCA on the pool) and the private part (heads on the
+    shards, their votes) of round 2. Returns the votes, the chosen pool indices and the
+    heads' accuracy on the evaluation split (mean, plurality)."""
+    import jax.numpy as jnp
+
+    from pate import heads
+    from pate.data import partition
+    from pate.selection import select, student_probs
+    from pate.steps.student import load_student
+    from pate.voting import plurality_accuracy, votes_from_predictions
+
+    rc, tc = config.rounds, config.teachers
+    student = load_student(run.path, record=student_files[0], directory=student_files[1])
+    batch = student.config.student.eval_batch_size
+    probs = student_probs(student.model, student.params, splits.pool_x[candidates], batch)
+    chosen = select(probs, candidates, rc.queries, rc.select)
+    pca = heads.fit_pca(heads.features(student.model, student.params, splits.pool_x, batch), rc.pca_dim)
+    part = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
+    echo(f"round 2: {tc.num_teachers} ridge heads on the round-1 student's features ({pca.components.shape[0]} "
+         f"-> {pca.components.shape[1]} by a PCA of the pool), {rc.queries} queries chosen by its {rc.select}")
+    z = heads.features(student.model, student.params, splits.train_x[part.indices.ravel()], batch, project=pca)
+    z = jnp.asarray(z.reshape(tc.num_teachers, part.shard_size, -1))
+    w, b = heads.fit_heads(z, jnp.asarray(splits.train_y[part.indices]), rc.ridge, num_classes=splits.num_classes)
+    votes = np.asarray(heads.head_votes(w, b, jnp.asarray(heads.features(
+        student.model, student.params, splits.pool_x[chosen], batch, project=pca)), num_classes=splits.num_classes))
+    if np.any(votes.sum(axis=1) != tc.num_teachers):
+        raise PateError("internal error: a round-2 vote row does not count every head once")
+    preds = heads.head_predictions(w, b, jnp.asarray(heads.features(
+        student.model, student.params, splits.eval_x, batch, project=pca)))
+    mean = float(np.mean(preds == splits.eval_y[None, :]))
+    ensemble = plurality_accuracy(votes_from_predictions(preds, splits.num_classes), splits.eval_y)
+    return votes, chosen, (mean, ensemble)
+
+
+def _release(door, config: Config, record, votes, chosen, splits, accuracies, seed, book, cost,
+             echo) -> RoundResult:
+    """The noisy release of round 2, its brief report, the files and the ledger's charge."""
+    from pate.steps.analyze import report_for_release
+    from pate.steps.label import released_arrays
+    from pate.voting import plurality_accuracy
+
+    labels = released_arrays(votes, chosen, record.name, record.params(), seed, None)
+    released, truth = labels["labels"], splits.pool_y[chosen]
+    answered = released >= 0
+    p = config.privacy
+    brief = dict(labels, indices=np.arange(chosen.size))  # rows of the round-2 votes
+    table = render_table(report_for_release(votes, brief, delta=p.delta, moments=p.moments,
+                                            conversion=p.conversion, sanitize=False))
+    door.out.write_npz(rundir.VOTES_ROUND2_NPZ, {"votes": votes.astype(np.int32)}, config)
+    door.out.write_npz(rundir.LABELS_ROUND2_NPZ, labels, config,
+                       meta={"ledger": book.name, "round": 2, **seed_record(seed)})
+    mechanism = {"name": record.name, **record.params(), "queries": int(chosen.size), "round": 2,
+                 "describe": f"round-2 labels: {chosen.size} queries of {record.describe()}"}
+    # Charged before the release is in place: a kill from here on over-counts, never under-counts.
+    book.charge("labels", cost, run=door.run.path, mechanism=mechanism,
+                subject=rundir.file_digest(door.out / rundir.LABELS_ROUND2_NPZ), budget=p.total_budget,
+                delta=p.delta, data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+    result = RoundResult(
+        num_queries=int(chosen.size), num_answered=int(answered.sum()),
+        label_accuracy=float(np.mean(released[answered] == truth[answered])) if answered.any() else float("nan"),
+        plurality_accuracy=plurality_accuracy(votes, truth), head_accuracy=accuracies[0],
+        ensemble_accuracy=accuracies[1], mechanism=record.name)
+    echo(ledger_mod.cumulative_line(book, p.delta))
+    echo(result.summary())
+    echo(table)
+    return result
+
+
+def _keep_round1(run: rundir.RunDir, out: rundir.RunDir, files: tuple[str, str]) -> None:
+    """Copies the student round 2 stood on (``student-round1``) and round 1's release.json
+    (``release-round1.json``) into the new artifacts."""
+    record, directory = files
+    shutil.copytree(run / directory, out / rundir.STUDENT_ROUND1_DIR, dirs_exist_ok=True)
+    shutil.copy2(run / record, out / rundir.STUDENT_ROUND1_JSON)
+    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
+    release = next(n for n in (rundir.RELEASE_JSON, rundir.RELEASE_ROUND1_JSON)
+                   if run.exists(n) and (run.read_json(n).get("meta") or {}).get("labels_sha256") == digest)
+    shutil.copy2(run / release, out / rundir.RELEASE_ROUND1_JSON)

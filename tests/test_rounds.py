@@ -1,0 +1,240 @@
+"""`pate label --round 2` (issue 22): the interactive round on a finished round 1 — ridge
+heads on the round-1 student's pool-PCA features, one per teacher shard, queries chosen by
+the student only, a second release charged to the ledger, the student retrained on both
+rounds and a headline that composes both."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import stat
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from analysis import composition
+from analysis.rounds import cumulative_headline
+from cli import main
+from pate import heads, ledger, rundir
+from pate.selection import select
+
+from conftest import ROOT, TINY
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line(result) -> str:
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+QUERIES = 40
+
+
+@pytest.fixture(scope="module")
+def two_rounds(finished_tiny, tmp_path_factory):
+    """A copy of the finished tiny run, round 1 imported into a ledger of its own, then
+    round 2 (CLI), the student of both rounds and the report of both: made once."""
+    base = tmp_path_factory.mktemp("rounds")
+    workdir = base / "run"
+    shutil.copytree(finished_tiny, workdir)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATE_LEDGER_DIR", str(base / "ledgers"))
+        ledger.import_run(workdir, echo=lambda *_: None)
+        labels1 = (workdir / rundir.LABELS_NPZ).read_bytes()
+        student1 = json.loads((workdir / rundir.STUDENT_JSON).read_text())
+        release1 = json.loads((workdir / rundir.RELEASE_JSON).read_text())
+        calls = {}
+        real = heads.fit_pca
+        mp.setattr(heads, "fit_pca", lambda x, dim: calls.setdefault("pca", (np.array(x), real(x, dim)))[1])
+        out = [invoke("label", "--round", 2, "--workdir", workdir, "--queries", QUERIES, "--seed", 5)]
+        out.append(invoke("train-student", "--workdir", workdir, "--no-progress"))
+        out.append(invoke("analyze", "--workdir", workdir, "--seed", 6))
+        book = ledger.for_run(workdir)
+        entries = book.entries()
+    for r in out:
+        assert r.exit_code == 0, r.output
+    return dict(workdir=workdir, labels1=labels1, student1=student1, release1=release1, pca_input=calls["pca"][0],
+                entries=entries, outputs=[r.output for r in out])
+
+
+def test_round2_end_to_end(two_rounds):
+    w = two_rounds["workdir"]
+    assert (w / rundir.LABELS_NPZ).read_bytes() == two_rounds["labels1"]  # round 1's release is kept
+    assert stat.S_IMODE(os.stat(w / rundir.VOTES_ROUND2_NPZ).st_mode) == 0o600  # round 2's votes are private
+    second = np.load(w / rundir.LABELS_ROUND2_NPZ)
+    assert second["indices"].size == QUERIES and "votes" not in second.files
+    assert json.loads((w / rundir.STUDENT_ROUND1_JSON).read_text()) == two_rounds["student1"]
+    assert json.loads((w / rundir.RELEASE_ROUND1_JSON).read_text()) == two_rounds["release1"]
+    student = json.loads((w / rundir.STUDENT_JSON).read_text())
+    first = np.load(w / rundir.LABELS_NPZ)
+    assert student["rounds"] == 2
+    assert student["num_queries"] == first["labels"].size + QUERIES
+    assert student["num_labelled"] == int(np.sum(first["labels"] >= 0) + np.sum(second["labels"] >= 0))
+    release = json.loads((w / rundir.RELEASE_JSON).read_text())
+    assert release["details"]["rounds"] == 2 and math.isfinite(release["eps"])
+    assert "round 2:" in two_rounds["outputs"][0]
+
+
+def test_round2_queries_are_new_and_chosen_by_the_student_alone(two_rounds):
+    """The queries are the round-1 student's least sure pool points outside round 1:
+    computed here from the student and the pool only, no vote or teacher in sight."""
+    from pate.config import load_config
+    from pate.data import load_dataset, split
+    from pate.selection import student_probs
+    from pate.steps.student import load_student
+
+    w = two_rounds["workdir"]
+    first, second = np.load(w / rundir.LABELS_NPZ), np.load(w / rundir.LABELS_ROUND2_NPZ)
+    assert not set(first["indices"].tolist()) & set(second["indices"].tolist())
+    config = load_config(w / rundir.CONFIG_TOML)
+    splits = split(load_dataset(config.data), config.data.public_size)
+    student = load_student(w, record=rundir.STUDENT_ROUND1_JSON, directory=rundir.STUDENT_ROUND1_DIR)
+    candidates = np.setdiff1d(np.arange(splits.pool_x.shape[0]), first["indices"])
+    probs = student_probs(student.model, student.params, splits.pool_x[candidates])
+    assert second["indices"].tolist() == select(probs, candidates, QUERIES, config.rounds.select).tolist()
+
+
+def test_ledger_has_both_rounds_and_the_headline_composes_them(two_rounds):
+    kinds = [(e["kind"], (e.get("mechanism") or {}).get("round")) for e in two_rounds["entries"]]
+    assert kinds == [("labels", None), ("sanitised-eps", None), ("labels", 2), ("sanitised-eps", None)]
+    w = two_rounds["workdir"]
+    release = json.loads((w / rundir.RELEASE_JSON).read_text())
+    first = two_rounds["release1"]
+    d = release["details"]
+    # LNMax: basic composition of the two published headlines, or the ledger's composition.
+    assert set(d) >= {"eps_route_basic", "eps_route_independent", "eps_round1", "eps_round2"}
+    basic = first["eps"] + d["eps_round2"]
+    costs = [composition.Cost.from_json(e["cost"]) for e in two_rounds["entries"]]
+    independent = composition.compose(costs, d["delta"], conversion="classic").eps
+    assert release["eps"] == pytest.approx(min(basic, independent), rel=1e-9)
+    assert release["eps"] <= basic + 1e-9
+
+
+def test_pca_is_fitted_on_the_public_pool_only(two_rounds):
+    from pate.config import load_config
+    from pate.data import load_dataset, split
+    from pate.steps.student import load_student
+
+    w = two_rounds["workdir"]
+    config = load_config(w / rundir.CONFIG_TOML)
+    splits = split(load_dataset(config.data), config.data.public_size)
+    student = load_student(w, record=rundir.STUDENT_ROUND1_JSON, directory=rundir.STUDENT_ROUND1_DIR)
+    pool = heads.features(student.model, student.params, splits.pool_x)
+    np.testing.assert_allclose(two_rounds["pca_input"], pool, rtol=1e-5, atol=1e-6)
+
+
+def test_pca_against_numpy_svd():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 6)) @ rng.normal(size=(6, 6))
+    pca = heads.fit_pca(x, 3)
+    _, s, vt = np.linalg.svd(x - x.mean(0), full_matrices=False)
+    for i in range(3):  # the same directions, up to sign
+        assert abs(abs(pca.components[:, i] @ vt[i]) - 1) < 1e-8
+    assert pca.scale == pytest.approx(np.sqrt(np.mean(s[:3] ** 2 / 199)))
+
+
+def test_each_head_is_the_ridge_of_its_own_shard():
+    """Head t against a plain numpy ridge of shard t; changing shard j changes head j only."""
+    rng = np.random.default_rng(1)
+    T, n, k, C, lam = 5, 12, 4, 3, 0.7
+    z = rng.normal(size=(T, n, k)).astype(np.float32)
+    y = rng.integers(0, C, size=(T, n))
+    w, b = (np.asarray(a) for a in heads.fit_heads(z, y, lam, num_classes=C))
+    for t in range(T):
+        zt = np.concatenate([z[t].astype(np.float64), np.ones((n, 1))], axis=1)
+        pen = lam * np.eye(k + 1)
+        pen[k, k] = 0.0  # the bias is not penalised
+        sol = np.linalg.solve(zt.T @ zt + pen, zt.T @ np.eye(C)[y[t]])
+        np.testing.assert_allclose(w[t], sol[:k], atol=2e-4)
+        np.testing.assert_allclose(b[t], sol[k], atol=2e-4)
+    z2, y2 = z.copy(), y.copy()
+    z2[3, 0] += 5.0
+    y2[3, 1] = (y2[3, 1] + 1) % C
+    w2, b2 = (np.asarray(a) for a in heads.fit_heads(z2, y2, lam, num_classes=C))
+    others = [t for t in range(T) if t != 3]
+    np.testing.assert_array_equal(w2[others], w[others])
+    np.testing.assert_array_equal(b2[others], b[others])
+    assert not np.allclose(w2[3], w[3])
+    votes = np.asarray(heads.head_votes(w, b, z[0], num_classes=C))
+    assert votes.shape == (n, C) and (votes.sum(axis=1) == T).all()
+
+
+def test_select_against_a_plain_loop():
+    rng = np.random.default_rng(0)
+    probs = rng.dirichlet(np.ones(4), size=50)
+    candidates = np.arange(100, 150)
+    top = [max(row) for row in probs]
+    gap = [sorted(row)[-1] - sorted(row)[-2] for row in probs]
+    assert select(probs, candidates, 7, "uncertain").tolist() == [
+        candidates[i] for i in sorted(range(50), key=lambda i: top[i])[:7]]
+    assert select(probs, candidates, 7, "margin").tolist() == [
+        candidates[i] for i in sorted(range(50), key=lambda i: gap[i])[:7]]
+    with pytest.raises(ValueError):
+        select(probs, candidates, 7, "random")
+
+
+def test_cumulative_headline_against_plain_sums():
+    """Two GNSS releases at one order: their RDP values add, converted once (classic:
+    ε = ρ + log(1/δ)/(λ − 1)); the smallest of the three routes is the headline."""
+    delta, order = 1e-5, 12.0
+    first = {"eps": 2.0, "delta": 1.1e-5, "rdp_sanitized": 0.1, "release_rdp_cost": 0.2, "release_order": order,
+             "delta_sampling": 1e-6}
+    second = {"eps": 1.9, "delta": 1.2e-5, "rdp_sanitized": 0.15, "release_rdp_cost": 0.2, "release_order": order,
+              "delta_sampling": 2e-6}
+    every = [composition.Cost("gaussian", {"mu2": 0.5}), composition.Cost("gaussian", {"mu2": 0.5})]
+    got = cumulative_headline(first, second, every, delta, "classic")
+    rdp_route = 0.1 + 0.2 + 0.15 + 0.2 + math.log(1 / delta) / (order - 1)
+    assert got.routes["rdp"] == pytest.approx(rdp_route)
+    assert got.routes["basic"] == pytest.approx(3.9)
+    assert got.eps == pytest.approx(min(got.routes.values()))
+    assert got.eps == pytest.approx(rdp_route) and got.delta == pytest.approx(delta + 3e-6)
+    other = dict(second, release_order=10.0)  # two orders: no RDP route
+    assert "rdp" not in cumulative_headline(first, other, every, delta, "classic").routes
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_round2_needs_a_finished_round1(trained_run, finished_tiny, tmp_path):
+    workdir, _ = trained_run
+    line = one_line(r := invoke("label", "--round", 2, "--workdir", workdir, "--queries", 5))
+    assert r.exit_code == 1 and "labels.npz" in line
+    unanalysed = tmp_path / "unanalysed"
+    shutil.copytree(finished_tiny, unanalysed)
+    (unanalysed / rundir.RELEASE_JSON).unlink()
+    line = one_line(r := invoke("label", "--round", 2, "--workdir", unanalysed, "--queries", 5))
+    assert r.exit_code == 1 and "pate analyze" in line
+    assert not (unanalysed / rundir.LABELS_ROUND2_NPZ).exists()
+    line = one_line(r := invoke("label", "--round", 2, "--workdir", tmp_path / "nothing"))
+    assert r.exit_code == 1 and "not a run directory" in line
+
+
+def test_round2_bad_options(finished_tiny, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(finished_tiny, run)
+    for args, code, words in (
+            (["--round", 2, "--queries", 1000], 1, "not queried in round 1"),
+            (["--round", 3], 2, "--round"),
+            (["--select", "margin"], 2, "--round 2"),
+            (["--round", 2, "--gamma", 0.3], 2, "--gamma"),
+            (["--round", 2, "--budget", 1.0], 2, "--budget")):
+        r = invoke("label", "--workdir", run, *args)
+        assert r.exit_code == code and words in one_line(r), (args, r.output)
+    assert not (run / rundir.LABELS_ROUND2_NPZ).exists()
+
+
+def test_round2_twice_needs_overwrite(two_rounds, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(two_rounds["workdir"], run)
+    r = invoke("label", "--round", 2, "--workdir", run, "--queries", 5)
+    assert r.exit_code == 1 and "--overwrite" in one_line(r)
+    assert (run / rundir.LABELS_ROUND2_NPZ).read_bytes() == (two_rounds["workdir"] / rundir.LABELS_ROUND2_NPZ
+                                                            ).read_bytes()
