@@ -217,8 +217,11 @@ def _read_or_train(workdir: Path, read, no_train: bool, train_it, what: str) -> 
     """The row of `workdir` (read), trained first when missing unless `no_train`."""
     row = read(workdir)
     if row is None and not no_train:
+        start = time.time()
         train_it(workdir)
         row = read(workdir)
+        if row is not None and row.get("wall_time_s") is None:  # trained here: its wall time, data loading included
+            row["wall_time_s"] = time.time() - start
     if row is None:
         print(f"# no {what} result in {workdir} (run without --no-train)", file=sys.stderr)
         return []
