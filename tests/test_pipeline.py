@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from pate import rundir
+from pate import digests, rundir
 from pate.config import load_config
 from pate.steps import pipeline
 
@@ -184,12 +184,12 @@ def test_student_without_answers_fails_cleanly(finished):
 def _private_fingerprints(workdir):
     """The sha256 of every private file of a run, and of the teachers' folder and each
     file and folder under it (what teachers.json records)."""
-    digests = {rundir.file_digest(workdir / name)
-               for name in (rundir.PRIVACY_JSON, rundir.PRIVACY_PNG, rundir.TEACHERS_JSON, rundir.VOTES_NPZ)}
+    found = {digests.file_digest(workdir / name)
+             for name in (rundir.PRIVACY_JSON, rundir.PRIVACY_PNG, rundir.TEACHERS_JSON, rundir.VOTES_NPZ)}
     teachers = workdir / rundir.TEACHERS_DIR
     for path in (teachers, *teachers.rglob("*")):
-        digests.add(rundir.file_digest(path) if path.is_file() else rundir.tree_digest(path))
-    return digests
+        found.add(digests.file_digest(path) if path.is_file() else digests.tree_digest(path))
+    return found
 
 
 def test_no_fingerprint_of_a_private_file_in_a_public_one(_finished):
@@ -238,8 +238,8 @@ def test_plain_digests_of_an_older_pipeline_json_are_removed(finished):
     doc = json.loads(path.read_text())
     for name, entry in doc["steps"].items():
         entry.pop("artifact_hmac")
-        entry["artifact_sha256"] = rundir.file_digest(finished / OUTPUTS[name])
-        entry["inputs_sha256"] = {k: rundir.file_digest(finished / k) for k in entry.pop("inputs_hmac")}
+        entry["artifact_sha256"] = digests.file_digest(finished / OUTPUTS[name])
+        entry["inputs_sha256"] = {k: digests.file_digest(finished / k) for k in entry.pop("inputs_hmac")}
     path.write_text(json.dumps(doc))
     os.unlink(finished / rundir.PIPELINE_KEY)
     before = stamps(finished)

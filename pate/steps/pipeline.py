@@ -20,21 +20,19 @@ and of the artifacts it read. Those files include private ones (``teachers.json`
 ``privacy.json``), which an adversary who knows all votes but one teacher's can rebuild
 byte for byte for each neighbouring data set; a plain sha256 in ``pipeline.json``
 (world-readable) would tell them which one is real. So the digests are HMAC-SHA256
-under the run's secret key ``pipeline.key`` (`pate.rundir.keyed_digest`, 0600): they
-still show that a file is unchanged, and without the key they reveal nothing of it.
-(Keeping plain digests in an owner-only ``pipeline.json`` would detect changes as well,
-but would leave a fingerprint of private files in every copy of a file that reads as
-bookkeeping.) A lost key only makes the digests match nothing: steps are then checked
-by their config hashes, as below. A step is skipped when its artifacts are all present, its
+under the run's secret key ``pipeline.key`` (`pate.digests.keyed_digest`, 0600): they
+still show that a file is unchanged, and without the key they reveal nothing of it. A
+lost key only makes the digests match nothing: steps are then checked by their config
+hashes, as below. A step is skipped when its artifacts are all present, its
 main artifact is the one recorded, its sections hash equals the current config's, and
 its inputs are the ones it was made from. Artifacts made by the single commands (no
 record yet) are recognised by the config hash in their ``meta``: it must be the hash of
 the current config or of the run's ``config.toml``.
 
-Results flow forward: a step returns the figures the summary needs and ``pipeline.json``
-keeps them, so a later run that skips the step still has them. The label accuracy is
-the one `label` measured (against the pool's true labels, a benchmark figure); it is
-n/a for labels made outside `pate run`.
+Before a step is skipped its artifacts are checked (`pate.digests.damaged`): a damaged
+student or report is made again, damaged teachers or labels are refused (a new release
+needs ``--overwrite``). Results flow forward: ``pipeline.json`` keeps the figures each
+step returned (the label accuracy `label` measured; n/a for labels made elsewhere).
 
 A run directory whose ``config.toml`` has another ``[data]`` section (another data set,
 another pool) is refused: nothing is deleted unless ``overwrite``.
@@ -52,7 +50,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from analysis.errors import PateError
-from pate import rundir
+from pate import digests, rundir
 from pate.released_labels import read_labels
 from pate.config import Config, config_hash, config_to_dict
 from pate.door import step
@@ -162,11 +160,6 @@ def section_hash(config: Config, sections: Iterable[str]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def _sha256(path: Path) -> str | None:
-    """The file's sha256, or None when it is missing (public files only: labels.npz)."""
-    return rundir.file_digest(path) if path.is_file() else None
-
-
 def _meta_hash(path: Path) -> str | None:
     """The config hash in an artifact's ``meta`` (JSON or npz), or None."""
     try:
@@ -257,8 +250,8 @@ class _Manifest:
         if not path.is_file():
             return None
         if self._key is None:
-            self._key = rundir.digest_key(self.run.path)
-        return rundir.keyed_digest(path, self._key)
+            self._key = digests.digest_key(self.run.path)
+        return digests.keyed_digest(path, self._key)
 
     def digest_inputs(self, step: Step) -> dict[str, str | None]:
         return {name: self.digest(self.run / name) for name in step.inputs}
@@ -293,6 +286,12 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
     missing = [a for a in step.artifacts if not run.exists(a)]
     if missing:
         return f"{', '.join(missing)} missing"
+    damage = digests.damaged(run.path, step.artifacts)  # never skipped, never silently replaced
+    if damage is not None and step.name in ("teachers", "label"):
+        raise PateError(f"{damage}: `pate run` does not replace damaged teachers or a release on its own; "
+                        "move them aside, or run again with --overwrite")
+    if damage is not None:
+        return damage
     if upstream_ran:
         return "an earlier step ran again"
     want = section_hash(config, step.sections)
@@ -318,7 +317,7 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
         return _changed([n for n in step.sections if section_hash(source, [n]) != section_hash(config, [n])])
     if step.name == "student":
         info = run.read_json(rundir.STUDENT_JSON)
-        if info.get("labels_sha256") != _sha256(run / rundir.LABELS_NPZ):
+        if info.get("labels_sha256") != digests.file_digest(run / rundir.LABELS_NPZ):  # public: labels
             return "labels.npz changed since the student was trained"
     return None
 
