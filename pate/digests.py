@@ -121,13 +121,14 @@ def keyed_digest(path: str | Path, key: bytes) -> str:
     return h.hexdigest()
 
 
-def damaged(run_path: str | Path, artifacts) -> str | None:
+def damaged(run_path: str | Path, artifacts, readers: dict | None = None) -> str | None:
     """Why a step's finished `artifacts` in a run directory are not what their records
     say, or None when they are intact: each present file must be a readable plain file
     (.npz readable, .json an object), each folder a folder (never a link, a FIFO or a
     file in its place), and a checkpoint the one its record's sha256 names (teachers.json:
     ``checkpoint.sha256`` of ``teachers/<step>``; student.json: ``checkpoint_sha256`` of
-    ``student/``). What `pate run` checks before it skips a step."""
+    ``student/``). `readers` (name -> function of the path) read a file in full
+    (`pate.released_labels.read_labels`). What `pate run` checks before it skips a step."""
     from pate import rundir
 
     run = Path(run_path)
@@ -139,6 +140,8 @@ def damaged(run_path: str | Path, artifacts) -> str | None:
             if name in rundir.ARTIFACT_DIRS:
                 if path.is_symlink() or not path.is_dir():
                     return f"{path} is not a folder"
+            elif readers and name in readers:
+                readers[name](path)
             elif name.endswith(".npz"):
                 rundir.read_npz(path)
             elif name.endswith(".json"):

@@ -367,7 +367,7 @@ def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
     """
     from analysis import mechanisms
     from pate import digests, rundir
-    from pate.released_labels import content_digest, read_labels
+    from pate.released_labels import content_digest, read_run_labels
 
     run = rundir.RunDir(workdir)
     if not run.path.is_dir():
@@ -388,7 +388,7 @@ def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
         echo(f"charged: {describe}")
 
     if run.exists(rundir.LABELS_NPZ):
-        labels = read_labels(run / rundir.LABELS_NPZ)
+        labels = read_run_labels(run.path)
         record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
         cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
         n = int(labels["indices"].size)

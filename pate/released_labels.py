@@ -52,17 +52,34 @@ def read_labels(path: str | Path, *, require_mechanism: bool = True, num_classes
     outside = (indices < 0) | (indices >= (pool_size if pool_size is not None else np.inf))
     if outside.any():
         raise PateError(f"{path} labels pool index {int(indices[outside][0])}, but the public pool " + (
-            f"of this run has {pool_size} points" if pool_size is not None else "has no negative index")
+            f"of this config has {pool_size} points" if pool_size is not None else "has no negative index")
             + ": the labels do not belong to this data set / data.public_size")
     if np.unique(indices).size != indices.size:
         raise PateError(f"{path}: 'indices' repeats a pool point (a release labels each point once); "
                         "it was not written by pate label or is damaged")
     if labels.size and (labels.min() < -1 or (num_classes is not None and labels.max() >= num_classes)):
-        top = "" if num_classes is None else f" (0..{num_classes - 1}, -1 = unanswered)"
-        raise PateError(f"{path} holds labels {int(labels.min())}..{int(labels.max())}, outside the "
-                        f"classes of the data set{top}")
+        classes = ("" if num_classes is None else f"the data set has {num_classes} classes "
+                   f"(0..{num_classes - 1}, ") + "-1 = unanswered" + ("" if num_classes is None else ")")
+        raise PateError(f"{path} holds labels {int(labels.min())}..{int(labels.max())}, but {classes}")
     data["mechanism"] = str(data["mechanism"]) if "mechanism" in data else "unknown"
     return data
+
+
+def read_run_labels(workdir: str | Path) -> dict[str, Any]:
+    """A run directory's ``labels.npz`` (`read_labels`), checked against the run's own
+    ``votes.npz`` when it has one (only its shape is used: a vote file that is no
+    histogram is refused, and so is a label past its classes or an index past its rows).
+    What `pate run` and `pate ledger --import` read; `pate analyze` does the same with
+    the votes it loads anyway."""
+    from analysis.votes import check_votes
+
+    run = rundir.RunDir(workdir)
+    num_classes = pool_size = None
+    if run.exists(rundir.VOTES_NPZ):
+        votes = check_votes(run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"],
+                            name=str(run / rundir.VOTES_NPZ))
+        pool_size, num_classes = votes.shape
+    return read_labels(run / rundir.LABELS_NPZ, num_classes=num_classes, pool_size=pool_size)
 
 
 def content_digest(labels: dict[str, Any]) -> str:

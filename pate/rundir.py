@@ -232,14 +232,15 @@ class RunDir:
         return self.path / name
 
     def exists(self, name: str) -> bool:
-        return (self.path / name).exists()
+        """Whether anything is at `name`: a dangling link or a FIFO counts (damage is not absence)."""
+        return os.path.lexists(self.path / name)
 
     def write_config(self, config: Config) -> None:
         """Writes the resolved config as `config.toml`."""
         atomic_write_text(self.path / CONFIG_TOML, config_to_toml(config))
 
-    def read_config(self) -> Config:
-        """Reads `config.toml` back."""
+    def read_config(self, overrides: Mapping[str, Any] | None = None) -> Config:
+        """Reads `config.toml` back (only a plain file: `open_artifact`), with `overrides`."""
         path = self.path / CONFIG_TOML
         try:
             raw = read_artifact(path)
@@ -251,7 +252,7 @@ class RunDir:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise PateError(f"{path} is not UTF-8 text: the run directory's config is damaged") from None
-        return load_config(path, text=text)
+        return load_config(path, overrides, text=text)
 
     def own_config(self) -> Config | None:
         """`config.toml` read back, or None where the directory has none; one that is
@@ -350,10 +351,11 @@ class RunDir:
 
 def output_problem(path: str | Path, *, own_run: str | Path | None = None, own_name: str | None = None) -> str | None:
     """Why a report may not be written at `path`, or None: a link, a folder, a device or
-    a FIFO there; a place inside a run directory's folders (teachers/, student/,
-    stale-*/, .new-*/...); a run artifact or one of pate's own files (lock, staging) of
-    any run directory (a folder holding one of `RUN_MARKERS`, or `own_run`) — except
-    `own_name` in `own_run`, the report's own file there."""
+    a FIFO there; a place inside a run directory (one with config.toml, or `own_run`) but
+    at its top; a run artifact's name there, or one of pate's own (lock, staging,
+    stale-*) — except `own_name` in `own_run`, the report's own file. In a folder that
+    only holds some of a run's files (`RUN_MARKERS`: a `label --votes` run), the files
+    and folders of a run that are there, and pate's own names."""
     import stat
 
     path = Path(path)
@@ -372,13 +374,16 @@ def output_problem(path: str | Path, *, own_run: str | Path | None = None, own_n
     target = Path(os.path.realpath(path.parent)) / path.name
     own = None if own_run is None else Path(os.path.realpath(own_run))
     for folder in target.parents:
-        is_run = folder == own or any(os.path.lexists(folder / m) for m in RUN_MARKERS)
-        if not is_run:
+        # A run directory (config.toml, or the one analysed), or a folder holding some of
+        # a run's files (a `label --votes` run): there only what is there is protected.
+        full = folder == own or os.path.lexists(folder / CONFIG_TOML)
+        if not full and not any(os.path.lexists(folder / m) for m in RUN_MARKERS):
             continue
         rel = target.relative_to(folder).parts
-        if len(rel) > 1:
+        ours = rel[0].startswith(RESERVED_PREFIXES) or (
+            rel[0] in RUN_ARTIFACTS and (full or os.path.lexists(folder / rel[0])))
+        if len(rel) > 1 and (full or ours):
             return f"{path} is inside {rel[0]}/ of the run directory {folder}"
-        if (rel[0] in RUN_ARTIFACTS or rel[0].startswith(RESERVED_PREFIXES)) and not (
-                folder == own and rel[0] == own_name):
+        if len(rel) == 1 and ours and not (folder == own and rel[0] == own_name):
             return f"{path} is an artifact of the run directory {folder}"
     return None

@@ -51,7 +51,7 @@ import numpy as np
 
 from analysis.errors import PateError
 from pate import digests, rundir
-from pate.released_labels import read_labels
+from pate.released_labels import read_labels, read_run_labels
 from pate.config import Config, config_hash, config_to_dict
 from pate.door import step
 
@@ -286,7 +286,7 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
     missing = [a for a in step.artifacts if not run.exists(a)]
     if missing:
         return f"{', '.join(missing)} missing"
-    damage = digests.damaged(run.path, step.artifacts)  # never skipped, never silently replaced
+    damage = digests.damaged(run.path, step.artifacts, {rundir.LABELS_NPZ: lambda p: read_run_labels(p.parent)})
     if damage is not None and step.name in ("teachers", "label"):
         raise PateError(f"{damage}: `pate run` does not replace damaged teachers or a release on its own; "
                         "move them aside, or run again with --overwrite")
