@@ -285,3 +285,29 @@ def test_run_refuses_what_the_config_implies_before_training(tmp_path, setting, 
     assert result.exit_code == 1 and needle in result.output, result.output
     assert result.output.strip().count("\n") == 0
     assert not (workdir / rundir.TEACHERS_JSON).exists() and not (workdir / "teachers").exists()
+
+
+# --------------------------------------------------------------------------- second hunt (issue 21)
+
+
+def test_skipped_steps_are_checked_against_their_records(finished):
+    """A step is skipped only when its artifacts are what their records say: a student
+    folder replaced by a file is trained again (not "up to date"); a changed teacher
+    checkpoint is refused (a new release needs --overwrite), nothing touched."""
+    shutil.rmtree(finished / rundir.STUDENT_DIR)
+    (finished / rundir.STUDENT_DIR).write_text("not a checkpoint")
+    result = pate_run(finished)
+    assert result.exit_code == 0, result.output
+    assert "[student] up to date" not in result.output and "[student] running" in result.output
+    assert (finished / rundir.STUDENT_DIR).is_dir()
+
+    info = json.loads((finished / rundir.TEACHERS_JSON).read_text())
+    final = finished / rundir.TEACHERS_DIR / str(info["checkpoint"]["step"])
+    target = max((p for p in final.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = target.read_bytes()
+    target.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    labels = (finished / rundir.LABELS_NPZ).read_bytes()
+    result = pate_run(finished)
+    assert result.exit_code == 1, result.output
+    assert "teacher checkpoint" in result.output and "--overwrite" in result.output
+    assert (finished / rundir.LABELS_NPZ).read_bytes() == labels

@@ -237,7 +237,7 @@ def analyze_workdir(workdir, **settings) -> report_mod.PrivacyReport:
       PateError: missing or unreadable inputs, or a sanitised ε already released for
         these labels.
     """
-    with step("analyze", workdir):
+    with step("analyze", workdir, echo=settings.get("echo", print)):
         return _report_workdir(workdir, **settings)
 
 
