@@ -270,6 +270,8 @@ class Ledger:
     def _write(self, data: bytes) -> None:
         from analysis.report_io import write_atomic
 
+        for tmp in self.directory.glob(f".{self.path.name}.*.tmp"):  # a killed charge's (under the lock)
+            tmp.unlink(missing_ok=True)
         try:
             write_atomic(self.path, data, private=True)
         except OSError as err:

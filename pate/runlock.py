@@ -60,6 +60,8 @@ class RunLock:
         if (self.path / LOCK_FILE).is_symlink():
             raise PateError(f"{self.path / LOCK_FILE} is a symbolic link; remove it (pate never "
                             "writes through a link)")
+        if (self.path / LOCK_FILE).is_dir():
+            raise PateError(f"{self.path / LOCK_FILE} is a folder, not pate's lock file; move it aside")
         lock = filelock.FileLock(self.path / LOCK_FILE, timeout=0, thread_local=False)
         try:
             lock.acquire()

@@ -50,7 +50,11 @@ def _finished(tmp_path_factory):
     """One full `pate run` of configs/tiny.toml through the CLI (speed is a benchmark's
     business, not a test's: no time limit here)."""
     workdir = tmp_path_factory.mktemp("pipeline") / "run"
-    result = pate_run(workdir)
+    # A ledger of its own: the session's finished tiny run released the same labels (same
+    # teachers, same seed), and the ledger rightly refuses a second sanitised draw of them.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATE_LEDGER_DIR", str(tmp_path_factory.mktemp("pipeline-ledger")))
+        result = pate_run(workdir)
     assert result.exit_code == 0, result.output
     return workdir, result.output
 
@@ -311,3 +315,28 @@ def test_skipped_steps_are_checked_against_their_records(finished):
     assert result.exit_code == 1, result.output
     assert "teacher checkpoint" in result.output and "--overwrite" in result.output
     assert (finished / rundir.LABELS_NPZ).read_bytes() == labels
+
+
+def test_a_fifo_for_pipeline_json_is_no_record_not_a_hang(finished):
+    """pipeline.json is bookkeeping: a FIFO in its place (a read would block for ever) is
+    read as no record, and every step is recognised from its own artifacts."""
+    import signal
+
+    os.unlink(finished / rundir.PIPELINE_JSON)
+    os.mkfifo(finished / rundir.PIPELINE_JSON)
+
+    class Hung(BaseException):  # no handler of the command may swallow it
+        pass
+
+    def hung(*_):
+        raise Hung("pate run hung on a FIFO")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        result = pate_run(finished)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("up to date: skipped") == 4

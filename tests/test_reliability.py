@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from analysis.errors import PateError
 from cli import main
 from pate import door, rundir, runlock
 
@@ -393,7 +395,7 @@ def test_staging_commit_is_all_or_nothing(tmp_path, monkeypatch):
         return real(src, dst)
 
     monkeypatch.setattr(door.os, "replace", immutable)
-    with pytest.raises(door.PateError, match="nothing was changed"):
+    with pytest.raises(PateError, match="nothing was changed"):
         staging.commit()
     assert {p: p.read_text() for p in run.path.rglob("*") if p.is_file()} == before
     assert sorted(os.listdir(run.path)) == ["privacy.json", "student", "student.json"]
@@ -431,7 +433,7 @@ def test_lock_owner_file_is_private_and_never_written_through_a_link(finished, t
 
 
 @pytest.mark.parametrize("where", ["teachers/x.json", "student/x.json", "stale-label-1/release.json",
-                                   ".new-label/r.json", ".pate.lock", ".pate.lock.owner", "link.json", "DEVICE",
+                                   ".new-label/r.json", ".pate.lock", ".pate.lock.owner", "link.json", "DEVICE", "FIFO",
                                    "votes-run/labels.npz", "votes-run/votes.npz"])
 @pytest.mark.parametrize("option", ["--json", "--release-json"])
 def test_reports_are_never_written_into_a_run_or_through_odd_paths(finished, tmp_path, where, option):
@@ -444,14 +446,25 @@ def test_reports_are_never_written_into_a_run_or_through_odd_paths(finished, tmp
     votes_run.mkdir()
     shutil.copy(finished / "labels.npz", votes_run / "labels.npz")
     shutil.copy(finished / "votes.npz", votes_run / "votes.npz")
-    target = ("/dev/null" if where == "DEVICE" else votes_run / where.split("/", 1)[1]
-              if where.startswith("votes-run") else finished / where)
+    if where == "DEVICE":  # a copy of /dev/null (never the real one: a wrong rename would replace it)
+        target = tmp_path / "null"
+        try:
+            os.mknod(target, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("cannot make a device node here (needs root)")
+    elif where == "FIFO":
+        target = tmp_path / "fifo"
+        os.mkfifo(target)
+    else:
+        target = votes_run / where.split("/", 1)[1] if where.startswith("votes-run") else finished / where
     before, votes_before = snapshot(finished), snapshot(votes_run)
     result = invoke("analyze", "--workdir", finished, option, target)
     assert result.exit_code == 2, result.output
     assert option in one_line(result)
     assert snapshot(finished) == before and snapshot(votes_run) == votes_before
     assert not (tmp_path / "target.json").exists()
+    if where in ("DEVICE", "FIFO"):
+        assert not target.is_file()  # still the device / FIFO, not replaced by a report
 
 
 def test_a_checkpoint_folder_that_cannot_be_made_neither_floods_nor_hangs(tmp_path):

@@ -164,7 +164,7 @@ def _meta_hash(path: Path) -> str | None:
     """The config hash in an artifact's ``meta`` (JSON or npz), or None."""
     try:
         if path.suffix == ".json":
-            meta = json.loads(path.read_text(encoding="utf-8")).get("meta", {})
+            meta = rundir.read_json(path).get("meta", {})
         else:
             meta = rundir.read_npz(path).get("meta", {})
         return meta.get("config_hash") if isinstance(meta, dict) else None
@@ -237,9 +237,9 @@ class _Manifest:
         path = run / rundir.PIPELINE_JSON
         if path.exists():
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
+                doc = rundir.read_json(path)  # a plain file: never a FIFO's endless wait
                 self.steps = {k: v for k, v in doc.get("steps", {}).items() if isinstance(v, dict)}
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError, PateError):
                 self.steps = {}  # unreadable: every step is checked from its artifacts
             # Plain digests an older version wrote: removed now, even if every step is skipped.
             if any([e.pop(k, None) for e in self.steps.values() for k in ("artifact_sha256", "inputs_sha256")]):
