@@ -135,11 +135,55 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     return doc
 
 
+def open_plain(path: str | os.PathLike, *, remedy: str = "give a plain file"):
+    """Opens a file for reading (binary) only when it is a plain file: the one reader of
+    files that must be plain (run artifacts, vote files).
+
+    A FIFO in its place would block the reader for ever (holding a run's lock), a device
+    would stream without end, a link may point anywhere: the file is opened non-blocking
+    and without following a final link, and refused unless ``fstat`` says it is a
+    regular file, so no check can be raced.
+
+    Raises:
+      FileNotFoundError: it is missing.
+      PateError: it is a link, a folder, a FIFO, a device or a socket (ending with `remedy`).
+    """
+    import stat
+
+    path = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        what = ("a symbolic link (pate never reads or writes through a link)" if os.path.islink(path)
+                else f"unreadable ({err.strerror or err})")
+        raise PateError(f"{path} is {what}; {remedy}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO (named pipe)" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket")
+        raise PateError(f"{path} is {kind}, not a plain file; {remedy}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def write_atomic(path: str | os.PathLike, data: bytes, private: bool = False) -> None:
     """Writes ``data`` to ``path`` through a synced temp file in the same folder and a
     rename, so ``path`` holds its old content or all of ``data``, never a part.
     ``private`` files are owner-only (0600); others get the mode a plain open() would.
     The one atomic writer of the project (``pate.rundir`` writes through it)."""
+    tmp = _write_temp(path, data, private)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        _unlink(tmp)
+        raise
+
+
+def _write_temp(path, data: bytes, private: bool) -> str:
+    """``data`` in a synced temp file ``.NAME.*.tmp`` beside ``path``; returns its name."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -154,13 +198,17 @@ def write_atomic(path: str | os.PathLike, data: bytes, private: bool = False) ->
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _unlink(tmp)
         raise
+    return tmp
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def json_bytes(report: PrivacyReport, extra: dict | None = None) -> bytes:
@@ -206,11 +254,32 @@ def plot_bytes(report: PrivacyReport) -> bytes:
     return buf.getvalue()
 
 
-def write_outputs(report: PrivacyReport, json_path=None, plot_path=None,
-                  extra: dict | None = None, release_path=None) -> None:
-    """Renders every requested output first, then writes each atomically, so a failure
-    leaves no half-written file. ``json_path`` (the whole report) and ``plot_path`` are
-    private and written owner-only; ``release_path`` gets :func:`release_json`."""
+class StagedOutputs:
+    """A report's files written to temp files beside their targets (`stage_outputs`):
+    `commit` renames them all into place, `discard` deletes them."""
+
+    def __init__(self, staged: list[tuple[str, str]]):
+        self.staged = staged  # (temp file, target)
+
+    def commit(self) -> None:
+        for tmp, path in self.staged:
+            os.replace(tmp, path)
+        self.staged = []
+
+    def discard(self) -> None:
+        for tmp, _ in self.staged:
+            _unlink(tmp)
+        self.staged = []
+
+
+def stage_outputs(report: PrivacyReport, json_path=None, plot_path=None,
+                  extra: dict | None = None, release_path=None) -> StagedOutputs:
+    """Renders every requested output and writes each to a synced temp file beside its
+    target, where a full disk or a read-only folder fails; nothing is at a target yet,
+    and a failure leaves no file behind. ``json_path`` (the whole report) and
+    ``plot_path`` are private and written owner-only; ``release_path`` gets
+    :func:`release_json`. A caller that must charge the release first charges it
+    between this and `StagedOutputs.commit` (renames, which do not run out of space)."""
     blobs = []
     if json_path is not None:
         blobs.append((json_path, json_bytes(report, extra), True))
@@ -222,5 +291,18 @@ def write_outputs(report: PrivacyReport, json_path=None, plot_path=None,
         folder = os.path.dirname(os.path.abspath(os.fspath(path)))
         if not os.path.isdir(folder):
             raise PateError(f"cannot write {path}: folder {folder} does not exist; create it first")
-    for path, data, private in blobs:
-        write_atomic(path, data, private=private)
+    staged = StagedOutputs([])
+    try:
+        for path, data, private in blobs:
+            staged.staged.append((_write_temp(path, data, private), os.fspath(path)))
+    except BaseException:
+        staged.discard()
+        raise
+    return staged
+
+
+def write_outputs(report: PrivacyReport, json_path=None, plot_path=None,
+                  extra: dict | None = None, release_path=None) -> None:
+    """`stage_outputs`, then every file renamed into place: no failure leaves part of
+    the outputs."""
+    stage_outputs(report, json_path, plot_path, extra, release_path).commit()

@@ -12,6 +12,7 @@ import zipfile
 import numpy as np
 
 from analysis.errors import PateError
+from analysis.report_io import open_plain
 
 
 #: The largest vote histogram (queries x classes) built from predicted labels, and the
@@ -108,6 +109,9 @@ def labels_to_votes(predictions, num_classes: int | None = None) -> np.ndarray:
     return votes
 
 
+_REMEDY = "give the plain .npz or .npy file itself"
+
+
 def load_votes(path: str | os.PathLike, *, input_is_labels: bool = False,
                num_classes: int | None = None) -> np.ndarray:
     """Loads a vote histogram from ``.npz`` (key ``votes``) or ``.npy`` and validates it.
@@ -120,14 +124,15 @@ def load_votes(path: str | os.PathLike, *, input_is_labels: bool = False,
         raise PateError(f"votes file {path} does not exist; pass the .npz written by `pate label` or a .npy array")
     try:
         if path.endswith(".npz"):
-            with np.load(path, allow_pickle=False) as data:
+            with open_plain(path, remedy=_REMEDY) as fh, np.load(fh, allow_pickle=False) as data:
                 keys = list(data.keys())
                 key = "votes" if "votes" in keys else ("labels" if input_is_labels and "labels" in keys else None)
                 if key is None:
                     raise PateError(f"{path} has no array named 'votes' (found: {', '.join(keys) or 'none'})")
                 arr = data[key]
         else:
-            arr = np.load(path, allow_pickle=False)
+            with open_plain(path, remedy=_REMEDY) as fh:
+                arr = np.load(fh, allow_pickle=False)
     except PateError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
@@ -147,12 +152,13 @@ def load_indices(path: str | os.PathLike, num_queries: int) -> np.ndarray:
         raise PateError(f"indices file {path} does not exist")
     try:
         if path.endswith(".npz"):
-            with np.load(path, allow_pickle=False) as data:
+            with open_plain(path, remedy=_REMEDY) as fh, np.load(fh, allow_pickle=False) as data:
                 if "indices" not in data:
                     raise PateError(f"{path} has no array named 'indices'")
                 idx = data["indices"]
         else:
-            idx = np.load(path, allow_pickle=False)
+            with open_plain(path, remedy=_REMEDY) as fh:
+                idx = np.load(fh, allow_pickle=False)
     except PateError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:

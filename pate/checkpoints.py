@@ -11,8 +11,10 @@ line, not a tensorstore traceback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -20,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import jax
 
 from analysis.errors import PateError
-from pate import rundir
+from pate import digests, rundir
 from pate.config import Config
 
 T = TypeVar("T")
@@ -38,6 +40,37 @@ def remove_orbax_tmp(directory: Path) -> None:
         return
     for tmp in directory.glob("*orbax-checkpoint-tmp*"):
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def quiet_orbax():
+    """Silences absl's logger (orbax's) for a save: its writer threads log each failed
+    write with a traceback (a hundred lines on a full or read-only disk) before the error
+    reaches the caller, whose one line says it all."""
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        absl_logger.setLevel(level)
+
+
+def _probe(folder: Path, what: str, then: str) -> None:
+    """Refuses a folder that cannot take a file before orbax is asked to write in it: when
+    orbax fails to create its folder, its writer threads (not daemons) wait for ever for a
+    signal that never comes, and the process never exits."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder) as f:
+            f.write(b"0")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        why = "a file is in the way" if isinstance(err, FileExistsError) else err.strerror or err
+        raise PateError(f"{what} in {folder}: {why}; free space or make it writable, then {then}") from None
 
 
 def abstract(tree: Any) -> Any:
@@ -74,23 +107,18 @@ def save_step(manager, step: int, trees: Mapping[str, Any], records: Mapping[str
     """
     import orbax.checkpoint as ocp
 
-    absl_logger = logging.getLogger("absl")
-    level = absl_logger.level
-    # orbax's writer threads log each failed write with its traceback before the error
-    # reaches us; the one line below says it all.
-    absl_logger.setLevel(logging.CRITICAL)
+    _probe(Path(manager.directory), f"cannot write the checkpoint of {unit} {step}", then)
     try:
-        items = {name: ocp.args.StandardSave(tree) for name, tree in trees.items()}
-        items.update({name: ocp.args.JsonSave(record) for name, record in records.items()})
-        manager.save(step, args=ocp.args.Composite(**items), force=True)
-        manager.wait_until_finished()
+        with quiet_orbax():
+            items = {name: ocp.args.StandardSave(tree) for name, tree in trees.items()}
+            items.update({name: ocp.args.JsonSave(record) for name, record in records.items()})
+            manager.save(step, args=ocp.args.Composite(**items), force=True)
+            manager.wait_until_finished()
     except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
         directory = Path(manager.directory)
         remove_orbax_tmp(directory)
         raise PateError(f"cannot write the checkpoint of {unit} {step} in {directory}: "
                         f"{short_error(err)}; free space or make it writable, then {then}") from None
-    finally:
-        absl_logger.setLevel(level)
 
 
 def restore_step(manager, step: int, like: Mapping[str, Any], records: Sequence[str] = ()) -> dict:
@@ -121,11 +149,13 @@ def save_params(directory: Path, params: Any, *, then: str = "train again") -> N
     """
     import orbax.checkpoint as ocp
 
+    _probe(directory.parent, f"cannot write the checkpoint {directory}", then)
     try:
-        with ocp.StandardCheckpointer() as ckptr:
+        with quiet_orbax(), ocp.StandardCheckpointer() as ckptr:
             ckptr.save(directory.resolve(), params, force=True)
             ckptr.wait_until_finished()
     except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
+        remove_orbax_tmp(directory.parent)
         raise PateError(f"cannot write the checkpoint {directory}: {short_error(err)}; free space "
                         f"or make it writable, then {then}") from None
     marker = directory / "commit_success.txt"
@@ -211,7 +241,7 @@ def verified_restore(what: str, path: Path, digest: str | None, remake: str,
       PateError: the checkpoint is missing, changed or unreadable (one line, ending
         with `remake`).
     """
-    rundir.check_recorded(what, path, digest, remake)
+    digests.check_recorded(what, path, digest, remake)
     if not path.exists():
         raise PateError(f"{path} is missing: the run records the {what}; {remake}")
     try:

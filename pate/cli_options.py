@@ -351,12 +351,14 @@ def check_plan(mechanism: str, queries: int, eps, threshold, answered) -> None:
         raise click.BadParameter(f"must be at most --queries {queries}, got {answered}", param_hint="--answered")
 
 
-def run_config_file(workdir, *, first: str) -> str:
-    """The config.toml of an existing run directory; `first`: the commands that make one."""
-    config_file = os.path.join(workdir, "config.toml")
-    if not os.path.exists(config_file):
+def run_config(workdir, overrides, *, first: str):
+    """The config.toml of an existing run directory with `overrides` (read only as a plain
+    file: `pate.rundir.RunDir.read_config`); `first`: the commands that make one."""
+    from pate.rundir import CONFIG_TOML, RunDir
+
+    if not os.path.lexists(os.path.join(workdir, CONFIG_TOML)):
         raise PateError(f"{workdir} is not a run directory (no config.toml); run {first} first")
-    return config_file
+    return RunDir(workdir).read_config(overrides)
 
 
 def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, target_eps=None):
@@ -370,16 +372,13 @@ def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, tar
                  if v is not None}
     if target_eps is not None:
         overrides["privacy.target_eps"] = target_eps
-    from pate.config import load_config
-
-    config_file = run_config_file(workdir, first="`pate train-teachers`")
-    config = load_config(config_file, overrides)
+    config = run_config(workdir, overrides, first="`pate train-teachers`")
     effective = config.aggregation.mechanism
     applies = {"gamma": ("lnmax",), "sigma": ("gnmax", "confident-gnmax"),
                "threshold": ("confident-gnmax",), "sigma_threshold": ("confident-gnmax",)}
     stray = ["--" + k.replace("_", "-") for k, v in noise.items() if v is not None and effective not in applies[k]]
     if stray:
-        source = "--mechanism" if mechanism else config_file
+        source = "--mechanism" if mechanism else os.path.join(workdir, "config.toml")
         raise click.UsageError(f"{', '.join(stray)} do not apply to the mechanism {effective} (from {source}); "
                                "drop them or pick the mechanism they belong to")
     return config
@@ -392,17 +391,14 @@ def round2_config(workdir, queries, select, others: dict):
     if given:
         raise click.UsageError(f"{', '.join(given)} do not apply with --round 2: it answers with round 1's "
                                "mechanism (labels.npz) and asks --queries points chosen by --select")
-    from pate.config import load_config
-
     overrides = {"rounds.rounds": 2, **{f"rounds.{k}": v for k, v in (("queries", queries), ("select", select))
                                         if v is not None}}
-    config_file = run_config_file(workdir, first="`pate train-teachers`, `pate label` and `pate train-student`")
-    return load_config(config_file, overrides)
+    return run_config(workdir, overrides, first="`pate train-teachers`, `pate label` and `pate train-student`")
 
 
 def student_config(workdir, method, steps, epochs, settings):
     """`pate train-student`: the run's config with [student] overrides only."""
-    from pate.config import load_config, parse_override
+    from pate.config import parse_override
 
     overrides = dict(parse_override(s) for s in settings)
     others = [k for k in overrides if not k.startswith("student.")]
@@ -411,10 +407,9 @@ def student_config(workdir, method, steps, epochs, settings):
                                  "the rest is fixed by the run (use `pate run` to change it)",
                                  param_hint="--set")
     overrides.update({k: v for k, v in (("student.method", method), ("student.steps", steps)) if v is not None})
-    config_file = run_config_file(workdir, first="`pate train-teachers` and `pate label`")
     if steps is not None and epochs is not None:
         raise click.BadParameter("give --steps or --epochs, not both", param_hint="--epochs")
-    return load_config(config_file, overrides)
+    return run_config(workdir, overrides, first="`pate train-teachers` and `pate label`")
 
 
 def config_with(config_path, settings, **named):
@@ -444,7 +439,7 @@ def ledger_book(config_path, workdir, name, import_path, echo):
     if workdir is not None and name is None:
         if not os.path.isdir(workdir):
             raise PateError(f"run directory {workdir} does not exist")
-        config = RunDir(workdir).stored_config()
+        config = RunDir(workdir).own_config()  # a damaged config.toml is refused, not defaulted
         return ledger_mod.for_run(workdir, config), config
     return ledger_mod.Ledger(name, ledger_mod.default_directory()), None
 

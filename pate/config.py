@@ -177,13 +177,16 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None)
     return merged
 
 
-def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) -> Config:
+def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
+                text: str | None = None) -> Config:
     """Reads a TOML config file, applies overrides and validates the result.
 
     Args:
       path: the TOML file.
       overrides: `{"section.key": value}` applied on top of the file (command-line
         options such as `--teachers`).
+      text: the file's content when the caller read it already (`pate.rundir` reads a
+        run's config.toml only when it is a plain file); `path` then names it in messages.
 
     Returns:
       The resolved, validated `Config`.
@@ -194,7 +197,7 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8") if text is None else text
     except FileNotFoundError:
         raise PateError(f"config file {path} not found") from None
     except (OSError, UnicodeDecodeError) as err:

@@ -19,9 +19,10 @@ from typing import Callable, Iterable
 from analysis.errors import PateError
 from pate import rundir
 from pate.config import Config
-from pate.runlock import hold, secondary_process
+from pate.runlock import depth, hold, secondary_process
 
 STAGING_PREFIX = ".new-"
+OLD_PREFIX = ".old-"  # the old artifacts during `Staging.commit`
 STALE_PREFIX = "stale-"
 
 
@@ -100,42 +101,107 @@ class Staging:
     def commit(self, extra: Iterable[str] = ()) -> list[str]:
         """Swaps the staged artifacts (and `extra` files, e.g. config.toml) in.
 
+        All or nothing: the old artifacts go into ``RUN/.old-<step>/`` as the new ones come
+        in; a failure part-way (an immutable or vanished file) puts every old artifact and
+        every later one back and removes the staging folder. A kill part-way leaves
+        ``.old-<step>/`` beside ``.new-<step>/``: the staged set was complete, so the next
+        command finishes the swap (`sweep`).
+
         Returns:
           The later artifacts moved aside (relative to the run directory), for a message.
         """
-        names = [n for n in (*self.artifacts, *extra) if (self.path / n).exists()]
+        names = [n for n in (*self.artifacts, *extra) if os.path.lexists(self.path / n)]
         missing = [n for n in self.artifacts if n not in names]
         if missing:
             raise PateError(f"internal error: {self.step} left {', '.join(missing)} unwritten in "
                             f"{self.path}")
-        moved = self._move_aside([n for n in self.later if self.run.exists(n)])
-        old = self.run.path / f".old-{self.step}"
-        rundir.remove(old)
-        old.mkdir()
-        for n in names:
-            if self.run.exists(n):
-                os.replace(self.run.path / n, old / n)
-            os.replace(self.path / n, self.run.path / n)
+        later = [n for n in self.later if os.path.lexists(self.run / n)]
+        aside = _aside_folder(self.run, self.step) if later else None
+        old = self.run.path / f"{OLD_PREFIX}{self.step}"
+        done: list[tuple[Path, Path]] = []  # renames made, undone in reverse on failure
+        try:
+            for n in later:
+                aside.mkdir(exist_ok=True)
+                _rename(self.run / n, aside / n, done)
+            rundir.remove(old)
+            old.mkdir()
+            for n in names:
+                if os.path.lexists(self.run / n):
+                    _rename(self.run / n, old / n, done)
+                _rename(self.path / n, self.run / n, done)
+        except OSError as err:
+            for src, dst in reversed(done):
+                os.replace(dst, src)
+            for folder in (old, aside):
+                if folder is not None and folder.is_dir() and not os.listdir(folder):
+                    folder.rmdir()
+            self.discard()
+            raise PateError(f"cannot swap the new {self.step} artifacts into {self.run.path}: "
+                            f"{err.strerror or err} ({err.filename}); nothing was changed, the old "
+                            "artifacts are in place") from None
         rundir.remove(old)
         rundir.remove(self.path)
-        return moved
-
-    def _move_aside(self, later: list[str]) -> list[str]:
-        if not later:
-            return []
-        stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        aside = self.run.path / f"{STALE_PREFIX}{self.step}-{stamp}"
-        k = 1
-        while aside.exists():
-            k += 1
-            aside = self.run.path / f"{STALE_PREFIX}{self.step}-{stamp}-{k}"
-        aside.mkdir()
-        for n in later:
-            os.replace(self.run.path / n, aside / n)
         return [f"{aside.name}/{n}" for n in later]
 
     def discard(self) -> None:
         rundir.remove(self.path)
+
+
+def _rename(src: Path, dst: Path, done: list) -> None:
+    os.replace(src, dst)
+    done.append((src, dst))
+
+
+def _aside_folder(run: rundir.RunDir, step: str) -> Path:
+    """A new ``RUN/stale-<step>-<time>[-k]/`` name (not created)."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    aside = run.path / f"{STALE_PREFIX}{step}-{stamp}"
+    k = 1
+    while os.path.lexists(aside):
+        k += 1
+        aside = run.path / f"{STALE_PREFIX}{step}-{stamp}-{k}"
+    return aside
+
+
+def sweep(run: rundir.RunDir) -> list[str]:
+    """Cleans what a killed pate process left in a run directory; `step` calls it once
+    it holds the lock (no live process owns any of it then).
+
+    - ``.old-<step>/`` beside ``.new-<step>/``: a commit was killed part-way; its staged
+      set was complete, so the swap is finished (`Staging.commit`).
+    - ``.new-<step>/`` alone: a step killed before its commit; its unfinished (and maybe
+      private) files are deleted, the finished artifacts were never touched.
+    - temporary files of atomic writes (``.NAME.*.tmp``) in the run directory and its
+      artifact folders, and orbax's ``*.orbax-checkpoint-tmp*`` folders.
+
+    Returns:
+      One phrase per thing cleaned, for the message.
+    """
+    done = []
+    for entry in sorted(os.listdir(run.path)):
+        if entry.startswith(OLD_PREFIX):
+            name = entry[len(OLD_PREFIX):]
+            staged = run.path / f"{STAGING_PREFIX}{name}"
+            if staged.is_dir() and not staged.is_symlink():
+                for n in sorted(os.listdir(staged)):
+                    if os.path.lexists(run / n) and not os.path.lexists(run.path / entry / n):
+                        os.replace(run / n, run.path / entry / n)
+                    os.replace(staged / n, run / n)
+                done.append(f"finished swapping in the new {name} artifacts ({entry}/)")
+            rundir.remove(run.path / entry)
+            rundir.remove(staged)
+    for entry in sorted(os.listdir(run.path)):
+        if entry.startswith(STAGING_PREFIX):
+            rundir.remove(run.path / entry)
+            done.append(f"deleted the unfinished {entry}/")
+    for folder in (run.path, *(run.path / n for n in rundir.ARTIFACT_DIRS)):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for entry in sorted(os.listdir(folder)):
+            if (entry.startswith(".") and entry.endswith(".tmp")) or "orbax-checkpoint-tmp" in entry:
+                rundir.remove(folder / entry)
+                done.append(f"deleted the temporary {(folder / entry).relative_to(run.path)}")
+    return done
 
 
 def stale_message(moved: list[str], noun: str) -> str:
@@ -220,8 +286,10 @@ def step(name: str, workdir, *, config: Config | None = None, overwrite: bool = 
     writer = WRITERS[name]
     if workdir is None or not str(workdir).strip():  # '' would be the current directory
         raise PateError(f"{writer.command} needs a run directory (workdir), got {workdir!r}")
-    with hold(workdir, writer.command, create=writer.create):
+    with hold(workdir, writer.command, create=writer.create) as lock:
         run = rundir.RunDir(workdir)
+        if lock is not None and depth(workdir) == 1:  # first holder: clean what a killed one left
+            _report_sweep(run, lock, echo)
         if resume and run.exists(rundir.CONFIG_TOML):
             run.check_same_config(config)
         if data is not None:
@@ -245,6 +313,16 @@ def step(name: str, workdir, *, config: Config | None = None, overwrite: bool = 
                 staging.discard()
             raise
         _commit(door, staging, writer, echo)
+
+
+def _report_sweep(run: rundir.RunDir, lock, echo) -> None:
+    """`sweep`, and one line saying what a killed pate process left and what became of it."""
+    cleaned = sweep(run)
+    if lock.took_over is not None:
+        cleaned.insert(0, f"took over the lock of {lock.took_over}")
+    if cleaned:
+        echo(f"a killed pate process left {run.path} unfinished: " + "; ".join(cleaned)
+             + " (finished artifacts are kept)")
 
 
 def _commit(door: Door, staging: Staging | None, writer: Writer, echo) -> None:

@@ -18,8 +18,8 @@ else ``$PATE_LEDGER_DIR``, else ``$XDG_STATE_HOME/pate/ledgers`` or
 ``~/.local/state/pate/ledgers``), owner-only (0700 folder, 0600 files), append-only:
 each charge rewrites the file atomically (temp file, fsync, rename) under an OS file lock
 after checking that the old lines are unchanged. It never holds votes, labels, seeds or
-any private value: only public parameters, public digests (of labels.npz) and keyed
-digests.
+any private value: only public parameters, public digests (of the labels' content,
+`pate.released_labels.content_digest`) and keyed digests.
 """
 
 from __future__ import annotations
@@ -270,6 +270,8 @@ class Ledger:
     def _write(self, data: bytes) -> None:
         from analysis.report_io import write_atomic
 
+        for tmp in self.directory.glob(f".{self.path.name}.*.tmp"):  # a killed charge's (under the lock)
+            tmp.unlink(missing_ok=True)
         try:
             write_atomic(self.path, data, private=True)
         except OSError as err:
@@ -315,7 +317,7 @@ def render(ledger: Ledger, delta: float) -> str:
         lines.append("no release recorded")
         return "\n".join(lines)
     lines.append(f"{'#':>3}  {'when':<25} {'kind':<13} {'own eps':>8}  what / run")
-    digests = set()
+    data_digests = set()
     for e in entries:
         cost = composition.Cost.from_json(e["cost"])
         own = composition.single_eps(cost, delta)
@@ -324,12 +326,12 @@ def render(ledger: Ledger, delta: float) -> str:
         lines.append(f"{e.get('seq', '?'):>3}  {e.get('time', ''):<25} {e.get('kind', ''):<13} "
                      f"{own:>8.4g}  {what}" + (f"  [{e['run']}]" if e.get("run") else ""))
         if e.get("data_digest"):
-            digests.add(e["data_digest"])
+            data_digests.add(e["data_digest"])
     total = ledger.total(delta)
     lines.append(f"cumulative eps {total.eps:.4g} at delta {total.delta:.3g} "
                  f"({total.route}; rdp {total.routes['rdp']:.4g}, pld {total.routes['pld']:.4g}) "
                  f"over {total.count} releases")
-    if len(digests) > 1:
+    if len(data_digests) > 1:
         lines.append("note: the data's content changed between releases (keyed digests differ); they "
                      "are still composed, as releases of one data set")
     lines.append("data-dependent (sanitised) eps values are not composed: ex-post guarantees do not add")
@@ -366,21 +368,21 @@ def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
       The entries written.
     """
     from analysis import mechanisms
-    from pate import rundir
-    from pate.released_labels import read_labels
+    from pate import digests, rundir
+    from pate.released_labels import content_digest, read_run_labels
 
     run = rundir.RunDir(workdir)
     if not run.path.is_dir():
         raise PateError(f"run directory {run.path} does not exist")
-    config = run.stored_config()
+    config = run.own_config()
     book = for_run(workdir, config) if name is None else Ledger(name, directory_for(
         config.privacy if config is not None else None))
     privacy = config.privacy if config is not None else None
     release_cost = privacy.release_cost if privacy is not None else 0.2
     written = []
 
-    def charge_once(kind, cost, subject, describe):
-        if book.find(kind, subject) is not None:
+    def charge_once(kind, cost, subject, describe, older=None):
+        if book.find(kind, subject) is not None or (older is not None and book.find(kind, older) is not None):
             echo(f"already in the ledger: {describe}")
             return
         written.append(book.charge(kind, cost, run=run.path, subject=subject, once=True,
@@ -388,13 +390,14 @@ def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
         echo(f"charged: {describe}")
 
     if run.exists(rundir.LABELS_NPZ):
-        labels = read_labels(run / rundir.LABELS_NPZ)
+        labels = read_run_labels(run.path)
         record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
         cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
         n = int(labels["indices"].size)
-        subject = rundir.file_digest(run / rundir.LABELS_NPZ)
+        subject = content_digest(labels)
+        older = digests.file_digest(run / rundir.LABELS_NPZ)  # what an older version keyed on
         charge_once("labels", composition.labels_cost(record, n, max_answers=cap), subject,
-                    f"labels: {n} queries of {record.describe()}")
+                    f"labels: {n} queries of {record.describe()}", older)
         if run.exists(rundir.RELEASE_JSON):
             doc = run.read_json(rundir.RELEASE_JSON)
             details = doc.get("details") or {}
@@ -404,7 +407,7 @@ def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
                 raise PateError(f"{run / rundir.RELEASE_JSON} lacks the release's parameters "
                                 "(release_order, beta / eps_release_cost); it was not written by pate "
                                 "analyze or is damaged") from None
-            charge_once("sanitised-eps", cost, subject, f"sanitised eps of {record.name}: {cost.describe()}")
+            charge_once("sanitised-eps", cost, subject, f"sanitised eps of {record.name}: {cost.describe()}", older)
     if run.exists(rundir.DPSGD_JSON):
         doc = run.read_json(rundir.DPSGD_JSON)
         try:
@@ -412,7 +415,7 @@ def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
         except (KeyError, TypeError, ValueError):
             raise PateError(f"{run / rundir.DPSGD_JSON} lacks sampling_rate, noise_multiplier or steps; "
                             "it was not written by pate dpsgd or is damaged") from None
-        charge_once("dpsgd", cost, "dpsgd:" + rundir.file_digest(run / rundir.DPSGD_JSON),
+        charge_once("dpsgd", cost, "dpsgd:" + digests.file_digest(run / rundir.DPSGD_JSON),
                     f"DP-SGD {doc.get('model', '?')}: {cost.describe()}")
     if not written and not (run.exists(rundir.LABELS_NPZ) or run.exists(rundir.DPSGD_JSON)):
         raise PateError(f"{run.path} holds no release (labels.npz, dpsgd.json) to import")

@@ -12,25 +12,37 @@ private: the files are the release.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from analysis.errors import PateError
-from pate import rundir
+from pate import digests, rundir
 
 
-def read_labels(path: str | Path, *, require_mechanism: bool = True) -> dict[str, Any]:
+def read_labels(path: str | Path, *, require_mechanism: bool = True, num_classes: int | None = None,
+                pool_size: int | None = None) -> dict[str, Any]:
     """Reads a released ``labels.npz`` into a dict of its arrays (``mechanism`` as a str,
     "unknown" where the file has none and ``require_mechanism`` is False; ``meta`` decoded).
+    The one validation of a release, whoever reads it (analyze, train-student, run, ledger).
+
+    Args:
+      path: the file (a plain file: `pate.rundir.open_artifact`).
+      require_mechanism: refuse a file without its mechanism (what the analysis needs).
+      num_classes: when known (the votes' columns, the data set), labels must lie in
+        ``-1 .. num_classes-1``.
+      pool_size: when known (the votes' rows, the public pool), indices must lie below it.
 
     Raises:
       PateError: the file is missing or damaged; it lacks ``indices``, ``labels`` or (when
-        required) ``mechanism``; ``indices`` and ``labels`` are not 1-d integer arrays of one length.
+        required) ``mechanism``; ``indices`` and ``labels`` are not 1-d integer arrays of one
+        length; an index is negative, repeated or past the pool; a label is below -1 or
+        past the classes.
     """
     path = Path(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise PateError(f"{path} not found: run `pate label --workdir {path.parent}` first")
     required = ("indices", "labels") + (("mechanism",) if require_mechanism else ())
     data = rundir.read_npz(path, required=required)
@@ -40,8 +52,58 @@ def read_labels(path: str | Path, *, require_mechanism: bool = True) -> dict[str
                         f"got {indices.shape} and {labels.shape}")
     if not (np.issubdtype(indices.dtype, np.integer) and np.issubdtype(labels.dtype, np.integer)):
         raise PateError(f"{path}: 'indices' and 'labels' must be integer arrays")
+    outside = (indices < 0) | (indices >= (pool_size if pool_size is not None else np.inf))
+    if outside.any():
+        raise PateError(f"{path} labels pool index {int(indices[outside][0])}, but the public pool " + (
+            f"of this config has {pool_size} points" if pool_size is not None else "has no negative index")
+            + ": the labels do not belong to this data set / data.public_size")
+    if np.unique(indices).size != indices.size:
+        raise PateError(f"{path}: 'indices' repeats a pool point (a release labels each point once); "
+                        "it was not written by pate label or is damaged")
+    if labels.size and (labels.min() < -1 or (num_classes is not None and labels.max() >= num_classes)):
+        classes = ("" if num_classes is None else f"the data set has {num_classes} classes "
+                   f"(0..{num_classes - 1}, ") + "-1 = unanswered" + ("" if num_classes is None else ")")
+        raise PateError(f"{path} holds labels {int(labels.min())}..{int(labels.max())}, but {classes}")
     data["mechanism"] = str(data["mechanism"]) if "mechanism" in data else "unknown"
     return data
+
+
+def read_run_labels(workdir: str | Path) -> dict[str, Any]:
+    """A run directory's ``labels.npz`` (`read_labels`), checked against the run's own
+    ``votes.npz`` when it has one (only its shape is used: a vote file that is no
+    histogram is refused, and so is a label past its classes or an index past its rows).
+    What `pate run` and `pate ledger --import` read; `pate analyze` does the same with
+    the votes it loads anyway."""
+    from analysis.votes import check_votes
+
+    run = rundir.RunDir(workdir)
+    num_classes = pool_size = None
+    if run.exists(rundir.VOTES_NPZ):
+        votes = check_votes(run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"],
+                            name=str(run / rundir.VOTES_NPZ))
+        pool_size, num_classes = votes.shape
+    return read_labels(run / rundir.LABELS_NPZ, num_classes=num_classes, pool_size=pool_size)
+
+
+def content_digest(labels: dict[str, Any]) -> str:
+    """sha256 of what a release says: its indices, labels and mechanism record (every
+    array but ``meta``), canonically encoded. Two files with the same release have the
+    same digest whatever their zip timestamps or ``meta`` (time written): what the
+    ledger and release.json key a release on, so re-releasing the same labels is seen as
+    a repeat. Public: the labels are the release."""
+    import hashlib
+    import json
+
+    doc = {}
+    for key in sorted(k for k in labels if k != "meta"):
+        v = np.asarray(labels[key])
+        if key in ("indices", "labels"):
+            doc[key] = v.astype(np.int64).tolist()
+        elif v.dtype.kind in "US":
+            doc[key] = str(v)
+        else:
+            doc[key] = v.astype(np.float64).tolist()
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +136,19 @@ def release_files(workdir: str | Path, rounds: int | None = None) -> list[Path]:
     return files[:rounds]
 
 
+def release_subjects(path: str | Path) -> tuple[str, str]:
+    """What a release.json's ``meta.labels_sha256`` may hold for the labels at `path`: their
+    `content_digest` (what pate analyze writes) or, from an older version, the file's sha256."""
+    return content_digest(read_labels(path, require_mechanism=False)), digests.file_digest(path)
+
+
 def release_digest(workdir: str | Path, rounds: int | None = None) -> str:
     """What marks the labels a student learnt from: the sha256 of ``labels.npz`` (one
     round), or the sha256 of both files' sha256 digests (two rounds)."""
     import hashlib
 
-    digests = [rundir.file_digest(p) for p in release_files(workdir, rounds)]
-    return digests[0] if len(digests) == 1 else hashlib.sha256("\n".join(digests).encode()).hexdigest()
+    found = [digests.file_digest(p) for p in release_files(workdir, rounds)]
+    return found[0] if len(found) == 1 else hashlib.sha256("\n".join(found).encode()).hexdigest()
 
 
 def read_release(workdir: str | Path, *, pool_size: int, num_classes: int,
@@ -89,24 +157,17 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int,
     each, `release_files`) and checks them against the pool they should label.
 
     Raises:
-      PateError: what `read_labels` raises; indices outside the pool or repeated (within
-        or across rounds); labels outside ``-1 .. num_classes-1``; no query answered.
+      PateError: what `read_labels` raises (with the pool and the classes); indices repeated
+        across rounds; no query answered.
     """
     files = release_files(workdir, rounds)
-    rounds = [read_labels(p, require_mechanism=False) for p in files]
+    rounds = [read_labels(p, require_mechanism=False, num_classes=num_classes, pool_size=pool_size) for p in files]
     path = files[-1] if len(files) == 1 else f"{files[0]} and {files[1].name}"
     data = rounds[0]
     indices = np.concatenate([np.asarray(r["indices"]) for r in rounds])
     labels = np.concatenate([np.asarray(r["labels"]) for r in rounds])
-    if indices.size and (indices.min() < 0 or indices.max() >= pool_size):
-        raise PateError(f"{path} labels pool points up to index {int(indices.max())}, but the "
-                        f"public pool of this config has {pool_size} points: the labels do not "
-                        "belong to this data set / data.public_size")
     if np.unique(indices).size != indices.size:
         raise PateError(f"{path}: 'indices' repeats a pool point")
-    if labels.size and (labels.min() < -1 or labels.max() >= num_classes):
-        raise PateError(f"{path} holds labels {int(labels.min())}..{int(labels.max())}, but the "
-                        f"data set has {num_classes} classes (0..{num_classes - 1}, -1 = unanswered)")
     answered = labels >= 0
     if not answered.any():
         raise PateError(f"{path} answers none of its {labels.size} queries: the student has no "

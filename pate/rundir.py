@@ -63,10 +63,18 @@ DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
 FEDAVG_ARTIFACTS = (FEDAVG_DIR, FEDAVG_JSON)
 ROUND2_ARTIFACTS = (VOTES_ROUND2_NPZ, LABELS_ROUND2_NPZ, STUDENT_ROUND1_DIR, STUDENT_ROUND1_JSON,
                     RELEASE_ROUND1_JSON)
+#: The folders among them (checkpoints, cached features).
+ARTIFACT_DIRS = (TEACHERS_DIR, STUDENT_DIR, DPSGD_DIR, FEDAVG_DIR, DPSGD_FEATURES_DIR)
 #: Every file and folder a run directory may hold (what no report may be written over).
 RUN_ARTIFACTS = ((CONFIG_TOML, PIPELINE_JSON, PIPELINE_KEY) + TEACHER_ARTIFACTS + LABEL_ARTIFACTS
                  + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + FEDAVG_ARTIFACTS
                  + ROUND2_ARTIFACTS + (DPSGD_FEATURES_DIR,))
+
+#: Files that mark a folder as a run directory (any one of them).
+RUN_MARKERS = (CONFIG_TOML, TEACHERS_JSON, VOTES_NPZ, LABELS_NPZ, STUDENT_JSON, PIPELINE_JSON, DPSGD_JSON,
+               FEDAVG_JSON)
+#: Prefixes of the names pate's machinery uses in a run directory (lock, staging, moved aside).
+RESERVED_PREFIXES = (".pate.lock", ".new-", ".old-", "stale-")
 
 _META_KEY = "meta"
 
@@ -122,15 +130,34 @@ def write_json(path: str | Path, payload: Mapping[str, Any], config: Config | No
     atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
 
 
+def open_artifact(path: str | Path):
+    """Opens a run artifact for reading, only when it is a plain file
+    (`analysis.report_io.open_plain`: never a link, a folder, a FIFO or a device)."""
+    from analysis.report_io import open_plain
+
+    return open_plain(path, remedy=f"move it aside, then {remake_hint(path)}")
+
+
+def read_artifact(path: str | Path) -> bytes:
+    """The bytes of a plain-file run artifact (`open_artifact`)."""
+    with open_artifact(path) as f:
+        return f.read()
+
+
 def read_json(path: str | Path) -> dict[str, Any]:
-    """Reads a JSON artifact. Raises PateError when missing or unreadable."""
+    """Reads a JSON artifact (an object). Raises PateError when missing, not a plain
+    file, unreadable or not a JSON object."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(read_artifact(path).decode("utf-8"))
     except FileNotFoundError:
         raise PateError(f"{path} not found") from None
     except (OSError, ValueError) as err:
         raise PateError(f"{path} is not readable JSON ({err}); {remake_hint(path)}") from None
+    if not isinstance(doc, dict):
+        raise PateError(f"{path} is not a JSON object (it was not written by pate or is damaged); "
+                        f"{remake_hint(path)}")
+    return doc
 
 
 def write_npz(path: str | Path, arrays: Mapping[str, np.ndarray],
@@ -157,8 +184,10 @@ def read_npz(path: str | Path, required: Iterable[str] = ()) -> dict[str, np.nda
     """
     path = Path(path)
     try:
-        with np.load(path, allow_pickle=False) as f:
+        with open_artifact(path) as fh, np.load(fh, allow_pickle=False) as f:
             out: dict[str, Any] = {k: f[k] for k in f.files}
+    except PateError:
+        raise
     except FileNotFoundError:
         raise PateError(f"{path} not found") from None
     except Exception as err:  # zipfile/ValueError/OSError for a damaged file
@@ -214,17 +243,35 @@ class RunDir:
         return self.path / name
 
     def exists(self, name: str) -> bool:
-        return (self.path / name).exists()
+        """Whether anything is at `name`: a dangling link or a FIFO counts (damage is not absence)."""
+        return os.path.lexists(self.path / name)
 
     def write_config(self, config: Config) -> None:
         """Writes the resolved config as `config.toml`."""
         atomic_write_text(self.path / CONFIG_TOML, config_to_toml(config))
 
-    def read_config(self) -> Config:
-        """Reads `config.toml` back."""
-        if not self.exists(CONFIG_TOML):
-            raise PateError(f"{self.path / CONFIG_TOML} not found: is {self.path} a run directory?")
-        return load_config(self.path / CONFIG_TOML)
+    def read_config(self, overrides: Mapping[str, Any] | None = None) -> Config:
+        """Reads `config.toml` back (only a plain file: `open_artifact`), with `overrides`."""
+        path = self.path / CONFIG_TOML
+        try:
+            raw = read_artifact(path)
+        except FileNotFoundError:
+            raise PateError(f"{path} not found: is {self.path} a run directory?") from None
+        except OSError as err:
+            raise PateError(f"cannot read {path}: {err.strerror or err}") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise PateError(f"{path} is not UTF-8 text: the run directory's config is damaged") from None
+        return load_config(path, overrides, text=text)
+
+    def own_config(self) -> Config | None:
+        """`config.toml` read back, or None where the directory has none; one that is
+        there but unreadable (damaged, a FIFO, a link) is refused, never replaced by
+        defaults."""
+        if not os.path.lexists(self.path / CONFIG_TOML):
+            return None
+        return self.read_config()
 
     def stored_config(self) -> Config | None:
         """`config.toml` read back, or None where the directory has no readable one."""
@@ -313,104 +360,41 @@ class RunDir:
                             f"({', '.join(diff)} differ); {remedy}")
 
 
-# --------------------------------------------------------------------------- checkpoint records
-
-
-def file_digest(path: str | Path) -> str:
-    """sha256 hex digest of a file's bytes (what records such as student.json's
-    ``labels_sha256`` hold). Never for a world-readable record of a private file: whoever
-    can rebuild that file for a neighbouring data set (all votes but one teacher's are
-    enough for privacy.json) tells the two apart by its digest; see `keyed_digest`."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def tree_digest(path: str | Path) -> str:
-    """sha256 over every file under `path` (relative names and bytes, in sorted order)."""
-    import hashlib
-
-    path = Path(path)
-    h = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-    for p in files:
-        h.update(p.relative_to(path).as_posix().encode() + b"\0" if p != path else b"\0")
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        h.update(b"\0")
-    return h.hexdigest()
-
-
-def check_recorded(kind: str, path: Path, recorded: Any, remake: str) -> None:
-    """Refuses a checkpoint whose content is not the one its producer recorded.
-
-    Args:
-      kind: what it is, for the message ("teacher checkpoint").
-      path: the checkpoint folder (or file).
-      recorded: the sha256 its producer wrote, or None for an old run without a record.
-      remake: the command that makes it again.
-    """
-    if recorded is None:
-        return
-    if not path.exists():
-        raise PateError(f"{path} is missing: the {kind} recorded by the run is gone; {remake}")
-    if tree_digest(path) != recorded:
-        raise PateError(f"{path} is not the {kind} recorded by the run (its content changed or is "
-                        f"damaged); {remake}")
-
-
-# --------------------------------------------------------------------------- keyed digests
-
-DIGEST_KEY_BYTES = 32
-
-
-def digest_key(run_path: str | Path) -> bytes:
-    """The run directory's secret key for `keyed_digest`: ``pipeline.key``, 32 bytes from
-    ``secrets.token_bytes`` (the OS CSPRNG), owner-only (0600), made on first use.
-
-    A key file that is not a plain file, not 32 bytes long, or readable by anyone but its
-    owner is no secret and is replaced by a fresh key: digests made with the old one then
-    match nothing (`pate run` falls back to the artifacts' own config hashes).
-    """
-    import secrets
+def output_problem(path: str | Path, *, own_run: str | Path | None = None, own_name: str | None = None) -> str | None:
+    """Why a report may not be written at `path`, or None: a link, a folder, a device or
+    a FIFO there; a place inside a run directory (one with config.toml, or `own_run`) but
+    at its top; a run artifact's name there, or one of pate's own (lock, staging,
+    stale-*) — except `own_name` in `own_run`, the report's own file. In a folder that
+    only holds some of a run's files (`RUN_MARKERS`: a `label --votes` run), the files
+    and folders of a run that are there, and pate's own names."""
     import stat
 
-    path = Path(run_path) / PIPELINE_KEY
+    path = Path(path)
+    if path.is_symlink():
+        return f"{path} is a symbolic link (pate never writes through a link)"
     try:
-        st = os.lstat(path)
-        if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o077:
-            key = path.read_bytes()
-            if len(key) == DIGEST_KEY_BYTES:
-                return key
-    except OSError:
+        mode = os.stat(path).st_mode
+        if stat.S_ISDIR(mode):
+            return f"{path} is a folder; give a file name"
+        if not stat.S_ISREG(mode):
+            return f"{path} is not a plain file (a device, FIFO or socket)"
+    except FileNotFoundError:
         pass
-    key = secrets.token_bytes(DIGEST_KEY_BYTES)
-    atomic_write_bytes(path, key)
-    return key
-
-
-def keyed_digest(path: str | Path, key: bytes) -> str:
-    """HMAC-SHA256 (RFC 2104) of a file's bytes under `key`, hex.
-
-    What a world-readable record may hold of a private file (pipeline.json does): under a
-    secret uniformly random 256-bit key HMAC-SHA256 is a pseudorandom function (Bellare,
-    "New Proofs for NMAC and HMAC: Security without Collision-Resistance", CRYPTO 2006,
-    main theorem: HMAC is a PRF when the compression function is a (dual) PRF), so
-    without the key the digest of a file the reader can rebuild byte for byte is
-    indistinguishable from random: it tells neighbouring data sets apart no better than
-    guessing. Equal files still give equal digests, which is all that
-    up-to-date detection needs.
-    """
-    import hashlib
-    import hmac
-
-    h = hmac.new(key, digestmod=hashlib.sha256)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    except OSError as err:
+        return f"cannot use {path}: {err.strerror or err}"
+    target = Path(os.path.realpath(path.parent)) / path.name
+    own = None if own_run is None else Path(os.path.realpath(own_run))
+    for folder in target.parents:
+        # A run directory (config.toml, or the one analysed), or a folder holding some of
+        # a run's files (a `label --votes` run): there only what is there is protected.
+        full = folder == own or os.path.lexists(folder / CONFIG_TOML)
+        if not full and not any(os.path.lexists(folder / m) for m in RUN_MARKERS):
+            continue
+        rel = target.relative_to(folder).parts
+        ours = rel[0].startswith(RESERVED_PREFIXES) or (
+            rel[0] in RUN_ARTIFACTS and (full or os.path.lexists(folder / rel[0])))
+        if len(rel) > 1 and (full or ours):
+            return f"{path} is inside {rel[0]}/ of the run directory {folder}"
+        if len(rel) == 1 and ours and not (folder == own and rel[0] == own_name):
+            return f"{path} is an artifact of the run directory {folder}"
+    return None

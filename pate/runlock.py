@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from pathlib import Path
 
 from analysis.errors import PateError
@@ -39,6 +40,7 @@ class RunLock:
         self.command = command
         self.create = create
         self._lock = None
+        self.took_over: str | None = None  # who held it last when a killed holder left its owner file
 
     def __enter__(self) -> "RunLock":
         import socket
@@ -58,6 +60,8 @@ class RunLock:
         if (self.path / LOCK_FILE).is_symlink():
             raise PateError(f"{self.path / LOCK_FILE} is a symbolic link; remove it (pate never "
                             "writes through a link)")
+        if (self.path / LOCK_FILE).is_dir():
+            raise PateError(f"{self.path / LOCK_FILE} is a folder, not pate's lock file; move it aside")
         lock = filelock.FileLock(self.path / LOCK_FILE, timeout=0, thread_local=False)
         try:
             lock.acquire()
@@ -73,9 +77,12 @@ class RunLock:
                  "command": f"pate {self.command}"}
         target = self.path / LOCK_OWNER
         try:
-            if target.is_symlink() or target.exists():
+            # An owner file under a free lock: its process was killed before it could clean up.
+            self.took_over = self._holder() if os.path.lexists(target) else None
+            if os.path.lexists(target):
                 target.unlink()  # a link is removed, never written through
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            # Owner-only: the holder's pid and command are nobody else's business.
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(json.dumps(owner) + "\n")
         except OSError as err:
@@ -85,10 +92,16 @@ class RunLock:
         return self
 
     def _holder(self) -> str:
+        """Who holds (or held) the lock, from the owner file: read only when it is a small
+        plain file (never through a link or from a FIFO, which would block)."""
         try:
-            owner = json.loads((self.path / LOCK_OWNER).read_text(encoding="utf-8"))
-            return f"pid {owner['pid']} on {owner['host']} ({owner['command']})"
-        except (OSError, ValueError, KeyError, TypeError):
+            fd = os.open(self.path / LOCK_OWNER, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+            with os.fdopen(fd, "rb") as f:
+                if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                    raise ValueError
+                owner = json.loads(f.read(4096).decode("utf-8"))
+            return f"pid {int(owner['pid'])} on {owner['host']} ({owner['command']})"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return "another pate process"
 
     def _release(self) -> None:
@@ -150,6 +163,12 @@ def hold(workdir: str | Path, command: str, *, create: bool = True):
                 os.rmdir(key)
             except OSError:
                 pass
+
+
+def depth(workdir: str | Path) -> int:
+    """How many nested `hold` blocks of this process hold `workdir` (0: none)."""
+    held = _HELD.get(os.path.realpath(os.fspath(workdir)))
+    return 0 if held is None else held[1]
 
 
 def secondary_process() -> bool:

@@ -100,3 +100,17 @@ def test_workdir_takes_one_beta_per_mechanism_from_the_run_config(tmp_path, mech
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "release.json").read_text())
     assert doc["details"]["beta"] == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("override, message", [
+    ({"labels": np.r_[np.full(59, 2), 10]}, "10 classes"),  # label 10 of a 10-class histogram
+    ({"indices": np.r_[np.arange(59), 0]}, "repeats a pool point"),
+    ({"labels": np.r_[np.full(59, 2), -2]}, "-1 = unanswered"),
+])
+def test_workdir_refuses_a_release_other_readers_refuse(tmp_path, override, message):
+    """One validation of labels.npz for every reader (issue 21): an out-of-range label or a
+    repeated index is refused by `analyze --workdir` as by train-student, before any draw."""
+    make_run(tmp_path, override)
+    result = CliRunner().invoke(main, ["analyze", "--workdir", str(tmp_path)])
+    assert result.exit_code == 1 and message in result.output, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.npz", "votes.npz"]

@@ -347,3 +347,58 @@ def test_pate_run_refuses_over_budget_before_training(tiny_config, tmp_path):
                     "--no-progress")
     assert result.exit_code == 1 and "total_budget" in result.output, result.output
     assert not (run / "teachers").exists()
+
+
+# --------------------------------------------------------------------------- second hunt (issue 21)
+
+
+def test_the_same_labels_written_again_are_the_same_release(finished_tiny, tmp_path):
+    """The ledger keys a sanitised draw on what the labels say, not on the bytes of
+    labels.npz: the same labels written again (another `meta`, other zip timestamps, as
+    when the same teachers are labelled with the same research --seed seconds later, in
+    another run directory) are refused a second draw."""
+    from pate.released_labels import content_digest, read_labels
+
+    runs = []
+    for k, when in enumerate(("2020-01-01T00:00:00+00:00", "2020-01-01T00:00:09+00:00")):
+        run = tmp_path / f"run{k}"
+        shutil.copytree(finished_tiny, run)
+        os.unlink(run / "release.json")
+        arrays = dict(np.load(run / "labels.npz", allow_pickle=False))
+        meta = json.loads(str(arrays.pop("meta")))
+        np.savez(run / "labels.npz", **arrays, meta=np.array(json.dumps({**meta, "written_at": when})))
+        runs.append(run)
+    first, second = (run / "labels.npz" for run in runs)
+    assert first.read_bytes() != second.read_bytes()
+    assert content_digest(read_labels(first)) == content_digest(read_labels(second))
+    assert invoke("analyze", "--workdir", runs[0], "--seed", 3).exit_code == 0
+    result = invoke("analyze", "--workdir", runs[1], "--seed", 3)
+    assert result.exit_code == 1 and "already records" in result.output, result.output
+    assert not (runs[1] / "release.json").exists()
+    assert [e["kind"] for e in ledger_mod.for_run(runs[1]).entries()] == ["sanitised-eps"]
+
+
+def test_a_failed_report_write_charges_nothing_and_leaves_nothing(finished_tiny, tmp_path, monkeypatch):
+    """A failed analyze (issue 21) leaves none of its outputs and no temp file, and charges
+    no draw (the report is staged before the charge): the next attempt is not refused."""
+    from analysis import report_io
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_tiny, run)
+    os.unlink(run / "release.json")
+    before = snapshot(run)
+    real, calls = report_io._write_temp, []
+
+    def full_on_the_second(path, data, private):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device", str(path))
+        return real(path, data, private)
+
+    monkeypatch.setattr(report_io, "_write_temp", full_on_the_second)
+    result = invoke("analyze", "--workdir", run)
+    assert result.exit_code == 1 and "No space left" in result.output, result.output
+    assert snapshot(run) == before and not [p for p in os.listdir(run) if p.endswith(".tmp")]
+    assert ledger_mod.for_run(run).entries() == []
+    monkeypatch.setattr(report_io, "_write_temp", real)
+    assert invoke("analyze", "--workdir", run).exit_code == 0

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from cli import main
-from pate import rundir
+from pate import digests, rundir
 from pate.config import load_config
 from pate.steps import pipeline, run_summary
 
@@ -50,7 +50,11 @@ def _finished(tmp_path_factory):
     """One full `pate run` of configs/tiny.toml through the CLI (speed is a benchmark's
     business, not a test's: no time limit here)."""
     workdir = tmp_path_factory.mktemp("pipeline") / "run"
-    result = pate_run(workdir)
+    # A ledger of its own: the session's finished tiny run released the same labels (same
+    # teachers, same seed), and the ledger rightly refuses a second sanitised draw of them.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATE_LEDGER_DIR", str(tmp_path_factory.mktemp("pipeline-ledger")))
+        result = pate_run(workdir)
     assert result.exit_code == 0, result.output
     return workdir, result.output
 
@@ -205,12 +209,12 @@ def test_student_without_answers_fails_cleanly(finished):
 def _private_fingerprints(workdir):
     """The sha256 of every private file of a run, and of the teachers' folder and each
     file and folder under it (what teachers.json records)."""
-    digests = {rundir.file_digest(workdir / name)
-               for name in (rundir.PRIVACY_JSON, rundir.PRIVACY_PNG, rundir.TEACHERS_JSON, rundir.VOTES_NPZ)}
+    found = {digests.file_digest(workdir / name)
+             for name in (rundir.PRIVACY_JSON, rundir.PRIVACY_PNG, rundir.TEACHERS_JSON, rundir.VOTES_NPZ)}
     teachers = workdir / rundir.TEACHERS_DIR
     for path in (teachers, *teachers.rglob("*")):
-        digests.add(rundir.file_digest(path) if path.is_file() else rundir.tree_digest(path))
-    return digests
+        found.add(digests.file_digest(path) if path.is_file() else digests.tree_digest(path))
+    return found
 
 
 def test_no_fingerprint_of_a_private_file_in_a_public_one(_finished):
@@ -259,8 +263,8 @@ def test_plain_digests_of_an_older_pipeline_json_are_removed(finished):
     doc = json.loads(path.read_text())
     for name, entry in doc["steps"].items():
         entry.pop("artifact_hmac")
-        entry["artifact_sha256"] = rundir.file_digest(finished / OUTPUTS[name])
-        entry["inputs_sha256"] = {k: rundir.file_digest(finished / k) for k in entry.pop("inputs_hmac")}
+        entry["artifact_sha256"] = digests.file_digest(finished / OUTPUTS[name])
+        entry["inputs_sha256"] = {k: digests.file_digest(finished / k) for k in entry.pop("inputs_hmac")}
     path.write_text(json.dumps(doc))
     os.unlink(finished / rundir.PIPELINE_KEY)
     before = stamps(finished)
@@ -316,3 +320,54 @@ def test_run_refuses_what_the_config_implies_before_training(tmp_path, setting, 
     assert result.exit_code == 1 and needle in result.output, result.output
     assert result.output.strip().count("\n") == 0
     assert not (workdir / rundir.TEACHERS_JSON).exists() and not (workdir / "teachers").exists()
+
+
+# --------------------------------------------------------------------------- second hunt (issue 21)
+
+
+def test_skipped_steps_are_checked_against_their_records(finished):
+    """A step is skipped only when its artifacts are what their records say: a student
+    folder replaced by a file is trained again (not "up to date"); a changed teacher
+    checkpoint is refused (a new release needs --overwrite), nothing touched."""
+    shutil.rmtree(finished / rundir.STUDENT_DIR)
+    (finished / rundir.STUDENT_DIR).write_text("not a checkpoint")
+    result = pate_run(finished)
+    assert result.exit_code == 0, result.output
+    assert "[student] up to date" not in result.output and "[student] running" in result.output
+    assert (finished / rundir.STUDENT_DIR).is_dir()
+
+    info = json.loads((finished / rundir.TEACHERS_JSON).read_text())
+    final = finished / rundir.TEACHERS_DIR / str(info["checkpoint"]["step"])
+    target = max((p for p in final.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    data = target.read_bytes()
+    target.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    labels = (finished / rundir.LABELS_NPZ).read_bytes()
+    result = pate_run(finished)
+    assert result.exit_code == 1, result.output
+    assert "teacher checkpoint" in result.output and "--overwrite" in result.output
+    assert (finished / rundir.LABELS_NPZ).read_bytes() == labels
+
+
+def test_a_fifo_for_pipeline_json_is_no_record_not_a_hang(finished):
+    """pipeline.json is bookkeeping: a FIFO in its place (a read would block for ever) is
+    read as no record, and every step is recognised from its own artifacts."""
+    import signal
+
+    os.unlink(finished / rundir.PIPELINE_JSON)
+    os.mkfifo(finished / rundir.PIPELINE_JSON)
+
+    class Hung(BaseException):  # no handler of the command may swallow it
+        pass
+
+    def hung(*_):
+        raise Hung("pate run hung on a FIFO")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(60)
+    try:
+        result = pate_run(finished)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("up to date: skipped") == 4

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from analysis.errors import PateError
 from cli import main
 from pate import door, rundir, runlock
 
@@ -318,3 +320,171 @@ def test_no_arguments_prints_the_help():
     assert result.exit_code == 0
     assert "Usage:" in result.output and "Commands:" in result.output
     assert len(result.output.splitlines()) > 5
+
+
+# --------------------------------------------------------------------------- second hunt (issue 21)
+
+
+def _leftovers(run):
+    return sorted(n for n in os.listdir(run) if n.startswith((".new-", ".old-", ".pate.lock")) or n.endswith(".tmp"))
+
+
+def test_the_next_command_cleans_what_a_killed_one_left(finished):
+    """SIGKILL leaves staging folders (with private votes), temp files, orbax temp folders
+    and a lock owner file; the next command on the run removes them and says so."""
+    os.unlink(finished / "release.json")
+    (finished / ".new-label").mkdir()
+    shutil.copy(finished / "votes.npz", finished / ".new-label" / "votes.npz")
+    (finished / ".new-teachers" / "2").mkdir(parents=True)
+    (finished / ".labels.npz.k2j3h4.tmp").write_bytes(b"half")
+    (finished / "teachers" / "4.orbax-checkpoint-tmp-17").mkdir()
+    (finished / ".pate.lock").write_text("")
+    (finished / ".pate.lock.owner").write_text(json.dumps({"pid": 99999999, "host": "h", "command": "pate label"}))
+    result = invoke("analyze", "--workdir", finished)
+    assert result.exit_code == 0, result.output
+    assert "killed pate process" in result.output and ".new-label" in result.output, result.output
+    assert _leftovers(finished) == [] and not list((finished / "teachers").glob("*orbax-checkpoint-tmp*"))
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGTERM"])
+def test_killed_label_then_any_command(finished, sig):
+    """A real kill while `label --overwrite` writes its staging folder: the finished
+    release is untouched, and the next command leaves no trace of the killed one."""
+    import signal
+    import time
+
+    labels = (finished / "labels.npz").read_bytes()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(finished),
+                             "--overwrite"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.time() + 120
+    while proc.poll() is None and time.time() < deadline and not (finished / ".new-label").exists():
+        time.sleep(0.005)
+    proc.send_signal(getattr(signal, sig))
+    proc.wait()
+    if proc.returncode != 0:  # killed before the commit: the old release is whole
+        assert (finished / "labels.npz").read_bytes() == labels
+    result = invoke("analyze", "--workdir", finished)
+    assert "Traceback" not in result.output
+    assert _leftovers(finished) == []
+
+
+def _staged_run(tmp_path):
+    run = rundir.RunDir(tmp_path / "run")
+    (run.path / "student").mkdir(parents=True)
+    (run.path / "student" / "w").write_text("old weights")
+    (run.path / "student.json").write_text("old record")
+    return run
+
+
+def test_staging_commit_is_all_or_nothing(tmp_path, monkeypatch):
+    """A failure part-way through the swap (an immutable student.json) puts every old
+    artifact back: never the new student/ beside the old student.json."""
+    run = _staged_run(tmp_path)
+    (run.path / "privacy.json").write_text("made from the old student")
+    staging = door.Staging(run, "student", rundir.STUDENT_ARTIFACTS, ("privacy.json",))
+    (staging / "student").mkdir()
+    (staging / "student" / "w").write_text("new weights")
+    (staging / "student.json").write_text("new record")
+    before = {p: p.read_text() for p in run.path.rglob("*") if p.is_file() and ".new-" not in str(p)}
+    real = os.replace
+
+    def immutable(src, dst):
+        if str(src).endswith("/run/student.json"):
+            raise PermissionError(1, "Operation not permitted", str(src))
+        return real(src, dst)
+
+    monkeypatch.setattr(door.os, "replace", immutable)
+    with pytest.raises(PateError, match="nothing was changed"):
+        staging.commit()
+    assert {p: p.read_text() for p in run.path.rglob("*") if p.is_file()} == before
+    assert sorted(os.listdir(run.path)) == ["privacy.json", "student", "student.json"]
+
+
+def test_a_commit_killed_part_way_is_finished_by_the_next_command(tmp_path):
+    """Killed between two renames of the swap: .old-student/ holds the old student/, the
+    new one is in place, the new student.json still staged. The staged set was complete,
+    so the next command finishes the swap."""
+    run = _staged_run(tmp_path)
+    (run.path / ".old-student").mkdir()
+    os.replace(run.path / "student", run.path / ".old-student" / "student")
+    (run.path / ".new-student").mkdir()
+    (run.path / "student").mkdir()
+    (run.path / "student" / "w").write_text("new weights")
+    (run.path / ".new-student" / "student.json").write_text("new record")
+    cleaned = door.sweep(run)
+    assert cleaned and "student" in cleaned[0]
+    assert (run.path / "student.json").read_text() == "new record"
+    assert (run.path / "student" / "w").read_text() == "new weights"
+    assert sorted(os.listdir(run.path)) == ["student", "student.json"]
+
+
+def test_lock_owner_file_is_private_and_never_written_through_a_link(finished, tmp_path):
+    with runlock.lock(finished, "label"):
+        path = finished / runlock.LOCK_OWNER
+        assert os.stat(path).st_mode & 0o777 == 0o600
+        assert set(json.loads(path.read_text())) == {"pid", "host", "command"}
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    os.symlink(victim, finished / runlock.LOCK_OWNER)
+    result = invoke("label", "--workdir", finished, "--overwrite", "--seed", 31337)
+    assert victim.read_text() == "precious"
+    assert "31337" not in result.output and not _leftovers(finished)
+
+
+@pytest.mark.parametrize("where", ["teachers/x.json", "student/x.json", "stale-label-1/release.json",
+                                   ".new-label/r.json", ".pate.lock", ".pate.lock.owner", "link.json", "DEVICE", "FIFO",
+                                   "votes-run/labels.npz", "votes-run/votes.npz"])
+@pytest.mark.parametrize("option", ["--json", "--release-json"])
+def test_reports_are_never_written_into_a_run_or_through_odd_paths(finished, tmp_path, where, option):
+    """--json/--release-json into teachers/, stale-*/, onto lock files, a `label --votes`
+    run's files, a device or a link: refused as a usage error, nothing written."""
+    os.unlink(finished / "release.json")
+    (finished / "stale-label-1").mkdir()
+    os.symlink(tmp_path / "target.json", finished / "link.json")
+    votes_run = tmp_path / "votes-run"
+    votes_run.mkdir()
+    shutil.copy(finished / "labels.npz", votes_run / "labels.npz")
+    shutil.copy(finished / "votes.npz", votes_run / "votes.npz")
+    if where == "DEVICE":  # a copy of /dev/null (never the real one: a wrong rename would replace it)
+        target = tmp_path / "null"
+        try:
+            os.mknod(target, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("cannot make a device node here (needs root)")
+    elif where == "FIFO":
+        target = tmp_path / "fifo"
+        os.mkfifo(target)
+    else:
+        target = votes_run / where.split("/", 1)[1] if where.startswith("votes-run") else finished / where
+    before, votes_before = snapshot(finished), snapshot(votes_run)
+    result = invoke("analyze", "--workdir", finished, option, target)
+    assert result.exit_code == 2, result.output
+    assert option in one_line(result)
+    assert snapshot(finished) == before and snapshot(votes_run) == votes_before
+    assert not (tmp_path / "target.json").exists()
+    if where in ("DEVICE", "FIFO"):
+        assert not target.is_file()  # still the device / FIFO, not replaced by a report
+
+
+def test_a_checkpoint_folder_that_cannot_be_made_neither_floods_nor_hangs(tmp_path):
+    """orbax's writer threads (not daemons) waited for ever when it could not make its
+    folder, after logging tracebacks: now one error, nothing logged, the process exits."""
+    (tmp_path / "file").write_text("in the way")
+    code = textwrap.dedent(f"""
+        import sys, threading
+        sys.path.insert(0, {str(ROOT)!r})
+        import numpy as np
+        from pathlib import Path
+        from analysis.errors import PateError
+        from pate import checkpoints
+        try:
+            checkpoints.save_params(Path({str(tmp_path / 'file' / 'student')!r}), {{"w": np.zeros(3)}})
+        except PateError as err:
+            print("refused:", err)
+        print("threads:", [t.name for t in threading.enumerate() if not t.daemon])
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "refused:" in proc.stdout and "threads: ['MainThread']" in proc.stdout, proc.stdout
+    assert proc.stderr.strip() == ""

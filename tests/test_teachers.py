@@ -317,3 +317,18 @@ def test_distributed_flag(tmp_path):
 def test_cluster_options_need_distributed(tmp_path):
     result = invoke("--config", TINY, "--workdir", tmp_path, "--num-processes", 2)
     assert result.exit_code == 2 and "need --distributed" in result.output
+
+
+def test_resume_with_nothing_to_do_writes_nothing(trained_run, tiny_config):
+    """`--resume` on finished teachers (issue 21): nothing written, teachers.json and
+    config.toml untouched (so `pate run` does not label again)."""
+    from conftest import snapshot
+
+    workdir, _ = trained_run
+    before = snapshot(workdir)
+    mtimes = {p: p.stat().st_mtime_ns for p in workdir.iterdir()}
+    lines = []
+    result = teachers.train_teachers(tiny_config, workdir, resume=True, show_progress=False, echo=lines.append)
+    assert snapshot(workdir) == before
+    assert {p: p.stat().st_mtime_ns for p in workdir.iterdir()} == mtimes
+    assert result.epochs == tiny_config.teachers.epochs and "nothing to resume" in " ".join(lines)

@@ -20,13 +20,13 @@ import numpy as np
 from analysis import composition, mechanisms
 from analysis import report as report_mod
 from analysis.accountants import data_independent_items
-from analysis.report_io import render_table, write_outputs
+from analysis.report_io import StagedOutputs, render_table, stage_outputs
 from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
 from pate import ledger as ledger_mod
-from pate import release_target, rundir
-from pate.released_labels import read_labels
+from pate import digests, release_target, rundir
+from pate.released_labels import content_digest, read_labels, release_subjects
 from pate.config import PrivacyConfig
 from pate.door import step
 
@@ -36,8 +36,9 @@ _OUTPUTS = {"--json": rundir.PRIVACY_JSON, "--plot": rundir.PRIVACY_PNG, "--rele
 
 
 def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
-    """Refuses an output path that is a folder, an input, the other output, or an
-    artifact of a run directory (with `workdir`, its own report files may be replaced).
+    """Refuses an output path that is an input, the other output, or where
+    `pate.rundir.output_problem` refuses a report (a link, folder, device; inside or onto
+    a run directory's files; with `workdir`, its own report files may be replaced).
 
     Args:
       outputs: ``{"--json": path or None, "--plot": ..., "--release-json": ...}``.
@@ -48,13 +49,10 @@ def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
       OptionError: naming the option.
     """
     resolved = {}
-    own_run = None if workdir is None else Path(workdir).resolve()
     for option, path in outputs.items():
         if path is None:
             continue
         target = Path(path).resolve()
-        if target.is_dir():
-            raise OptionError(option, f"{path} is a folder; give a file name")
         for other, seen in resolved.items():
             if seen == target:
                 raise OptionError(option, f"{path} is also given to {other}")
@@ -62,12 +60,9 @@ def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
             if src is not None and Path(src).resolve() == target:
                 raise OptionError(option, f"{path} is an input of this command; writing the report "
                                   "there would destroy it")
-        folder = target.parent
-        is_run = (folder / rundir.CONFIG_TOML).exists() or folder == own_run
-        if is_run and target.name in rundir.RUN_ARTIFACTS and not (
-                folder == own_run and target.name == _OUTPUTS[option]):
-            raise OptionError(option, f"{path} is an artifact of the run directory {folder}; write the "
-                              "report elsewhere")
+        problem = rundir.output_problem(path, own_run=workdir, own_name=_OUTPUTS[option])
+        if problem is not None:
+            raise OptionError(option, f"{problem}; write the report elsewhere")
         resolved[option] = target
 
 
@@ -97,10 +92,21 @@ def _research(rep: report_mod.PrivacyReport, research_seed: bool) -> report_mod.
         "this is no real release (research_seed: true)",))
 
 
-def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
+def _charge_then_commit(staged: StagedOutputs, charge) -> None:
+    """Charges the draw, then renames the staged report into place; a refused charge
+    (budget, repeat) deletes the staged files."""
+    try:
+        charge()
+    except BaseException:
+        staged.discard()
+        raise
+    staged.commit()
+
+
+def _stage(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
            labels_sha256: str | None = None, research_seed: bool = False,
-           data_set: dict | None = None) -> None:
-    """Writes the report with the `meta` every JSON artifact carries (config hash when
+           data_set: dict | None = None) -> StagedOutputs:
+    """Stages (`analysis.report_io.stage_outputs`) the report with the `meta` every JSON artifact carries (config hash when
     made from a config, package version, time; for a run's labels, their sha256, which
     marks that release as made: `check_not_released`), and ``research_seed: true`` when a
     seed made any of the released noise (never the seed)."""
@@ -110,7 +116,7 @@ def _write(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, co
     extra = {"meta": meta, **({"research_seed": True} if research_seed else {})}
     if data_set is not None:
         extra["data_set"] = data_set
-    write_outputs(rep, json_path, plot_path, release_path=release_path, extra=extra)
+    return stage_outputs(rep, json_path, plot_path, release_path=release_path, extra=extra)
 
 
 def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments: int = 8,
@@ -173,13 +179,15 @@ def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float
     return data_independent_items(record, n, delta, max_answers=cap, moments=range(1, moments + 1))
 
 
-def check_not_released(paths, labels_digest: str) -> None:
+def check_not_released(paths, subjects) -> None:
     """Refuses a second sanitised release of the same labels.
 
     The sanitised ε is a noisy function of the private votes: every fresh draw published
     for the same release gives an attacker another sample, and averaging them removes the
     noise, while each run's headline ε counts one draw only. So a release.json that
-    already records these labels (by the sha256 of labels.npz) is final.
+    already records these labels (`subjects`: their `content_digest`, or the sha256 of
+    labels.npz an older version recorded) is final. The ledger refuses the repeat too,
+    whatever became of the file (`pate.ledger.Ledger.refuse_repeat`).
 
     Raises:
       PateError: one of `paths` is a release.json of these labels.
@@ -190,8 +198,8 @@ def check_not_released(paths, labels_digest: str) -> None:
         try:
             meta = rundir.read_json(path).get("meta") or {}
         except PateError:
-            continue
-        if meta.get("labels_sha256") == labels_digest:
+            continue  # unreadable: the ledger's record of the draw still refuses a repeat
+        if isinstance(meta, dict) and meta.get("labels_sha256") in tuple(subjects):
             raise PateError(f"{path} already publishes the sanitised eps of these labels; a second noisy "
                             "release of the same private value would spend privacy that no headline "
                             "counts (averaging draws removes the noise). Publish the existing file; for a "
@@ -229,7 +237,7 @@ def analyze_workdir(workdir, **settings) -> report_mod.PrivacyReport:
       PateError: missing or unreadable inputs, or a sanitised ε already released for
         these labels.
     """
-    with step("analyze", workdir):
+    with step("analyze", workdir, echo=settings.get("echo", print)):
         return _report_workdir(workdir, **settings)
 
 
@@ -244,8 +252,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
 
     noise = NoiseSource(seed, RELEASE_STREAM)  # refuses a bad seed before anything is read or written
     workdir = os.fspath(workdir)  # an existing directory: the door's lock checked it
-    if config is None:
-        config = rundir.RunDir(workdir).stored_config()
+    if config is None:  # the run's own settings; a damaged config.toml is refused, not defaulted
+        config = rundir.RunDir(workdir).own_config()
     p = config.privacy if config is not None else PrivacyConfig()
     delta = p.delta if delta is None else delta
     moments = p.moments if moments is None else moments
@@ -256,21 +264,28 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
              if two_rounds else (rundir.VOTES_NPZ, rundir.LABELS_NPZ))
     inputs = [os.path.join(workdir, n) for n in names]
     check_outputs({"--json": json_path, "--plot": plot_path, "--release-json": release_path}, inputs, workdir)
-    labels = read_labels(inputs[1])
+    votes = votes_mod.load_votes(inputs[0])
+    # The one validation of a release (`read_labels`), against the votes it was drawn from.
+    # (round 2's votes are rows of its own queries, which are anywhere in the pool: `_round2_rows`)
+    labels = read_labels(inputs[1], num_classes=votes.shape[1], pool_size=None if two_rounds else votes.shape[0])
     # Labels planned for a target headline (`pate.release_target`) are released as planned.
     plan = release_target.planned(labels)
     release_order, release_cost, gnss_beta = release_target.release_settings(plan, release_order, release_cost,
                                                                              gnss_beta)
     release_order = (p.release_order or None) if release_order is None else release_order
     release_cost = p.release_cost if release_cost is None else release_cost
-    labels_digest = rundir.file_digest(inputs[1])
+    # A release is known by what it says, not by its file's bytes (zip timestamps, meta):
+    # the same labels written again are the same release. The file digest an older
+    # version recorded is checked too.
+    labels_digest = content_digest(labels)
+    subjects = (labels_digest, digests.file_digest(inputs[1]))
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, rundir.PRIVACY_PNG) if plot_path is None else plot_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
-    check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], labels_digest)
+    check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], subjects)
     book = ledger_mod.for_run(workdir, config)
-    book.refuse_repeat("sanitised-eps", labels_digest)  # before any noise is drawn
-    votes = votes_mod.load_votes(inputs[0])
+    for subject in subjects:  # before any noise is drawn
+        book.refuse_repeat("sanitised-eps", subject)
     if two_rounds:
         labels = _round2_rows(inputs, votes, labels)
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
@@ -289,10 +304,13 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     rep = _research(rep, research)
     if two_rounds:
         rep = _cumulative(workdir, rep, labels, book, release_cost, delta, conversion)
-    charge_draw(book, rep, release_cost, subject=labels_digest, run=workdir, budget=p.total_budget, delta=delta)
-    data_set = book.summary(delta)
-    _write(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest, research_seed=research,
-           data_set=data_set)
+    data_set = book.summary(delta, extra=[release_cost_of(rep, release_cost)])  # this draw counted
+    # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
+    # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
+    staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,
+                    research_seed=research, data_set=data_set)
+    _charge_then_commit(staged, lambda: charge_draw(book, rep, release_cost, subject=labels_digest, run=workdir,
+                                                    budget=p.total_budget, delta=delta))
     echo(render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
@@ -314,8 +332,7 @@ def _round1(workdir) -> tuple[dict, composition.Cost, composition.Cost]:
     run = rundir.RunDir(workdir)
     first = read_labels(run / rundir.LABELS_NPZ)
     doc = run.read_json(rundir.RELEASE_ROUND1_JSON)
-    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
-    if (doc.get("meta") or {}).get("labels_sha256") != digest or "eps" not in doc:
+    if (doc.get("meta") or {}).get("labels_sha256") not in release_subjects(run / rundir.LABELS_NPZ) or "eps" not in doc:
         raise PateError(f"{run / rundir.RELEASE_ROUND1_JSON} is not the release of {run / rundir.LABELS_NPZ}; "
                         "label round 2 again (`pate label --round 2 --overwrite`)")
     details = {**(doc.get("details") or {}), "eps": doc["eps"], "delta": doc["delta"]}
@@ -338,7 +355,8 @@ def _cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, rele
     from analysis.rounds import ROUTES, cumulative_headline
 
     first, labels1, released1 = _round1(workdir)
-    found = book.find("sanitised-eps", rundir.file_digest(rundir.RunDir(workdir) / rundir.LABELS_NPZ))
+    found = next((e for e in (book.find("sanitised-eps", subject) for subject in
+                                release_subjects(rundir.RunDir(workdir) / rundir.LABELS_NPZ)) if e is not None), None)
     if found is not None:  # the ledger's record of round 1's draw: its exact cost
         released1 = composition.Cost.from_json(found["cost"])
     record = mechanisms.from_arrays(labels, rundir.LABELS_ROUND2_NPZ)
@@ -428,11 +446,10 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     rep = report_mod.extend(rep, data_independent_items(mechanism, answered.shape[0], delta,
                                                         moments=range(1, moments + 1)))
     rep = _research(rep, seed is not None)
-    data_set = None
-    if draw:
-        charge_draw(book, rep, release_cost, subject=None, budget=total_budget, delta=delta)
-        data_set = book.summary(delta)
-    _write(rep, json_path, plot_path, release_path, research_seed=seed is not None, data_set=data_set)
+    data_set = book.summary(delta, extra=[release_cost_of(rep, release_cost)]) if draw else None
+    staged = _stage(rep, json_path, plot_path, release_path, research_seed=seed is not None, data_set=data_set)
+    _charge_then_commit(staged, (lambda: charge_draw(book, rep, release_cost, subject=None, budget=total_budget,
+                                                     delta=delta)) if draw else (lambda: None))
     echo(render_table(rep))
     for path in (release_path, json_path, plot_path):
         if path:

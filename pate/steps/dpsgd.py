@@ -49,7 +49,7 @@ import optax
 
 from analysis.errors import PateError
 from analysis.validation import check_delta, check_positive
-from pate import checkpoints, dpsgd_accounting, keys, rundir
+from pate import checkpoints, digests, dpsgd_accounting, keys, rundir
 from pate.config import Config, DpsgdConfig, config_to_dict
 from pate.models import Linear, TanhCNN, cnn_output_side
 from pate.progress import Progress
@@ -239,7 +239,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
                                                 **_record(config, plan, result, params, train_x, seed,
                                                           splits.num_classes)}, config)
         book.charge("dpsgd", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
-                    subject="dpsgd:" + rundir.file_digest(door.out / rundir.DPSGD_JSON),
+                    subject="dpsgd:" + digests.file_digest(door.out / rundir.DPSGD_JSON),
                     mechanism={"name": "dpsgd", "model": cfg.model, "describe": f"DP-SGD {cfg.model}: "
                                f"{plan.steps} steps, q {plan.rate:.4g}, sigma {plan.noise_multiplier:.4g}"},
                     data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))

@@ -44,7 +44,7 @@ from analysis import fedavg_privacy as fp
 from analysis.errors import PateError
 from analysis.validation import check_delta, check_positive
 from analysis.noise import NoiseSource
-from pate import checkpoints, rundir
+from pate import checkpoints, digests, rundir
 from pate import ledger as ledger_mod
 from pate.config import Config, config_to_dict
 from pate.models import Linear
@@ -238,7 +238,7 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
                                                  **_record(config, plan, result, theta, train_x, seed,
                                                            splits.num_classes, int(test_y.size))}, config)
         book.charge("fedavg", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
-                    subject="fedavg:" + rundir.file_digest(door.out / rundir.FEDAVG_JSON),
+                    subject="fedavg:" + digests.file_digest(door.out / rundir.FEDAVG_JSON),
                     mechanism={"name": "fedavg", "algorithm": cfg.algorithm, "describe":
                                f"{cfg.algorithm} {cfg.mechanism}: {plan.cost.describe()}, "
                                f"{shards.shape[0]} clients"},

@@ -28,6 +28,7 @@ from analysis.noise import seed_record
 from pate import aggregation, release_target, rundir
 from pate import ledger as ledger_mod
 from analysis.report_io import render_table
+from pate.released_labels import content_digest, read_labels
 from pate.config import AggregationConfig, Config, PrivacyConfig
 from pate.door import Door, step
 
@@ -299,7 +300,7 @@ def charge_release(book, cost, record, run_path, labels_path, num_queries: int, 
     mechanism = {"name": record.name, **record.params(), "queries": int(num_queries),
                  "describe": f"labels: {num_queries} queries of {record.describe()}"}
     return book.charge("labels", cost, run=run_path, mechanism=mechanism,
-                       subject=rundir.file_digest(labels_path), budget=privacy.total_budget,
+                       subject=content_digest(read_labels(labels_path)), budget=privacy.total_budget,
                        delta=privacy.delta, data_digest=data_digest)
 
 

@@ -20,20 +20,22 @@ and of the artifacts it read. Those files include private ones (``teachers.json`
 ``privacy.json``), which an adversary who knows all votes but one teacher's can rebuild
 byte for byte for each neighbouring data set; a plain sha256 in ``pipeline.json``
 (world-readable) would tell them which one is real. So the digests are HMAC-SHA256
-under the run's secret key ``pipeline.key`` (`pate.rundir.keyed_digest`, 0600): they
-still show that a file is unchanged, and without the key they reveal nothing of it.
-(Plain digests in an owner-only ``pipeline.json`` would leave a fingerprint of private
-files in every copy of a file that reads as bookkeeping.) A lost key only makes the digests
-match nothing: steps are then checked by their config hashes, as below. A step is skipped when its artifacts are all present, its
+under the run's secret key ``pipeline.key`` (`pate.digests.keyed_digest`, 0600): they
+still show that a file is unchanged, and without the key they reveal nothing of it. A
+lost key only makes the digests match nothing: steps are then checked by their config
+hashes, as below. A step is skipped when its artifacts are all present, its
 main artifact is the one recorded, its sections hash equals the current config's, and
 its inputs are the ones it was made from. Artifacts made by the single commands (no
 record yet) are recognised by the config hash in their ``meta``: it must be the hash of
 the current config or of the run's ``config.toml``.
 
-Results flow forward: a step returns the figures the summary needs and ``pipeline.json`` keeps
-them for later runs that skip it. The label accuracy is the one `label` measured (against the
-pool's true labels, a benchmark figure); n/a for labels made elsewhere. A run directory whose
-``config.toml`` has another ``[data]`` section is refused: nothing is deleted unless ``overwrite``.
+Before a step is skipped its artifacts are checked (`pate.digests.damaged`): a damaged
+student or report is made again, damaged teachers or labels are refused (a new release
+needs ``--overwrite``). Results flow forward: ``pipeline.json`` keeps the figures each
+step returned (the label accuracy `label` measured; n/a for labels made elsewhere).
+
+A run directory whose ``config.toml`` has another ``[data]`` section (another data set,
+another pool) is refused: nothing is deleted unless ``overwrite``.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ from typing import Callable, Iterable
 
 
 from analysis.errors import PateError
-from pate import rundir
-from pate.released_labels import release_digest
+from pate import digests, rundir
+from pate.released_labels import read_labels, read_run_labels, release_digest
 from pate.config import Config, config_hash, config_to_dict
 from pate.door import step
 from pate.steps.run_summary import RunSummary, StepRecord, summarise
@@ -201,16 +203,11 @@ def section_hash(config: Config, sections: Iterable[str]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def _sha256(path: Path) -> str | None:
-    """The file's sha256, or None when it is missing (public files only: labels.npz)."""
-    return rundir.file_digest(path) if path.is_file() else None
-
-
 def _meta_hash(path: Path) -> str | None:
     """The config hash in an artifact's ``meta`` (JSON or npz), or None."""
     try:
         if path.suffix == ".json":
-            meta = json.loads(path.read_text(encoding="utf-8")).get("meta", {})
+            meta = rundir.read_json(path).get("meta", {})
         else:
             meta = rundir.read_npz(path).get("meta", {})
         return meta.get("config_hash") if isinstance(meta, dict) else None
@@ -228,9 +225,9 @@ class _Manifest:
         path = run / rundir.PIPELINE_JSON
         if path.exists():
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
+                doc = rundir.read_json(path)  # a plain file: never a FIFO's endless wait
                 self.steps = {k: v for k, v in doc.get("steps", {}).items() if isinstance(v, dict)}
-            except (OSError, ValueError):
+            except (OSError, ValueError, AttributeError, PateError):
                 self.steps = {}  # unreadable: every step is checked from its artifacts
             # Plain digests an older version wrote: removed now, even if every step is skipped.
             if any([e.pop(k, None) for e in self.steps.values() for k in ("artifact_sha256", "inputs_sha256")]):
@@ -241,8 +238,8 @@ class _Manifest:
         if not path.is_file():
             return None
         if self._key is None:
-            self._key = rundir.digest_key(self.run.path)
-        return rundir.keyed_digest(path, self._key)
+            self._key = digests.digest_key(self.run.path)
+        return digests.keyed_digest(path, self._key)
 
     def digest_inputs(self, step: Step) -> dict[str, str | None]:
         return {name: self.digest(self.run / name) for name in step.inputs}
@@ -291,6 +288,12 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
     missing = [a for a in step.artifacts if not run.exists(a)]
     if missing:
         return f"{', '.join(missing)} missing"
+    damage = digests.damaged(run.path, step.artifacts, {rundir.LABELS_NPZ: lambda p: read_run_labels(p.parent)})
+    if damage is not None and step.name in ("teachers", "label"):
+        raise PateError(f"{damage}: `pate run` does not replace damaged teachers or a release on its own; "
+                        "move them aside, or run again with --overwrite")
+    if damage is not None:
+        return damage
     if upstream_ran:
         return "an earlier step ran again"
     want = section_hash(config, step.sections)

@@ -35,11 +35,11 @@ from analysis import composition, mechanisms
 from analysis.errors import PateError
 from analysis.noise import seed_record
 from analysis.report_io import render_table
-from pate import aggregation, rundir
+from pate import aggregation, digests, rundir
 from pate import ledger as ledger_mod
 from pate.config import Config
 from pate.door import step
-from pate.released_labels import read_labels
+from pate.released_labels import read_labels, release_subjects
 
 #: The door's data check: round 2 stands on a run of this data set.
 DATA_CHECK = dict(required="`pate train-teachers`, `pate label` and `pate train-student` (round 1)",
@@ -75,7 +75,7 @@ def round1_student(run: rundir.RunDir) -> tuple[str, str]:
     Raises:
       PateError: no student, or one trained on other labels (both rounds, an older release).
     """
-    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
+    digest = digests.file_digest(run / rundir.LABELS_NPZ)  # what student.json records
     for record, directory in ((rundir.STUDENT_JSON, rundir.STUDENT_DIR),
                               (rundir.STUDENT_ROUND1_JSON, rundir.STUDENT_ROUND1_DIR)):
         if run.exists(record) and run.exists(directory) and run.read_json(record).get("labels_sha256") == digest:
@@ -98,9 +98,9 @@ def round1_release(run: rundir.RunDir) -> dict:
       PateError: no labels.npz, or round 1 not analysed.
     """
     first = read_labels(run / rundir.LABELS_NPZ)
-    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
+    subjects = release_subjects(run / rundir.LABELS_NPZ)
     for name in (rundir.RELEASE_JSON, rundir.RELEASE_ROUND1_JSON):
-        if run.exists(name) and (run.read_json(name).get("meta") or {}).get("labels_sha256") == digest:
+        if run.exists(name) and (run.read_json(name).get("meta") or {}).get("labels_sha256") in subjects:
             return first
     raise PateError(f"round 1 of {run.path} is not finished: no release.json publishes the eps of "
                     f"{run / rundir.LABELS_NPZ}; run `pate analyze --workdir {run.path}` first")
@@ -208,7 +208,7 @@ def _release(door, config: Config, record, votes, chosen, splits, accuracies, se
                  "describe": f"round-2 labels: {chosen.size} queries of {record.describe()}"}
     # Charged before the release is in place: a kill from here on over-counts, never under-counts.
     book.charge("labels", cost, run=door.run.path, mechanism=mechanism,
-                subject=rundir.file_digest(door.out / rundir.LABELS_ROUND2_NPZ), budget=p.total_budget,
+                subject=digests.file_digest(door.out / rundir.LABELS_ROUND2_NPZ), budget=p.total_budget,
                 delta=p.delta, data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
     result = RoundResult(
         num_queries=int(chosen.size), num_answered=int(answered.sum()),
@@ -227,7 +227,7 @@ def _keep_round1(run: rundir.RunDir, out: rundir.RunDir, files: tuple[str, str])
     record, directory = files
     shutil.copytree(run / directory, out / rundir.STUDENT_ROUND1_DIR, dirs_exist_ok=True)
     shutil.copy2(run / record, out / rundir.STUDENT_ROUND1_JSON)
-    digest = rundir.file_digest(run / rundir.LABELS_NPZ)
+    subjects = release_subjects(run / rundir.LABELS_NPZ)
     release = next(n for n in (rundir.RELEASE_JSON, rundir.RELEASE_ROUND1_JSON)
-                   if run.exists(n) and (run.read_json(n).get("meta") or {}).get("labels_sha256") == digest)
+                   if run.exists(n) and (run.read_json(n).get("meta") or {}).get("labels_sha256") in subjects)
     shutil.copy2(run / release, out / rundir.RELEASE_ROUND1_JSON)

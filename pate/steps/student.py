@@ -38,7 +38,7 @@ import numpy as np
 import optax
 
 from analysis.errors import PateError
-from pate import augment, checkpoints, keys, models, rundir
+from pate import augment, checkpoints, digests, keys, models, rundir
 from pate.released_labels import Release, read_release
 from pate.config import MAX_INT, Config, StudentConfig, config_from_dict, config_to_dict
 from pate.progress import Progress
@@ -426,7 +426,7 @@ def _write_student(out: rundir.RunDir, ema, config: Config, result: StudentResul
     cfg = config.student
     checkpoints.save_params(out / rundir.STUDENT_DIR, ema, then="train the student again")
     out.write_json(rundir.STUDENT_JSON, {
-        "checkpoint_sha256": rundir.tree_digest(out / rundir.STUDENT_DIR),
+        "checkpoint_sha256": digests.tree_digest(out / rundir.STUDENT_DIR),
         "method": cfg.method,
         "accuracy": result.accuracy,
         "accuracy_last_weights": result.accuracy_last,

@@ -28,7 +28,7 @@ import numpy as np
 import optax
 
 from analysis.errors import PateError
-from pate import augment, checkpoints, keys, rundir
+from pate import augment, checkpoints, digests, keys, rundir
 from pate.config import Config, TeachersConfig
 from pate.data import Partition, load_dataset, partition, split
 from pate.models import conv_impl, make_model
@@ -299,6 +299,12 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
     staged = "when-replacing" if jax.process_count() == 1 else False
     with step("teachers", workdir, config=config, overwrite=overwrite, resume=resume, staged=staged,
               echo=echo) as door:
+        done = _already_finished(door, tc) if door.resuming else None
+        if done is not None:  # nothing to resume: nothing written (a later `pate run` labels nothing again)
+            door.config = None
+            echo(f"teachers: {door.run / rundir.TEACHERS_JSON} already records all {tc.epochs} epochs and its "
+                 "checkpoint is intact; nothing to resume, nothing written")
+            return done
         dataset = load_dataset(config.data)
         splits = split(dataset, config.data.public_size)
         part: Partition = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
@@ -319,6 +325,25 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
             manager.close()
         return _evaluate(config, door.out, params, model, placement, dataset.name, splits, part, history,
                          latest, start_time, train_time)
+
+
+def _already_finished(door: Door, tc) -> TrainResult | None:
+    """The result teachers.json records when it holds every epoch of `tc` and its final
+    checkpoint is the one recorded; None when there is training left to resume."""
+    if not door.run.exists(rundir.TEACHERS_JSON):
+        return None
+    info = door.run.read_json(rundir.TEACHERS_JSON)
+    checkpoint = info.get("checkpoint")
+    if not isinstance(checkpoint, dict) or checkpoint.get("step") != tc.epochs or info.get("epochs") != tc.epochs:
+        return None
+    digests.check_recorded("teacher checkpoint", door.run / rundir.TEACHERS_DIR / str(tc.epochs),
+                           checkpoint.get("sha256"), "run `pate train-teachers --overwrite` to train again")
+    try:
+        return TrainResult(np.asarray(info["accuracy"], float), float(info["ensemble_accuracy"]), tc.epochs,
+                           list(info["loss_history"]), 0.0, 0.0, list(info.get("devices") or []),
+                           int(info["shard_size"]), int(info["left_out"]), tc.epochs)
+    except (KeyError, TypeError, ValueError):
+        return None  # an incomplete record: train on, and write it again
 
 
 def _train(config: Config, door: Door, manager, placement: Placement, model, tx, splits, part,
@@ -391,7 +416,7 @@ def _evaluate(config: Config, out: rundir.RunDir, params, model, placement: Plac
     final = out / rundir.TEACHERS_DIR / str(tc.epochs)
     if jax.process_index() == 0:
         out.write_json(rundir.TEACHERS_JSON, {
-            "checkpoint": {"step": tc.epochs, "sha256": rundir.tree_digest(final)},
+            "checkpoint": {"step": tc.epochs, "sha256": digests.tree_digest(final)},
             "num_teachers": tc.num_teachers,
             "num_classes": splits.num_classes,
             "image_shape": list(image_shape),
