@@ -245,5 +245,17 @@ def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechan
     click.echo(result.summary())
 
 
+
+@main.command("synth")
+@opt.synth_options()
+def synth_command(config_path, workdir, eps, steps, teachers, settings, seed, overwrite, no_progress):
+    """PATE-GAN: teacher discriminators on the teachers' shards, a generator trained through
+    their noisy votes (queries fixed in advance from eps); write synthetic.npz, synth.json."""
+    config = opt.config_with(config_path, settings, synth__eps=eps, synth__steps=steps, synth__teachers=teachers)
+    from pate.steps.synth import train_synth  # imports JAX
+
+    click.echo(train_synth(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
+                           echo=click.echo).summary())
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

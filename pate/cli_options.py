@@ -258,6 +258,20 @@ def fedavg_options():
         no_progress())
 
 
+def synth_options():
+    """The options of `pate synth`."""
+    return options(
+        config("TOML run config, e.g. configs/fashion_mnist.toml (its [synth] section)."),
+        workdir("Run directory (created if missing; a PATE run of the same data is fine)."),
+        click.option("--eps", type=float, callback=positive, help="Total eps of all votes (overrides synth.eps)."),
+        click.option("--steps", type=click.IntRange(min=1), help="Overrides synth.steps."),
+        click.option("--teachers", type=click.IntRange(min=1), help="Overrides synth.teachers."),
+        settings(),
+        seed_option("Noise seed (0 <= seed < 2**128), research only; never written. Default: OS entropy."),
+        overwrite("Replace synth.json, synthetic.npz, synth-samples.png and synth/ already in --workdir."),
+        no_progress())
+
+
 def label_options():
     """The options of `pate label`."""
     return options(

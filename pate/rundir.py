@@ -35,6 +35,10 @@ DPSGD_DIR = "dpsgd"
 DPSGD_JSON = "dpsgd.json"
 FEDAVG_DIR = "fedavg"
 FEDAVG_JSON = "fedavg.json"
+SYNTH_DIR = "synth"  # the PATE-GAN's generator (released)
+SYNTH_JSON = "synth.json"
+SYNTHETIC_NPZ = "synthetic.npz"
+SYNTH_PNG = "synth-samples.png"
 #: Cached ScatterNet features of the private set (private, like the data).
 DPSGD_FEATURES_DIR = "dpsgd-features"
 RELEASE_JSON = "release.json"
@@ -53,9 +57,10 @@ STUDENT_ARTIFACTS = (STUDENT_DIR, STUDENT_JSON)
 ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG, RELEASE_JSON)
 DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
 FEDAVG_ARTIFACTS = (FEDAVG_DIR, FEDAVG_JSON)
+SYNTH_ARTIFACTS = (SYNTH_DIR, SYNTH_JSON, SYNTHETIC_NPZ, SYNTH_PNG)
 #: Every file and folder a run directory may hold (what no report may be written over).
 RUN_ARTIFACTS = ((CONFIG_TOML, PIPELINE_JSON, PIPELINE_KEY) + TEACHER_ARTIFACTS + LABEL_ARTIFACTS
-                 + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + FEDAVG_ARTIFACTS
+                 + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + FEDAVG_ARTIFACTS + SYNTH_ARTIFACTS
                  + (DPSGD_FEATURES_DIR,))
 
 _META_KEY = "meta"
