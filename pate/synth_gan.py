@@ -104,24 +104,26 @@ class PateGan:
         root = keys.training_key(spec.seed)
         self._root = root
         self._data_key = keys.stream(root, keys.DATA_STREAM)
+        self._fns = _compiled(self)
         init = keys.stream(root, keys.INIT_STREAM)
+        self.teachers = self._fns["init_teachers"](init, self.ids)
+        self.student, self.generator = self._fns["init_rest"](init)
+
+    def _make_init(self) -> tuple[Callable, Callable]:
+        spec = self.spec
         x0 = jnp.zeros((1, *spec.image_shape), jnp.float32)
         c0 = jnp.zeros((1, spec.num_classes), jnp.float32)
 
-        def init_teacher(tid):
+        def init_teacher(init, tid):
             params = self.disc.init(jax.random.fold_in(jax.random.fold_in(init, 0), tid), x0, c0)
             return params, self.tx.init(params)
 
-        self.teachers = jax.jit(jax.vmap(init_teacher))(self.ids)
-        student = jax.jit(self.disc.init)(jax.random.fold_in(init, 1), x0, c0)
-        generator = jax.jit(self.gen.init)(jax.random.fold_in(init, 2), jnp.zeros((1, spec.latent_dim)), c0)
-        self.student = (student, self.tx.init(student))
-        self.generator = (generator, self.tx.init(generator))
-        self._teacher_round = jax.jit(self._make_teacher_round())
-        self._votes = jax.jit(self._make_votes())
-        self._post = jax.jit(self._make_post())
-        self._generate = jax.jit(self._fake, static_argnums=(2,))
-        self._apply_gen = jax.jit(self.gen.apply)
+        def init_rest(init):
+            student = self.disc.init(jax.random.fold_in(init, 1), x0, c0)
+            generator = self.gen.init(jax.random.fold_in(init, 2), jnp.zeros((1, spec.latent_dim)), c0)
+            return (student, self.tx.init(student)), (generator, self.tx.init(generator))
+
+        return jax.vmap(init_teacher, in_axes=(None, 0)), init_rest
 
     # ------------------------------------------------------------------ pieces
 
@@ -207,20 +209,20 @@ class PateGan:
 
     def update_teachers(self, s: int) -> None:
         """Every teacher's ``teacher_steps`` on its own shard against fakes of step ``s``."""
-        self.teachers = self._teacher_round(self.teachers, self.shards, self.ids, self.generator[0],
+        self.teachers = self._fns["teacher_round"](self.teachers, self.shards, self.ids, self.generator[0],
                                             jnp.int32(s))
 
     def queries(self, s: int) -> tuple[jax.Array, jax.Array]:
         """The ``batch_size`` generated points of step ``s`` the teachers vote on."""
-        return self._generate(self.generator[0], self._step_key(s, _QUERIES), self.spec.batch_size)
+        return self._fns["generate"](self.generator[0], self._step_key(s, _QUERIES), self.spec.batch_size)
 
     def votes(self, x: jax.Array, y: jax.Array) -> np.ndarray:
         """The (B, 2) vote histogram of the teachers on the queries — PRIVATE."""
-        return to_host(self._votes(self.teachers[0], self.mask, x, y))
+        return to_host(self._fns["votes"](self.teachers[0], self.mask, x, y))
 
     def update_student_and_generator(self, s: int, x, y, labels: np.ndarray) -> None:
         """The student on the queried points and their noisy labels, then the generator."""
-        self.student, self.generator = self._post(self.student, self.generator, x, y,
+        self.student, self.generator = self._fns["post"](self.student, self.generator, x, y,
                                                   jnp.asarray(labels, jnp.int32), jnp.int32(s))
 
     def teacher_params(self) -> Any:
@@ -235,8 +237,24 @@ class PateGan:
         for start in range(0, n, chunk):
             yc = jnp.asarray(y[start: start + chunk])
             z = jax.random.normal(jax.random.fold_in(key, start), (yc.shape[0], self.spec.latent_dim))
-            out.append(np.asarray(self._apply_gen(self.generator[0], z, self._onehot(yc))))
+            out.append(np.asarray(self._fns["apply_gen"](self.generator[0], z, self._onehot(yc))))
         return np.concatenate(out), y
+
+
+_PROGRAMS: dict = {}
+
+
+def _compiled(gan: PateGan) -> dict:
+    """The jitted functions of ``gan``, shared by every `PateGan` of the same spec (they
+    depend on the spec alone), so a second ensemble of that spec compiles nothing anew."""
+    if gan.spec not in _PROGRAMS:
+        init_teachers, init_rest = gan._make_init()
+        _PROGRAMS[gan.spec] = {
+            "init_teachers": jax.jit(init_teachers), "init_rest": jax.jit(init_rest),
+            "teacher_round": jax.jit(gan._make_teacher_round()), "votes": jax.jit(gan._make_votes()),
+            "post": jax.jit(gan._make_post()), "generate": jax.jit(gan._fake, static_argnums=(2,)),
+            "apply_gen": jax.jit(gan.gen.apply)}
+    return _PROGRAMS[gan.spec]
 
 
 def noisy_labels(votes: np.ndarray, mechanism: Mechanism, source: NoiseSource) -> np.ndarray:
