@@ -190,16 +190,7 @@ def run_command(config_path, workdir, settings, seed, overwrite, no_progress):
 
 
 @main.command("dpsgd")
-@opt.config("TOML run config, e.g. configs/fashion_mnist.toml (its [dpsgd] section).")
-@opt.workdir("Run directory (created if missing; a PATE run of the same data is fine).")
-@click.option("--eps", "eps", type=float, callback=opt.positive, help="Target epsilon (overrides dpsgd.eps).")
-@click.option("--model", type=click.Choice(["cnn", "scatternet"]),
-              help="End-to-end tanh CNN, or ScatterNet features + linear (overrides dpsgd.model).")
-@opt.settings()
-@opt.seed_option("Seed (0 <= seed < 2**128) of the noise, sampling and initialisation, for reproducible "
-                 "research only: whoever knows it can remove the noise. Never written. Default: fresh OS entropy.")
-@opt.overwrite("Replace dpsgd.json and dpsgd/ already in --workdir.")
-@opt.no_progress()
+@opt.dpsgd_options()
 def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, no_progress):
     """Train the DP-SGD baseline on the same private train split as the teachers,
     calibrated to eps at [privacy] delta; write dpsgd.json and dpsgd/."""
@@ -245,17 +236,15 @@ def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechan
     click.echo(result.summary())
 
 
-
 @main.command("synth")
 @opt.synth_options()
 def synth_command(config_path, workdir, eps, steps, teachers, settings, seed, overwrite, no_progress):
-    """PATE-GAN: teacher discriminators on the teachers' shards, a generator trained through
-    their noisy votes (queries fixed in advance from eps); write synthetic.npz, synth.json."""
+    """PATE-GAN: a generator trained through the teacher discriminators' noisy votes; write synthetic.npz."""
     config = opt.config_with(config_path, settings, synth__eps=eps, synth__steps=steps, synth__teachers=teachers)
     from pate.steps.synth import train_synth  # imports JAX
-
     click.echo(train_synth(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
                            echo=click.echo).summary())
+
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
