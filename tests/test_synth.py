@@ -28,18 +28,20 @@ from pate.ledger import Ledger
 from pate.steps import synth
 from pate.synth_gan import REAL, GanSpec, PateGan, noisy_labels, teacher_shards, train
 
-SPEC = GanSpec((4, 4, 1), 3, latent_dim=4, generator_hidden=(8,), discriminator_hidden=(8,), learning_rate=0.01,
-               batch_size=8, real_batch_size=4, teacher_steps=2, student_steps=1, seed=0)
-TEACHERS = 5
+# The tiny config's GAN on data of the tiny config's shapes (8x8x1 images, 4 classes, 6
+# shards of 80): the unit tests and the CLI run share every compiled program
+# (`pate.synth_gan` caches them per spec; same shapes, so no retracing).
+SHAPE, CLASSES, TEACHERS, POINTS = (8, 8, 1), 4, 6, 480
+SPEC = GanSpec.of(load_config(TINY).synth, SHAPE, CLASSES)
 
 
 def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def _data(seed: int = 0, n: int = 60):
+def _data(seed: int = 0, n: int = POINTS):
     rng = np.random.default_rng(seed)
-    return rng.random((n, 4, 4, 1)).astype(np.float32), rng.integers(0, 3, n).astype(np.int32)
+    return rng.random((n, *SHAPE)).astype(np.float32), rng.integers(0, CLASSES, n).astype(np.int32)
 
 
 def _leaves(tree) -> list:
@@ -57,12 +59,13 @@ def _teacher(params, t: int) -> list:
 
 @pytest.fixture(scope="module")
 def neighbour_teachers():
-    """The teachers after three rounds (generator fixed) on D and on D' = D with one example
-    of shard J replaced."""
+    """The teachers after three rounds (generator fixed) on D and on D' = D with the
+    examples of shard J replaced (all of them, so that teacher J's few batches surely read
+    one; a replace-one neighbour is the case of one)."""
     x, y = _data()
     part = partition(x.shape[0], TEACHERS, seed=0)
     x2 = x.copy()
-    x2[part.indices[J, 0]] = 1.0 - x2[part.indices[J, 0]]  # replace-one: an example of shard J
+    x2[part.indices[J]] = 1.0 - x2[part.indices[J]]  # shard J's examples replaced, no other
     out = []
     for data in (x, x2):
         gan = PateGan(SPEC, *teacher_shards(data, y, part.indices))
@@ -158,7 +161,7 @@ def test_query_count_is_independent_of_the_private_data(monkeypatch):
     monkeypatch.setattr(aggregation, "run", lambda v, m, s: calls.append(len(v)) or real_run(v, m, s))
     cfg = load_config(TINY).synth
     counts = []
-    for seed, n in ((0, 60), (1, 95)):
+    for seed, n in ((0, POINTS), (1, POINTS + TEACHERS - 1)):  # other values, other size, same shard shape
         x, y = _data(seed, n)
         gan = PateGan(SPEC, *teacher_shards(x, y, partition(n, TEACHERS, seed=0).indices))
         calls.clear()
