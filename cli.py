@@ -221,16 +221,7 @@ def run_command(config_path, workdir, settings, seed, overwrite, no_progress):
 
 
 @main.command("dpsgd")
-@opt.config("TOML run config, e.g. configs/fashion_mnist.toml (its [dpsgd] section).")
-@opt.workdir("Run directory (created if missing; a PATE run of the same data is fine).")
-@click.option("--eps", "eps", type=float, callback=opt.positive, help="Target epsilon (overrides dpsgd.eps).")
-@click.option("--model", type=click.Choice(["cnn", "scatternet"]),
-              help="End-to-end tanh CNN, or ScatterNet features + linear (overrides dpsgd.model).")
-@opt.settings()
-@opt.seed_option("Seed (0 <= seed < 2**128) of the noise, sampling and initialisation, for reproducible "
-                 "research only: whoever knows it can remove the noise. Never written. Default: fresh OS entropy.")
-@opt.overwrite("Replace dpsgd.json and dpsgd/ already in --workdir.")
-@opt.no_progress()
+@opt.dpsgd_options()
 def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, no_progress):
     """Train the DP-SGD baseline on the same private train split as the teachers,
     calibrated to eps at [privacy] delta; write dpsgd.json and dpsgd/."""
@@ -311,6 +302,16 @@ def audit_command(config_path, workdir, mechanism, gamma, sigma, threshold, sigm
                  num_classes=num_classes, delta=delta, queries=queries, trials=trials, confidence=confidence,
                  seed=seed, json_path=json_path)
     click.echo(result.render())
+
+
+@main.command("synth")
+@opt.synth_options()
+def synth_command(config_path, workdir, eps, steps, teachers, settings, seed, overwrite, no_progress):
+    """PATE-GAN: a generator trained through the teacher discriminators' noisy votes; write synthetic.npz."""
+    config = opt.config_with(config_path, settings, synth__eps=eps, synth__steps=steps, synth__teachers=teachers)
+    from pate.steps.synth import train_synth  # imports JAX
+    click.echo(train_synth(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
+                           echo=click.echo).summary())
 
 
 if __name__ == "__main__":  # pragma: no cover

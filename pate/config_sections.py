@@ -1,6 +1,7 @@
 """The config sections: one frozen dataclass per TOML table (`[data]`, `[teachers]`,
-`[aggregation]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`), each with its defaults and a
-`validate()` that names the key at fault, and `Config`, the registry of sections.
+`[aggregation]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`, `[synth]`), each with its
+defaults and a `validate()` that names the key at fault, and `Config`, the registry of sections
+(`[synth]`'s `SynthConfig` lives in `pate.config_synth`, imported from there).
 
 Loading, overrides, TOML output and hashing live in `pate.config`, which re-exports every
 name here; import them from there. To add a section, write a frozen dataclass with defaults
@@ -13,6 +14,7 @@ import dataclasses
 from typing import Literal
 
 from analysis.errors import PateError
+from pate.config_synth import SynthConfig
 
 def _require(ok: bool, section: str, key: str, message: str) -> None:
     if not ok:
@@ -474,3 +476,4 @@ class Config:
     rounds: RoundsConfig = RoundsConfig()
     dpsgd: DpsgdConfig = DpsgdConfig()
     fedavg: FedavgConfig = FedavgConfig()
+    synth: SynthConfig = SynthConfig()

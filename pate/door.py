@@ -70,6 +70,8 @@ WRITERS = {
                     guard=(rundir.DPSGD_JSON,)),
     "fedavg": Writer("fedavg", rundir.FEDAVG_ARTIFACTS, noun="federated model",
                      again="train the federated model again", guard=(rundir.FEDAVG_JSON,)),
+    "synth": Writer("synth", rundir.SYNTH_ARTIFACTS, noun="synthetic data", again="train the PATE-GAN again",
+                    guard=(rundir.SYNTH_JSON,)),
     "run": Writer("run"),
 }
 

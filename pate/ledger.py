@@ -41,7 +41,7 @@ _KEY_FILE = ".key"
 _FORMAT = 1
 
 #: Entry kinds, each a release made from the private data.
-KINDS = ("labels", "sanitised-eps", "dpsgd", "fedavg", "imported")
+KINDS = ("labels", "sanitised-eps", "dpsgd", "fedavg", "synth", "imported")
 
 
 def default_directory() -> Path:

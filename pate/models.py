@@ -1,6 +1,7 @@
 """Flax models for teachers and students: a small CNN (optionally behind a fixed Gabor
-front end) and an MLP, sized by the config; and the DP-SGD baseline's networks (a tanh
-CNN, a linear classifier on features).
+front end) and an MLP, sized by the config; the DP-SGD baseline's networks (a tanh
+CNN, a linear classifier on features); and the PATE-GAN's class-conditional MLP generator
+and discriminator (`pate synth`).
 
 Why a home-made convolution: vmapped over hundreds of teachers, `nn.Conv` becomes one
 grouped convolution, which XLA:CPU runs slowly (on 2 cores, over 100 s per epoch of
@@ -401,3 +402,37 @@ def penultimate(model: nn.Module, params, x: jax.Array) -> jax.Array:
     """The input of a `make_model` network's classifier layer for images `x`, flattened
     (N, D): the last convolution's (or dense layer's) activations, before dropout."""
     return model.apply(params, x, features=True)
+
+
+# --------------------------------------------------------------------------- PATE-GAN
+
+
+class Generator(nn.Module):
+    """PATE-GAN's generator: a latent vector and a one-hot class through ReLU dense layers
+    of widths `hidden` to sigmoid pixels of `shape`, in [0, 1]: the public range of the
+    scaled data (pixels / 255), so no bound is read from the private data."""
+
+    shape: Sequence[int]
+    hidden: Sequence[int] = (256, 512)
+
+    @nn.compact
+    def __call__(self, z: jax.Array, onehot: jax.Array) -> jax.Array:
+        x = jnp.concatenate([z, onehot], axis=-1)
+        for width in self.hidden:
+            x = nn.relu(nn.Dense(width, kernel_init=lecun_normal)(x))
+        x = nn.sigmoid(nn.Dense(math.prod(self.shape), kernel_init=lecun_normal)(x))
+        return x.reshape(x.shape[0], *self.shape)
+
+
+class Discriminator(nn.Module):
+    """A real/fake discriminator of (image, one-hot class) pairs: leaky-ReLU dense layers
+    of widths `hidden`, then one logit (> 0: "real"). The teachers and the student."""
+
+    hidden: Sequence[int] = (128,)
+
+    @nn.compact
+    def __call__(self, x: jax.Array, onehot: jax.Array) -> jax.Array:
+        x = jnp.concatenate([x.reshape(x.shape[0], -1), onehot], axis=-1)
+        for width in self.hidden:
+            x = nn.leaky_relu(nn.Dense(width, kernel_init=lecun_normal)(x), 0.2)
+        return nn.Dense(1, kernel_init=lecun_normal)(x)[:, 0]

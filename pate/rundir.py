@@ -35,6 +35,10 @@ DPSGD_DIR = "dpsgd"
 DPSGD_JSON = "dpsgd.json"
 FEDAVG_DIR = "fedavg"
 FEDAVG_JSON = "fedavg.json"
+SYNTH_DIR = "synth"  # the PATE-GAN's generator (released)
+SYNTH_JSON = "synth.json"
+SYNTHETIC_NPZ = "synthetic.npz"
+SYNTH_PNG = "synth-samples.png"
 #: Cached ScatterNet features of the private set (private, like the data).
 DPSGD_FEATURES_DIR = "dpsgd-features"
 RELEASE_JSON = "release.json"
@@ -61,18 +65,19 @@ STUDENT_ARTIFACTS = (STUDENT_DIR, STUDENT_JSON)
 ANALYSIS_ARTIFACTS = (PRIVACY_JSON, PRIVACY_PNG, RELEASE_JSON)
 DPSGD_ARTIFACTS = (DPSGD_DIR, DPSGD_JSON)
 FEDAVG_ARTIFACTS = (FEDAVG_DIR, FEDAVG_JSON)
+SYNTH_ARTIFACTS = (SYNTH_DIR, SYNTH_JSON, SYNTHETIC_NPZ, SYNTH_PNG)
 ROUND2_ARTIFACTS = (VOTES_ROUND2_NPZ, LABELS_ROUND2_NPZ, STUDENT_ROUND1_DIR, STUDENT_ROUND1_JSON,
                     RELEASE_ROUND1_JSON)
 #: The folders among them (checkpoints, cached features).
-ARTIFACT_DIRS = (TEACHERS_DIR, STUDENT_DIR, DPSGD_DIR, FEDAVG_DIR, DPSGD_FEATURES_DIR)
+ARTIFACT_DIRS = (TEACHERS_DIR, STUDENT_DIR, DPSGD_DIR, FEDAVG_DIR, SYNTH_DIR, DPSGD_FEATURES_DIR)
 #: Every file and folder a run directory may hold (what no report may be written over).
 RUN_ARTIFACTS = ((CONFIG_TOML, PIPELINE_JSON, PIPELINE_KEY) + TEACHER_ARTIFACTS + LABEL_ARTIFACTS
-                 + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + FEDAVG_ARTIFACTS
+                 + STUDENT_ARTIFACTS + ANALYSIS_ARTIFACTS + DPSGD_ARTIFACTS + FEDAVG_ARTIFACTS + SYNTH_ARTIFACTS
                  + ROUND2_ARTIFACTS + (DPSGD_FEATURES_DIR,))
 
 #: Files that mark a folder as a run directory (any one of them).
 RUN_MARKERS = (CONFIG_TOML, TEACHERS_JSON, VOTES_NPZ, LABELS_NPZ, STUDENT_JSON, PIPELINE_JSON, DPSGD_JSON,
-               FEDAVG_JSON)
+               FEDAVG_JSON, SYNTH_JSON)
 #: Prefixes of the names pate's machinery uses in a run directory (lock, staging, moved aside).
 RESERVED_PREFIXES = (".pate.lock", ".new-", ".old-", "stale-")
 

@@ -40,10 +40,11 @@ def test_missing_sections_and_keys_take_defaults(tmp_path):
 
 def test_sections_registry_follows_config_fields():
     from pate.config import AggregationConfig, DpsgdConfig, FedavgConfig, PrivacyConfig, RoundsConfig, StudentConfig
+    from pate.config_synth import SynthConfig
 
     assert sections() == {"data": DataConfig, "teachers": TeachersConfig, "aggregation": AggregationConfig,
                           "privacy": PrivacyConfig, "student": StudentConfig, "rounds": RoundsConfig,
-                          "dpsgd": DpsgdConfig, "fedavg": FedavgConfig}
+                          "dpsgd": DpsgdConfig, "fedavg": FedavgConfig, "synth": SynthConfig}
 
 
 def test_types_are_coerced(tmp_path):

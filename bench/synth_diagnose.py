@@ -1,0 +1,127 @@
+"""Research diagnosis of `pate synth` (PATE-GAN) on Fashion-MNIST. Prints JSON. Releases
+nothing and charges no ledger: with ``--sigma`` the noise is whatever you ask (0: none),
+so its output is never a private release; with ``--eps`` σ is the plan `pate synth` would
+use (`pate.steps.synth.Plan`, public values only) and the training is exactly the
+command's, without the release.
+
+Modes:
+
+- ``vote`` (PATE-GAN, `pate.synth_gan.train`): prints, every 50 steps, the mean fraction of
+  teachers voting "real" on the queries and the mean released label, then the
+  train-on-synthetic, test-on-real accuracy of a logistic regression (evaluation split).
+- ``direct`` (a diagnosis, *not* private, not PATE-GAN): the generator trained against the
+  mean teacher logit itself, gradients through the teachers, no student, no vote: the
+  signal G-PATE's gradient voting would release with noise. It tells apart "the GAN
+  cannot learn here" from "the vote is too poor a signal".
+
+    python bench/synth_diagnose.py [--mode vote|direct] [--teachers 100] [--steps 300]
+        [--sigma 0 | --eps E] [--set synth.KEY=VALUE ...] [--png samples.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from analysis.mechanisms import GNMax
+from analysis.noise import NoiseSource
+from pate import aggregation
+from pate.config import load_config, parse_override
+from pate.data import load_dataset, partition, split
+from pate.models import Linear
+from pate.steps import synth
+from pate.steps.student import predict
+from pate.synth_gan import GanSpec, PateGan, teacher_shards, train
+
+
+def _direct_step(gan: PateGan):
+    """One generator step against the mean teacher logit (non-private diagnosis)."""
+    spec = gan.spec
+
+    @jax.jit
+    def step(tparams, generator, s):
+        gp, go = generator
+        kz, ky = jax.random.split(jax.random.fold_in(jax.random.key(spec.seed + 7), s))
+        y = jax.nn.one_hot(jax.random.randint(ky, (spec.batch_size,), 0, spec.num_classes), spec.num_classes)
+        z = jax.random.normal(kz, (spec.batch_size, spec.latent_dim))
+
+        def loss(p):
+            x = gan.gen.apply(p, z, y)
+            logits = jax.vmap(lambda q: gan.disc.apply(q, x, y))(tparams)
+            return optax.sigmoid_binary_cross_entropy(logits, jnp.ones_like(logits)).mean()
+
+        updates, go = gan.tx.update(jax.grad(loss)(gp), go, gp)
+        return optax.apply_updates(gp, updates), go
+
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--config", default="configs/fashion_mnist.toml")
+    ap.add_argument("--mode", choices=["vote", "direct"], default="vote")
+    ap.add_argument("--teachers", type=int, default=100)
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--sigma", type=float, default=0.0, help="GNMax sigma of the votes (0: no noise)")
+    ap.add_argument("--eps", type=float, help="sigma from the plan of `pate synth` at this eps instead")
+    ap.add_argument("--set", action="append", default=[], metavar="synth.KEY=VALUE")
+    ap.add_argument("--png", help="write the sample grid here")
+    args = ap.parse_args()
+    overrides = dict(parse_override(s) for s in args.set)
+    overrides.update({"synth.teachers": args.teachers, "synth.steps": args.steps})
+    if args.eps is not None:
+        overrides["synth.eps"] = args.eps
+    config = load_config(args.config, overrides)
+    cfg = config.synth
+    start = time.time()
+    splits = split(load_dataset(config.data), config.data.public_size)
+    part = partition(int(splits.train_x.shape[0]), args.teachers, config.teachers.seed)
+    sigma = synth.Plan.of(cfg, config.privacy.delta).mechanism.sigma if args.eps is not None else args.sigma
+    gan = PateGan(GanSpec.of(cfg, splits.train_x.shape[1:], splits.num_classes),
+                  *teacher_shards(synth.public_scale(splits.train_x), splits.train_y, part.indices))
+    trace, window = [], []
+    real_run = aggregation.run
+
+    def spy(votes, mechanism, source):  # research only: the votes are read here, never written
+        labels = real_run(votes, mechanism, source)
+        window.append((float(np.mean(votes[:, 1]) / args.teachers), float(np.mean(labels))))
+        return labels
+
+    def on_step(s):
+        if s % 50 == 0 and window:
+            trace.append({"step": s, "real_vote_fraction": float(np.mean([w[0] for w in window])),
+                          "real_label_fraction": float(np.mean([w[1] for w in window]))})
+            window.clear()
+
+    if args.mode == "vote":
+        aggregation.run = spy
+        train(gan, cfg.steps, GNMax(max(sigma, 1e-9)), NoiseSource(None, stream=synth.NOISE_STREAM), on_step)
+    else:
+        step = _direct_step(gan)
+        for s in range(cfg.steps):
+            gan.update_teachers(s)
+            gan.generator = step(gan.teachers[0], gan.generator, jnp.int32(s))
+    train_s = time.time() - start
+    images, labels = gan.sample(cfg.samples)
+    pixels = np.round(np.clip(images, 0.0, 1.0) * 255.0).astype(np.uint8)
+    model = Linear(splits.num_classes)
+    params = synth.fit_classifier(model, pixels.astype(np.float32) / 255.0, labels, epochs=cfg.eval_epochs,
+                                  batch_size=cfg.eval_batch_size, learning_rate=cfg.eval_learning_rate, seed=0)
+    accuracy = float(np.mean(predict(model, params, splits.eval_x, 1000) == splits.eval_y))
+    if args.png:
+        with open(args.png, "wb") as f:
+            f.write(synth.sample_grid(pixels, labels, splits.num_classes))
+    print(json.dumps({"mode": args.mode, "teachers": args.teachers, "shard_size": part.shard_size,
+                      "steps": cfg.steps, "batch_size": cfg.batch_size, "sigma": sigma, "trace": trace,
+                      "mean_pixel": float(pixels.mean() / 255.0), "tstr_logistic_regression": accuracy,
+                      "train_s": round(train_s, 1), "total_s": round(time.time() - start, 1)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""`pate synth`: a PATE-GAN (`pate.synth_gan`) trained on the private train split cut into
+the teachers' partition, released as a generator, a synthetic data set and its
+train-on-synthetic, test-on-real score.
+
+**What is fixed before training, from public values only** (`Plan.of`): the number of
+queries N = ``steps × batch_size`` (every step votes on ``batch_size`` generated points;
+there is no stopping rule, so the step count says nothing about the data) and the GNMax
+noise σ of the 2-class vote, the smallest for which N answers cost at most ``eps`` at
+``[privacy] delta`` as the ledger counts them (`analysis.composition.single_eps` of the
+record's `Cost`: μ-GDP with μ² = 2N/σ², the smaller of RDP and PLD). σ starts from the
+exact Gaussian-DP μ (Balle & Wang 2018, Theorem 8; `analysis.pld.gaussian_mu_for`) and grows
+until the ledger's figure meets the budget.
+
+**Formal guarantee.** Everything released (generator, synthetic.npz, the picture,
+synth.json's scores) is post-processing of the noisy labels, so the release is
+(ε, δ + δ_s)-DP for **replace-one** neighbours of the private train split, with ε the
+planned figure and δ_s the float64 samplers' `analysis.noise.sampling_delta` (module
+`pate.synth_gan` for why each answer is a GNMax answer with sensitivity √2). No
+data-dependent ε is computed or reported. The pixels are scaled by the public bound of
+their type (uint8 / 255, `pate.data`) and clamped to [0, 1]: no minimum, maximum or encoder
+is fitted on the private data. Classes are drawn uniformly (a public prior): no label count
+is read, so none is accounted. Theorem 3 of PATE-GAN (LNMax moments bound, precondition
+q < 1/(1 + e^{2λ})) is not used: GNMax's data-independent RDP needs no precondition.
+
+Nothing else that depends on the private data is written: no votes, no per-teacher value, no
+losses, no wall times (printed only), no seed (``research_seed: true`` when one was given).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from analysis import composition
+from analysis.errors import PateError
+from analysis.mechanisms import GNMax
+from analysis.noise import NoiseSource, sampling_delta, seed_record
+from analysis.pld import gaussian_mu_for
+from analysis.validation import check_delta, check_positive
+from pate import checkpoints, rundir
+from pate import ledger as ledger_mod
+from pate.config import Config, config_to_dict
+from pate.door import step
+from pate.models import Linear, TanhCNN, cnn_output_side
+from pate.progress import Progress
+from pate.steps.student import predict
+from pate.synth_gan import GanSpec, PateGan, teacher_shards, train
+
+#: The `analysis.noise` stream of this step's noise (labels 0, sanitised release 1, fedavg 2).
+NOISE_STREAM = 3
+VOTE_CLASSES = 2  # real / fake
+
+
+def calibrate_sigma(eps: float, delta: float, queries: int) -> float:
+    """The smallest σ (to 1e-4 relative) whose ``queries`` GNMax answers cost at most
+    ``eps`` at ``delta`` by the ledger's own figure (module docstring). Public inputs only."""
+    check_positive("eps", eps)
+    check_delta(delta)
+    if queries < 1:
+        raise PateError(f"a PATE-GAN needs at least one query, got {queries}")
+    sigma = math.sqrt(2.0 * queries) / gaussian_mu_for(eps, delta)
+    while composition.single_eps(GNMax(sigma).cost(queries), delta) > eps:
+        sigma *= 1.0001
+    return sigma
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What is fixed before training: queries, σ, the record, its cost and ε."""
+
+    queries: int
+    mechanism: GNMax
+    cost: composition.Cost
+    eps: float
+    sampling_delta: float
+
+    @classmethod
+    def of(cls, cfg, delta: float) -> "Plan":
+        queries = cfg.steps * cfg.batch_size
+        record = GNMax(calibrate_sigma(cfg.eps, delta, queries))
+        cost = record.cost(queries)
+        eps = composition.single_eps(cost, delta)
+        return cls(queries, record, cost, eps, sampling_delta(queries, VOTE_CLASSES, eps))
+
+
+def public_scale(x: np.ndarray) -> np.ndarray:
+    """Images as float32 clamped to [0, 1], the public range the loaders scale pixels to
+    (uint8 / 255): a function of each pixel alone, never of the data set's statistics."""
+    return np.clip(np.asarray(x, np.float32), 0.0, 1.0)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def fit_classifier(model, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int, learning_rate: float,
+                   seed: int):
+    """Non-private Adam training of `model` on (x, y) (synthetic, public data): softmax
+    cross-entropy, ``epochs`` shuffled passes of full batches."""
+    tx = optax.adam(learning_rate)
+    key = jax.random.key(seed)
+    params = jax.jit(model.init)(key, jnp.zeros((1, *x.shape[1:]), jnp.float32))
+    batch = min(batch_size, x.shape[0])
+    nb = x.shape[0] // batch
+
+    @jax.jit
+    def epoch(params, opt, xs, ys, k):
+        order = jax.random.permutation(k, xs.shape[0])[: nb * batch].reshape(nb, batch)
+
+        def body(carry, idx):
+            p, o = carry
+            grads = jax.grad(lambda q: optax.softmax_cross_entropy_with_integer_labels(
+                model.apply(q, xs[idx]), ys[idx]).mean())(p)
+            updates, o = tx.update(grads, o, p)
+            return (optax.apply_updates(p, updates), o), None
+
+        return jax.lax.scan(body, (params, opt), order)[0]
+
+    opt = tx.init(params)
+    xs, ys = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32)
+    for e in range(epochs):
+        params, opt = epoch(params, opt, xs, ys, jax.random.fold_in(key, e + 1))
+    return params
+
+
+def tstr(config: Config, x: np.ndarray, y: np.ndarray, splits) -> dict:
+    """Train on synthetic, test on real: a logistic regression and the `[dpsgd]` CNN
+    (`pate.models.TanhCNN`) trained on (x, y), scored on the evaluation split (and on the
+    whole test split). The CNN is None when the images are too small for its layers."""
+    cfg, d = config.synth, config.dpsgd
+    models = {"logistic_regression": Linear(splits.num_classes)}
+    if cnn_output_side(int(x.shape[1]), d) > 0:
+        models["cnn"] = TanhCNN(splits.num_classes, tuple(d.conv_features), tuple(d.conv_kernels),
+                                tuple(d.conv_strides), tuple(d.conv_padding), tuple(d.hidden))
+    test_x = np.concatenate([splits.pool_x, splits.eval_x])
+    test_y = np.concatenate([splits.pool_y, splits.eval_y])
+    pool = splits.pool_x.shape[0]
+    out = {"eval_points": int(splits.eval_y.size), "test_points": int(test_y.size), "cnn": None, "cnn_test": None}
+    for name, model in models.items():
+        params = fit_classifier(model, x, y, epochs=cfg.eval_epochs, batch_size=cfg.eval_batch_size,
+                                learning_rate=cfg.eval_learning_rate, seed=cfg.seed)
+        pred = predict(model, params, public_scale(test_x), cfg.eval_batch_size)
+        out[name] = float(np.mean(pred[pool:] == test_y[pool:]))
+        out[name + "_test"] = float(np.mean(pred == test_y))
+    return out
+
+
+def sample_grid(images: np.ndarray, labels: np.ndarray, num_classes: int, per_class: int = 10) -> bytes:
+    """PNG of ``per_class`` synthetic images of each class (one row per class, up to 10)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = min(num_classes, 10)
+    fig, axes = plt.subplots(rows, per_class, figsize=(per_class * 0.8, rows * 0.8), dpi=100, squeeze=False)
+    try:
+        for r in range(rows):
+            picks = np.flatnonzero(labels == r)[:per_class]
+            for c in range(per_class):
+                ax = axes[r, c]
+                ax.axis("off")
+                if c < picks.size:
+                    img = images[picks[c]]
+                    ax.imshow(img[..., 0] if img.shape[-1] == 1 else img, cmap="gray", vmin=0, vmax=255)
+        fig.suptitle("pate synth: synthetic samples, one row per class", fontsize=8)
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+    finally:
+        plt.close(fig)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@dataclasses.dataclass(frozen=True)
+class SynthResult:
+    """What `train_synth` did (synth.json holds it, but for the wall time)."""
+
+    eps: float
+    delta: float
+    sigma: float
+    queries: int
+    teachers: int
+    shard_size: int
+    scores: dict
+    wall_time_s: float
+
+    def summary(self) -> str:
+        s = self.scores
+        cnn = "n/a (images too small for the [dpsgd] CNN)" if s["cnn"] is None else f"{s['cnn']:.4f}"
+        return "\n".join([
+            f"synth: PATE-GAN, {self.teachers} teacher discriminators of {self.shard_size} points, "
+            f"{self.queries} GNMax votes (2 classes) at sigma {self.sigma:.4g}",
+            f"synth eps = {self.eps:.4f} at delta = {self.delta:g} (replace-one neighbours)",
+            f"train on synthetic, test on real ({s['eval_points']} evaluation points): logistic regression "
+            f"{s['logistic_regression']:.4f}, CNN {cnn}",
+            f"wall time: {self.wall_time_s:.1f} s (printed only)",
+        ])
+
+
+def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None, overwrite: bool = False,
+                show_progress: bool = True, echo: Callable[[str], None] = print) -> SynthResult:
+    """Trains the PATE-GAN of ``config.synth`` and releases it at ``config.synth.eps``,
+    ``config.privacy.delta`` (module docstring).
+
+    Writes ``synth/`` (the generator's parameters, orbax), ``synthetic.npz`` (``images``
+    uint8 (N, H, W, C), ``labels``), ``synth-samples.png`` and ``synth.json`` into `workdir`
+    (and ``config.toml`` when it has none), after charging the release to the data set's ledger.
+
+    Args:
+      seed: None (fresh OS entropy) or an integer in [0, 2**128) for research; never written.
+
+    Raises:
+      PateError: bad eps/delta/seed/teachers, missing data, an existing result without
+        `overwrite`, a run of another data set, over the ledger's budget.
+    """
+    from pate.data import load_dataset, partition, split
+
+    start = time.time()
+    cfg, delta = config.synth, config.privacy.delta
+    with step("synth", workdir, config=config, overwrite=overwrite, data={}, keep_config=True, echo=echo) as door:
+        check_positive("eps", cfg.eps)
+        check_delta(delta)
+        source = NoiseSource(seed, stream=NOISE_STREAM)  # checks the seed before any work
+        plan = Plan.of(cfg, delta)
+        splits = split(load_dataset(config.data), config.data.public_size)
+        num_teachers = cfg.teachers or config.teachers.num_teachers
+        part = partition(int(splits.train_x.shape[0]), num_teachers, config.teachers.seed)
+        book = ledger_mod.Ledger.for_config(config)
+        book.check_budget([plan.cost], config.privacy.total_budget, delta, "this synthetic data set")
+        echo(f"synth: {num_teachers} teachers of {part.shard_size} points, {cfg.steps} steps x {cfg.batch_size} "
+             f"queries = {plan.queries} GNMax votes at sigma {plan.mechanism.sigma:.4g} for eps {plan.eps:.4g} "
+             f"(replace-one, delta {delta:g})")
+        gan = PateGan(GanSpec.of(cfg, splits.train_x.shape[1:], splits.num_classes),
+                      *teacher_shards(public_scale(splits.train_x), splits.train_y, part.indices))
+        with Progress("synth step", cfg.steps, show=show_progress) as bar:
+            answered = train(gan, cfg.steps, plan.mechanism, source, bar.update)
+        if answered != plan.queries:  # the planned count is what is charged
+            raise PateError(f"internal error: {answered} votes answered, {plan.queries} planned")
+        images, labels = gan.sample(cfg.samples)
+        pixels = np.round(np.clip(images, 0.0, 1.0) * 255.0).astype(np.uint8)
+        scores = tstr(config, pixels.astype(np.float32) / 255.0, labels, splits)
+        result = SynthResult(plan.eps, delta, plan.mechanism.sigma, plan.queries, num_teachers, part.shard_size,
+                             scores, time.time() - start)
+        digest = hashlib.sha256(pixels.tobytes() + labels.tobytes()).hexdigest()
+        book.charge("synth", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
+                    subject="synth:" + digest,
+                    mechanism={"name": "pate-gan", **plan.mechanism.params(), "describe":
+                               f"PATE-GAN: {plan.queries} GNMax votes (2 classes), sigma "
+                               f"{plan.mechanism.sigma:.4g}, {num_teachers} teachers"},
+                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+        checkpoints.save_params(door.out / rundir.SYNTH_DIR, gan.generator[0],
+                                then="run `pate synth --overwrite` again")
+        door.out.write_npz(rundir.SYNTHETIC_NPZ, {"images": pixels, "labels": labels})
+        rundir.atomic_write_bytes(door.out / rundir.SYNTH_PNG, sample_grid(pixels, labels, splits.num_classes))
+        door.out.write_json(rundir.SYNTH_JSON, {"data_set": book.summary(delta, extra=[]),
+                                                **_record(config, plan, result, seed, splits, pixels.shape)},
+                            config)
+    echo(ledger_mod.cumulative_line(book, delta))
+    return result
+
+
+def _record(config: Config, plan: Plan, result: SynthResult, seed, splits, shape) -> dict:
+    """synth.json: public parameters and results only (no votes, no wall time, no seed)."""
+    cfg = config.synth
+    return {
+        "eps": plan.eps,
+        "target_eps": cfg.eps,
+        "delta": result.delta,
+        "sampling_delta": plan.sampling_delta,
+        "neighbouring_relation": composition.RELATION,
+        "accounting": ("data-independent: queries x GNMax answers on 2-class votes (PATE 2018, Proposition 8), "
+                       "mu-GDP with mu^2 = 2 queries / sigma^2; the smaller of RDP and PLD; adaptive "
+                       "composition over the steps; generator, student and samples are post-processing"),
+        "cost": plan.cost.to_json(),
+        "mechanism": {"name": plan.mechanism.name, "num_classes": VOTE_CLASSES, **plan.mechanism.params()},
+        "sigma": plan.mechanism.sigma,
+        "queries": plan.queries,
+        "steps": cfg.steps,
+        "batch_size": cfg.batch_size,
+        "teachers": result.teachers,
+        "shard_size": result.shard_size,
+        "partition": "the teachers' (teachers.seed), fixed for the whole run",
+        "train_on_synthetic_test_on_real": result.scores,
+        "samples": int(shape[0]),
+        "class_prior": "uniform (public; no label count read)",
+        "scaling": "pixels / 255 clamped to [0, 1] (public bounds; nothing fitted on the data)",
+        "noise": "float64 gaussian on the votes, " + ("OS entropy" if seed is None else "research seed (not recorded)"),
+        **seed_record(seed),
+        "synth": config_to_dict(config)["synth"],
+        "dataset": config.data.name,
+        "num_classes": splits.num_classes,
+        "image_shape": list(shape[1:]),
+    }
