@@ -7,6 +7,8 @@ import importlib.util
 import json
 import os
 
+import pytest
+
 from conftest import ROOT, TINY
 
 
@@ -17,6 +19,7 @@ def _compare():
     return module
 
 
+@pytest.mark.slow  # a research harness end to end; its parts have fast tests
 def test_pate_rows_from_one_ensemble(trained_run, tmp_path, capsys):
     run, _ = trained_run
     root, png = tmp_path / "compare", tmp_path / "compare.png"

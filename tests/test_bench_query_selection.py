@@ -6,6 +6,7 @@ import importlib.util
 import json
 
 import numpy as np
+import pytest
 
 from conftest import ROOT
 
@@ -17,6 +18,7 @@ def _bench():
     return module
 
 
+@pytest.mark.slow  # a research harness end to end; its parts have fast tests
 def test_runs_on_the_tiny_run(finished_tiny, tmp_path, capsys):
     bench = _bench()
     out = tmp_path / "round2"

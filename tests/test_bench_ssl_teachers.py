@@ -29,6 +29,7 @@ def test_variant_keeps_the_teacher_model_and_applies_overrides(tiny_config):
         bench.teacher_loop_config(tiny_config, "nonsense=1", 80)
 
 
+@pytest.mark.slow  # a research harness end to end; its parts have fast tests
 def test_runs_on_the_tiny_data(capsys):
     bench = _bench()
     assert bench.main(["--config", str(TINY), "--teachers", "2", "--variants", "method=supervised",

@@ -228,7 +228,7 @@ def test_existing_result_needs_overwrite(tiny_dpsgd, tmp_path):
     (["--seed", "-1"], 2, "2**128"),
     (["--set", "data.name=\"npz\"", "--set", "data.path=\"/nonexistent/x.npz\""], 1, "not found"),
     (["--set", "dpsgd.clip_norm=0"], 1, "clip_norm"),
-    (["--set", "dpsgd.conv_kernels=[9, 9]"], 1, "conv_kernels"),
+    pytest.param(["--set", "dpsgd.conv_kernels=[9, 9]"], 1, "conv_kernels", marks=pytest.mark.slow),  # 17 s
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, code, needle):
     workdir = tmp_path / "run"
