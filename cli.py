@@ -9,6 +9,7 @@ import sys
 
 import click
 
+from pate import cli_baseline_options as baseline
 from pate import cli_options as opt
 
 
@@ -221,7 +222,7 @@ def run_command(config_path, workdir, settings, seed, overwrite, no_progress):
 
 
 @main.command("dpsgd")
-@opt.dpsgd_options()
+@baseline.dpsgd_options()
 def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, no_progress):
     """Train the DP-SGD baseline on the same private train split as the teachers,
     calibrated to eps at [privacy] delta; write dpsgd.json and dpsgd/."""
@@ -253,7 +254,7 @@ def ledger_command(config_path, workdir, name, import_path, delta):
 
 
 @main.command("fedavg")
-@opt.fedavg_options()
+@baseline.fedavg_options()
 def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechanism, settings, seed, overwrite,
                    no_progress):
     """Federated learning on the teachers' shards with noise on every client message,
@@ -305,7 +306,7 @@ def audit_command(config_path, workdir, mechanism, gamma, sigma, threshold, sigm
 
 
 @main.command("synth")
-@opt.synth_options()
+@baseline.synth_options()
 def synth_command(config_path, workdir, eps, steps, teachers, settings, seed, overwrite, no_progress):
     """PATE-GAN: a generator trained through the teacher discriminators' noisy votes; write synthetic.npz."""
     config = opt.config_with(config_path, settings, synth__eps=eps, synth__steps=steps, synth__teachers=teachers)
