@@ -31,6 +31,15 @@ Where P ≥ 1/2 it falls as the prefix grows (f and S are sums of non-negative t
 noise's centre and spread both grow), so the most queries is found by bisection over a
 grid of prefixes; the returned choice is checked directly. Replace-one neighbours, as
 everywhere (the release's cost is the GNSS bound of `analysis.gnss.rdp_gnss`).
+
+**A later round** (`pate label --round 2` under a target for both rounds): ``offset`` is
+the RDP that earlier rounds published at one order λ (their sanitised RDP plus each
+release's cost, public). The headline of both rounds by the RDP route of
+`analysis.rounds.cumulative_headline` is conv_λ(offset + g·max(0, round(f/g) + Z) + c),
+the form above with c replaced by offset + c, so the same computation plans it at that
+order alone. The data-independent cap and the basic route are left out of the plan (the
+published headline is the least of the routes, so the P computed without them is a lower
+bound on the true one).
 """
 
 from __future__ import annotations
@@ -211,6 +220,7 @@ class ReleaseChoice:
     model: VoteModel
     ensembles: int
     seed: int
+    offset_rdp: float = 0.0  # RDP earlier rounds published at ``order`` (module docstring)
 
     def meta(self) -> dict:
         """The choice as JSON-able values (labels.npz ``meta["release_plan"]``)."""
@@ -221,7 +231,8 @@ class ReleaseChoice:
     @classmethod
     def from_meta(cls, meta: dict) -> "ReleaseChoice":
         try:
-            values = {f.name: meta[f.name] for f in dataclasses.fields(cls)}
+            values = {f.name: meta[f.name] for f in dataclasses.fields(cls)
+                      if f.name in meta or f.default is dataclasses.MISSING}
             values["model"] = VoteModel(**values["model"])
             return cls(**values)
         except (KeyError, TypeError) as err:
@@ -232,7 +243,9 @@ class ReleaseChoice:
         m = self.model
         return "\n".join([
             f"target eps        {self.target_eps:g} at delta {self.delta:g} ({self.conversion} conversion), "
-            f"P[headline <= target] >= {self.target_probability:g}",
+            f"P[headline <= target] >= {self.target_probability:g}"
+            + (f", with RDP {self.offset_rdp:.4g} at order {self.order:g} published by round 1"
+               if self.offset_rdp else ""),
             f"queries           {self.num_queries} (of at most {self.max_queries})",
             f"release           order {self.order:g}, beta {self.beta:.4g}, RDP cost {self.release_cost:g} "
             f"(sigma_ss {self.sigma_ss:.4g})",
@@ -275,11 +288,18 @@ def _check(record, target: float, probability: float) -> None:
         raise PateError(f"the target probability must lie in [0.5, 1), got {probability}")
 
 
+def _check_offset(offset: float, orders) -> None:
+    if not (offset >= 0 and math.isfinite(offset)):
+        raise PateError(f"the RDP published by earlier rounds must be a non-negative number, got {offset}")
+    if offset and len(tuple(orders)) != 1:
+        raise PateError("a later round is planned at the order of the earlier rounds' releases: give one order")
+
+
 class _Planner:
     """Evaluates releases at query prefixes on the simulated ensembles (`choose_release`)."""
 
-    def __init__(self, record, ends, target, delta, conversion, model, ensembles, seed, grid):
-        self.record, self.ends, self.target = record, list(ends), float(target)
+    def __init__(self, record, ends, target, delta, conversion, model, ensembles, seed, grid, offset=0.0):
+        self.record, self.ends, self.target, self.offset = record, list(ends), float(target), float(offset)
         self.delta, self.conversion, self.grid = float(delta), conversion, grid
         self.sim = _Simulated(record, model, ends, ensembles, seed)
         self._independent: dict[int, object] = {}
@@ -298,11 +318,13 @@ class _Planner:
                                               self.conversion)[0]
 
     def evaluate(self, release: Release, j: int, screen: bool = False) -> tuple[float, float, float, float]:
-        """``(mean P, least P, mean E[H], DI route)`` of ``release`` at prefix ``ends[j]``."""
-        di = self.di_route(release, j, screen)
-        if release not in self._bounds:
-            self._bounds[release] = _bounds(release, self.target, self.delta, self.conversion, self.grid)
-        out = np.array([_outcome(f, ss, release, di, self.target, self._bounds[release], self.delta,
+        """``(mean P, least P, mean E[H], DI route)`` of ``release`` at prefix ``ends[j]``
+        (with an ``offset``: of both rounds by the RDP route, no data-independent cap)."""
+        di = math.inf if self.offset else self.di_route(release, j, screen)
+        shifted = dataclasses.replace(release, cost=release.cost + self.offset)
+        if shifted not in self._bounds:
+            self._bounds[shifted] = _bounds(shifted, self.target, self.delta, self.conversion, self.grid)
+        out = np.array([_outcome(f, ss, shifted, di, self.target, self._bounds[shifted], self.delta,
                                  self.conversion, self.grid) for f, ss in self.sim.f_ss(release, j)])
         return float(out[:, 0].mean()), float(out[:, 0].min()), float(out[:, 1].mean()), di
 
@@ -329,23 +351,25 @@ class _Planner:
 def choose_release(record, max_queries: int, target: float, delta: float, *, model: VoteModel,
                    conversion: str = "classic", probability: float = PROBABILITY, ensembles: int = ENSEMBLES,
                    seed: int = SEED, orders=ORDERS, costs=COSTS, betas=BETA_TIMES_ORDER,
-                   grid: float = gnss.RELEASE_GRID) -> ReleaseChoice:
+                   grid: float = gnss.RELEASE_GRID, offset: float = 0.0) -> ReleaseChoice:
     """The release parameters and query count of the module docstring for ``record`` (an
     `analysis.mechanisms` GNMax or Confident-GNMax record), at most ``max_queries`` queries,
     the headline ≤ ``target`` at ``delta`` with probability ≥ ``probability`` on ``model``'s
-    simulated votes. ``betas`` are β · order. Public inputs only (no votes).
+    simulated votes. ``betas`` are β · order. Public inputs only (no votes). ``offset``:
+    the RDP earlier rounds published at the single order of ``orders`` (module docstring).
 
     Raises:
       PateError: not a GNSS mechanism, bad target or probability, or no release on the
         grid meets the target even for the fewest queries tried.
     """
     _check(record, target, probability)
+    _check_offset(offset, orders)
     max_queries = int(max_queries)
     step = max(1, math.ceil(max_queries / PREFIXES))
     ends = sorted(set(range(step, max_queries, step)) | {max_queries})
     screened = (_screen_release(order, times / order, cost) for order in orders for times in betas for cost in costs)
     releases = [r for r in screened if r is not None]
-    planner = _Planner(record, ends, target, delta, conversion, model, ensembles, seed, grid)
+    planner = _Planner(record, ends, target, delta, conversion, model, ensembles, seed, grid, offset)
     found, lo, hi = None, 0, len(ends) - 1
     mid = hi  # all the queries asked for first, then bisection for the most that meet the target
     while lo <= hi:
@@ -356,20 +380,23 @@ def choose_release(record, max_queries: int, target: float, delta: float, *, mod
             found, lo = (mid, best), mid + 1
         mid = (lo + hi) // 2
     if found is None:
-        raise PateError(f"no release meets a target eps of {target:g} with probability {probability:g}, even "
-                        f"for {ends[0]} queries: raise the target or the noise (see `pate plan`)")
+        left = f" after round 1's RDP {offset:.4g} at order {orders[0]:g}" if offset else ""
+        raise PateError(f"no release meets a target eps of {target:g}{left} with probability {probability:g}, "
+                        f"even for {ends[0]} queries: raise the target or the noise (see `pate plan`)")
     j, (release, (p, p_min, e, di)) = found
     return ReleaseChoice(float(target), float(probability), int(ends[j]), max_queries, release.order, release.beta,
                          release.release_cost, release.sigma_ss, p, p_min, e, di, float(delta), conversion, model,
-                         int(ensembles), int(seed))
+                         int(ensembles), int(seed), float(offset))
 
 
 def headline_probability(record, num_queries: int, release: Release, target: float, delta: float, *,
                          model: VoteModel, conversion: str = "classic", ensembles: int = ENSEMBLES,
-                         seed: int = SEED, grid: float = gnss.RELEASE_GRID) -> tuple[float, float, float, float]:
+                         seed: int = SEED, grid: float = gnss.RELEASE_GRID, offset: float = 0.0
+                         ) -> tuple[float, float, float, float]:
     """``(mean P, least P, mean E[H], DI route)`` of one release of ``num_queries`` queries
     on ``model``'s simulated ensembles: what the report publishes for a planned release
-    (public: no vote of the data set enters)."""
+    (public: no vote of the data set enters). ``offset`` as in `choose_release`."""
     _check(record, target, PROBABILITY)
-    planner = _Planner(record, [int(num_queries)], target, delta, conversion, model, ensembles, seed, grid)
+    _check_offset(offset, [release.order])
+    planner = _Planner(record, [int(num_queries)], target, delta, conversion, model, ensembles, seed, grid, offset)
     return planner.evaluate(release, 0)

@@ -1,7 +1,8 @@
 """The config sections: one frozen dataclass per TOML table (`[data]`, `[teachers]`,
 `[aggregation]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`, `[synth]`), each with its
 defaults and a `validate()` that names the key at fault, and `Config`, the registry of sections
-(`[synth]`'s `SynthConfig` lives in `pate.config_synth`, imported from there).
+(`[rounds]`'s `RoundsConfig` and `[synth]`'s `SynthConfig` live in `pate.config_rounds`
+and `pate.config_synth`, imported from there).
 
 Loading, overrides, TOML output and hashing live in `pate.config`, which re-exports every
 name here; import them from there. To add a section, write a frozen dataclass with defaults
@@ -14,6 +15,7 @@ import dataclasses
 from typing import Literal
 
 from analysis.errors import PateError
+from pate.config_rounds import RoundsConfig
 from pate.config_synth import SynthConfig
 
 def _require(ok: bool, section: str, key: str, message: str) -> None:
@@ -169,30 +171,6 @@ class AggregationConfig:
             value = getattr(self, key)
             _require(value > 0 and value != float("inf"), s, key, f"must be a positive number, got {value}")
         _require(0 <= self.threshold < float("inf"), s, "threshold", f"must be >= 0, got {self.threshold}")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RoundsConfig:
-    """`[rounds]`: the 2018 paper's interactive setting (`pate label --round 2`). With
-    `rounds` = 2, round 2 queries `queries` pool points not queried in round 1, the most
-    unsure of the round-1 student first (`select`: "uncertain" = lowest top probability,
-    "margin" = smallest gap between the top two; "next" = the next points in pool
-    order, the non-interactive baseline), and its teachers are ridge heads
-    (penalty `ridge`) on the round-1 student's features reduced to `pca_dim` dimensions
-    by a PCA of the public pool; each on its round-1 teacher's shard."""
-
-    rounds: int = 1
-    queries: int = 800
-    select: Literal["uncertain", "margin", "next"] = "uncertain"
-    pca_dim: int = 256
-    ridge: float = 10.0
-
-    def validate(self) -> None:
-        s = "rounds"
-        _require(self.rounds in (1, 2), s, "rounds", f"must be 1 or 2, got {self.rounds}")
-        _require(self.queries >= 1, s, "queries", f"must be >= 1, got {self.queries}")
-        _require(self.pca_dim >= 1, s, "pca_dim", f"must be >= 1, got {self.pca_dim}")
-        _require(0 < self.ridge < float("inf"), s, "ridge", f"must be a positive number, got {self.ridge}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

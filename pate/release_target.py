@@ -42,8 +42,55 @@ def choose(config, num_teachers: int, num_classes: int, *, budget=None,
                         "turns the target off)")
     record = mechanisms.from_config(config.aggregation)
     choice = headline_target.choose_release(
-        record, config.aggregation.queries, p.target_eps, p.delta, conversion=p.conversion,
+        record, config.aggregation.queries, round1_target(config), p.delta, conversion=p.conversion,
         probability=p.target_probability, model=vote_model(config, num_teachers, num_classes))
+    echo(choice.render())
+    return choice
+
+
+def round1_target(config) -> float:
+    """The target round 1 plans for: ``[rounds] round1_target_eps`` when set (the rest of
+    ``[privacy] target_eps`` is left to a round 2), else the whole target.
+
+    Raises:
+      PateError: a round-1 target above the target of both rounds.
+    """
+    whole, first = config.privacy.target_eps, config.rounds.round1_target_eps
+    if first > whole:
+        raise PateError(f"rounds.round1_target_eps = {first:g} is above privacy.target_eps = {whole:g}, the "
+                        "target of both rounds; lower it")
+    return first or whole
+
+
+def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *,
+                  echo=print) -> headline_target.ReleaseChoice | None:
+    """Round 2's plan under ``[privacy] target_eps`` (None when 0): at most ``[rounds]
+    queries``, the GNSS release at round 1's order, so that the headline of both rounds
+    (`analysis.rounds`, RDP route) is ≤ the target with probability ≥ ``target_probability``
+    given the RDP round 1 published (``first``: round 1's release.json, public) — on votes
+    simulated from the public model, as round 1's plan (`analysis.headline_target`, "a
+    later round"). Printed.
+
+    Raises:
+      PateError: round 1 published no GNSS release (LNMax, or data-independent only), or no
+        round-2 release meets the target after round 1's draw.
+    """
+    p = config.privacy
+    if not p.target_eps:
+        return None
+    details = first.get("details") or {}
+    try:
+        offset = float(details["rdp_sanitized"]) + float(details["release_rdp_cost"])
+        order = float(details["release_order"])
+    except (KeyError, TypeError, ValueError):
+        raise PateError("round 1's release.json has no sanitised RDP at one order (a GNSS release), so a "
+                        "target for both rounds cannot be planned; set privacy.target_eps = 0 for round 2 "
+                        "or release round 1 by GNMax / Confident-GNMax") from None
+    record = mechanisms.from_config(config.aggregation)
+    choice = headline_target.choose_release(
+        record, config.rounds.queries, p.target_eps, p.delta, conversion=p.conversion,
+        probability=p.target_probability, model=vote_model(config, num_teachers, num_classes),
+        orders=(order,), offset=offset)
     echo(choice.render())
     return choice
 
@@ -87,9 +134,10 @@ def report_items(plan: headline_target.ReleaseChoice, record, report, release_co
     release = headline_target.release_parameters(report.value("release_order"), report.value("beta"), release_cost)
     p, p_min, expected, _ = headline_target.headline_probability(
         record, int(report.value("num_queries")), release, plan.target_eps, delta, model=plan.model,
-        conversion=conversion, ensembles=plan.ensembles, seed=plan.seed)
+        conversion=conversion, ensembles=plan.ensembles, seed=plan.seed, offset=plan.offset_rdp)
     note = (f"over the release noise, on {plan.ensembles} ensembles simulated from a public model "
-            f"({plan.model.teachers} teachers, accuracy {plan.model.accuracy:g}); least {p_min:.4f}")
+            f"({plan.model.teachers} teachers, accuracy {plan.model.accuracy:g}); least {p_min:.4f}"
+            + ("; of both rounds (RDP route), given round 1's published RDP" if plan.offset_rdp else ""))
     return (Item("target_eps", "target headline eps (planned)", plan.target_eps, True,
                  f"P >= {plan.target_probability:g} asked for"),
             Item("p_headline_within_target", "P[headline <= target] (planned)", p, True, note),

@@ -121,7 +121,7 @@ def test_the_chooser_takes_public_values_only():
     """No parameter can carry votes: the record, counts, the target, δ, the public model."""
     params = set(inspect.signature(headline_target.choose_release).parameters)
     assert params == {"record", "max_queries", "target", "delta", "model", "conversion", "probability",
-                      "ensembles", "seed", "orders", "costs", "betas", "grid"}
+                      "ensembles", "seed", "orders", "costs", "betas", "grid", "offset"}
 
 
 def test_refusals():

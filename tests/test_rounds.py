@@ -238,3 +238,45 @@ def test_round2_twice_needs_overwrite(two_rounds, tmp_path):
     assert r.exit_code == 1 and "--overwrite" in one_line(r)
     assert (run / rundir.LABELS_ROUND2_NPZ).read_bytes() == (two_rounds["workdir"] / rundir.LABELS_ROUND2_NPZ
                                                             ).read_bytes()
+
+
+def test_round2_target_on_an_lnmax_round1_is_refused_in_one_line(finished_tiny, tmp_path):
+    """A target for both rounds needs round 1's sanitised RDP at one order (tests/test_rounds_target.py
+    tests the plan itself)."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_tiny, run)
+    text = (run / rundir.CONFIG_TOML).read_text()
+    (run / rundir.CONFIG_TOML).write_text(text.replace("target_eps = 0.0", "target_eps = 3.0"))
+    assert "target_eps = 3.0" in (run / rundir.CONFIG_TOML).read_text()
+    r = invoke("label", "--round", 2, "--workdir", run, "--queries", 5)
+    assert r.exit_code == 1 and "GNSS release" in one_line(r), r.output
+    assert not (run / rundir.LABELS_ROUND2_NPZ).exists()
+    assert json.loads((run / rundir.RELEASE_JSON).read_text())["mechanism"] == "lnmax"
+
+
+def test_student_of_both_rounds_can_start_from_the_round1_student(two_rounds, tmp_path):
+    """`[rounds] student_init = "round1"`: the student of both rounds starts from the kept
+    round-1 weights (at a learning rate of ~0 it ends there) and trains `student_steps`."""
+    from pate.steps.student import load_student
+
+    run = tmp_path / "run"
+    shutil.copytree(two_rounds["workdir"], run)
+    text = (run / rundir.CONFIG_TOML).read_text()
+    text = text.replace('student_init = "scratch"', 'student_init = "round1"').replace("student_steps = 0",
+                                                                                     "student_steps = 3")
+    (run / rundir.CONFIG_TOML).write_text(text)
+    r = invoke("train-student", "--workdir", run, "--overwrite", "--no-progress", "--set", "student.learning_rate=1e-12")
+    assert r.exit_code == 0, r.output
+    assert "starting from the round-1 student's weights" in r.output
+    assert json.loads((run / rundir.STUDENT_JSON).read_text())["steps"] == 3
+    first = load_student(run, record=rundir.STUDENT_ROUND1_JSON, directory=rundir.STUDENT_ROUND1_DIR).params
+    both = load_student(run).params
+    import jax
+
+    for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(both)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+    shutil.rmtree(run / rundir.STUDENT_ROUND1_DIR)  # nothing to start from: one line, the student kept
+    before = (run / rundir.STUDENT_JSON).read_bytes()
+    r = invoke("train-student", "--workdir", run, "--overwrite", "--no-progress")
+    assert r.exit_code == 1 and "student-round1" in one_line(r)
+    assert (run / rundir.STUDENT_JSON).read_bytes() == before

@@ -92,7 +92,8 @@ class Step:
 
 
 _TEACHER_SECTIONS = ("data", "teachers")
-_TARGET_KEYS = ("privacy.target_eps", "privacy.target_probability", "privacy.target_accuracy")  # plan the labels
+_TARGET_KEYS = ("privacy.target_eps", "privacy.target_probability", "privacy.target_accuracy",
+                "rounds.round1_target_eps")  # plan the labels
 
 
 def _train_teachers(ctx: _Context) -> dict:
@@ -266,7 +267,7 @@ class _Manifest:
 
 
 #: Bumped when a version of pate adds config keys (their defaults change every hash).
-HASH_VERSION = 2
+HASH_VERSION = 3  # 3: [rounds] round1_target_eps, student_init, student_steps
 
 
 def _older_version_same_toml(entry: dict, stored: Config | None, step: Step, want: str) -> bool:

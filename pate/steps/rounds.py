@@ -35,7 +35,7 @@ from analysis import composition, mechanisms
 from analysis.errors import PateError
 from analysis.noise import seed_record
 from analysis.report_io import render_table
-from pate import aggregation, digests, rundir
+from pate import aggregation, digests, release_target, rundir
 from pate import ledger as ledger_mod
 from pate.config import Config
 from pate.door import step
@@ -89,10 +89,11 @@ def round1_student(run: rundir.RunDir) -> tuple[str, str]:
     return rundir.STUDENT_JSON, rundir.STUDENT_DIR
 
 
-def round1_release(run: rundir.RunDir) -> dict:
-    """Round 1's labels, once round 1 is finished: labels.npz and the release.json that
-    publishes its sanitised ε (``release-round1.json`` once round 2 kept it). Round 2's
-    headline composes that published value (`analysis.rounds`).
+def round1_release(run: rundir.RunDir) -> tuple[dict, dict]:
+    """Round 1's labels and release, once round 1 is finished: labels.npz and the
+    release.json that publishes its sanitised ε (``release-round1.json`` once round 2 kept
+    it). Round 2's headline composes that published value (`analysis.rounds`), and a
+    target for both rounds plans round 2 from it (`pate.release_target.choose_round2`).
 
     Raises:
       PateError: no labels.npz, or round 1 not analysed.
@@ -101,7 +102,7 @@ def round1_release(run: rundir.RunDir) -> dict:
     subjects = release_subjects(run / rundir.LABELS_NPZ)
     for name in (rundir.RELEASE_JSON, rundir.RELEASE_ROUND1_JSON):
         if run.exists(name) and (run.read_json(name).get("meta") or {}).get("labels_sha256") in subjects:
-            return first
+            return first, run.read_json(name)
     raise PateError(f"round 1 of {run.path} is not finished: no release.json publishes the eps of "
                     f"{run / rundir.LABELS_NPZ}; run `pate analyze --workdir {run.path}` first")
 
@@ -127,7 +128,7 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
     with step("round2", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
         aggregation.noise_source(seed)  # refuses a bad seed before anything is computed
         run, rc = door.run, config.rounds
-        first = round1_release(run)
+        first, released1 = round1_release(run)
         student_files = round1_student(run)
         record = mechanisms.from_config(config.aggregation)
         splits = split(load_dataset(config.data), config.data.public_size)
@@ -140,11 +141,16 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
         agg = dataclasses.replace(config.aggregation, queries=rc.queries)
         resolve(agg, num_teachers=config.teachers.num_teachers, pool_size=splits.pool_x.shape[0])
         check_accountable(agg, config.privacy)
-        cost = composition.labels_cost(record, rc.queries)
+        # A target for both rounds: round 2 asks as many queries as round 1's draw left room for.
+        plan = release_target.choose_round2(config, config.teachers.num_teachers, splits.num_classes, released1,
+                                            echo=echo)
+        queries = rc.queries if plan is None else plan.num_queries
+        cost = composition.labels_cost(record, queries)
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this round-2 release")
-        votes, chosen, accuracies = _round2_votes(config, run, student_files, splits, candidates, echo)
-        result = _release(door, config, record, votes, chosen, splits, accuracies, seed, book, cost, echo)
+        votes, chosen, accuracies = _round2_votes(config, run, student_files, splits, candidates, queries, echo)
+        planned = {} if plan is None else {release_target.PLAN_KEY: plan.meta()}
+        result = _release(door, config, record, votes, chosen, splits, accuracies, seed, book, cost, planned, echo)
         _keep_round1(run, door.out, student_files)
     echo(f"wrote {door.run / rundir.VOTES_ROUND2_NPZ} (private: never publish) and "
          f"{door.run / rundir.LABELS_ROUND2_NPZ} (the round-2 release); `pate train-student` learns from both "
@@ -152,7 +158,35 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
     return result
 
 
-def _round2_votes(config: Config, run, student_files, splits, candidates, echo):
+def round1_weights(run: rundir.RunDir, config: Config, num_classes: int, image_shape: tuple, echo):
+    """The round-1 student's weights (``student-round1/``, kept by round 2), to start the
+    student of both rounds from (``[rounds] student_init = "round1"``): public, a function
+    of round 1's release and the pool.
+
+    Raises:
+      PateError: no round-1 student kept, or one of another shape than ``[student]``.
+    """
+    if not (run.exists(rundir.STUDENT_ROUND1_JSON) and run.exists(rundir.STUDENT_ROUND1_DIR)):
+        raise PateError(f"{run.path} holds no round-1 student (student-round1/) to start from; label round 2 "
+                        "again (`pate label --round 2 --overwrite`) or set rounds.student_init = \"scratch\"")
+    import jax
+    import jax.numpy as jnp
+
+    from pate import keys, models
+    from pate.steps.student import load_student
+
+    kept = load_student(run.path, record=rundir.STUDENT_ROUND1_JSON, directory=rundir.STUDENT_ROUND1_DIR)
+    model = models.make_model(config.student, num_classes, jax.default_backend())
+    like = jax.eval_shape(lambda: model.init(keys.training_key(0), jnp.zeros((1, *image_shape))))
+    if jax.tree.structure(like) != jax.tree.structure(kept.params) or any(
+            a.shape != b.shape for a, b in zip(jax.tree.leaves(like), jax.tree.leaves(kept.params))):
+        raise PateError("the round-1 student's network differs from [student]'s; set rounds.student_init = "
+                        "\"scratch\" or keep [student] as round 1 trained it")
+    echo(f"student: starting from the round-1 student's weights ({rundir.STUDENT_ROUND1_DIR}/)")
+    return kept.params
+
+
+def _round2_votes(config: Config, run, student_files, splits, candidates, queries: int, echo):
     """The public part (selection, PCA on the pool) and the private part (heads on the
     shards, their votes) of round 2. Returns the votes, the chosen pool indices and the
     heads' accuracy on the evaluation split (mean, plurality)."""
@@ -168,11 +202,11 @@ def _round2_votes(config: Config, run, student_files, splits, candidates, echo):
     student = load_student(run.path, record=student_files[0], directory=student_files[1])
     batch = student.config.student.eval_batch_size
     probs = student_probs(student.model, student.params, splits.pool_x[candidates], batch)
-    chosen = select(probs, candidates, rc.queries, rc.select)
+    chosen = select(probs, candidates, queries, rc.select)
     pca = heads.fit_pca(heads.features(student.model, student.params, splits.pool_x, batch), rc.pca_dim)
     part = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
     echo(f"round 2: {tc.num_teachers} ridge heads on the round-1 student's features ({pca.components.shape[0]} "
-         f"-> {pca.components.shape[1]} by a PCA of the pool), {rc.queries} queries chosen by its {rc.select}")
+         f"-> {pca.components.shape[1]} by a PCA of the pool), {queries} queries chosen by its {rc.select}")
     z = heads.features(student.model, student.params, splits.train_x[part.indices.ravel()], batch, project=pca)
     z = jnp.asarray(z.reshape(tc.num_teachers, part.shard_size, -1))
     w, b = heads.fit_heads(z, jnp.asarray(splits.train_y[part.indices]), rc.ridge, num_classes=splits.num_classes)
@@ -187,7 +221,7 @@ def _round2_votes(config: Config, run, student_files, splits, candidates, echo):
     return votes, chosen, (mean, ensemble)
 
 
-def _release(door, config: Config, record, votes, chosen, splits, accuracies, seed, book, cost,
+def _release(door, config: Config, record, votes, chosen, splits, accuracies, seed, book, cost, planned: dict,
              echo) -> RoundResult:
     """The noisy release of round 2, its brief report, the files and the ledger's charge."""
     from pate.steps.analyze import report_for_release
@@ -203,7 +237,7 @@ def _release(door, config: Config, record, votes, chosen, splits, accuracies, se
                                             conversion=p.conversion, sanitize=False))
     door.out.write_npz(rundir.VOTES_ROUND2_NPZ, {"votes": votes.astype(np.int32)}, config)
     door.out.write_npz(rundir.LABELS_ROUND2_NPZ, labels, config,
-                       meta={"ledger": book.name, "round": 2, **seed_record(seed)})
+                       meta={"ledger": book.name, "round": 2, **seed_record(seed), **planned})
     mechanism = {"name": record.name, **record.params(), "queries": int(chosen.size), "round": 2,
                  "describe": f"round-2 labels: {chosen.size} queries of {record.describe()}"}
     # Charged before the release is in place: a kill from here on over-counts, never under-counts.

@@ -363,20 +363,26 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
         splits = split(load_dataset(config.data), config.data.public_size)
         release = read_release(door.run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes,
                                rounds=rounds)
-        if epochs is not None:
-            steps = steps_for_epochs(config.student, epochs, pool_size=splits.pool_x.shape[0],
-                                     num_labelled=release.indices.size)
+        init = None
+        if release.rounds == 2 and config.rounds.student_init == "round1":
+            from pate.steps.rounds import round1_weights
+
+            init = round1_weights(door.run, config, splits.num_classes, tuple(splits.pool_x.shape[1:]), echo)
+        if epochs is not None or (release.rounds == 2 and config.rounds.student_steps):
+            steps = config.rounds.student_steps if epochs is None else steps_for_epochs(
+                config.student, epochs, pool_size=splits.pool_x.shape[0], num_labelled=release.indices.size)
             config = dataclasses.replace(config, student=dataclasses.replace(config.student, steps=steps))
             door.config = config  # the recorded config says the steps that ran
-        result, ema = _train(config, release, splits, show_progress, echo, start_time)
+        result, ema = _train(config, release, splits, show_progress, echo, start_time, init)
         _write_student(door.out, ema, config, result, release, splits)
     return result
 
 
-def _train(config: Config, release: Release, splits, show_progress: bool, echo, start_time: float
-           ) -> tuple[StudentResult, Params]:
+def _train(config: Config, release: Release, splits, show_progress: bool, echo, start_time: float,
+           init: Params | None = None) -> tuple[StudentResult, Params]:
     """The body of `train_student`: trains on the release and the pool's images (public
-    data only) and scores the EMA and the last weights on the evaluation split."""
+    data only) and scores the EMA and the last weights on the evaluation split. ``init``:
+    weights to start from (the round-1 student's), else a fresh initialisation."""
     cfg = config.student
     pool_x = splits.pool_x
     xl = jnp.asarray(pool_x[release.indices])
@@ -387,6 +393,9 @@ def _train(config: Config, release: Release, splits, show_progress: bool, echo, 
     model = models.make_model(cfg, splits.num_classes, jax.default_backend())
     tx, train = compiled_loop(model, cfg)
     state = init_state(model, tx, image_shape, cfg.seed, splits.num_classes)
+    if init is not None:
+        params = jax.tree.map(jnp.asarray, init)
+        state = dataclasses.replace(state, params=params, ema=jax.tree.map(jnp.copy, params), opt_state=tx.init(params))
     key = keys.stream(keys.training_key(cfg.seed), keys.DATA_STREAM)
 
     echo(f"student: {cfg.method} on {release.num_queries} queries, {xl.shape[0]} answered "
