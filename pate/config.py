@@ -28,7 +28,6 @@ from pate.config_sections import (  # noqa: F401  (re-exported: pate.config.Teac
     DpsgdConfig,
     FedavgConfig,
     PrivacyConfig,
-    RoundsConfig,
     StudentConfig,
     TeachersConfig,
 )

@@ -1,6 +1,6 @@
 """The `[rounds]` config section (`pate label --round 2`, `rounds = 2` in `pate run`), in a
 module of its own so that `pate.config_sections` stays small; import `RoundsConfig` from
-`pate.config`. Validated like every section: `validate()` names the key at fault."""
+here. Validated like every section: `validate()` names the key at fault."""
 
 from __future__ import annotations
 

@@ -158,34 +158,6 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
     return result
 
 
-def round1_weights(run: rundir.RunDir, config: Config, num_classes: int, image_shape: tuple, echo):
-    """The round-1 student's weights (``student-round1/``, kept by round 2), to start the
-    student of both rounds from (``[rounds] student_init = "round1"``): public, a function
-    of round 1's release and the pool.
-
-    Raises:
-      PateError: no round-1 student kept, or one of another shape than ``[student]``.
-    """
-    if not (run.exists(rundir.STUDENT_ROUND1_JSON) and run.exists(rundir.STUDENT_ROUND1_DIR)):
-        raise PateError(f"{run.path} holds no round-1 student (student-round1/) to start from; label round 2 "
-                        "again (`pate label --round 2 --overwrite`) or set rounds.student_init = \"scratch\"")
-    import jax
-    import jax.numpy as jnp
-
-    from pate import keys, models
-    from pate.steps.student import load_student
-
-    kept = load_student(run.path, record=rundir.STUDENT_ROUND1_JSON, directory=rundir.STUDENT_ROUND1_DIR)
-    model = models.make_model(config.student, num_classes, jax.default_backend())
-    like = jax.eval_shape(lambda: model.init(keys.training_key(0), jnp.zeros((1, *image_shape))))
-    if jax.tree.structure(like) != jax.tree.structure(kept.params) or any(
-            a.shape != b.shape for a, b in zip(jax.tree.leaves(like), jax.tree.leaves(kept.params))):
-        raise PateError("the round-1 student's network differs from [student]'s; set rounds.student_init = "
-                        "\"scratch\" or keep [student] as round 1 trained it")
-    echo(f"student: starting from the round-1 student's weights ({rundir.STUDENT_ROUND1_DIR}/)")
-    return kept.params
-
-
 def _round2_votes(config: Config, run, student_files, splits, candidates, queries: int, echo):
     """The public part (selection, PCA on the pool) and the private part (heads on the
     shards, their votes) of round 2. Returns the votes, the chosen pool indices and the

@@ -365,9 +365,7 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
                                rounds=rounds)
         init = None
         if release.rounds == 2 and config.rounds.student_init == "round1":
-            from pate.steps.rounds import round1_weights
-
-            init = round1_weights(door.run, config, splits.num_classes, tuple(splits.pool_x.shape[1:]), echo)
+            init = _round1_weights(door.run, config, splits.num_classes, tuple(splits.pool_x.shape[1:]), echo)
         if epochs is not None or (release.rounds == 2 and config.rounds.student_steps):
             steps = config.rounds.student_steps if epochs is None else steps_for_epochs(
                 config.student, epochs, pool_size=splits.pool_x.shape[0], num_labelled=release.indices.size)
@@ -376,6 +374,25 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
         result, ema = _train(config, release, splits, show_progress, echo, start_time, init)
         _write_student(door.out, ema, config, result, release, splits)
     return result
+
+
+def _round1_weights(run: rundir.RunDir, config: Config, num_classes: int, image_shape: tuple, echo) -> Params:
+    """The round-1 student's weights (``student-round1/``, kept by round 2) for the student
+    of both rounds to start from (``[rounds] student_init = "round1"``): public, a function
+    of round 1's release and the pool. Raises PateError when there is none, or it is not
+    the network of ``[student]``."""
+    if not (run.exists(rundir.STUDENT_ROUND1_JSON) and run.exists(rundir.STUDENT_ROUND1_DIR)):
+        raise PateError(f"{run.path} holds no round-1 student (student-round1/) to start from; label round 2 "
+                        "again (`pate label --round 2 --overwrite`) or set rounds.student_init = \"scratch\"")
+    kept = load_student(run.path, record=rundir.STUDENT_ROUND1_JSON, directory=rundir.STUDENT_ROUND1_DIR).params
+    model = models.make_model(config.student, num_classes, jax.default_backend())
+    like = jax.eval_shape(lambda: model.init(keys.training_key(0), jnp.zeros((1, *image_shape))))
+    if jax.tree.structure(like) != jax.tree.structure(kept) or any(
+            a.shape != b.shape for a, b in zip(jax.tree.leaves(like), jax.tree.leaves(kept))):
+        raise PateError("the round-1 student's network differs from [student]'s; set rounds.student_init = "
+                        "\"scratch\" or keep [student] as round 1 trained it")
+    echo(f"student: starting from the round-1 student's weights ({rundir.STUDENT_ROUND1_DIR}/)")
+    return kept
 
 
 def _train(config: Config, release: Release, splits, show_progress: bool, echo, start_time: float,
