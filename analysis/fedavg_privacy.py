@@ -91,7 +91,7 @@ mechanism, like the continuous Laplace: dp-accounting's
 `from_discrete_laplace_mechanism(parameter=1/t, sensitivity=Δ_grid)` is the privacy loss
 of a *scalar* discrete Laplace; for a d-dimensional message whose shift is spread over the
 coordinates it would need a dominance argument this module does not make, so it is used
-only as a check (its pure ε at δ = 0 is Δ_grid/t; tests/test_fedavg.py). The Gaussian
+only as a check (its pure ε at δ = 0 is Δ_grid/t; tests/test_fedavg_grid.py). The Gaussian
 mechanism stays float64 (``grid`` applies to Laplace only).
 
 Composition. A replaced example of client p enters only client p's messages; the other
