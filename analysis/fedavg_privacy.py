@@ -57,6 +57,43 @@ Noise. Laplace of scale b = Δ₁/ε̄ on every coordinate of a vector of l1 sen
 std σ on a vector of l2 sensitivity Δ₂ is μ-GDP with μ = Δ₂/σ (Dong, Roth, Su 2022,
 Theorem 2.7).
 
+Messages on a grid (`GridNoise`, Laplace; the default, ``[fedavg] grid = K`` > 0). Float64
+Laplace noise is not published exactly on a grid: which float64 values can occur depends on
+the unnoised value, and the low bits betray it (Mironov, "On significance of the least
+significant bits for differential privacy", CCS 2012). So a message m ∈ ℝ^d (d = its
+length, public) is released as γ·(round(m/γ) + Y), Y ∈ ℤ^d of independent discrete Laplace
+coordinates, P[Y_i = y] ∝ exp(−|y|/t), drawn exactly (`analysis.noise.discrete_laplace_array`,
+Canonne, Kamath, Steinke 2020): what is published is an integer vector (times a public
+constant), and any float64 rendering of it is post-processing. The public grid step is
+γ = 2^⌊log₂(Δ₁/(K d))⌋, the largest power of two not above Δ₁/(K d): m/γ is then exact in
+float64 (a power-of-two scaling of the float32 message), and Δ₁/γ ∈ [K d, 2 K d). Before
+rounding, m/γ is clamped to ±2^52 (a 1-Lipschitz map per coordinate, so no sensitivity is
+added; it keeps every value an exact float64 integer, far beyond any value training makes).
+
+Sensitivity in grid units, rounding included (`grid_sensitivity`). For reals a, b and any
+rounding with |round(x) − x| ≤ ½ (np.rint: half to even), |round(a) − round(b)| ≤
+|a − b| + 1, and it is an integer, so it is ≤ ⌊|a − b|⌋ + 1. Summing over the d coordinates
+with Σ⌊x_i⌋ ≤ ⌊Σ x_i⌋: for neighbouring messages m, m′ with ‖m − m′‖₁ ≤ Δ₁,
+
+    ‖round(m/γ) − round(m′/γ)‖₁ ≤ ⌊Δ₁/γ⌋ + d = Δ_grid.
+
+The + d is real, not slack: one replaced example moves every coordinate a little, and each
+small move can cross a rounding boundary (the brute-force test finds more than ⌊Δ₁/γ⌋); it
+costs at most a factor 1 + 1/K of noise. The discrete Laplace on ℤ^d is then ε̄-DP with
+ε̄ = Δ_grid/t: for every integer vector k and shift v with ‖v‖₁ ≤ Δ_grid,
+p(k)/p(k − v) = exp(Σ(|k_i − v_i| − |k_i|)/t) ≤ exp(‖v‖₁/t) by the triangle inequality
+(the geometric mechanism of Ghosh, Roughgarden, Sundararajan 2009, coordinate-wise; the
+same argument as the Laplace mechanism's, Dwork & Roth 2014, Theorem 3.6). Calibration
+(`grid_noise`): the per-round ε̄ calibrated for the continuous mechanism below gives the
+least integer t with Δ_grid/t ≤ ε̄, and the round is charged at ε̄ = Δ_grid/t (no more
+than calibrated, so the total stays within `eps`). A round is accounted as a pure ε̄-DP
+mechanism, like the continuous Laplace: dp-accounting's
+`from_discrete_laplace_mechanism(parameter=1/t, sensitivity=Δ_grid)` is the privacy loss
+of a *scalar* discrete Laplace; for a d-dimensional message whose shift is spread over the
+coordinates it would need a dominance argument this module does not make, so it is used
+only as a check (its pure ε at δ = 0 is Δ_grid/t; tests/test_fedavg_grid.py). The Gaussian
+mechanism stays float64 (``grid`` applies to Laplace only).
+
 Composition. A replaced example of client p enters only client p's messages; the other
 clients' messages in round t depend on it only through the released global models, i.e.
 by post-processing. Round t is therefore (given the transcript so far) an ε̄-DP (or
@@ -72,7 +109,10 @@ This module uses numpy, scipy and dp-accounting only.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+
+import numpy as np
 
 from analysis import composition
 from analysis.errors import PateError
@@ -171,3 +211,72 @@ def calibrate_per_round(mechanism: str, eps: float, rounds: int, delta: float) -
 def noise_scale(mechanism: str, sensitivity: float, per_round: float) -> float:
     """Laplace scale b = Δ₁/ε̄, or Gaussian std σ = Δ₂/μ."""
     return _positive("sensitivity", sensitivity) / _positive("per-round eps / mu", per_round)
+
+
+@dataclasses.dataclass(frozen=True)
+class GridNoise:
+    """Grid release of one message (module docstring, "Messages on a grid"): step γ, the
+    sensitivity Δ_grid in grid units (rounding included), the integer discrete Laplace
+    scale t and the per-round ε̄ = Δ_grid/t it is charged at."""
+
+    resolution: int
+    step: float
+    sensitivity: int
+    scale: int
+    per_round: float
+
+    @property
+    def noise_scale(self) -> float:
+        """t·γ: the scale of the noise in the message's units."""
+        return self.scale * self.step
+
+
+#: Quantised messages are clamped to ±2^52 grid steps (module docstring).
+GRID_CLAMP = 2.0**52
+
+
+def grid_step(sensitivity: float, length: int, resolution: int) -> float:
+    """γ = 2^⌊log₂(Δ₁/(K d))⌋, the largest power of two <= Δ₁/(K d) (module docstring)."""
+    target = _positive("sensitivity", sensitivity) / (int(resolution) * int(length))
+    mantissa, exponent = math.frexp(target)  # target = mantissa · 2^exponent, mantissa in [0.5, 1)
+    return math.ldexp(1.0, exponent - 1)
+
+
+def grid_sensitivity(sensitivity: float, step: float, length: int) -> int:
+    """Δ_grid = ⌊Δ₁/γ⌋ + d, the l1 sensitivity of round(m/γ) for a message of length d and
+    l1 sensitivity Δ₁ (module docstring: rounding adds at most 1 per coordinate)."""
+    return int(math.floor(_positive("sensitivity", sensitivity) / _positive("grid step", step))) + int(length)
+
+
+def grid_noise(sensitivity: float, length: int, resolution: int, per_round: float) -> GridNoise:
+    """The grid release of a message of `length` coordinates and l1 `sensitivity` at a
+    per-round ε̄ of at most `per_round`: γ, Δ_grid, the least integer t with Δ_grid/t <= ε̄."""
+    from analysis.noise import MAX_GRID_SCALE
+
+    k, d = int(resolution), int(length)
+    if k < 1 or d < 1:
+        raise PateError(f"the grid needs a resolution and a message length >= 1, got {k} and {d}")
+    step = grid_step(sensitivity, d, k)
+    units = grid_sensitivity(sensitivity, step, d)
+    eps = _positive("per-round eps", per_round)
+    t = max(1, math.ceil(units / eps))
+    while units / t > eps:  # float division: make sure the charge is within the calibration
+        t += 1
+    if t > MAX_GRID_SCALE:
+        raise PateError(f"the grid noise scale {t} exceeds 2**40 grid steps; lower fedavg.grid (now {k})")
+    return GridNoise(k, step, units, t, units / t)
+
+
+def quantise(messages, step: float) -> np.ndarray:
+    """round(m/γ) as int64, m/γ clamped to ±2^52 first (exact: γ is a power of two)."""
+    scaled = np.asarray(messages, np.float64) / float(step)
+    return np.rint(np.clip(scaled, -GRID_CLAMP, GRID_CLAMP)).astype(np.int64)
+
+
+def grid_release(messages, source, grid: GridNoise) -> np.ndarray:
+    """γ·(round(m/γ) + Y) with Y exact discrete Laplace of integer scale t on every
+    coordinate (`analysis.noise.discrete_laplace_array`, bits from `source`); float64."""
+    from analysis.noise import discrete_laplace_array
+
+    units = quantise(messages, grid.step)
+    return (units + discrete_laplace_array(source, grid.scale, units.shape)).astype(np.float64) * grid.step

@@ -282,3 +282,103 @@ def log_theta_ratio(inv_var: float, terms: int = 64) -> float:
     # Direct form (terms fall like e^{-π n²} too): log(Σ_k e^{-a k²/2}) − log √(2π/a).
     direct = 1.0 + 2.0 * np.exp(-0.5 * a * n**2).sum()
     return float(math.log(direct) - 0.5 * math.log(2 * math.pi / a))
+
+
+# ------------------------------------------------------------------ exact samplers, vectorised
+#
+# The same constructions as above (CKS 2020, Algorithms 1 and 2 with an integer scale t), on
+# numpy int64 arrays: every element runs its own rejection loop, and the loops run together
+# over a mask of the elements still undecided. Each element consumes its own uint64 words of
+# the source, and no floating-point number enters any decision, so each output has exactly
+# the law of the scalar sampler's output (an element's loop is the scalar loop, with the
+# same exact uniform draws); outputs are independent (disjoint words).
+
+#: Bounds of the vectorised samplers: every intermediate (t·k in Algorithm 1, U + t·V) stays
+#: far inside int64.
+MAX_GRID_SCALE = 2**40
+
+
+def _smear(values: np.ndarray) -> np.ndarray:
+    """For each v >= 0 (uint64), the least 2^b − 1 >= v: every bit below the top one set."""
+    m = values.copy()
+    for shift in (1, 2, 4, 8, 16, 32):
+        m |= m >> np.uint64(shift)
+    return m
+
+
+def randbelow_array(source: NoiseSource, bounds) -> np.ndarray:
+    """A uniform integer in ``[0, n)`` for each ``n`` of `bounds` (int64, 1 <= n < 2**63),
+    exactly: rejection on the least power of two >= n, like :meth:`NoiseSource.randbelow`
+    (the low bits of one fresh uint64 per try; each try succeeds with probability > 1/2)."""
+    bounds = np.asarray(bounds, dtype=np.int64)
+    if bounds.size and int(bounds.min()) < 1:
+        raise PateError(f"randbelow needs bounds >= 1, got {int(bounds.min())}")
+    n = bounds.ravel().astype(np.uint64)
+    mask = _smear(n - np.uint64(1))
+    out = np.zeros(n.shape, np.uint64)
+    todo = np.arange(n.size)
+    while todo.size:
+        draw = source.uint64(todo.size) & mask[todo]
+        ok = draw < n[todo]
+        out[todo[ok]] = draw[ok]
+        todo = todo[~ok]
+    return out.astype(np.int64).reshape(bounds.shape)
+
+
+def bernoulli_exp_array(source: NoiseSource, numerators, scale: int) -> np.ndarray:
+    """For each integer u of `numerators` (0 <= u <= `scale`), 1 with probability
+    exp(−u/scale), exactly (bool array).
+
+    Canonne, Kamath, Steinke 2020, Algorithm 1 (γ = u/t ∈ [0, 1]): the parity of the first
+    k >= 1 with Bernoulli(γ/k) = 0, where Bernoulli(u/(t k)) is ``randbelow(t k) < u``.
+    """
+    u = np.asarray(numerators, dtype=np.int64).ravel()
+    t = int(scale)
+    if not 1 <= t <= MAX_GRID_SCALE or (u.size and not (0 <= int(u.min()) and int(u.max()) <= t)):
+        raise PateError(f"bernoulli_exp_array needs 1 <= scale <= 2**40 and 0 <= u <= scale, got scale {t}")
+    k = np.ones(u.shape, np.int64)
+    out = np.zeros(u.shape, bool)
+    todo = np.arange(u.size)
+    while todo.size:
+        more = randbelow_array(source, t * k[todo]) < u[todo]
+        stop = todo[~more]
+        out[stop] = k[stop] % 2 == 1
+        todo = todo[more]
+        k[todo] += 1
+    return out.reshape(np.shape(numerators))
+
+
+def discrete_laplace_array(source: NoiseSource, scale: int, shape) -> np.ndarray:
+    """int64 samples of `shape`, each with probability ∝ exp(−|y| / scale), exactly, for an
+    integer ``1 <= scale <= 2**40`` (the vectorised :func:`discrete_laplace`).
+
+    Canonne, Kamath, Steinke 2020, Algorithm 2 with s = 1: U uniform on {0, …, t−1} kept with
+    probability exp(−U/t) (so U has pmf ∝ e^{−u/t} on {0, …, t−1}), V the number of
+    Bernoulli(e⁻¹) successes before the first failure (P[V >= v] = e^{−v}), X = U + tV (then
+    P[X = x] ∝ e^{−x/t} on ℕ: x = u + tv uniquely), a fair sign, and (−, 0) rejected so that
+    0 is not counted twice: P[Y = y] = (1 − e^{−1/t})/(1 + e^{−1/t}) e^{−|y|/t}
+    (:func:`discrete_laplace_pmf`). Every draw is an exact uniform integer from `source`.
+    """
+    t = int(scale)
+    if isinstance(scale, bool) or t != scale or not 1 <= t <= MAX_GRID_SCALE:
+        raise PateError(f"the scale of the vectorised discrete Laplace must be an integer in [1, 2**40], "
+                        f"got {scale}")
+    shape = _shape(shape)
+    out = np.zeros(math.prod(shape), np.int64)
+    todo = np.arange(out.size)
+    while todo.size:
+        u = randbelow_array(source, np.full(todo.size, t, np.int64))
+        keep = bernoulli_exp_array(source, u, t)
+        todo_kept, u = todo[keep], u[keep]
+        v = np.zeros(todo_kept.size, np.int64)
+        going = np.arange(todo_kept.size)
+        while going.size:
+            success = bernoulli_exp_array(source, np.full(going.size, t, np.int64), t)
+            v[going[success]] += 1
+            going = going[success]
+        x = u + t * v
+        negative = (source.uint64(todo_kept.size) & np.uint64(1)).astype(bool)
+        accept = ~(negative & (x == 0))
+        out[todo_kept[accept]] = np.where(negative, -x, x)[accept]
+        todo = np.concatenate([todo[~keep], todo_kept[~accept]])
+    return out.reshape(shape)

@@ -39,7 +39,7 @@ def proxy_accuracy(cfg, pool_x, pool_y, eval_x, eval_y, num_classes, *, client_s
     x, ex = fa.project(proj, pool_x), fa.project(proj, eval_x)
     clients = x.shape[0] // client_size
     shards = np.arange(clients * client_size).reshape(clients, client_size)
-    plan = fa.Plan.of(cfg, client_size, None, delta)
+    plan = fa.Plan.of(cfg, client_size, None, delta, (x.shape[1] + 1) * num_classes)
     messages = fa.make_round(cfg.algorithm, clip=cfg.clip_norm, learning_rate=lr, local_steps=cfg.local_steps,
                              rho=cfg.rho, norm=plan.norm)
     xs, ys = jnp.asarray(x[shards]), jnp.asarray(pool_y[shards])
@@ -47,8 +47,8 @@ def proxy_accuracy(cfg, pool_x, pool_y, eval_x, eval_y, num_classes, *, client_s
     lam = np.zeros((clients,) + theta.shape)
     for _ in range(rounds):
         sent = np.asarray(messages(jnp.asarray(theta, jnp.float32), jnp.asarray(lam, jnp.float32), xs, ys))
-        theta, lam = fa.server_update(cfg.algorithm, fa.add_noise(sent, source, cfg.mechanism, plan.scale), lam,
-                                      cfg.rho)
+        noisy = fa.add_noise(sent, source, cfg.mechanism, plan.scale, plan.grid)
+        theta, lam = fa.server_update(cfg.algorithm, noisy, lam, cfg.rho)
     logits = np.concatenate([ex, np.ones((ex.shape[0], 1), np.float32)], axis=1) @ theta
     return float(np.mean(logits.argmax(axis=1) == eval_y))
 

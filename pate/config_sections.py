@@ -414,7 +414,8 @@ class FedavgConfig:
     `scattering_l`, `groups`). `pca` > 0 projects those inputs onto the top `pca`
     principal directions of the *public pool* (centred at the pool's mean, divided by the
     pool's mean l1 norm: public values only; the projection is saved with the model).
-    `analysis/fedavg_privacy.py` derives the sensitivities.
+    `grid = K` > 0 (Laplace): messages released exactly on a public grid of Δ/(K d) with
+    discrete Laplace noise; 0: float64 Laplace. `analysis/fedavg_privacy.py` derives all that.
     """
 
     algorithm: Literal["fedavg", "iadmm"] = "fedavg"
@@ -428,6 +429,7 @@ class FedavgConfig:
     clip_norm: float = 1.0
     rho: float = 1.0
     pca: int = 0
+    grid: int = 100
     eval_batch_size: int = 1000
 
     def validate(self) -> None:
@@ -439,6 +441,7 @@ class FedavgConfig:
         _require(self.clients >= 0, s, "clients", f"must be >= 0 (0: the teachers' partition), got {self.clients}")
         _require(self.local_steps >= 1, s, "local_steps", f"must be >= 1, got {self.local_steps}")
         _require(self.pca >= 0, s, "pca", f"must be >= 0 (0: no projection), got {self.pca}")
+        _require(self.grid >= 0, s, "grid", f"must be >= 0 (0: float64 Laplace, no grid), got {self.grid}")
         _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
 
 

@@ -48,6 +48,22 @@ ARRAY_DAMAGE = {
 }
 
 
+def _truncation(data: bytes, name: str) -> int:
+    """Where a truncated copy ends: half way, moved on byte by byte while a TOML file's
+    prefix still parses (a cut that falls on a line boundary leaves a shorter, valid config
+    that nothing can tell from a complete one: not the damage this test is about)."""
+    import tomllib
+
+    cut = len(data) // 2
+    while name.endswith(".toml") and cut < len(data):
+        try:
+            tomllib.loads(data[:cut].decode())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+            break
+        cut += 1
+    return cut
+
+
 def damage(run, name: str, kind: str, elsewhere) -> None:
     """Damages `run/name` in the way `kind` says (`elsewhere`: a folder outside the run)."""
     path = run / name
@@ -55,7 +71,7 @@ def damage(run, name: str, kind: str, elsewhere) -> None:
     if kind in FILE_DAMAGE:
         os.unlink(path)
     if kind == "truncated":
-        path.write_bytes(data[: len(data) // 2])
+        path.write_bytes(data[: _truncation(data, name)])
     elif kind == "zero-byte":
         path.write_bytes(b"")
     elif kind == "symlink":  # a link to an intact copy: pate never reads through a link either

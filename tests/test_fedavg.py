@@ -100,28 +100,38 @@ def _candidates():
     return jnp.asarray(xs), jnp.asarray(ys)
 
 
-def _max_change(message, norm: str, trials: int = 6) -> float:
-    """max over public models w, client data and replacements of ‖message(D) − message(D')‖
-    for D, D' differing in the client's first point (the mean is symmetric in the points)."""
+def _messages(message, trials: int):
+    """For each of `trials` random public models (and duals) and client data: the message
+    for every replacement of the client's first point (the mean is symmetric in the
+    points), as a (replacements, d) float64 array."""
     cx, cy = _candidates()
 
     @jax.jit
-    def largest(theta, lam, rest_x, rest_y):
+    def every(theta, lam, rest_x, rest_y):
         def one(xj, yj):
             return message(theta, lam, jnp.concatenate([xj[None], rest_x]), jnp.concatenate([yj[None], rest_y]))
 
-        out = jax.vmap(one)(cx, cy).reshape(cx.shape[0], -1)
-        diff = out[:, None, :] - out[None, :, :]
-        return (jnp.abs(diff).sum(-1) if norm == "l1" else jnp.sqrt((diff ** 2).sum(-1))).max()
+        return jax.vmap(one)(cx, cy).reshape(cx.shape[0], -1)
 
     rng = np.random.default_rng(3)
-    best = 0.0
     for trial in range(trials):
         theta = jnp.asarray(rng.normal(scale=[0.3, 1.0, 3.0][trial % 3], size=(DIM + 1, CLASSES)), jnp.float32)
         lam = jnp.asarray(rng.normal(size=(DIM + 1, CLASSES)), jnp.float32)
         rest_x = jnp.asarray(rng.random((SIZE - 1, DIM), dtype=np.float32))
         rest_y = jnp.asarray(rng.integers(0, CLASSES, SIZE - 1), jnp.int32)
-        best = max(best, float(largest(theta, lam, rest_x, rest_y)))
+        yield np.asarray(every(theta, lam, rest_x, rest_y), np.float64)
+
+
+def _max_change(message, norm: str, trials: int = 6, step: float | None = None) -> float:
+    """max over public models w, client data and replacements of ‖message(D) − message(D')‖
+    for D, D' differing in the client's first point; with a grid `step`, of
+    ‖round(message(D)/γ) − round(message(D')/γ)‖₁ in grid steps (`fp.quantise`)."""
+    best = 0.0
+    for out in _messages(message, trials):
+        if step is not None:
+            out = fp.quantise(out, step)
+        diff = (out[:, None, :] - out[None, :, :]).astype(np.float64)
+        best = max(best, float((np.abs(diff).sum(-1) if norm == "l1" else np.sqrt((diff ** 2).sum(-1))).max()))
     return best
 
 
@@ -272,7 +282,15 @@ def test_tiny_run_through_the_cli(tiny_fedavg, ledger_dir):
     assert 2.9 < info["eps"] <= info["target_eps"] == 3.0
     assert info["eps"] == pytest.approx(fp.total_eps("laplace", info["per_round_eps"], info["rounds"], info["delta"]))
     assert info["per_round_eps"] < info["eps"] / 5  # what per-round accounting would publish
-    assert info["noise_scale"] == pytest.approx(info["sensitivity"] / info["per_round_eps"])
+    # the default Laplace release is on the grid: Δ_grid = ⌊Δ/γ⌋ + d steps, t the least integer
+    grid = info["grid"]
+    assert grid["resolution"] == cfg.fedavg.grid == 100 and grid["message_length"] == info["num_params"]
+    assert grid["sensitivity_steps"] == math.floor(info["sensitivity"] / grid["step"]) + info["num_params"]
+    assert info["per_round_eps"] == grid["sensitivity_steps"] / grid["scale_steps"]
+    assert info["noise_scale"] == grid["scale_steps"] * grid["step"]
+    assert info["sensitivity"] / info["per_round_eps"] <= info["noise_scale"] <= \
+        info["sensitivity"] / info["per_round_eps"] * 1.01 + grid["step"]
+    assert info["noise"].startswith("exact discrete laplace on a grid") and "grid of" in output
     assert "per round eps" in output and "APPFL" in output
     assert (workdir / rundir.FEDAVG_DIR).is_dir() and (workdir / rundir.CONFIG_TOML).exists()
     for path in workdir.rglob("*"):
@@ -318,6 +336,7 @@ def test_existing_result_needs_overwrite(tiny_fedavg):
     (["--set", "privacy.delta=0"], 1, "delta"),
     (["--set", "fedavg.clip_norm=0"], 1, "clip_norm"),
     (["--set", "fedavg.local_steps=0"], 1, "local_steps"),
+    (["--set", "fedavg.grid=-1"], 1, "grid"),
     (["--clients", "100000"], 1, "clients"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, code, needle):
@@ -356,9 +375,12 @@ def test_public_projection_uses_the_pool_only_and_bounds_the_box():
 def test_tiny_run_with_a_public_projection(tmp_path, ledger_dir):
     workdir = tmp_path / "run"
     result = invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", "--set", "fedavg.pca=5",
-                    "--set", "fedavg.local_steps=2")
+                    "--set", "fedavg.local_steps=2", "--set", "fedavg.grid=0")
     assert result.exit_code == 0, result.output
     info = json.loads((workdir / rundir.FEDAVG_JSON).read_text())
+    # grid = 0: the float64 Laplace, said so
+    assert info["grid"] is None and info["noise"].startswith("float64 laplace, not on a grid")
+    assert info["noise_scale"] == pytest.approx(info["sensitivity"] / info["per_round_eps"])
     assert info["num_params"] == 6 * info["num_classes"] and "principal directions" in info["features"]
     from pate import checkpoints
     tree = checkpoints.restore_params(workdir / rundir.FEDAVG_DIR, None)

@@ -16,11 +16,14 @@ from analysis.noise import (
     RELEASE_STREAM,
     NoiseSource,
     bernoulli_exp,
+    bernoulli_exp_array,
     discrete_gaussian,
     discrete_gaussian_pmf,
     discrete_laplace,
+    discrete_laplace_array,
     discrete_laplace_pmf,
     log_theta_ratio,
+    randbelow_array,
     sampling_delta,
 )
 
@@ -210,3 +213,83 @@ def test_theta_ratio_matches_a_direct_sum():
         reach = 2000
         direct = math.log(np.exp(-np.arange(-reach, reach + 1) ** 2 / (2 * s2)).sum() / math.sqrt(2 * math.pi * s2))
         assert log_theta_ratio(1 / s2) == pytest.approx(direct, rel=1e-9, abs=1e-15)
+
+
+# --------------------------------------------------------------------------- exact samplers, vectorised
+
+
+def test_randbelow_array_is_uniform_for_every_bound_in_one_call():
+    source = NoiseSource(12)
+    bounds = np.array([1, 2, 6, 7, 8, 9, 2**40 + 3])
+    draws = randbelow_array(source, np.tile(bounds, (6000, 1)))
+    assert draws.shape == (6000, bounds.size) and draws.dtype == np.int64
+    assert np.all(draws >= 0) and np.all(draws < bounds)
+    assert np.all(draws[:, 0] == 0)
+    for j, n in enumerate(bounds[1:6], start=1):
+        assert stats.chisquare(np.bincount(draws[:, j], minlength=n)).pvalue > 1e-3, n
+    assert stats.kstest(draws[:, -1] / bounds[-1], "uniform").pvalue > 1e-3
+    with pytest.raises(PateError):
+        randbelow_array(source, [3, 0])
+
+
+@pytest.mark.parametrize("u, t", [(0, 7), (1, 3), (5, 7), (7, 7), (123, 1000)])
+def test_bernoulli_exp_array_frequency(u, t):
+    n = 40_000
+    hits = bernoulli_exp_array(NoiseSource(13), np.full(n, u), t).sum()
+    p = math.exp(-u / t)
+    assert abs(hits / n - p) <= 4.5 * math.sqrt(p * (1 - p) / n) + 1e-12
+
+
+@pytest.mark.parametrize("scale", [1, 3, 37, 5000])
+def test_discrete_laplace_array_fits_its_pmf(scale):
+    samples = discrete_laplace_array(NoiseSource(14), scale, (200, 300))
+    assert samples.shape == (200, 300) and samples.dtype == np.int64
+    support = np.arange(-(10 * scale + 3), 10 * scale + 4) if scale < 100 else None
+    if support is None:  # a large scale: the pmf on bins of 1000 grid steps
+        edges = np.arange(-40_500, 40_501, 1000)
+        cdf = lambda y: _dlap_cdf(y, scale)  # noqa: E731
+        expected = np.diff(cdf(edges - 0.5)) * samples.size
+        observed = np.histogram(samples, edges - 0.5)[0]
+        keep = expected > 5
+        assert stats.chisquare(observed[keep], expected[keep] * observed[keep].sum() / expected[keep].sum()
+                               ).pvalue > 1e-3
+        wrong = np.diff(_dlap_cdf(edges - 0.5, scale * 1.05)) * samples.size
+        assert stats.chisquare(observed[keep], wrong[keep] * observed[keep].sum() / wrong[keep].sum()
+                               ).pvalue < 1e-3
+        return
+    assert chi_square_pvalue(samples.ravel(), lambda y: discrete_laplace_pmf(y, scale), support) > 1e-3
+    assert chi_square_pvalue(samples.ravel(), lambda y: discrete_laplace_pmf(y, scale * 1.1), support) < 1e-3
+
+
+def _dlap_cdf(x, t):
+    """P[Y <= x] of the discrete Laplace of scale t, for half-integer x (closed form)."""
+    q = math.exp(-1.0 / t)
+    x = np.floor(np.asarray(x, float))
+    below = q ** (-x) / (1 + q)  # x < 0: Σ_{y <= x} c q^{-y} = q^{-x}/(1+q)
+    above = 1 - q ** (x + 1) / (1 + q)
+    return np.where(x < 0, below, above)
+
+
+@pytest.mark.parametrize("scale", [2, 37])
+def test_discrete_laplace_array_has_the_scalar_samplers_law(scale):
+    """The two samplers against each other (two-sample chi-square on a contingency table)."""
+    vector = discrete_laplace_array(NoiseSource(15), scale, 6000)
+    scalar_source = NoiseSource(16)
+    scalar = np.array([discrete_laplace(scalar_source, scale) for _ in range(3000)])
+    edges = np.unique(np.quantile(np.concatenate([vector, scalar]), np.linspace(0, 1, 12)))
+    edges[-1] += 1
+    table = np.array([np.histogram(vector, edges)[0], np.histogram(scalar, edges)[0]])
+    table = table[:, table.min(axis=0) > 0]
+    assert stats.chi2_contingency(table).pvalue > 1e-3
+    shifted = np.array([np.histogram(vector, edges)[0], np.histogram(scalar + scale // 2 + 1, edges)[0]])
+    shifted = shifted[:, shifted.min(axis=0) > 0]
+    assert stats.chi2_contingency(shifted).pvalue < 1e-3  # the comparison can fail
+
+
+def test_discrete_laplace_array_is_reproducible_with_a_seed_and_refuses_bad_scales():
+    a = discrete_laplace_array(NoiseSource(17), 9, 50)
+    assert np.array_equal(a, discrete_laplace_array(NoiseSource(17), 9, 50))
+    assert not np.array_equal(a, discrete_laplace_array(NoiseSource(18), 9, 50))
+    for bad in (0, 2.5, 2**41, True, -3):
+        with pytest.raises(PateError, match="scale"):
+            discrete_laplace_array(NoiseSource(0), bad, 3)

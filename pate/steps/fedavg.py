@@ -18,9 +18,12 @@ from the transcript) at the per-round ε̄ (Laplace) or μ (Gaussian) for which 
 compose to ``eps`` at ``[privacy] delta``; the released model (and anything computed from
 it) is then (eps, delta)-DP for **replace-one** neighbours of the private train split
 (the relation of PATE and of the ledger). The charge to the ledger is that composition.
-The noise is float64 from `analysis.noise.NoiseSource` (128-bit OS entropy, or a
-research seed, never written); like every floating-point mechanism it is not snapped to
-a grid (Mironov 2012), which this module does not claim to defend against.
+The noise draws from `analysis.noise.NoiseSource` (128-bit OS entropy, or a research
+seed, never written). Laplace with ``[fedavg] grid = K`` > 0 (the default): every message
+is released exactly on a public grid, γ·(round(m/γ) + discrete Laplace), with the
+sensitivity in grid units including rounding (`analysis.fedavg_privacy`, "Messages on a
+grid"), so no floating-point low bit carries the data (Mironov 2012). With ``grid = 0``,
+and for the Gaussian mechanism, the noise is float64 and not defended against that attack.
 
 Nothing else that depends on the private data is written: no losses, no per-round
 values, no wall times (printed only); `fedavg.json` holds the released model's accuracy on
@@ -102,9 +105,13 @@ def make_round(algorithm: str, *, clip: float, learning_rate: float, local_steps
     return jax.jit(jax.vmap(one, in_axes=(None, 0, 0, 0)))
 
 
-def add_noise(messages: np.ndarray, source: NoiseSource, mechanism: str, scale: float) -> np.ndarray:
+def add_noise(messages: np.ndarray, source: NoiseSource, mechanism: str, scale: float,
+              grid: fp.GridNoise | None = None) -> np.ndarray:
     """Every coordinate of every message plus independent float64 Laplace (scale b) or
-    Gaussian (std σ) noise."""
+    Gaussian (std σ) noise; with a `grid` (Laplace), the exact grid release
+    `analysis.fedavg_privacy.grid_release` instead (each message its own d coordinates)."""
+    if grid is not None:
+        return fp.grid_release(messages, source, grid)
     messages = np.asarray(messages, np.float64)
     draw = source.laplace if mechanism == "laplace" else source.normal
     return messages + draw(messages.shape, scale)
@@ -152,6 +159,7 @@ class FedavgResult:
     client_size: int
     sensitivity: float
     noise_scale: float
+    grid: fp.GridNoise | None
     wall_time_s: float
 
     def summary(self) -> str:
@@ -165,8 +173,16 @@ class FedavgResult:
             f"(replace-one neighbours); per round {what} {self.per_round:.4g} (per-round eps "
             f"{self.per_round_eps:.4g}: the figure per-round accounting such as APPFL's reports)",
             f"sensitivity {self.sensitivity:.4g}, noise scale {self.noise_scale:.4g} per coordinate",
+            _grid_line(self.grid),
             f"wall time: {self.wall_time_s:.1f} s (printed only)",
         ])
+
+
+def _grid_line(grid: fp.GridNoise | None) -> str:
+    if grid is None:
+        return "noise: float64, not on a grid (not defended against Mironov 2012's floating-point attack)"
+    return (f"messages on a grid of {grid.step:.4g} (K = {grid.resolution}): sensitivity {grid.sensitivity} grid "
+            f"steps (rounding included), exact discrete Laplace of scale {grid.scale} steps")
 
 
 def client_shards(n: int, config: Config) -> np.ndarray:
@@ -217,7 +233,7 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
         splits = split(load_dataset(config.data), config.data.public_size)
         shards = client_shards(int(splits.train_x.shape[0]), config)
         train_x, test_x, test_y, lipschitz, projection = _features(config, splits, door.run)
-        plan = Plan.of(cfg, shards.shape[1], lipschitz, delta)
+        plan = Plan.of(cfg, shards.shape[1], lipschitz, delta, (train_x.shape[1] + 1) * splits.num_classes)
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([plan.cost], config.privacy.total_budget, delta, "this federated model")
         theta, train_time = _train(cfg, plan, shards, train_x, splits.train_y, splits.num_classes, source,
@@ -232,7 +248,8 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
                               accuracy_test=float(np.mean(pred == test_y)), eval_points=int(test_y.size - pool),
                               eps=plan.eps, delta=delta, per_round=plan.per_round, per_round_eps=plan.per_round_eps,
                               rounds=cfg.rounds, clients=shards.shape[0], client_size=shards.shape[1],
-                              sensitivity=plan.sensitivity, noise_scale=plan.scale, wall_time_s=time.time() - start)
+                              sensitivity=plan.sensitivity, noise_scale=plan.scale, grid=plan.grid,
+                              wall_time_s=time.time() - start)
         checkpoints.save_params(door.out / rundir.FEDAVG_DIR, params, then="run `pate fedavg --overwrite` again")
         door.out.write_json(rundir.FEDAVG_JSON, {"data_set": book.summary(delta, extra=[plan.cost]),
                                                  **_record(config, plan, result, theta, train_x, seed,
@@ -261,9 +278,12 @@ class Plan:
     scale: float
     cost: composition.Cost
     eps: float
+    grid: fp.GridNoise | None  # Laplace with [fedavg] grid > 0: the exact grid release
 
     @classmethod
-    def of(cls, cfg, size: int, lipschitz: float | None, delta: float) -> "Plan":
+    def of(cls, cfg, size: int, lipschitz: float | None, delta: float, length: int) -> "Plan":
+        """The plan for clients of `size` points sending messages of `length` coordinates
+        (public values only); with a grid, the per-round ε̄ is the grid's Δ_grid/t."""
         norm = fp.NORMS[cfg.mechanism]
         if cfg.algorithm == "fedavg":
             sensitivity = fp.fedavg_sensitivity(cfg.clip_norm, cfg.learning_rate, size, cfg.local_steps,
@@ -271,11 +291,16 @@ class Plan:
         else:
             sensitivity = fp.iadmm_sensitivity(cfg.clip_norm, cfg.rho, size)
         per_round = fp.calibrate_per_round(cfg.mechanism, cfg.eps, cfg.rounds, delta)
+        grid = None
+        if cfg.mechanism == "laplace" and cfg.grid > 0:
+            grid = fp.grid_noise(sensitivity, length, cfg.grid, per_round)
+            per_round = grid.per_round
         cost = fp.round_cost(cfg.mechanism, per_round, cfg.rounds)
         one_round = fp.round_cost(cfg.mechanism, per_round, 1)
         per_round_eps = per_round if cfg.mechanism == "laplace" else composition.single_eps(one_round, delta)
-        return cls(norm, lipschitz, sensitivity, per_round, per_round_eps,
-                   fp.noise_scale(cfg.mechanism, sensitivity, per_round), cost, composition.single_eps(cost, delta))
+        scale = grid.noise_scale if grid else fp.noise_scale(cfg.mechanism, sensitivity, per_round)
+        return cls(norm, lipschitz, sensitivity, per_round, per_round_eps, scale, cost,
+                   composition.single_eps(cost, delta), grid)
 
 
 def _features(config: Config, splits, run: rundir.RunDir):
@@ -360,7 +385,7 @@ def _train(cfg, plan: Plan, shards: np.ndarray, train_x, train_y, num_classes: i
     with Progress("fedavg round", cfg.rounds, show=show_progress) as bar:
         for t in range(cfg.rounds):
             sent = np.asarray(messages_fn(jnp.asarray(theta, jnp.float32), jnp.asarray(lam, jnp.float32), xs, ys))
-            noisy = add_noise(sent, source, cfg.mechanism, plan.scale)
+            noisy = add_noise(sent, source, cfg.mechanism, plan.scale, plan.grid)
             theta, lam = server_update(cfg.algorithm, noisy, lam, cfg.rho)
             bar.update(t + 1)
     if not np.isfinite(theta).all():
@@ -400,13 +425,20 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "sensitivity_norm": plan.norm,
         "lipschitz": plan.lipschitz,
         "noise_scale": plan.scale,
+        "grid": None if plan.grid is None else {
+            "resolution": plan.grid.resolution, "step": plan.grid.step, "sensitivity_steps": plan.grid.sensitivity,
+            "scale_steps": plan.grid.scale, "message_length": int(theta.size),
+            "note": "released messages are step x (round(m/step) + exact discrete Laplace of scale_steps); "
+                    "sensitivity_steps = floor(sensitivity/step) + message_length (rounding included)"},
         "clip_norm": cfg.clip_norm,
         "learning_rate": cfg.learning_rate,
         "local_steps": cfg.local_steps,
         "rho": cfg.rho,
         "optimizer": "plain full-batch gradient descent, per-example clipping",
         "num_params": int(theta.size),
-        "noise": f"float64 {cfg.mechanism}, " + ("OS entropy" if seed is None else "research seed (not recorded)"),
+        "noise": ("exact discrete laplace on a grid (Canonne, Kamath, Steinke 2020)" if plan.grid else
+                  f"float64 {cfg.mechanism}, not on a grid")
+        + (", OS entropy" if seed is None else ", research seed (not recorded)"),
         "features": ("pixels clamped to [0, 1]" if cfg.model == "linear" else "scattering (the [dpsgd] settings)")
         + (f", projected onto the top {cfg.pca} principal directions of the public pool (saved with the model)"
            if cfg.pca else ""),
