@@ -35,7 +35,7 @@ from pate import aggregation
 from pate.config import load_config, parse_override
 from pate.data import load_dataset, partition, split
 from pate.models import Linear
-from pate.steps import synth
+from pate.steps import synth, synth_eval
 from pate.steps.student import predict
 from pate.synth_gan import GanSpec, PateGan, teacher_shards, train
 
@@ -84,7 +84,7 @@ def main() -> None:
     part = partition(int(splits.train_x.shape[0]), args.teachers, config.teachers.seed)
     sigma = synth.Plan.of(cfg, config.privacy.delta).mechanism.sigma if args.eps is not None else args.sigma
     gan = PateGan(GanSpec.of(cfg, splits.train_x.shape[1:], splits.num_classes),
-                  *teacher_shards(synth.public_scale(splits.train_x), splits.train_y, part.indices))
+                  *teacher_shards(synth_eval.public_scale(splits.train_x), splits.train_y, part.indices))
     trace, window = [], []
     real_run = aggregation.run
 
@@ -111,12 +111,12 @@ def main() -> None:
     images, labels = gan.sample(cfg.samples)
     pixels = np.round(np.clip(images, 0.0, 1.0) * 255.0).astype(np.uint8)
     model = Linear(splits.num_classes)
-    params = synth.fit_classifier(model, pixels.astype(np.float32) / 255.0, labels, epochs=cfg.eval_epochs,
+    params = synth_eval.fit_classifier(model, pixels.astype(np.float32) / 255.0, labels, epochs=cfg.eval_epochs,
                                   batch_size=cfg.eval_batch_size, learning_rate=cfg.eval_learning_rate, seed=0)
     accuracy = float(np.mean(predict(model, params, splits.eval_x, 1000) == splits.eval_y))
     if args.png:
         with open(args.png, "wb") as f:
-            f.write(synth.sample_grid(pixels, labels, splits.num_classes))
+            f.write(synth_eval.sample_grid(pixels, labels, splits.num_classes))
     print(json.dumps({"mode": args.mode, "teachers": args.teachers, "shard_size": part.shard_size,
                       "steps": cfg.steps, "batch_size": cfg.batch_size, "sigma": sigma, "trace": trace,
                       "mean_pixel": float(pixels.mean() / 255.0), "tstr_logistic_regression": accuracy,
