@@ -138,6 +138,12 @@ class MerfGenerator:
                 on_step(s + 1)
         self.params = params
 
+    def distance(self, target: np.ndarray, batches: int = 4) -> float:
+        """‖target − μ_G‖², μ_G averaged over ``batches`` fixed balanced batches (diagnostics, tests)."""
+        key = keys.stream(self._root, _SAMPLES_STREAM)
+        mu = sum(self._embedding(self.params, jax.random.fold_in(key, b)) for b in range(batches)) / batches
+        return float(jnp.sum((jnp.asarray(target, jnp.float32) - mu) ** 2))
+
     def sample(self, n: int, chunk: int = 1000) -> tuple[np.ndarray, np.ndarray]:
         """``n`` synthetic images (float32 in [0, 1]) with balanced classes ``i mod C``."""
         y = np.arange(n, dtype=np.int32) % self.spec.num_classes

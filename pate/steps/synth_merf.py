@@ -40,11 +40,11 @@ from analysis.noise import NoiseSource, seed_record
 from analysis.validation import check_delta, check_positive
 from pate import checkpoints, rundir
 from pate import ledger as ledger_mod
+from pate import synth_merf as program
 from pate.config import Config, config_to_dict
 from pate.door import step
 from pate.progress import Progress
 from pate.steps.synth_eval import public_scale, sample_grid, tstr
-from pate.synth_merf import MerfGenerator, MerfSpec, median_length_scale, private_sum
 
 #: The `analysis.noise` stream of this release (labels 0, sanitised ε 1, fedavg 2, PATE-GAN 3).
 NOISE_STREAM = 4
@@ -105,13 +105,13 @@ def train_merf(config: Config, workdir: str | Path, *, seed: int | None = None, 
         splits = split(load_dataset(config.data), config.data.public_size)
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([cost], config.privacy.total_budget, delta, "this synthetic data set")
-        scale = cfg.merf_length_scale or median_length_scale(public_scale(splits.pool_x))
-        spec = MerfSpec.of(cfg, splits.train_x.shape[1:], splits.num_classes, scale)
+        scale = cfg.merf_length_scale or program.median_length_scale(public_scale(splits.pool_x))
+        spec = program.MerfSpec.of(cfg, splits.train_x.shape[1:], splits.num_classes, scale)
         points = int(splits.train_x.shape[0])
         echo(f"synth: DP-MERF, {cfg.merf_features} features (length-scale {scale:.4g}), one release at noise "
              f"multiplier {multiplier:.4g} for eps {eps:.4g} (replace-one, delta {delta:g})")
-        gen = MerfGenerator(spec)
-        total = private_sum(public_scale(splits.train_x), splits.train_y, gen.omega, splits.num_classes)
+        gen = program.MerfGenerator(spec)
+        total = program.private_sum(public_scale(splits.train_x), splits.train_y, gen.omega, splits.num_classes)
         released = merf.noisy_sum(total, merf.noise_variance(multiplier, cfg.merf_features), source)
         del total  # PRIVATE: only the noisy release goes on
         with Progress("synth step", cfg.merf_steps, show=show_progress) as bar:
