@@ -28,10 +28,11 @@ inequality; ``‖q ⊗ e_y‖ = ‖q‖``). In the units of μ that is ``2B/(nG)
 figure. `tests/test_synth_merf.py` checks it by brute force over every replace-one
 neighbour of small data sets.
 
-**Privacy (Formal guarantee).** For integers a, b and ``α > 1``,
-``Σ_k p_a(k)^α p_b(k)^{1−α} = e^{α(α−1)(a−b)²/(2s²)} · Σ_k e^{−(k−m)²/(2s²)} / Σ_k e^{−k²/(2s²)}``
-with ``m = αa + (1−α)b`` (completing the square; the two normalisers are equal because a,
-b are integers), and the last ratio is ≤ 1 (Poisson summation: the theta sum is largest at
+**Privacy (Formal guarantee).** For integers a, b and ``α > 1``, with p_a the pmf of
+``N_ℤ(a, s²)``, ``Σ_k p_a(k)^α p_b(k)^{1−α}`` equals
+``e^{α(α−1)(a−b)²/(2s²)} · Σ_k e^{−(k−m)²/(2s²)} / Σ_k e^{−k²/(2s²)}`` with
+``m = αa + (1−α)b`` (completing the square; the two normalisers are equal because a, b
+are integers), and the last ratio is ≤ 1 (Poisson summation: the theta sum is largest at
 integer shift). So ``D_α(N_ℤ(a, s²) ‖ N_ℤ(b, s²)) ≤ α(a − b)²/(2s²)`` (Canonne, Kamath &
 Steinke, "The discrete Gaussian for differential privacy", NeurIPS 2020, Proposition 5),
 and over independent coordinates the divergences add (van Erven & Harremoës, "Rényi

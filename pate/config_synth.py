@@ -64,7 +64,8 @@ class SynthConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        _require(self.method in ("merf", "gan"), "method", f"must be \"merf\" or \"gan\", got {self.method!r}")
+        _require(self.method in ("merf", "gan"), "method",
+                 f"must be \"merf\" or \"gan\", got {self.method!r}")
         _require(2 <= self.merf_features <= 2**20 and self.merf_features % 2 == 0, "merf_features",
                  f"must be an even number in [2, 1048576], got {self.merf_features}")
         _require(0 <= self.merf_length_scale < float("inf"), "merf_length_scale",
@@ -73,7 +74,8 @@ class SynthConfig:
             value = getattr(self, key)
             _require(0 < value < float("inf"), key, f"must be a positive number, got {value}")
         _require(self.teachers >= 0, "teachers", f"must be >= 0 (0: teachers.num_teachers), got {self.teachers}")
-        for key in ("merf_steps", "merf_batch_size", "steps", "batch_size", "real_batch_size", "teacher_steps", "student_steps", "latent_dim",
+        for key in ("merf_steps", "merf_batch_size", "steps", "batch_size", "real_batch_size", "teacher_steps",
+                    "student_steps", "latent_dim",
                     "samples", "eval_epochs", "eval_batch_size"):
             _require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         for key in ("generator_hidden", "discriminator_hidden"):

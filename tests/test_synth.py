@@ -222,7 +222,8 @@ def tiny_synth(tmp_path_factory):
         mp.setattr(aggregation, "run", run)
         mp.setattr(data, "partition", count_partition)
         mp.setattr(synth_gan.PateGan, "update_student_and_generator", post)
-        result = invoke("synth", "--config", TINY, "--workdir", workdir, "--method", "gan", "--no-progress", "--seed", seed,
+        result = invoke("synth", "--config", TINY, "--workdir", workdir, "--method", "gan", "--no-progress",
+                        "--seed", seed,
                         "--set", f"privacy.ledger={json.dumps(str(ledger))}")
     assert result.exit_code == 0, result.output
     return workdir, ledger, result.output, seed, seen

@@ -104,7 +104,7 @@ def test_replace_one_sensitivity_by_brute_force():
 def test_noise_law_by_monte_carlo():
     """S̃ − S follows N_ℤ(0, s²): a chi-square test against the pmf passes at s = 3 and fails
     at s = 1/3 · 9 (σ²), 6 (2σ) and 1.5 (σ/2, e.g. sensitivity 1/n)."""
-    draws = 20_000
+    draws = 8_000
     noise = merf.noisy_sum(np.full(draws, 5, np.int64), Fraction(9), NoiseSource(3, stream=merf_step.NOISE_STREAM))
     noise = noise - 5
     edges = np.arange(-12, 13)
