@@ -200,6 +200,22 @@ def test_calibration_against_a_plain_loop(eps):
     assert composition.single_eps(gaussian, delta) <= merf.release_eps(m, delta)
 
 
+def test_the_ledger_composes_the_discrete_gaussian_by_rdp_only():
+    """With a GNMax label release (μ² = 0.5): the RDP route adds the curves (μ² summed), the
+    PLD route takes the discrete cost as its own ε at a share of δ; the record round-trips."""
+    delta, m = 1e-5, 4.0
+    labels = composition.Cost("gaussian", {"mu2": 0.5})
+    total = composition.compose([merf.cost(m), labels], delta)
+    assert total.routes["rdp"] == pytest.approx(_rdp_eps(0.5 + 1 / m**2, delta), rel=1e-9)
+    assert total.routes["pld"] >= merf.release_eps(m, delta / 2) - 1e-12
+    assert composition.Cost.from_json(merf.cost(m).to_json()) == merf.cost(m)
+    assert composition.compose([merf.cost(m)], delta).eps == pytest.approx(merf.release_eps(m, delta))
+
+
+def _rdp_eps(mu2: float, delta: float) -> float:
+    return _eps_plain(1 / math.sqrt(mu2), delta)
+
+
 def test_the_generator_learns_the_target_embedding():
     """Post-processing works: training on an embedding lowers the distance to it several-fold."""
     spec = _spec(features=32, length_scale=0.5)
