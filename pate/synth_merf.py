@@ -108,32 +108,22 @@ class MerfGenerator:
         self.params = jax.jit(self.gen.init)(keys.stream(root, keys.INIT_STREAM),
                                              jnp.zeros((1, spec.latent_dim)), c0)
 
-    def _embedding(self, params, key: jax.Array) -> jax.Array:
+    def _embedding(self, params, key: jax.Array, omega: jax.Array | None = None) -> jax.Array:
         """μ_G of one balanced batch: (D, C)."""
         spec = self.spec
         y = jnp.arange(spec.batch_size) % spec.num_classes
         onehot = jax.nn.one_hot(y, spec.num_classes, dtype=jnp.float32)
         z = jax.random.normal(key, (spec.batch_size, spec.latent_dim))
-        phi = features(self.gen.apply(params, z, onehot), self.omega)
+        phi = features(self.gen.apply(params, z, onehot), self.omega if omega is None else omega)
         return phi.T @ onehot / spec.batch_size
 
     def train(self, target: np.ndarray, steps: int, on_step: Callable[[int], None] | None = None) -> None:
         """``steps`` Adam steps on ‖target − μ_G‖² (target: the released μ̃, (D, C))."""
-        spec = self.spec
-        schedule = optax.exponential_decay(spec.learning_rate, max(1, steps // 10), 0.9)
-        tx = optax.adam(schedule)
+        step, tx = _train_step(self, int(steps))
         goal = jnp.asarray(target, jnp.float32)
-        key = keys.stream(self._root, _TRAIN_STREAM)
-
-        @jax.jit
-        def step(params, opt, s):
-            loss = lambda p: jnp.sum((goal - self._embedding(p, jax.random.fold_in(key, s))) ** 2)  # noqa: E731
-            updates, opt = tx.update(jax.grad(loss)(params), opt, params)
-            return optax.apply_updates(params, updates), opt
-
         params, opt = self.params, tx.init(self.params)
         for s in range(steps):
-            params, opt = step(params, opt, jnp.int32(s))
+            params, opt = step(params, opt, jnp.int32(s), goal, self.omega)
             if on_step is not None:
                 on_step(s + 1)
         self.params = params
@@ -155,3 +145,25 @@ class MerfGenerator:
             z = jax.random.normal(jax.random.fold_in(key, start), (yc.shape[0], self.spec.latent_dim))
             out.append(np.asarray(apply(self.params, z, yc)))
         return np.concatenate(out), y
+
+
+_STEPS: dict = {}
+
+
+def _train_step(gen: MerfGenerator, steps: int) -> tuple[Callable, optax.GradientTransformation]:
+    """The jitted Adam step of a run of ``steps`` steps and its optimizer, shared by every
+    generator of the same spec (they depend on the spec and the step count alone)."""
+    if (gen.spec, steps) not in _STEPS:
+        spec = gen.spec
+        tx = optax.adam(optax.exponential_decay(spec.learning_rate, max(1, steps // 10), 0.9))
+        key = keys.stream(gen._root, _TRAIN_STREAM)
+
+        def step(params, opt, s, goal, omega):
+            def loss(p):
+                return jnp.sum((goal - gen._embedding(p, jax.random.fold_in(key, s), omega)) ** 2)
+
+            updates, opt = tx.update(jax.grad(loss)(params), opt, params)
+            return optax.apply_updates(params, updates), opt
+
+        _STEPS[gen.spec, steps] = (jax.jit(step), tx)
+    return _STEPS[gen.spec, steps]
