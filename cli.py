@@ -307,9 +307,11 @@ def audit_command(config_path, workdir, mechanism, gamma, sigma, threshold, sigm
 
 @main.command("synth")
 @baseline.synth_options()
-def synth_command(config_path, workdir, eps, steps, teachers, settings, seed, overwrite, no_progress):
-    """PATE-GAN: a generator trained through the teacher discriminators' noisy votes; write synthetic.npz."""
-    config = opt.config_with(config_path, settings, synth__eps=eps, synth__steps=steps, synth__teachers=teachers)
+def synth_command(config_path, workdir, method, eps, steps, teachers, settings, seed, overwrite, no_progress):
+    """Synthetic data: DP-MERF (one noisy release of the class-conditional mean embedding) or
+    PATE-GAN (a generator trained through teacher discriminators' noisy votes); write synthetic.npz."""
+    config = opt.config_with(config_path, settings, synth__method=method, synth__eps=eps, synth__steps=steps,
+                             synth__teachers=teachers)
     from pate.steps.synth import train_synth  # imports JAX
     click.echo(train_synth(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
                            echo=click.echo).summary())

@@ -36,6 +36,16 @@ The kinds of cost (``Cost.kind``):
 - ``"gnss"`` (``beta``, ``sigma_ss``): one GNSS release of a sanitised RDP (PATE 2018,
   Section 4.3): `analysis.gnss.rdp_gnss` plus the discrete-noise correction at every
   order where it is finite; no PLD.
+- ``"discrete-gaussian"`` (``mu2``): one release of integer values plus independent
+  discrete Gaussian noise (DP-MERF's mean embedding, `analysis.merf`), with μ² =
+  (L2 sensitivity/σ)² in grid units. RDP α μ²/2 exactly as the continuous Gaussian:
+  for integer shifts the normalisers of the two discrete Gaussians are equal and the
+  Rényi sum is at most the normaliser (Canonne, Kamath, Steinke, "The discrete Gaussian
+  for differential privacy", NeurIPS 2020, Proposition 5), and Rényi divergences of
+  independent coordinates add (van Erven & Harremoës 2014, Theorem 28); proof in
+  `analysis.merf`. **No PLD**: the continuous Gaussian's privacy
+  profile is not proven to bound the discrete one's, so the PLD route takes this cost as
+  its own (ε, δ') from the RDP curve.
 - ``"approx"`` (``eps``, ``delta``): an (ε, δ)-DP step with no finer description (the
   LNMax smooth-sensitivity release, `analysis.lnmax_release.release_eps_cost`). Added
   by basic composition (Dwork & Roth 2014, Theorem 3.16).
@@ -66,12 +76,13 @@ import numpy as np
 
 from analysis.errors import PateError
 
-KINDS = ("gaussian", "pure", "gnss", "approx", "poisson-gaussian")
+KINDS = ("gaussian", "discrete-gaussian", "pure", "gnss", "approx", "poisson-gaussian")
 RELATION = "replace-one"
 RELATION_TEXT = ("replace-one: two training sets are neighbours when one example is replaced by another "
                  "(PATE: one teacher's shard changes, so one teacher's vote)")
 PLD_DISCRETIZATION = 1e-3  # grid of the composed PLD (dp-accounting rounds pessimistically)
-_FIELDS = {"gaussian": ("mu2",), "pure": ("eps0", "count"), "gnss": ("beta", "sigma_ss"),
+_FIELDS = {"gaussian": ("mu2",), "discrete-gaussian": ("mu2",), "pure": ("eps0", "count"),
+           "gnss": ("beta", "sigma_ss"),
            "approx": ("eps", "delta"), "poisson-gaussian": ("q", "noise_multiplier", "steps")}
 
 
@@ -114,6 +125,8 @@ class Cost:
         p = self.params
         if self.kind == "gaussian":
             return f"Gaussian, mu {math.sqrt(p['mu2']):.4g}"
+        if self.kind == "discrete-gaussian":
+            return f"discrete Gaussian, mu {math.sqrt(p['mu2']):.4g} (RDP only)"
         if self.kind == "pure":
             return f"{int(p['count'])} x {p['eps0']:.4g}-DP"
         if self.kind == "gnss":
@@ -223,7 +236,7 @@ def rdp(cost: Cost, orders) -> np.ndarray | None:
     has no RDP form in this module (``approx``)."""
     orders = np.asarray(orders, dtype=float)
     p = cost.params
-    if cost.kind == "gaussian":
+    if cost.kind in ("gaussian", "discrete-gaussian"):
         return orders * p["mu2"] / 2.0
     if cost.kind == "pure":
         return p["count"] * rr_rdp(p["eps0"], orders)
@@ -244,7 +257,7 @@ def rdp(cost: Cost, orders) -> np.ndarray | None:
 
 def pld(cost: Cost, discretization: float = PLD_DISCRETIZATION):
     """The privacy loss distribution of a cost (dp-accounting), or None when it has none
-    here (``gnss``, ``approx``, ``poisson-gaussian``: module docstring) or costs nothing."""
+    here (``discrete-gaussian``, ``gnss``, ``approx``, ``poisson-gaussian``: module docstring) or costs nothing."""
     from dp_accounting.pld import common, privacy_loss_distribution as pld_mod
 
     p = cost.params
@@ -286,7 +299,8 @@ class Total:
 def is_free(cost: Cost) -> bool:
     """True when a cost spends nothing (no query, no step, or no privacy loss at all)."""
     p = cost.params
-    return {"gaussian": lambda: p["mu2"] == 0, "pure": lambda: p["count"] == 0 or p["eps0"] == 0,
+    return {"gaussian": lambda: p["mu2"] == 0, "discrete-gaussian": lambda: p["mu2"] == 0,
+            "pure": lambda: p["count"] == 0 or p["eps0"] == 0,
             "gnss": lambda: False, "approx": lambda: p["eps"] == 0 and p["delta"] == 0,
             "poisson-gaussian": lambda: p["steps"] == 0 or p["q"] == 0}[cost.kind]()
 

@@ -14,13 +14,19 @@ Modes:
   signal G-PATE's gradient voting would release with noise. It tells apart "the GAN
   cannot learn here" from "the vote is too poor a signal".
 
+With ``--teacher-lr`` the teachers take their Adam steps at that rate instead of
+``synth.learning_rate`` (the student and the generator keep it): a two-timescale test of
+whether the teachers merely win the race. The vote-mode trace also gives the student's
+mean P(real) on the queries after its step (what the generator's gradient comes from).
+
     python bench/synth_diagnose.py [--mode vote|direct] [--teachers 100] [--steps 300]
-        [--sigma 0 | --eps E] [--set synth.KEY=VALUE ...] [--png samples.png]
+        [--sigma 0 | --eps E] [--teacher-lr LR] [--set synth.KEY=VALUE ...] [--png samples.png]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 
@@ -35,9 +41,27 @@ from pate import aggregation
 from pate.config import load_config, parse_override
 from pate.data import load_dataset, partition, split
 from pate.models import Linear
-from pate.steps import synth
+from pate.steps import synth, synth_eval
 from pate.steps.student import predict
 from pate.synth_gan import GanSpec, PateGan, teacher_shards, train
+
+
+@dataclasses.dataclass(frozen=True)
+class _SlowTeacherSpec(GanSpec):
+    """A spec with its own teacher learning rate (its own entry in `pate.synth_gan`'s program cache)."""
+
+    teacher_learning_rate: float = 2e-4
+
+
+class _SlowTeacherGan(PateGan):
+    """PATE-GAN whose teachers use Adam at ``spec.teacher_learning_rate`` (diagnosis only)."""
+
+    def _make_teacher_round(self):
+        saved, self.tx = self.tx, optax.adam(self.spec.teacher_learning_rate, b1=0.5)
+        try:  # Adam's state has the same structure at any rate: the initialised states fit
+            return super()._make_teacher_round()
+        finally:
+            self.tx = saved
 
 
 def _direct_step(gan: PateGan):
@@ -71,6 +95,7 @@ def main() -> None:
     ap.add_argument("--sigma", type=float, default=0.0, help="GNMax sigma of the votes (0: no noise)")
     ap.add_argument("--eps", type=float, help="sigma from the plan of `pate synth` at this eps instead")
     ap.add_argument("--set", action="append", default=[], metavar="synth.KEY=VALUE")
+    ap.add_argument("--teacher-lr", type=float, help="Adam rate of the teachers (default: synth.learning_rate)")
     ap.add_argument("--png", help="write the sample grid here")
     args = ap.parse_args()
     overrides = dict(parse_override(s) for s in args.set)
@@ -83,24 +108,38 @@ def main() -> None:
     splits = split(load_dataset(config.data), config.data.public_size)
     part = partition(int(splits.train_x.shape[0]), args.teachers, config.teachers.seed)
     sigma = synth.Plan.of(cfg, config.privacy.delta).mechanism.sigma if args.eps is not None else args.sigma
-    gan = PateGan(GanSpec.of(cfg, splits.train_x.shape[1:], splits.num_classes),
-                  *teacher_shards(synth.public_scale(splits.train_x), splits.train_y, part.indices))
+    spec = GanSpec.of(cfg, splits.train_x.shape[1:], splits.num_classes)
+    shards = teacher_shards(synth_eval.public_scale(splits.train_x), splits.train_y, part.indices)
+    if args.teacher_lr is None:
+        gan = PateGan(spec, *shards)
+    else:
+        gan = _SlowTeacherGan(_SlowTeacherSpec(**dataclasses.asdict(spec), teacher_learning_rate=args.teacher_lr),
+                              *shards)
     trace, window = [], []
     real_run = aggregation.run
 
     def spy(votes, mechanism, source):  # research only: the votes are read here, never written
         labels = real_run(votes, mechanism, source)
-        window.append((float(np.mean(votes[:, 1]) / args.teachers), float(np.mean(labels))))
+        window.append([float(np.mean(votes[:, 1]) / args.teachers), float(np.mean(labels))])
         return labels
+
+    real_post = type(gan).update_student_and_generator
+
+    def post(self, s, x, y, labels):
+        real_post(self, s, x, y, labels)
+        logits = self.disc.apply(self.student[0], x, jax.nn.one_hot(y, self.spec.num_classes))
+        window[-1].append(float(jnp.mean(jax.nn.sigmoid(logits))))
 
     def on_step(s):
         if s % 50 == 0 and window:
             trace.append({"step": s, "real_vote_fraction": float(np.mean([w[0] for w in window])),
-                          "real_label_fraction": float(np.mean([w[1] for w in window]))})
+                          "real_label_fraction": float(np.mean([w[1] for w in window])),
+                          "student_p_real": float(np.mean([w[-1] for w in window]))})
             window.clear()
 
     if args.mode == "vote":
         aggregation.run = spy
+        gan.update_student_and_generator = post.__get__(gan)
         train(gan, cfg.steps, GNMax(max(sigma, 1e-9)), NoiseSource(None, stream=synth.NOISE_STREAM), on_step)
     else:
         step = _direct_step(gan)
@@ -111,13 +150,13 @@ def main() -> None:
     images, labels = gan.sample(cfg.samples)
     pixels = np.round(np.clip(images, 0.0, 1.0) * 255.0).astype(np.uint8)
     model = Linear(splits.num_classes)
-    params = synth.fit_classifier(model, pixels.astype(np.float32) / 255.0, labels, epochs=cfg.eval_epochs,
-                                  batch_size=cfg.eval_batch_size, learning_rate=cfg.eval_learning_rate, seed=0)
+    params = synth_eval.fit_classifier(model, pixels.astype(np.float32) / 255.0, labels, epochs=cfg.eval_epochs,
+                                       batch_size=cfg.eval_batch_size, learning_rate=cfg.eval_learning_rate, seed=0)
     accuracy = float(np.mean(predict(model, params, splits.eval_x, 1000) == splits.eval_y))
     if args.png:
         with open(args.png, "wb") as f:
-            f.write(synth.sample_grid(pixels, labels, splits.num_classes))
-    print(json.dumps({"mode": args.mode, "teachers": args.teachers, "shard_size": part.shard_size,
+            f.write(synth_eval.sample_grid(pixels, labels, splits.num_classes))
+    print(json.dumps({"mode": args.mode, "teachers": args.teachers, "teacher_lr": args.teacher_lr, "shard_size": part.shard_size,
                       "steps": cfg.steps, "batch_size": cfg.batch_size, "sigma": sigma, "trace": trace,
                       "mean_pixel": float(pixels.mean() / 255.0), "tstr_logistic_regression": accuracy,
                       "train_s": round(train_s, 1), "total_s": round(time.time() - start, 1)}, indent=1))

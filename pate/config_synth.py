@@ -5,6 +5,7 @@ every section: `validate()` names the key at fault."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Literal
 
 from analysis.errors import PateError
 
@@ -16,7 +17,16 @@ def _require(ok: bool, key: str, message: str) -> None:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SynthConfig:
-    """`[synth]`: the PATE-GAN of `pate synth` (`pate.steps.synth`). `teachers` teacher
+    """`[synth]`: the synthetic-data generator of `pate synth` (`pate.steps.synth`).
+
+    `method`: "merf" (DP-MERF, `pate.synth_merf`: the private class-conditional mean
+    embedding of `merf_features` random Fourier features, kernel length-scale
+    `merf_length_scale` (0: the public pool's median distance), released once with
+    discrete Gaussian noise calibrated to `eps` at `[privacy] delta`; the generator then
+    takes `merf_steps` Adam steps at `merf_learning_rate` on batches of
+    `merf_batch_size`) or "gan" (the PATE-GAN below).
+
+    PATE-GAN (`pate.synth_gan`): `teachers` teacher
     discriminators (0: `teachers.num_teachers`) on the teachers' partition (cut with
     `teachers.seed`); `steps` steps, each `teacher_steps` Adam steps of every teacher on
     `real_batch_size` points of its own shard against as many generated ones, then the
@@ -30,7 +40,13 @@ class SynthConfig:
     `eval_batch_size`, Adam at `eval_learning_rate`). `seed`: initialisation, latents, batches.
     """
 
+    method: Literal["merf", "gan"] = "merf"
     eps: float = 1.0
+    merf_features: int = 4000
+    merf_length_scale: float = 0.0
+    merf_steps: int = 2000
+    merf_batch_size: int = 500
+    merf_learning_rate: float = 0.01
     teachers: int = 0
     steps: int = 500
     batch_size: int = 64
@@ -48,11 +64,18 @@ class SynthConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        for key in ("eps", "learning_rate", "eval_learning_rate"):
+        _require(self.method in ("merf", "gan"), "method",
+                 f"must be \"merf\" or \"gan\", got {self.method!r}")
+        _require(2 <= self.merf_features <= 2**20 and self.merf_features % 2 == 0, "merf_features",
+                 f"must be an even number in [2, 1048576], got {self.merf_features}")
+        _require(0 <= self.merf_length_scale < float("inf"), "merf_length_scale",
+                 f"must be >= 0 (0: the public pool's median distance), got {self.merf_length_scale}")
+        for key in ("eps", "learning_rate", "eval_learning_rate", "merf_learning_rate"):
             value = getattr(self, key)
             _require(0 < value < float("inf"), key, f"must be a positive number, got {value}")
         _require(self.teachers >= 0, "teachers", f"must be >= 0 (0: teachers.num_teachers), got {self.teachers}")
-        for key in ("steps", "batch_size", "real_batch_size", "teacher_steps", "student_steps", "latent_dim",
+        for key in ("merf_steps", "merf_batch_size", "steps", "batch_size", "real_batch_size", "teacher_steps",
+                    "student_steps", "latent_dim",
                     "samples", "eval_epochs", "eval_batch_size"):
             _require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
         for key in ("generator_hidden", "discriminator_hidden"):

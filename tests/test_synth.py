@@ -25,7 +25,7 @@ from pate import aggregation, rundir
 from pate.config import load_config
 from pate.data import load_npz, partition
 from pate.ledger import Ledger
-from pate.steps import synth
+from pate.steps import synth, synth_eval
 from pate.synth_gan import REAL, GanSpec, PateGan, noisy_labels, teacher_shards, train
 
 # The tiny config's GAN on data of the tiny config's shapes (8x8x1 images, 4 classes, 6
@@ -182,8 +182,8 @@ def test_scaling_uses_public_bounds_only(tmp_path):
     loaded = load_npz(str(path)).x_train
     assert np.allclose(loaded[..., 0], dark / 255.0)
     image = loaded[:1]
-    alone = synth.public_scale(image)
-    with_bright = synth.public_scale(np.concatenate([image, np.ones_like(image)]))[:1]
+    alone = synth_eval.public_scale(image)
+    with_bright = synth_eval.public_scale(np.concatenate([image, np.ones_like(image)]))[:1]
     assert np.array_equal(alone, image) and np.array_equal(alone, with_bright)
 
 
@@ -222,7 +222,8 @@ def tiny_synth(tmp_path_factory):
         mp.setattr(aggregation, "run", run)
         mp.setattr(data, "partition", count_partition)
         mp.setattr(synth_gan.PateGan, "update_student_and_generator", post)
-        result = invoke("synth", "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", seed,
+        result = invoke("synth", "--config", TINY, "--workdir", workdir, "--method", "gan", "--no-progress",
+                        "--seed", seed,
                         "--set", f"privacy.ledger={json.dumps(str(ledger))}")
     assert result.exit_code == 0, result.output
     return workdir, ledger, result.output, seed, seen

@@ -1,6 +1,9 @@
-"""`pate synth`: a PATE-GAN (`pate.synth_gan`) trained on the private train split cut into
-the teachers' partition, released as a generator, a synthetic data set and its
-train-on-synthetic, test-on-real score.
+"""`pate synth`: a synthetic-data generator trained on the private train split, released as
+a generator, a synthetic data set and its train-on-synthetic, test-on-real score. Two
+methods (`[synth] method`): "merf", DP-MERF (`pate.steps.synth_merf`, `analysis.merf`:
+one noisy release of the class-conditional mean embedding, the default because it is the
+one that learns), and "gan", the PATE-GAN below (`pate.synth_gan`), kept as measured: at
+chance on Fashion-MNIST (README).
 
 **What is fixed before training, from public values only** (`Plan.of`): the number of
 queries N = ``steps × batch_size`` (every step votes on ``batch_size`` generated points;
@@ -30,16 +33,12 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 import math
 import time
 from pathlib import Path
 from typing import Callable
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
 from analysis import composition
 from analysis.errors import PateError
@@ -51,9 +50,8 @@ from pate import checkpoints, rundir
 from pate import ledger as ledger_mod
 from pate.config import Config, config_to_dict
 from pate.door import step
-from pate.models import Linear, TanhCNN, cnn_output_side
 from pate.progress import Progress
-from pate.steps.student import predict
+from pate.steps.synth_eval import public_scale, sample_grid, tstr
 from pate.synth_gan import GanSpec, PateGan, teacher_shards, train
 
 #: The `analysis.noise` stream of this step's noise (labels 0, sanitised release 1, fedavg 2).
@@ -93,93 +91,6 @@ class Plan:
         return cls(queries, record, cost, eps, sampling_delta(queries, VOTE_CLASSES, eps))
 
 
-def public_scale(x: np.ndarray) -> np.ndarray:
-    """Images as float32 clamped to [0, 1], the public range the loaders scale pixels to
-    (uint8 / 255): a function of each pixel alone, never of the data set's statistics."""
-    return np.clip(np.asarray(x, np.float32), 0.0, 1.0)
-
-
-# --------------------------------------------------------------------------- evaluation
-
-
-def fit_classifier(model, x: np.ndarray, y: np.ndarray, *, epochs: int, batch_size: int, learning_rate: float,
-                   seed: int):
-    """Non-private Adam training of `model` on (x, y) (synthetic, public data): softmax
-    cross-entropy, ``epochs`` shuffled passes of full batches."""
-    tx = optax.adam(learning_rate)
-    key = jax.random.key(seed)
-    params = jax.jit(model.init)(key, jnp.zeros((1, *x.shape[1:]), jnp.float32))
-    batch = min(batch_size, x.shape[0])
-    nb = x.shape[0] // batch
-
-    @jax.jit
-    def epoch(params, opt, xs, ys, k):
-        order = jax.random.permutation(k, xs.shape[0])[: nb * batch].reshape(nb, batch)
-
-        def body(carry, idx):
-            p, o = carry
-            grads = jax.grad(lambda q: optax.softmax_cross_entropy_with_integer_labels(
-                model.apply(q, xs[idx]), ys[idx]).mean())(p)
-            updates, o = tx.update(grads, o, p)
-            return (optax.apply_updates(p, updates), o), None
-
-        return jax.lax.scan(body, (params, opt), order)[0]
-
-    opt = tx.init(params)
-    xs, ys = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32)
-    for e in range(epochs):
-        params, opt = epoch(params, opt, xs, ys, jax.random.fold_in(key, e + 1))
-    return params
-
-
-def tstr(config: Config, x: np.ndarray, y: np.ndarray, splits) -> dict:
-    """Train on synthetic, test on real: a logistic regression and the `[dpsgd]` CNN
-    (`pate.models.TanhCNN`) trained on (x, y), scored on the evaluation split (and on the
-    whole test split). The CNN is None when the images are too small for its layers."""
-    cfg, d = config.synth, config.dpsgd
-    models = {"logistic_regression": Linear(splits.num_classes)}
-    if cnn_output_side(int(x.shape[1]), d) > 0:
-        models["cnn"] = TanhCNN(splits.num_classes, tuple(d.conv_features), tuple(d.conv_kernels),
-                                tuple(d.conv_strides), tuple(d.conv_padding), tuple(d.hidden))
-    test_x = np.concatenate([splits.pool_x, splits.eval_x])
-    test_y = np.concatenate([splits.pool_y, splits.eval_y])
-    pool = splits.pool_x.shape[0]
-    out = {"eval_points": int(splits.eval_y.size), "test_points": int(test_y.size), "cnn": None, "cnn_test": None}
-    for name, model in models.items():
-        params = fit_classifier(model, x, y, epochs=cfg.eval_epochs, batch_size=cfg.eval_batch_size,
-                                learning_rate=cfg.eval_learning_rate, seed=cfg.seed)
-        pred = predict(model, params, public_scale(test_x), cfg.eval_batch_size)
-        out[name] = float(np.mean(pred[pool:] == test_y[pool:]))
-        out[name + "_test"] = float(np.mean(pred == test_y))
-    return out
-
-
-def sample_grid(images: np.ndarray, labels: np.ndarray, num_classes: int, per_class: int = 10) -> bytes:
-    """PNG of ``per_class`` synthetic images of each class (one row per class, up to 10)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = min(num_classes, 10)
-    fig, axes = plt.subplots(rows, per_class, figsize=(per_class * 0.8, rows * 0.8), dpi=100, squeeze=False)
-    try:
-        for r in range(rows):
-            picks = np.flatnonzero(labels == r)[:per_class]
-            for c in range(per_class):
-                ax = axes[r, c]
-                ax.axis("off")
-                if c < picks.size:
-                    img = images[picks[c]]
-                    ax.imshow(img[..., 0] if img.shape[-1] == 1 else img, cmap="gray", vmin=0, vmax=255)
-        fig.suptitle("pate synth: synthetic samples, one row per class", fontsize=8)
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-    finally:
-        plt.close(fig)
-    return buf.getvalue()
-
-
 # --------------------------------------------------------------------------- the command
 
 
@@ -210,9 +121,10 @@ class SynthResult:
 
 
 def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None, overwrite: bool = False,
-                show_progress: bool = True, echo: Callable[[str], None] = print) -> SynthResult:
-    """Trains the PATE-GAN of ``config.synth`` and releases it at ``config.synth.eps``,
-    ``config.privacy.delta`` (module docstring).
+                show_progress: bool = True, echo: Callable[[str], None] = print):
+    """Trains the generator of ``config.synth`` (``method``: DP-MERF, `pate.steps.synth_merf`,
+    returning its `MerfResult`; or the PATE-GAN, module docstring, returning a
+    `SynthResult`) and releases it at ``config.synth.eps``, ``config.privacy.delta``.
 
     Writes ``synth/`` (the generator's parameters, orbax), ``synthetic.npz`` (``images``
     uint8 (N, H, W, C), ``labels``), ``synth-samples.png`` and ``synth.json`` into `workdir`
@@ -227,6 +139,10 @@ def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None,
     """
     from pate.data import load_dataset, partition, split
 
+    if config.synth.method == "merf":
+        from pate.steps.synth_merf import train_merf
+
+        return train_merf(config, workdir, seed=seed, overwrite=overwrite, show_progress=show_progress, echo=echo)
     start = time.time()
     cfg, delta = config.synth, config.privacy.delta
     with step("synth", workdir, config=config, overwrite=overwrite, data={}, keep_config=True, echo=echo) as door:
