@@ -131,16 +131,21 @@ def pate_row(workdir: Path) -> dict[str, Any]:
         eps, source = _number(public["eps_sanitized"]), "privacy.json:eps_sanitized"
     if eps is None and _number(public.get("eps_data_independent")) is not None:
         eps, source = _number(public["eps_data_independent"]), "privacy.json:eps_data_independent"
-    walls = [_number(d.get("wall_time_s")) for d in (teachers, student)]
+    # Two rounds (`pate label --round 2`): release.json's headline is of both rounds, the
+    # student of both rounds is student.json, round 1's student (its time counts) is kept.
+    rounds = int(student.get("rounds") or 1)
+    first = (_read(workdir / "student-round1.json") or {}) if rounds == 2 else {}
+    walls = [_number(d.get("wall_time_s")) for d in (teachers, student, first)]
     return {
-        "method": f"pate-{student.get('method', 'student')}",
+        "method": f"pate-{student.get('method', 'student')}" + ("-2rounds" if rounds == 2 else ""),
         "eps": eps, "relation": release.get("neighbouring_relation", "replace-one"), "eps_source": source,
         "eps_replace_one": eps, "eps_add_remove": None,
         "eps_release_cost": _number(public.get("eps_release_cost")),
         "delta": _number(public.get("delta")) or _number(release.get("delta")),
         "accuracy": _number(student.get("accuracy")), "eval_points": student.get("eval_points"),
         "wall_time_s": sum(w for w in walls if w is not None) if any(w is not None for w in walls) else None,
-        "wall_time_parts": {"teachers": walls[0], "student": walls[1]},
+        "wall_time_parts": {"teachers": walls[0], "student": walls[1],
+                            **({"student_round1": walls[2]} if rounds == 2 else {})},
         "workdir": str(workdir),
     }
 

@@ -82,3 +82,20 @@ def test_federated_rows_through_pate_fedavg(tmp_path, capsys):
     assert row["eps"] == info["eps"] <= 2.0 + 1e-9 and row["relation"] == "replace-one"
     assert row["per_round_eps"] == info["per_round_eps"] < row["eps"]
     assert row["accuracy"] == info["accuracy"]
+
+
+def test_a_two_round_run_is_one_row_with_both_students_time(tmp_path):
+    """A run with round 2: the headline of both rounds, the student of both rounds, and the
+    wall time of the teachers and both students."""
+    pate_row = _compare().pate_row
+    for name, doc in (("student.json", {"method": "fixmatch", "rounds": 2, "accuracy": 0.845, "wall_time_s": 40.0}),
+                      ("student-round1.json", {"method": "fixmatch", "accuracy": 0.827, "wall_time_s": 30.0}),
+                      ("teachers.json", {"wall_time_s": 100.0}),
+                      ("release.json", {"eps": 1.854, "neighbouring_relation": "replace-one"})):
+        (tmp_path / name).write_text(json.dumps(doc))
+    row = pate_row(tmp_path)
+    assert row["method"] == "pate-fixmatch-2rounds" and row["eps"] == 1.854 and row["accuracy"] == 0.845
+    assert row["wall_time_s"] == 170.0 and row["wall_time_parts"]["student_round1"] == 30.0
+    (tmp_path / "student.json").write_text(json.dumps({"method": "fixmatch", "accuracy": 0.8, "wall_time_s": 40.0}))
+    one = pate_row(tmp_path)  # round 1 alone: round 1's kept student is not counted
+    assert one["method"] == "pate-fixmatch" and one["wall_time_s"] == 140.0
