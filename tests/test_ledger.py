@@ -341,7 +341,7 @@ def test_every_writer_is_refused_under_a_held_lock(held_lock):
 
 def test_pate_run_refuses_over_budget_before_training(tiny_config, tmp_path):
     book = ledger_mod.Ledger.for_config(tiny_config)
-    book.charge("labels", composition.labels_cost(mechanisms.GNMax(1.0), 1000))  # a large earlier release
+    book.charge("labels", composition.Cost("gaussian", {"mu2": 100.0}))  # a large earlier release (eps ~92)
     run = tmp_path / "run"
     result = invoke("run", "--config", TINY, "--workdir", run, "--set", "privacy.total_budget=5",
                     "--no-progress")
