@@ -102,7 +102,12 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice:
 
     if not config.privacy.target_eps:
         raise PateError("no target to plan for: set [privacy] target_eps in the config or give --target-eps")
-    return choose(config, config.teachers.num_teachers, load_dataset(config.data).num_classes, echo=echo)
+    choice = choose(config, config.teachers.num_teachers, load_dataset(config.data).num_classes, echo=echo)
+    if config.rounds.rounds == 2:
+        echo(f"round 2 is planned when it starts (`pate label --round 2`): at most {config.rounds.queries} queries, "
+             f"as many as keep the headline of both rounds <= {config.privacy.target_eps:g} after the RDP round 1 "
+             "publishes")
+    return choice
 
 
 def budget_plan(choice: headline_target.ReleaseChoice) -> plan_mod.BudgetPlan:

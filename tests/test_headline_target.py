@@ -190,6 +190,11 @@ def test_pate_plan_prints_the_choice_and_refuses_mixed_options():
     result = CliRunner().invoke(cli.main, ["plan", "--config", str(TINY), *noise, "--target-eps", "20"])
     assert result.exit_code == 0, result.output
     assert "P[headline <= 20]" in result.output and "no vote of this data set was read" in result.output
+    assert "round 2 is planned" not in result.output
+    two = CliRunner().invoke(cli.main, ["plan", "--config", str(TINY), *noise, "--set", "rounds.rounds=2",
+                                        "--set", "rounds.round1_target_eps=15", "--target-eps", "20"])
+    assert two.exit_code == 0 and "P[headline <= 15]" in two.output, two.output  # round 1's part
+    assert "round 2 is planned when it starts" in two.output
     mixed = CliRunner().invoke(cli.main, ["plan", "--config", str(TINY), "--eps", "2", "--target-eps", "20"])
     assert mixed.exit_code == 2 and "come from the config" in mixed.output
     bare = CliRunner().invoke(cli.main, ["plan", "--queries", "5"])
