@@ -26,9 +26,10 @@ from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
 from pate import ledger as ledger_mod
 from pate import digests, release_target, rundir
-from pate.released_labels import content_digest, read_labels, release_subjects
+from pate.released_labels import content_digest, read_labels
 from pate.config import PrivacyConfig
 from pate.door import step
+from pate.steps import analyze_rounds
 
 
 #: The report's outputs by option, and the run artifact each one is by default.
@@ -287,7 +288,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     for subject in subjects:  # before any noise is drawn
         book.refuse_repeat("sanitised-eps", subject)
     if two_rounds:
-        labels = _round2_rows(inputs, votes, labels)
+        labels = analyze_rounds.round2_rows(inputs, votes, labels)
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
     # lnmax_beta and GNMax gnss_beta (0: 0.1 / release order), never the other's.
     beta = gnss_beta = mechanisms.from_arrays(labels, rundir.LABELS_NPZ).release_beta(p, beta, gnss_beta)
@@ -303,7 +304,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
         two_rounds and rundir.read_json(inputs[3]).get("research_seed") is True)  # round 1's release
     rep = _research(rep, research)
     if two_rounds:
-        rep = _cumulative(workdir, rep, labels, book, release_cost, delta, conversion)
+        rep = analyze_rounds.cumulative(workdir, rep, labels, book, release_cost_of(rep, release_cost), delta,
+                                        conversion)
     data_set = book.summary(delta, extra=[release_cost_of(rep, release_cost)])  # this draw counted
     # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
@@ -315,67 +317,6 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
-
-
-def _round2_rows(inputs: list, votes: np.ndarray, labels: dict) -> dict:
-    """Round 2's labels with ``indices`` the rows of its votes (query i is row i; the file's
-    indices are pool points), checked against the votes."""
-    if votes.shape[0] != np.asarray(labels["labels"]).size:
-        raise PateError(f"{inputs[0]} does not match {inputs[1]}; label round 2 again "
-                        "(`pate label --round 2 --overwrite`)")
-    return dict(labels, indices=np.arange(votes.shape[0]))
-
-
-def _round1(workdir) -> tuple[dict, composition.Cost, composition.Cost]:
-    """Round 1's published values (release-round1.json: its ``details``, ``eps`` and
-    ``delta``), its labels' data-independent cost and its sanitised release's cost."""
-    run = rundir.RunDir(workdir)
-    first = read_labels(run / rundir.LABELS_NPZ)
-    doc = run.read_json(rundir.RELEASE_ROUND1_JSON)
-    if (doc.get("meta") or {}).get("labels_sha256") not in release_subjects(run / rundir.LABELS_NPZ) or "eps" not in doc:
-        raise PateError(f"{run / rundir.RELEASE_ROUND1_JSON} is not the release of {run / rundir.LABELS_NPZ}; "
-                        "label round 2 again (`pate label --round 2 --overwrite`)")
-    details = {**(doc.get("details") or {}), "eps": doc["eps"], "delta": doc["delta"]}
-    record = mechanisms.from_arrays(first, rundir.LABELS_NPZ)
-    cap = int(float(first["max_answers"])) if "max_answers" in first else None
-    labels_cost = composition.labels_cost(record, int(first["indices"].size), max_answers=cap)
-    try:
-        released = record.sanitised_cost(details, float(details.get("release_rdp_cost", 0.2)))
-    except (KeyError, TypeError, ValueError):
-        raise PateError(f"{run / rundir.RELEASE_ROUND1_JSON} lacks the release's parameters; it was not "
-                        "written by pate analyze or is damaged") from None
-    return details, labels_cost, released
-
-
-def _cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, release_cost: float,
-                delta: float, conversion: str) -> report_mod.PrivacyReport:
-    """Round 2's report with its headline replaced by the ε of everything both rounds
-    released (`analysis.rounds.cumulative_headline`); round 2's own headline is kept as
-    ``eps_round2``."""
-    from analysis.rounds import ROUTES, cumulative_headline
-
-    first, labels1, released1 = _round1(workdir)
-    found = next((e for e in (book.find("sanitised-eps", subject) for subject in
-                                release_subjects(rundir.RunDir(workdir) / rundir.LABELS_NPZ)) if e is not None), None)
-    if found is not None:  # the ledger's record of round 1's draw: its exact cost
-        released1 = composition.Cost.from_json(found["cost"])
-    record = mechanisms.from_arrays(labels, rundir.LABELS_ROUND2_NPZ)
-    every = [labels1, released1, composition.labels_cost(record, int(np.asarray(labels["labels"]).size)),
-             release_cost_of(rep, release_cost)]
-    second = {i.key: i.value for i in rep.items if i.public}
-    second["delta"] = second["delta_total"]
-    cum = cumulative_headline(first, second, every, delta, conversion)
-    items = tuple(report_mod.Item("eps", "HEADLINE eps (both rounds, everything released)", cum.eps, True,
-                                  f"at delta {cum.delta:g}; {ROUTES[cum.route]}") if i.key == "eps"
-                  else report_mod.Item("delta_total", i.label, cum.delta, True, "both rounds")
-                  if i.key == "delta_total" else i for i in rep.items)
-    items += (report_mod.Item("rounds", "rounds", 2, True, "labels.npz, then labels-round2.npz"),
-              report_mod.Item("eps_round1", "round 1's published headline eps", float(first["eps"]), True,
-                              "release-round1.json"),
-              report_mod.Item("eps_round2", "round 2's own headline eps", float(second["eps"]), True,
-                              f"at delta {second['delta']:g}"),
-              *(report_mod.Item(f"eps_route_{k}", f"route: {ROUTES[k]}", v, True) for k, v in cum.routes.items()))
-    return dataclasses.replace(rep, items=items)
 
 
 def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float | None = None,
