@@ -51,7 +51,7 @@ from pate import ledger as ledger_mod
 from pate.config import Config, config_to_dict
 from pate.door import step
 from pate.progress import Progress
-from pate.steps.synth_eval import public_scale, sample_grid, tstr
+from pate.steps.synth_eval import public_scale, result_lines, sample_grid, tstr
 from pate.synth_gan import GanSpec, PateGan, teacher_shards, train
 
 #: The `analysis.noise` stream of this step's noise (labels 0, sanitised release 1, fedavg 2).
@@ -108,15 +108,10 @@ class SynthResult:
     wall_time_s: float
 
     def summary(self) -> str:
-        s = self.scores
-        cnn = "n/a (images too small for the [dpsgd] CNN)" if s["cnn"] is None else f"{s['cnn']:.4f}"
         return "\n".join([
             f"synth: PATE-GAN, {self.teachers} teacher discriminators of {self.shard_size} points, "
             f"{self.queries} GNMax votes (2 classes) at sigma {self.sigma:.4g}",
-            f"synth eps = {self.eps:.4f} at delta = {self.delta:g} (replace-one neighbours)",
-            f"train on synthetic, test on real ({s['eval_points']} evaluation points): logistic regression "
-            f"{s['logistic_regression']:.4f}, CNN {cnn}",
-            f"wall time: {self.wall_time_s:.1f} s (printed only)",
+            *result_lines(self.eps, self.delta, self.scores, self.wall_time_s),
         ])
 
 

@@ -102,3 +102,12 @@ def sample_grid(images: np.ndarray, labels: np.ndarray, num_classes: int, per_cl
     finally:
         plt.close(fig)
     return buf.getvalue()
+
+
+def result_lines(eps: float, delta: float, scores: dict, wall_time_s: float) -> list[str]:
+    """The summary lines both methods end with: ε, the train-on-synthetic scores, the time."""
+    cnn = "n/a (images too small for the [dpsgd] CNN)" if scores["cnn"] is None else f"{scores['cnn']:.4f}"
+    return [f"synth eps = {eps:.4f} at delta = {delta:g} (replace-one neighbours)",
+            f"train on synthetic, test on real ({scores['eval_points']} evaluation points): logistic regression "
+            f"{scores['logistic_regression']:.4f}, CNN {cnn}",
+            f"wall time: {wall_time_s:.1f} s (printed only)"]

@@ -44,7 +44,7 @@ from pate import synth_merf as program
 from pate.config import Config, config_to_dict
 from pate.door import step
 from pate.progress import Progress
-from pate.steps.synth_eval import public_scale, sample_grid, tstr
+from pate.steps.synth_eval import public_scale, result_lines, sample_grid, tstr
 
 #: The `analysis.noise` stream of this release (labels 0, sanitised ε 1, fedavg 2, PATE-GAN 3).
 NOISE_STREAM = 4
@@ -64,16 +64,11 @@ class MerfResult:
     wall_time_s: float
 
     def summary(self) -> str:
-        s = self.scores
-        cnn = "n/a (images too small for the [dpsgd] CNN)" if s["cnn"] is None else f"{s['cnn']:.4f}"
         return "\n".join([
             f"synth: DP-MERF, class-conditional mean embedding of {self.points} points in {self.features} random "
             f"Fourier features (length-scale {self.length_scale:.4g}), released once, noise multiplier "
             f"{self.multiplier:.4g}",
-            f"synth eps = {self.eps:.4f} at delta = {self.delta:g} (replace-one neighbours)",
-            f"train on synthetic, test on real ({s['eval_points']} evaluation points): logistic regression "
-            f"{s['logistic_regression']:.4f}, CNN {cnn}",
-            f"wall time: {self.wall_time_s:.1f} s (printed only)",
+            *result_lines(self.eps, self.delta, self.scores, self.wall_time_s),
         ])
 
 
