@@ -309,3 +309,23 @@ def test_killed_round2_then_any_command(two_rounds, tmp_path):
     r = invoke("analyze", "--workdir", run)  # the next command to take the run's lock cleans up
     assert "Traceback" not in r.output
     assert sorted(n for n in os.listdir(run) if n.startswith((".new-", ".old-")) or n.endswith(".tmp")) == []
+
+
+def test_pate_run_with_two_rounds_on_a_finished_round1(finished_tiny, tmp_path):
+    """`pate run --set rounds.rounds=2` on a finished run: round 1's steps are skipped, round
+    2, its student and the report of both rounds run. Round 1 published a headline δ of 1 (an
+    unseeded tiny run's float64 noise): the headline of both rounds still composes, the
+    release's own cost taken at the analysis δ as `pate analyze` charged it."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_tiny, run)
+    release = json.loads((run / rundir.RELEASE_JSON).read_text())
+    (run / rundir.RELEASE_JSON).write_text(json.dumps(dict(release, delta=1.0)))
+    labels1 = (run / rundir.LABELS_NPZ).read_bytes()
+    r = invoke("run", "--config", TINY, "--workdir", run, "--set", "rounds.rounds=2", "--set", "rounds.queries=10",
+               "--set", 'rounds.student_init="round1"', "--set", "rounds.student_steps=5", "--no-progress", "--seed", 3)
+    assert r.exit_code == 0, r.output
+    assert "[label] running" not in r.output and (run / rundir.LABELS_NPZ).read_bytes() == labels1  # not relabelled
+    assert "[round2] running" in r.output and "[student2] running" in r.output and "[analyze2] running" in r.output
+    details = json.loads((run / rundir.RELEASE_JSON).read_text())["details"]
+    assert details["rounds"] == 2 and details["eps_round1"] == release["eps"]
+    assert json.loads((run / rundir.STUDENT_JSON).read_text())["rounds"] == 2

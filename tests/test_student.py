@@ -126,7 +126,10 @@ def test_same_seed_same_student(labelled):
     assert a.loss_history == b.loss_history and a.accuracy == b.accuracy
 
 
-@pytest.mark.parametrize("threshold, low, high", [(0.0, 1.0, 1.0), (1.0, 0.0, 0.05)])
+@pytest.mark.parametrize("threshold, low, high", [
+    (0.0, 1.0, 1.0),
+    pytest.param(1.0, 0.0, 0.05, marks=pytest.mark.slow),  # the other extreme; 8 s of the fast suite
+])
 def test_confidence_threshold_masks_pseudo_labels(labelled, threshold, low, high):
     from pate.steps.student import train_student
 

@@ -34,12 +34,13 @@ def _round1(workdir) -> tuple[dict, composition.Cost, composition.Cost]:
     if (doc.get("meta") or {}).get("labels_sha256") not in release_subjects(run / rundir.LABELS_NPZ) or "eps" not in doc:
         raise PateError(f"{run / rundir.RELEASE_ROUND1_JSON} is not the release of {run / rundir.LABELS_NPZ}; "
                         "label round 2 again (`pate label --round 2 --overwrite`)")
-    details = {**(doc.get("details") or {}), "eps": doc["eps"], "delta": doc["delta"]}
+    raw = doc.get("details") or {}
+    details = {**raw, "eps": doc["eps"], "delta": doc["delta"]}  # the published headline's (ε, δ)
     record = mechanisms.from_arrays(first, rundir.LABELS_NPZ)
     cap = int(float(first["max_answers"])) if "max_answers" in first else None
     labels_cost = composition.labels_cost(record, int(first["indices"].size), max_answers=cap)
-    try:
-        released = record.sanitised_cost(details, float(details.get("release_rdp_cost", 0.2)))
+    try:  # the release's own cost at the analysis δ, as `pate analyze` charged it (not the headline's δ)
+        released = record.sanitised_cost(raw, float(raw.get("release_rdp_cost", 0.2)))
     except (KeyError, TypeError, ValueError):
         raise PateError(f"{run / rundir.RELEASE_ROUND1_JSON} lacks the release's parameters; it was not "
                         "written by pate analyze or is damaged") from None
