@@ -158,6 +158,7 @@ def test_shipped_configs_build_their_models(name):
     assert jax.eval_shape(model.apply, params, x).shape == (2, 10)
 
 
+@pytest.mark.slow  # 10 s of compilation; the WRN student also runs in bench/gpu.py --smoke (tests/test_bench_gpu.py)
 def test_wide_resnet_student():
     """`model = "wrn"`: logits of the right shape, patches and lax.conv agree, a stride-2
     group halves the side (projection shortcut), dropout only in training."""

@@ -274,6 +274,7 @@ def test_align_matches_a_plain_loop_and_undoes_a_skewed_prior():
     assert (got[:, 3] >= probs[:, 3]).all() and (got[:, 0] <= probs[:, 0]).all()
 
 
+@pytest.mark.slow  # a non-default option end to end (8 s); its parts have fast unit tests above
 def test_balanced_labels_and_alignment_train(labelled):
     from pate.steps.student import train_student
 
@@ -301,6 +302,7 @@ def test_class_thresholds_match_a_plain_loop(seed):
     assert np.allclose(np.asarray(class_thresholds(0.95, jnp.full(5, 0.1))), 0.95)
 
 
+@pytest.mark.slow  # a non-default option end to end (8 s); its parts have fast unit tests above
 def test_adaptive_threshold_trains(labelled):
     from pate.steps.student import train_student
 
