@@ -89,10 +89,10 @@ def round1_student(run: rundir.RunDir) -> tuple[str, str]:
     return rundir.STUDENT_JSON, rundir.STUDENT_DIR
 
 
-def round1_release(run: rundir.RunDir) -> tuple[dict, dict]:
-    """Round 1's labels and release, once round 1 is finished: labels.npz and the
+def round1_release(run: rundir.RunDir) -> tuple[dict, dict, str]:
+    """Round 1's labels and release, once round 1 is finished: labels.npz, the
     release.json that publishes its sanitised ε (``release-round1.json`` once round 2 kept
-    it). Round 2's headline composes that published value (`analysis.rounds`), and a
+    it) and that file's name. Round 2's headline composes that published value (`analysis.rounds`), and a
     target for both rounds plans round 2 from it (`pate.release_target.choose_round2`).
 
     Raises:
@@ -101,8 +101,9 @@ def round1_release(run: rundir.RunDir) -> tuple[dict, dict]:
     first = read_labels(run / rundir.LABELS_NPZ)
     subjects = release_subjects(run / rundir.LABELS_NPZ)
     for name in (rundir.RELEASE_JSON, rundir.RELEASE_ROUND1_JSON):
-        if run.exists(name) and (run.read_json(name).get("meta") or {}).get("labels_sha256") in subjects:
-            return first, run.read_json(name)
+        doc = run.read_json(name) if run.exists(name) else {}
+        if (doc.get("meta") or {}).get("labels_sha256") in subjects:
+            return first, doc, name
     raise PateError(f"round 1 of {run.path} is not finished: no release.json publishes the eps of "
                     f"{run / rundir.LABELS_NPZ}; run `pate analyze --workdir {run.path}` first")
 
@@ -128,7 +129,7 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
     with step("round2", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
         aggregation.noise_source(seed)  # refuses a bad seed before anything is computed
         run, rc = door.run, config.rounds
-        first, released1 = round1_release(run)
+        first, released1, release_name = round1_release(run)
         student_files = round1_student(run)
         record = mechanisms.from_config(config.aggregation)
         splits = split(load_dataset(config.data), config.data.public_size)
@@ -151,7 +152,7 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
         votes, chosen, accuracies = _round2_votes(config, run, student_files, splits, candidates, queries, echo)
         planned = {} if plan is None else {release_target.PLAN_KEY: plan.meta()}
         result = _release(door, config, record, votes, chosen, splits, accuracies, seed, book, cost, planned, echo)
-        _keep_round1(run, door.out, student_files)
+        _keep_round1(run, door.out, student_files, release_name)
     echo(f"wrote {door.run / rundir.VOTES_ROUND2_NPZ} (private: never publish) and "
          f"{door.run / rundir.LABELS_ROUND2_NPZ} (the round-2 release); `pate train-student` learns from both "
          "rounds, `pate analyze` publishes the headline eps of both")
@@ -227,13 +228,10 @@ def _release(door, config: Config, record, votes, chosen, splits, accuracies, se
     return result
 
 
-def _keep_round1(run: rundir.RunDir, out: rundir.RunDir, files: tuple[str, str]) -> None:
-    """Copies the student round 2 stood on (``student-round1``) and round 1's release.json
-    (``release-round1.json``) into the new artifacts."""
+def _keep_round1(run: rundir.RunDir, out: rundir.RunDir, files: tuple[str, str], release: str) -> None:
+    """Copies the student round 2 stood on (``student-round1``) and round 1's release
+    (``release``, found by `round1_release`) as ``release-round1.json`` into the new artifacts."""
     record, directory = files
     shutil.copytree(run / directory, out / rundir.STUDENT_ROUND1_DIR, dirs_exist_ok=True)
     shutil.copy2(run / record, out / rundir.STUDENT_ROUND1_JSON)
-    subjects = release_subjects(run / rundir.LABELS_NPZ)
-    release = next(n for n in (rundir.RELEASE_JSON, rundir.RELEASE_ROUND1_JSON)
-                   if run.exists(n) and (run.read_json(n).get("meta") or {}).get("labels_sha256") in subjects)
     shutil.copy2(run / release, out / rundir.RELEASE_ROUND1_JSON)
