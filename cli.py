@@ -137,15 +137,15 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 @main.command("label")
 @opt.label_options()
 def label_command(workdir, votes_path, num_classes, input_is_labels, indices_path, delta, conversion,
-                  accountant, mechanism, gamma, sigma, threshold, sigma_threshold, queries, round_, select, budget,
-                  target_eps, seed, overwrite, ledger_name):
+                  accountant, mechanism, gamma, sigma, threshold, sigma_threshold, queries, round_, select, check,
+                  budget, target_eps, seed, overwrite, ledger_name):
     """Let the teachers vote on the public pool and release noisy labels (labels.npz);
     the votes (votes.npz) stay private. With --votes, release labels from votes of
     teachers trained anywhere (no pate teachers, no config). With --round 2, a second
     release (labels-round2.npz) on a finished round 1."""
     noise = dict(gamma=gamma, sigma=sigma, threshold=threshold, sigma_threshold=sigma_threshold)
     if round_ == 2:
-        config = opt.round2_config(workdir, queries, select, {
+        config = opt.round2_config(workdir, queries, select, check, {
             "--votes": votes_path, "--mechanism": mechanism, "--budget": budget, "--num-classes": num_classes,
             "--input-is-labels": input_is_labels, "--indices": indices_path, "--delta": delta,
             "--conversion": conversion, "--ledger": ledger_name, "--target-eps": target_eps,
@@ -154,8 +154,8 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
 
         label_round2(config, workdir, seed=seed, overwrite=overwrite, echo=click.echo)
         return
-    if select is not None:
-        raise click.UsageError("--select applies with --round 2 only")
+    if select is not None or check is not None:
+        raise click.UsageError("--select and --check apply with --round 2 only")
     if votes_path is not None:
         if num_classes is None:
             raise click.UsageError("--votes needs --num-classes C (classes no teacher predicted still count)")

@@ -74,6 +74,7 @@ from scipy.special import log_ndtr, logsumexp
 
 from analysis.confident import answer_weight, rdp_confident
 from analysis.errors import PateError
+from analysis.interactive import check_statistic
 from analysis.rdp import DEFAULT_ORDERS, check_orders, eps_from_rdp
 from analysis.validation import check_counts, check_delta, check_sigma
 
@@ -194,16 +195,18 @@ def rdp_data_independent(sigma, orders=DEFAULT_ORDERS):
     return check_orders(orders) / (sigma * sigma)  # the same rounding as `theorem6`'s cap
 
 
-def log_pr_answered(threshold, sigma, votes):
+def log_pr_answered(threshold, sigma, votes, offsets=None):
     """log Pr[max_j n_j + N(0, σ²) ≥ threshold] = log Φ((max_j n_j − threshold)/σ).
 
     The probability that Confident-GNMax's threshold step (2018 paper, Algorithm 1,
-    σ = σ₁) answers a query. Exact, in log space; shape votes.shape[:-1].
+    σ = σ₁) answers a query. Exact, in log space; shape votes.shape[:-1]. With the
+    student's check ``offsets`` (Interactive-GNMax, `analysis.interactive`) the statistic
+    is max_j (n_j − o_j) instead.
     """
-    votes = check_counts(votes)
+    stat = check_statistic(votes, offsets)
     sigma = check_sigma(sigma)
     threshold = float(threshold)
-    return log_ndtr((votes.max(axis=-1) - threshold) / sigma)
+    return log_ndtr((stat - threshold) / sigma)
 
 
 def rdp_threshold(log_pr_answered, sigma, orders=DEFAULT_ORDERS):
@@ -309,9 +312,10 @@ def data_independent_eps(
     return EpsResult(float(eps), float(order), delta, orders, curve, mech, conversion, n, private=False)
 
 
-def confident_curves(votes, sigma, threshold, sigma_threshold, orders):
-    """Per-query (threshold RDP, GNMax RDP, answer weight, log Pr[answered]) at all orders."""
-    logp = log_pr_answered(threshold, sigma_threshold, votes)
+def confident_curves(votes, sigma, threshold, sigma_threshold, orders, offsets=None):
+    """Per-query (threshold RDP, GNMax RDP, answer weight, log Pr[answered]) at all orders
+    (the threshold on max_j (n_j − o_j) with the check ``offsets`` of Interactive-GNMax)."""
+    logp = log_pr_answered(threshold, sigma_threshold, votes, offsets)
     thr = rdp_threshold(logp, sigma_threshold, orders)
     gn = rdp(log_q(votes, sigma), sigma, orders)
     w = answer_weight(logp, sigma_threshold, orders)
@@ -329,6 +333,7 @@ def data_dependent_eps(
     answered_mask=None,
     accounting="joint",
     conversion="classic",
+    offsets=None,
 ) -> EpsResult:
     """Data-dependent (ε, δ) of answering every row of `votes` — a PRIVATE value.
 
@@ -340,7 +345,9 @@ def data_dependent_eps(
       plus GNMax bound on the rows where `answered_mask` is True. It conditions on which
       queries were answered, which a DP guarantee for the joint release does not allow;
       use it to compare with published numbers.
-    `expected_answered` is Σ Pr[answered]. Converted with `analysis.rdp.eps_from_rdp`;
+    Interactive-GNMax: Confident-GNMax with the student's check ``offsets`` o (public), the
+    threshold step on max_j (n_j − o_j) (`analysis.interactive`: the same range and
+    sensitivity, so the same bounds). `expected_answered` is Σ Pr[answered]. Converted with `analysis.rdp.eps_from_rdp`;
     the result is marked private.
     """
     votes = check_counts(votes)
@@ -352,12 +359,12 @@ def data_dependent_eps(
     mech = mechanism_name(threshold, sigma_threshold)
     n = votes.shape[0]
     if threshold is None:  # GNMax (`mechanism_name` checked: both threshold parameters or neither)
-        if answered_mask is not None:
-            raise PateError("answered_mask applies to Confident-GNMax only")
+        if answered_mask is not None or offsets is not None:
+            raise PateError("answered_mask and check offsets apply to Confident-GNMax only")
         curve = rdp(log_q(votes, sigma), sigma, orders).sum(axis=0)
         eps, order = eps_from_rdp(orders, curve, delta, conversion)
         return EpsResult(float(eps), float(order), delta, orders, curve, mech, conversion, n, private=True)
-    thr, gn, w, logp = confident_curves(votes, sigma, threshold, sigma_threshold, orders)
+    thr, gn, w, logp = confident_curves(votes, sigma, threshold, sigma_threshold, orders, offsets)
     if accounting == "joint":
         curve = rdp_confident(thr, gn, w, orders).sum(axis=0)
     elif accounting == "realised":

@@ -14,6 +14,7 @@ from scipy.special import log_ndtr, ndtri_exp
 
 from analysis.confident import answer_weight, rdp_confident
 from analysis.errors import PateError
+from analysis.interactive import check_statistic
 from analysis.gnmax import check_answered_mask, log_q, rdp, rdp_threshold, theorem6
 from analysis.rdp import check_orders
 from analysis.validation import check_counts, check_sigma, teachers_of
@@ -376,20 +377,27 @@ def _ball_max_sums(h: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return out
 
 
-def total_profile(votes, sigma, order, T, *, threshold, sigma_threshold, answered_mask, accounting):
+def total_profile(votes, sigma, order, T, *, threshold, sigma_threshold, answered_mask, accounting,
+                  offsets=None):
     """F(d) ≥ the local sensitivity at distance d of the whole data-dependent RDP at `order`,
-    and f(D) itself (the exact data-dependent RDP at `order`, same function)."""
+    and f(D) itself (the exact data-dependent RDP at `order`, same function).
+
+    The threshold's tables are indexed by the check statistic v: max_j n_j, or
+    max_j (n_j − o_j) with Interactive-GNMax's public ``offsets`` o — both in 0..T and moved
+    by at most d at distance d (`analysis.interactive`), all the tables assume."""
     ls = _GNMaxLS(sigma, order, votes.shape[-1], T)
     orders = np.array([order])
     gn = rdp(log_q(votes, sigma), sigma, orders)[:, 0]
     F = np.zeros(T + 1)
     if threshold is None:
+        if offsets is not None:
+            raise PateError("check offsets apply to Confident-GNMax only")
         for _, A in _gnmax_profiles(votes, sigma, order, T, ls):
             F += A.sum(axis=0)
         return F, float(gn.sum())
     joint = accounting == "joint"
     thr_tab, h, w_tab, w1 = _threshold_tables(T, threshold, sigma_threshold, sigma, order, joint)
-    vmax = votes.max(axis=-1)
+    vmax = check_statistic(votes, offsets)
     F += _ball_max_sums(h, np.bincount(vmax, minlength=T + 1).astype(float))
     if joint:
         f = rdp_confident(thr_tab[vmax], gn, w_tab[vmax], order)

@@ -208,6 +208,7 @@ def sanitized_eps(
     num_teachers=None,
     noise=None,
     grid=RELEASE_GRID,
+    offsets=None,
 ) -> SanitizedEps:
     """Releases the data-dependent RDP at `order` with GNSS and returns the sanitised ε.
 
@@ -233,7 +234,8 @@ def sanitized_eps(
     LS terms in the joint accounting: |Δρ| ≤ |Δε_thr| + c·|Δw| + min(1, w'e^{(λ−1)λ/σ²})·|Δε_G|
     with c = expm1((λ−1)λ/σ²)/(λ−1) (derivatives of `rdp_confident` in w and ε_G), each term
     bounded by its own ball maximum. `noise`: an ``analysis.noise.NoiseSource`` (fresh OS
-    entropy when None).
+    entropy when None). ``offsets``: Interactive-GNMax's check offsets (`analysis.interactive`),
+    the threshold step on max_j (n_j − o_j).
 
     Raises:
       PateError: bad parameters, or a release whose cost, sensitivity or value is not finite.
@@ -252,7 +254,7 @@ def sanitized_eps(
                         f"sigma_ss {sigma_ss:g}); lower --beta or raise --release-cost")
     F, f = total_profile(
         votes, sigma, order, T, threshold=threshold, sigma_threshold=sigma_threshold,
-        answered_mask=answered_mask, accounting=accounting,
+        answered_mask=answered_mask, accounting=accounting, offsets=offsets,
     )
     ss = float(np.max(F * np.exp(-float(beta) * np.arange(T + 1))))
     if not (math.isfinite(f) and math.isfinite(ss)):

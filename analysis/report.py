@@ -168,7 +168,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
                  orders=None, conversion: str = "classic", release_order: float | None = None,
                  beta: float | None = None, release_cost: float = 0.2,
                  max_answers: int | None = None, noise=None, grid: float | None = None,
-                 sanitize: bool = True) -> PrivacyReport:
+                 sanitize: bool = True, offsets=None) -> PrivacyReport:
     """The PATE 2018 report for GNMax or Confident-GNMax over the queried rows of ``votes``.
 
     GNMax: ``votes`` are the answered queries. Confident-GNMax (``threshold`` and
@@ -178,7 +178,9 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     bound on the release, unlike the 2018 paper's accounting that charges GNMax only on
     the answered queries), and the data-independent cost composes the threshold step
     and GNMax on every query — or on at most ``max_answers`` of them when the labeller
-    capped its answers in advance (``pate label --budget``).
+    capped its answers in advance (``pate label --budget``). With ``offsets`` (one row per
+    queried row, `analysis.interactive`) it is Interactive-GNMax: the threshold step tests
+    max_j (n_j − o_j), the student's check, under the same bounds.
 
     The sanitised ε is released with GNSS at ``release_order``. Every parameter of the
     release is fixed before the votes are looked at: when ``release_order`` is None it
@@ -205,7 +207,9 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
         raise PateError(f"the data-independent eps of these {n} queries is not finite at --sigma "
                         f"{sigma:g}" + (f", --sigma-threshold {sigma_threshold:g}" if confident else "")
                         + "; raise the noise")
-    kwargs = dict(threshold=threshold, sigma_threshold=sigma_threshold) if confident else {}
+    if offsets is not None and not confident:
+        raise PateError("check offsets (Interactive-GNMax) apply to Confident-GNMax only")
+    kwargs = dict(threshold=threshold, sigma_threshold=sigma_threshold, offsets=offsets) if confident else {}
     dependent = gnmax.data_dependent_eps(votes, sigma, delta, orders, conversion=conversion, **kwargs)
     if not sanitize:
         return _brief_gnmax_report(record.name, n, num_answered, delta, independent, dependent)
@@ -220,12 +224,15 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     warnings, private_warnings = [], []
     extra_delta = sampling_delta(n, votes.shape[1] + (1 if confident else 0), routes[route])
     delta_total = headline_delta(delta, extra_delta, warnings)
-    di_curve, dd_curve = _gnmax_curves(votes, record, confident, orders, delta, conversion, max_answers)
+    di_curve, dd_curve = _gnmax_curves(votes, record, confident, orders, delta, conversion, max_answers, offsets)
     items = [Item("eps", "HEADLINE eps (everything released)", routes[route], True,
                   f"at delta {delta_total:g}; {route} route, release included"),
              Item("delta_total", "delta of the headline", delta_total, True, "answers + float64 label noise"),
              Item("num_queries", "queries", n, True)]
     items += _gnmax_items(record, confident, num_answered, max_answers, delta, conversion, independent, dependent)
+    if offsets is not None:
+        items.append(Item("check", "threshold statistic", "max_j (n_j - o_j), o = floor(T p) of the student",
+                          True, "Interactive-GNMax (2018, Algorithm 2)"))
     items += _gnss_items(released, fixed, di_route, di_route_order, extra_delta)
     if n and dependent.order == orders.max():
         private_warnings.append(f"the best order is the largest one tried ({dependent.order:g}); "
@@ -305,7 +312,8 @@ def _gnss_items(released, fixed: bool, di_route: float, di_route_order: float, e
     ]
 
 
-def _gnmax_curves(votes, record, confident: bool, orders, delta: float, conversion: str, max_answers):
+def _gnmax_curves(votes, record, confident: bool, orders, delta: float, conversion: str, max_answers,
+                  offsets=None):
     """The plot's curves: data-independent and data-dependent ε after each query (each
     per-query RDP summed up to it, converted at every prefix)."""
     from analysis import gnmax
@@ -315,7 +323,8 @@ def _gnmax_curves(votes, record, confident: bool, orders, delta: float, conversi
     n = votes.shape[0]
     sigma = record.sigma
     if confident:
-        thr, gn, w, _ = gnmax.confident_curves(votes, sigma, record.threshold, record.sigma_threshold, orders)
+        thr, gn, w, _ = gnmax.confident_curves(votes, sigma, record.threshold, record.sigma_threshold, orders,
+                                               offsets)
         per_query = rdp_confident(thr, gn, w, orders)
         per_query_thr = gnmax.rdp_threshold_data_independent(record.sigma_threshold, orders)
         per_query_di = per_query_thr + gnmax.rdp_data_independent(sigma, orders)

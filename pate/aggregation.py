@@ -22,6 +22,7 @@ import numpy as np
 
 from analysis import mechanisms
 from analysis.errors import PateError
+from analysis.interactive import check_statistic
 from analysis.noise import NoiseSource
 from analysis.validation import check_counts, check_positive
 
@@ -81,9 +82,12 @@ def gnmax(votes, sigma, noise) -> np.ndarray:
     return np.argmax(gaussian_noisy_counts(votes, sigma, noise), axis=-1).astype(np.int32)
 
 
-def confident_gnmax(votes, threshold, sigma_threshold, sigma, noise) -> np.ndarray:
+def confident_gnmax(votes, threshold, sigma_threshold, sigma, noise, offsets=None) -> np.ndarray:
     """Confident-GNMax (PATE 2018, Algorithm 1): answer a query only when
     ``max_j n_j + N(0, sigma_threshold^2) >= threshold``, then with GNMax at ``sigma``.
+    With the student's check ``offsets`` o (Interactive-GNMax, Algorithm 2;
+    `analysis.interactive`) the test is on ``max_j (n_j - o_j)``: the teachers answer where
+    they outvote the student.
 
     Unanswered queries get label :data:`UNANSWERED` (-1). The threshold noise and the
     answer noise are independent draws.
@@ -95,24 +99,28 @@ def confident_gnmax(votes, threshold, sigma_threshold, sigma, noise) -> np.ndarr
     if not np.isfinite(threshold):
         raise PateError(f"threshold must be a finite number, got {threshold}")
     source = _source(noise)
-    noisy_top = votes.max(axis=-1) + source.normal(votes.shape[0], sigma_threshold)
+    noisy_top = check_statistic(votes, offsets) + source.normal(votes.shape[0], sigma_threshold)
     answered = noisy_top >= threshold
     labels = gnmax(votes, sigma, source)
     return np.where(answered, labels, UNANSWERED).astype(np.int32)
 
 
-def run(votes, mechanism: mechanisms.Mechanism, noise) -> np.ndarray:
-    """Runs a mechanism record (``analysis.mechanisms``) on every row of ``votes``."""
+def run(votes, mechanism: mechanisms.Mechanism, noise, offsets=None) -> np.ndarray:
+    """Runs a mechanism record (``analysis.mechanisms``) on every row of ``votes``
+    (``offsets``: Interactive-GNMax's check, Confident-GNMax only)."""
+    if offsets is not None and not isinstance(mechanism, mechanisms.ConfidentGNMax):
+        raise PateError("check offsets (Interactive-GNMax) apply to confident-gnmax only")
     if isinstance(mechanism, mechanisms.LNMax):
         return lnmax(votes, mechanism.gamma, noise)
     if isinstance(mechanism, mechanisms.GNMax):
         return gnmax(votes, mechanism.sigma, noise)
     if isinstance(mechanism, mechanisms.ConfidentGNMax):
-        return confident_gnmax(votes, mechanism.threshold, mechanism.sigma_threshold, mechanism.sigma, noise)
+        return confident_gnmax(votes, mechanism.threshold, mechanism.sigma_threshold, mechanism.sigma, noise,
+                               offsets)
     raise PateError(f"not a mechanism record: {mechanism!r}")
 
 
-def aggregate(votes, mechanism: str, noise, **params) -> np.ndarray:
+def aggregate(votes, mechanism: str, noise, offsets=None, **params) -> np.ndarray:
     """Runs the named mechanism with its parameters (``gamma``; ``sigma``; ``threshold``,
     ``sigma_threshold``, ``sigma``), checked by its record."""
-    return run(votes, mechanisms.from_options(mechanism, **params), noise)
+    return run(votes, mechanisms.from_options(mechanism, **params), noise, offsets)

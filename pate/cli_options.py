@@ -268,6 +268,9 @@ def label_options():
                      "teachers as ridge heads on the student's features, queries chosen by its uncertainty."),
         click.option("--select", type=click.Choice(["uncertain", "margin", "next"]),
                      help="With --round 2: how the student picks the queries (default rounds.select)."),
+        click.option("--check", type=click.Choice(["none", "interactive"]),
+                     help="With --round 2: 'interactive' = the teachers answer where they outvote the round-1 "
+                          "student (Interactive-GNMax; default rounds.check)."),
         click.option("--budget", type=float, callback=positive,
                      help="Stop answering where the data-independent eps would exceed this budget."),
         click.option("--target-eps", type=float, callback=positive,
@@ -367,15 +370,15 @@ def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, tar
     return config
 
 
-def round2_config(workdir, queries, select, others: dict):
+def round2_config(workdir, queries, select, check, others: dict):
     """`pate label --round 2`: the run's config with ``[rounds]`` from the options; refuses
     the options of a round-1 release (round 2 uses round 1's mechanism)."""
     given = [name for name, value in others.items() if value is not None and value is not False]
     if given:
         raise click.UsageError(f"{', '.join(given)} do not apply with --round 2: it answers with round 1's "
                                "mechanism (labels.npz) and asks --queries points chosen by --select")
-    overrides = {"rounds.rounds": 2, **{f"rounds.{k}": v for k, v in (("queries", queries), ("select", select))
-                                        if v is not None}}
+    overrides = {"rounds.rounds": 2, **{f"rounds.{k}": v for k, v in (("queries", queries), ("select", select),
+                                                                      ("check", check)) if v is not None}}
     return run_config(workdir, overrides, first="`pate train-teachers`, `pate label` and `pate train-student`")
 
 

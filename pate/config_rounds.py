@@ -32,6 +32,13 @@ class RoundsConfig:
     within the target with the target probability given round 1's published RDP
     (`pate.release_target.choose_round2`).
 
+    With `check` = "interactive" the teachers answer where they outvote the round-1 student
+    (Interactive-GNMax, the 2018 paper's Algorithm 2; `analysis.interactive`): Confident-GNMax's
+    threshold step tests max_j (n_j − ⌊T·p_j⌋) + N(0, σ₁²) ≥ threshold, p the student's
+    probabilities on the query, so privacy is spent mainly where the student is wrong
+    ("none": the plain threshold max_j n_j). It needs `[aggregation]` confident-gnmax and
+    is not planned for `[privacy] target_eps` (the planner's vote model has no student).
+
     The student of both rounds (`pate train-student` after round 2) starts from the
     round-1 student's weights when `student_init` = "round1" (public: post-processing of
     round 1's release) and trains `student_steps` steps (0: `[student] steps`)."""
@@ -44,6 +51,7 @@ class RoundsConfig:
     round1_target_eps: float = 0.0
     student_init: Literal["scratch", "round1"] = "scratch"
     student_steps: int = 0
+    check: Literal["none", "interactive"] = "none"
 
     def validate(self) -> None:
         _require(self.rounds in (1, 2), "rounds", f"must be 1 or 2, got {self.rounds}")

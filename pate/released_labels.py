@@ -21,6 +21,10 @@ import numpy as np
 from analysis.errors import PateError
 from pate import digests, rundir
 
+#: The array of Interactive-GNMax's check offsets o = floor(T p) in a release (round 2 with
+#: ``[rounds] check = "interactive"``; `analysis.interactive`): one row per query, public.
+CHECK_OFFSETS = "check_offsets"
+
 
 def read_labels(path: str | Path, *, require_mechanism: bool = True, num_classes: int | None = None,
                 pool_size: int | None = None) -> dict[str, Any]:
@@ -64,6 +68,11 @@ def read_labels(path: str | Path, *, require_mechanism: bool = True, num_classes
         classes = ("" if num_classes is None else f"the data set has {num_classes} classes "
                    f"(0..{num_classes - 1}, ") + "-1 = unanswered" + ("" if num_classes is None else ")")
         raise PateError(f"{path} holds labels {int(labels.min())}..{int(labels.max())}, but {classes}")
+    if CHECK_OFFSETS in data:
+        o = np.asarray(data[CHECK_OFFSETS])
+        if o.ndim != 2 or o.shape[0] != labels.size or not np.issubdtype(o.dtype, np.integer) or (o < 0).any():
+            raise PateError(f"{path}: '{CHECK_OFFSETS}' must be a (queries, classes) array of non-negative "
+                            "integers; it was not written by pate label or is damaged")
     data["mechanism"] = str(data["mechanism"]) if "mechanism" in data else "unknown"
     return data
 

@@ -26,7 +26,7 @@ from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
 from pate import ledger as ledger_mod
 from pate import digests, release_target, rundir
-from pate.released_labels import content_digest, read_labels
+from pate.released_labels import CHECK_OFFSETS, content_digest, read_labels
 from pate.config import PrivacyConfig
 from pate.door import step
 from pate.steps import analyze_rounds
@@ -127,7 +127,8 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     """The privacy report of a release (``labels.npz`` contents) over its vote histogram.
 
     LNMax and GNMax are charged for the answered queries; Confident-GNMax for every
-    queried row (its threshold step runs on each). With ``sanitize=False`` only the
+    queried row (its threshold step runs on each; on the student's check with a release's
+    ``check_offsets``, Interactive-GNMax). With ``sanitize=False`` only the
     data-independent and data-dependent ε are computed (no smooth-sensitivity release,
     so nothing is spent on one) — what `pate label` prints. ``noise``: an
     ``analysis.noise.NoiseSource`` for the sanitised release (OS entropy when None).
@@ -160,7 +161,7 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
         answered=mask if confident else None, num_teachers=int(votes[0].sum()),
         max_answers=max_answers, conversion=conversion, release_order=release_order,
         beta=gnss_beta if gnss_beta is not None else beta,
-        release_cost=release_cost, noise=noise, sanitize=sanitize)
+        release_cost=release_cost, noise=noise, sanitize=sanitize, offsets=labels.get(CHECK_OFFSETS))
 
 
 def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float,

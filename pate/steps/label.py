@@ -28,13 +28,13 @@ from analysis.noise import seed_record
 from pate import aggregation, release_target, rundir
 from pate import ledger as ledger_mod
 from analysis.report_io import render_table
-from pate.released_labels import content_digest, read_labels
+from pate.released_labels import CHECK_OFFSETS, content_digest, read_labels
 from pate.config import AggregationConfig, Config, PrivacyConfig
 from pate.door import Door, step
 
 # The keys labels.npz may hold besides `meta` (config hash and package version).
 RELEASED_KEYS = ("indices", "labels", "mechanism", "gamma", "sigma", "threshold", "sigma_threshold",
-                 "max_answers")
+                 "max_answers", CHECK_OFFSETS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +91,6 @@ def mechanism_params(cfg: AggregationConfig) -> dict:
     return mechanisms.from_config(cfg).params()
 
 
-
 def release_settings(mechanism: mechanisms.Mechanism, privacy) -> dict:
     """The sanitised release `pate analyze` makes after these labels with a ``[privacy]``
     section (`analysis.plan.published_eps`'s keywords: the β of the mechanism's release,
@@ -128,15 +127,15 @@ def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
 
 
 def release_labels(votes: np.ndarray, mechanism: str, params: dict, *, seed: int | None = None,
-                   max_answers: int | None = None) -> np.ndarray:
+                   max_answers: int | None = None, offsets=None) -> np.ndarray:
     """Noisy labels for every row of ``votes``: THE one call of the aggregator.
 
     Draws a fresh noise key (``seed`` for research only; never written anywhere), runs
     `pate.aggregation.aggregate` with the mechanism's parameters (``gamma``; ``sigma``;
     ``threshold``, ``sigma_threshold``, ``sigma``) and withholds every answer past the
-    ``max_answers``-th (`cap_answers`). int32 labels, -1 = not answered.
+    ``max_answers``-th (`cap_answers`); ``offsets``: Interactive-GNMax's check. int32, -1 = not answered.
     """
-    released = aggregation.aggregate(votes, mechanism, aggregation.noise_source(seed), **params)
+    released = aggregation.aggregate(votes, mechanism, aggregation.noise_source(seed), offsets, **params)
     return cap_answers(released, max_answers)
 
 
@@ -242,16 +241,17 @@ def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, s
 
 
 def released_arrays(votes: np.ndarray, indices: np.ndarray, mechanism: str, params: dict,
-                     seed: int | None, cap: int | None) -> dict:
+                     seed: int | None, cap: int | None, offsets=None) -> dict:
     """What labels.npz holds: the queried `indices`, their noisy labels (`release_labels`
     over `votes`, their rows), the mechanism and its noise (``max_answers`` added to
-    `params` when `cap` withheld answers)."""
-    released = release_labels(votes, mechanism, params, seed=seed, max_answers=cap)
+    `params` when `cap` withheld answers; the public ``check_offsets`` with `offsets`)."""
+    released = release_labels(votes, mechanism, params, seed=seed, max_answers=cap, offsets=offsets)
     if cap is not None:
         params["max_answers"] = cap
     labels = {"indices": indices.astype(np.int64), "labels": released.astype(np.int32),
               "mechanism": np.array(mechanism)}
     labels.update({k: np.array(float(v)) for k, v in params.items()})
+    labels.update({} if offsets is None else {CHECK_OFFSETS: np.asarray(offsets).astype(np.int32)})
     return labels
 
 

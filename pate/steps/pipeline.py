@@ -267,7 +267,7 @@ class _Manifest:
 
 
 #: Bumped when a version of pate adds config keys (their defaults change every hash).
-HASH_VERSION = 3  # 3: [rounds] round1_target_eps, student_init, student_steps
+HASH_VERSION = 4  # 3: [rounds] round1_target_eps, student_init, student_steps; 4: [rounds] check
 
 
 def _older_version_same_toml(entry: dict, stored: Config | None, step: Step, want: str) -> bool:
@@ -342,6 +342,10 @@ def preflight(config: Config, seed: int | None) -> None:
     if config.rounds.rounds == 2 and config.rounds.queries > left:
         raise PateError(f"rounds.queries = {config.rounds.queries} but round 1 leaves {left} pool points "
                         "unqueried; ask at most that many in round 2")
+    if config.rounds.rounds == 2:
+        from pate.steps.rounds import check_settings
+
+        check_settings(config)
 
 
 def check_budget(config: Config, run_dir: rundir.RunDir) -> None:

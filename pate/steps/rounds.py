@@ -57,10 +57,15 @@ class RoundResult:
     head_accuracy: float  # mean head accuracy on the evaluation split
     ensemble_accuracy: float  # plurality of the heads on the evaluation split
     mechanism: str
+    student_accuracy: float = float("nan")  # the round-1 student's top class on the queries
+    corrections: int = 0  # answered queries whose released label differs from the student's
 
     def summary(self) -> str:
+        check = "" if self.mechanism != "interactive-gnmax" else (
+            f"\nthe round-1 student on the queries: {self.student_accuracy:.4f}; the teachers answered where they "
+            f"outvoted it: {self.corrections} of the {self.num_answered} answers differ from its label")
         return "\n".join([
-            f"round 2: {self.num_answered} of {self.num_queries} queries answered ({self.mechanism})",
+            f"round 2: {self.num_answered} of {self.num_queries} queries answered ({self.mechanism}){check}",
             f"round-2 teachers (ridge heads) on the evaluation split: mean {self.head_accuracy:.4f}, "
             f"plurality {self.ensemble_accuracy:.4f}",
             f"accuracy of released round-2 labels (answered queries): {self.label_accuracy:.4f}",
@@ -108,6 +113,21 @@ def round1_release(run: rundir.RunDir) -> tuple[dict, dict, str]:
                     f"{run / rundir.LABELS_NPZ}; run `pate analyze --workdir {run.path}` first")
 
 
+def check_settings(config: Config) -> None:
+    """Refuses ``[rounds] check = "interactive"`` where it cannot run: with a mechanism other
+    than Confident-GNMax (the check is its threshold step), or with ``[privacy] target_eps``
+    (round 2's plan models the teachers' votes, not the student's proposals)."""
+    if config.rounds.check != "interactive":
+        return
+    if config.aggregation.mechanism != mechanisms.ConfidentGNMax.name:
+        raise PateError(f'rounds.check = "interactive" is the threshold step of confident-gnmax, but '
+                        f"aggregation.mechanism is {config.aggregation.mechanism}; use confident-gnmax")
+    if config.privacy.target_eps:
+        raise PateError('rounds.check = "interactive" has no plan for privacy.target_eps (the plan models '
+                        "the teachers' votes, not the student's); set privacy.target_eps = 0 and choose "
+                        "rounds.queries, or rounds.check = \"none\"")
+
+
 def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
                  echo=print) -> RoundResult:
     """Releases round 2's labels (module docstring) with ``config.rounds``.
@@ -128,6 +148,7 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
 
     with step("round2", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
         aggregation.noise_source(seed)  # refuses a bad seed before anything is computed
+        check_settings(config)
         run, rc = door.run, config.rounds
         first, released1, release_name = round1_release(run)
         student_files = round1_student(run)
@@ -149,9 +170,11 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
         cost = composition.labels_cost(record, queries)
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this round-2 release")
-        votes, chosen, accuracies = _round2_votes(config, run, student_files, splits, candidates, queries, echo)
+        votes, chosen, probs, accuracies = _round2_votes(config, run, student_files, splits, candidates, queries,
+                                                         echo)
         planned = {} if plan is None else {release_target.PLAN_KEY: plan.meta()}
-        result = _release(door, config, record, votes, chosen, splits, accuracies, seed, book, cost, planned, echo)
+        result = _release(door, config, record, votes, (chosen, probs), splits, accuracies, seed, book, cost,
+                          planned, echo)
         _keep_round1(run, door.out, student_files, release_name)
     echo(f"wrote {door.run / rundir.VOTES_ROUND2_NPZ} (private: never publish) and "
          f"{door.run / rundir.LABELS_ROUND2_NPZ} (the round-2 release); `pate train-student` learns from both "
@@ -162,7 +185,8 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
 def _round2_votes(config: Config, run, student_files, splits, candidates, queries: int, echo):
     """The public part (selection, PCA on the pool) and the private part (heads on the
     shards, their votes) of round 2. Returns the votes, the chosen pool indices and the
-    heads' accuracy on the evaluation split (mean, plurality)."""
+    heads' accuracy on the evaluation split (mean, plurality), and the round-1 student's
+    probabilities on the chosen points (public)."""
     import jax.numpy as jnp
 
     from pate import heads
@@ -176,10 +200,11 @@ def _round2_votes(config: Config, run, student_files, splits, candidates, querie
     batch = student.config.student.eval_batch_size
     probs = student_probs(student.model, student.params, splits.pool_x[candidates], batch)
     chosen = select(probs, candidates, queries, rc.select)
+    probs = probs[np.searchsorted(candidates, chosen)]  # candidates are sorted (np.setdiff1d)
     pca = heads.fit_pca(heads.features(student.model, student.params, splits.pool_x, batch), rc.pca_dim)
     part = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
     echo(f"round 2: {tc.num_teachers} ridge heads on the round-1 student's features ({pca.components.shape[0]} "
-         f"-> {pca.components.shape[1]} by a PCA of the pool), {queries} queries chosen by its {rc.select}")
+         f"-> {pca.components.shape[1]} by a PCA of the pool), {queries} queries chosen by rounds.select = {rc.select}")
     z = heads.features(student.model, student.params, splits.train_x[part.indices.ravel()], batch, project=pca)
     z = jnp.asarray(z.reshape(tc.num_teachers, part.shard_size, -1))
     w, b = heads.fit_heads(z, jnp.asarray(splits.train_y[part.indices]), rc.ridge, num_classes=splits.num_classes)
@@ -191,17 +216,23 @@ def _round2_votes(config: Config, run, student_files, splits, candidates, querie
         student.model, student.params, splits.eval_x, batch, project=pca)))
     mean = float(np.mean(preds == splits.eval_y[None, :]))
     ensemble = plurality_accuracy(votes_from_predictions(preds, splits.num_classes), splits.eval_y)
-    return votes, chosen, (mean, ensemble)
+    return votes, chosen, probs, (mean, ensemble)
 
 
-def _release(door, config: Config, record, votes, chosen, splits, accuracies, seed, book, cost, planned: dict,
+def _release(door, config: Config, record, votes, queried, splits, accuracies, seed, book, cost, planned: dict,
              echo) -> RoundResult:
-    """The noisy release of round 2, its brief report, the files and the ledger's charge."""
+    """The noisy release of round 2, its brief report, the files and the ledger's charge.
+    ``queried``: the chosen pool points and the round-1 student's probabilities on them
+    (its check offsets with ``[rounds] check = "interactive"``)."""
+    from analysis.interactive import check_offsets
     from pate.steps.analyze import report_for_release
     from pate.steps.label import released_arrays
     from pate.voting import plurality_accuracy
 
-    labels = released_arrays(votes, chosen, record.name, record.params(), seed, None)
+    chosen, probs = queried
+    interactive = config.rounds.check == "interactive"
+    offsets = check_offsets(probs, config.teachers.num_teachers) if interactive else None
+    labels = released_arrays(votes, chosen, record.name, record.params(), seed, None, offsets)
     released, truth = labels["labels"], splits.pool_y[chosen]
     answered = released >= 0
     p = config.privacy
@@ -211,8 +242,10 @@ def _release(door, config: Config, record, votes, chosen, splits, accuracies, se
     door.out.write_npz(rundir.VOTES_ROUND2_NPZ, {"votes": votes.astype(np.int32)}, config)
     door.out.write_npz(rundir.LABELS_ROUND2_NPZ, labels, config,
                        meta={"ledger": book.name, "round": 2, **seed_record(seed), **planned})
+    check = ", the teachers checking the round-1 student (Interactive-GNMax)" if interactive else ""
     mechanism = {"name": record.name, **record.params(), "queries": int(chosen.size), "round": 2,
-                 "describe": f"round-2 labels: {chosen.size} queries of {record.describe()}"}
+                 **({"check": "interactive"} if interactive else {}),
+                 "describe": f"round-2 labels: {chosen.size} queries of {record.describe()}{check}"}
     # Charged before the release is in place: a kill from here on over-counts, never under-counts.
     book.charge("labels", cost, run=door.run.path, mechanism=mechanism,
                 subject=digests.file_digest(door.out / rundir.LABELS_ROUND2_NPZ), budget=p.total_budget,
@@ -221,7 +254,9 @@ def _release(door, config: Config, record, votes, chosen, splits, accuracies, se
         num_queries=int(chosen.size), num_answered=int(answered.sum()),
         label_accuracy=float(np.mean(released[answered] == truth[answered])) if answered.any() else float("nan"),
         plurality_accuracy=plurality_accuracy(votes, truth), head_accuracy=accuracies[0],
-        ensemble_accuracy=accuracies[1], mechanism=record.name)
+        ensemble_accuracy=accuracies[1], mechanism="interactive-gnmax" if interactive else record.name,
+        student_accuracy=float(np.mean(probs.argmax(axis=1) == truth)),
+        corrections=int(np.sum(answered & (released != probs.argmax(axis=1)))))
     echo(ledger_mod.cumulative_line(book, p.delta))
     echo(result.summary())
     echo(table)
