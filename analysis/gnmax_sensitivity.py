@@ -322,8 +322,6 @@ def smooth_sensitivity(votes, num_teachers, sigma, order, beta):
     return np.max(prof * disc, axis=-1)
 
 
-
-
 # ------------------------------------------------------------------ the sum over queries
 
 
@@ -380,11 +378,9 @@ def _ball_max_sums(h: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def total_profile(votes, sigma, order, T, *, threshold, sigma_threshold, answered_mask, accounting,
                   offsets=None):
     """F(d) ≥ the local sensitivity at distance d of the whole data-dependent RDP at `order`,
-    and f(D) itself (the exact data-dependent RDP at `order`, same function).
-
-    The threshold's tables are indexed by the check statistic v: max_j n_j, or
-    max_j (n_j − o_j) with Interactive-GNMax's public ``offsets`` o — both in 0..T and moved
-    by at most d at distance d (`analysis.interactive`), all the tables assume."""
+    and f(D) itself (the exact data-dependent RDP at `order`, same function). The threshold's tables
+    take v = max_j n_j, or max_j (n_j − o_j) with Interactive-GNMax's ``offsets`` (`analysis.interactive`:
+    also in 0..T, moved by at most d at distance d, which is all the tables assume)."""
     ls = _GNMaxLS(sigma, order, votes.shape[-1], T)
     orders = np.array([order])
     gn = rdp(log_q(votes, sigma), sigma, orders)[:, 0]
@@ -413,27 +409,31 @@ def total_profile(votes, sigma, order, T, *, threshold, sigma_threshold, answere
     return F, float(thr_tab[vmax].sum() + gn[mask].sum())
 
 
-def prefix_profiles(votes, sigma, order, T, ends, *, threshold=None, sigma_threshold=None):
+def prefix_profiles(votes, sigma, order, T, ends, *, threshold=None, sigma_threshold=None, offsets=None):
     """`total_profile` (joint accounting for Confident-GNMax) of every prefix ``votes[:e]``,
     ``e`` in the increasing ``ends``, in one pass: F and f are sums over the queries (the
     ball-maximum sums are linear in the counts), so each prefix is a cumulative sum of
     per-segment sums. Returns ``(F, f)`` of shapes ``(len(ends), T + 1)`` and ``(len(ends),)``.
-    Private when the votes are (used on simulated votes by `analysis.headline_target`)."""
+    Private when the votes are (used on simulated votes by `analysis.headline_target`).
+    ``offsets``: Interactive-GNMax's check offsets, one row per vote row (as `total_profile`)."""
     ends = np.asarray(ends, dtype=int)
     if ends.ndim != 1 or ends.size == 0 or np.any(np.diff(ends) <= 0) or ends[0] < 1 or ends[-1] > votes.shape[0]:
         raise PateError(f"ends must increase within 1..{votes.shape[0]}, got {ends.tolist()}")
     votes = votes[:ends[-1]]
+    offsets = None if offsets is None else np.asarray(offsets)[:ends[-1]]
     seg = np.searchsorted(ends, np.arange(votes.shape[0]), side="right")  # query i is in segment seg[i]
     F = np.zeros((ends.size, T + 1))
     ls = _GNMaxLS(sigma, order, votes.shape[-1], T)
     gn = rdp(log_q(votes, sigma), sigma, np.array([order]))[:, 0]
     if threshold is None:
+        if offsets is not None:
+            raise PateError("check offsets apply to Confident-GNMax only")
         for sl, A in _gnmax_profiles(votes, sigma, order, T, ls):
             _segment_add(F, seg[sl], A)
         f = gn
     else:
         thr_tab, h, w_tab, w1 = _threshold_tables(T, threshold, sigma_threshold, sigma, order, True)
-        vmax = votes.max(axis=-1)
+        vmax = check_statistic(votes, offsets)
         counts = np.zeros((ends.size, T + 1))
         np.add.at(counts, (seg, vmax), 1.0)
         F += _ball_max_sums(h, counts)

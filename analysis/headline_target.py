@@ -40,6 +40,12 @@ the form above with c replaced by offset + c, so the same computation plans it a
 order alone. The data-independent cap and the basic route are left out of the plan (the
 published headline is the least of the routes, so the P computed without them is a lower
 bound on the true one).
+
+**The teachers checking a student** (round 2 with ``[rounds] check = "interactive"``): the
+simulated ensembles are paired with a public model of the student (`analysis.simulated_votes`:
+its real check offsets on the queries, its calibration on the evaluation split), and f and S
+take the check statistic max_j (n_j − o_j) (`analysis.interactive`). The report recomputes
+P with the offsets the release recorded and the calibration the plan recorded.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from analysis import gnss
 from analysis.errors import PateError
 from analysis.gnmax_sensitivity import prefix_profiles
 from analysis.rdp import eps_curve
-from analysis.simulated_votes import VoteModel
+from analysis.simulated_votes import StudentModel, VoteModel
 
 ORDERS = (8.0, 10.0, 12.0, 14.0, 16.0, 20.0)  # release orders tried
 COSTS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8)  # RDP a release may spend at its order
@@ -221,6 +227,7 @@ class ReleaseChoice:
     ensembles: int
     seed: int
     offset_rdp: float = 0.0  # RDP earlier rounds published at ``order`` (module docstring)
+    student_calibration: tuple = ()  # the checked student's calibration (Interactive-GNMax); () none
 
     def meta(self) -> dict:
         """The choice as JSON-able values (labels.npz ``meta["release_plan"]``)."""
@@ -234,6 +241,7 @@ class ReleaseChoice:
             values = {f.name: meta[f.name] for f in dataclasses.fields(cls)
                       if f.name in meta or f.default is dataclasses.MISSING}
             values["model"] = VoteModel(**values["model"])
+            values["student_calibration"] = tuple(values.get("student_calibration", ()))
             return cls(**values)
         except (KeyError, TypeError) as err:
             raise PateError(f"the release plan recorded with the labels is incomplete ({err}); it was not "
@@ -255,16 +263,26 @@ class ReleaseChoice:
             f"over the release noise, on {self.ensembles} ensembles simulated from a public model "
             f"({m.teachers} teachers, {m.classes} classes, accuracy {m.accuracy:g}, concentration "
             f"{m.concentration:g}, confusion {m.confusion:g}; seeds {self.seed}..{self.seed + self.ensembles - 1}): "
-            "no vote of this data set was read",
+            "no vote of this data set was read"
+            + ("; the teachers check the round-1 student's proposals (its offsets on the queries, its calibration "
+               "on the evaluation split: public)" if self.student_calibration else ""),
         ])
 
 
 class _Simulated:
-    """f and S of every query prefix ``ends`` of the simulated ensembles, per order (cached)."""
+    """f and S of every query prefix ``ends`` of the simulated ensembles, per order (cached);
+    with a ``student``, the teachers check its simulated proposals (Interactive-GNMax)."""
 
-    def __init__(self, record, model: VoteModel, ends, ensembles: int, seed: int):
+    def __init__(self, record, model: VoteModel, ends, ensembles: int, seed: int, student: StudentModel | None,
+                 draw: int | None = None):
         self.record, self.ends, self.T = record, np.asarray(ends), int(model.teachers)
-        self.votes = [model.draw(seed + i, int(self.ends[-1])) for i in range(int(ensembles))]
+        n = max(int(self.ends[-1]), int(draw or 0))  # ensembles of ``draw`` queries: the plan's, prefixes alike
+        if student is not None and np.asarray(student.offsets).shape[0] < n:  # rows past the prefix are not used
+            o = np.asarray(student.offsets)
+            student = dataclasses.replace(student, offsets=np.concatenate([o, np.zeros((n - o.shape[0],) + o.shape[1:],
+                                                                                       o.dtype)]))
+        self.votes = [(model.draw(seed + i, n), None) if student is None else model.draw_checked(seed + i, n, student)
+                      for i in range(int(ensembles))]
         self._profiles: dict[float, list] = {}
 
     def f_ss(self, release: Release, j: int) -> list[tuple[float, float]]:
@@ -272,8 +290,8 @@ class _Simulated:
         if release.order not in self._profiles:
             r = self.record
             kw = dict(threshold=r.threshold, sigma_threshold=r.sigma_threshold) if hasattr(r, "threshold") else {}
-            self._profiles[release.order] = [prefix_profiles(v, r.sigma, release.order, self.T, self.ends, **kw)
-                                             for v in self.votes]
+            self._profiles[release.order] = [prefix_profiles(v, r.sigma, release.order, self.T, self.ends, offsets=o,
+                                                             **kw) for v, o in self.votes]
         discount = np.exp(-release.beta * np.arange(self.T + 1))
         return [(float(f[j]), float(np.max(F[j] * discount))) for F, f in self._profiles[release.order]]
 
@@ -295,13 +313,24 @@ def _check_offset(offset: float, orders) -> None:
         raise PateError("a later round is planned at the order of the earlier rounds' releases: give one order")
 
 
+def _check_student(student, record, queries: int) -> None:
+    if student is None:
+        return
+    if not hasattr(record, "threshold"):
+        raise PateError("the teachers check a student's proposals in Confident-GNMax's threshold step only")
+    if np.asarray(student.offsets).shape[0] < int(queries):
+        raise PateError(f"the student model covers {np.asarray(student.offsets).shape[0]} queries, "
+                        f"fewer than the {queries} planned")
+
+
 class _Planner:
     """Evaluates releases at query prefixes on the simulated ensembles (`choose_release`)."""
 
-    def __init__(self, record, ends, target, delta, conversion, model, ensembles, seed, grid, offset=0.0):
+    def __init__(self, record, ends, target, delta, conversion, model, ensembles, seed, grid, offset=0.0,
+                 student=None, draw=None):
         self.record, self.ends, self.target, self.offset = record, list(ends), float(target), float(offset)
         self.delta, self.conversion, self.grid = float(delta), conversion, grid
-        self.sim = _Simulated(record, model, ends, ensembles, seed)
+        self.sim = _Simulated(record, model, ends, ensembles, seed, student, draw)
         self._independent: dict[int, object] = {}
         self._bounds: dict[Release, tuple[float, int]] = {}
 
@@ -351,12 +380,15 @@ class _Planner:
 def choose_release(record, max_queries: int, target: float, delta: float, *, model: VoteModel,
                    conversion: str = "classic", probability: float = PROBABILITY, ensembles: int = ENSEMBLES,
                    seed: int = SEED, orders=ORDERS, costs=COSTS, betas=BETA_TIMES_ORDER,
-                   grid: float = gnss.RELEASE_GRID, offset: float = 0.0) -> ReleaseChoice:
+                   grid: float = gnss.RELEASE_GRID, offset: float = 0.0,
+                   student: StudentModel | None = None) -> ReleaseChoice:
     """The release parameters and query count of the module docstring for ``record`` (an
     `analysis.mechanisms` GNMax or Confident-GNMax record), at most ``max_queries`` queries,
     the headline ≤ ``target`` at ``delta`` with probability ≥ ``probability`` on ``model``'s
     simulated votes. ``betas`` are β · order. Public inputs only (no votes). ``offset``:
     the RDP earlier rounds published at the single order of ``orders`` (module docstring).
+    ``student``: the teachers check this public student model's proposals (Interactive-GNMax;
+    `analysis.simulated_votes`), its offsets covering ``max_queries`` queries in query order.
 
     Raises:
       PateError: not a GNSS mechanism, bad target or probability, or no release on the
@@ -369,7 +401,8 @@ def choose_release(record, max_queries: int, target: float, delta: float, *, mod
     ends = sorted(set(range(step, max_queries, step)) | {max_queries})
     screened = (_screen_release(order, times / order, cost) for order in orders for times in betas for cost in costs)
     releases = [r for r in screened if r is not None]
-    planner = _Planner(record, ends, target, delta, conversion, model, ensembles, seed, grid, offset)
+    _check_student(student, record, max_queries)
+    planner = _Planner(record, ends, target, delta, conversion, model, ensembles, seed, grid, offset, student)
     found, lo, hi = None, 0, len(ends) - 1
     mid = hi  # all the queries asked for first, then bisection for the most that meet the target
     while lo <= hi:
@@ -386,17 +419,23 @@ def choose_release(record, max_queries: int, target: float, delta: float, *, mod
     j, (release, (p, p_min, e, di)) = found
     return ReleaseChoice(float(target), float(probability), int(ends[j]), max_queries, release.order, release.beta,
                          release.release_cost, release.sigma_ss, p, p_min, e, di, float(delta), conversion, model,
-                         int(ensembles), int(seed), float(offset))
+                         int(ensembles), int(seed), float(offset), () if student is None else student.calibration)
 
 
 def headline_probability(record, num_queries: int, release: Release, target: float, delta: float, *,
                          model: VoteModel, conversion: str = "classic", ensembles: int = ENSEMBLES,
-                         seed: int = SEED, grid: float = gnss.RELEASE_GRID, offset: float = 0.0
+                         seed: int = SEED, grid: float = gnss.RELEASE_GRID, offset: float = 0.0,
+                         student: StudentModel | None = None, max_queries: int | None = None
                          ) -> tuple[float, float, float, float]:
     """``(mean P, least P, mean E[H], DI route)`` of one release of ``num_queries`` queries
     on ``model``'s simulated ensembles: what the report publishes for a planned release
-    (public: no vote of the data set enters). ``offset`` as in `choose_release`."""
+    (public: no vote of the data set enters). ``offset``, ``student`` as in `choose_release`
+    (the student's offsets cover the ``num_queries`` at least). ``max_queries``: the plan's;
+    its ensembles are drawn at that size and their first ``num_queries`` used, so that the
+    report's P is the plan's for the plan's own settings."""
     _check(record, target, PROBABILITY)
     _check_offset(offset, [release.order])
-    planner = _Planner(record, [int(num_queries)], target, delta, conversion, model, ensembles, seed, grid, offset)
+    _check_student(student, record, num_queries)
+    planner = _Planner(record, [int(num_queries)], target, delta, conversion, model, ensembles, seed, grid, offset,
+                       student, max_queries)
     return planner.evaluate(release, 0)

@@ -37,7 +37,8 @@ class RoundsConfig:
     threshold step tests max_j (n_j − ⌊T·p_j⌋) + N(0, σ₁²) ≥ threshold, p the student's
     probabilities on the query, so privacy is spent mainly where the student is wrong
     ("none": the plain threshold max_j n_j). It needs `[aggregation]` confident-gnmax and
-    is not planned for `[privacy] target_eps` (the planner's vote model has no student).
+    is planned for `[privacy] target_eps` with a public model of the student (its offsets, its
+    calibration on the evaluation split).
 
     The student of both rounds (`pate train-student` after round 2) starts from the
     round-1 student's weights when `student_init` = "round1" (public: post-processing of

@@ -12,11 +12,13 @@ actually used) in release.json.
 
 from __future__ import annotations
 
+import numpy as np
+
 from analysis import headline_target, mechanisms
 from analysis import plan as plan_mod
 from analysis.errors import PateError
 from analysis.report import Item
-from analysis.simulated_votes import VoteModel
+from analysis.simulated_votes import StudentModel, VoteModel
 
 PLAN_KEY = "release_plan"  # labels.npz meta key
 
@@ -62,14 +64,15 @@ def round1_target(config) -> float:
     return first or whole
 
 
-def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *,
+def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *, student=None,
                   echo=print) -> headline_target.ReleaseChoice | None:
     """Round 2's plan under ``[privacy] target_eps`` (None when 0): at most ``[rounds]
     queries``, the GNSS release at round 1's order, so that the headline of both rounds
     (`analysis.rounds`, RDP route) is ≤ the target with probability ≥ ``target_probability``
     given the RDP round 1 published (``first``: round 1's release.json, public) — on votes
     simulated from the public model, as round 1's plan (`analysis.headline_target`, "a
-    later round"). Printed.
+    later round"). Printed. ``student`` (an `analysis.simulated_votes.StudentModel`, public):
+    with ``[rounds] check = "interactive"``, the round-1 student the teachers check.
 
     Raises:
       PateError: round 1 published no GNSS release (LNMax, or data-independent only), or no
@@ -90,9 +93,31 @@ def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *,
     choice = headline_target.choose_release(
         record, config.rounds.queries, p.target_eps, p.delta, conversion=p.conversion,
         probability=p.target_probability, model=vote_model(config, num_teachers, num_classes),
-        orders=(order,), offset=offset)
+        orders=(order,), offset=offset, student=student)
     echo(choice.render())
     return choice
+
+
+#: Bins of the student's confidence for its calibration (`student_model`).
+CALIBRATION_BINS = 10
+
+
+def student_model(offsets: np.ndarray, eval_probs: np.ndarray, eval_y: np.ndarray,
+                  num_teachers: int) -> StudentModel:
+    """The public model of the round-1 student that Interactive-GNMax's teachers check: its
+    check ``offsets`` on the candidate queries (in query order) and how often it is right at
+    each confidence max_j ⌊T·p_j⌋ / T, measured on the public evaluation split (``eval_probs``,
+    ``eval_y``): (right + ½)/(count + 1) per bin, the split's overall rate in an empty bin."""
+    from analysis.interactive import check_offsets
+
+    o = check_offsets(eval_probs, num_teachers)
+    right = np.asarray(eval_probs).argmax(axis=1) == np.asarray(eval_y)
+    k = np.minimum(o.max(axis=1) * CALIBRATION_BINS // int(num_teachers), CALIBRATION_BINS - 1)
+    count = np.bincount(k, minlength=CALIBRATION_BINS)
+    hits = np.bincount(k, weights=right, minlength=CALIBRATION_BINS)
+    overall = (hits.sum() + 0.5) / (count.sum() + 1.0)
+    cal = np.where(count > 0, (hits + 0.5) / (count + 1.0), overall)
+    return StudentModel(np.asarray(offsets), tuple(float(c) for c in cal))
 
 
 def plan_config(config, echo=print) -> headline_target.ReleaseChoice:
@@ -132,14 +157,22 @@ def release_settings(plan: headline_target.ReleaseChoice | None, release_order, 
 
 
 def report_items(plan: headline_target.ReleaseChoice, record, report, release_cost: float, delta: float,
-                 conversion: str) -> tuple[Item, ...]:
+                 conversion: str, offsets=None) -> tuple[Item, ...]:
     """The report's rows on the target: P[headline ≤ target] and E[headline] of the release
     ``report`` made (its queries, ``release_order`` and ``beta``, and ``release_cost``) by
-    ``record``, on the plan's simulated votes — public: no vote of the data set enters."""
+    ``record``, on the plan's simulated votes — public: no vote of the data set enters.
+    ``offsets``: the check offsets the release recorded (a plan with a checked student)."""
     release = headline_target.release_parameters(report.value("release_order"), report.value("beta"), release_cost)
+    student = None
+    if plan.student_calibration:
+        if offsets is None:
+            raise PateError("the release plan checks a student but the labels hold no check offsets; they were "
+                            "not written by pate label --round 2 or are damaged")
+        student = StudentModel(np.asarray(offsets), plan.student_calibration)
     p, p_min, expected, _ = headline_target.headline_probability(
         record, int(report.value("num_queries")), release, plan.target_eps, delta, model=plan.model,
-        conversion=conversion, ensembles=plan.ensembles, seed=plan.seed, offset=plan.offset_rdp)
+        conversion=conversion, ensembles=plan.ensembles, seed=plan.seed, offset=plan.offset_rdp, student=student,
+        max_queries=max(plan.max_queries, int(report.value("num_queries"))))
     note = (f"over the release noise, on {plan.ensembles} ensembles simulated from a public model "
             f"({plan.model.teachers} teachers, accuracy {plan.model.accuracy:g}); least {p_min:.4f}"
             + ("; of both rounds (RDP route), given round 1's published RDP" if plan.offset_rdp else ""))

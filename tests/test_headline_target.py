@@ -118,10 +118,16 @@ def test_the_choice_round_trips_through_labels_meta(choice):
 
 
 def test_the_chooser_takes_public_values_only():
-    """No parameter can carry votes: the record, counts, the target, δ, the public model."""
+    """No parameter can carry votes: the record, counts, the target, δ, the public model, and
+    (Interactive-GNMax) the public student model: its check offsets and its calibration."""
+    import dataclasses
+
+    from analysis.simulated_votes import StudentModel
+
     params = set(inspect.signature(headline_target.choose_release).parameters)
     assert params == {"record", "max_queries", "target", "delta", "model", "conversion", "probability",
-                      "ensembles", "seed", "orders", "costs", "betas", "grid", "offset"}
+                      "ensembles", "seed", "orders", "costs", "betas", "grid", "offset", "student"}
+    assert {f.name for f in dataclasses.fields(StudentModel)} == {"offsets", "calibration"}
 
 
 def test_refusals():

@@ -160,3 +160,191 @@ def test_profile_with_offsets_bounds_brute_force_local_sensitivity_at_every_dist
             ball = [[h for h in H if dist[(r, h)] <= d] for r in rows]
             worst = max(ls(y) for y in itertools.product(*ball))
             assert worst <= F[d] * (1 + 1e-9) + 1e-15, (rows, offs, d)
+
+
+# --------------------------------------------------------------------------- the plan's student model
+
+
+def test_simulated_student_names_the_truth_at_its_calibrated_rate():
+    from analysis.simulated_votes import StudentModel, VoteModel, simulate_votes
+
+    T, m, n = 50, 4, 20000
+    rng = np.random.default_rng(0)
+    o = check_offsets(rng.dirichlet(np.full(m, 0.5), size=n), T)
+    cal = (0.1, 0.3, 0.6, 0.9)
+    student = StudentModel(o, cal)
+    votes, sim = VoteModel(T, m).draw_checked(7, n, student)
+    _, truth = simulate_votes(np.random.default_rng(7), n, T, m, 0.7, 2.0, 0.5)  # the same first draws
+    assert np.array_equal(np.sort(sim, axis=1), np.sort(o, axis=1))  # each row keeps its offsets
+    assert np.all(sim.sum(axis=1) <= T) and votes.shape == (n, m)
+    named = sim.argmax(axis=1)
+    k = np.minimum(o.max(axis=1) * 4 // T, 3)
+    for b, c in enumerate(cal):
+        sel = k == b
+        if sel.sum() > 500:
+            rate = np.mean(named[sel] == truth[sel])
+            # ties for the largest offset can move argmax off the named class: allow their share
+            ties = np.mean((np.sort(o[sel], axis=1)[:, -1] == np.sort(o[sel], axis=1)[:, -2]))
+            assert abs(rate - c) < 4 * math.sqrt(c * (1 - c) / sel.sum()) + ties + 1e-3, (b, rate, c)
+
+
+def test_prefix_profiles_with_offsets_equal_total_profile_of_each_prefix():
+    rng = np.random.default_rng(3)
+    T, m = 40, 5
+    votes = np.stack([rng.multinomial(T, rng.dirichlet(np.full(m, 0.4))) for _ in range(60)])
+    offs = check_offsets(rng.dirichlet(np.full(m, 0.4), size=60), T)
+    ends = [7, 30, 60]
+    kw = dict(threshold=25.0, sigma_threshold=8.0)
+    F, f = gnmax_sensitivity.prefix_profiles(votes, 4.0, 10.0, T, ends, offsets=offs, **kw)
+    for j, e in enumerate(ends):
+        Fe, fe = gnmax_sensitivity.total_profile(votes[:e], 4.0, 10.0, T, answered_mask=None, accounting="joint",
+                                                 offsets=offs[:e], **kw)
+        np.testing.assert_allclose(F[j], Fe, rtol=1e-12, atol=1e-15)
+        assert f[j] == pytest.approx(fe, rel=1e-12)
+
+
+def test_a_checked_student_that_is_mostly_right_leaves_room_for_more_queries():
+    """The plan of round 2 (the default config's noise, 500 teachers, round 1's RDP 0.558 at
+    order 12): checking a student that is right where it is sure spends less per query, so
+    more queries meet the same target; the plan records the calibration and reads back."""
+    from analysis import headline_target, mechanisms
+    from analysis.simulated_votes import StudentModel, VoteModel
+    from pate.config import load_config
+
+    from conftest import ROOT
+
+    record = mechanisms.from_config(load_config(ROOT / "configs" / "fashion_mnist.toml").aggregation)
+    rng = np.random.default_rng(0)
+    offsets = check_offsets(rng.dirichlet(np.full(10, 0.1), size=3000), 500)
+    student = StudentModel(offsets, tuple(np.linspace(0.3, 0.95, 10)))
+    kw = dict(model=VoteModel(500, 10, accuracy=0.7), conversion="improved", orders=(12.0,), offset=0.558)
+    plain = headline_target.choose_release(record, 3000, 2.0, 1e-5, **kw)
+    checked = headline_target.choose_release(record, 3000, 2.0, 1e-5, student=student, **kw)
+    assert checked.num_queries > plain.num_queries and checked.probability >= 0.95
+    assert checked.student_calibration == student.calibration and plain.student_calibration == ()
+    assert headline_target.ReleaseChoice.from_meta(checked.meta()) == checked
+    release = headline_target.release_parameters(checked.order, checked.beta, checked.release_cost)
+    p, _, _, _ = headline_target.headline_probability(record, checked.num_queries, release, 2.0, 1e-5,
+                                                      student=StudentModel(offsets[:checked.num_queries],
+                                                                           student.calibration),
+                                                      model=kw["model"], conversion="improved", offset=0.558,
+                                                      max_queries=3000)
+    assert p == checked.probability  # the report's P, from the released offsets only, is the plan's
+    with pytest.raises(PateError, match="covers 10 queries"):
+        headline_target.choose_release(record, 3000, 2.0, 1e-5, student=StudentModel(offsets[:10], (0.5,)), **kw)
+
+
+def test_student_calibration_against_a_plain_loop():
+    from pate.release_target import CALIBRATION_BINS, student_model
+
+    rng = np.random.default_rng(5)
+    T, n = 20, 400
+    probs = rng.dirichlet(np.full(4, 0.3), size=n)
+    y = np.where(rng.random(n) < probs.max(axis=1), probs.argmax(axis=1), rng.integers(4, size=n))
+    model = student_model(np.zeros((3, 4), np.int64), probs, y, T)
+    hits, count = [0] * CALIBRATION_BINS, [0] * CALIBRATION_BINS
+    for p, label in zip(probs.tolist(), y.tolist()):
+        o = [math.floor(T * v / sum(p)) for v in p]
+        b = min(max(o) * CALIBRATION_BINS // T, CALIBRATION_BINS - 1)
+        count[b] += 1
+        hits[b] += int(max(range(4), key=lambda j: p[j]) == label)
+    overall = (sum(hits) + 0.5) / (sum(count) + 1)
+    want = [(h + 0.5) / (c + 1) if c else overall for h, c in zip(hits, count)]
+    assert model.calibration == pytest.approx(want, rel=1e-12)
+
+
+# --------------------------------------------------------------------------- the CLI, end to end
+
+
+def invoke(*args):
+    from click.testing import CliRunner
+
+    from cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture(scope="module")
+def interactive_run(_trained_tiny, tmp_path_factory):
+    """Tiny teachers, round 1 by Confident-GNMax with its student and report, then round 2
+    with the teachers checking that student under a target for both rounds, and the report
+    of both: made once."""
+    import shutil
+
+    from pate import ledger
+
+    base = tmp_path_factory.mktemp("interactive")
+    w = base / "run"
+    shutil.copytree(_trained_tiny[0], w)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATE_LEDGER_DIR", str(base / "ledgers"))
+        out = [invoke("label", "--workdir", w, "--mechanism", "confident-gnmax", "--threshold", 3,
+                      "--sigma-threshold", 1, "--sigma", 1, "--queries", 60, "--seed", 1),
+               invoke("train-student", "--workdir", w, "--no-progress", "--steps", 30),
+               invoke("analyze", "--workdir", w, "--seed", 2)]
+        config = w / "config.toml"  # a target for both rounds, above what the tiny run's round 1 spent
+        config.write_text(config.read_text().replace("target_eps = 0.0", "target_eps = 400.0"))
+        out += [invoke("label", "--round", 2, "--check", "interactive", "--workdir", w, "--queries", 60,
+                       "--seed", 3),
+                invoke("analyze", "--workdir", w, "--seed", 4)]
+        entries = ledger.for_run(w).entries()
+    for r in out:
+        assert r.exit_code == 0, r.output
+    return dict(workdir=w, outputs=[r.output for r in out], entries=entries)
+
+
+def test_round2_checks_the_round1_student_with_its_own_offsets(interactive_run):
+    """The released offsets are ⌊T·p⌋ of the round-1 student on the queried pool points, in
+    order, and the release is the aggregator run on them (same research seed)."""
+    import json
+
+    from pate import rundir
+    from pate.config import load_config
+    from pate.data import load_dataset, split
+    from pate.selection import student_probs
+    from pate.steps.student import load_student
+
+    w = interactive_run["workdir"]
+    second = dict(np.load(w / rundir.LABELS_ROUND2_NPZ))
+    votes = np.load(w / rundir.VOTES_ROUND2_NPZ)["votes"]
+    config = load_config(w / rundir.CONFIG_TOML)
+    student = load_student(w, record=rundir.STUDENT_ROUND1_JSON, directory=rundir.STUDENT_ROUND1_DIR)
+    pool = split(load_dataset(config.data), config.data.public_size).pool_x
+    probs = student_probs(student.model, student.params, pool[second["indices"]])
+    assert np.array_equal(second["check_offsets"], check_offsets(probs, 6))
+    again = aggregation.aggregate(votes, "confident-gnmax", aggregation.noise_source(3), second["check_offsets"],
+                                  threshold=3.0, sigma_threshold=1.0, sigma=1.0)
+    assert np.array_equal(again, second["labels"])
+    plan = json.loads(str(second["meta"]))["release_plan"]
+    assert len(plan["student_calibration"]) == 10 and plan["num_queries"] == second["indices"].size
+    assert "the teachers check the round-1 student" in interactive_run["outputs"][3]
+    assert "outvoted it" in interactive_run["outputs"][3]
+
+
+def test_the_report_of_both_rounds_names_the_check_and_its_planned_probability(interactive_run):
+    import json
+
+    from pate import rundir
+
+    w = interactive_run["workdir"]
+    doc = json.loads((w / rundir.RELEASE_JSON).read_text())
+    details = doc["details"]
+    assert details["check"].startswith("max_j (n_j - o_j)") and details["rounds"] == 2
+    assert 0.5 < details["p_headline_within_target"] <= 1 and doc["eps"] <= details["eps_route_basic"]
+    round2 = [e for e in interactive_run["entries"] if (e.get("mechanism") or {}).get("round") == 2]
+    assert round2 and round2[0]["mechanism"]["check"] == "interactive"
+
+
+def test_the_check_needs_confident_gnmax_and_round_2(finished_tiny, tmp_path):
+    import shutil
+
+    from pate import rundir
+
+    w = tmp_path / "run"
+    shutil.copytree(finished_tiny, w)  # round 1 by LNMax
+    r = invoke("label", "--round", 2, "--check", "interactive", "--workdir", w, "--queries", 10)
+    assert r.exit_code == 1 and "confident-gnmax" in r.output and "Traceback" not in r.output
+    assert len([ln for ln in r.stderr.splitlines() if ln.strip()]) == 1
+    assert not (w / rundir.LABELS_ROUND2_NPZ).exists()
+    r = invoke("label", "--check", "interactive", "--workdir", w)
+    assert r.exit_code == 2 and "--round 2" in r.output

@@ -299,7 +299,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
     if plan is not None:
         record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
-        rep = report_mod.extend(rep, release_target.report_items(plan, record, rep, release_cost, delta, conversion))
+        rep = report_mod.extend(rep, release_target.report_items(plan, record, rep, release_cost, delta, conversion,
+                                                                 labels.get(CHECK_OFFSETS)))
     # Seeded labels (labels.npz says so) or a seeded release: release.json says so too.
     research = seed is not None or (labels.get("meta") or {}).get("research_seed") is True or (
         two_rounds and rundir.read_json(inputs[3]).get("research_seed") is True)  # round 1's release

@@ -114,18 +114,13 @@ def round1_release(run: rundir.RunDir) -> tuple[dict, dict, str]:
 
 
 def check_settings(config: Config) -> None:
-    """Refuses ``[rounds] check = "interactive"`` where it cannot run: with a mechanism other
-    than Confident-GNMax (the check is its threshold step), or with ``[privacy] target_eps``
-    (round 2's plan models the teachers' votes, not the student's proposals)."""
+    """Refuses ``[rounds] check = "interactive"`` with a mechanism other than Confident-GNMax
+    (the check is its threshold step)."""
     if config.rounds.check != "interactive":
         return
     if config.aggregation.mechanism != mechanisms.ConfidentGNMax.name:
         raise PateError(f'rounds.check = "interactive" is the threshold step of confident-gnmax, but '
                         f"aggregation.mechanism is {config.aggregation.mechanism}; use confident-gnmax")
-    if config.privacy.target_eps:
-        raise PateError('rounds.check = "interactive" has no plan for privacy.target_eps (the plan models '
-                        "the teachers' votes, not the student's); set privacy.target_eps = 0 and choose "
-                        "rounds.queries, or rounds.check = \"none\"")
 
 
 def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
@@ -163,15 +158,16 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
         agg = dataclasses.replace(config.aggregation, queries=rc.queries)
         resolve(agg, num_teachers=config.teachers.num_teachers, pool_size=splits.pool_x.shape[0])
         check_accountable(agg, config.privacy)
+        student, ranked, probs = _student_view(run, student_files, splits, candidates, rc)
         # A target for both rounds: round 2 asks as many queries as round 1's draw left room for.
         plan = release_target.choose_round2(config, config.teachers.num_teachers, splits.num_classes, released1,
-                                            echo=echo)
+                                            student=_checked_student(config, student, splits, probs), echo=echo)
         queries = rc.queries if plan is None else plan.num_queries
         cost = composition.labels_cost(record, queries)
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this round-2 release")
-        votes, chosen, probs, accuracies = _round2_votes(config, run, student_files, splits, candidates, queries,
-                                                         echo)
+        chosen, probs = ranked[:queries], probs[:queries]
+        votes, accuracies = _round2_votes(config, student, splits, chosen, echo)
         planned = {} if plan is None else {release_target.PLAN_KEY: plan.meta()}
         result = _release(door, config, record, votes, (chosen, probs), splits, accuracies, seed, book, cost,
                           planned, echo)
@@ -182,25 +178,47 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
     return result
 
 
-def _round2_votes(config: Config, run, student_files, splits, candidates, queries: int, echo):
-    """The public part (selection, PCA on the pool) and the private part (heads on the
-    shards, their votes) of round 2. Returns the votes, the chosen pool indices and the
-    heads' accuracy on the evaluation split (mean, plurality), and the round-1 student's
-    probabilities on the chosen points (public)."""
+def _student_view(run, student_files, splits, candidates, rc):
+    """The public part of round 2 before any vote: the round-1 student, the ``rc.queries``
+    candidates it would ask first (`pate.selection.select`; a smaller count asks a prefix) and
+    its probabilities on them, in that order."""
+    from pate.selection import select, student_probs
+    from pate.steps.student import load_student
+
+    student = load_student(run.path, record=student_files[0], directory=student_files[1])
+    probs = student_probs(student.model, student.params, splits.pool_x[candidates],
+                          student.config.student.eval_batch_size)
+    ranked = select(probs, candidates, rc.queries, rc.select)
+    return student, ranked, probs[np.searchsorted(candidates, ranked)]  # candidates are sorted (np.setdiff1d)
+
+
+def _checked_student(config: Config, student, splits, probs):
+    """With ``check = "interactive"`` under a target: the public model of the student the
+    teachers check (`pate.release_target.student_model`: its offsets on the ranked
+    candidates, its calibration on the evaluation split), else None."""
+    if config.rounds.check != "interactive" or not config.privacy.target_eps:
+        return None
+    from analysis.interactive import check_offsets
+    from pate.selection import student_probs
+
+    T = config.teachers.num_teachers
+    eval_probs = student_probs(student.model, student.params, splits.eval_x, student.config.student.eval_batch_size)
+    return release_target.student_model(check_offsets(probs, T), eval_probs, splits.eval_y, T)
+
+
+def _round2_votes(config: Config, student, splits, chosen, echo):
+    """The private part of round 2: heads on the shards (on the student's features and a PCA
+    of the public pool) and their votes on the ``chosen`` pool points. Returns the votes and
+    the heads' accuracy on the evaluation split (mean, plurality)."""
     import jax.numpy as jnp
 
     from pate import heads
     from pate.data import partition
-    from pate.selection import select, student_probs
-    from pate.steps.student import load_student
     from pate.voting import plurality_accuracy, votes_from_predictions
 
     rc, tc = config.rounds, config.teachers
-    student = load_student(run.path, record=student_files[0], directory=student_files[1])
     batch = student.config.student.eval_batch_size
-    probs = student_probs(student.model, student.params, splits.pool_x[candidates], batch)
-    chosen = select(probs, candidates, queries, rc.select)
-    probs = probs[np.searchsorted(candidates, chosen)]  # candidates are sorted (np.setdiff1d)
+    queries = chosen.size
     pca = heads.fit_pca(heads.features(student.model, student.params, splits.pool_x, batch), rc.pca_dim)
     part = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
     echo(f"round 2: {tc.num_teachers} ridge heads on the round-1 student's features ({pca.components.shape[0]} "
@@ -216,7 +234,7 @@ def _round2_votes(config: Config, run, student_files, splits, candidates, querie
         student.model, student.params, splits.eval_x, batch, project=pca)))
     mean = float(np.mean(preds == splits.eval_y[None, :]))
     ensemble = plurality_accuracy(votes_from_predictions(preds, splits.num_classes), splits.eval_y)
-    return votes, chosen, probs, (mean, ensemble)
+    return votes, (mean, ensemble)
 
 
 def _release(door, config: Config, record, votes, queried, splits, accuracies, seed, book, cost, planned: dict,
