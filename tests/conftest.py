@@ -1,4 +1,6 @@
-"""Shared fixtures: the repository's configs and one trained tiny (synthetic) run."""
+"""Shared fixtures: the repository's configs and one trained tiny (synthetic) run; the helpers
+the test files share (`invoke`, `one_line`, `one_line_error`, `snapshot`), imported as
+``from conftest import invoke`` (tests/ is on sys.path under pytest, with or without xdist)."""
 
 from __future__ import annotations
 
@@ -84,3 +86,28 @@ def snapshot(directory) -> dict:
             continue
         out[rel] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
     return out
+
+
+def invoke(*args):
+    """``pate ARGS...`` through click's test runner (arguments turned into strings)."""
+    from click.testing import CliRunner
+
+    from cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line(result) -> str:
+    """The one line a failed command wrote to stderr (and no traceback anywhere)."""
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def one_line_error(result, code: int) -> str:
+    """The one line of a command's output, after checking it exited with ``code``."""
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    return lines[0]

@@ -10,17 +10,14 @@ import sys
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from analysis.errors import PateError
-from cli import main
 from pate import rundir
 from pate.config import config_from_dict, config_to_dict
 
-STEPS = 40  # one step count everywhere: the compiled training loop is reused
+from conftest import invoke
 
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+STEPS = 40  # one step count everywhere: the compiled training loop is reused
 
 
 def snapshot(workdir):
