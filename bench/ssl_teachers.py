@@ -69,24 +69,25 @@ def run_variant(config, splits, part, variant: str, num: int) -> dict:
     import jax.numpy as jnp
 
     from pate import keys, models
-    from pate.steps import student as S
+    from pate.steps.student import predict
+    from pate.student_training import compiled_loop, init_state, label_weights
     from pate.voting import plurality_accuracy, votes_from_predictions
 
     cfg = teacher_loop_config(config, variant, part.shard_size)
     model = models.make_model(cfg, splits.num_classes, jax.default_backend())
-    tx, train = S.compiled_loop(model, cfg)
+    tx, train = compiled_loop(model, cfg)
     xu = jnp.asarray(splits.pool_x)
     accs, preds, start = [], [], time.time()
     for t in range(num):
         idx = part.indices[t]
         yl = splits.train_y[idx]
-        state = S.init_state(model, tx, splits.pool_x.shape[1:], t, splits.num_classes)
+        state = init_state(model, tx, splits.pool_x.shape[1:], t, splits.num_classes)
         key = keys.stream(keys.training_key(t), keys.DATA_STREAM)
-        wl = jnp.asarray(S.label_weights(yl, splits.num_classes, False))
+        wl = jnp.asarray(label_weights(yl, splits.num_classes, False))
         state, _ = train(state, key, jnp.asarray(splits.train_x[idx]), jnp.asarray(yl), wl, xu,
                          jnp.int32(cfg.steps))
         ema = jax.tree.map(np.asarray, state.ema)
-        preds.append(S.predict(model, ema, splits.eval_x, cfg.eval_batch_size))
+        preds.append(predict(model, ema, splits.eval_x, cfg.eval_batch_size))
         accs.append(float(np.mean(preds[-1] == splits.eval_y)))
     seconds = (time.time() - start) / num
     votes = votes_from_predictions(np.stack(preds), splits.num_classes)

@@ -1,4 +1,6 @@
-"""Shared fixtures: the repository's configs and one trained tiny (synthetic) run."""
+"""Shared fixtures: the repository's configs and one trained tiny (synthetic) run; the helpers
+the test files share (`invoke`, `one_line`, `one_line_error`, `snapshot`), imported as
+``from conftest import invoke`` (tests/ is on sys.path under pytest, with or without xdist)."""
 
 from __future__ import annotations
 
@@ -43,13 +45,46 @@ def tiny_config():
     return load_config(TINY)
 
 
+def _built_once(tmp_path_factory, name: str, build) -> pathlib.Path:
+    """``name`` in the folder every worker of this test session shares, made by ``build(path)``
+    once per session, not once per xdist worker (``make test`` runs two).
+
+    The first worker to get the file lock builds; the others wait on it and reuse the result.
+    ``name.done``, written last, marks a finished build: a half-built folder (a worker killed or
+    failed mid-build) is removed and built again, never reused. Without xdist the shared folder
+    is the session's own temporary folder.
+    """
+    import os
+
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    target, done = shared / name, shared / f"{name}.done"
+    with FileLock(shared / f"{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir(mode=0o700)  # as tmp_path_factory.mktemp makes them
+            build(target)
+            done.write_text("built\n")
+    return target
+
+
 @pytest.fixture(scope="session")
 def _trained_tiny(tmp_path_factory, tiny_config):
-    from pate.steps.teachers import train_teachers
+    """A tiny train-teachers run, trained once per test session (shared by the xdist workers:
+    read it, copy it, never write into it): (workdir, TrainResult)."""
+    import pickle
 
-    workdir = tmp_path_factory.mktemp("tiny-run")
-    result = train_teachers(tiny_config, workdir, show_progress=False)
-    return workdir, result
+    def build(folder):
+        from pate.steps.teachers import train_teachers
+
+        (folder / "run").mkdir(mode=0o700)
+        result = train_teachers(tiny_config, folder / "run", show_progress=False)
+        (folder / "result.pickle").write_bytes(pickle.dumps(result))  # beside the run, not in it
+
+    folder = _built_once(tmp_path_factory, "shared-tiny-run", build)
+    return folder / "run", pickle.loads((folder / "result.pickle").read_bytes())
 
 
 @pytest.fixture
@@ -63,13 +98,16 @@ def trained_run(_trained_tiny, tmp_path):
 
 @pytest.fixture(scope="session")
 def finished_tiny(_trained_tiny, tmp_path_factory, tiny_config):
-    """A complete tiny run (teachers, labels, student, privacy report), made once."""
-    from pate.steps.pipeline import run
+    """A complete tiny run (teachers, labels, student, privacy report), made once per test
+    session (shared by the xdist workers: read it, copy it, never write into it)."""
 
-    workdir = tmp_path_factory.mktemp("tiny-finished") / "run"
-    shutil.copytree(_trained_tiny[0], workdir)
-    run(tiny_config, workdir, seed=0, show_progress=False, echo=lambda *_: None)
-    return workdir
+    def build(folder):
+        from pate.steps.pipeline import run
+
+        shutil.copytree(_trained_tiny[0], folder / "run")
+        run(tiny_config, folder / "run", seed=0, show_progress=False, echo=lambda *_: None)
+
+    return _built_once(tmp_path_factory, "shared-tiny-finished", build) / "run"
 
 
 def snapshot(directory) -> dict:
@@ -84,3 +122,28 @@ def snapshot(directory) -> dict:
             continue
         out[rel] = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
     return out
+
+
+def invoke(*args):
+    """``pate ARGS...`` through click's test runner (arguments turned into strings)."""
+    from click.testing import CliRunner
+
+    from cli import main
+
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line(result) -> str:
+    """The one line a failed command wrote to stderr (and no traceback anywhere)."""
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def one_line_error(result, code: int) -> str:
+    """The one line of a command's output, after checking it exited with ``code``."""
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    return lines[0]

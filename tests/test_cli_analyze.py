@@ -4,10 +4,10 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from analysis import lnmax
-from cli import main
+
+from conftest import invoke
 
 
 @pytest.fixture
@@ -17,10 +17,6 @@ def votes_file(tmp_path):
     path = tmp_path / "votes.npz"
     np.savez(path, votes=votes)
     return path, votes
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def test_analyze_report_json_and_plot(tmp_path, votes_file):

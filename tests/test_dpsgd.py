@@ -13,26 +13,13 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from click.testing import CliRunner
 from scipy import stats
 
-from cli import main
 from pate import dpsgd_accounting, keys, models, rundir, scattering
 from pate.config import DpsgdConfig, load_config
 from pate.steps import dpsgd
 
-from conftest import TINY
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(result, code):
-    assert result.exit_code == code, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    return lines[0]
+from conftest import TINY, invoke, one_line_error
 
 
 # --------------------------------------------------------------------------- the DP step

@@ -15,35 +15,22 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from click.testing import CliRunner
 from scipy import stats
 from scipy.special import gammaln, ndtr
 
 from analysis import fedavg_privacy as fp
 from analysis.errors import PateError
 from analysis.noise import NoiseSource
-from cli import main
 from pate import rundir
 from pate.config import load_config
 from pate.ledger import Ledger
 from pate.steps import fedavg
 
-from conftest import TINY
+from conftest import TINY, invoke, one_line_error
 
 
 C, ETA, RHO = 1.0, 0.5, 2.0
 DIM, CLASSES, SIZE = 3, 3, 4
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_error(result, code):
-    assert result.exit_code == code, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1, result.output
-    return lines[0]
 
 
 # --------------------------------------------------------------------------- the client's step

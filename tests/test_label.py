@@ -6,16 +6,12 @@ import os
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from analysis import gnmax, lnmax, lnmax_release
-from cli import main
 from pate.steps import label as label_mod
 from pate.config import AggregationConfig
 
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+from conftest import invoke
 
 
 def snapshot(workdir):

@@ -9,22 +9,18 @@ import re
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from analysis import accountants, gnmax, gnss, lnmax, lnmax_release, mechanisms, pld
 from analysis import plan as plan_mod
 from analysis import report as report_mod
-from cli import main
 from pate import rundir
 from pate.steps import label as label_mod
 from pate.config import AggregationConfig
 
+from conftest import invoke
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SIMULATED = ROOT / "examples" / "votes_simulated_250.npz"
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def listing(path):

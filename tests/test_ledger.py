@@ -16,18 +16,12 @@ import time
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from analysis import composition, mechanisms
 from analysis.errors import PateError
 from analysis.rdp import DEFAULT_ORDERS, eps_from_rdp
-from cli import main
-from conftest import ROOT, TINY, snapshot
+from conftest import ROOT, TINY, invoke, snapshot
 from pate import ledger as ledger_mod
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 # --------------------------------------------------------------------------- composition

@@ -10,14 +10,13 @@ import shutil
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from cli import main
 from pate import digests, rundir
 from pate.config import load_config
 from pate.steps import pipeline, run_summary
 
-from conftest import CONFIGS, TINY
+from conftest import CONFIGS, TINY, invoke
 
 OUTPUTS = {
     "teachers": rundir.TEACHERS_JSON,
@@ -25,10 +24,6 @@ OUTPUTS = {
     "student": rundir.STUDENT_JSON,
     "analyze": rundir.PRIVACY_JSON,
 }
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def pate_run(workdir, *extra):
@@ -315,8 +310,8 @@ def test_run_refuses_what_the_config_implies_before_training(tmp_path, setting, 
     """A query count beyond the pool or a threshold above the ensemble is refused before
     the teachers train: one line, exit 1, no run directory written."""
     workdir = tmp_path / "run"
-    result = CliRunner().invoke(main, ["run", "--config", str(TINY), "--workdir", str(workdir), "--no-progress",
-                                       "--set", 'aggregation.mechanism="confident-gnmax"', "--set", setting])
+    result = invoke("run", "--config", TINY, "--workdir", workdir, "--no-progress",
+                    "--set", 'aggregation.mechanism="confident-gnmax"', "--set", setting)
     assert result.exit_code == 1 and needle in result.output, result.output
     assert result.output.strip().count("\n") == 0
     assert not (workdir / rundir.TEACHERS_JSON).exists() and not (workdir / "teachers").exists()

@@ -9,11 +9,11 @@ import stat
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from analysis import gnmax, lnmax_release, report, report_io
 from analysis.noise import NoiseSource
-from cli import main
+
+from conftest import invoke
 
 PRIVATE_KEYS = {"eps_data_dependent", "best_moment", "best_order", "smooth_sensitivity", "noise_scale",
                 "noise_std", "expected_answered"}
@@ -22,10 +22,6 @@ PRIVATE_KEYS = {"eps_data_dependent", "best_moment", "best_order", "smooth_sensi
 def votes_of(seed=0, n=120, T=250, m=10, alpha=0.1):
     rng = np.random.default_rng(seed)
     return rng.multinomial(T, rng.dirichlet(np.full(m, alpha)), size=n).astype(np.int32)
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def mode(path):

@@ -15,24 +15,11 @@ import textwrap
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from analysis.errors import PateError
-from cli import main
 from pate import door, rundir, runlock
 
-from conftest import ROOT, TINY, snapshot
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line(result) -> str:
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
+from conftest import ROOT, TINY, invoke, one_line, snapshot
 
 
 @pytest.fixture
@@ -316,7 +303,7 @@ def test_full_disk_then_resume(tmp_path, tiny_config):
 
 
 def test_no_arguments_prints_the_help():
-    result = CliRunner().invoke(main, [])
+    result = invoke()
     assert result.exit_code == 0
     assert "Usage:" in result.output and "Commands:" in result.output
     assert len(result.output.splitlines()) > 5

@@ -13,26 +13,13 @@ import stat
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from analysis import composition
 from analysis.rounds import cumulative_headline
-from cli import main
 from pate import heads, ledger, rundir
 from pate.selection import select
 
-from conftest import ROOT, TINY
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line(result) -> str:
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert "Traceback" not in result.output
-    return lines[0]
+from conftest import ROOT, TINY, invoke, one_line
 
 
 QUERIES = 40

@@ -10,17 +10,14 @@ import sys
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from analysis.errors import PateError
-from cli import main
 from pate import rundir
 from pate.config import config_from_dict, config_to_dict
 
-STEPS = 40  # one step count everywhere: the compiled training loop is reused
+from conftest import invoke
 
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
+STEPS = 40  # one step count everywhere: the compiled training loop is reused
 
 
 def snapshot(workdir):
@@ -241,7 +238,7 @@ def test_train_student_epochs_cli(labelled):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_label_weights_match_a_plain_loop(seed):
-    from pate.steps.student import label_weights
+    from pate.student_training import label_weights
 
     rng = np.random.default_rng(seed)
     k = int(rng.integers(2, 8))
@@ -259,7 +256,7 @@ def test_label_weights_match_a_plain_loop(seed):
 def test_align_matches_a_plain_loop_and_undoes_a_skewed_prior():
     import jax.numpy as jnp
 
-    from pate.steps.student import align
+    from pate.student_training import align
 
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(4), size=6).astype(np.float32)
@@ -289,7 +286,7 @@ def test_balanced_labels_and_alignment_train(labelled):
 def test_class_thresholds_match_a_plain_loop(seed):
     import jax.numpy as jnp
 
-    from pate.steps.student import class_thresholds
+    from pate.student_training import class_thresholds
 
     learned = np.random.default_rng(seed).uniform(0.0, 0.3, size=5).astype(np.float32)
     got = np.asarray(class_thresholds(0.95, jnp.asarray(learned)))

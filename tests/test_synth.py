@@ -13,14 +13,12 @@ import math
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from scipy import optimize, stats
 
 from analysis import composition
 from analysis.mechanisms import GNMax
 from analysis.noise import NoiseSource
-from cli import main
-from conftest import TINY
+from conftest import TINY, invoke
 from pate import aggregation, rundir
 from pate.config import load_config
 from pate.data import load_npz, partition
@@ -33,10 +31,6 @@ from pate.synth_gan import REAL, GanSpec, PateGan, noisy_labels, teacher_shards,
 # (`pate.synth_gan` caches them per spec; same shapes, so no retracing).
 SHAPE, CLASSES, TEACHERS, POINTS = (8, 8, 1), 4, 6, 480
 SPEC = GanSpec.of(load_config(TINY).synth, SHAPE, CLASSES)
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def _data(seed: int = 0, n: int = POINTS):

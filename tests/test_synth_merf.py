@@ -13,24 +13,18 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from scipy import stats
 
 from analysis import composition, merf
 from analysis.noise import NoiseSource, discrete_gaussian_pmf
 from analysis.rdp import DEFAULT_ORDERS
-from cli import main
-from conftest import TINY
+from conftest import TINY, invoke
 from pate import rundir, synth_merf
 from pate.config import load_config
 from pate.ledger import Ledger
 from pate.steps import synth_merf as merf_step
 
 SHAPE, CLASSES = (2, 2, 1), 3
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
 
 
 def _spec(features: int = 6, length_scale: float = 0.5) -> synth_merf.MerfSpec:
