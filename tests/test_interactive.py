@@ -340,3 +340,24 @@ def test_the_check_needs_confident_gnmax_and_round_2(finished_tiny, tmp_path):
     assert not (w / rundir.LABELS_ROUND2_NPZ).exists()
     r = invoke("label", "--check", "interactive", "--workdir", w)
     assert r.exit_code == 2 and "--round 2" in r.output
+
+
+def test_bench_round2_students_trains_both_rounds_and_the_control(interactive_run):
+    """bench/round2_students.py on the tiny interactive run: one seed, a few steps, each of
+    its two settings; nothing written into the run."""
+    import importlib.util
+
+    from conftest import ROOT, snapshot
+
+    spec = importlib.util.spec_from_file_location("round2_students", ROOT / "bench" / "round2_students.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    w = interactive_run["workdir"]
+    before = snapshot(w)
+    both = bench.student_of(str(w), 2, 0, 3)
+    control = bench.student_of(str(w), 1, 0, 3)
+    first, second = (np.load(w / name)["labels"] for name in ("labels.npz", "labels-round2.npz"))
+    assert both["labels"] == int((first >= 0).sum() + (second >= 0).sum()) and control["labels"] == int(
+        (first >= 0).sum())
+    assert 0 <= both["accuracy"] <= 1 and both["steps"] == 3
+    assert snapshot(w) == before
