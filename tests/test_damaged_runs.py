@@ -49,18 +49,15 @@ ARRAY_DAMAGE = {
 
 
 def _truncation(data: bytes, name: str) -> int:
-    """Where a truncated copy ends: half way, moved on byte by byte while a TOML file's
-    prefix still parses (a cut that falls on a line boundary leaves a shorter, valid config
-    that nothing can tell from a complete one: not the damage this test is about)."""
+    """Where a truncated copy ends: half way; for a TOML file, on the line boundary before half
+    way — the hard case, where the rest still parses as a shorter config (defaults in place of
+    the lost keys) and only config.toml's missing end line (`pate.rundir.CONFIG_END`) tells."""
     import tomllib
 
     cut = len(data) // 2
-    while name.endswith(".toml") and cut < len(data):
-        try:
-            tomllib.loads(data[:cut].decode())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError):
-            break
-        cut += 1
+    if name.endswith(".toml"):
+        cut = data.rfind(b"\n", 0, cut) + 1
+        tomllib.loads(data[:cut].decode())  # the prefix is a valid TOML document
     return cut
 
 
