@@ -201,6 +201,9 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
         raise PateError(f"config file {path} not found") from None
     except (OSError, UnicodeDecodeError) as err:
         raise PateError(f"cannot read config file {path}: {err}") from None
+    if text.startswith(CONFIG_HEAD) and not text.rstrip("\n").endswith(CONFIG_END):
+        raise PateError(f"{path} is cut short (its last line is not {CONFIG_END!r}): the config is damaged; "
+                        "restore it (a run's config.toml: or run again with --overwrite)")
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -213,6 +216,19 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
     if overrides:
         source += " (with overrides " + ", ".join(f"{k}={v!r}" for k, v in overrides.items()) + ")"
     return config_from_dict(apply_overrides(raw, overrides), source)
+
+
+#: The first and last lines of a config pate writes (a run's config.toml): a file that begins
+#: with the first and lacks the last was cut short — even on a line boundary, where the rest
+#: would still parse as a shorter config with defaults in place of the lost keys. Configs of
+#: older versions and hand-written ones have neither and read as before.
+CONFIG_HEAD = "# pate run config: written whole, from this line to the end line"
+CONFIG_END = "# end of pate run config"
+
+
+def config_file_text(config: Config) -> str:
+    """`config_to_toml` between `CONFIG_HEAD` and `CONFIG_END`: what a run's config.toml holds."""
+    return f"{CONFIG_HEAD}\n{config_to_toml(config)}{CONFIG_END}\n"
 
 
 def config_to_toml(config: Config) -> str:

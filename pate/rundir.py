@@ -20,14 +20,9 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from analysis.errors import PateError
-from pate.config import Config, config_diff, config_hash, config_to_dict, config_to_toml, load_config
+from pate.config import Config, config_diff, config_file_text, config_hash, config_to_dict, load_config
 
 CONFIG_TOML = "config.toml"
-#: config.toml's first and last lines: a file that begins with the first and lacks the last
-#: was cut short — even on a line boundary, where the rest would still parse as a shorter
-#: config with defaults in place of the lost keys. Files of older versions have neither.
-CONFIG_HEAD = "# pate run config: written whole, from this line to the end line"
-CONFIG_END = "# end of pate run config"
 TEACHERS_DIR = "teachers"
 TEACHERS_JSON = "teachers.json"
 VOTES_NPZ = "votes.npz"
@@ -257,8 +252,8 @@ class RunDir:
         return os.path.lexists(self.path / name)
 
     def write_config(self, config: Config) -> None:
-        """Writes the resolved config as `config.toml`, between `CONFIG_HEAD` and `CONFIG_END`."""
-        atomic_write_text(self.path / CONFIG_TOML, f"{CONFIG_HEAD}\n{config_to_toml(config)}{CONFIG_END}\n")
+        """Writes the resolved config as `config.toml`, whole (`pate.config.config_file_text`)."""
+        atomic_write_text(self.path / CONFIG_TOML, config_file_text(config))
 
     def read_config(self, overrides: Mapping[str, Any] | None = None) -> Config:
         """Reads `config.toml` back (only a plain file: `open_artifact`), with `overrides`."""
@@ -273,9 +268,6 @@ class RunDir:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise PateError(f"{path} is not UTF-8 text: the run directory's config is damaged") from None
-        if text.startswith(CONFIG_HEAD) and not text.rstrip("\n").endswith(CONFIG_END):
-            raise PateError(f"{path} is cut short (its last line is not {CONFIG_END!r}): the run directory's "
-                            "config is damaged; restore it, or run again with --overwrite")
         return load_config(path, overrides, text=text)
 
     def own_config(self) -> Config | None:

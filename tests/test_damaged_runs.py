@@ -51,7 +51,7 @@ ARRAY_DAMAGE = {
 def _truncation(data: bytes, name: str) -> int:
     """Where a truncated copy ends: half way; for a TOML file, on the line boundary before half
     way — the hard case, where the rest still parses as a shorter config (defaults in place of
-    the lost keys) and only config.toml's missing end line (`pate.rundir.CONFIG_END`) tells."""
+    the lost keys) and only config.toml's missing end line (`pate.config.CONFIG_END`) tells."""
     import tomllib
 
     cut = len(data) // 2

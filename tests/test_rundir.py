@@ -112,14 +112,14 @@ def test_config_cut_on_any_line_is_refused_and_an_older_file_still_reads(tmp_pat
     """config.toml is written between a first and an end line: cut after any line but the last
     (every prefix of whole lines parses as TOML, a shorter config with defaults), it is refused
     as damaged; a file of an older version (neither line) still reads."""
-    from pate.config import config_to_toml
+    from pate.config import CONFIG_END, CONFIG_HEAD, config_to_toml, load_config
 
     run = rundir.RunDir(tmp_path / "run")
     run.write_config(tiny_config)
     path = run / rundir.CONFIG_TOML
     text = path.read_text()
     lines = text.splitlines(keepends=True)
-    assert lines[0].rstrip() == rundir.CONFIG_HEAD and lines[-1].rstrip() == rundir.CONFIG_END
+    assert lines[0].rstrip() == CONFIG_HEAD and lines[-1].rstrip() == CONFIG_END
     for k in range(1, len(lines)):
         path.write_text("".join(lines[:k]))
         with pytest.raises(PateError, match="cut short"):
@@ -128,6 +128,9 @@ def test_config_cut_on_any_line_is_refused_and_an_older_file_still_reads(tmp_pat
     assert run.read_config() == tiny_config
     path.write_text(config_to_toml(tiny_config))  # as older versions wrote it
     assert run.read_config() == tiny_config
+    path.write_text("".join(lines[:-1]))  # any reader of a config file, not only a run's
+    with pytest.raises(PateError, match="cut short"):
+        load_config(path)
 
 
 def test_prepare_rules(tmp_path):
