@@ -26,7 +26,6 @@ from pate.config_sections import (  # noqa: F401  (re-exported: pate.config.Teac
     Config,
     DataConfig,
     DpsgdConfig,
-    FedavgConfig,
     PrivacyConfig,
     StudentConfig,
     TeachersConfig,

@@ -39,7 +39,8 @@ def test_missing_sections_and_keys_take_defaults(tmp_path):
 
 
 def test_sections_registry_follows_config_fields():
-    from pate.config import AggregationConfig, DpsgdConfig, FedavgConfig, PrivacyConfig, StudentConfig
+    from pate.config import AggregationConfig, DpsgdConfig, PrivacyConfig, StudentConfig
+    from pate.config_fedavg import FedavgConfig
     from pate.config_rounds import RoundsConfig
     from pate.config_synth import SynthConfig
 
