@@ -341,3 +341,39 @@ def test_dp_merf_learns_on_real_fashion_mnist(tmp_path):
     info = json.loads((tmp_path / "run" / rundir.SYNTH_JSON).read_text())
     assert info["method"] == "merf" and info["eps"] <= 1.0
     assert info["train_on_synthetic_test_on_real"]["logistic_regression"] > 0.5
+
+
+@pytest.mark.slow
+def test_killed_synth_overwrite_keeps_the_old_release(tiny_merf, tmp_path):
+    """SIGKILL while `pate synth --overwrite` writes its staging folder: the previous synthetic
+    release stays whole (the swap never started), and the next command on the run leaves no
+    trace of the killed one. (A kill after the ledger's charge over-counts, never under-counts.)"""
+    import os
+    import shutil
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import ROOT, snapshot
+
+    workdir, ledger, *_ = tiny_merf
+    run = tmp_path / "run"
+    shutil.copytree(workdir, run)
+    before = {k: v for k, v in snapshot(run).items() if k.split("/")[0] in rundir.SYNTH_ARTIFACTS}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATE_LEDGER_DIR": str(tmp_path / "ledgers")}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "synth", "--config", str(TINY), "--workdir",
+                             str(run), "--no-progress", "--overwrite"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.time() + 300
+    while proc.poll() is None and time.time() < deadline and not (run / ".new-synth").exists():
+        time.sleep(0.005)
+    staged = (run / ".new-synth").exists()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert staged and proc.returncode == -signal.SIGKILL  # killed while writing, not finished or refused
+    after = {k: v for k, v in snapshot(run).items() if k.split("/")[0] in rundir.SYNTH_ARTIFACTS}
+    assert after == before  # the old release is whole
+    r = invoke("synth", "--config", TINY, "--workdir", run, "--no-progress")  # refused: one exists
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert sorted(n for n in os.listdir(run) if n.startswith((".new-", ".old-")) or n.endswith(".tmp")) == []
