@@ -359,3 +359,12 @@ def test_bench_round2_students_trains_the_control(interactive_run):
     assert control["labels"] == int((first >= 0).sum()) and control["rounds"] == 1
     assert 0 <= control["accuracy"] <= 1 and control["steps"] == 3
     assert snapshot(w) == before
+
+
+def test_pate_run_refuses_the_check_without_confident_gnmax_before_any_training(tmp_path):
+    from conftest import TINY
+
+    r = invoke("run", "--config", TINY, "--workdir", tmp_path / "run", "--set", "rounds.rounds=2",
+               "--set", "rounds.queries=20", "--set", "rounds.check=interactive")
+    assert r.exit_code == 1 and "confident-gnmax" in one_line(r)
+    assert not (tmp_path / "run").exists()
