@@ -64,6 +64,15 @@ def round1_target(config) -> float:
     return first or whole
 
 
+def check_round2(config) -> None:
+    """Refuses ``[rounds] check = "interactive"`` with a mechanism other than Confident-GNMax
+    (the check is its threshold step): in `pate run`'s preflight, `pate plan --config` and
+    `pate label --round 2`, before anything is computed."""
+    if config.rounds.check == "interactive" and config.aggregation.mechanism != mechanisms.ConfidentGNMax.name:
+        raise PateError(f'rounds.check = "interactive" is the threshold step of confident-gnmax, but '
+                        f"aggregation.mechanism is {config.aggregation.mechanism}; use confident-gnmax")
+
+
 def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *, student=None,
                   echo=print) -> headline_target.ReleaseChoice | None:
     """Round 2's plan under ``[privacy] target_eps`` (None when 0): at most ``[rounds]
@@ -127,6 +136,8 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice:
 
     if not config.privacy.target_eps:
         raise PateError("no target to plan for: set [privacy] target_eps in the config or give --target-eps")
+    if config.rounds.rounds == 2:
+        check_round2(config)
     choice = choose(config, config.teachers.num_teachers, load_dataset(config.data).num_classes, echo=echo)
     if config.rounds.rounds == 2:
         echo(f"round 2 is planned when it starts (`pate label --round 2`): at most {config.rounds.queries} queries, "

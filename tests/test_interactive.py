@@ -368,3 +368,11 @@ def test_pate_run_refuses_the_check_without_confident_gnmax_before_any_training(
                "--set", "rounds.queries=20", "--set", "rounds.check=interactive")
     assert r.exit_code == 1 and "confident-gnmax" in one_line(r)
     assert not (tmp_path / "run").exists()
+
+
+def test_pate_plan_refuses_the_check_without_confident_gnmax(tmp_path):
+    from conftest import TINY
+
+    r = invoke("plan", "--config", TINY, "--target-eps", 400, "--set", "rounds.rounds=2", "--set",
+               "rounds.check=interactive")
+    assert r.exit_code == 1 and "confident-gnmax" in one_line(r)

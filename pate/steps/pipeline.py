@@ -343,9 +343,9 @@ def preflight(config: Config, seed: int | None) -> None:
         raise PateError(f"rounds.queries = {config.rounds.queries} but round 1 leaves {left} pool points "
                         "unqueried; ask at most that many in round 2")
     if config.rounds.rounds == 2:
-        from pate.steps.rounds import check_settings
+        from pate.release_target import check_round2
 
-        check_settings(config)
+        check_round2(config)
 
 
 def check_budget(config: Config, run_dir: rundir.RunDir) -> None:

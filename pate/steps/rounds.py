@@ -113,16 +113,6 @@ def round1_release(run: rundir.RunDir) -> tuple[dict, dict, str]:
                     f"{run / rundir.LABELS_NPZ}; run `pate analyze --workdir {run.path}` first")
 
 
-def check_settings(config: Config) -> None:
-    """Refuses ``[rounds] check = "interactive"`` with a mechanism other than Confident-GNMax
-    (the check is its threshold step)."""
-    if config.rounds.check != "interactive":
-        return
-    if config.aggregation.mechanism != mechanisms.ConfidentGNMax.name:
-        raise PateError(f'rounds.check = "interactive" is the threshold step of confident-gnmax, but '
-                        f"aggregation.mechanism is {config.aggregation.mechanism}; use confident-gnmax")
-
-
 def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
                  echo=print) -> RoundResult:
     """Releases round 2's labels (module docstring) with ``config.rounds``.
@@ -143,7 +133,7 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
 
     with step("round2", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
         aggregation.noise_source(seed)  # refuses a bad seed before anything is computed
-        check_settings(config)
+        release_target.check_round2(config)
         run, rc = door.run, config.rounds
         first, released1, release_name = round1_release(run)
         student_files = round1_student(run)
