@@ -342,6 +342,7 @@ def test_the_check_needs_confident_gnmax_and_round_2(finished_tiny, tmp_path):
     assert r.exit_code == 2 and "--round 2" in r.output
 
 
+@pytest.mark.slow  # a research harness; the fast suite is near its 7 minutes
 def test_bench_round2_students_trains_the_control(interactive_run):
     """bench/round2_students.py on the tiny interactive run: the control (round 1's labels),
     one seed, a few steps from the round-1 student's weights; nothing written into the run."""
