@@ -149,9 +149,14 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
         resolve(agg, num_teachers=config.teachers.num_teachers, pool_size=splits.pool_x.shape[0])
         check_accountable(agg, config.privacy)
         student, ranked, probs = _student_view(run, student_files, splits, candidates, rc)
+        offsets = None  # the student's check offsets on the ranked candidates (Interactive-GNMax)
+        if rc.check == "interactive":
+            from analysis.interactive import check_offsets
+
+            offsets = check_offsets(probs, config.teachers.num_teachers)
         # A target for both rounds: round 2 asks as many queries as round 1's draw left room for.
         plan = release_target.choose_round2(config, config.teachers.num_teachers, splits.num_classes, released1,
-                                            student=_checked_student(config, student, splits, probs), echo=echo)
+                                            student=_checked_student(config, student, splits, offsets), echo=echo)
         queries = rc.queries if plan is None else plan.num_queries
         cost = composition.labels_cost(record, queries)
         book = ledger_mod.Ledger.for_config(config)
@@ -159,8 +164,8 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
         chosen, probs = ranked[:queries], probs[:queries]
         votes, accuracies = _round2_votes(config, student, splits, chosen, echo)
         planned = {} if plan is None else {release_target.PLAN_KEY: plan.meta()}
-        result = _release(door, config, record, votes, (chosen, probs), splits, accuracies, seed, book, cost,
-                          planned, echo)
+        result = _release(door, config, record, votes, (chosen, probs, None if offsets is None else offsets[:queries]),
+                          splits, accuracies, seed, book, cost, planned, echo)
         _keep_round1(run, door.out, student_files, release_name)
     echo(f"wrote {door.run / rundir.VOTES_ROUND2_NPZ} (private: never publish) and "
          f"{door.run / rundir.LABELS_ROUND2_NPZ} (the round-2 release); `pate train-student` learns from both "
@@ -182,18 +187,16 @@ def _student_view(run, student_files, splits, candidates, rc):
     return student, ranked, probs[np.searchsorted(candidates, ranked)]  # candidates are sorted (np.setdiff1d)
 
 
-def _checked_student(config: Config, student, splits, probs):
-    """With ``check = "interactive"`` under a target: the public model of the student the
-    teachers check (`pate.release_target.student_model`: its offsets on the ranked
-    candidates, its calibration on the evaluation split), else None."""
-    if config.rounds.check != "interactive" or not config.privacy.target_eps:
+def _checked_student(config: Config, student, splits, offsets):
+    """With check ``offsets`` (``check = "interactive"``) under a target: the public model of
+    the student the teachers check (`pate.release_target.student_model`: its offsets on the
+    ranked candidates, its calibration on the evaluation split), else None."""
+    if offsets is None or not config.privacy.target_eps:
         return None
-    from analysis.interactive import check_offsets
     from pate.selection import student_probs
 
-    T = config.teachers.num_teachers
     eval_probs = student_probs(student.model, student.params, splits.eval_x, student.config.student.eval_batch_size)
-    return release_target.student_model(check_offsets(probs, T), eval_probs, splits.eval_y, T)
+    return release_target.student_model(offsets, eval_probs, splits.eval_y, config.teachers.num_teachers)
 
 
 def _round2_votes(config: Config, student, splits, chosen, echo):
@@ -230,16 +233,14 @@ def _round2_votes(config: Config, student, splits, chosen, echo):
 def _release(door, config: Config, record, votes, queried, splits, accuracies, seed, book, cost, planned: dict,
              echo) -> RoundResult:
     """The noisy release of round 2, its brief report, the files and the ledger's charge.
-    ``queried``: the chosen pool points and the round-1 student's probabilities on them
-    (its check offsets with ``[rounds] check = "interactive"``)."""
-    from analysis.interactive import check_offsets
+    ``queried``: the chosen pool points, the round-1 student's probabilities on them and its
+    check offsets (None unless ``[rounds] check = "interactive"``)."""
     from pate.steps.analyze import report_for_release
     from pate.steps.label import released_arrays
     from pate.voting import plurality_accuracy
 
-    chosen, probs = queried
-    interactive = config.rounds.check == "interactive"
-    offsets = check_offsets(probs, config.teachers.num_teachers) if interactive else None
+    chosen, probs, offsets = queried
+    interactive = offsets is not None
     labels = released_arrays(votes, chosen, record.name, record.params(), seed, None, offsets)
     released, truth = labels["labels"], splits.pool_y[chosen]
     answered = released >= 0
