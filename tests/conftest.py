@@ -147,3 +147,24 @@ def one_line_error(result, code: int) -> str:
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1, result.output
     return lines[0]
+
+
+def sigkill_while_staged(args, run, step: str, env: dict, timeout: float = 300) -> tuple[bool, int]:
+    """Starts ``pate ARGS`` in a subprocess and sends SIGKILL as soon as its door's staging
+    folder ``run/.new-<step>`` appears (or it ends, or ``timeout`` passes). Returns whether the
+    folder was there when the kill was sent, and the process's return code."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *map(str, args)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env)
+    staging = pathlib.Path(run) / f".new-{step}"
+    deadline = time.time() + timeout
+    while proc.poll() is None and time.time() < deadline and not staging.exists():
+        time.sleep(0.005)
+    staged = staging.exists()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return staged, proc.returncode

@@ -19,7 +19,7 @@ from analysis.rounds import cumulative_headline
 from pate import heads, ledger, rundir
 from pate.selection import select
 
-from conftest import ROOT, TINY, invoke, one_line
+from conftest import ROOT, TINY, invoke, one_line, sigkill_while_staged
 
 
 QUERIES = 40
@@ -274,24 +274,14 @@ def test_killed_round2_then_any_command(two_rounds, tmp_path):
     inside): round 2's release is untouched unless the swap finished, and the next command
     leaves no trace of the killed one."""
     import signal
-    import subprocess
-    import sys
-    import time
 
     run = tmp_path / "run"
     shutil.copytree(two_rounds["workdir"], run)
     labels = (run / rundir.LABELS_ROUND2_NPZ).read_bytes()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PATE_LEDGER_DIR": str(tmp_path / "ledgers")}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "label", "--round", "2", "--workdir", str(run),
-                             "--queries", "5", "--overwrite"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=env)
-    deadline = time.time() + 120
-    while proc.poll() is None and time.time() < deadline and not (run / ".new-round2").exists():
-        time.sleep(0.005)
-    staged = (run / ".new-round2").exists()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert staged and proc.returncode == -signal.SIGKILL  # killed while writing, not finished or refused
+    staged, code = sigkill_while_staged(["label", "--round", "2", "--workdir", run, "--queries", 5, "--overwrite"],
+                                        run, "round2", env, timeout=120)
+    assert staged and code == -signal.SIGKILL  # killed while writing, not finished or refused
     assert (run / rundir.LABELS_ROUND2_NPZ).read_bytes() == labels  # the old release is whole
     r = invoke("analyze", "--workdir", run)  # the next command to take the run's lock cleans up
     assert "Traceback" not in r.output

@@ -351,27 +351,17 @@ def test_killed_synth_overwrite_keeps_the_old_release(tiny_merf, tmp_path):
     import os
     import shutil
     import signal
-    import subprocess
-    import sys
-    import time
 
-    from conftest import ROOT, snapshot
+    from conftest import ROOT, sigkill_while_staged, snapshot
 
     workdir, ledger, *_ = tiny_merf
     run = tmp_path / "run"
     shutil.copytree(workdir, run)
     before = {k: v for k, v in snapshot(run).items() if k.split("/")[0] in rundir.SYNTH_ARTIFACTS}
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PATE_LEDGER_DIR": str(tmp_path / "ledgers")}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "synth", "--config", str(TINY), "--workdir",
-                             str(run), "--no-progress", "--overwrite"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-    deadline = time.time() + 300
-    while proc.poll() is None and time.time() < deadline and not (run / ".new-synth").exists():
-        time.sleep(0.005)
-    staged = (run / ".new-synth").exists()
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert staged and proc.returncode == -signal.SIGKILL  # killed while writing, not finished or refused
+    staged, code = sigkill_while_staged(["synth", "--config", TINY, "--workdir", run, "--no-progress", "--overwrite"],
+                                        run, "synth", env)
+    assert staged and code == -signal.SIGKILL  # killed while writing, not finished or refused
     after = {k: v for k, v in snapshot(run).items() if k.split("/")[0] in rundir.SYNTH_ARTIFACTS}
     assert after == before  # the old release is whole
     r = invoke("synth", "--config", TINY, "--workdir", run, "--no-progress")  # refused: one exists
