@@ -85,3 +85,20 @@ def test_weak_zero_fill_is_a_zero_filled_shift(images, flip):
 def test_weak_zero_fill_without_shift_or_flip_is_the_identity(images):
     out = np.asarray(augment.weak_zero_fill(jax.random.key(0), images, 0, False))
     assert np.array_equal(out, images)
+
+
+def test_strong_draws_per_image_and_cuts_one_square(images):
+    """Copies of one image get different strengths and holes (draws per image, not per batch);
+    each hole is one grey square of side cutout + 1 clipped at the border; cutout 0: none."""
+    same = np.repeat(images[:1], 16, axis=0)
+    out = np.asarray(augment.strong(jax.random.key(7), same, max_shift=0, cutout=8))
+    assert len({o.tobytes() for o in out}) == 16
+    centres = set()
+    for o in out:
+        ys, xs = np.nonzero(o[..., 0] == 0.5)
+        assert ys.size and ys.size == (ys.max() - ys.min() + 1) * (xs.max() - xs.min() + 1)
+        assert ys.max() - ys.min() <= 8 and xs.max() - xs.min() <= 8
+        centres.add((ys.min(), xs.min()))
+    assert len(centres) > 8
+    plain = np.asarray(augment.strong(jax.random.key(7), same, max_shift=0, cutout=0))
+    assert not np.any(plain == 0.5)
