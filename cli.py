@@ -161,7 +161,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
             raise click.UsageError("--votes needs --num-classes C (classes no teacher predicted still count)")
         if target_eps is not None:
             raise click.UsageError("--target-eps plans a run's own release (its config); with --votes use --budget")
-        from pate.steps.label import label_votes  # imports JAX
+        from pate.steps.label_votes import label_votes  # imports JAX
 
         label_votes(votes_path, workdir, num_classes=num_classes, mechanism=mechanism or "lnmax", **noise,
                     queries=queries, indices=indices_path, budget=budget,

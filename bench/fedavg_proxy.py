@@ -32,11 +32,12 @@ def proxy_accuracy(cfg, pool_x, pool_y, eval_x, eval_y, num_classes, *, client_s
 
     import jax.numpy as jnp
 
+    from pate.projection import project, public_projection
     from pate.steps import fedavg as fa
 
     cfg = dataclasses.replace(cfg, pca=pca, rounds=rounds, learning_rate=lr, eps=eps)
-    proj = fa.public_projection(pool_x, pca)
-    x, ex = fa.project(proj, pool_x), fa.project(proj, eval_x)
+    proj = public_projection(pool_x, pca)
+    x, ex = project(proj, pool_x), project(proj, eval_x)
     clients = x.shape[0] // client_size
     shards = np.arange(clients * client_size).reshape(clients, client_size)
     plan = fa.Plan.of(cfg, client_size, None, delta, (x.shape[1] + 1) * num_classes)

@@ -37,7 +37,7 @@ _API = {
     "load_config": ("pate.config", "load_config"),
     "train_teachers": ("pate.steps.teachers", "train_teachers"),
     "label": ("pate.steps.label", "label"),
-    "label_votes": ("pate.steps.label", "label_votes"),
+    "label_votes": ("pate.steps.label_votes", "label_votes"),
     "train_student": ("pate.steps.student", "train_student"),
     "analyze": ("pate.steps.analyze", "analyze"),
     "analyze_workdir": ("pate.steps.analyze", "analyze_workdir"),

@@ -21,7 +21,7 @@ from scipy.special import gammaln, ndtr
 from analysis import fedavg_privacy as fp
 from analysis.errors import PateError
 from analysis.noise import NoiseSource
-from pate import rundir
+from pate import projection, rundir
 from pate.config import load_config
 from pate.ledger import Ledger
 from pate.steps import fedavg
@@ -339,24 +339,24 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, code, needle):
 def test_public_projection_uses_the_pool_only_and_bounds_the_box():
     rng = np.random.default_rng(3)
     pool = rng.random((40, 12))
-    proj = fedavg.public_projection(pool, 4)
+    proj = projection.public_projection(pool, 4)
     # principal directions of the pool: orthogonal, descending variance, mean l1 norm 1 on the pool
     v = proj["components"].astype(np.float64)
     scale = 1.0 / np.linalg.norm(v[0])
     assert v @ v.T == pytest.approx(np.eye(4) / scale ** 2, abs=1e-5)
-    z = fedavg.project(proj, pool)
+    z = projection.project(proj, pool)
     assert np.mean(np.abs(z).sum(axis=1)) == pytest.approx(1.0, rel=1e-5)
     assert np.all(np.diff(z.var(axis=0)) <= 1e-6)
     # no private value enters: the same pool gives the same projection whatever else exists
-    assert fedavg.public_projection(pool.copy(), 4)["components"] == pytest.approx(proj["components"])
+    assert projection.public_projection(pool.copy(), 4)["components"] == pytest.approx(proj["components"])
     # projected_box is the exact max |z_i| over the box: attained at a corner, never exceeded
-    box = fedavg.projected_box(proj, 0.0, 1.0)
+    box = projection.projected_box(proj, 0.0, 1.0)
     corners = np.array(list(itertools.product([0.0, 1.0], repeat=12)))
-    reach = np.abs(fedavg.project(proj, corners)).max(axis=0)
+    reach = np.abs(projection.project(proj, corners)).max(axis=0)
     assert reach == pytest.approx(box, rel=1e-5)
-    assert np.all(np.abs(fedavg.project(proj, rng.random((500, 12)))) <= box * (1 + 1e-6))
+    assert np.all(np.abs(projection.project(proj, rng.random((500, 12)))) <= box * (1 + 1e-6))
     with pytest.raises(PateError, match="fedavg.pca"):
-        fedavg.public_projection(pool, 13)
+        projection.public_projection(pool, 13)
 
 
 def test_tiny_run_with_a_public_projection(tmp_path, ledger_dir):
@@ -374,7 +374,7 @@ def test_tiny_run_with_a_public_projection(tmp_path, ledger_dir):
     proj = {k: np.asarray(v) for k, v in tree["projection"].items()}
     assert proj["components"].shape[0] == 5
     # the Lipschitz bound of K = 2 steps is the projected pixel box's (public), not the raw pixels'
-    box = fedavg.projected_box(proj, 0.0, 1.0)
+    box = projection.projected_box(proj, 0.0, 1.0)
     assert info["lipschitz"] == pytest.approx(fp.linear_lipschitz(box.sum() + 1, max(box.max(), 1.0),
                                                                   math.sqrt(np.sum(box ** 2) + 1), "l1"))
     pixels = proj["components"].shape[1]

@@ -15,6 +15,7 @@ from analysis import plan as plan_mod
 from analysis import report as report_mod
 from pate import rundir
 from pate.steps import label as label_mod
+from pate.steps import label_votes as label_votes_mod
 from pate.config import AggregationConfig
 
 from conftest import invoke
@@ -185,7 +186,7 @@ def test_budget_bounds_the_published_headline_and_both_paths_say_so(tmp_path, tr
 
 def test_label_votes_python_api_takes_arrays(tmp_path):
     votes = np.load(SIMULATED)["votes"][:50]
-    out = label_mod.label_votes(votes, tmp_path / "run", num_classes=10, mechanism="gnmax", sigma=30.0,
+    out = label_votes_mod.label_votes(votes, tmp_path / "run", num_classes=10, mechanism="gnmax", sigma=30.0,
                                 seed=2, echo=lambda *_: None)
     assert out.num_queries == 50 and out.num_answered == 50 and out.labels.dtype == np.int32
     assert np.array_equal(np.load(tmp_path / "run" / "labels.npz")["labels"], out.labels)

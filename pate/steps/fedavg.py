@@ -51,6 +51,7 @@ from pate import checkpoints, digests, rundir
 from pate import ledger as ledger_mod
 from pate.config import Config, config_to_dict
 from pate.models import Linear
+from pate.projection import project, projected_box, public_projection
 from pate.progress import Progress
 from pate.door import step
 from pate.steps.student import predict
@@ -335,35 +336,6 @@ def _features(config: Config, splits, run: rundir.RunDir):
         lipschitz = fp.linear_lipschitz(float(per_coordinate.sum()) + 1.0, max(float(per_coordinate.max()), 1.0),
                                         math.sqrt(float(np.sum(per_coordinate ** 2)) + 1.0), norm)
     return train_x, test_x, test_y, lipschitz, projection
-
-
-def public_projection(pool: np.ndarray, components: int) -> dict[str, np.ndarray]:
-    """The top `components` principal directions of the public pool's inputs (rows of
-    `pool`), centred at its mean and divided by its mean l1 norm after projection:
-    computed from public values only, so projecting the private inputs costs nothing."""
-    pool = np.asarray(pool, np.float64)
-    if components > min(pool.shape):
-        raise PateError(f"fedavg.pca is {components} but the public pool gives at most {min(pool.shape)} "
-                        "principal directions; lower fedavg.pca")
-    mean = pool.mean(axis=0)
-    _, _, vt = np.linalg.svd(pool - mean, full_matrices=False)
-    directions = vt[:components]
-    scale = float(np.mean(np.abs((pool - mean) @ directions.T).sum(axis=1))) or 1.0
-    return {"mean": mean.astype(np.float32), "components": (directions / scale).astype(np.float32)}
-
-
-def project(projection: dict[str, np.ndarray], x: np.ndarray) -> np.ndarray:
-    """Inputs (rows) in the coordinates of `public_projection`."""
-    return ((np.asarray(x, np.float32) - projection["mean"]) @ projection["components"].T).astype(np.float32)
-
-
-def projected_box(projection: dict[str, np.ndarray], low: float, high: float) -> np.ndarray:
-    """max |z_i| over inputs x in the box [low, high]^D, per projected coordinate i
-    (z = (x − m) Vᵀ: each term V_ij (x_j − m_j) is largest at an end of its interval)."""
-    v = projection["components"].astype(np.float64)
-    m = projection["mean"].astype(np.float64)
-    lo, hi = v * (low - m), v * (high - m)
-    return np.maximum(np.maximum(lo, hi).sum(axis=1), -np.minimum(lo, hi).sum(axis=1))
 
 
 def _train(cfg, plan: Plan, shards: np.ndarray, train_x, train_y, num_classes: int, source, show_progress: bool,

@@ -8,9 +8,8 @@ queries, the mechanism and its noise parameters — nothing else; no votes, no n
 values, no seed; ``meta.research_seed`` is true when a ``--seed`` made the noise). Both
 are computed before either is written, and written atomically.
 
-`label_votes` does the same from a vote histogram (or a teachers × points matrix of
-predicted labels) computed elsewhere — teachers trained in any framework — with no
-pate teachers and no config: `pate label --votes FILE`.
+`pate.steps.label_votes` does the same from a vote histogram computed elsewhere (`pate
+label --votes FILE`), through this module's `released_arrays` and `charge_release`.
 
 Every release goes through `release_labels`, the one place that calls the aggregator.
 """
@@ -29,7 +28,7 @@ from pate import aggregation, release_target, rundir
 from pate import ledger as ledger_mod
 from analysis.report_io import render_table
 from pate.released_labels import CHECK_OFFSETS, content_digest, read_labels
-from pate.config import AggregationConfig, Config, PrivacyConfig
+from pate.config import AggregationConfig, Config
 from pate.door import Door, step
 
 # The keys labels.npz may hold besides `meta` (config hash and package version).
@@ -255,45 +254,6 @@ def released_arrays(votes: np.ndarray, indices: np.ndarray, mechanism: str, para
     return labels
 
 
-@dataclasses.dataclass(frozen=True)
-class VotesRelease:
-    """What `label_votes` released (all of it publishable but `num_teachers`, which is
-    public anyway in PATE).
-
-    Attributes:
-      mechanism: the aggregator.
-      params: its noise parameters (and ``max_answers`` when a budget capped it).
-      indices: the rows of the votes input that were queried, in order.
-      labels: the released label of each (-1 = not answered).
-      eps_data_independent: the plan's data-independent ε when ``budget`` was given.
-    """
-
-    mechanism: str
-    params: dict
-    indices: np.ndarray
-    labels: np.ndarray
-    eps_data_independent: float | None = None
-
-    @property
-    def num_queries(self) -> int:
-        return int(self.indices.size)
-
-    @property
-    def num_answered(self) -> int:
-        return int(np.sum(self.labels >= 0))
-
-    def summary(self) -> str:
-        params = ", ".join(f"{k} {v:g}" for k, v in self.params.items())
-        return (f"mechanism: {self.mechanism} ({params})\n"
-                f"queries: {self.num_queries}  answered: {self.num_answered}")
-
-
-def noise_params(mechanism: str, *, gamma=None, sigma=None, threshold=None, sigma_threshold=None) -> dict:
-    """The noise parameters ``mechanism`` needs, checked present and the rest absent."""
-    return mechanisms.from_options(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
-                                   sigma_threshold=sigma_threshold).params()
-
-
 def charge_release(book, cost, record, run_path, labels_path, num_queries: int, privacy, *,
                    data_digest: str | None = None) -> dict:
     """Charges a label release to the data set's ledger (refused over ``total_budget``)."""
@@ -302,148 +262,3 @@ def charge_release(book, cost, record, run_path, labels_path, num_queries: int, 
     return book.charge("labels", cost, run=run_path, mechanism=mechanism,
                        subject=content_digest(read_labels(labels_path)), budget=privacy.total_budget,
                        delta=privacy.delta, data_digest=data_digest)
-
-
-def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", gamma=None, sigma=None,
-                threshold=None, sigma_threshold=None, queries: int | None = None, indices=None,
-                budget: float | None = None, delta: float = 1e-5, moments: int = 8,
-                conversion: str = "classic", accountant: str = "rdp", input_is_labels: bool = False,
-                seed: int | None = None, overwrite: bool = False, ledger: str | None = None,
-                total_budget: float | None = None, echo=print) -> VotesRelease:
-    """Releases noisy labels from votes computed elsewhere: teachers trained anywhere.
-
-    The votes are validated as `pate analyze` validates them (`analysis.votes`), the
-    queried rows are chosen from public information only (``indices``, then the first
-    ``queries``, then the ``budget`` plan), the aggregator runs through `release_labels`
-    and the run directory gets the same ``votes.npz`` (private: every row of the input)
-    and ``labels.npz`` (the release: ``indices`` into the input's rows, ``labels``, the
-    mechanism and its noise) as `label`, so `pate analyze --workdir` works unchanged.
-
-    Args:
-      votes: a ``(points, num_classes)`` vote histogram, or with ``input_is_labels`` a
-        ``(teachers, points)`` matrix of predicted labels; or the path of a ``.npz``
-        (key ``votes``, or ``labels`` with ``input_is_labels``) / ``.npy`` holding one.
-      workdir: the run directory to write (created if missing).
-      num_classes: the number of classes (required: classes no teacher predicted still
-        count).
-      mechanism, gamma, sigma, threshold, sigma_threshold: the aggregator and its noise;
-        every parameter the mechanism needs must be given.
-      queries: query only the first N selected rows.
-      indices: rows to query, in order (array, or path of a ``.npy`` / ``.npz`` key
-        ``indices``); default all rows.
-      budget: stop where the data-independent ε of the labels and of the sanitised ε
-        `pate analyze` publishes with them (default release settings) would exceed it
-        (`budget_plan`, at ``delta`` with ``moments``, ``conversion`` and ``accountant``).
-      input_is_labels: ``votes`` is a teachers × points matrix of predicted labels.
-      seed: noise seed (research only; never written). Default: fresh OS entropy.
-      overwrite: replace an existing votes.npz / labels.npz.
-      ledger: the name of the private data set the votes come from, whose ledger
-        (`pate.ledger`) is charged; default ``votes:<absolute path of the votes file>``
-        (``votes:in-memory`` for an array).
-      total_budget: refuse the release when the ledger's cumulative ε at ``delta`` would
-        exceed it (None or 0: no limit).
-      echo: where the summary and the privacy table go.
-
-    Raises:
-      PateError: bad votes, indices or parameters, or a release exists and not
-        ``overwrite``. Nothing is written then.
-    """
-    import os
-
-    with step("label", workdir, overwrite=overwrite, echo=echo) as door:
-        if (isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer))
-                or int(num_classes) < 2):  # 4.9 is no class count (int() would truncate it)
-            raise PateError(f"--num-classes must be a whole number, at least 2, got {num_classes!r}")
-        params = noise_params(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
-                              sigma_threshold=sigma_threshold)
-        hist = _vote_histogram(votes, int(num_classes), input_is_labels)
-        selected = _selected_rows(indices, queries, hist.shape[0])
-        agg = AggregationConfig(mechanism=mechanism, queries=int(selected.size), **params)
-        agg.validate()
-        resolve(agg, num_teachers=int(hist[0].sum()), pool_size=hist.shape[0])
-        aggregation.noise_source(seed)  # refuses a bad seed before anything is released
-        privacy = PrivacyConfig(delta=delta, moments=moments, conversion=conversion)
-        check_accountable(agg, privacy)
-        plan = None
-        if budget is not None:
-            plan = budget_plan(agg, budget, delta, moments=moments, conversion=conversion, accountant=accountant,
-                               privacy=privacy)
-            echo(budget_line(budget, plan, accountant))
-            selected = selected[:plan.num_queries]
-        if ledger is None:
-            ledger = ("votes:" + os.path.abspath(os.fspath(votes)) if isinstance(votes, (str, os.PathLike))
-                      else "votes:in-memory")
-        book = ledger_mod.Ledger(ledger, ledger_mod.default_directory())
-        result = _release_from_votes(door, hist, selected, mechanism, params, plan, book, seed=seed,
-                                     privacy=dataclasses.replace(privacy, total_budget=total_budget or 0.0),
-                                     total_budget=total_budget, echo=echo)
-    echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
-         "(the release); `pate analyze --workdir` gives the sanitised eps")
-    return result
-
-
-def _vote_histogram(votes, num_classes: int, input_is_labels: bool) -> np.ndarray:
-    """The vote histogram `label_votes` was given (an array or a file), checked."""
-    import os
-
-    from analysis import votes as votes_mod
-
-    if isinstance(votes, (str, os.PathLike)):
-        hist = votes_mod.load_votes(votes, input_is_labels=input_is_labels, num_classes=num_classes)
-    elif input_is_labels:
-        hist = votes_mod.labels_to_votes(votes, num_classes)
-    else:
-        hist = votes_mod.check_votes(votes)
-    if hist.shape[1] != num_classes:
-        raise PateError(f"the votes have {hist.shape[1]} class columns but --num-classes is {num_classes}")
-    return hist
-
-
-def _selected_rows(indices, queries: int | None, rows: int) -> np.ndarray:
-    """The rows `label_votes` queries, in order: ``indices`` (default all), the first ``queries``."""
-    import os
-
-    from analysis import votes as votes_mod
-
-    if indices is None:
-        selected = np.arange(rows)
-    elif isinstance(indices, (str, os.PathLike)):
-        selected = votes_mod.load_indices(indices, rows)
-    else:
-        selected = votes_mod.check_indices(indices, rows)
-    if queries is not None:
-        if int(queries) < 1 or int(queries) > selected.size:
-            raise PateError(f"--queries {queries} must be between 1 and the {selected.size} rows selected")
-        selected = selected[:int(queries)]
-    return selected
-
-
-def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, mechanism: str, params: dict,
-                        plan, book, *, seed, privacy: PrivacyConfig, total_budget, echo) -> VotesRelease:
-    """The body of `label_votes` once its inputs are checked: the ledger's budget, the
-    release, the report; writes votes.npz and labels.npz through `door`."""
-    from analysis import report as report_mod
-    from pate.steps.analyze import data_independent_comparison, report_for_release
-
-    delta, moments = privacy.delta, privacy.moments
-    cap = None if plan is None else plan.max_answers
-    record = mechanisms.from_options(mechanism, **params)
-    cost = composition.labels_cost(record, int(selected.size), max_answers=cap)
-    book.check_budget([cost], total_budget, delta, "this label release")
-    labels = released_arrays(hist[selected], selected, mechanism, params, seed, cap)
-    # The table is computed before anything is written: a failure leaves no release.
-    brief = report_for_release(hist, labels, delta=delta, moments=moments, conversion=privacy.conversion,
-                               sanitize=False)
-    brief = report_mod.extend(brief, data_independent_comparison(hist, labels, delta=delta, moments=moments))
-    # Votes and labels are swapped in together, the old release and what was made from it
-    # moved aside, once both are written and the release is charged.
-    door.out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)})
-    door.out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.name, **seed_record(seed)})
-    charge_release(book, cost, record, door.run.path, door.out / rundir.LABELS_NPZ, int(selected.size),
-                   privacy, data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()))
-    result = VotesRelease(mechanism, dict(params), selected, labels["labels"],
-                          None if plan is None else plan.eps)
-    echo(result.summary())
-    echo(render_table(brief))
-    echo(ledger_mod.cumulative_line(book, delta))
-    return result
