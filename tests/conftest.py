@@ -1,5 +1,5 @@
 """Shared fixtures: the repository's configs and one trained tiny (synthetic) run; the helpers
-the test files share (`invoke`, `one_line`, `one_line_error`, `snapshot`), imported as
+the test files share (`invoke`, `one_line`, `one_line_error`, `snapshot`, `bench_module`), imported as
 ``from conftest import invoke`` (tests/ is on sys.path under pytest, with or without xdist)."""
 
 from __future__ import annotations
@@ -12,6 +12,16 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 TINY = CONFIGS / "tiny.toml"
+
+
+def bench_module(name: str):
+    """The script ``bench/<name>.py`` imported as a module (bench/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session", autouse=True)

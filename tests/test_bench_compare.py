@@ -3,20 +3,16 @@ read from public files only, and the accuracy-against-ε plot."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
 import pytest
 
-from conftest import ROOT, TINY
+from conftest import TINY, bench_module
 
 
 def _compare():
-    spec = importlib.util.spec_from_file_location("bench_compare", ROOT / "bench" / "compare.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("compare")
 
 
 @pytest.mark.slow  # a research harness end to end; its parts have fast tests

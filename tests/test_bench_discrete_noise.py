@@ -3,16 +3,13 @@ scale), and the run is short with small counts (speed is measured, never asserte
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from conftest import ROOT
+from conftest import bench_module
 
 
 def test_bench_prints_one_json_row_per_sampler_and_scale(capsys):
-    spec = importlib.util.spec_from_file_location("bench_discrete_noise", ROOT / "bench" / "discrete_noise.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = bench_module("discrete_noise")
     rows = module.main(["--scales", "1", "700", "--vector", "2000", "--scalar", "20", "--seed", "3"])
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert printed == rows and len(rows) == 6

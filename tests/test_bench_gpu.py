@@ -4,18 +4,14 @@ with a Wide-ResNet FixMatch student — and its one JSON object."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 
-from conftest import ROOT
+from conftest import bench_module
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_gpu", ROOT / "bench" / "gpu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("gpu")
 
 
 def test_smoke_runs_every_part(_trained_tiny, tmp_path, capsys):

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
-from conftest import ROOT
+from conftest import bench_module
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_query_selection", ROOT / "bench" / "query_selection.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("query_selection")
 
 
 @pytest.mark.slow  # a research harness end to end; its parts have fast tests

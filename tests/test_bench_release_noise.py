@@ -4,21 +4,17 @@ drawn from a public model, no data read: the procedure behind the default settin
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY
+from conftest import TINY, bench_module
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_release_noise", ROOT / "bench" / "release_noise.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("release_noise")
 
 
 @pytest.mark.parametrize("f, s, independent", [(0.9, 1.26, math.inf), (0.6, 0.2, math.inf), (1.5, 0.8, 2.4),

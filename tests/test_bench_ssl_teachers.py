@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
-from conftest import ROOT, TINY
+from conftest import TINY, bench_module
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_ssl_teachers", ROOT / "bench" / "ssl_teachers.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("ssl_teachers")
 
 
 def test_variant_keeps_the_teacher_model_and_applies_overrides(tiny_config):

@@ -3,20 +3,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import jax
 import numpy as np
 
-from conftest import ROOT, TINY
+from conftest import TINY, bench_module
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_student_step", ROOT / "bench" / "student_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("student_step")
 
 
 def test_rows_on_the_tiny_config(capsys):

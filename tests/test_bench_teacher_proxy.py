@@ -4,20 +4,16 @@ private training split."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, TINY
+from conftest import TINY, bench_module
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_teacher_proxy", ROOT / "bench" / "teacher_proxy.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("teacher_proxy")
 
 
 def test_variant_overrides_teacher_keys(tiny_config):

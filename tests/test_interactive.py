@@ -346,13 +346,9 @@ def test_the_check_needs_confident_gnmax_and_round_2(finished_tiny, tmp_path):
 def test_bench_round2_students_trains_the_control(interactive_run):
     """bench/round2_students.py on the tiny interactive run: the control (round 1's labels),
     one seed, a few steps from the round-1 student's weights; nothing written into the run."""
-    import importlib.util
+    from conftest import bench_module, snapshot
 
-    from conftest import ROOT, snapshot
-
-    spec = importlib.util.spec_from_file_location("round2_students", ROOT / "bench" / "round2_students.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_module("round2_students")
     w = interactive_run["workdir"]
     before = snapshot(w)
     control = bench.student_of(str(w), 1, 0, 3)  # round 1's labels only (both rounds: the same path)
