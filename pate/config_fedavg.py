@@ -7,12 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from analysis.errors import PateError
-
-
-def _require(ok: bool, section: str, key: str, message: str) -> None:
-    if not ok:
-        raise PateError(f"{section}.{key} {message}")
+from pate.config_rules import require as _require
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -8,12 +8,11 @@ import dataclasses
 import math
 from typing import Literal
 
-from analysis.errors import PateError
+from pate.config_rules import require
 
 
 def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise PateError(f"rounds.{key} {message}")
+    require(ok, "rounds", key, message)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

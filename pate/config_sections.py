@@ -14,15 +14,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from analysis.errors import PateError
 from pate.config_fedavg import FedavgConfig
 from pate.config_rounds import RoundsConfig
+from pate.config_rules import require as _require
 from pate.config_synth import SynthConfig
-
-
-def _require(ok: bool, section: str, key: str, message: str) -> None:
-    if not ok:
-        raise PateError(f"{section}.{key} {message}")
 
 
 def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:

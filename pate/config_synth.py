@@ -7,12 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from analysis.errors import PateError
+from pate.config_rules import require
 
 
 def _require(ok: bool, key: str, message: str) -> None:
-    if not ok:
-        raise PateError(f"synth.{key} {message}")
+    require(ok, "synth", key, message)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
