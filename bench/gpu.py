@@ -59,10 +59,22 @@ def data_folder(given: str | None) -> str:
 
 
 def environment(data: str) -> dict:
+    import flax
     import jax
 
-    return {"jax": jax.__version__, "backend": jax.default_backend(),
-            "devices": [str(d) for d in jax.devices()], "data": data or "(loader default)"}
+    return {"jax": jax.__version__, "flax": flax.__version__, "backend": jax.default_backend(),
+            "devices": [str(d) for d in jax.devices()],
+            "device_kind": jax.devices()[0].device_kind,  # the card every figure is named by
+            "data": data or "(loader default)"}
+
+
+def _echo(start: float):
+    """Status lines on stderr, each with the seconds since ``start``: progress a log can show."""
+
+    def echo(line: str) -> None:
+        print(f"[{time.perf_counter() - start:7.1f} s] {line}", file=sys.stderr, flush=True)
+
+    return echo
 
 
 def teachers_part(config: Path, overrides: list[str], teachers: int, epochs: int) -> dict:
@@ -80,20 +92,31 @@ def teachers_part(config: Path, overrides: list[str], teachers: int, epochs: int
             "speedup_over_sequential": entry["speedup_over_sequential"]}
 
 
-def run_part(config_path: Path, overrides: dict, workdir: Path, seed: int | None) -> dict:
-    """`pate run` end to end, with the figures of its summary and release.json."""
+def run_part(config_path: Path, overrides: dict, workdir: Path, seed: int | None,
+             show_progress: bool = False) -> dict:
+    """`pate run` end to end, with the figures of its summary, student.json and release.json;
+    its status lines go to stderr as they come."""
     from pate.config import load_config
     from pate.steps.pipeline import run
 
     config = load_config(config_path, overrides)
     lines: list[str] = []
     start = time.perf_counter()
-    summary = run(config, workdir, seed=seed, show_progress=False, echo=lines.append)
+    echo = _echo(start)
+    summary = run(config, workdir, seed=seed, show_progress=show_progress,
+                  echo=lambda line: (lines.append(line), echo(line)))
+    wall = time.perf_counter() - start
     release = json.loads((workdir / "release.json").read_text())
+    student = json.loads((workdir / "student.json").read_text())
+    teachers = json.loads((workdir / "teachers.json").read_text())
     details = release.get("details", {})
     return {"config": str(config_path), "overrides": overrides, "workdir": str(workdir),
-            "wall_s": time.perf_counter() - start,
+            "wall_s": wall,
             "steps": {s.name: round(s.seconds, 2) for s in summary.steps},
+            "teachers_train_s": teachers.get("train_time_s"), "teachers_epochs": teachers.get("epochs"),
+            "student_train_s": student.get("train_time_s"),
+            "student_ms_per_step": 1000 * student["train_time_s"] / max(int(student["steps"]), 1),
+            "student_accuracy_last_weights": student.get("accuracy_last_weights"),
             "teachers": config.teachers.num_teachers, "student_model": config.student.model,
             "student_steps": config.student.steps, "queries": summary.num_queries,
             "answered": summary.num_answered, "ensemble_accuracy": summary.teacher_ensemble_accuracy,
@@ -114,11 +137,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--seed", type=int, default=None, help="release noise seed (research; default OS entropy)")
     parser.add_argument("--skip-teachers", action="store_true", help="no vmapped-vs-sequential part")
     parser.add_argument("--skip-run", action="store_true", help="no end-to-end part")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override a key of the job's config (both parts); repeatable")
+    parser.add_argument("--progress", action="store_true", help="draw the run's progress bars (stderr)")
     parser.add_argument("--smoke", action="store_true", help="tiny synthetic job on any backend, in seconds")
     parser.add_argument("--out", default=None, help="also write the JSON here")
     args = parser.parse_args(argv)
 
-    from pate.config import load_config
+    from pate.config import load_config, parse_override
 
     data = data_folder(args.data)
     out: dict = {"smoke": args.smoke, "environment": environment(data)}
@@ -129,12 +155,14 @@ def main(argv=None) -> dict:
     else:
         config, teachers, epochs = Path(args.config), args.teachers, args.epochs
         teacher_sets, run_sets = ([f'data.path="{data}"'], {"data.path": data}) if data else ([], {})
+    teacher_sets = teacher_sets + list(args.settings)
+    run_sets = {**run_sets, **dict(parse_override(item) for item in args.settings)}
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="pate-gpu-")) / "run"
     os.environ.setdefault("PATE_LEDGER_DIR", str(workdir.parent / "ledger"))
     if not args.skip_teachers:
         out["teachers"] = teachers_part(config, teacher_sets, teachers, epochs)
     if not args.skip_run:
-        out["run"] = run_part(config, run_sets, workdir, args.seed)
+        out["run"] = run_part(config, run_sets, workdir, args.seed, show_progress=args.progress)
     text = json.dumps(out, indent=2)
     print(text)
     if args.out:

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# A GPU lease in one script (issue 34): what the device machine's image lacks, the data, and
+# bench/gpu.py's two parts -- 500 teachers as one vmapped program against the same teachers one
+# after another, then `pate run --config configs/fashion_mnist_gpu.toml` end to end -- with
+# progress on stderr and the JSON and logs in $OUT (default runs/gpu-lease).
+#
+#   bash bench/gpu_lease.sh prepare   # here, once: wheels into .whl/, Fashion-MNIST into data/
+#   bash bench/gpu_lease.sh           # on the GPU machine (carry .whl and data): < 10 min on one H200
+#   bash bench/gpu_lease.sh --smoke   # anywhere: the same flow on tiny synthetic data, in a minute
+#
+# Environment: OUT (results folder), PY (python; default .venv/bin/python when present, else
+# python3), LEASE_S (seconds the whole script may take, default 540: the end-to-end part is
+# stopped in time to copy what it finished into $OUT).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mode=${1:-run}
+start=$SECONDS
+
+if [ "$mode" = prepare ]; then
+  # The device image has Python 3.12 with jax, flax, optax, orbax, click, rich, matplotlib,
+  # scipy, filelock and absl; these are pate's other dependencies (constraints.txt's versions).
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+    -d .whl tomli-w==1.2.0 dp-accounting==0.6.0 dm-tree==0.1.10 kymatio==0.3.0 appdirs==1.4.4 || exit 1
+  src=${PATE_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+  [ -f "$src/train-images-idx3-ubyte.gz" ] || { echo "no Fashion-MNIST in $src: make data first" >&2; exit 1; }
+  mkdir -p data/fashion-mnist && cp "$src"/*.gz data/fashion-mnist/ || exit 1
+  echo "ready: carry .whl and data (both git-ignored)"
+  exit 0
+fi
+
+OUT=${OUT:-runs/gpu-lease}
+mkdir -p "$OUT"
+smoke=()
+[ "$mode" = --smoke ] && smoke=(--smoke)
+if [ -z "${PY:-}" ]; then
+  if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
+fi
+if [ -z "${smoke[*]}" ] && compgen -G ".whl/*.whl" >/dev/null; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/pate-site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/pate-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+work=$(mktemp -d /tmp/pate-gpu-XXXXXX)
+say() { echo "[lease $((SECONDS - start)) s] $*" >&2; }
+
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"; } \
+  > "$OUT/teachers.log"
+say "part 1: vmapped vs sequential teachers"
+timeout 200 "$PY" bench/gpu.py "${smoke[@]}" --skip-run --out "$OUT/teachers.json" 2>>"$OUT/teachers.log" \
+  >/dev/null || say "part 1 failed (rc $?): see $OUT/teachers.log"
+tail -n 3 "$OUT/teachers.log" >&2
+
+left=$(( ${LEASE_S:-540} - (SECONDS - start) - 15 ))
+say "part 2: pate run end to end (stopped after $left s)"
+timeout "$left" "$PY" bench/gpu.py "${smoke[@]}" --skip-teachers --progress --workdir "$work" \
+  --out "$OUT/run.json" 2>&1 >/dev/null | tee "$OUT/run.log" >&2
+say "part 2 rc ${PIPESTATUS[0]}"
+for f in teachers.json student.json release.json; do  # what the run finished, even if stopped
+  [ -f "$work/run/$f" ] && cp "$work/run/$f" "$OUT/run-$f"
+done
+"$PY" - "$OUT" <<'PY'
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+def load(name):
+    p = out / name
+    return json.loads(p.read_text()) if p.exists() else {}
+t, r = load("teachers.json"), load("run.json")
+env = (t or r).get("environment", {})
+print(json.dumps({"card": env.get("device_kind"), "jax": env.get("jax"),
+                  "teachers": t.get("teachers", {}).get("teachers"),
+                  "vmapped_s": t.get("teachers", {}).get("vmapped_s"),
+                  "sequential_s": t.get("teachers", {}).get("sequential_s"),
+                  "speedup": t.get("teachers", {}).get("speedup_over_sequential"),
+                  **{k: r.get("run", {}).get(k) for k in ("wall_s", "steps", "teachers_train_s",
+                     "ensemble_accuracy", "label_accuracy", "student_accuracy", "student_ms_per_step",
+                     "headline_eps", "answered", "queries")}}, indent=1))
+PY
+say "done"
