@@ -10,7 +10,8 @@
 #
 # Environment: OUT (results folder), PY (python; default .venv/bin/python when present, else
 # python3), LEASE_S (seconds the whole script may take, default 540: the end-to-end part is
-# stopped in time to copy what it finished into $OUT).
+# stopped in time to copy what it finished into $OUT), RUN_SET (space-separated
+# section.key=value overrides of the end-to-end part, e.g. "student.steps=15000").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mode=${1:-run}
@@ -54,7 +55,9 @@ tail -n 3 "$OUT/teachers.log" >&2
 
 left=$(( ${LEASE_S:-540} - (SECONDS - start) - 15 ))
 say "part 2: pate run end to end (stopped after $left s)"
-timeout "$left" "$PY" bench/gpu.py "${smoke[@]}" --skip-teachers --progress --workdir "$work" \
+sets=()
+for item in ${RUN_SET:-}; do sets+=(--set "$item"); done
+timeout "$left" "$PY" bench/gpu.py "${smoke[@]}" "${sets[@]}" --skip-teachers --progress --workdir "$work" \
   --out "$OUT/run.json" 2>&1 >/dev/null | tee "$OUT/run.log" >&2
 say "part 2 rc ${PIPESTATUS[0]}"
 for f in teachers.json student.json release.json; do  # what the run finished, even if stopped

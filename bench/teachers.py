@@ -58,6 +58,8 @@ class _Program:
         self.placement = Placement(num_teachers, devices)
         self.model, self.tx, self.tc, self.image_shape = model, tx, tc, image_shape
         self.epoch_fn = teachers.make_epoch_fn(model, tx, tc, shard_size, self.placement)
+        # compiled once: a sequential run initialises one teacher at a time
+        self.init_fn = teachers.make_init_fn(model, tx, image_shape, tc.seed, self.placement)
         ids = self.placement.put(np.arange(num_teachers, dtype=np.int32))
         params, opt_state = self._init(ids)
         x = self.placement.put(np.zeros((num_teachers, shard_size, *image_shape), np.float32))
@@ -67,10 +69,7 @@ class _Program:
         self.compile_s = time.perf_counter() - start
 
     def _init(self, ids):
-        from pate.steps import teachers
-
-        return teachers.init_teachers(self.model, self.tx, self.image_shape, self.tc.seed,
-                                      self.placement, teacher_ids=ids)
+        return self.init_fn(ids)
 
     def train(self, ids, x_all, y_all, epochs):
         """Trains teachers `ids` (their own keys and shards); returns (seconds, params)."""
@@ -150,6 +149,9 @@ def main(argv=None) -> dict:
             seconds, params = one.train(np.array([t]), x_all, y_all, epochs)
             run_s += seconds
             seq_params.append(params)
+            if (t + 1) % 50 == 0:  # progress: the sequential part is the long one
+                print(f"sequential: {t + 1}/{num_teachers} teachers, {run_s:.1f} s of training",
+                      file=sys.stderr, flush=True)
         out["sequential"] = {"run_s": run_s, "compile_s": one.compile_s,
                              "examples_per_s": examples / run_s, "peak_rss_mb": _peak_rss_mb()}
     out["ensemble"] = {}

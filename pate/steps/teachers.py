@@ -72,6 +72,15 @@ def init_teachers(model, tx: optax.GradientTransformation, image_shape: Sequence
       teacher_ids: the ids to initialise, placed by `placement` (default: all of
         `placement.teacher_ids()`).
     """
+    init = make_init_fn(model, tx, image_shape, seed, placement)
+    return init(placement.teacher_ids() if teacher_ids is None else teacher_ids)
+
+
+def make_init_fn(model, tx: optax.GradientTransformation, image_shape: Sequence[int], seed: int,
+                 placement: Placement) -> Callable:
+    """The jitted initialiser of `init_teachers`: placed teacher ids -> (params, opt_state).
+    Build it once to initialise many groups of teachers: each new one compiles again (on a
+    GPU about 0.4 s, which 500 teachers initialised one by one would pay 500 times)."""
     init_key = keys.stream(keys.training_key(seed), keys.INIT_STREAM)
 
     def one(teacher_id):
@@ -79,8 +88,7 @@ def init_teachers(model, tx: optax.GradientTransformation, image_shape: Sequence
                             jnp.zeros((1, *image_shape), jnp.float32))
         return params, tx.init(params)
 
-    init = jax.jit(jax.vmap(one), out_shardings=placement.sharding)
-    return init(placement.teacher_ids() if teacher_ids is None else teacher_ids)
+    return jax.jit(jax.vmap(one), out_shardings=placement.sharding)
 
 
 def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
