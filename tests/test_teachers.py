@@ -332,3 +332,24 @@ def test_resume_with_nothing_to_do_writes_nothing(trained_run, tiny_config):
     assert snapshot(workdir) == before
     assert {p: p.stat().st_mtime_ns for p in workdir.iterdir()} == mtimes
     assert result.epochs == tiny_config.teachers.epochs and "nothing to resume" in " ".join(lines)
+
+
+def test_init_fn_compiles_once_for_teachers_initialised_one_by_one(tiny_config):
+    """The sequential baseline of bench/teachers.py initialises one teacher at a time: with
+    one `make_init_fn` it compiles once (a new jit per teacher recompiled 500 times and ran
+    past 200 s on an H200), and each teacher gets the parameters `init_teachers` gives it."""
+    from pate.models import make_model
+    from pate.placement import Placement
+
+    tc = tiny_config.teachers
+    model = make_model(tc, 4, backend="cpu")
+    tx = teachers.make_optimizer(tc, 4)
+    one = Placement(1, jax.devices()[:1])
+    init = teachers.make_init_fn(model, tx, (8, 8, 1), tc.seed, one)
+    every = Placement(3, jax.devices()[:1])
+    together, _ = teachers.init_teachers(model, tx, (8, 8, 1), tc.seed, every)
+    for t in range(3):
+        params, _ = init(one.put(np.array([t], np.int32)))
+        for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(together)):
+            np.testing.assert_allclose(np.asarray(a)[0], np.asarray(b)[t], rtol=1e-6, atol=1e-7)
+    assert init._cache_size() == 1
