@@ -1,7 +1,7 @@
 """The `pate` command line: each command parses, loads its inputs and calls one library
 function. Usage errors exit with status 2 (click), failures with status 1, each as one
-line on stderr (`pate.cli_options.Group`); options, their checks and defaults live in
-`pate.cli_options`."""
+line on stderr (`pate.cli.options.Group`); options, their checks and defaults live in
+`pate.cli.options`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 
 import click
 
-from pate import cli_baseline_options as baseline
-from pate import cli_options as opt
+from pate.cli import baseline_options as baseline
+from pate.cli import options as opt
 
 
 @click.group(cls=opt.Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -37,7 +37,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
     release = dict(delta=delta, moments=moments, beta=beta, seed=seed, conversion=conversion,
                    release_order=release_order, release_cost=release_cost)
     if workdir is not None:
-        analyze_workdir(workdir, **release, **outputs)  # holds the run's lock (pate.door.step)
+        analyze_workdir(workdir, **release, **outputs)  # holds the run's lock (pate.store.door.step)
         return
     analyze_votes(votes_path, opt.mechanism_record(mechanism, noise), queries=queries, indices_path=indices_path,
                   ledger=ledger_name, input_is_labels=input_is_labels, num_classes=num_classes, **release, **outputs)
@@ -79,7 +79,7 @@ def plan(mechanism, queries, eps, config_path, target_eps, settings, delta, teac
 
     if config_path is not None or target_eps is not None or settings:
         opt.check_plan_config(config_path, mechanism, eps, threshold, answered, votes_path, teachers)
-        from pate import release_target
+        from pate.release import target as release_target
 
         config = opt.config_with(config_path, settings, aggregation__queries=queries,
                                  privacy__target_eps=target_eps)  # δ, conversion: the config's
@@ -122,13 +122,13 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
         raise click.UsageError("--coordinator, --num-processes and --process-id need --distributed")
     config = opt.config_with(config_path, settings, teachers__num_teachers=num_teachers, teachers__epochs=epochs)
 
-    from pate import placement  # imports JAX: keep `pate --help` fast
+    from pate.programs import placement  # imports JAX: keep `pate --help` fast
     from pate.steps import teachers
 
     if distributed:
         placement.initialize_distributed(*cluster)
     # Multi-host: every host runs this command on the shared run directory; process 0
-    # holds the lock for all of them (pate.door.step).
+    # holds the lock for all of them (pate.store.door.step).
     result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
                                      show_progress=not no_progress, echo=click.echo)
     click.echo(result.summary())
@@ -150,7 +150,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
             "--input-is-labels": input_is_labels, "--indices": indices_path, "--delta": delta,
             "--conversion": conversion, "--ledger": ledger_name, "--target-eps": target_eps,
             **{"--" + k.replace("_", "-"): v for k, v in noise.items()}})
-        from pate.steps.rounds import label_round2  # imports JAX
+        from pate.steps.label_round2 import label_round2  # imports JAX
 
         label_round2(config, workdir, seed=seed, overwrite=overwrite, echo=click.echo)
         return
@@ -228,7 +228,7 @@ def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, n
     calibrated to eps at [privacy] delta; write dpsgd.json and dpsgd/."""
     config = opt.config_with(config_path, settings, dpsgd__eps=eps, dpsgd__model=model)
 
-    from pate.steps.dpsgd import train_dpsgd  # imports JAX
+    from pate.baselines.dpsgd import train_dpsgd  # imports JAX
 
     result = train_dpsgd(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
                          echo=click.echo)
@@ -247,7 +247,7 @@ def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, n
 def ledger_command(config_path, workdir, name, import_path, delta):
     """List every release charged to a private data set's ledger and the cumulative eps
     they spend together (composition of their data-independent costs)."""
-    from pate import ledger as ledger_mod
+    from pate.store import ledger as ledger_mod
 
     book, config = opt.ledger_book(config_path, workdir, name, import_path, click.echo)
     click.echo(ledger_mod.render(book, delta or (config.privacy if config is not None else opt.DEFAULTS).delta))
@@ -261,7 +261,7 @@ def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechan
     eps accounted over all rounds at [privacy] delta; write fedavg.json and fedavg/."""
     config = opt.config_with(config_path, settings, fedavg__algorithm=algorithm, fedavg__eps=eps,
                              fedavg__rounds=rounds, fedavg__clients=clients, fedavg__mechanism=mechanism)
-    from pate.steps.fedavg import train_fedavg  # imports JAX
+    from pate.baselines.fedavg import train_fedavg  # imports JAX
 
     result = train_fedavg(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
                           echo=click.echo)
@@ -312,7 +312,7 @@ def synth_command(config_path, workdir, method, eps, steps, teachers, settings, 
     PATE-GAN (a generator trained through teacher discriminators' noisy votes); write synthetic.npz."""
     config = opt.config_with(config_path, settings, synth__method=method, synth__eps=eps, synth__steps=steps,
                              synth__teachers=teachers)
-    from pate.steps.synth import train_synth  # imports JAX
+    from pate.baselines.synth import train_synth  # imports JAX
     click.echo(train_synth(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
                            echo=click.echo).summary())
 

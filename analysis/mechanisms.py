@@ -2,7 +2,7 @@
 carrying everything that depends on which mechanism it is.
 
 A record is what the CLI builds from its options (:func:`from_options`), what the
-aggregator runs (``pate.aggregation.aggregate``), what ``labels.npz`` stores and loads
+aggregator runs (``pate.release.aggregation.aggregate``), what ``labels.npz`` stores and loads
 (:meth:`Mechanism.to_arrays`, :func:`from_arrays`) and what ``analyze`` and ``plan``
 account for. Its methods are the one place where the mechanisms differ:
 

@@ -1,6 +1,6 @@
 """Where the randomness of a release comes from, and how noise is sampled from it.
 
-Every noisy number pate releases — the aggregators' labels (`pate.aggregation`) and the
+Every noisy number pate releases — the aggregators' labels (`pate.release.aggregation`) and the
 sanitised ε (`analysis.lnmax_release.sanitized_eps`, `analysis.gnss.sanitized_eps`) — draws its
 bits from one :class:`NoiseSource`:
 

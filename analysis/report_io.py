@@ -64,7 +64,7 @@ def jsonable(obj):
     """`obj` as plain JSON values: mappings and sequences recursively, numpy arrays as
     lists, numpy scalars as Python numbers, and NaN / ±inf as null (JSON has no such
     numbers; a reader gets a number or null). Every JSON file of the project goes through
-    it (``pate.rundir.write_json`` too)."""
+    it (``pate.store.rundir.write_json`` too)."""
     if isinstance(obj, Mapping):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -173,7 +173,7 @@ def write_atomic(path: str | os.PathLike, data: bytes, private: bool = False) ->
     """Writes ``data`` to ``path`` through a synced temp file in the same folder and a
     rename, so ``path`` holds its old content or all of ``data``, never a part.
     ``private`` files are owner-only (0600); others get the mode a plain open() would.
-    The one atomic writer of the project (``pate.rundir`` writes through it)."""
+    The one atomic writer of the project (``pate.store.rundir`` writes through it)."""
     tmp = _write_temp(path, data, private)
     try:
         os.replace(tmp, path)

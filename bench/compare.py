@@ -102,7 +102,7 @@ def fedavg_row(workdir: Path) -> dict[str, Any] | None:
 
 def train_fedavg(config_path: str, workdir: Path, algorithm: str, eps: float, clients: int | None) -> None:
     from pate.config import load_config
-    from pate.steps.fedavg import train_fedavg as train
+    from pate.baselines.fedavg import train_fedavg as train
 
     overrides = {"fedavg.algorithm": algorithm, "fedavg.eps": eps}
     if clients:
@@ -197,7 +197,7 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
 
 def train(config_path: str, workdir: Path, model: str, eps: float, relation: str) -> None:
     from pate.config import load_config
-    from pate.steps.dpsgd import train_dpsgd
+    from pate.baselines.dpsgd import train_dpsgd
 
     config = load_config(config_path, {"dpsgd.model": model, "dpsgd.eps": eps, "dpsgd.relation": relation})
     print(f"# training dpsgd {model} at eps {eps:g} ({relation}) in {workdir}", file=sys.stderr)

@@ -32,8 +32,8 @@ def proxy_accuracy(cfg, pool_x, pool_y, eval_x, eval_y, num_classes, *, client_s
 
     import jax.numpy as jnp
 
-    from pate.projection import project, public_projection
-    from pate.steps import fedavg as fa
+    from pate.programs.projection import project, public_projection
+    from pate.baselines import fedavg as fa
 
     cfg = dataclasses.replace(cfg, pca=pca, rounds=rounds, learning_rate=lr, eps=eps)
     proj = public_projection(pool_x, pca)

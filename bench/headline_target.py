@@ -49,7 +49,7 @@ def _draw(votes, record, config, settings, target, seed):
     """(published headline, exact P[headline <= target] on these votes) of one release."""
     from analysis import gnss, headline_target, report
     from analysis.gnmax_sensitivity import total_profile
-    from pate import aggregation
+    from pate.release import aggregation
 
     p = config.privacy
     labels = aggregation.confident_gnmax(votes, record.threshold, record.sigma_threshold, record.sigma,
@@ -87,9 +87,9 @@ def simulated(config, record, choice, target: float, draws: int, classes: int) -
 def real_run(workdir: str, target: float, config_path: str | None) -> dict:
     """The plan of the run's config on its real (private) votes: research only."""
     from analysis import headline_target, mechanisms
-    from pate import rundir
+    from pate.store import rundir
     from pate.config import load_config
-    from pate.release_target import vote_model
+    from pate.release.target import vote_model
 
     run = rundir.RunDir(workdir)
     config = load_config(config_path) if config_path else run.read_config()
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
 
     from analysis import headline_target, mechanisms
     from pate.config import load_config
-    from pate.release_target import vote_model
+    from pate.release.target import vote_model
 
     config = load_config(args.config)
     target = args.target or config.privacy.target_eps or 2.0

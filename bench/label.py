@@ -35,11 +35,12 @@ def main() -> None:
 
     import jax
 
-    from pate import aggregation, voting
-    from pate.placement import Placement
+    from pate.release import aggregation
+    from pate.programs import voting
+    from pate.programs.placement import Placement
     from pate.config import load_config
-    from pate.models import make_model
-    from pate.steps import teachers
+    from pate.programs.models import make_model
+    from pate.programs import teacher_training as teachers
 
     config = load_config(args.config, {"teachers.num_teachers": args.teachers})
     image_shape, num_classes = (28, 28, 1), 10

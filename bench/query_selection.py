@@ -1,5 +1,5 @@
 """Round 2 by selection mode (issue 22): a thin harness over `pate label --round 2`
-(`pate.steps.rounds.label_round2`), the product code, comparing how the round-1 student
+(`pate.steps.label_round2.label_round2`), the product code, comparing how the round-1 student
 picks the round-2 queries: ``uncertain`` (lowest top probability), ``margin`` (smallest gap
 between the top two) or ``next`` (the next pool points, the non-interactive baseline).
 
@@ -36,7 +36,7 @@ def run_mode(config, source: Path, target: Path, mode: str, seed: int) -> dict:
     """Round 2 in a copy of `source` at `target` with selection `mode`; its figures."""
     from analysis import composition, mechanisms
     from analysis.composition import single_eps
-    from pate.steps.rounds import label_round2
+    from pate.steps.label_round2 import label_round2
 
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("teachers", "stale-*", ".pate.lock*"))
     cfg = dataclasses.replace(config, rounds=dataclasses.replace(config.rounds, rounds=2, select=mode))

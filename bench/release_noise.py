@@ -72,7 +72,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     from analysis.release_expectation import release_expectation
-    from pate import aggregation, rundir
+    from pate.release import aggregation
+    from pate.store import rundir
     from pate.config import load_config
     from pate.data import load_dataset, split
 
@@ -94,8 +95,8 @@ def main(argv=None) -> int:
         pool_y = splits.pool_y
         votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
     if votes is None or votes.shape[0] < need:
-        from pate.steps.teachers import load_teachers
-        from pate.voting import predict_votes
+        from pate.programs.teacher_training import load_teachers
+        from pate.programs.voting import predict_votes
 
         teachers = load_teachers(run.path)
         votes = predict_votes(teachers.params, teachers.model, splits.pool_x[:need], teachers.num_classes,

@@ -26,17 +26,18 @@ sys.path.insert(0, str(ROOT))
 
 def student_of(workdir: str, rounds: int, seed: int, steps: int) -> dict:
     """One student (module docstring) of the run at ``workdir``; its figures."""
-    from pate import rundir
+    from pate.store import rundir
     from pate.config import load_config
     from pate.data import load_dataset, split
-    from pate.released_labels import read_release
+    from pate.release.labels import read_release
+    from pate.programs.student_training import load_student
     from pate.steps import student as st
 
     config = load_config(Path(workdir) / rundir.CONFIG_TOML)
     config = dataclasses.replace(config, student=dataclasses.replace(config.student, steps=steps, seed=seed))
     splits = split(load_dataset(config.data), config.data.public_size)
     release = read_release(workdir, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes, rounds=rounds)
-    init = st.load_student(workdir, record=rundir.STUDENT_ROUND1_JSON, directory=rundir.STUDENT_ROUND1_DIR).params
+    init = load_student(workdir, record=rundir.STUDENT_ROUND1_JSON, directory=rundir.STUDENT_ROUND1_DIR).params
     start = time.time()
     result, _ = st._train(config, release, splits, False, lambda *_: None, start, init)
     return {"workdir": str(workdir), "rounds": rounds, "seed": seed, "steps": steps,

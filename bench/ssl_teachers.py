@@ -68,10 +68,10 @@ def run_variant(config, splits, part, variant: str, num: int) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from pate import keys, models
-    from pate.steps.student import predict
-    from pate.student_training import compiled_loop, init_state, label_weights
-    from pate.voting import plurality_accuracy, votes_from_predictions
+    from pate.programs import keys, models
+    from pate.programs.student_training import predict
+    from pate.programs.student_training import compiled_loop, init_state, label_weights
+    from pate.programs.voting import plurality_accuracy, votes_from_predictions
 
     cfg = teacher_loop_config(config, variant, part.shard_size)
     model = models.make_model(cfg, splits.num_classes, jax.default_backend())

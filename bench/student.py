@@ -65,8 +65,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from analysis.noise import RELEASE_STREAM, NoiseSource
-    from pate import aggregation, rundir
-    from pate.steps.analyze import report_for_release
+    from pate.release import aggregation
+    from pate.store import rundir
+    from pate.release.privacy_report import report_for_release
     from pate.config import load_config
     from pate.data import load_dataset, split
     from pate.steps.student import train_student
@@ -85,8 +86,8 @@ def main() -> None:
     splits = split(load_dataset(config.data), config.data.public_size)
     votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
     if need and (votes is None or votes.shape[0] < need):
-        from pate.steps.teachers import load_teachers
-        from pate.voting import predict_votes
+        from pate.programs.teacher_training import load_teachers
+        from pate.programs.voting import predict_votes
 
         teachers = load_teachers(run.path)
         votes = predict_votes(teachers.params, teachers.model, splits.pool_x[:need], teachers.num_classes,

@@ -2,13 +2,13 @@
 one process (compare the ratios).
 
 Rows (one JSON object each on stdout):
-- ``strong (product)``: `pate.augment.strong` on a pool batch (mu * batch_size images):
+- ``strong (product)``: `pate.programs.augment.strong` on a pool batch (mu * batch_size images):
   whole-batch operations on one uniform and one normal draw.
 - ``strong (per-image keys)``: the same operations vmapped over one key per image (how
   `augment.strong` drew them before; the reference the product is timed against: measured
   on 2 cores, the two cost the same, ~4.2 ms for 192 images).
-- ``weak``: `pate.augment.weak` on the same batch.
-- ``train step``: one step of the product's training loop (`pate.student_training`), the
+- ``weak``: `pate.programs.augment.weak` on the same batch.
+- ``train step``: one step of the product's training loop (`pate.programs.student_training`), the
   config's `[student]` model and batch, on random images (timed over `--steps` steps).
   Measured on 2 cores: 26 ms (the strong augmentation a sixth of it); 30 ms before the
   weakly augmented view's forward pass ran on stopped parameters (`make_train_fn`).
@@ -37,7 +37,7 @@ def strong_per_image_keys(key, images, max_shift: int, flip: bool, cutout: int):
     import jax
     import jax.numpy as jnp
 
-    from pate import augment
+    from pate.programs import augment
 
     def one(image, key):
         keys = jax.random.split(key, 8)
@@ -73,9 +73,9 @@ def main(argv=None) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from pate import augment, keys, models
+    from pate.programs import augment, keys, models
     from pate.config import load_config
-    from pate.student_training import compiled_loop, init_state, label_weights
+    from pate.programs.student_training import compiled_loop, init_state, label_weights
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist.toml"))

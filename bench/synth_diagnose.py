@@ -1,12 +1,12 @@
 """Research diagnosis of `pate synth` (PATE-GAN) on Fashion-MNIST. Prints JSON. Releases
 nothing and charges no ledger: with ``--sigma`` the noise is whatever you ask (0: none),
 so its output is never a private release; with ``--eps`` σ is the plan `pate synth` would
-use (`pate.steps.synth.Plan`, public values only) and the training is exactly the
+use (`pate.baselines.synth.Plan`, public values only) and the training is exactly the
 command's, without the release.
 
 Modes:
 
-- ``vote`` (PATE-GAN, `pate.synth_gan.train`): prints, every 50 steps, the mean fraction of
+- ``vote`` (PATE-GAN, `pate.baselines.pate_gan.train`): prints, every 50 steps, the mean fraction of
   teachers voting "real" on the queries and the mean released label, then the
   train-on-synthetic, test-on-real accuracy of a logistic regression (evaluation split).
 - ``direct`` (a diagnosis, *not* private, not PATE-GAN): the generator trained against the
@@ -37,18 +37,18 @@ import optax
 
 from analysis.mechanisms import GNMax
 from analysis.noise import NoiseSource
-from pate import aggregation
+from pate.release import aggregation
 from pate.config import load_config, parse_override
 from pate.data import load_dataset, partition, split
-from pate.models import Linear
-from pate.steps import synth, synth_eval
-from pate.steps.student import predict
-from pate.synth_gan import GanSpec, PateGan, teacher_shards, train
+from pate.programs.models import Linear
+from pate.baselines import synth, synthetic_scores as synth_eval
+from pate.programs.student_training import predict
+from pate.baselines.pate_gan import GanSpec, PateGan, teacher_shards, train
 
 
 @dataclasses.dataclass(frozen=True)
 class _SlowTeacherSpec(GanSpec):
-    """A spec with its own teacher learning rate (its own entry in `pate.synth_gan`'s program cache)."""
+    """A spec with its own teacher learning rate (its own entry in `pate.baselines.pate_gan`'s program cache)."""
 
     teacher_learning_rate: float = 2e-4
 

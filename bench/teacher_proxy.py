@@ -10,7 +10,7 @@ the real teachers' shards, so the proxy ranks settings without touching the priv
 
 For each variant (``key=value`` pairs over `[teachers]` keys, applied on top of the
 config), trains `--teachers K` teachers (K <= pool / shard size; the pool's first
-K * shard images, cut in order) through `pate.steps.teachers.make_epoch_fn` (the program
+K * shard images, cut in order) through `pate.programs.teacher_training.make_epoch_fn` (the program
 `pate train-teachers` runs), and prints one JSON object: mean and min/max teacher accuracy
 and the plurality accuracy of the K on the evaluation split, training seconds (compiling
 left out), then a Markdown table. Variants run one after another in this one process
@@ -56,10 +56,10 @@ def run_variant(config, splits, variant: str, num: int, shard: int) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from pate import models
-    from pate.placement import Placement, to_host, unpad
-    from pate.steps.teachers import init_teachers, make_epoch_fn, make_optimizer
-    from pate.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
+    from pate.programs import models
+    from pate.programs.placement import Placement, to_host, unpad
+    from pate.programs.teacher_training import init_teachers, make_epoch_fn, make_optimizer
+    from pate.programs.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
 
     tc = variant_config(config.teachers, variant, num)
     placement = Placement(num)

@@ -52,8 +52,8 @@ class _Program:
     def __init__(self, num_teachers, model, tx, tc, shard_size, image_shape, devices):
         import jax.numpy as jnp
 
-        from pate.steps import teachers
-        from pate.placement import Placement
+        from pate.programs import teacher_training as teachers
+        from pate.programs.placement import Placement
 
         self.placement = Placement(num_teachers, devices)
         self.model, self.tx, self.tc, self.image_shape = model, tx, tc, image_shape
@@ -107,11 +107,11 @@ def main(argv=None) -> dict:
 
     import jax
 
-    from pate.steps import teachers
+    from pate.programs import teacher_training as teachers
     from pate.config import load_config, parse_override
     from pate.data import load_dataset, partition, split
-    from pate.models import conv_impl, make_model
-    from pate.placement import teacher_chunk
+    from pate.programs.models import conv_impl, make_model
+    from pate.programs.placement import teacher_chunk
 
     config = load_config(args.config, dict(parse_override(s) for s in args.settings))
     tc = config.teachers

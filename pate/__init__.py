@@ -15,7 +15,7 @@ The pipeline, one function per CLI command (each reads and writes one run direct
 - `run(config, workdir)` — all of the above, skipping finished steps.
 
 Each is defined in its step's module in `pate.steps` (`pate.steps.label`, ...), beside
-the machinery the steps share (`pate.data`, `pate.models`, `pate.voting`, `pate.rundir`, ...).
+the machinery the steps share (`pate.data`, `pate.programs.models`, `pate.programs.voting`, `pate.store.rundir`, ...).
 The privacy analysis (no JAX) is the separate `analysis` package: ``help(analysis)``.
 Heavy modules load on first use, so ``import pate`` does not import JAX.
 """

@@ -27,7 +27,7 @@ def bench_module(name: str):
 @pytest.fixture(scope="session", autouse=True)
 def _session_ledgers(tmp_path_factory):
     """Privacy ledgers of the session's shared runs go to a temporary folder, never to the
-    user's state folder (`pate.ledger`)."""
+    user's state folder (`pate.store.ledger`)."""
     import os
 
     old = os.environ.get("PATE_LEDGER_DIR")

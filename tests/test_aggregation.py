@@ -1,4 +1,4 @@
-"""Statistical tests of the noisy aggregators (pate.aggregation)."""
+"""Statistical tests of the noisy aggregators (pate.release.aggregation)."""
 
 import math
 
@@ -8,7 +8,7 @@ from scipy import stats
 
 from analysis import lnmax as lnmax_analysis
 from analysis.errors import PateError
-from pate import aggregation
+from pate.release import aggregation
 
 
 def tile(counts, n):

@@ -1,4 +1,4 @@
-"""`pate audit`: the statistics (`analysis.audit`) against plain loops and Monte Carlo, the
+"""`pate audit`: the statistics (`analysis.empirical_eps`) against plain loops and Monte Carlo, the
 audit of the real aggregator below every mechanism's claim, above it when the samplers'
 noise is halved, and the command line."""
 
@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats as sps
 
-from analysis import audit
+from analysis import empirical_eps as audit
 from analysis import mechanisms as mech
 from analysis.accountants import data_independent_items
 from analysis.noise import NoiseSource

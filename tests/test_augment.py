@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from pate import augment
+from pate.programs import augment
 
 
 @pytest.fixture(scope="module")

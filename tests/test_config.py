@@ -40,9 +40,9 @@ def test_missing_sections_and_keys_take_defaults(tmp_path):
 
 def test_sections_registry_follows_config_fields():
     from pate.config import AggregationConfig, DpsgdConfig, PrivacyConfig, StudentConfig
-    from pate.config_fedavg import FedavgConfig
-    from pate.config_rounds import RoundsConfig
-    from pate.config_synth import SynthConfig
+    from pate.config.baseline_sections import FedavgConfig
+    from pate.config.round_sections import RoundsConfig
+    from pate.config.baseline_sections import SynthConfig
 
     assert sections() == {"data": DataConfig, "teachers": TeachersConfig, "aggregation": AggregationConfig,
                           "privacy": PrivacyConfig, "student": StudentConfig, "rounds": RoundsConfig,

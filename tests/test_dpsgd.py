@@ -15,9 +15,11 @@ import optax
 import pytest
 from scipy import stats
 
-from pate import dpsgd_accounting, keys, models, rundir, scattering
+from pate.baselines import sgd_accounting as dpsgd_accounting
+from pate.programs import keys, models, scattering
+from pate.store import rundir
 from pate.config import DpsgdConfig, load_config
-from pate.steps import dpsgd
+from pate.baselines import dpsgd
 
 from conftest import TINY, invoke, one_line_error
 

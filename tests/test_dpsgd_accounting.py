@@ -11,7 +11,7 @@ import pytest
 from dp_accounting import rdp as dp_rdp
 
 from analysis.errors import PateError
-from pate import dpsgd_accounting as acc
+from pate.baselines import sgd_accounting as acc
 
 INT_ORDERS = list(range(2, 129))
 

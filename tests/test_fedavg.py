@@ -21,10 +21,11 @@ from scipy.special import gammaln, ndtr
 from analysis import fedavg_privacy as fp
 from analysis.errors import PateError
 from analysis.noise import NoiseSource
-from pate import projection, rundir
+from pate.programs import projection
+from pate.store import rundir
 from pate.config import load_config
-from pate.ledger import Ledger
-from pate.steps import fedavg
+from pate.store.ledger import Ledger
+from pate.baselines import fedavg
 
 from conftest import TINY, invoke, one_line_error
 
@@ -369,7 +370,7 @@ def test_tiny_run_with_a_public_projection(tmp_path, ledger_dir):
     assert info["grid"] is None and info["noise"].startswith("float64 laplace, not on a grid")
     assert info["noise_scale"] == pytest.approx(info["sensitivity"] / info["per_round_eps"])
     assert info["num_params"] == 6 * info["num_classes"] and "principal directions" in info["features"]
-    from pate import checkpoints
+    from pate.store import checkpoints
     tree = checkpoints.restore_params(workdir / rundir.FEDAVG_DIR, None)
     proj = {k: np.asarray(v) for k, v in tree["projection"].items()}
     assert proj["components"].shape[0] == 5

@@ -15,7 +15,7 @@ import pytest
 from analysis import fedavg_privacy as fp
 from analysis.errors import PateError
 from analysis.noise import NoiseSource
-from pate.steps import fedavg
+from pate.baselines import fedavg
 
 from test_fedavg import CLASSES, DIM, RHO, SIZE, C, ETA, _fedavg, _iadmm, _max_change
 

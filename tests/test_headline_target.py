@@ -1,4 +1,4 @@
-"""A headline that meets its target (analysis.headline_target, pate.release_target): the
+"""A headline that meets its target (analysis.headline_target, pate.release.target): the
 prefix profiles against total_profile, P[headline <= target] against Monte Carlo over the
 real release (analysis.gnss.sanitized_eps with exact discrete Gaussian noise), the
 >= 95 % property on fresh simulated ensembles, and the chooser reading public values only
@@ -148,8 +148,9 @@ def test_label_plans_before_any_vote_and_analyze_reports_the_probability(trained
     from click.testing import CliRunner
 
     import cli
-    from pate import release_target, voting
-    from pate.released_labels import read_labels
+    from pate.release import target as release_target
+    from pate.programs import voting
+    from pate.release.labels import read_labels
 
     run = trained_run[0]
     calls = []

@@ -18,7 +18,7 @@ from analysis import gnmax_sensitivity
 from analysis.errors import PateError
 from analysis.interactive import check_offsets, check_statistic
 from analysis.noise import NoiseSource
-from pate import aggregation
+from pate.release import aggregation
 
 from conftest import invoke, one_line
 from test_gnmax import all_histograms, gnmax_probs, neighbours
@@ -236,7 +236,7 @@ def test_a_checked_student_that_is_mostly_right_leaves_room_for_more_queries():
 
 
 def test_student_calibration_against_a_plain_loop():
-    from pate.release_target import CALIBRATION_BINS, student_model
+    from pate.release.target import CALIBRATION_BINS, student_model
 
     rng = np.random.default_rng(5)
     T, n = 20, 400
@@ -264,7 +264,7 @@ def interactive_run(_trained_tiny, tmp_path_factory):
     of both: made once."""
     import shutil
 
-    from pate import ledger
+    from pate.store import ledger
 
     base = tmp_path_factory.mktemp("interactive")
     w = base / "run"
@@ -291,11 +291,11 @@ def test_round2_checks_the_round1_student_with_its_own_offsets(interactive_run):
     order, and the release is the aggregator run on them (same research seed)."""
     import json
 
-    from pate import rundir
+    from pate.store import rundir
     from pate.config import load_config
     from pate.data import load_dataset, split
-    from pate.selection import student_probs
-    from pate.steps.student import load_student
+    from pate.release.selection import student_probs
+    from pate.programs.student_training import load_student
 
     w = interactive_run["workdir"]
     second = dict(np.load(w / rundir.LABELS_ROUND2_NPZ))
@@ -317,7 +317,7 @@ def test_round2_checks_the_round1_student_with_its_own_offsets(interactive_run):
 def test_the_report_of_both_rounds_names_the_check_and_its_planned_probability(interactive_run):
     import json
 
-    from pate import rundir
+    from pate.store import rundir
 
     w = interactive_run["workdir"]
     doc = json.loads((w / rundir.RELEASE_JSON).read_text())
@@ -331,7 +331,7 @@ def test_the_report_of_both_rounds_names_the_check_and_its_planned_probability(i
 def test_the_check_needs_confident_gnmax_and_round_2(finished_tiny, tmp_path):
     import shutil
 
-    from pate import rundir
+    from pate.store import rundir
 
     w = tmp_path / "run"
     shutil.copytree(finished_tiny, w)  # round 1 by LNMax

@@ -1,4 +1,4 @@
-"""pate.keys: 128-bit noise keys from OS entropy or from all the bits of a research seed."""
+"""pate.programs.keys: 128-bit noise keys from OS entropy or from all the bits of a research seed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from analysis.errors import PateError
-from pate import keys
+from pate.programs import keys
 
 
 def test_key_holds_the_128_bits_of_os_entropy(monkeypatch):

@@ -9,6 +9,8 @@ import pytest
 
 from analysis import gnmax, lnmax, lnmax_release
 from pate.steps import label as label_mod
+from pate.release import budget as release_budget
+from pate.release import labels as release_labels
 from pate.config import AggregationConfig
 
 from conftest import invoke
@@ -35,13 +37,13 @@ def test_label_end_to_end(trained_run, args):
         labels, indices = release["labels"], release["indices"]
         mechanism = str(release["mechanism"])
     # The release holds the labels and the mechanism's parameters: no votes, no noise, no seed.
-    assert keys <= set(label_mod.RELEASED_KEYS) | {"meta"}
+    assert keys <= set(release_labels.RELEASED_KEYS) | {"meta"}
     assert mechanism == args[1]
     assert indices.tolist() == list(range(60)) and labels.shape == (60,)
     assert labels.min() >= -1 and labels.max() < 4
     with np.load(workdir / "labels.npz") as release:
         meta = json.loads(str(release["meta"]))
-    ledger = meta.pop("ledger")  # the data set's ledger (pate.ledger): a public name
+    ledger = meta.pop("ledger")  # the data set's ledger (pate.store.ledger): a public name
     assert ledger.startswith("synthetic(")
     assert "123" not in json.dumps(meta)
     assert set(meta) <= {"config_hash", "pate_version", "written_at", "research_seed"}
@@ -87,7 +89,7 @@ def test_label_before_teachers(tmp_path):
 def test_budget_plan_is_largest_within_budget(mechanism):
     cfg = AggregationConfig(mechanism=mechanism, queries=5000, gamma=0.05, sigma=40.0, threshold=200,
                             sigma_threshold=150.0)
-    plan = label_mod.budget_plan(cfg, 4.0, 1e-5)
+    plan = release_budget.budget_plan(cfg, 4.0, 1e-5)
     assert plan.eps <= 4.0
     if mechanism == "lnmax":
         assert lnmax.data_independent_eps(plan.num_queries + 1, 0.05, 1e-5).eps > 4.0
@@ -103,8 +105,8 @@ def test_budget_plan_is_largest_within_budget(mechanism):
 
 def test_cap_answers():
     labels = np.array([2, -1, 0, 1, -1, 3, 1])
-    assert label_mod.cap_answers(labels, 2).tolist() == [2, -1, 0, -1, -1, -1, -1]
-    assert label_mod.cap_answers(labels, None) is labels
+    assert release_labels.cap_answers(labels, 2).tolist() == [2, -1, 0, -1, -1, -1, -1]
+    assert release_labels.cap_answers(labels, None) is labels
 
 
 def test_label_with_budget(trained_run):

@@ -13,8 +13,10 @@ import pytest
 from analysis import accountants, gnmax, gnss, lnmax, lnmax_release, mechanisms, pld
 from analysis import plan as plan_mod
 from analysis import report as report_mod
-from pate import rundir
+from pate.store import rundir
 from pate.steps import label as label_mod
+from pate.release import budget as release_budget
+from pate.release import labels as release_labels
 from pate.steps import label_votes as label_votes_mod
 from pate.config import AggregationConfig
 
@@ -44,7 +46,7 @@ def test_label_votes_then_analyze(tmp_path, args):
         keys = set(release.files)
         labels, indices = release["labels"], release["indices"]
         assert str(release["mechanism"]) == args[1]
-    assert keys - {"meta"} <= set(label_mod.RELEASED_KEYS)  # no votes, no seed
+    assert keys - {"meta"} <= set(release_labels.RELEASED_KEYS)  # no votes, no seed
     meta = json.loads(str(np.load(run / "labels.npz")["meta"]))
     assert meta["config_hash"] is None and meta["ledger"] == "votes:" + str(SIMULATED.resolve())
     assert rundir.read_npz(run / "labels.npz")["meta"]["research_seed"] is True  # that one was used
@@ -151,7 +153,7 @@ def test_budget_covers_the_labels_and_the_published_release(mechanism, accountan
 
     cfg = AggregationConfig(mechanism=mechanism, queries=5000, gamma=0.05, sigma=40.0, threshold=200,
                             sigma_threshold=150.0)
-    plan = label_mod.budget_plan(cfg, 4.0, 1e-5, accountant=accountant, privacy=PrivacyConfig())
+    plan = release_budget.budget_plan(cfg, 4.0, 1e-5, accountant=accountant, privacy=PrivacyConfig())
     if mechanism == "confident-gnmax":
         total = published_by_hand(mechanism, plan.num_queries, plan.max_answers)
         assert plan.max_answers < plan.num_queries
@@ -280,8 +282,8 @@ def test_cli_plan_accountant(tmp_path):
 def test_budget_plan_pld_allows_more_and_stays_within(mechanism):
     cfg = AggregationConfig(mechanism=mechanism, queries=5000, gamma=0.05, sigma=40.0, threshold=200,
                             sigma_threshold=150.0)
-    by_rdp = label_mod.budget_plan(cfg, 4.0, 1e-5)
-    by_pld = label_mod.budget_plan(cfg, 4.0, 1e-5, accountant="pld")
+    by_rdp = release_budget.budget_plan(cfg, 4.0, 1e-5)
+    by_pld = release_budget.budget_plan(cfg, 4.0, 1e-5, accountant="pld")
     assert by_pld.eps <= 4.0
     if mechanism == "confident-gnmax":
         assert (by_pld.num_queries, by_pld.max_answers) >= (by_rdp.num_queries, by_rdp.max_answers)

@@ -16,8 +16,8 @@ from conftest import ROOT
 PACKAGES = ("pate", "analysis")
 #: The only modules that may hand out names defined elsewhere.
 CURATED = {"pate", "analysis"}
-#: `pate.config` re-exports its section dataclasses from here (see ARCHITECTURE.md).
-CONFIG_SECTIONS = ("pate.config", "pate.config_sections")
+#: `pate.config` re-exports its section dataclasses from these (see ARCHITECTURE.md).
+CONFIG_SECTIONS = ("pate.config", ("pate.config.sections", "pate.config.baseline_sections"))
 
 
 def _module_name(path) -> str:
@@ -133,7 +133,7 @@ def _providers() -> dict:
         provided[name] = names
     config, sections = CONFIG_SECTIONS
     provided[config] |= {a.asname or a.name for node in TREES[config].body
-                         if isinstance(node, ast.ImportFrom) and node.module == sections for a in node.names}
+                         if isinstance(node, ast.ImportFrom) and node.module in sections for a in node.names}
     return provided
 
 
@@ -172,8 +172,9 @@ def _lookups(tree: ast.Module):
 
 def test_the_graph_sees_the_layers():
     """A check of the checker: known edges are found, function-level imports included."""
-    assert "pate.rundir" in GRAPH["pate.steps.label"]
-    assert "pate.steps.teachers" in GRAPH["pate.steps.label"]  # inside a function
+    assert "pate.store.rundir" in GRAPH["pate.steps.label"]
+    assert "pate.programs.teacher_training" in GRAPH["pate.steps.label"]  # inside a function
+    assert "pate.steps.label" in GRAPH["pate.steps.pipeline"]  # inside a function
     assert "analysis.report" in GRAPH["analysis.report_io"]  # under TYPE_CHECKING
     assert len(MODULES) > 30
 
@@ -192,11 +193,45 @@ def test_analysis_never_imports_pate_or_cli():
             assert not {d for d in deps if d.split(".")[0] in ("pate", "cli")}, name
 
 
-def test_machinery_never_imports_a_step():
-    """`pate/steps/` (the commands) sits on top of the machinery in `pate/`."""
+#: The folders of `pate/` that are machinery: the commands (`pate.steps`) and the baselines
+#: (`pate.baselines`) sit on top of them.
+MACHINERY = ("pate.cli", "pate.config", "pate.store", "pate.programs", "pate.release", "pate.data")
+
+
+def _in(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_machinery_never_imports_a_step_or_a_baseline():
+    """cli/config/store/programs/release/data sit under the commands and the baselines."""
+    machinery = [name for name in GRAPH if any(_in(name, m) for m in MACHINERY)]
+    assert len(machinery) > 25
+    for name in machinery:
+        assert not {d for d in GRAPH[name] if _in(d, "pate.steps") or _in(d, "pate.baselines")}, name
+
+
+def test_steps_are_leaves():
+    """One module per command; no step imports another, except `pate run`'s pipeline."""
     for name, deps in GRAPH.items():
-        if name.startswith("pate") and not name.startswith("pate.steps") and name != "pate":
-            assert not {d for d in deps if d.startswith("pate.steps")}, name
+        if _in(name, "pate.steps") and name not in ("pate.steps", "pate.steps.pipeline"):
+            assert not {d for d in deps if _in(d, "pate.steps")}, name
+
+
+def test_baselines_import_no_step():
+    for name, deps in GRAPH.items():
+        if _in(name, "pate.baselines"):
+            assert not {d for d in deps if _in(d, "pate.steps")}, name
+
+
+def test_the_package_shows_its_rooms():
+    """`ls pate`: a handful of folders (the layers) and modules, no name prefix doing a
+    folder's job, and no two library modules with one basename."""
+    entries = [p.name for p in (ROOT / "pate").iterdir() if p.name != "__pycache__"]
+    assert len(entries) <= 10, sorted(entries)
+    names = [m.rpartition(".")[2] for m in MODULES if MODULES[m].name != "__init__.py" and m != "cli"]
+    prefixed = [n for n in names if n.startswith(("config_", "cli_", "synth_", "dpsgd_"))]
+    assert prefixed == []
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
 
 
 @pytest.mark.parametrize("path", _python_files(), ids=lambda p: str(p.relative_to(ROOT)))

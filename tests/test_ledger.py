@@ -1,4 +1,4 @@
-"""The privacy ledger of a data set (`pate.ledger`, `analysis.composition`): composition
+"""The privacy ledger of a data set (`pate.store.ledger`, `analysis.composition`): composition
 checked by hand and against second implementations, the ledger file's guarantees, and
 the issue's scenarios on the tiny config (two releases of the same teachers, a budget,
 a second sanitised draw, every writer behind the run lock)."""
@@ -21,7 +21,7 @@ from analysis import composition, mechanisms
 from analysis.errors import PateError
 from analysis.rdp import DEFAULT_ORDERS, eps_from_rdp
 from conftest import ROOT, TINY, invoke, snapshot
-from pate import ledger as ledger_mod
+from pate.store import ledger as ledger_mod
 
 
 # --------------------------------------------------------------------------- composition
@@ -303,7 +303,7 @@ def held_lock(tmp_path):
     """A run directory whose lock another process holds."""
     run = tmp_path / "locked"
     run.mkdir()
-    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pate.runlock import RunLock\n"
+    code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pate.store.runlock import RunLock\n"
             f"with RunLock({str(run)!r}, 'test'):\n    print('held', flush=True); time.sleep(60)")
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "held"
@@ -351,7 +351,7 @@ def test_the_same_labels_written_again_are_the_same_release(finished_tiny, tmp_p
     labels.npz: the same labels written again (another `meta`, other zip timestamps, as
     when the same teachers are labelled with the same research --seed seconds later, in
     another run directory) are refused a second draw."""
-    from pate.released_labels import content_digest, read_labels
+    from pate.release.labels import content_digest, read_labels
 
     runs = []
     for k, when in enumerate(("2020-01-01T00:00:00+00:00", "2020-01-01T00:00:09+00:00")):

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pate import models
+from pate.programs import models
 from pate.config import TeachersConfig
 
 
@@ -167,7 +167,7 @@ def test_wide_resnet_student():
     import numpy as np
 
     from pate.config import StudentConfig
-    from pate.models import WideResNet, make_model
+    from pate.programs.models import WideResNet, make_model
 
     cfg = StudentConfig(model="wrn", conv_features=(8, 16), conv_kernels=(3, 3), conv_strides=(1, 2),
                         wrn_blocks=2, dropout=0.5, conv_impl="patches", gabor_orientations=0)

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from cli import main
-from pate import digests, rundir
+from pate.store import digests, rundir
 from pate.config import load_config
-from pate.steps import pipeline, run_summary
+from pate.steps import pipeline
+from pate.release import run_summary
 
 from conftest import CONFIGS, TINY, invoke
 

@@ -178,7 +178,7 @@ def test_cli_votes_mode_writes_release_json(tmp_path):
 
 
 def test_private_run_artifacts_are_owner_only(trained_run):
-    from pate import rundir
+    from pate.store import rundir
     from pate.config import load_config
     from pate.steps.label import label
 
@@ -193,7 +193,7 @@ def test_private_run_artifacts_are_owner_only(trained_run):
 def test_student_checkpoint_carries_no_absolute_path(tmp_path):
     import jax.numpy as jnp
 
-    from pate.checkpoints import save_params
+    from pate.store.checkpoints import save_params
 
     target = tmp_path / "student"
     save_params(target, {"w": jnp.ones(3)})

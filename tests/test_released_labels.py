@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analysis.errors import PateError
-from pate.released_labels import read_labels, read_release
+from pate.release.labels import read_labels, read_release
 
 
 def _write(path, **arrays):

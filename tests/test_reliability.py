@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from analysis.errors import PateError
-from pate import door, rundir, runlock
+from pate.store import door, rundir, runlock
 
 from conftest import ROOT, TINY, invoke, one_line, snapshot
 
@@ -37,7 +37,7 @@ def test_second_process_is_refused_naming_the_holder(finished):
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
             sys.path.insert(0, {str(ROOT)!r})
-            from pate import runlock
+            from pate.store import runlock
             with runlock.lock({str(finished)!r}, "label"):
                 print("locked", flush=True)
                 time.sleep(60)
@@ -166,7 +166,7 @@ def test_empty_teachers_json(finished):
 
 def test_student_checkpoint_checked(finished):
     from analysis.errors import PateError
-    from pate.steps.student import load_student
+    from pate.programs.student_training import load_student
 
     load_student(finished)  # as recorded
     target = max((p for p in (finished / "student").rglob("*") if p.is_file()),
@@ -464,7 +464,7 @@ def test_a_checkpoint_folder_that_cannot_be_made_neither_floods_nor_hangs(tmp_pa
         import numpy as np
         from pathlib import Path
         from analysis.errors import PateError
-        from pate import checkpoints
+        from pate.store import checkpoints
         try:
             checkpoints.save_params(Path({str(tmp_path / 'file' / 'student')!r}), {{"w": np.zeros(3)}})
         except PateError as err:

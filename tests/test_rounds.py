@@ -16,8 +16,9 @@ import pytest
 
 from analysis import composition
 from analysis.rounds import cumulative_headline
-from pate import heads, ledger, rundir
-from pate.selection import select
+from pate.programs import heads
+from pate.store import ledger, rundir
+from pate.release.selection import select
 
 from conftest import ROOT, TINY, invoke, one_line, sigkill_while_staged
 
@@ -75,8 +76,8 @@ def test_round2_queries_are_new_and_chosen_by_the_student_alone(two_rounds):
     computed here from the student and the pool only, no vote or teacher in sight."""
     from pate.config import load_config
     from pate.data import load_dataset, split
-    from pate.selection import student_probs
-    from pate.steps.student import load_student
+    from pate.release.selection import student_probs
+    from pate.programs.student_training import load_student
 
     w = two_rounds["workdir"]
     first, second = np.load(w / rundir.LABELS_NPZ), np.load(w / rundir.LABELS_ROUND2_NPZ)
@@ -108,7 +109,7 @@ def test_ledger_has_both_rounds_and_the_headline_composes_them(two_rounds):
 def test_pca_is_fitted_on_the_public_pool_only(two_rounds):
     from pate.config import load_config
     from pate.data import load_dataset, split
-    from pate.steps.student import load_student
+    from pate.programs.student_training import load_student
 
     w = two_rounds["workdir"]
     config = load_config(w / rundir.CONFIG_TOML)
@@ -244,7 +245,7 @@ def test_round2_target_on_an_lnmax_round1_is_refused_in_one_line(finished_tiny, 
 def test_student_of_both_rounds_can_start_from_the_round1_student(two_rounds, tmp_path):
     """`[rounds] student_init = "round1"`: the student of both rounds starts from the kept
     round-1 weights (at a learning rate of ~0 it ends there) and trains `student_steps`."""
-    from pate.steps.student import load_student
+    from pate.programs.student_training import load_student
 
     run = tmp_path / "run"
     shutil.copytree(two_rounds["workdir"], run)

@@ -16,7 +16,7 @@ from analysis.errors import PateError
 from analysis.rdp import eps_curve
 from analysis.rounds import cumulative_headline
 from analysis.simulated_votes import VoteModel
-from pate import release_target
+from pate.release import target as release_target
 from pate.config import load_config
 
 from conftest import ROOT

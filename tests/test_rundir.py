@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from analysis.errors import PateError
-from pate import __version__, rundir
+from pate import __version__
+from pate.store import rundir
 from pate.config import config_hash
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from analysis.errors import PateError
-from pate import rundir
+from pate.store import rundir
 from pate.config import config_from_dict, config_to_dict
 
 from conftest import invoke
@@ -102,7 +102,7 @@ def test_train_student_cli(labelled, method):
     assert "label_accuracy" not in json.dumps(info)  # the student cannot know it
     assert info["meta"]["config_hash"]
     assert (info["num_unlabelled"] == 200) == (method == "fixmatch")
-    from pate.steps.student import load_student
+    from pate.programs.student_training import load_student
     from pate.config import load_config
     from pate.data import load_dataset, split
 
@@ -192,7 +192,7 @@ def test_strong_affine_keeps_shape_range_and_mass():
     """The optional affine part of the strong augmentation (rotation, shear, scale)."""
     import jax
 
-    from pate import augment
+    from pate.programs import augment
 
     images = np.zeros((8, 28, 28, 1), np.float32)
     images[:, 8:20, 10:18] = 1.0
@@ -238,7 +238,7 @@ def test_train_student_epochs_cli(labelled):
 
 @pytest.mark.parametrize("seed", range(5))
 def test_label_weights_match_a_plain_loop(seed):
-    from pate.student_training import label_weights
+    from pate.programs.student_training import label_weights
 
     rng = np.random.default_rng(seed)
     k = int(rng.integers(2, 8))
@@ -256,7 +256,7 @@ def test_label_weights_match_a_plain_loop(seed):
 def test_align_matches_a_plain_loop_and_undoes_a_skewed_prior():
     import jax.numpy as jnp
 
-    from pate.student_training import align
+    from pate.programs.student_training import align
 
     rng = np.random.default_rng(0)
     probs = rng.dirichlet(np.ones(4), size=6).astype(np.float32)
@@ -286,7 +286,7 @@ def test_balanced_labels_and_alignment_train(labelled):
 def test_class_thresholds_match_a_plain_loop(seed):
     import jax.numpy as jnp
 
-    from pate.student_training import class_thresholds
+    from pate.programs.student_training import class_thresholds
 
     learned = np.random.default_rng(seed).uniform(0.0, 0.3, size=5).astype(np.float32)
     got = np.asarray(class_thresholds(0.95, jnp.asarray(learned)))

@@ -19,16 +19,17 @@ from analysis import composition
 from analysis.mechanisms import GNMax
 from analysis.noise import NoiseSource
 from conftest import TINY, invoke
-from pate import aggregation, rundir
+from pate.release import aggregation
+from pate.store import rundir
 from pate.config import load_config
 from pate.data import load_npz, partition
-from pate.ledger import Ledger
-from pate.steps import synth, synth_eval
-from pate.synth_gan import REAL, GanSpec, PateGan, noisy_labels, teacher_shards, train
+from pate.store.ledger import Ledger
+from pate.baselines import synth, synthetic_scores as synth_eval
+from pate.baselines.pate_gan import REAL, GanSpec, PateGan, noisy_labels, teacher_shards, train
 
 # The tiny config's GAN on data of the tiny config's shapes (8x8x1 images, 4 classes, 6
 # shards of 80): the unit tests and the CLI run share every compiled program
-# (`pate.synth_gan` caches them per spec; same shapes, so no retracing).
+# (`pate.baselines.pate_gan` caches them per spec; same shapes, so no retracing).
 SHAPE, CLASSES, TEACHERS, POINTS = (8, 8, 1), 4, 6, 480
 SPEC = GanSpec.of(load_config(TINY).synth, SHAPE, CLASSES)
 
@@ -188,7 +189,8 @@ def test_scaling_uses_public_bounds_only(tmp_path):
 def tiny_synth(tmp_path_factory):
     """`pate synth` on the tiny config through the CLI, with spies on the aggregator (votes
     in, labels out), on the student's labels and on the partition."""
-    from pate import data, synth_gan
+    from pate import data
+    from pate.baselines import pate_gan as synth_gan
 
     workdir = tmp_path_factory.mktemp("synth") / "run"
     ledger = tmp_path_factory.mktemp("synth-ledger")

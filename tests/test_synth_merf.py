@@ -19,10 +19,11 @@ from analysis import composition, merf
 from analysis.noise import NoiseSource, discrete_gaussian_pmf
 from analysis.rdp import DEFAULT_ORDERS
 from conftest import TINY, invoke
-from pate import rundir, synth_merf
+from pate.store import rundir
+from pate.baselines import merf_generator as synth_merf
 from pate.config import load_config
-from pate.ledger import Ledger
-from pate.steps import synth_merf as merf_step
+from pate.store.ledger import Ledger
+from pate.baselines import dp_merf as merf_step
 
 SHAPE, CLASSES = (2, 2, 1), 3
 
@@ -72,7 +73,7 @@ def test_replace_one_sensitivity_by_brute_force():
     """Every replace-one neighbour of small data sets (each position, each candidate point
     and class): ‖S − S'‖₂ ≤ 2B, the bound is reached within 30 % and exceeds B (so a
     sensitivity of 1/n instead of 2/n would be wrong). The sums are the pipeline's own
-    (`pate.synth_merf.private_sum`)."""
+    (`pate.baselines.merf_generator.private_sum`)."""
     spec = _spec(features=6, length_scale=0.35)
     omega = synth_merf.frequencies(spec)
     rng = np.random.default_rng(1)
@@ -214,7 +215,7 @@ def test_the_generator_learns_the_target_embedding():
     so the compiled step is shared), trained on the noise-free embedding of the tiny data,
     gets several times closer to it."""
     from pate.data import load_dataset, split
-    from pate.steps.synth_eval import public_scale
+    from pate.baselines.synthetic_scores import public_scale
 
     config = load_config(TINY)
     splits = split(load_dataset(config.data), config.data.public_size)

@@ -16,9 +16,11 @@ from click.testing import CliRunner
 
 from analysis.errors import PateError
 from cli import main
-from pate import rundir, voting
+from pate.store import rundir
+from pate.programs import voting
 from pate.config import config_hash, load_config
-from pate.placement import teacher_chunk
+from pate.programs.placement import teacher_chunk
+from pate.programs import teacher_training
 from pate.steps import teachers
 
 from conftest import ROOT, TINY
@@ -60,7 +62,7 @@ def test_tiny_run_writes_artifacts(trained_run, tiny_config):
 
 def test_loaded_teachers_reproduce_reported_accuracy(trained_run, tiny_config):
     workdir, result = trained_run
-    ens = teachers.load_teachers(workdir)
+    ens = teacher_training.load_teachers(workdir)
     assert ens.num_teachers == 6 and ens.num_classes == 4
     from pate.data import load_dataset, split
 
@@ -71,7 +73,7 @@ def test_loaded_teachers_reproduce_reported_accuracy(trained_run, tiny_config):
 
 def test_predict_votes(trained_run):
     workdir, _ = trained_run
-    ens = teachers.load_teachers(workdir)
+    ens = teacher_training.load_teachers(workdir)
     images = np.random.default_rng(0).uniform(size=(23, 8, 8, 1)).astype(np.float32)
     votes = voting.predict_votes(ens.params, ens.model, images, ens.num_classes, batch_size=7)
     assert votes.shape == (23, 4) and votes.dtype == np.int32
@@ -112,7 +114,7 @@ def test_resume_after_kill_matches_uninterrupted(trained_run, tiny_config, tmp_p
     assert checkpoint_steps(workdir) == [2] and not (workdir / rundir.TEACHERS_JSON).exists()
     result = teachers.train_teachers(tiny_config, workdir, resume=True, show_progress=False)
     assert result.resumed_from == 2
-    a, b = teachers.load_teachers(straight), teachers.load_teachers(workdir)
+    a, b = teacher_training.load_teachers(straight), teacher_training.load_teachers(workdir)
     assert_trees_close(a.params, b.params, atol=1e-6)
     info_a = json.loads((straight / rundir.TEACHERS_JSON).read_text())
     info_b = json.loads((workdir / rundir.TEACHERS_JSON).read_text())
@@ -121,7 +123,7 @@ def test_resume_after_kill_matches_uninterrupted(trained_run, tiny_config, tmp_p
 
 
 def test_nan_stops_names_teachers_and_keeps_last_good(tiny_config, tmp_path, monkeypatch):
-    real = teachers.make_epoch_fn
+    real = teacher_training.make_epoch_fn
 
     def poisoned(*args, **kwargs):
         epoch_fn = real(*args, **kwargs)
@@ -160,9 +162,10 @@ def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
         import dataclasses, json, sys
         import jax, numpy as np
         from pate.config import load_config
-        from pate import voting
+        from pate.programs import voting
+        from pate.programs import teacher_training
         from pate.steps import teachers
-        from pate.placement import Placement
+        from pate.programs.placement import Placement
         assert len(jax.devices()) == 4, jax.devices()
         config = load_config({str(TINY)!r})
         chunked = dataclasses.replace(config, teachers=dataclasses.replace(
@@ -174,9 +177,9 @@ def test_teacher_padding_and_sharding_equal_single_device(tmp_path):
             r = teachers.train_teachers(cfg, {str(tmp_path)!r} + "/" + name,
                                         show_progress=False, devices=devices)
             out[name] = r.accuracies.tolist()
-        a = teachers.load_teachers({str(tmp_path)!r} + "/one")
-        b = teachers.load_teachers({str(tmp_path)!r} + "/four")
-        c = teachers.load_teachers({str(tmp_path)!r} + "/chunked")
+        a = teacher_training.load_teachers({str(tmp_path)!r} + "/one")
+        b = teacher_training.load_teachers({str(tmp_path)!r} + "/four")
+        c = teacher_training.load_teachers({str(tmp_path)!r} + "/chunked")
         diff = max(float(np.max(np.abs(x - y))) for other in (b, c) for x, y in
                    zip(jax.tree.leaves(a.params), jax.tree.leaves(other.params)))
         images = np.random.default_rng(0).uniform(size=(40, 8, 8, 1)).astype(np.float32)
@@ -287,7 +290,7 @@ def test_teacher_chunks_change_speed_not_results(tiny_config, tmp_path, trained_
     assert teacher_chunk(chunked.teachers, "cpu") == 4
     assert teacher_chunk(tiny_config.teachers, "gpu") == 0
     teachers.train_teachers(chunked, tmp_path / "c", show_progress=False)
-    a, b = teachers.load_teachers(straight), teachers.load_teachers(tmp_path / "c")
+    a, b = teacher_training.load_teachers(straight), teacher_training.load_teachers(tmp_path / "c")
     assert_trees_close(a.params, b.params, atol=1e-5)
 
 
@@ -338,16 +341,16 @@ def test_init_fn_compiles_once_for_teachers_initialised_one_by_one(tiny_config):
     """The sequential baseline of bench/teachers.py initialises one teacher at a time: with
     one `make_init_fn` it compiles once (a new jit per teacher recompiled 500 times and ran
     past 200 s on an H200), and each teacher gets the parameters `init_teachers` gives it."""
-    from pate.models import make_model
-    from pate.placement import Placement
+    from pate.programs.models import make_model
+    from pate.programs.placement import Placement
 
     tc = tiny_config.teachers
     model = make_model(tc, 4, backend="cpu")
-    tx = teachers.make_optimizer(tc, 4)
+    tx = teacher_training.make_optimizer(tc, 4)
     one = Placement(1, jax.devices()[:1])
-    init = teachers.make_init_fn(model, tx, (8, 8, 1), tc.seed, one)
+    init = teacher_training.make_init_fn(model, tx, (8, 8, 1), tc.seed, one)
     every = Placement(3, jax.devices()[:1])
-    together, _ = teachers.init_teachers(model, tx, (8, 8, 1), tc.seed, every)
+    together, _ = teacher_training.init_teachers(model, tx, (8, 8, 1), tc.seed, every)
     for t in range(3):
         params, _ = init(one.put(np.array([t], np.int32)))
         for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(together)):

@@ -1,9 +1,9 @@
 """`pate audit`: an empirical lower bound on ε for a mechanism record, beside its claim.
 
-Runs the project's own aggregator (`pate.aggregation.run` on `analysis.noise` samplers,
+Runs the project's own aggregator (`pate.release.aggregation.run` on `analysis.noise` samplers,
 exactly what `pate label` releases with) many times on the neighbouring vote histograms
-of `analysis.audit.candidate_pairs`, each query repeated ``queries`` times, counts the
-output events and hands them to `analysis.audit.audit` (Clopper–Pearson, the ε bound).
+of `analysis.empirical_eps.candidate_pairs`, each query repeated ``queries`` times, counts the
+output events and hands them to `analysis.empirical_eps.audit` (Clopper–Pearson, the ε bound).
 The claim is the record's tightest data-independent ε for the same number of queries at
 the same δ (replace-one).
 
@@ -22,15 +22,16 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis import audit as stats
+from analysis import empirical_eps as stats
 from analysis import mechanisms
 from analysis.errors import OptionError, PateError
 from analysis.noise import check_seed
 from analysis.report_io import write_atomic
-from pate import aggregation, rundir
+from pate.release import aggregation
+from pate.store import rundir
 from pate.config import PrivacyConfig, load_config
-from pate.released_labels import read_labels
-from pate.steps.analyze import check_outputs
+from pate.release.labels import read_labels
+from pate.release.privacy_report import check_outputs
 
 #: Vote counts per call of the aggregator (rows x classes): bounds the memory of one batch.
 CHUNK_COUNTS = 1 << 21
@@ -41,7 +42,7 @@ MAX_DRAWS = 2 * 10**10
 
 @dataclasses.dataclass(frozen=True)
 class Audit:
-    """What `pate audit` measured (see `analysis.audit.Bound`) and what was claimed."""
+    """What `pate audit` measured (see `analysis.empirical_eps.Bound`) and what was claimed."""
 
     record: mechanisms.Mechanism
     num_teachers: int
@@ -91,7 +92,7 @@ class Audit:
 
 
 def _side(record, row: np.ndarray, trials: int, queries: int, names, source) -> np.ndarray:
-    """The count histogram (`analysis.audit.count_histogram`) of ``trials`` runs of
+    """The count histogram (`analysis.empirical_eps.count_histogram`) of ``trials`` runs of
     ``queries`` queries of the aggregator on the histogram ``row``."""
     hist = np.zeros((len(names), queries + 1), dtype=np.int64)
     per_chunk = max(1, CHUNK_COUNTS // (queries * row.size))

@@ -9,9 +9,9 @@ values, no seed; ``meta.research_seed`` is true when a ``--seed`` made the noise
 are computed before either is written, and written atomically.
 
 `pate.steps.label_votes` does the same from a vote histogram computed elsewhere (`pate
-label --votes FILE`), through this module's `released_arrays` and `charge_release`.
-
-Every release goes through `release_labels`, the one place that calls the aggregator.
+label --votes FILE`); both draw and charge the release through `pate.release.labels`
+(`released_arrays`, `charge_release`), and every release goes through its `release_labels`,
+the one place that calls the aggregator.
 """
 
 from __future__ import annotations
@@ -21,19 +21,16 @@ import dataclasses
 import numpy as np
 
 from analysis import composition, mechanisms
-from analysis import plan as plan_mod
 from analysis.errors import PateError
 from analysis.noise import seed_record
-from pate import aggregation, release_target, rundir
-from pate import ledger as ledger_mod
+from pate.release import aggregation, target as release_target
+from pate.store import rundir
+from pate.store import ledger as ledger_mod
 from analysis.report_io import render_table
-from pate.released_labels import CHECK_OFFSETS, content_digest, read_labels
-from pate.config import AggregationConfig, Config
-from pate.door import Door, step
-
-# The keys labels.npz may hold besides `meta` (config hash and package version).
-RELEASED_KEYS = ("indices", "labels", "mechanism", "gamma", "sigma", "threshold", "sigma_threshold",
-                 "max_answers", CHECK_OFFSETS)
+from pate.config import Config
+from pate.store.door import Door, step
+from pate.release.budget import budget_line, budget_plan, check_accountable, mechanism_params, resolve
+from pate.release.labels import charge_release, released_arrays
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,87 +54,6 @@ class LabelResult:
         ])
 
 
-def resolve(cfg: AggregationConfig, *, num_teachers: int, pool_size: int) -> AggregationConfig:
-    """Checks an aggregation config against the ensemble and the pool."""
-    if cfg.queries > pool_size:
-        raise PateError(f"aggregation.queries = {cfg.queries} is more than the {pool_size} points "
-                        f"of the public pool; use at most {pool_size}")
-    if not mechanisms.from_config(cfg).answerable(num_teachers):
-        raise PateError(f"aggregation.threshold = {cfg.threshold:g} is above the {num_teachers} "
-                        "teachers: no query could ever be answered; lower it")
-    return cfg
-
-
-def check_accountable(cfg: AggregationConfig, privacy) -> None:
-    """Refuses, before any vote is computed, settings whose data-independent ε is not finite
-    (e.g. ``--sigma 1e-300`` would release the noiseless plurality)."""
-    n = cfg.queries
-    try:
-        record = mechanisms.from_config(cfg)
-        eps = record.independent_eps(n, privacy.delta, moments=range(1, privacy.moments + 1),
-                                     conversion=privacy.conversion).eps
-        option = record.noise_options()
-    except (ValueError, OverflowError, ZeroDivisionError, FloatingPointError) as err:
-        raise PateError(f"the [aggregation] / [privacy] settings cannot be accounted ({err}); "
-                        "check the noise (--gamma/--sigma/--sigma-threshold) and privacy.delta") from None
-    if not np.isfinite(eps):
-        raise PateError(f"{option} gives a non-finite data-independent eps for {n} queries: the "
-                        "release could not be accounted for; use more noise")
-
-
-def mechanism_params(cfg: AggregationConfig) -> dict:
-    """The noise parameters of the chosen mechanism (what labels.npz records)."""
-    return mechanisms.from_config(cfg).params()
-
-
-def release_settings(mechanism: mechanisms.Mechanism, privacy) -> dict:
-    """The sanitised release `pate analyze` makes after these labels with a ``[privacy]``
-    section (`analysis.plan.published_eps`'s keywords: the β of the mechanism's release,
-    the release order and cost)."""
-    beta = mechanism.release_beta(privacy)
-    return dict(beta=beta, release_order=privacy.release_order or None, release_cost=privacy.release_cost)
-
-
-def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments: int = 8,
-                conversion: str = "classic", accountant: str = "rdp", privacy=None) -> plan_mod.BudgetPlan:
-    """`analysis.plan.budget_plan` for an ``[aggregation]`` section (its mechanism and at
-    most ``cfg.queries`` queries). With ``privacy`` (a `PrivacyConfig`), the budget covers
-    what is published: the labels and the sanitised ε `pate analyze` releases with those
-    settings (`release_settings`); what `pate label --budget` plans."""
-    release = None if privacy is None else release_settings(mechanisms.from_config(cfg), privacy)
-    return plan_mod.budget_plan(mechanisms.from_config(cfg), cfg.queries, budget, delta, moments=moments,
-                                conversion=conversion, accountant=accountant, release=release)
-
-
-def budget_line(budget: float, plan: plan_mod.BudgetPlan, accountant: str) -> str:
-    """What `pate label --budget` prints, from a run's teachers or from ``--votes`` alike."""
-    answers = f", at most {plan.max_answers} answers" if plan.max_answers is not None else ""
-    return (f"budget eps {budget:g} ({accountant}): {plan.num_queries} queries{answers}; data-independent eps "
-            f"{plan.eps_published:.4g} at delta {plan.delta_published:g} for the labels and the sanitised eps "
-            f"`pate analyze` publishes with them (the labels alone: {plan.eps:.4g})")
-
-
-def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
-    """Withholds every answer after the first ``max_answers`` (label -1)."""
-    if max_answers is None:
-        return labels
-    answered = np.cumsum(labels >= 0)
-    return np.where((labels >= 0) & (answered > max_answers), aggregation.UNANSWERED, labels)
-
-
-def release_labels(votes: np.ndarray, mechanism: str, params: dict, *, seed: int | None = None,
-                   max_answers: int | None = None, offsets=None) -> np.ndarray:
-    """Noisy labels for every row of ``votes``: THE one call of the aggregator.
-
-    Draws a fresh noise key (``seed`` for research only; never written anywhere), runs
-    `pate.aggregation.aggregate` with the mechanism's parameters (``gamma``; ``sigma``;
-    ``threshold``, ``sigma_threshold``, ``sigma``) and withholds every answer past the
-    ``max_answers``-th (`cap_answers`); ``offsets``: Interactive-GNMax's check. int32, -1 = not answered.
-    """
-    released = aggregation.aggregate(votes, mechanism, aggregation.noise_source(seed), offsets, **params)
-    return cap_answers(released, max_answers)
-
-
 def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
           budget: float | None = None, accountant: str = "rdp", echo=print) -> LabelResult:
     """Computes the votes on the pool, releases noisy labels and writes both files.
@@ -151,14 +67,14 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         labels and the sanitised ε of `pate analyze` with ``config.privacy`` — would exceed
         it (see `budget_plan`); None answers `aggregation.queries` queries.
       accountant: how `budget` is measured: "rdp" or "pld" (see `budget_plan`).
-      ``config.privacy.target_eps``: plan the queries and release first (`pate.release_target`).
+      ``config.privacy.target_eps``: plan the queries and release first (`pate.release.target`).
       echo: where progress lines go.
 
     Raises:
       PateError: no teachers; labels exist and not `overwrite`; bad parameters.
     """
     from pate.data import load_dataset, split
-    from pate.steps.teachers import load_teachers
+    from pate.programs.teacher_training import load_teachers
 
     # Votes, labels and config.toml are swapped in together once all three are written.
     with step("label", workdir, config=config, overwrite=overwrite, echo=echo) as door:
@@ -190,10 +106,10 @@ def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, s
                            planned: dict) -> LabelResult:
     """The body of `label` once its inputs are checked: the ledger's budget, the votes,
     the release, the brief report; writes votes.npz and labels.npz through `door`."""
-    from pate.voting import plurality_accuracy, predict_votes
+    from pate.programs.voting import plurality_accuracy, predict_votes
 
     # The ledger of the private data set refuses a release over its total budget before
-    # any teacher votes (`pate.ledger`).
+    # any teacher votes (`pate.store.ledger`).
     agg = config.aggregation
     record = mechanisms.from_config(agg)
     num_queries = agg.queries if plan is None else plan.num_queries
@@ -223,7 +139,7 @@ def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, s
 
     # The brief report is computed before anything is written: a release the analysis
     # cannot account for is never written (drawing noise that is never published costs nothing).
-    from pate.steps.analyze import report_for_release
+    from pate.release.privacy_report import report_for_release
 
     p = config.privacy
     table = render_table(report_for_release(votes, labels, delta=p.delta, moments=p.moments,
@@ -239,26 +155,3 @@ def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, s
     return result
 
 
-def released_arrays(votes: np.ndarray, indices: np.ndarray, mechanism: str, params: dict,
-                     seed: int | None, cap: int | None, offsets=None) -> dict:
-    """What labels.npz holds: the queried `indices`, their noisy labels (`release_labels`
-    over `votes`, their rows), the mechanism and its noise (``max_answers`` added to
-    `params` when `cap` withheld answers; the public ``check_offsets`` with `offsets`)."""
-    released = release_labels(votes, mechanism, params, seed=seed, max_answers=cap, offsets=offsets)
-    if cap is not None:
-        params["max_answers"] = cap
-    labels = {"indices": indices.astype(np.int64), "labels": released.astype(np.int32),
-              "mechanism": np.array(mechanism)}
-    labels.update({k: np.array(float(v)) for k, v in params.items()})
-    labels.update({} if offsets is None else {CHECK_OFFSETS: np.asarray(offsets).astype(np.int32)})
-    return labels
-
-
-def charge_release(book, cost, record, run_path, labels_path, num_queries: int, privacy, *,
-                   data_digest: str | None = None) -> dict:
-    """Charges a label release to the data set's ledger (refused over ``total_budget``)."""
-    mechanism = {"name": record.name, **record.params(), "queries": int(num_queries),
-                 "describe": f"labels: {num_queries} queries of {record.describe()}"}
-    return book.charge("labels", cost, run=run_path, mechanism=mechanism,
-                       subject=content_digest(read_labels(labels_path)), budget=privacy.total_budget,
-                       delta=privacy.delta, data_digest=data_digest)

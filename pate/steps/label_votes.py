@@ -18,11 +18,13 @@ from analysis import composition, mechanisms
 from analysis.errors import PateError
 from analysis.noise import seed_record
 from analysis.report_io import render_table
-from pate import aggregation, rundir
-from pate import ledger as ledger_mod
+from pate.release import aggregation
+from pate.store import rundir
+from pate.store import ledger as ledger_mod
 from pate.config import AggregationConfig, PrivacyConfig
-from pate.door import Door, step
-from pate.steps.label import budget_line, budget_plan, charge_release, check_accountable, released_arrays, resolve
+from pate.store.door import Door, step
+from pate.release.budget import budget_line, budget_plan, check_accountable, resolve
+from pate.release.labels import charge_release, released_arrays
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +101,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
       seed: noise seed (research only; never written). Default: fresh OS entropy.
       overwrite: replace an existing votes.npz / labels.npz.
       ledger: the name of the private data set the votes come from, whose ledger
-        (`pate.ledger`) is charged; default ``votes:<absolute path of the votes file>``
+        (`pate.store.ledger`) is charged; default ``votes:<absolute path of the votes file>``
         (``votes:in-memory`` for an array).
       total_budget: refuse the release when the ledger's cumulative ε at ``delta`` would
         exceed it (None or 0: no limit).
@@ -184,7 +186,7 @@ def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, mech
     """The body of `label_votes` once its inputs are checked: the ledger's budget, the
     release, the report; writes votes.npz and labels.npz through `door`."""
     from analysis import report as report_mod
-    from pate.steps.analyze import data_independent_comparison, report_for_release
+    from pate.release.privacy_report import data_independent_comparison, report_for_release
 
     delta, moments = privacy.delta, privacy.moments
     cap = None if plan is None else plan.max_answers

@@ -20,7 +20,7 @@ and of the artifacts it read. Those files include private ones (``teachers.json`
 ``privacy.json``), which an adversary who knows all votes but one teacher's can rebuild
 byte for byte for each neighbouring data set; a plain sha256 in ``pipeline.json``
 (world-readable) would tell them which one is real. So the digests are HMAC-SHA256
-under the run's secret key ``pipeline.key`` (`pate.digests.keyed_digest`, 0600): they
+under the run's secret key ``pipeline.key`` (`pate.store.digests.keyed_digest`, 0600): they
 still show that a file is unchanged, and without the key they reveal nothing of it. A
 lost key only makes the digests match nothing: steps are then checked by their config
 hashes, as below. A step is skipped when its artifacts are all present, its
@@ -29,7 +29,7 @@ its inputs are the ones it was made from. Artifacts made by the single commands 
 record yet) are recognised by the config hash in their ``meta``: it must be the hash of
 the current config or of the run's ``config.toml``.
 
-Before a step is skipped its artifacts are checked (`pate.digests.damaged`): a damaged
+Before a step is skipped its artifacts are checked (`pate.store.digests.damaged`): a damaged
 student or report is made again, damaged teachers or labels are refused (a new release
 needs ``--overwrite``). Results flow forward: ``pipeline.json`` keeps the figures each
 step returned (the label accuracy `label` measured; n/a for labels made elsewhere).
@@ -49,11 +49,11 @@ from typing import Callable, Iterable
 
 
 from analysis.errors import PateError
-from pate import digests, rundir
-from pate.released_labels import read_labels, read_run_labels, release_digest
+from pate.store import digests, rundir
+from pate.release.labels import read_labels, read_run_labels, release_digest
 from pate.config import Config, config_hash, config_to_dict
-from pate.door import step
-from pate.steps.run_summary import RunSummary, StepRecord, summarise
+from pate.store.door import step
+from pate.release.run_summary import RunSummary, StepRecord, summarise
 
 @dataclasses.dataclass(frozen=True)
 class _Context:
@@ -134,7 +134,7 @@ def _train_student(ctx: _Context, rounds: int | None = 1) -> dict:
 
 
 def _round2(ctx: _Context) -> dict:
-    from pate.steps.rounds import label_round2
+    from pate.steps.label_round2 import label_round2
 
     result = label_round2(ctx.config, ctx.run_dir.path, seed=ctx.seed, overwrite=True, echo=ctx.echo)
     return {"label_accuracy": result.label_accuracy}
@@ -332,8 +332,8 @@ def preflight(config: Config, seed: int | None) -> None:
     Checks the seed (0 <= seed < 2**128), the release settings (`check_accountable`), and
     the queries and threshold against the pool (``data.public_size``) and ensemble size the
     config fixes: no refusal the config implied comes after hours of teacher training."""
-    from pate.aggregation import noise_source
-    from pate.steps.label import check_accountable, resolve
+    from pate.release.aggregation import noise_source
+    from pate.release.budget import check_accountable, resolve
 
     noise_source(seed)  # the same 128-bit check serves the aggregator and the release
     check_accountable(config.aggregation, config.privacy)
@@ -343,17 +343,17 @@ def preflight(config: Config, seed: int | None) -> None:
         raise PateError(f"rounds.queries = {config.rounds.queries} but round 1 leaves {left} pool points "
                         "unqueried; ask at most that many in round 2")
     if config.rounds.rounds == 2:
-        from pate.release_target import check_round2
+        from pate.release.target import check_round2
 
         check_round2(config)
 
 
 def check_budget(config: Config, run_dir: rundir.RunDir) -> None:
     """Refuses, before the teachers train, a run whose label release would take its data
-    set's cumulative ε over ``[privacy] total_budget`` (`pate.ledger`). Only when the
+    set's cumulative ε over ``[privacy] total_budget`` (`pate.store.ledger`). Only when the
     run has no release yet: a finished run's steps are skipped, not released again."""
     from analysis import composition, mechanisms
-    from pate.ledger import Ledger
+    from pate.store.ledger import Ledger
 
     if not config.privacy.total_budget or run_dir.exists(rundir.LABELS_NPZ):
         return

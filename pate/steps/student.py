@@ -23,13 +23,12 @@ is saved. Training runs as one jitted loop over chunks of steps (a ``lax.fori_lo
 inside ``jit``), so the host only wakes up between chunks to draw the progress bar.
 
 The training program itself (optimizer, state, the FixMatch step, the jitted loop) is
-`pate.student_training`; this module reads the release, runs it, scores and writes the student.
+`pate.programs.student_training`; this module reads the release, runs it, scores and writes the student.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import time
 from pathlib import Path
@@ -40,12 +39,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.errors import PateError
-from pate import checkpoints, digests, keys, models, rundir
-from pate.released_labels import Release, read_release
-from pate.config import MAX_INT, Config, StudentConfig, config_from_dict, config_to_dict
-from pate.progress import Progress
-from pate.student_training import compiled_loop, init_state, label_weights
-from pate.door import step
+from pate.store import checkpoints, digests, rundir
+from pate.programs import keys, models
+from pate.release.labels import Release, read_release
+from pate.config import MAX_INT, Config, StudentConfig, config_to_dict
+from pate.programs.progress import Progress
+from pate.programs.student_training import compiled_loop, init_state, label_weights
+from pate.store.door import step
+from pate.programs.student_training import load_student, predict
 
 Params = Any
 
@@ -79,64 +80,7 @@ def steps_for_epochs(cfg: StudentConfig, epochs: float, *, pool_size: int, num_l
 # --------------------------------------------------------------------------- predictions
 
 
-@functools.lru_cache(maxsize=8)
-def _predict_fn(model):
-    return jax.jit(lambda params, x: jnp.argmax(model.apply(params, x), axis=-1))
-
-
-def predict(model, params: Params, images: np.ndarray, batch_size: int = 500) -> np.ndarray:
-    """The student's predicted class for each image (fixed-size batches, the last padded)."""
-    fn = _predict_fn(model)
-    images = np.asarray(images, np.float32)
-    out = []
-    for start in range(0, images.shape[0], batch_size):
-        chunk = images[start: start + batch_size]
-        real = chunk.shape[0]
-        if real < batch_size and images.shape[0] > batch_size:
-            chunk = np.concatenate([chunk, np.zeros((batch_size - real, *chunk.shape[1:]), np.float32)])
-        out.append(np.asarray(fn(params, jnp.asarray(chunk)))[:real])
-    return np.concatenate(out) if out else np.zeros((0,), np.int64)
-
-
 # --------------------------------------------------------------------------- loading
-
-
-@dataclasses.dataclass(frozen=True)
-class Student:
-    """A trained student loaded from a run directory."""
-
-    params: Params
-    model: Any
-    config: Config
-    num_classes: int
-    image_shape: tuple[int, ...]
-
-    def predict(self, images: np.ndarray) -> np.ndarray:
-        return predict(self.model, self.params, images, self.config.student.eval_batch_size)
-
-
-def load_student(workdir: str | Path, *, record: str = rundir.STUDENT_JSON,
-                 directory: str = rundir.STUDENT_DIR) -> Student:
-    """The trained student of a run directory (the EMA weights); ``record`` and
-    ``directory`` name another copy (round 2's ``student-round1``).
-
-    Raises:
-      PateError: the directory holds no finished `train-student` run.
-    """
-    where = directory
-    record = checkpoints.read_record(workdir, record=record, directory=directory,
-                                     noun="student", command="train-student", pronoun="it")
-    info, config = record.info, record.config
-    try:
-        scfg = config_from_dict({"student": info["student"]}).student if "student" in info else config.student
-    except (KeyError, TypeError, ValueError, AttributeError, PateError):
-        raise record.refuse("student") from None
-    model = models.make_model(scfg, record.num_classes)
-    like = jax.eval_shape(lambda: model.init(keys.training_key(0), jnp.zeros((1, *record.image_shape))))
-    directory = record.run / where
-    params = checkpoints.verified_restore("student checkpoint", directory, info.get("checkpoint_sha256"),
-                                          record.remake, lambda: checkpoints.restore_params(directory, like))
-    return Student(params, model, config, record.num_classes, record.image_shape)
 
 
 # --------------------------------------------------------------------------- the command

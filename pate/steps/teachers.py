@@ -1,9 +1,9 @@
 """The teacher ensemble: all teachers as one stacked pytree, trained by one jitted step
 vmapped over the teacher axis (sharded over a ("teacher",) mesh when there are several
 devices), checkpointed with orbax and evaluated; `load_teachers` reads a trained ensemble back.
-Its predictions and vote histograms are `pate.voting`'s.
+Its predictions and vote histograms are `pate.programs.voting`'s.
 
-Randomness is explicit (`pate.keys`): teacher t is initialised from `fold_in(init_key, t)`
+Randomness is explicit (`pate.programs.keys`): teacher t is initialised from `fold_in(init_key, t)`
 and shuffles and augments its shard in epoch e from `fold_in(fold_in(data_key, t), e)`,
 so a run resumed from a checkpoint, or sharded differently, sees the same batches.
 
@@ -25,17 +25,17 @@ from typing import Any, Callable, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 
 from analysis.errors import PateError
-from pate import augment, checkpoints, digests, keys, rundir
-from pate.config import Config, TeachersConfig
+from pate.store import checkpoints, digests, rundir
+from pate.config import Config
 from pate.data import Partition, load_dataset, partition, split
-from pate.models import conv_impl, make_model
-from pate.placement import Placement, teacher_chunk, to_host, unpad
-from pate.progress import Progress
-from pate.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
-from pate.door import Door, step
+from pate.programs.models import conv_impl, make_model
+from pate.programs.placement import Placement, to_host, unpad
+from pate.programs.progress import Progress
+from pate.programs.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
+from pate.store.door import Door, step
+from pate.programs.teacher_training import state_shapes, init_teachers, make_epoch_fn, make_optimizer
 
 Params = Any
 
@@ -43,180 +43,7 @@ Params = Any
 # --------------------------------------------------------------------------- training program
 
 
-def make_optimizer(cfg: TeachersConfig, steps_per_epoch: int) -> optax.GradientTransformation:
-    """AdamW or SGD+momentum with a cosine (to zero) or constant learning rate."""
-    total = cfg.epochs * steps_per_epoch
-    if cfg.schedule == "cosine":
-        lr = optax.cosine_decay_schedule(cfg.learning_rate, max(total, 1))
-    else:
-        lr = optax.constant_schedule(cfg.learning_rate)
-    if cfg.optimizer == "adamw":
-        return optax.adamw(lr, weight_decay=cfg.weight_decay)
-    return optax.chain(optax.add_decayed_weights(cfg.weight_decay),
-                       optax.sgd(lr, momentum=cfg.momentum or None, nesterov=cfg.momentum > 0))
-
-
-def _all_finite(tree: Any) -> jax.Array:
-    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
-
-
-def init_teachers(model, tx: optax.GradientTransformation, image_shape: Sequence[int],
-                  seed: int, placement: Placement,
-                  teacher_ids: jax.Array | None = None) -> tuple[Params, Any]:
-    """Stacked parameters and optimizer states of all teachers, on the devices.
-
-    Teacher t's parameters come from `fold_in(stream(training_key(seed), INIT_STREAM), t)`
-    (`pate.keys`).
-
-    Args:
-      teacher_ids: the ids to initialise, placed by `placement` (default: all of
-        `placement.teacher_ids()`).
-    """
-    init = make_init_fn(model, tx, image_shape, seed, placement)
-    return init(placement.teacher_ids() if teacher_ids is None else teacher_ids)
-
-
-def make_init_fn(model, tx: optax.GradientTransformation, image_shape: Sequence[int], seed: int,
-                 placement: Placement) -> Callable:
-    """The jitted initialiser of `init_teachers`: placed teacher ids -> (params, opt_state).
-    Build it once to initialise many groups of teachers: each new one compiles again (on a
-    GPU about 0.4 s, which 500 teachers initialised one by one would pay 500 times)."""
-    init_key = keys.stream(keys.training_key(seed), keys.INIT_STREAM)
-
-    def one(teacher_id):
-        params = model.init(jax.random.fold_in(init_key, teacher_id),
-                            jnp.zeros((1, *image_shape), jnp.float32))
-        return params, tx.init(params)
-
-    return jax.jit(jax.vmap(one), out_shardings=placement.sharding)
-
-
-def make_epoch_fn(model, tx: optax.GradientTransformation, cfg: TeachersConfig,
-                  shard_size: int, placement: Placement | None = None) -> Callable:
-    """One epoch for all teachers: `(params, opt_state, x, y, teacher_ids, epoch) ->
-    (params, opt_state, mean_loss[T], finite[T])`.
-
-    Per teacher, a `lax.scan` over `shard_size // batch_size` batches of its own
-    shuffled shard; the optimizer update is inside the vmap, so no operation couples
-    teachers. The teachers on a device run `teacher_chunk` at a time (vmapped; chunks
-    one after another via `lax.map`), or all at once. With a mesh, `shard_map` gives
-    each device its own block of teachers. `finite[t]` is False when teacher t's loss
-    or parameters are NaN/inf.
-    """
-    batch = cfg.batch_size
-    num_batches = shard_size // batch
-    train_key = keys.stream(keys.training_key(cfg.seed), keys.DATA_STREAM)
-
-    def loss_fn(params, x, y, key):
-        logits = model.apply(params, x, train=True, rngs={"dropout": key})
-        targets = jax.nn.one_hot(y, logits.shape[-1])
-        if cfg.label_smoothing:
-            targets = optax.smooth_labels(targets, cfg.label_smoothing)
-        return optax.softmax_cross_entropy(logits, targets).mean()
-
-    def teacher_epoch(params, opt_state, x, y, teacher_id, epoch):
-        key = jax.random.fold_in(jax.random.fold_in(train_key, teacher_id), epoch)
-        k_perm, k_aug = jax.random.split(key)
-        order = jax.random.permutation(k_perm, shard_size)[: num_batches * batch]
-
-        def step(carry, inputs):
-            params, opt_state = carry
-            idx, i = inputs
-            k_batch, k_dropout = jax.random.split(jax.random.fold_in(k_aug, i))
-            xb = augment.weak_zero_fill(k_batch, x[idx], cfg.augment_shift, cfg.augment_flip)
-            loss, grads = jax.value_and_grad(loss_fn)(params, xb, y[idx], k_dropout)
-            updates, opt_state = tx.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), loss
-
-        (params, opt_state), losses = jax.lax.scan(
-            step, (params, opt_state), (order.reshape(num_batches, batch), jnp.arange(num_batches)))
-        loss = losses.mean()
-        finite = jnp.isfinite(loss) & _all_finite(params)
-        return params, opt_state, loss, finite
-
-    all_at_once = jax.vmap(teacher_epoch, in_axes=(0, 0, 0, 0, 0, None))
-    chunk = teacher_chunk(cfg, placement.platform if placement else jax.default_backend())
-
-    def local_epoch(params, opt_state, x, y, teacher_ids, epoch):
-        if not chunk or chunk >= teacher_ids.shape[0]:
-            return all_at_once(params, opt_state, x, y, teacher_ids, epoch)
-        return jax.lax.map(lambda args: teacher_epoch(*args, epoch),
-                           (params, opt_state, x, y, teacher_ids), batch_size=chunk)
-
-    epoch_fn = local_epoch
-    if placement is not None and placement.mesh is not None:
-        spec = jax.sharding.PartitionSpec("teacher")
-        epoch_fn = jax.shard_map(local_epoch, mesh=placement.mesh,
-                                 in_specs=(spec,) * 5 + (jax.sharding.PartitionSpec(),),
-                                 out_specs=spec)
-    return jax.jit(epoch_fn, donate_argnums=(0, 1))
-
-
 # --------------------------------------------------------------------------- loading
-
-
-def _shapes(model, tx, image_shape: Sequence[int], num_teachers: int):
-    """Abstract (unpadded, host) stacked params and optimizer state."""
-
-    def one():
-        params = model.init(keys.training_key(0), jnp.zeros((1, *image_shape), jnp.float32))
-        return params, tx.init(params)
-
-    params, opt = jax.eval_shape(one)
-    stack = lambda s: jax.ShapeDtypeStruct((num_teachers, *s.shape), s.dtype)  # noqa: E731
-    return jax.tree.map(stack, params), jax.tree.map(stack, opt)
-
-
-@dataclasses.dataclass(frozen=True)
-class Teachers:
-    """A trained ensemble loaded from a run directory."""
-
-    params: Params  # stacked, leading axis T, host arrays
-    model: Any
-    config: Config
-    num_classes: int
-    image_shape: tuple[int, ...]
-
-    @property
-    def num_teachers(self) -> int:
-        return int(jax.tree.leaves(self.params)[0].shape[0])
-
-
-def load_teachers(workdir: str | Path) -> Teachers:
-    """The finished ensemble of a run directory (what `pate label` queries).
-
-    Raises:
-      PateError: the directory holds no finished `train-teachers` run.
-    """
-    record = checkpoints.read_record(workdir, record=rundir.TEACHERS_JSON, directory=rundir.TEACHERS_DIR,
-                                     noun="teachers", command="train-teachers", pronoun="them")
-    run, info, config, remake = record.run, record.info, record.config, record.remake
-    try:
-        recorded = info.get("checkpoint")
-        if recorded is not None:
-            step, digest = int(recorded["step"]), str(recorded["sha256"])
-        else:  # a run from before checkpoints were recorded: the last epoch's
-            step, digest = int(info["epochs"]), None
-    except (KeyError, TypeError, ValueError, AttributeError):
-        raise record.refuse("checkpoint") from None
-    if int(info.get("num_teachers", config.teachers.num_teachers)) != config.teachers.num_teachers:
-        raise PateError(f"{record.path} records {info.get('num_teachers')} teachers but "
-                        f"{run / rundir.CONFIG_TOML} says {config.teachers.num_teachers}; {remake}")
-    model = make_model(config.teachers, record.num_classes)
-    tx = make_optimizer(config.teachers, 1)
-    params_like, _ = _shapes(model, tx, record.image_shape, config.teachers.num_teachers)
-
-    def restore():
-        manager = checkpoints.open_manager(run / rundir.TEACHERS_DIR, create=False)
-        try:
-            return checkpoints.restore_step(manager, step, {"params": params_like}, ("progress",))
-        finally:
-            manager.close()
-
-    restored = checkpoints.verified_restore(f"teacher checkpoint of epoch {step}",
-                                            run / rundir.TEACHERS_DIR / str(step), digest, remake, restore)
-    params = jax.tree.map(np.asarray, restored["params"])
-    return Teachers(params, model, config, record.num_classes, record.image_shape)
 
 
 # --------------------------------------------------------------------------- the command
@@ -288,7 +115,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
       echo: where the line about replaced artifacts goes.
 
     With `overwrite` over finished teachers, the new ensemble is trained in
-    ``RUN/.new-teachers/`` and swapped in only once complete (`pate.door.step`): a
+    ``RUN/.new-teachers/`` and swapped in only once complete (`pate.store.door.step`): a
     failure leaves the old teachers as they were. The artifacts of later steps
     (votes, labels, student, privacy report) are then moved aside, not deleted.
 
@@ -365,7 +192,7 @@ def _train(config: Config, door: Door, manager, placement: Placement, model, tx,
     start_epoch, history = 0, []
     latest = manager.latest_step() if door.resuming else None
     if latest is not None:
-        params_like, opt_like = _shapes(model, tx, image_shape, tc.num_teachers)
+        params_like, opt_like = state_shapes(model, tx, image_shape, tc.num_teachers)
         restored = checkpoints.restore_step(manager, latest, {"params": params_like, "opt_state": opt_like},
                                             ("progress",))
         params = placement.put(jax.tree.map(np.asarray, restored["params"]))

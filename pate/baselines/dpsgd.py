@@ -1,0 +1,382 @@
+"""`pate dpsgd`: the DP-SGD baseline, trained on the same private train split as the
+teachers and scored on the same evaluation split as the student.
+
+DP-SGD (Abadi et al., "Deep Learning with Differential Privacy", CCS 2016, Algorithm 1)
+with Poisson sampling. Step t:
+
+1. Sampling: every private training example joins the batch independently with
+   probability q = batch_size / N (drawn on the host from a generator seeded with the
+   run's 128-bit key); the batch size is random, its expectation is `batch_size`.
+2. Per-example gradients with ``jax.vmap(jax.grad(loss_of_one_example))``, computed
+   `microbatch` examples at a time (the padding of the last microbatch is masked out).
+3. Clipping: each example's gradient g_i is scaled to ``g_i min(1, C / ||g_i||_2)``
+   (the L2 norm over all parameters), so one example moves the sum by at most C.
+4. Noise: ``(sum_i clipped g_i + N(0, sigma^2 C^2 I)) / (q N)``, dividing by the
+   *expected* batch size (dividing by the realised size would depend on the data).
+   The noise key is ``fold_in(key, t)`` of the ``NOISE_STREAM`` of an ``rbg`` key holding
+   128 bits of OS entropy (`pate.programs.keys`).
+5. SGD with momentum (optax) on the noisy gradient (post-processing).
+
+Formal guarantee: with sigma from `pate.baselines.sgd_accounting.calibrate_noise`, the released
+parameters (and anything computed from them) are (eps, delta)-DP with respect to
+adding or removing one example of the private training split, eps as accounted for
+``steps`` Poisson-subsampled Gaussian steps (Abadi et al. 2016, Thm. 1, made tight by
+the RDP analysis of Mironov, Talwar & Zhang 2019), q and ``steps`` being fixed in
+advance (they follow from the size of the training split, taken as public). For
+replace-one neighbours, the relation PATE's ε is stated for, ``dpsgd.json`` also gives
+``eps_replace_one`` (`pate.baselines.sgd_accounting.epsilon_replace_one`: group privacy of
+size 2 or the RDP weak triangle inequality, the smaller); with ``[dpsgd] relation =
+"replace-one"`` the noise is calibrated so that this is at most the target. Only the
+privacy of the training split is protected; the evaluation split and the public pool are not touched in training. Nothing else that depends on the private
+data is written: no loss values, no realised batch sizes (a sum of batch sizes reveals
+membership), no wall times (the training time grows with the realised batch sizes; they
+are printed, not written), no seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from analysis.errors import PateError
+from analysis.validation import check_delta, check_positive
+from pate.store import checkpoints, digests, rundir
+from pate.baselines import sgd_accounting as dpsgd_accounting
+from pate.programs import keys
+from pate.config import Config, DpsgdConfig, config_to_dict
+from pate.programs.models import Linear, TanhCNN, cnn_output_side
+from pate.programs.progress import Progress
+from pate.programs.student_training import predict
+from pate.store.door import step
+from pate.store import ledger as ledger_mod
+from analysis import composition
+
+Params = Any
+
+# --------------------------------------------------------------------------- models
+
+
+def make_model(cfg: DpsgdConfig, model: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
+    """The network `model` names, checked against the input shape it will see."""
+    if model == "scatternet":
+        return Linear(num_classes)
+    h, w = input_shape[:2]
+    if min(cnn_output_side(h, cfg), cnn_output_side(w, cfg)) <= 0:
+        raise PateError(f"dpsgd.conv_kernels/conv_strides/conv_padding shrink {h}x{w} images to "
+                        "nothing (each layer is a convolution then a 2x2 stride-1 max pool); use "
+                        "smaller kernels or strides")
+    return TanhCNN(num_classes, tuple(cfg.conv_features), tuple(cfg.conv_kernels),
+                   tuple(cfg.conv_strides), tuple(cfg.conv_padding), tuple(cfg.hidden))
+
+
+# --------------------------------------------------------------------------- the DP step
+
+
+def clipped_gradient_sum(loss_one: Callable, params: Params, x: jax.Array, y: jax.Array,
+                         valid: jax.Array, clip_norm: float) -> Params:
+    """sum_i valid_i g_i min(1, C / ||g_i||) with g_i = grad loss_one(params, x_i, y_i).
+
+    Per-example gradients come from ``jax.vmap(jax.grad(loss_one))``; the norm is the L2
+    norm over all parameters of one example's gradient. Each example's contribution has
+    norm at most `clip_norm` (the sensitivity of the sum under add/remove-one).
+    """
+    grads = jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0))(params, x, y)
+    leaves = jax.tree.leaves(grads)
+    sq = sum(jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=1) for g in leaves)
+    norms = jnp.sqrt(sq)
+    scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norms, 1e-12)) * valid
+    return jax.tree.map(lambda g: jnp.tensordot(scale, g, axes=1), grads)
+
+
+def noisy_mean(grad_sum: Params, key: jax.Array, noise_std: float, denominator: float) -> Params:
+    """``(grad_sum + N(0, noise_std^2 I)) / denominator``, independent noise per
+    coordinate, one subkey per parameter array (split from `key`).
+
+    With `noise_std` = sigma C this is the Gaussian mechanism on a sum of sensitivity C:
+    (alpha, alpha / (2 sigma^2))-RDP (Mironov 2017, Prop. 7) before subsampling.
+    """
+    leaves, treedef = jax.tree.flatten(grad_sum)
+    subkeys = jax.random.split(key, len(leaves))
+    noisy = [(g + noise_std * jax.random.normal(k, g.shape, g.dtype)) / denominator
+             for g, k in zip(leaves, subkeys)]
+    return jax.tree.unflatten(treedef, noisy)
+
+
+def make_step(model: nn.Module, tx: optax.GradientTransformation, clip_norm: float,
+              noise_std: float, denominator: float) -> Callable:
+    """The jitted DP-SGD step ``step(params, opt_state, x, y, idx, valid, key)``.
+
+    `idx` (K, M) holds the batch's row indices in `x`/`y` cut into K microbatches of M
+    (padding rows have ``valid == 0``); `key` is this step's noise key.
+    """
+
+    def loss_one(params, x, y):
+        logits = model.apply(params, x[None])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y[None])[0]
+
+    def step(params, opt_state, x, y, idx, valid, key):
+        def body(acc, chunk):
+            i, v = chunk
+            g = clipped_gradient_sum(loss_one, params, x[i], y[i], v, clip_norm)
+            return jax.tree.map(jnp.add, acc, g), None
+
+        zero = jax.tree.map(jnp.zeros_like, params)
+        total, _ = jax.lax.scan(body, zero, (idx, valid))
+        grad = noisy_mean(total, key, noise_std, denominator)
+        updates, opt_state = tx.update(grad, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    return jax.jit(step, donate_argnums=(0, 1))
+
+
+def poisson_batch(rng: np.random.Generator, n: int, rate: float, microbatch: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """A Poisson sample of ``range(n)`` at `rate`, as (K, microbatch) indices and
+    validity mask (K >= 1; rows past the sample are index 0 with mask 0)."""
+    chosen = np.flatnonzero(rng.random(n) < rate)
+    k = max(1, math.ceil(chosen.size / microbatch))
+    idx = np.zeros(k * microbatch, np.int32)
+    valid = np.zeros(k * microbatch, np.float32)
+    idx[: chosen.size] = chosen
+    valid[: chosen.size] = 1.0
+    return idx.reshape(k, microbatch), valid.reshape(k, microbatch)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+@dataclasses.dataclass(frozen=True)
+class DpsgdResult:
+    """What `train_dpsgd` did (written to `dpsgd.json`, but for the wall time: printed only)."""
+
+    model: str
+    accuracy: float
+    accuracy_test: float
+    eval_points: int
+    test_points: int
+    eps: float
+    target_eps: float
+    delta: float
+    noise_multiplier: float
+    steps: int
+    epochs: float
+    batch_size: int
+    wall_time_s: float
+    eps_replace_one: float = math.nan
+    target_relation: str = "add/remove-one"
+
+    def summary(self) -> str:
+        return "\n".join([
+            f"dpsgd: {self.model}, {self.steps} steps (expected batch {self.batch_size}, "
+            f"{self.epochs:.1f} epochs), noise multiplier {self.noise_multiplier:.4f}",
+            f"dpsgd accuracy on the evaluation split ({self.eval_points} points): {self.accuracy:.4f} "
+            f"(whole test split, {self.test_points} points: {self.accuracy_test:.4f})",
+            f"dpsgd eps = {self.eps:.4f} at delta = {self.delta:g} (add/remove-one neighbours); "
+            f"replace-one neighbours: eps = {self.eps_replace_one:.4f}; target {self.target_eps:g} "
+            f"({self.target_relation})",
+            f"wall time: {self.wall_time_s:.1f} s (printed only: it depends on the private batch sizes)",
+        ])
+
+
+def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
+                overwrite: bool = False, show_progress: bool = True,
+                echo: Callable[[str], None] = print) -> DpsgdResult:
+    """Trains `config.dpsgd.model` with DP-SGD at `config.dpsgd.eps`, `config.privacy.delta`.
+
+    Reads the data set's train split (private: the teachers' shards together) and its
+    evaluation split (and the public pool, scored as part of the whole test split);
+    writes ``dpsgd.json`` and ``dpsgd/`` (orbax checkpoint of the parameters) into
+    `workdir`, and ``config.toml`` when the directory has none (an existing run's config
+    is left alone). ScatterNet features are cached in ``dpsgd-features/`` (private).
+
+    Args:
+      config: the resolved config.
+      workdir: the run directory.
+      seed: None (fresh OS entropy: anything released) or an integer in [0, 2**128) for
+        reproducible research; never written.
+      overwrite: replace an existing ``dpsgd.json``.
+      show_progress: draw a progress bar.
+      echo: where status lines go.
+
+    Raises:
+      PateError: bad eps/delta/seed, missing data, an existing result without
+        `overwrite`, a run directory of another data set, an image too small for the
+        CNN, a non-finite parameter after training.
+    """
+    from pate.data import load_dataset, split
+
+    start = time.time()
+    cfg = config.dpsgd
+    delta = config.privacy.delta
+    # The new model and dpsgd.json are staged and swapped in together once the release is
+    # charged: an interruption leaves the old result in place.
+    with step("dpsgd", workdir, config=config, overwrite=overwrite, data={}, keep_config=True,
+              echo=echo) as door:
+        check_positive("eps", cfg.eps)
+        check_delta(delta)
+        key = keys.noise_key(seed)  # checks the seed before any work
+        splits = split(load_dataset(config.data), config.data.public_size)
+        plan = Plan.of(cfg, int(splits.train_x.shape[0]), delta)
+        # The model is a release of the private train split: its ledger refuses it over the
+        # data set's total budget before any training (`pate.store.ledger`).
+        book = ledger_mod.Ledger.for_config(config)
+        book.check_budget([plan.cost], config.privacy.total_budget, delta, "this DP-SGD model")
+        feature_start = time.time()
+        train_x, test_x, test_y = _features(cfg, splits, door.run)
+        feature_time = time.time() - feature_start
+        model = make_model(cfg, cfg.model, splits.num_classes, tuple(train_x.shape[1:]))
+        params, train_time = _fit(model, cfg, plan, train_x, splits.train_y, key, delta, show_progress, echo)
+        result = _score(model, params, cfg, plan, test_x, test_y, splits.pool_x.shape[0], delta, start)
+        checkpoints.save_params(door.out / rundir.DPSGD_DIR, params, then="run `pate dpsgd --overwrite` again")
+        door.out.write_json(rundir.DPSGD_JSON, {"data_set": book.summary(delta, extra=[plan.cost]),
+                                                **_record(config, plan, result, params, train_x, seed,
+                                                          splits.num_classes)}, config)
+        book.charge("dpsgd", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
+                    subject="dpsgd:" + digests.file_digest(door.out / rundir.DPSGD_JSON),
+                    mechanism={"name": "dpsgd", "model": cfg.model, "describe": f"DP-SGD {cfg.model}: "
+                               f"{plan.steps} steps, q {plan.rate:.4g}, sigma {plan.noise_multiplier:.4g}"},
+                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+    echo(ledger_mod.cumulative_line(book, delta))
+    echo(f"dpsgd: training {train_time:.1f} s, features {feature_time:.1f} s (not written to "
+         f"{rundir.DPSGD_JSON}: the training time grows with the private batch sizes)")
+    return result
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """The DP-SGD schedule fixed before training: Poisson rate, steps, noise, cost."""
+
+    n: int  # private training points
+    batch_size: int  # expected batch
+    learning_rate: float
+    rate: float
+    steps: int
+    noise_multiplier: float
+    cost: composition.Cost
+    relation: str  # the neighbouring relation the target eps holds for
+
+    @classmethod
+    def of(cls, cfg: DpsgdConfig, n: int, delta: float) -> "Plan":
+        """The schedule of `cfg` on `n` points, its noise calibrated to ``cfg.eps`` at `delta`."""
+        batch_size, learning_rate, epochs = cfg.training()
+        rate = min(1.0, batch_size / n)
+        steps = max(1, round(epochs / rate))
+        relation = dpsgd_accounting.RELATION_REPLACE if cfg.relation == "replace-one" else dpsgd_accounting.RELATION
+        noise_multiplier = dpsgd_accounting.calibrate_noise(cfg.eps, delta, rate, steps, cfg.accountant,
+                                                            relation=relation)
+        return cls(n, batch_size, learning_rate, rate, steps, noise_multiplier,
+                   composition.dpsgd_cost(rate, noise_multiplier, steps), relation)
+
+
+def _features(cfg: DpsgdConfig, splits, run: rundir.RunDir):
+    """(train_x, test_x, test_y): pixels, or ScatterNet features cached (private) in the run.
+    The test split is the pool and the evaluation split together."""
+    test_x = np.concatenate([splits.pool_x, splits.eval_x])
+    test_y = np.concatenate([splits.pool_y, splits.eval_y])
+    if cfg.model != "scatternet":
+        return splits.train_x, test_x, test_y
+    from pate.programs import scattering
+
+    cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # features of private data
+    train_x = scattering.features(splits.train_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "train")
+    test_x = scattering.features(test_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "test")
+    return train_x, test_x, test_y
+
+
+def _fit(model, cfg: DpsgdConfig, plan: Plan, train_x, train_y, key, delta: float, show_progress: bool,
+         echo) -> tuple[Params, float]:
+    """DP-SGD itself: parameters from the key's `INIT_STREAM`, Poisson batches from its
+    `DATA_STREAM`, noise from its `NOISE_STREAM` (`pate.programs.keys`). Returns host parameters and
+    the training time."""
+    n, rate = plan.n, plan.rate
+    params = model.init(keys.stream(key, keys.INIT_STREAM), jnp.zeros((1, *train_x.shape[1:]), jnp.float32))
+    num_params = int(sum(p.size for p in jax.tree.leaves(params)))
+    tx = optax.sgd(plan.learning_rate, momentum=cfg.momentum if cfg.momentum > 0 else None)
+    opt_state = tx.init(params)
+    dp_step = make_step(model, tx, cfg.clip_norm, plan.noise_multiplier * cfg.clip_norm, rate * n)
+    rng = keys.numpy_generator(keys.stream(key, keys.DATA_STREAM))
+    k_noise = keys.stream(key, keys.NOISE_STREAM)
+    x_dev, y_dev = jnp.asarray(train_x), jnp.asarray(train_y)
+    microbatch = min(cfg.microbatch, max(1, plan.batch_size))
+    echo(f"dpsgd: {cfg.model} ({num_params} parameters) on {n} private training points; "
+         f"{plan.steps} steps of Poisson rate {rate:.5f} (expected batch {rate * n:.0f}), "
+         f"noise multiplier {plan.noise_multiplier:.4f} for eps {cfg.eps:g} ({plan.relation}) at delta {delta:g} "
+         f"({cfg.accountant.upper()})")
+    train_start = time.time()
+    with Progress("dpsgd step", plan.steps, show=show_progress) as bar:
+        for t in range(plan.steps):
+            idx, valid = poisson_batch(rng, n, rate, microbatch)
+            params, opt_state = dp_step(params, opt_state, x_dev, y_dev, jnp.asarray(idx),
+                                        jnp.asarray(valid), jax.random.fold_in(k_noise, t))
+            if (t + 1) % 10 == 0 or t + 1 == plan.steps:
+                bar.update(t + 1)
+    params = jax.tree.map(np.asarray, params)
+    if not all(np.isfinite(p).all() for p in jax.tree.leaves(params)):
+        raise PateError(f"DP-SGD diverged (non-finite parameters); lower dpsgd.{cfg.model}_learning_rate "
+                        "and run again with --overwrite")
+    return params, time.time() - train_start
+
+
+def _score(model, params, cfg: DpsgdConfig, plan: Plan, test_x, test_y, pool: int, delta: float,
+           start: float) -> DpsgdResult:
+    """The model's accuracy (evaluation split; whole test split) and its ε."""
+    eps = dpsgd_accounting.epsilon(plan.noise_multiplier, plan.rate, plan.steps, delta, cfg.accountant)
+    eps_replace = dpsgd_accounting.epsilon_replace_one(plan.noise_multiplier, plan.rate, plan.steps, delta,
+                                                       cfg.accountant)
+    pred = predict(model, params, test_x, cfg.eval_batch_size)
+    return DpsgdResult(model=cfg.model, accuracy=float(np.mean(pred[pool:] == test_y[pool:])),
+                       accuracy_test=float(np.mean(pred == test_y)), eval_points=int(test_y.size - pool),
+                       test_points=int(test_y.size), eps=eps, target_eps=cfg.eps, target_relation=plan.relation, delta=delta,
+                       noise_multiplier=plan.noise_multiplier, steps=plan.steps, epochs=plan.steps * plan.rate,
+                       batch_size=plan.batch_size, wall_time_s=time.time() - start, eps_replace_one=eps_replace)
+
+
+def _record(config: Config, plan: Plan, result: DpsgdResult, params, train_x, seed, num_classes: int) -> dict:
+    """dpsgd.json but its ``data_set``: nothing that depends on the private data but the model's figures."""
+    cfg = config.dpsgd
+    return {
+        "model": cfg.model,
+        "accuracy": result.accuracy,
+        "eval_points": result.eval_points,
+        "accuracy_test": result.accuracy_test,
+        "test_points": result.test_points,
+        "eps": result.eps,
+        "target_eps": cfg.eps,
+        "target_relation": plan.relation,
+        "delta": result.delta,
+        "neighbouring_relation": dpsgd_accounting.RELATION,
+        "eps_replace_one": result.eps_replace_one,
+        "neighbouring_relation_note": dpsgd_accounting.RELATION_NOTE,
+        "accountant": cfg.accountant,
+        "noise_multiplier": plan.noise_multiplier,
+        "clip_norm": cfg.clip_norm,
+        "epochs": plan.steps * plan.rate,
+        "steps": plan.steps,
+        "batch_size": plan.batch_size,
+        "sampling": "poisson",
+        "sampling_rate": plan.rate,
+        "train_points": plan.n,
+        "optimizer": "sgd",
+        "learning_rate": plan.learning_rate,
+        "momentum": cfg.momentum,
+        "microbatch": min(cfg.microbatch, max(1, plan.batch_size)),
+        "num_params": int(sum(p.size for p in jax.tree.leaves(params))),
+        "noise_key": f"{keys.KEY_BITS}-bit {keys.KEY_IMPL} key, "
+                     + ("OS entropy" if seed is None else "research seed (not recorded)"),
+        "features": ("scattering J={} L={}, per-example group norm G={}".format(
+            cfg.scattering_j, cfg.scattering_l, cfg.groups) if cfg.model == "scatternet" else "pixels"),
+        "dpsgd": config_to_dict(config)["dpsgd"],
+        "dataset": config.data.name,
+        "num_classes": num_classes,
+        "input_shape": list(train_x.shape[1:]),
+        "backend": jax.default_backend(),
+    }

@@ -1,0 +1,216 @@
+"""The baselines' config sections: `[dpsgd]` (`pate dpsgd`), `[fedavg]` (`pate fedavg`) and
+`[synth]` (`pate synth`), each a frozen dataclass with its defaults and a `validate()` that names
+the key at fault. `Config` (`pate.config.sections`) holds them; `pate.config` re-exports
+`DpsgdConfig`, the others are imported from here."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from pate.config.checks import require as _require
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DpsgdConfig:
+    """`[dpsgd]`: the DP-SGD baseline `pate dpsgd` trains on the same private train split.
+
+    DP-SGD (Abadi et al. 2016): each step Poisson-samples the private set (rate
+    `batch_size / N`: `batch_size` is the expected batch), clips each example's
+    gradient to L2 norm `clip_norm`, adds Gaussian noise of std `noise multiplier *
+    clip_norm` (the multiplier calibrated so that `epochs` passes spend `eps` at
+    `[privacy] delta` under `accountant`) and takes an SGD step with `momentum`.
+    `relation` names the neighbouring relation `eps` is a target for: "add-remove"
+    (the DP-SGD literature's, Tramer & Boneh's included) or "replace-one" (PATE's: set it
+    to compare the two like for like; `pate.baselines.sgd_accounting.calibrate_noise`).
+
+    `model = "cnn"`: Tramer & Boneh's end-to-end CNN (tanh): convolutions of
+    `conv_features` channels, kernels `conv_kernels`, strides `conv_strides`, zero
+    padding `conv_padding`, each followed by a 2x2 stride-1 max pool; dense tanh
+    layers `hidden`; a linear classifier. `model = "scatternet"`: fixed kymatio
+    scattering features (`scattering_j` scales, `scattering_l` orientations), each
+    example group-normalised over `groups` channel groups (no data statistics), then a
+    linear classifier. Each model has its own `*_batch_size`, `*_learning_rate` and
+    `*_epochs`. Per-example gradients are computed `microbatch` at a time.
+    """
+
+    model: Literal["cnn", "scatternet"] = "scatternet"
+    eps: float = 3.0
+    relation: Literal["add-remove", "replace-one"] = "add-remove"
+    accountant: Literal["rdp", "pld"] = "rdp"
+    clip_norm: float = 0.1
+    momentum: float = 0.9
+    microbatch: int = 256
+    cnn_batch_size: int = 2048
+    cnn_learning_rate: float = 4.0
+    cnn_epochs: float = 40.0
+    scatternet_batch_size: int = 8192
+    scatternet_learning_rate: float = 8.0
+    scatternet_epochs: float = 60.0
+    conv_features: tuple[int, ...] = (16, 32)
+    conv_kernels: tuple[int, ...] = (8, 4)
+    conv_strides: tuple[int, ...] = (2, 2)
+    conv_padding: tuple[int, ...] = (2, 0)
+    hidden: tuple[int, ...] = (32,)
+    scattering_j: int = 2
+    scattering_l: int = 8
+    groups: int = 27
+    eval_batch_size: int = 1000
+
+    def validate(self) -> None:
+        s = "dpsgd"
+        _require(self.eps > 0 and self.eps != float("inf"), s, "eps",
+                 f"must be a positive number, got {self.eps}")
+        _require(self.clip_norm > 0 and self.clip_norm != float("inf"), s, "clip_norm",
+                 f"must be a positive number, got {self.clip_norm}")
+        _require(0 <= self.momentum < 1, s, "momentum", "must be in [0, 1)")
+        _require(self.microbatch >= 1, s, "microbatch", f"must be >= 1, got {self.microbatch}")
+        for m in ("cnn", "scatternet"):
+            b, lr, ep = (getattr(self, f"{m}_{k}") for k in ("batch_size", "learning_rate", "epochs"))
+            _require(b >= 1, s, f"{m}_batch_size", f"must be >= 1, got {b}")
+            _require(lr > 0, s, f"{m}_learning_rate", f"must be > 0, got {lr}")
+            _require(ep > 0, s, f"{m}_epochs", f"must be > 0, got {ep}")
+        _require(len(self.conv_features) >= 1 and all(f >= 1 for f in self.conv_features), s,
+                 "conv_features", "must be one or more positive channel counts")
+        for key in ("conv_kernels", "conv_strides", "conv_padding"):
+            values = getattr(self, key)
+            _require(len(values) == len(self.conv_features), s, key,
+                     f"must have one entry per layer of conv_features ({len(self.conv_features)}), "
+                     f"got {list(values)}")
+        _require(all(k >= 1 for k in self.conv_kernels), s, "conv_kernels", "must be positive")
+        _require(all(k >= 1 for k in self.conv_strides), s, "conv_strides", "must be positive")
+        _require(all(k >= 0 for k in self.conv_padding), s, "conv_padding", "must be >= 0")
+        _require(all(h >= 1 for h in self.hidden), s, "hidden", "must be positive widths")
+        _require(self.scattering_j >= 1, s, "scattering_j", f"must be >= 1, got {self.scattering_j}")
+        _require(self.scattering_l >= 1, s, "scattering_l", f"must be >= 1, got {self.scattering_l}")
+        _require(self.groups >= 1, s, "groups", f"must be >= 1, got {self.groups}")
+        _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
+
+    def training(self, model: str | None = None) -> tuple[int, float, float]:
+        """(expected batch size, learning rate, epochs) of `model` (default: `self.model`)."""
+        m = model or self.model
+        return (getattr(self, f"{m}_batch_size"), getattr(self, f"{m}_learning_rate"),
+                getattr(self, f"{m}_epochs"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FedavgConfig:
+    """`[fedavg]`: federated learning with output perturbation (`pate fedavg`) on the
+    same private train split, each client a shard of it.
+
+    `clients = 0`: the teachers' partition (`teachers.num_teachers` shards cut with
+    `teachers.seed`), so PATE and FL see the same shards; P > 0: the same permutation cut
+    into P shards (when P divides the teachers' count and the count divides the split,
+    each client holds whole teacher shards). `algorithm`: "fedavg" (each round every client
+    takes `local_steps` full-batch steps of plain gradient descent at `learning_rate` with
+    every per-example gradient clipped to `clip_norm`, and sends its model; the server
+    averages) or "iadmm" (inexact ADMM with penalty `rho`: one linearised step, the dual
+    updated from the noisy messages). `mechanism`: "laplace" (l1 clipping, Laplace noise)
+    or "gaussian" (l2 clipping, Gaussian noise) on every value a client sends, calibrated
+    so that `rounds` rounds cost `eps` in total at `[privacy] delta` (replace-one).
+    `model`: "linear" (softmax regression on the pixels, clamped to [0, 1]) or
+    "scatternet" (on the ScatterNet features of `[dpsgd]`'s `scattering_j`,
+    `scattering_l`, `groups`). `pca` > 0 projects those inputs onto the top `pca`
+    principal directions of the *public pool* (centred at the pool's mean, divided by the
+    pool's mean l1 norm: public values only; the projection is saved with the model).
+    `grid = K` > 0 (Laplace): messages released exactly on a public grid of Δ/(K d) with
+    discrete Laplace noise; 0: float64 Laplace. `analysis/fedavg_privacy.py` derives all that.
+    """
+
+    algorithm: Literal["fedavg", "iadmm"] = "fedavg"
+    mechanism: Literal["laplace", "gaussian"] = "laplace"
+    model: Literal["linear", "scatternet"] = "linear"
+    eps: float = 3.0
+    rounds: int = 50
+    clients: int = 0
+    local_steps: int = 1
+    learning_rate: float = 1.0
+    clip_norm: float = 1.0
+    rho: float = 1.0
+    pca: int = 0
+    grid: int = 100
+    eval_batch_size: int = 1000
+
+    def validate(self) -> None:
+        s = "fedavg"
+        for key in ("eps", "learning_rate", "clip_norm", "rho"):
+            value = getattr(self, key)
+            _require(value > 0 and value != float("inf"), s, key, f"must be a positive number, got {value}")
+        _require(self.rounds >= 1, s, "rounds", f"must be >= 1, got {self.rounds}")
+        _require(self.clients >= 0, s, "clients", f"must be >= 0 (0: the teachers' partition), got {self.clients}")
+        _require(self.local_steps >= 1, s, "local_steps", f"must be >= 1, got {self.local_steps}")
+        _require(self.pca >= 0, s, "pca", f"must be >= 0 (0: no projection), got {self.pca}")
+        _require(self.grid >= 0, s, "grid", f"must be >= 0 (0: float64 Laplace, no grid), got {self.grid}")
+        _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
+
+
+def _synth_require(ok: bool, key: str, message: str) -> None:
+    _require(ok, "synth", key, message)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SynthConfig:
+    """`[synth]`: the synthetic-data generator of `pate synth` (`pate.baselines.synth`).
+
+    `method`: "merf" (DP-MERF, `pate.baselines.merf_generator`: the private class-conditional mean
+    embedding of `merf_features` random Fourier features, kernel length-scale
+    `merf_length_scale` (0: the public pool's median distance), released once with
+    discrete Gaussian noise calibrated to `eps` at `[privacy] delta`; the generator then
+    takes `merf_steps` Adam steps at `merf_learning_rate` on batches of
+    `merf_batch_size`) or "gan" (the PATE-GAN below).
+
+    PATE-GAN (`pate.baselines.pate_gan`): `teachers` teacher
+    discriminators (0: `teachers.num_teachers`) on the teachers' partition (cut with
+    `teachers.seed`); `steps` steps, each `teacher_steps` Adam steps of every teacher on
+    `real_batch_size` points of its own shard against as many generated ones, then the
+    noisy GNMax vote on `batch_size` generated points (the queries: steps x batch_size,
+    fixed before training; sigma calibrated to `eps` at `[privacy] delta`), `student_steps`
+    of the student on those votes and one generator step. Class-conditional, classes drawn
+    uniformly (a public prior: no label count is read). MLPs of widths
+    `generator_hidden` / `discriminator_hidden`, latent `latent_dim`, Adam at
+    `learning_rate`. `samples` synthetic points are released and scored by a logistic
+    regression and the `[dpsgd]` CNN trained `eval_epochs` on them (batch
+    `eval_batch_size`, Adam at `eval_learning_rate`). `seed`: initialisation, latents, batches.
+    """
+
+    method: Literal["merf", "gan"] = "merf"
+    eps: float = 1.0
+    merf_features: int = 4000
+    merf_length_scale: float = 0.0
+    merf_steps: int = 2000
+    merf_batch_size: int = 500
+    merf_learning_rate: float = 0.01
+    teachers: int = 0
+    steps: int = 500
+    batch_size: int = 64
+    real_batch_size: int = 64
+    teacher_steps: int = 1
+    student_steps: int = 1
+    latent_dim: int = 64
+    generator_hidden: tuple[int, ...] = (256, 512)
+    discriminator_hidden: tuple[int, ...] = (128,)
+    learning_rate: float = 0.0002
+    samples: int = 10000
+    eval_epochs: int = 10
+    eval_batch_size: int = 128
+    eval_learning_rate: float = 0.001
+    seed: int = 0
+
+    def validate(self) -> None:
+        _synth_require(self.method in ("merf", "gan"), "method",
+                 f"must be \"merf\" or \"gan\", got {self.method!r}")
+        _synth_require(2 <= self.merf_features <= 2**20 and self.merf_features % 2 == 0, "merf_features",
+                 f"must be an even number in [2, 1048576], got {self.merf_features}")
+        _synth_require(0 <= self.merf_length_scale < float("inf"), "merf_length_scale",
+                 f"must be >= 0 (0: the public pool's median distance), got {self.merf_length_scale}")
+        for key in ("eps", "learning_rate", "eval_learning_rate", "merf_learning_rate"):
+            value = getattr(self, key)
+            _synth_require(0 < value < float("inf"), key, f"must be a positive number, got {value}")
+        _synth_require(self.teachers >= 0, "teachers", f"must be >= 0 (0: teachers.num_teachers), got {self.teachers}")
+        for key in ("merf_steps", "merf_batch_size", "steps", "batch_size", "real_batch_size", "teacher_steps",
+                    "student_steps", "latent_dim",
+                    "samples", "eval_epochs", "eval_batch_size"):
+            _synth_require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        for key in ("generator_hidden", "discriminator_hidden"):
+            _synth_require(all(h >= 1 for h in getattr(self, key)), key, "must be positive widths")
+        _synth_require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")

@@ -1,0 +1,323 @@
+"""The config sections: one frozen dataclass per TOML table (`[data]`, `[teachers]`,
+`[aggregation]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`, `[synth]`), each with its
+defaults and a `validate()` that names the key at fault, and `Config`, the registry of sections
+(`[rounds]`'s `RoundsConfig` lives in `pate.config.round_sections`; the baselines' `[dpsgd]`,
+`[fedavg]` and `[synth]` in `pate.config.baseline_sections`).
+
+Loading, overrides, TOML output and hashing live in `pate.config`, which re-exports every
+name here; import them from there. To add a section, write a frozen dataclass with defaults
+and a `validate()` method here and add it as a field of `Config`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
+from pate.config.round_sections import RoundsConfig
+from pate.config.checks import require as _require
+
+
+def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
+    """The keys `[teachers]` and `[student]` share (the network and its training),
+    checked once for both so that their rules cannot drift apart."""
+    _require(cfg.gabor_orientations >= 0, s, "gabor_orientations", "must be >= 0")
+    _require(all(f >= 1 for f in cfg.conv_features), s, "conv_features", "must be positive channel counts")
+    for key in ("conv_kernels", "conv_strides"):
+        values = getattr(cfg, key)
+        _require(cfg.model == "mlp" or len(values) == len(cfg.conv_features), s, key,
+                 f"must have one entry per layer of conv_features ({len(cfg.conv_features)}), "
+                 f"got {list(values)}")
+        _require(all(v >= 1 for v in values), s, key, f"must be positive, got {list(values)}")
+    _require(all(h >= 1 for h in cfg.hidden), s, "hidden", "must be positive widths")
+    _require(0 <= cfg.dropout < 1, s, "dropout", "must be in [0, 1)")
+    _require(cfg.batch_size >= 1, s, "batch_size", f"must be >= 1, got {cfg.batch_size}")
+    _require(cfg.learning_rate > 0, s, "learning_rate", "must be > 0")
+    _require(0 <= cfg.momentum < 1, s, "momentum", "must be in [0, 1)")
+    _require(cfg.weight_decay >= 0, s, "weight_decay", "must be >= 0")
+    _require(cfg.augment_shift >= 0, s, "augment_shift", "must be >= 0")
+    _require(cfg.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
+    _require(cfg.seed >= 0, s, "seed", f"must be >= 0, got {cfg.seed}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """`[data]`: which data set, where it lives, and how its test split is divided.
+
+    The private training set is the data set's train split. The first `public_size`
+    points of its test split are the student's public pool; the rest only evaluates.
+    `path` is a directory (IDX, SVHN) or a file (npz); empty means the default location
+    (or `$PATE_DATA_DIR`). The `synthetic_*` keys shape the synthetic data set used by
+    tests: class prototypes in [0, 1] plus Gaussian noise.
+    """
+
+    name: Literal["fashion_mnist", "mnist", "svhn", "npz", "synthetic"] = "fashion_mnist"
+    path: str = ""
+    public_size: int = 9000
+    synthetic_train_size: int = 2000
+    synthetic_test_size: int = 600
+    synthetic_shape: tuple[int, ...] = (8, 8, 1)
+    synthetic_classes: int = 10
+    synthetic_noise: float = 0.3
+    synthetic_seed: int = 0
+
+    def validate(self) -> None:
+        s = "data"
+        _require(self.public_size >= 0, s, "public_size", f"must be >= 0, got {self.public_size}")
+        _require(self.name != "npz" or bool(self.path), s, "path",
+                 "must name the .npz file when data.name = \"npz\"")
+        _require(self.synthetic_train_size >= 1, s, "synthetic_train_size", "must be >= 1")
+        _require(self.synthetic_test_size >= 1, s, "synthetic_test_size", "must be >= 1")
+        _require(len(self.synthetic_shape) == 3 and all(d >= 1 for d in self.synthetic_shape),
+                 s, "synthetic_shape", f"must be [height, width, channels] of positive sizes, "
+                 f"got {list(self.synthetic_shape)}")
+        _require(self.synthetic_classes >= 2, s, "synthetic_classes", "must be >= 2")
+        _require(self.synthetic_noise >= 0, s, "synthetic_noise", "must be >= 0")
+        _require(self.synthetic_seed >= 0, s, "synthetic_seed", f"must be >= 0, got {self.synthetic_seed}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TeachersConfig:
+    """`[teachers]`: the ensemble, its model and how each teacher is trained.
+
+    `model = "cnn"`: when `gabor_orientations` > 0, first a fixed, data-independent
+    layer (the modulus of that many oriented 5x5 Gabor filters plus a low-pass, stride
+    2; see `pate.programs.models.GaborModulus`); then convolutions with `conv_features[i]`
+    channels, square kernels of
+    `conv_kernels[i]` and stride `conv_strides[i]` (zero padding `kernel // 2`), each
+    followed by ReLU and, when `conv_pool`, a 2x2 max pool; then dense layers of widths
+    `hidden`, dropout `dropout` (training only), and the classifier. `model = "mlp"`
+    uses only `hidden` and `dropout`. `conv_impl` picks how a convolution runs:
+    "patches" (strided slices + one batched matmul; fast on CPU when vmapped over
+    teachers), "xla" (`lax.conv`, for GPUs), "auto" (patches on CPU, xla elsewhere).
+    Both give the same function of the same parameters. `eval_flip` makes a teacher
+    predict from the mean of its log-probabilities on an image and its mirror image
+    (test-time augmentation; for data sets whose classes are mirror-symmetric).
+
+    Training: `epochs` passes over each teacher's shard in batches of `batch_size`
+    (the last partial batch of an epoch is dropped), AdamW or SGD with momentum, a
+    cosine or constant learning-rate schedule, label smoothing, optional random
+    shifts of up to `augment_shift` pixels and horizontal flips. `seed` fixes the
+    partition, the initialisation and every shuffle. A checkpoint is written every
+    `checkpoint_every` epochs and at the end. `teacher_chunk` teachers are vmapped
+    together per step, chunk after chunk (0: automatic, a few on CPU where that keeps
+    the working set in cache, all at once on accelerators); it changes speed, not
+    results. `eval_batch_size` images are predicted per call.
+    """
+
+    num_teachers: int = 250
+    model: Literal["cnn", "mlp"] = "cnn"
+    gabor_orientations: int = 0
+    conv_features: tuple[int, ...] = (32, 64)
+    conv_kernels: tuple[int, ...] = (5, 3)
+    conv_strides: tuple[int, ...] = (2, 2)
+    conv_pool: bool = False
+    conv_impl: Literal["auto", "patches", "xla"] = "auto"
+    hidden: tuple[int, ...] = ()
+    dropout: float = 0.0
+    eval_flip: bool = False
+    epochs: int = 60
+    batch_size: int = 24
+    learning_rate: float = 3e-3
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    schedule: Literal["cosine", "constant"] = "cosine"
+    label_smoothing: float = 0.0
+    augment_shift: int = 0
+    augment_flip: bool = False
+    seed: int = 0
+    checkpoint_every: int = 5
+    eval_batch_size: int = 100
+    teacher_chunk: int = 0
+
+    def validate(self) -> None:
+        s = "teachers"
+        _require(self.num_teachers >= 1, s, "num_teachers", f"must be >= 1, got {self.num_teachers}")
+        _check_model_keys(self, s)
+        _require(self.epochs >= 1, s, "epochs", f"must be >= 1, got {self.epochs}")
+        _require(0 <= self.label_smoothing < 1, s, "label_smoothing", "must be in [0, 1)")
+        _require(self.checkpoint_every >= 1, s, "checkpoint_every", "must be >= 1")
+        _require(self.teacher_chunk >= 0, s, "teacher_chunk", "must be >= 0 (0: automatic)")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AggregationConfig:
+    """`[aggregation]`: the noisy aggregator `pate label` releases labels with.
+
+    `mechanism`: "lnmax" (Laplace noise of scale 1/`gamma` on every count, PATE 2017),
+    "gnmax" (Gaussian noise of std `sigma`, PATE 2018) or "confident-gnmax" (answer only
+    when the top count plus N(0, `sigma_threshold`²) reaches `threshold`, then GNMax with
+    `sigma`). The first `queries` points of the public pool are queried. The noise seed
+    is never part of a config: `pate label --seed` only.
+    """
+
+    mechanism: Literal["lnmax", "gnmax", "confident-gnmax"] = "lnmax"
+    queries: int = 100
+    gamma: float = 0.05
+    sigma: float = 40.0
+    threshold: float = 200.0
+    sigma_threshold: float = 150.0
+
+    def validate(self) -> None:
+        s = "aggregation"
+        _require(self.queries >= 1, s, "queries", f"must be >= 1, got {self.queries}")
+        for key in ("gamma", "sigma", "sigma_threshold"):
+            value = getattr(self, key)
+            _require(value > 0 and value != float("inf"), s, key, f"must be a positive number, got {value}")
+        _require(0 <= self.threshold < float("inf"), s, "threshold", f"must be >= 0, got {self.threshold}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PrivacyConfig:
+    """`[privacy]`: how `pate analyze` accounts and releases ε.
+
+    `delta`: the δ of every (ε, δ) figure. LNMax: the moments accountant over orders
+    1..`moments` and the smooth-sensitivity release with smoothness `lnmax_beta`. GNMax:
+    the RDP → (ε, δ) `conversion`, and the GNSS release at `release_order` (0 = the
+    order of the data-independent optimum, a public quantity; never the data-dependent
+    best order, which would be chosen from the private votes) spending `release_cost`
+    of RDP at that order, with smoothness `gnss_beta` (0 = 0.1 / release order).
+
+    `total_budget`: the most ε (at `delta`) every release from this private data set may
+    spend together, in any run directory (`pate ledger`); a release that would go over
+    it is refused before anything is written (0 = no limit). `ledger`: the folder of the
+    ledgers (empty: `$PATE_LEDGER_DIR`, else the user's state folder).
+
+    `target_eps` > 0 (GNMax, Confident-GNMax): `pate label` chooses the release order, β,
+    cost and the queries (at most `[aggregation] queries`) so that the headline is at
+    most `target_eps` with probability `target_probability` over the release noise, on
+    votes simulated from a public model with mean teacher accuracy `target_accuracy`
+    (`analysis.headline_target`); `release_order`, `release_cost` and `gnss_beta` are
+    then not used. 0 = off.
+    """
+
+    delta: float = 1e-5
+    moments: int = 8
+    lnmax_beta: float = 0.09  # = analysis.lnmax_release.DEFAULT_BETA (checked by a test)
+    gnss_beta: float = 0.0  # 0: beta = 0.1 / release order (analysis.gnss.BETA_TIMES_ORDER)
+    conversion: Literal["classic", "improved"] = "classic"
+    release_order: float = 0.0
+    release_cost: float = 0.2
+    total_budget: float = 0.0
+    ledger: str = ""
+    target_eps: float = 0.0
+    target_probability: float = 0.95
+    target_accuracy: float = 0.7
+
+    def validate(self) -> None:
+        s = "privacy"
+        _require(0 < self.delta < 1, s, "delta", f"must lie strictly between 0 and 1, got {self.delta}")
+        _require(1 <= self.moments <= 64, s, "moments", f"must be between 1 and 64 (analysis.lnmax."
+                 f"MAX_MOMENTS), got {self.moments}")
+        _require(self.lnmax_beta > 0, s, "lnmax_beta", f"must be > 0, got {self.lnmax_beta}")
+        _require(self.gnss_beta >= 0, s, "gnss_beta", f"must be 0 (0.1 / release order) or > 0, got {self.gnss_beta}")
+        _require(self.release_order == 0 or self.release_order > 1, s, "release_order",
+                 f"must be 0 (auto) or an order > 1, got {self.release_order}")
+        _require(0 < self.release_cost <= 10, s, "release_cost",
+                 f"must lie in (0, 10] (RDP at the release order), got {self.release_cost}")
+        _require(self.total_budget >= 0 and self.total_budget < float("inf"), s, "total_budget",
+                 f"must be 0 (no limit) or a finite eps > 0, got {self.total_budget}")
+        _require(0 <= self.target_eps < float("inf"), s, "target_eps",
+                 f"must be 0 (off) or an eps > 0, got {self.target_eps}")
+        _require(0.5 <= self.target_probability < 1, s, "target_probability",
+                 f"must lie in [0.5, 1), got {self.target_probability}")
+        _require(0 < self.target_accuracy < 1, s, "target_accuracy", f"must lie in (0, 1), got {self.target_accuracy}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StudentConfig:
+    """`[student]`: the semi-supervised student trained on the released labels.
+
+    `method`: "fixmatch" (consistency training on the unlabelled pool, Sohn et al.
+    2020) or "supervised" (the labelled queries alone). The model keys mean what they
+    mean in `[teachers]` (`gabor_orientations` > 0: a fixed Gabor-modulus first layer;
+    `eval_flip`: predict from an image and its mirror). Training runs `steps` steps of
+    `batch_size` labelled and `mu * batch_size` unlabelled images, AdamW (or SGD with
+    Nesterov momentum) at `learning_rate` with `warmup_steps` of linear warm-up and a
+    cosine decay to zero. Pseudo-labels count where the weakly augmented prediction's
+    confidence is at least `threshold`, weighted by `lambda_u`. Weak augmentation:
+    shifts of up to `augment_shift` pixels and, with `augment_flip`, mirror images;
+    strong augmentation adds, when `affine_degrees` > 0, a random rotation/shear/scale,
+    then brightness, contrast, sharpness, noise and a `cutout`-pixel square. `ema` is
+    the decay of the weight average that evaluates and is saved. `seed` fixes the
+    initialisation, the batches and the augmentations.
+
+    Two corrections for the class skew of a confident release (the classes the teachers
+    agree on least are answered least: a 1000-teacher release held 15 "Shirt" labels of
+    1031), both post-processing of public values: `balance_labels` draws each labelled
+    batch with every released class equally likely; `distribution_alignment` (Berthelot
+    et al., "ReMixMatch", ICLR 2020) rescales each pool prediction by
+    `uniform / running mean of the predictions` before its pseudo-label is taken (it
+    assumes the pool's classes are balanced, as in the benchmark splits).
+    `adaptive_threshold` (FlexMatch, Zhang et al., NeurIPS 2021) lowers the confidence
+    threshold of the classes whose pool images the student predicts confidently least often.
+
+    `model = "wrn"`: a Wide-ResNet-style network for accelerators (`pate.programs.models.WideResNet`):
+    `conv_features` are its groups' widths, `conv_strides` their strides, `wrn_blocks`
+    the residual blocks per group (`conv_kernels`, `gabor_orientations`, `hidden` unused).
+
+    The defaults are the CPU-measured Fashion-MNIST student (README, Results).
+    """
+
+    method: Literal["fixmatch", "supervised"] = "fixmatch"
+    model: Literal["cnn", "mlp", "wrn"] = "cnn"
+    gabor_orientations: int = 8
+    conv_features: tuple[int, ...] = (64,)
+    conv_kernels: tuple[int, ...] = (3,)
+    conv_strides: tuple[int, ...] = (2,)
+    conv_pool: bool = False
+    conv_impl: Literal["auto", "patches", "xla"] = "auto"
+    hidden: tuple[int, ...] = ()
+    dropout: float = 0.0
+    steps: int = 10000
+    batch_size: int = 64
+    mu: int = 3
+    threshold: float = 0.95
+    lambda_u: float = 1.0
+    learning_rate: float = 3e-3
+    optimizer: Literal["adamw", "sgd"] = "adamw"
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    warmup_steps: int = 0
+    ema: float = 0.999
+    augment_shift: int = 2
+    augment_flip: bool = False
+    cutout: int = 8
+    affine_degrees: float = 0.0
+    eval_flip: bool = False
+    balance_labels: bool = False
+    distribution_alignment: bool = False
+    adaptive_threshold: bool = False
+    seed: int = 0
+    eval_batch_size: int = 500
+    wrn_blocks: int = 2
+
+    def validate(self) -> None:
+        s = "student"
+        _check_model_keys(self, s)
+        _require(self.wrn_blocks >= 1, s, "wrn_blocks", f"must be >= 1, got {self.wrn_blocks}")
+        _require(self.steps >= 1, s, "steps", f"must be >= 1, got {self.steps}")
+        _require(self.mu >= 1, s, "mu", f"must be >= 1, got {self.mu}")
+        _require(0 <= self.threshold <= 1, s, "threshold", "must be in [0, 1]")
+        _require(self.lambda_u >= 0, s, "lambda_u", "must be >= 0")
+        _require(0 <= self.ema < 1, s, "ema", "must be in [0, 1)")
+        _require(self.cutout >= 0, s, "cutout", "must be >= 0")
+        _require(0 <= self.affine_degrees <= 90, s, "affine_degrees", "must be in [0, 90]")
+        _require(self.warmup_steps >= 0, s, "warmup_steps", "must be >= 0")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Config:
+    """A whole run: one field per TOML section (the section registry)."""
+
+    data: DataConfig = DataConfig()
+    teachers: TeachersConfig = TeachersConfig()
+    aggregation: AggregationConfig = AggregationConfig()
+    privacy: PrivacyConfig = PrivacyConfig()
+    student: StudentConfig = StudentConfig()
+    rounds: RoundsConfig = RoundsConfig()
+    dpsgd: DpsgdConfig = DpsgdConfig()
+    fedavg: FedavgConfig = FedavgConfig()
+    synth: SynthConfig = SynthConfig()

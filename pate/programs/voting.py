@@ -1,0 +1,134 @@
+"""The ensemble's votes: each teacher's predicted class, or the vote histogram reduced
+on the devices (across the mesh when the teachers are sharded), one fixed-size batch of
+images at a time; and the plurality vote's accuracy.
+
+The histogram of the queried points is what `pate label` releases labels from
+(`votes.npz`, private); `pate train-teachers` evaluates each teacher and the plurality
+vote with the same functions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pate.programs.placement import Placement, placed, teacher_chunk, to_host
+
+Params = Any
+
+
+_PREDICT_FNS: dict = {}
+
+
+def _predict_fn(model, num_classes: int | None, placement: Placement, chunk: int):
+    """Jitted `(params, x, mask) -> predictions (T, n)` or votes (n, C), cached.
+
+    Teachers run `chunk` at a time on each device (0: all at once); with a mesh each
+    device predicts for its own teachers and the votes are summed across devices.
+    """
+    key = (model, num_classes, placement.mesh, chunk)
+    if key in _PREDICT_FNS:
+        return _PREDICT_FNS[key]
+
+    def local(params, x, mask):
+        def one(p):
+            return jnp.argmax(model.apply(p, x), axis=-1).astype(jnp.int32)
+
+        if chunk and chunk < mask.shape[0]:
+            preds = jax.lax.map(one, params, batch_size=chunk)
+        else:
+            preds = jax.vmap(one)(params)  # (T_local, n)
+        if num_classes is None:
+            return preds
+        onehot = jax.nn.one_hot(preds, num_classes, dtype=jnp.int32)
+        votes = jnp.einsum("tnc,t->nc", onehot, mask)
+        if placement.mesh is not None:
+            votes = jax.lax.psum(votes, "teacher")  # reduce the vote across the mesh
+        return votes
+
+    fn = local
+    if placement.mesh is not None:
+        spec, rep = jax.sharding.PartitionSpec("teacher"), jax.sharding.PartitionSpec()
+        fn = jax.shard_map(local, mesh=placement.mesh, in_specs=(spec, rep, spec),
+                           out_specs=spec if num_classes is None else rep)
+    _PREDICT_FNS[key] = jax.jit(fn)
+    return _PREDICT_FNS[key]
+
+
+def _batches(images: np.ndarray, batch_size: int):
+    """Fixed-size batches (the last zero-padded) and the count of real rows in each."""
+    images = np.asarray(images, dtype=np.float32)
+    for start in range(0, images.shape[0], batch_size):
+        chunk = images[start: start + batch_size]
+        real = chunk.shape[0]
+        if real < batch_size:
+            pad = np.zeros((batch_size - real, *chunk.shape[1:]), np.float32)
+            chunk = np.concatenate([chunk, pad])
+        yield jnp.asarray(chunk), real
+
+
+def teacher_predictions(params: Params, model, images: np.ndarray, batch_size: int = 100,
+                        placement: Placement | None = None, chunk: int = 0) -> np.ndarray:
+    """Each teacher's predicted class for each image.
+
+    Args:
+      params: stacked teacher parameters, leading axis T (host or device arrays).
+      model: the flax module they belong to.
+      images: (n, H, W, C) float32.
+      batch_size: images per call (bounds memory: T * batch_size activations).
+      placement: where the teachers run; default: all devices. When given, `params`
+        must already be placed by it (padded).
+      chunk: teachers evaluated together per device (0: automatic, see `teacher_chunk`).
+
+    Returns:
+      int32 (T, n).
+    """
+    params, placement = placed(params, placement)
+    fn = _predict_fn(model, None, placement, teacher_chunk(chunk, placement.platform))
+    mask = placement.mask()
+    out = [to_host(fn(params, xb, mask))[:, :real] for xb, real in _batches(images, batch_size)]
+    preds = np.concatenate(out, axis=1) if out else np.zeros((placement.padded, 0), np.int32)
+    return preds[: placement.num_teachers]
+
+
+def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
+                  batch_size: int = 100, placement: Placement | None = None,
+                  chunk: int = 0) -> np.ndarray:
+    """The vote histogram of the ensemble on `images`: how many teachers predict each class.
+
+    Predictions are reduced over the teacher axis on the devices (across the mesh when
+    sharded), one batch of `batch_size` images at a time, so memory stays bounded by
+    `T * batch_size` activations and the host only sees counts.
+
+    Args:
+      params: stacked teacher parameters, leading axis T.
+      model: the flax module they belong to.
+      images: (n, H, W, C) float32 in [0, 1].
+      num_classes: number of classes C.
+      batch_size: images per device call.
+      placement, chunk: as in `teacher_predictions`.
+
+    Returns:
+      int32 (n, C); every row sums to T.
+    """
+    params, placement = placed(params, placement)
+    fn = _predict_fn(model, num_classes, placement, teacher_chunk(chunk, placement.platform))
+    mask = placement.mask()
+    out = [to_host(fn(params, xb, mask))[:real] for xb, real in _batches(images, batch_size)]
+    if not out:
+        return np.zeros((0, num_classes), np.int32)
+    return np.concatenate(out, axis=0).astype(np.int32)
+
+
+def votes_from_predictions(preds: np.ndarray, num_classes: int) -> np.ndarray:
+    """(T, n) class predictions → (n, C) int32 vote histogram."""
+    preds = np.asarray(preds)
+    return (preds[:, :, None] == np.arange(num_classes)).sum(axis=0).astype(np.int32)
+
+
+def plurality_accuracy(votes: np.ndarray, labels: np.ndarray) -> float:
+    """Accuracy of the plurality vote (ties go to the lowest class index)."""
+    return float(np.mean(np.argmax(votes, axis=1) == labels)) if len(labels) else float("nan")

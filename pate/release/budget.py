@@ -1,0 +1,71 @@
+"""A label release's settings, checked and planned before any teacher votes: the
+`[aggregation]` section against the ensemble and the pool (`resolve`), a data-independent ε
+that is finite (`check_accountable`), the noise a release records, the sanitised release
+`pate analyze` will add, and `pate label --budget`'s plan (`budget_plan`, `budget_line`).
+Public values only: no vote is read here."""
+
+from __future__ import annotations
+import numpy as np
+from analysis import mechanisms
+from analysis import plan as plan_mod
+from analysis.errors import PateError
+from pate.config import AggregationConfig
+
+def resolve(cfg: AggregationConfig, *, num_teachers: int, pool_size: int) -> AggregationConfig:
+    """Checks an aggregation config against the ensemble and the pool."""
+    if cfg.queries > pool_size:
+        raise PateError(f"aggregation.queries = {cfg.queries} is more than the {pool_size} points "
+                        f"of the public pool; use at most {pool_size}")
+    if not mechanisms.from_config(cfg).answerable(num_teachers):
+        raise PateError(f"aggregation.threshold = {cfg.threshold:g} is above the {num_teachers} "
+                        "teachers: no query could ever be answered; lower it")
+    return cfg
+
+
+def check_accountable(cfg: AggregationConfig, privacy) -> None:
+    """Refuses, before any vote is computed, settings whose data-independent ε is not finite
+    (e.g. ``--sigma 1e-300`` would release the noiseless plurality)."""
+    n = cfg.queries
+    try:
+        record = mechanisms.from_config(cfg)
+        eps = record.independent_eps(n, privacy.delta, moments=range(1, privacy.moments + 1),
+                                     conversion=privacy.conversion).eps
+        option = record.noise_options()
+    except (ValueError, OverflowError, ZeroDivisionError, FloatingPointError) as err:
+        raise PateError(f"the [aggregation] / [privacy] settings cannot be accounted ({err}); "
+                        "check the noise (--gamma/--sigma/--sigma-threshold) and privacy.delta") from None
+    if not np.isfinite(eps):
+        raise PateError(f"{option} gives a non-finite data-independent eps for {n} queries: the "
+                        "release could not be accounted for; use more noise")
+
+
+def mechanism_params(cfg: AggregationConfig) -> dict:
+    """The noise parameters of the chosen mechanism (what labels.npz records)."""
+    return mechanisms.from_config(cfg).params()
+
+
+def release_settings(mechanism: mechanisms.Mechanism, privacy) -> dict:
+    """The sanitised release `pate analyze` makes after these labels with a ``[privacy]``
+    section (`analysis.plan.published_eps`'s keywords: the β of the mechanism's release,
+    the release order and cost)."""
+    beta = mechanism.release_beta(privacy)
+    return dict(beta=beta, release_order=privacy.release_order or None, release_cost=privacy.release_cost)
+
+
+def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments: int = 8,
+                conversion: str = "classic", accountant: str = "rdp", privacy=None) -> plan_mod.BudgetPlan:
+    """`analysis.plan.budget_plan` for an ``[aggregation]`` section (its mechanism and at
+    most ``cfg.queries`` queries). With ``privacy`` (a `PrivacyConfig`), the budget covers
+    what is published: the labels and the sanitised ε `pate analyze` releases with those
+    settings (`release_settings`); what `pate label --budget` plans."""
+    release = None if privacy is None else release_settings(mechanisms.from_config(cfg), privacy)
+    return plan_mod.budget_plan(mechanisms.from_config(cfg), cfg.queries, budget, delta, moments=moments,
+                                conversion=conversion, accountant=accountant, release=release)
+
+
+def budget_line(budget: float, plan: plan_mod.BudgetPlan, accountant: str) -> str:
+    """What `pate label --budget` prints, from a run's teachers or from ``--votes`` alike."""
+    answers = f", at most {plan.max_answers} answers" if plan.max_answers is not None else ""
+    return (f"budget eps {budget:g} ({accountant}): {plan.num_queries} queries{answers}; data-independent eps "
+            f"{plan.eps_published:.4g} at delta {plan.delta_published:g} for the labels and the sanitised eps "
+            f"`pate analyze` publishes with them (the labels alone: {plan.eps:.4g})")

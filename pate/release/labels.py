@@ -1,0 +1,243 @@
+"""`labels.npz`, the release of `pate label`: the queried pool indices, their released labels
+(-1 where a query went unanswered), the mechanism with its parameters, and `meta`; and
+`labels-round2.npz`, round 2's release (`pate label --round 2`), in the same format, beside
+it (round 1's file is never rewritten, so every record of its digest stays true).
+
+One reader with one set of format checks, for `pate analyze` (which needs the mechanism and
+its parameters), `pate train-student` (which also checks the files against the pool they
+should label and reads both rounds: `read_release`) and `pate run`. Nothing here is
+private: the files are the release.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.errors import PateError
+from pate.store import digests, rundir
+from pate.release import aggregation
+
+#: The array of Interactive-GNMax's check offsets o = floor(T p) in a release (round 2 with
+#: ``[rounds] check = "interactive"``; `analysis.interactive`): one row per query, public.
+CHECK_OFFSETS = "check_offsets"
+
+
+def read_labels(path: str | Path, *, require_mechanism: bool = True, num_classes: int | None = None,
+                pool_size: int | None = None) -> dict[str, Any]:
+    """Reads a released ``labels.npz`` into a dict of its arrays (``mechanism`` as a str,
+    "unknown" where the file has none and ``require_mechanism`` is False; ``meta`` decoded).
+    The one validation of a release, whoever reads it (analyze, train-student, run, ledger).
+
+    Args:
+      path: the file (a plain file: `pate.store.rundir.open_artifact`).
+      require_mechanism: refuse a file without its mechanism (what the analysis needs).
+      num_classes: when known (the votes' columns, the data set), labels must lie in
+        ``-1 .. num_classes-1``.
+      pool_size: when known (the votes' rows, the public pool), indices must lie below it.
+
+    Raises:
+      PateError: the file is missing or damaged; it lacks ``indices``, ``labels`` or (when
+        required) ``mechanism``; ``indices`` and ``labels`` are not 1-d integer arrays of one
+        length; an index is negative, repeated or past the pool; a label is below -1 or
+        past the classes.
+    """
+    path = Path(path)
+    if not os.path.lexists(path):
+        raise PateError(f"{path} not found: run `pate label --workdir {path.parent}` first")
+    required = ("indices", "labels") + (("mechanism",) if require_mechanism else ())
+    data = rundir.read_npz(path, required=required)
+    indices, labels = np.asarray(data["indices"]), np.asarray(data["labels"])
+    if indices.ndim != 1 or indices.shape != labels.shape:
+        raise PateError(f"{path}: 'indices' and 'labels' must be 1-d arrays of one length, "
+                        f"got {indices.shape} and {labels.shape}")
+    if not (np.issubdtype(indices.dtype, np.integer) and np.issubdtype(labels.dtype, np.integer)):
+        raise PateError(f"{path}: 'indices' and 'labels' must be integer arrays")
+    outside = (indices < 0) | (indices >= (pool_size if pool_size is not None else np.inf))
+    if outside.any():
+        raise PateError(f"{path} labels pool index {int(indices[outside][0])}, but the public pool " + (
+            f"of this config has {pool_size} points" if pool_size is not None else "has no negative index")
+            + ": the labels do not belong to this data set / data.public_size")
+    if np.unique(indices).size != indices.size:
+        raise PateError(f"{path}: 'indices' repeats a pool point (a release labels each point once); "
+                        "it was not written by pate label or is damaged")
+    if labels.size and (labels.min() < -1 or (num_classes is not None and labels.max() >= num_classes)):
+        classes = ("" if num_classes is None else f"the data set has {num_classes} classes "
+                   f"(0..{num_classes - 1}, ") + "-1 = unanswered" + ("" if num_classes is None else ")")
+        raise PateError(f"{path} holds labels {int(labels.min())}..{int(labels.max())}, but {classes}")
+    if CHECK_OFFSETS in data:
+        o = np.asarray(data[CHECK_OFFSETS])
+        if o.ndim != 2 or o.shape[0] != labels.size or not np.issubdtype(o.dtype, np.integer) or (o < 0).any():
+            raise PateError(f"{path}: '{CHECK_OFFSETS}' must be a (queries, classes) array of non-negative "
+                            "integers; it was not written by pate label or is damaged")
+    data["mechanism"] = str(data["mechanism"]) if "mechanism" in data else "unknown"
+    return data
+
+
+def read_run_labels(workdir: str | Path) -> dict[str, Any]:
+    """A run directory's ``labels.npz`` (`read_labels`), checked against the run's own
+    ``votes.npz`` when it has one (only its shape is used: a vote file that is no
+    histogram is refused, and so is a label past its classes or an index past its rows).
+    What `pate run` and `pate ledger --import` read; `pate analyze` does the same with
+    the votes it loads anyway."""
+    from analysis.votes import check_votes
+
+    run = rundir.RunDir(workdir)
+    num_classes = pool_size = None
+    if run.exists(rundir.VOTES_NPZ):
+        votes = check_votes(run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"],
+                            name=str(run / rundir.VOTES_NPZ))
+        pool_size, num_classes = votes.shape
+    return read_labels(run / rundir.LABELS_NPZ, num_classes=num_classes, pool_size=pool_size)
+
+
+def content_digest(labels: dict[str, Any]) -> str:
+    """sha256 of what a release says: its indices, labels and mechanism record (every
+    array but ``meta``), canonically encoded. Two files with the same release have the
+    same digest whatever their zip timestamps or ``meta`` (time written): what the
+    ledger and release.json key a release on, so re-releasing the same labels is seen as
+    a repeat. Public: the labels are the release."""
+    import hashlib
+    import json
+
+    doc = {}
+    for key in sorted(k for k in labels if k != "meta"):
+        v = np.asarray(labels[key])
+        if key in ("indices", "labels"):
+            doc[key] = v.astype(np.int64).tolist()
+        elif v.dtype.kind in "US":
+            doc[key] = str(v)
+        else:
+            doc[key] = v.astype(np.float64).tolist()
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+    """The public inputs of the student.
+
+    Attributes:
+      indices: pool indices of the answered queries.
+      labels: their released (noisy) labels.
+      num_queries: how many queries were made (answered or not).
+      mechanism: the aggregator that released them.
+      digest: `release_digest` (ties the student to this release).
+      rounds: how many rounds released them (1 or 2).
+    """
+
+    indices: np.ndarray
+    labels: np.ndarray
+    num_queries: int
+    mechanism: str
+    digest: str
+    rounds: int = 1
+
+
+def release_files(workdir: str | Path, rounds: int | None = None) -> list[Path]:
+    """The released label files of a run: ``labels.npz``, and ``labels-round2.npz`` when
+    round 2 was released (the first ``rounds`` of them when given)."""
+    run = rundir.RunDir(workdir)
+    files = [run / rundir.LABELS_NPZ] + ([run / rundir.LABELS_ROUND2_NPZ] if run.exists(rundir.LABELS_ROUND2_NPZ)
+                                         else [])
+    return files[:rounds]
+
+
+def release_subjects(path: str | Path) -> tuple[str, str]:
+    """What a release.json's ``meta.labels_sha256`` may hold for the labels at `path`: their
+    `content_digest` (what pate analyze writes) or, from an older version, the file's sha256."""
+    return content_digest(read_labels(path, require_mechanism=False)), digests.file_digest(path)
+
+
+def release_digest(workdir: str | Path, rounds: int | None = None) -> str:
+    """What marks the labels a student learnt from: the sha256 of ``labels.npz`` (one
+    round), or the sha256 of both files' sha256 digests (two rounds)."""
+    import hashlib
+
+    found = [digests.file_digest(p) for p in release_files(workdir, rounds)]
+    return found[0] if len(found) == 1 else hashlib.sha256("\n".join(found).encode()).hexdigest()
+
+
+def read_release(workdir: str | Path, *, pool_size: int, num_classes: int,
+                 rounds: int | None = None) -> Release:
+    """Reads the released labels of every round (of the first ``rounds``; `read_labels`
+    each, `release_files`) and checks them against the pool they should label.
+
+    Raises:
+      PateError: what `read_labels` raises (with the pool and the classes); indices repeated
+        across rounds; no query answered.
+    """
+    files = release_files(workdir, rounds)
+    rounds = [read_labels(p, require_mechanism=False, num_classes=num_classes, pool_size=pool_size) for p in files]
+    path = files[-1] if len(files) == 1 else f"{files[0]} and {files[1].name}"
+    data = rounds[0]
+    indices = np.concatenate([np.asarray(r["indices"]) for r in rounds])
+    labels = np.concatenate([np.asarray(r["labels"]) for r in rounds])
+    if np.unique(indices).size != indices.size:
+        raise PateError(f"{path}: 'indices' repeats a pool point")
+    answered = labels >= 0
+    if not answered.any():
+        raise PateError(f"{path} answers none of its {labels.size} queries: the student has no "
+                        "labels to learn from; label again with more queries or less noise "
+                        "(for Confident-GNMax, a lower threshold)")
+    return Release(indices=indices[answered].astype(np.int64), labels=labels[answered].astype(np.int32),
+                   num_queries=int(labels.size), mechanism=data["mechanism"],
+                   digest=release_digest(workdir, len(rounds)),
+                   rounds=len(rounds))
+
+
+# --------------------------------------------------------------------------- drawing a release
+
+
+# The keys labels.npz may hold besides `meta` (config hash and package version).
+RELEASED_KEYS = ("indices", "labels", "mechanism", "gamma", "sigma", "threshold", "sigma_threshold",
+                 "max_answers", CHECK_OFFSETS)
+
+
+def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
+    """Withholds every answer after the first ``max_answers`` (label -1)."""
+    if max_answers is None:
+        return labels
+    answered = np.cumsum(labels >= 0)
+    return np.where((labels >= 0) & (answered > max_answers), aggregation.UNANSWERED, labels)
+
+
+def release_labels(votes: np.ndarray, mechanism: str, params: dict, *, seed: int | None = None,
+                   max_answers: int | None = None, offsets=None) -> np.ndarray:
+    """Noisy labels for every row of ``votes``: THE one call of the aggregator.
+
+    Draws a fresh noise key (``seed`` for research only; never written anywhere), runs
+    `pate.release.aggregation.aggregate` with the mechanism's parameters (``gamma``; ``sigma``;
+    ``threshold``, ``sigma_threshold``, ``sigma``) and withholds every answer past the
+    ``max_answers``-th (`cap_answers`); ``offsets``: Interactive-GNMax's check. int32, -1 = not answered.
+    """
+    released = aggregation.aggregate(votes, mechanism, aggregation.noise_source(seed), offsets, **params)
+    return cap_answers(released, max_answers)
+
+
+def released_arrays(votes: np.ndarray, indices: np.ndarray, mechanism: str, params: dict,
+                     seed: int | None, cap: int | None, offsets=None) -> dict:
+    """What labels.npz holds: the queried `indices`, their noisy labels (`release_labels`
+    over `votes`, their rows), the mechanism and its noise (``max_answers`` added to
+    `params` when `cap` withheld answers; the public ``check_offsets`` with `offsets`)."""
+    released = release_labels(votes, mechanism, params, seed=seed, max_answers=cap, offsets=offsets)
+    if cap is not None:
+        params["max_answers"] = cap
+    labels = {"indices": indices.astype(np.int64), "labels": released.astype(np.int32),
+              "mechanism": np.array(mechanism)}
+    labels.update({k: np.array(float(v)) for k, v in params.items()})
+    labels.update({} if offsets is None else {CHECK_OFFSETS: np.asarray(offsets).astype(np.int32)})
+    return labels
+
+
+def charge_release(book, cost, record, run_path, labels_path, num_queries: int, privacy, *,
+                   data_digest: str | None = None) -> dict:
+    """Charges a label release to the data set's ledger (refused over ``total_budget``)."""
+    mechanism = {"name": record.name, **record.params(), "queries": int(num_queries),
+                 "describe": f"labels: {num_queries} queries of {record.describe()}"}
+    return book.charge("labels", cost, run=run_path, mechanism=mechanism,
+                       subject=content_digest(read_labels(labels_path)), budget=privacy.total_budget,
+                       delta=privacy.delta, data_digest=data_digest)

@@ -1,0 +1,131 @@
+"""The privacy report of a label release over its votes (`report_for_release`), its
+data-independent ε under every accountant, the ledger's charge for a sanitised draw, and the
+checks on where a report may be written. `pate analyze`, `pate label` (its brief report),
+`pate label --votes`, round 2 and `pate audit` use it; only `analysis` and the run directory's
+names (no JAX).
+"""
+
+from __future__ import annotations
+from pathlib import Path
+import numpy as np
+from analysis import composition, mechanisms
+from analysis import report as report_mod
+from analysis.accountants import data_independent_items
+from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
+from analysis import votes as votes_mod
+from analysis.errors import OptionError, PateError
+from pate.store import ledger as ledger_mod
+from pate.store import rundir
+from pate.release.labels import CHECK_OFFSETS
+
+#: The report's outputs by option, and the run artifact each one is by default.
+_OUTPUTS = {"--json": rundir.PRIVACY_JSON, "--plot": rundir.PRIVACY_PNG, "--release-json": rundir.RELEASE_JSON}
+
+
+def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
+    """Refuses an output path that is an input, the other output, or where
+    `pate.store.rundir.output_problem` refuses a report (a link, folder, device; inside or onto
+    a run directory's files; with `workdir`, its own report files may be replaced).
+
+    Args:
+      outputs: ``{"--json": path or None, "--plot": ..., "--release-json": ...}``.
+      inputs: the files the report reads.
+      workdir: the run directory being analysed, if any.
+
+    Raises:
+      OptionError: naming the option.
+    """
+    resolved = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        target = Path(path).resolve()
+        for other, seen in resolved.items():
+            if seen == target:
+                raise OptionError(option, f"{path} is also given to {other}")
+        for src in inputs:
+            if src is not None and Path(src).resolve() == target:
+                raise OptionError(option, f"{path} is an input of this command; writing the report "
+                                  "there would destroy it")
+        problem = rundir.output_problem(path, own_run=workdir, own_name=_OUTPUTS[option])
+        if problem is not None:
+            raise OptionError(option, f"{problem}; write the report elsewhere")
+        resolved[option] = target
+
+
+def release_cost_of(rep: report_mod.PrivacyReport, release_cost: float) -> composition.Cost:
+    """The data-independent cost of the sanitised ε a report released: the LNMax
+    smooth-sensitivity release's (ε, δ), or the GNSS release at its order and β (the
+    ledger's record of a draw)."""
+    return mechanisms.record_type(rep.mechanism).sanitised_cost({i.key: i.value for i in rep.items}, release_cost)
+
+
+def charge_draw(book: ledger_mod.Ledger, rep: report_mod.PrivacyReport, release_cost: float, *,
+                subject: str, run=None, budget: float | None = None, delta: float = 1e-5) -> dict:
+    """Charges one sanitised draw to the data set's ledger; a second draw about the same
+    `subject` (labels digest, keyed votes digest) is refused whatever file was moved."""
+    cost = release_cost_of(rep, release_cost)
+    return book.charge("sanitised-eps", cost, run=run, subject=subject, once=subject is not None, budget=budget,
+                       delta=delta, mechanism={"name": rep.mechanism,
+                                               "describe": f"sanitised eps of {rep.mechanism}: {cost.describe()}"})
+
+
+def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments: int = 8,
+                       beta: float | None = None, gnss_beta: float | None = None, conversion: str = "classic",
+                       release_order: float | None = None, release_cost: float = 0.2,
+                       noise=None, sanitize: bool = True) -> report_mod.PrivacyReport:
+    """The privacy report of a release (``labels.npz`` contents) over its vote histogram.
+
+    LNMax and GNMax are charged for the answered queries; Confident-GNMax for every
+    queried row (its threshold step runs on each; on the student's check with a release's
+    ``check_offsets``, Interactive-GNMax). With ``sanitize=False`` only the
+    data-independent and data-dependent ε are computed (no smooth-sensitivity release,
+    so nothing is spent on one) — what `pate label` prints. ``noise``: an
+    ``analysis.noise.NoiseSource`` for the sanitised release (OS entropy when None).
+    ``beta`` is the smoothness of whichever release the mechanism makes (LNMax default
+    ``analysis.lnmax_release.DEFAULT_BETA``; GNSS default 0.1 / order); ``gnss_beta``, when given,
+    is GNMax's alone (a config holds one β per mechanism).
+    """
+    indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=rundir.LABELS_NPZ)
+    mask = np.asarray(labels["labels"]) >= 0
+    answered = indices[mask]
+    mech = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+    if isinstance(mech, mechanisms.LNMax):
+        if answered.size == 0:
+            raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
+        if not sanitize:
+            return report_mod.brief_lnmax_report(votes[answered], mech.gamma, delta, range(1, moments + 1))
+        return report_mod.lnmax_report(votes[answered], mech.gamma, delta, range(1, moments + 1),
+                                       DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise)
+    confident = isinstance(mech, mechanisms.ConfidentGNMax)
+    rows = indices if confident else answered  # the threshold step runs on every query
+    if rows.size == 0:
+        raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
+    max_answers = None
+    if "max_answers" in labels:
+        max_answers = int(float(labels["max_answers"]))
+    return report_mod.gnmax_report(
+        votes[rows], mech.sigma, delta,
+        threshold=mech.threshold if confident else None,
+        sigma_threshold=mech.sigma_threshold if confident else None,
+        answered=mask if confident else None, num_teachers=int(votes[0].sum()),
+        max_answers=max_answers, conversion=conversion, release_order=release_order,
+        beta=gnss_beta if gnss_beta is not None else beta,
+        release_cost=release_cost, noise=noise, sanitize=sanitize, offsets=labels.get(CHECK_OFFSETS))
+
+
+def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float,
+                                moments: int = 8) -> tuple[report_mod.Item, ...]:
+    """The data-independent ε of a release (``labels.npz`` contents) under every
+    accountant, with the headline marked (`analysis.accountants.data_independent_items`).
+
+    Counts exactly what `report_for_release` charges: the answered queries for LNMax and
+    GNMax; every queried row for Confident-GNMax, with GNMax on ``max_answers`` of them
+    when the release was capped. Public: it uses the parameters and counts only.
+    """
+    indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=rundir.LABELS_NPZ)
+    answered = int(np.sum(np.asarray(labels["labels"]) >= 0))
+    record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+    cap = int(labels["max_answers"]) if "max_answers" in labels else None
+    n, cap = record.charged(indices.size, answered, cap)
+    return data_independent_items(record, n, delta, max_answers=cap, moments=range(1, moments + 1))

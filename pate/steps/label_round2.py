@@ -1,0 +1,282 @@
+"""`pate label --round 2`: the 2018 paper's interactive setting on top of a finished round 1.
+
+Round 1 released ``labels.npz`` and a student learnt from it. That student is public
+(post-processing of round 1's release and the public pool), so round 2 may use it twice:
+
+- **which points to ask** (`pate.release.selection`): the ``[rounds] queries`` pool points not
+  queried in round 1 about which the round-1 student is least sure (``select``:
+  ``uncertain`` or ``margin``). The number of queries is fixed by the config or the
+  command line, the choice reads the student and the pool only: no vote, no private value.
+- **what the teachers stand on** (`pate.programs.heads`): teacher t of round 2 is a ridge head on
+  the student's penultimate features, reduced by a PCA fitted on the public pool only,
+  trained on teacher t's round-1 shard (the same partition). Head t depends on shard t
+  and public values only, so one replaced example changes one vote (replace-one).
+
+The heads vote on the chosen points and the run's mechanism record (``[aggregation]``,
+Confident-GNMax by default) answers through `pate.release.labels.release_labels`. Written through the door
+(`pate.store.door.step`, writer ``round2``): ``votes-round2.npz`` (private, 0600),
+``labels-round2.npz`` (the second release, same format as ``labels.npz``, which is kept
+as it is), ``student-round1/`` + ``student-round1.json`` (the feature map round 2 stood
+on, so that round 2 can be labelled again after `pate train-student` has replaced
+``student/`` with the student of both rounds) and ``release-round1.json`` (round 1's
+published ε, which the headline of both rounds composes). The release is charged to the data set's
+ledger as its own ``labels`` entry before it is swapped in; `pate analyze` then publishes
+the headline ε of both rounds (`pate.steps.analyze`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+
+import numpy as np
+
+from analysis import composition, mechanisms
+from analysis.errors import PateError
+from analysis.noise import seed_record
+from analysis.report_io import render_table
+from pate.release import aggregation, target as release_target
+from pate.store import digests, rundir
+from pate.store import ledger as ledger_mod
+from pate.config import Config
+from pate.store.door import step
+from pate.release.labels import read_labels, release_subjects
+
+#: The door's data check: round 2 stands on a run of this data set.
+DATA_CHECK = dict(required="`pate train-teachers`, `pate label` and `pate train-student` (round 1)",
+                  held="was labelled on data set {name!r} with a different")
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundResult:
+    """What round 2 released and how good it is (benchmark figures use true labels)."""
+
+    num_queries: int
+    num_answered: int
+    label_accuracy: float  # released labels vs the pool's true labels, answered queries
+    plurality_accuracy: float  # noiseless plurality of the heads on the queries (private)
+    head_accuracy: float  # mean head accuracy on the evaluation split
+    ensemble_accuracy: float  # plurality of the heads on the evaluation split
+    mechanism: str
+    student_accuracy: float = float("nan")  # the round-1 student's top class on the queries
+    corrections: int = 0  # answered queries whose released label differs from the student's
+
+    def summary(self) -> str:
+        check = "" if self.mechanism != "interactive-gnmax" else (
+            f"\nthe round-1 student on the queries: {self.student_accuracy:.4f}; the teachers answered where they "
+            f"outvoted it: {self.corrections} of the {self.num_answered} answers differ from its label")
+        return "\n".join([
+            f"round 2: {self.num_answered} of {self.num_queries} queries answered ({self.mechanism}){check}",
+            f"round-2 teachers (ridge heads) on the evaluation split: mean {self.head_accuracy:.4f}, "
+            f"plurality {self.ensemble_accuracy:.4f}",
+            f"accuracy of released round-2 labels (answered queries): {self.label_accuracy:.4f}",
+            f"accuracy of the noiseless plurality on the queries (private): {self.plurality_accuracy:.4f}",
+        ])
+
+
+def round1_student(run: rundir.RunDir) -> tuple[str, str]:
+    """Where round 1's student is: ``student/`` when it was trained on ``labels.npz``
+    alone, else ``student-round1/`` (kept by an earlier round 2) when that was.
+
+    Raises:
+      PateError: no student, or one trained on other labels (both rounds, an older release).
+    """
+    digest = digests.file_digest(run / rundir.LABELS_NPZ)  # what student.json records
+    for record, directory in ((rundir.STUDENT_JSON, rundir.STUDENT_DIR),
+                              (rundir.STUDENT_ROUND1_JSON, rundir.STUDENT_ROUND1_DIR)):
+        if run.exists(record) and run.exists(directory) and run.read_json(record).get("labels_sha256") == digest:
+            return record, directory
+    if not (run.exists(rundir.STUDENT_JSON) and run.exists(rundir.STUDENT_DIR)):
+        raise PateError(f"{run.path} holds no round-1 student (student/, student.json); run "
+                        f"`pate train-student --workdir {run.path}` first: round 2 stands on it")
+    raise PateError(f"{run / rundir.STUDENT_JSON} was not trained on {run / rundir.LABELS_NPZ} alone; "
+                        f"train the round-1 student again (`pate train-student --workdir {run.path} "
+                        "--overwrite`) before round 2")
+    return rundir.STUDENT_JSON, rundir.STUDENT_DIR
+
+
+def round1_release(run: rundir.RunDir) -> tuple[dict, dict, str]:
+    """Round 1's labels and release, once round 1 is finished: labels.npz, the
+    release.json that publishes its sanitised ε (``release-round1.json`` once round 2 kept
+    it) and that file's name. Round 2's headline composes that published value (`analysis.rounds`), and a
+    target for both rounds plans round 2 from it (`pate.release.target.choose_round2`).
+
+    Raises:
+      PateError: no labels.npz, or round 1 not analysed.
+    """
+    first = read_labels(run / rundir.LABELS_NPZ)
+    subjects = release_subjects(run / rundir.LABELS_NPZ)
+    for name in (rundir.RELEASE_JSON, rundir.RELEASE_ROUND1_JSON):
+        doc = run.read_json(name) if run.exists(name) else {}
+        if (doc.get("meta") or {}).get("labels_sha256") in subjects:
+            return first, doc, name
+    raise PateError(f"round 1 of {run.path} is not finished: no release.json publishes the eps of "
+                    f"{run / rundir.LABELS_NPZ}; run `pate analyze --workdir {run.path}` first")
+
+
+def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
+                 echo=print) -> RoundResult:
+    """Releases round 2's labels (module docstring) with ``config.rounds``.
+
+    Args:
+      config: the run's config (its ``[data]``, ``[teachers]`` partition, ``[rounds]``).
+      workdir: a run directory with round 1 finished (labels.npz, its student, release.json).
+      seed: noise seed (research only; never written). Default: OS entropy.
+      overwrite: replace an existing round-2 release (the student and report made from it
+        are moved aside).
+      echo: where progress lines go.
+
+    Raises:
+      PateError: no finished round 1, too many queries for the pool left, a release over
+        the ledger's budget, a round 2 already there without ``overwrite``.
+    """
+    from pate.data import load_dataset, split
+
+    with step("round2", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
+        aggregation.noise_source(seed)  # refuses a bad seed before anything is computed
+        release_target.check_round2(config)
+        run, rc = door.run, config.rounds
+        first, released1, release_name = round1_release(run)
+        student_files = round1_student(run)
+        record = mechanisms.from_config(config.aggregation)
+        splits = split(load_dataset(config.data), config.data.public_size)
+        candidates = np.setdiff1d(np.arange(splits.pool_x.shape[0]), first["indices"])
+        if rc.queries > candidates.size:
+            raise PateError(f"rounds.queries = {rc.queries} but only {candidates.size} pool points were not "
+                            "queried in round 1; ask at most that many")
+        from pate.release.budget import check_accountable, resolve
+
+        agg = dataclasses.replace(config.aggregation, queries=rc.queries)
+        resolve(agg, num_teachers=config.teachers.num_teachers, pool_size=splits.pool_x.shape[0])
+        check_accountable(agg, config.privacy)
+        student, ranked, probs = _student_view(run, student_files, splits, candidates, rc)
+        offsets = None  # the student's check offsets on the ranked candidates (Interactive-GNMax)
+        if rc.check == "interactive":
+            from analysis.interactive import check_offsets
+
+            offsets = check_offsets(probs, config.teachers.num_teachers)
+        # A target for both rounds: round 2 asks as many queries as round 1's draw left room for.
+        plan = release_target.choose_round2(config, config.teachers.num_teachers, splits.num_classes, released1,
+                                            student=_checked_student(config, student, splits, offsets), echo=echo)
+        queries = rc.queries if plan is None else plan.num_queries
+        cost = composition.labels_cost(record, queries)
+        book = ledger_mod.Ledger.for_config(config)
+        book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this round-2 release")
+        chosen, probs = ranked[:queries], probs[:queries]
+        votes, accuracies = _round2_votes(config, student, splits, chosen, echo)
+        planned = {} if plan is None else {release_target.PLAN_KEY: plan.meta()}
+        result = _release(door, config, record, votes, (chosen, probs, None if offsets is None else offsets[:queries]),
+                          splits, accuracies, seed, book, cost, planned, echo)
+        _keep_round1(run, door.out, student_files, release_name)
+    echo(f"wrote {door.run / rundir.VOTES_ROUND2_NPZ} (private: never publish) and "
+         f"{door.run / rundir.LABELS_ROUND2_NPZ} (the round-2 release); `pate train-student` learns from both "
+         "rounds, `pate analyze` publishes the headline eps of both")
+    return result
+
+
+def _student_view(run, student_files, splits, candidates, rc):
+    """The public part of round 2 before any vote: the round-1 student, the ``rc.queries``
+    candidates it would ask first (`pate.release.selection.select`; a smaller count asks a prefix) and
+    its probabilities on them, in that order."""
+    from pate.release.selection import select, student_probs
+    from pate.programs.student_training import load_student
+
+    student = load_student(run.path, record=student_files[0], directory=student_files[1])
+    probs = student_probs(student.model, student.params, splits.pool_x[candidates],
+                          student.config.student.eval_batch_size)
+    ranked = select(probs, candidates, rc.queries, rc.select)
+    return student, ranked, probs[np.searchsorted(candidates, ranked)]  # candidates are sorted (np.setdiff1d)
+
+
+def _checked_student(config: Config, student, splits, offsets):
+    """With check ``offsets`` (``check = "interactive"``) under a target: the public model of
+    the student the teachers check (`pate.release.target.student_model`: its offsets on the
+    ranked candidates, its calibration on the evaluation split), else None."""
+    if offsets is None or not config.privacy.target_eps:
+        return None
+    from pate.release.selection import student_probs
+
+    eval_probs = student_probs(student.model, student.params, splits.eval_x, student.config.student.eval_batch_size)
+    return release_target.student_model(offsets, eval_probs, splits.eval_y, config.teachers.num_teachers)
+
+
+def _round2_votes(config: Config, student, splits, chosen, echo):
+    """The private part of round 2: heads on the shards (on the student's features and a PCA
+    of the public pool) and their votes on the ``chosen`` pool points. Returns the votes and
+    the heads' accuracy on the evaluation split (mean, plurality)."""
+    import jax.numpy as jnp
+
+    from pate.programs import heads
+    from pate.data import partition
+    from pate.programs.voting import plurality_accuracy, votes_from_predictions
+
+    rc, tc = config.rounds, config.teachers
+    batch = student.config.student.eval_batch_size
+    queries = chosen.size
+    pca = heads.fit_pca(heads.features(student.model, student.params, splits.pool_x, batch), rc.pca_dim)
+    part = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
+    echo(f"round 2: {tc.num_teachers} ridge heads on the round-1 student's features ({pca.components.shape[0]} "
+         f"-> {pca.components.shape[1]} by a PCA of the pool), {queries} queries chosen by rounds.select = {rc.select}")
+    z = heads.features(student.model, student.params, splits.train_x[part.indices.ravel()], batch, project=pca)
+    z = jnp.asarray(z.reshape(tc.num_teachers, part.shard_size, -1))
+    w, b = heads.fit_heads(z, jnp.asarray(splits.train_y[part.indices]), rc.ridge, num_classes=splits.num_classes)
+    votes = np.asarray(heads.head_votes(w, b, jnp.asarray(heads.features(
+        student.model, student.params, splits.pool_x[chosen], batch, project=pca)), num_classes=splits.num_classes))
+    if np.any(votes.sum(axis=1) != tc.num_teachers):
+        raise PateError("internal error: a round-2 vote row does not count every head once")
+    preds = heads.head_predictions(w, b, jnp.asarray(heads.features(
+        student.model, student.params, splits.eval_x, batch, project=pca)))
+    mean = float(np.mean(preds == splits.eval_y[None, :]))
+    ensemble = plurality_accuracy(votes_from_predictions(preds, splits.num_classes), splits.eval_y)
+    return votes, (mean, ensemble)
+
+
+def _release(door, config: Config, record, votes, queried, splits, accuracies, seed, book, cost, planned: dict,
+             echo) -> RoundResult:
+    """The noisy release of round 2, its brief report, the files and the ledger's charge.
+    ``queried``: the chosen pool points, the round-1 student's probabilities on them and its
+    check offsets (None unless ``[rounds] check = "interactive"``)."""
+    from pate.release.privacy_report import report_for_release
+    from pate.release.labels import released_arrays
+    from pate.programs.voting import plurality_accuracy
+
+    chosen, probs, offsets = queried
+    interactive = offsets is not None
+    labels = released_arrays(votes, chosen, record.name, record.params(), seed, None, offsets)
+    released, truth = labels["labels"], splits.pool_y[chosen]
+    answered = released >= 0
+    p = config.privacy
+    brief = dict(labels, indices=np.arange(chosen.size))  # rows of the round-2 votes
+    table = render_table(report_for_release(votes, brief, delta=p.delta, moments=p.moments,
+                                            conversion=p.conversion, sanitize=False))
+    door.out.write_npz(rundir.VOTES_ROUND2_NPZ, {"votes": votes.astype(np.int32)}, config)
+    door.out.write_npz(rundir.LABELS_ROUND2_NPZ, labels, config,
+                       meta={"ledger": book.name, "round": 2, **seed_record(seed), **planned})
+    check = ", the teachers checking the round-1 student (Interactive-GNMax)" if interactive else ""
+    mechanism = {"name": record.name, **record.params(), "queries": int(chosen.size), "round": 2,
+                 **({"check": "interactive"} if interactive else {}),
+                 "describe": f"round-2 labels: {chosen.size} queries of {record.describe()}{check}"}
+    # Charged before the release is in place: a kill from here on over-counts, never under-counts.
+    book.charge("labels", cost, run=door.run.path, mechanism=mechanism,
+                subject=digests.file_digest(door.out / rundir.LABELS_ROUND2_NPZ), budget=p.total_budget,
+                delta=p.delta, data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+    result = RoundResult(
+        num_queries=int(chosen.size), num_answered=int(answered.sum()),
+        label_accuracy=float(np.mean(released[answered] == truth[answered])) if answered.any() else float("nan"),
+        plurality_accuracy=plurality_accuracy(votes, truth), head_accuracy=accuracies[0],
+        ensemble_accuracy=accuracies[1], mechanism="interactive-gnmax" if interactive else record.name,
+        student_accuracy=float(np.mean(probs.argmax(axis=1) == truth)),
+        corrections=int(np.sum(answered & (released != probs.argmax(axis=1)))))
+    echo(ledger_mod.cumulative_line(book, p.delta))
+    echo(result.summary())
+    echo(table)
+    return result
+
+
+def _keep_round1(run: rundir.RunDir, out: rundir.RunDir, files: tuple[str, str], release: str) -> None:
+    """Copies the student round 2 stood on (``student-round1``) and round 1's release
+    (``release``, found by `round1_release`) as ``release-round1.json`` into the new artifacts."""
+    record, directory = files
+    shutil.copytree(run / directory, out / rundir.STUDENT_ROUND1_DIR, dirs_exist_ok=True)
+    shutil.copy2(run / record, out / rundir.STUDENT_ROUND1_JSON)
+    shutil.copy2(run / release, out / rundir.RELEASE_ROUND1_JSON)

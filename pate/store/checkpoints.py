@@ -1,0 +1,250 @@
+"""Orbax checkpoints in a run directory, for the teachers, the student and DP-SGD.
+
+Two shapes: numbered steps kept by a `CheckpointManager` (the teachers: stacked
+parameters, optimizer state and a JSON progress record every few epochs, so a run can
+resume), and one parameter tree in one folder (`save_params`: the student, the DP-SGD
+model). A failed write leaves no ``*.orbax-checkpoint-tmp*`` folder and ends in one
+`PateError`; a checkpoint is read back only after its sha256 matches the one its
+producer recorded (`read_record`, `verified_restore`), and a damaged one ends in one
+line, not a tensorstore traceback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence, TypeVar
+
+import jax
+
+from analysis.errors import PateError
+from pate.store import digests, rundir
+from pate.config import Config
+
+T = TypeVar("T")
+
+
+def short_error(err: BaseException) -> str:
+    """The first line of an error (tensorstore's run to 100+ lines)."""
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__
+
+
+def remove_orbax_tmp(directory: Path) -> None:
+    """Removes the temporary folders orbax leaves when a save fails part-way."""
+    if not directory.is_dir():
+        return
+    for tmp in directory.glob("*orbax-checkpoint-tmp*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def quiet_orbax():
+    """Silences absl's logger (orbax's) for a save: its writer threads log each failed
+    write with a traceback (a hundred lines on a full or read-only disk) before the error
+    reaches the caller, whose one line says it all."""
+    absl_logger = logging.getLogger("absl")
+    level = absl_logger.level
+    absl_logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        absl_logger.setLevel(level)
+
+
+def _probe(folder: Path, what: str, then: str) -> None:
+    """Refuses a folder that cannot take a file before orbax is asked to write in it: when
+    orbax fails to create its folder, its writer threads (not daemons) wait for ever for a
+    signal that never comes, and the process never exits."""
+    import tempfile
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder) as f:
+            f.write(b"0")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as err:
+        why = "a file is in the way" if isinstance(err, FileExistsError) else err.strerror or err
+        raise PateError(f"{what} in {folder}: {why}; free space or make it writable, then {then}") from None
+
+
+def abstract(tree: Any) -> Any:
+    """The shapes and dtypes of a tree: what a restore fills in."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+
+
+# --------------------------------------------------------------------------- numbered steps
+
+
+def open_manager(directory: Path, *, keep: int = 2, create: bool = True, private: bool = False):
+    """A synchronous orbax `CheckpointManager` over `directory` keeping the last `keep`
+    steps; with `create` the folder is made (owner-only when `private`) and the
+    temporary folders of a save killed part-way are removed."""
+    import orbax.checkpoint as ocp
+
+    options = ocp.CheckpointManagerOptions(max_to_keep=keep, enable_async_checkpointing=False,
+                                           create=create)
+    if create and jax.process_index() == 0:
+        if private:
+            rundir.make_private_dir(directory)
+        remove_orbax_tmp(directory)
+    return ocp.CheckpointManager(directory.resolve(), options=options)
+
+
+def save_step(manager, step: int, trees: Mapping[str, Any], records: Mapping[str, dict], *,
+              then: str, unit: str = "step") -> None:
+    """Saves step `step` (an epoch for the teachers: `unit` names it in messages): each
+    of `trees` (arrays) and `records` (JSON) under its name.
+
+    Raises:
+      PateError: the write failed (full disk, read-only folder); no temporary folder is
+        left, and the message ends with `then` (what to do once it is fixed).
+    """
+    import orbax.checkpoint as ocp
+
+    _probe(Path(manager.directory), f"cannot write the checkpoint of {unit} {step}", then)
+    try:
+        with quiet_orbax():
+            items = {name: ocp.args.StandardSave(tree) for name, tree in trees.items()}
+            items.update({name: ocp.args.JsonSave(record) for name, record in records.items()})
+            manager.save(step, args=ocp.args.Composite(**items), force=True)
+            manager.wait_until_finished()
+    except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
+        directory = Path(manager.directory)
+        remove_orbax_tmp(directory)
+        raise PateError(f"cannot write the checkpoint of {unit} {step} in {directory}: "
+                        f"{short_error(err)}; free space or make it writable, then {then}") from None
+
+
+def restore_step(manager, step: int, like: Mapping[str, Any], records: Sequence[str] = ()) -> dict:
+    """Step `step`'s trees shaped like `like` (by name) and its JSON `records`."""
+    import orbax.checkpoint as ocp
+
+    items = {name: ocp.args.StandardRestore(abstract(tree)) for name, tree in like.items()}
+    items.update({name: ocp.args.JsonRestore() for name in records})
+    return manager.restore(step, args=ocp.args.Composite(**items))
+
+
+# --------------------------------------------------------------------------- one tree
+
+
+#: What orbax's success marker says once the absolute path is dropped from it.
+_MARKER_TEXT = "Checkpoint commit was successful\n"
+
+
+def save_params(directory: Path, params: Any, *, then: str = "train again") -> None:
+    """Writes one parameter tree to `directory` (replacing it).
+
+    Orbax's success marker names the absolute path it was written to (a user name, a
+    home folder); the student and the DP-SGD model are released, so the marker is kept
+    without the path.
+
+    Raises:
+      PateError: the write failed; the message ends with `then`.
+    """
+    import orbax.checkpoint as ocp
+
+    _probe(directory.parent, f"cannot write the checkpoint {directory}", then)
+    try:
+        with quiet_orbax(), ocp.StandardCheckpointer() as ckptr:
+            ckptr.save(directory.resolve(), params, force=True)
+            ckptr.wait_until_finished()
+    except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
+        remove_orbax_tmp(directory.parent)
+        raise PateError(f"cannot write the checkpoint {directory}: {short_error(err)}; free space "
+                        f"or make it writable, then {then}") from None
+    marker = directory / "commit_success.txt"
+    if marker.exists():
+        rundir.atomic_write_text(marker, _MARKER_TEXT)
+
+
+def restore_params(directory: Path, like: Any) -> Any:
+    """The parameter tree `save_params` wrote, shaped like `like`."""
+    import orbax.checkpoint as ocp
+
+    with ocp.StandardCheckpointer() as ckptr:
+        return ckptr.restore(directory.resolve(), abstract(like))
+
+
+# --------------------------------------------------------------------------- reading back
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """The JSON record a training command wrote beside its checkpoint, and the run's config.
+
+    Attributes:
+      run: the run directory.
+      path: the JSON record's path.
+      info: its content.
+      config: the run's ``config.toml``.
+      num_classes, image_shape: what the model was built for (checked).
+      remake: the command that trains it again (ends every refusal).
+      noun: what was trained ("teachers", "student").
+      command: the command that wrote it ("train-teachers").
+    """
+
+    run: rundir.RunDir
+    path: Path
+    info: dict
+    config: Config
+    num_classes: int
+    image_shape: tuple[int, ...]
+    remake: str
+    noun: str
+    command: str
+
+    def refuse(self, missing: str) -> PateError:
+        """The error for a record that lacks (or holds an invalid) `missing`."""
+        return PateError(f"{self.path} is not a {self.noun} record written by `pate {self.command}` "
+                         f"(missing or invalid {missing}); {self.remake}")
+
+
+def read_record(workdir: str | Path, *, record: str, directory: str, noun: str, command: str,
+                pronoun: str) -> Record:
+    """The record and config of a finished training command in a run directory.
+
+    Raises:
+      PateError: the record or the checkpoint folder is missing, or the record holds no
+        valid ``num_classes`` / ``image_shape``.
+    """
+    run = rundir.RunDir(workdir)
+    if not run.exists(record) or not run.exists(directory):
+        raise PateError(f"{run.path} holds no trained {noun} ({record} and {directory}/); run "
+                        f"`pate {command}` first")
+    config = run.read_config()
+    info = run.read_json(record)
+    remake = f"run `pate {command} --workdir {run.path} --overwrite` to train {pronoun} again"
+    try:
+        num_classes, image_shape = int(info["num_classes"]), tuple(int(d) for d in info["image_shape"])
+        if num_classes < 2 or len(image_shape) != 3 or min(image_shape) < 1:
+            raise ValueError
+    except (KeyError, TypeError, ValueError, AttributeError):
+        num_classes, image_shape = 0, ()
+    found = Record(run, run / record, info, config, num_classes, image_shape, remake, noun, command)
+    if not num_classes:
+        raise found.refuse("num_classes or image_shape")
+    return found
+
+
+def verified_restore(what: str, path: Path, digest: str | None, remake: str,
+                     restore: Callable[[], T]) -> T:
+    """`restore()` once the checkpoint at `path` is the one recorded (sha256 `digest`;
+    None for an old run without one).
+
+    Raises:
+      PateError: the checkpoint is missing, changed or unreadable (one line, ending
+        with `remake`).
+    """
+    digests.check_recorded(what, path, digest, remake)
+    if not path.exists():
+        raise PateError(f"{path} is missing: the run records the {what}; {remake}")
+    try:
+        return restore()
+    except Exception as err:  # noqa: BLE001 - tensorstore/orbax raise many types
+        raise PateError(f"cannot read the {what} in {path} ({short_error(err)}); {remake}") from None

@@ -1,0 +1,340 @@
+"""The one door into a run directory: every command that writes one goes through `step`.
+
+`step` holds the run's lock (`pate.store.runlock.hold`), checks that the config's data is the
+run's, asks "may I write these artifacts?" once for every command, hands the block the
+folder to write them in (a staging folder when they replace finished ones), and on
+commit writes ``config.toml``, swaps the new artifacts in and moves the later steps'
+artifacts aside with the one stale message. A block that fails leaves the run as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import os
+from pathlib import Path
+from typing import Callable, Iterable
+
+from analysis.errors import PateError
+from pate.store import rundir
+from pate.config import Config
+from pate.store.runlock import depth, hold, secondary_process
+
+STAGING_PREFIX = ".new-"
+OLD_PREFIX = ".old-"  # the old artifacts during `Staging.commit`
+STALE_PREFIX = "stale-"
+
+
+@dataclasses.dataclass(frozen=True)
+class Writer:
+    """What one command writes, and how it is told apart in messages.
+
+    Attributes:
+      command: the `pate` command (lock owner, messages).
+      artifacts: what it writes (staged and swapped in together).
+      later: the later steps' artifacts, made from these, that a replacement moves aside.
+      noun: "the new {noun} replace the ones ... were made from".
+      again: "pass --overwrite to {again}" when artifacts exist.
+      guard: the artifacts whose presence refuses a write (default: all of them).
+      create: whether the lock may create the run directory.
+    """
+
+    command: str
+    artifacts: tuple[str, ...] = ()
+    later: tuple[str, ...] = ()
+    noun: str = ""
+    again: str = ""
+    guard: tuple[str, ...] | None = None
+    create: bool = True
+
+
+#: Every writer of a run directory, by the name of its step (the staging folder's suffix).
+WRITERS = {
+    "teachers": Writer("train-teachers", rundir.TEACHER_ARTIFACTS,
+                       rundir.LABEL_ARTIFACTS + rundir.ROUND2_ARTIFACTS + rundir.STUDENT_ARTIFACTS
+                       + rundir.ANALYSIS_ARTIFACTS, "teachers", "replace them or --resume to continue"),
+    "label": Writer("label", rundir.LABEL_ARTIFACTS,
+                    rundir.ROUND2_ARTIFACTS + rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS,
+                    "labels", "label again (the old release is replaced)"),
+    # Round 2 keeps round 1's release; the student and the report made before it are moved
+    # aside (copied first as student-round1/ and release-round1.json).
+    "round2": Writer("label --round 2", rundir.ROUND2_ARTIFACTS,
+                     rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS, "round-2 labels",
+                     "label round 2 again (the old round-2 release is replaced)",
+                     guard=(rundir.VOTES_ROUND2_NPZ, rundir.LABELS_ROUND2_NPZ)),
+    "student": Writer("train-student", rundir.STUDENT_ARTIFACTS, noun="student",
+                      again="train the student again"),
+    "analyze": Writer("analyze", create=False),
+    "dpsgd": Writer("dpsgd", rundir.DPSGD_ARTIFACTS, noun="DP-SGD model", again="train the DP-SGD model again",
+                    guard=(rundir.DPSGD_JSON,)),
+    "fedavg": Writer("fedavg", rundir.FEDAVG_ARTIFACTS, noun="federated model",
+                     again="train the federated model again", guard=(rundir.FEDAVG_JSON,)),
+    "synth": Writer("synth", rundir.SYNTH_ARTIFACTS, noun="synthetic data", again="train the PATE-GAN again",
+                    guard=(rundir.SYNTH_JSON,)),
+    "run": Writer("run"),
+}
+
+
+class Staging:
+    """Where a step writes the artifacts that will replace finished ones.
+
+    A command asked to ``--overwrite`` writes its new artifacts into
+    ``RUN/.new-<step>/`` and calls `commit` once every one is complete: only then are
+    the old artifacts replaced (a rename each), and the later steps' artifacts, made from
+    the old ones, moved aside into ``RUN/stale-<step>-<time>/`` — never deleted: a
+    release moved aside is still a release the user may need. If the command fails or is
+    killed first, the old artifacts are untouched; the staging folder is cleared by the
+    next attempt.
+    """
+
+    def __init__(self, run: rundir.RunDir, step: str, artifacts: Iterable[str], later: Iterable[str] = ()):
+        self.run = run
+        self.step = step
+        self.artifacts = tuple(artifacts)
+        self.later = tuple(later)
+        self.path = run.path / f"{STAGING_PREFIX}{step}"
+        rundir.remove(self.path)
+        self.path.mkdir(parents=True)
+
+    def __truediv__(self, name: str) -> Path:
+        return self.path / name
+
+    def commit(self, extra: Iterable[str] = ()) -> list[str]:
+        """Swaps the staged artifacts (and `extra` files, e.g. config.toml) in.
+
+        All or nothing: the old artifacts go into ``RUN/.old-<step>/`` as the new ones come
+        in; a failure part-way (an immutable or vanished file) puts every old artifact and
+        every later one back and removes the staging folder. A kill part-way leaves
+        ``.old-<step>/`` beside ``.new-<step>/``: the staged set was complete, so the next
+        command finishes the swap (`sweep`).
+
+        Returns:
+          The later artifacts moved aside (relative to the run directory), for a message.
+        """
+        names = [n for n in (*self.artifacts, *extra) if os.path.lexists(self.path / n)]
+        missing = [n for n in self.artifacts if n not in names]
+        if missing:
+            raise PateError(f"internal error: {self.step} left {', '.join(missing)} unwritten in "
+                            f"{self.path}")
+        later = [n for n in self.later if os.path.lexists(self.run / n)]
+        aside = _aside_folder(self.run, self.step) if later else None
+        old = self.run.path / f"{OLD_PREFIX}{self.step}"
+        done: list[tuple[Path, Path]] = []  # renames made, undone in reverse on failure
+        try:
+            for n in later:
+                aside.mkdir(exist_ok=True)
+                _rename(self.run / n, aside / n, done)
+            rundir.remove(old)
+            old.mkdir()
+            for n in names:
+                if os.path.lexists(self.run / n):
+                    _rename(self.run / n, old / n, done)
+                _rename(self.path / n, self.run / n, done)
+        except OSError as err:
+            for src, dst in reversed(done):
+                os.replace(dst, src)
+            for folder in (old, aside):
+                if folder is not None and folder.is_dir() and not os.listdir(folder):
+                    folder.rmdir()
+            self.discard()
+            raise PateError(f"cannot swap the new {self.step} artifacts into {self.run.path}: "
+                            f"{err.strerror or err} ({err.filename}); nothing was changed, the old "
+                            "artifacts are in place") from None
+        rundir.remove(old)
+        rundir.remove(self.path)
+        return [f"{aside.name}/{n}" for n in later]
+
+    def discard(self) -> None:
+        rundir.remove(self.path)
+
+
+def _rename(src: Path, dst: Path, done: list) -> None:
+    os.replace(src, dst)
+    done.append((src, dst))
+
+
+def _aside_folder(run: rundir.RunDir, step: str) -> Path:
+    """A new ``RUN/stale-<step>-<time>[-k]/`` name (not created)."""
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    aside = run.path / f"{STALE_PREFIX}{step}-{stamp}"
+    k = 1
+    while os.path.lexists(aside):
+        k += 1
+        aside = run.path / f"{STALE_PREFIX}{step}-{stamp}-{k}"
+    return aside
+
+
+def sweep(run: rundir.RunDir) -> list[str]:
+    """Cleans what a killed pate process left in a run directory; `step` calls it once
+    it holds the lock (no live process owns any of it then).
+
+    - ``.old-<step>/`` beside ``.new-<step>/``: a commit was killed part-way; its staged
+      set was complete, so the swap is finished (`Staging.commit`).
+    - ``.new-<step>/`` alone: a step killed before its commit; its unfinished (and maybe
+      private) files are deleted, the finished artifacts were never touched.
+    - temporary files of atomic writes (``.NAME.*.tmp``) in the run directory and its
+      artifact folders, and orbax's ``*.orbax-checkpoint-tmp*`` folders.
+
+    Returns:
+      One phrase per thing cleaned, for the message.
+    """
+    done = []
+    for entry in sorted(os.listdir(run.path)):
+        if entry.startswith(OLD_PREFIX):
+            name = entry[len(OLD_PREFIX):]
+            staged = run.path / f"{STAGING_PREFIX}{name}"
+            if staged.is_dir() and not staged.is_symlink():
+                for n in sorted(os.listdir(staged)):
+                    if os.path.lexists(run / n) and not os.path.lexists(run.path / entry / n):
+                        os.replace(run / n, run.path / entry / n)
+                    os.replace(staged / n, run / n)
+                done.append(f"finished swapping in the new {name} artifacts ({entry}/)")
+            rundir.remove(run.path / entry)
+            rundir.remove(staged)
+    for entry in sorted(os.listdir(run.path)):
+        if entry.startswith(STAGING_PREFIX):
+            rundir.remove(run.path / entry)
+            done.append(f"deleted the unfinished {entry}/")
+    for folder in (run.path, *(run.path / n for n in rundir.ARTIFACT_DIRS)):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for entry in sorted(os.listdir(folder)):
+            if (entry.startswith(".") and entry.endswith(".tmp")) or "orbax-checkpoint-tmp" in entry:
+                rundir.remove(folder / entry)
+                done.append(f"deleted the temporary {(folder / entry).relative_to(run.path)}")
+    return done
+
+
+def stale_message(moved: list[str], noun: str) -> str:
+    """The line a command prints after `Staging.commit` moved later artifacts aside."""
+    folders = sorted({m.split("/", 1)[0] for m in moved})
+    names = ", ".join(m.split("/", 1)[1] for m in moved)
+    return (f"the new {noun} replace the ones {names} were made from: moved those to "
+            f"{', '.join(folders)} (kept, not deleted); run the later steps again")
+
+
+@dataclasses.dataclass
+class Door:
+    """What a `step` block writes through.
+
+    Attributes:
+      run: the run directory.
+      out: where the block writes its artifacts: the staging folder, or the run itself.
+      staged: whether `out` is a staging folder.
+      resuming: the block continues from artifacts already there (`resume`).
+      config: what goes into config.toml on commit (None: nothing); the block may
+        replace it (e.g. with the steps an ``--epochs`` resolved to).
+    """
+
+    run: rundir.RunDir
+    out: rundir.RunDir
+    staged: bool
+    resuming: bool
+    config: Config | None
+
+    def write_config(self) -> None:
+        """In place, writes config.toml now, not on commit: first, so that a killed run
+        can be resumed (teachers), or before the last reads (`pate run`). Staged, nothing:
+        it is swapped in with the artifacts on commit."""
+        if not self.staged and self.config is not None:
+            if not secondary_process():
+                self.run.write_config(self.config)
+            self.config = None
+
+
+def check_same_data(run: rundir.RunDir, config: Config, *, required: str | None = None,
+                    unreadable: str | None = None, held: str | None = None, remedy: str | None = None) -> None:
+    """Refuses a config whose ``[data]`` is not the run's (`rundir.RunDir.check_same_data`,
+    worded by `held` and `remedy`). With ``required`` (the commands to run first), a
+    directory without config.toml is no run directory; without it, such a directory has
+    nothing to compare. With ``unreadable`` (what to do), an unreadable config.toml is
+    refused in those words, else in the config loader's."""
+    if not run.exists(rundir.CONFIG_TOML):
+        if required is not None:
+            raise PateError(f"{run.path} is not a run directory (no {rundir.CONFIG_TOML}); run {required} first")
+        return
+    stored = None
+    if unreadable is not None:
+        stored = run.stored_config()
+        if stored is None:
+            raise PateError(f"{run / rundir.CONFIG_TOML} is not a readable config; {unreadable}")
+    wording = {k: v for k, v in (("held", held), ("remedy", remedy)) if v is not None}
+    run.check_same_data(config, stored, **wording)
+
+
+@contextlib.contextmanager
+def step(name: str, workdir, *, config: Config | None = None, overwrite: bool = False,
+         resume: bool = False, staged: bool | str = True, data: dict | None = None,
+         keep_config: bool = False, echo: Callable[[str], None] = print):
+    """The door every writer of a run directory goes through (see the module docstring).
+
+    Args:
+      name: the step (`WRITERS`).
+      workdir: the run directory.
+      config: what config.toml gets on commit (None: left as it is). Staged, it is
+        swapped in with the artifacts; in place, `Door.write_config` may write it earlier.
+      overwrite, resume: what to do with artifacts already there (`rundir.RunDir.prepare`);
+        replaced in place (``staged=False``) they are deleted up front.
+      staged: True: write into ``RUN/.new-<name>/`` and swap in on commit; False: write
+        in place; "when-replacing": staged only when overwriting artifacts already there.
+      data: keywords of `check_same_data` (None: no data check).
+      keep_config: leave an existing config.toml alone (a DP-SGD baseline beside a run).
+      echo: where the stale message goes.
+
+    Yields:
+      A `Door`.
+    """
+    writer = WRITERS[name]
+    if workdir is None or not str(workdir).strip():  # '' would be the current directory
+        raise PateError(f"{writer.command} needs a run directory (workdir), got {workdir!r}")
+    with hold(workdir, writer.command, create=writer.create) as lock:
+        run = rundir.RunDir(workdir)
+        if lock is not None and depth(workdir) == 1:  # first holder: clean what a killed one left
+            _report_sweep(run, lock, echo)
+        if resume and run.exists(rundir.CONFIG_TOML):
+            run.check_same_config(config)
+        if data is not None:
+            check_same_data(run, config, **data)
+        run.prepare(writer.artifacts, overwrite=overwrite, resume=resume, command=writer.command,
+                    again=writer.again, guard=writer.guard, clear=staged is False)
+        if resume and not run.exists(rundir.CONFIG_TOML):
+            raise PateError(f"cannot resume: {run / rundir.CONFIG_TOML} is missing; start again "
+                            "with --overwrite")
+        if keep_config and run.exists(rundir.CONFIG_TOML):
+            config = None
+        if staged == "when-replacing":
+            staged = overwrite and any(run.exists(a) for a in writer.artifacts)
+        staging = Staging(run, name, writer.artifacts, writer.later) if staged and writer.artifacts else None
+        door = Door(run, run if staging is None else rundir.RunDir(staging.path), staging is not None,
+                    resume, config)
+        try:
+            yield door
+        except BaseException:
+            if staging is not None:
+                staging.discard()
+            raise
+        _commit(door, staging, writer, echo)
+
+
+def _report_sweep(run: rundir.RunDir, lock, echo) -> None:
+    """`sweep`, and one line saying what a killed pate process left and what became of it."""
+    cleaned = sweep(run)
+    if lock.took_over is not None:
+        cleaned.insert(0, f"took over the lock of {lock.took_over}")
+    if cleaned:
+        echo(f"a killed pate process left {run.path} unfinished: " + "; ".join(cleaned)
+             + " (finished artifacts are kept)")
+
+
+def _commit(door: Door, staging: Staging | None, writer: Writer, echo) -> None:
+    """Writes config.toml and swaps the staged artifacts in, with the stale message."""
+    if staging is None:
+        if door.config is not None and not secondary_process():
+            door.run.write_config(door.config)
+        return
+    if door.config is not None:
+        door.out.write_config(door.config)
+    moved = staging.commit(extra=(rundir.CONFIG_TOML,))
+    if moved:
+        echo(stale_message(moved, writer.noun))
