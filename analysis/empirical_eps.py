@@ -132,7 +132,7 @@ def candidate_pairs(record: mechanisms.Mechanism, num_teachers: int, num_classes
         half = z * scale / 2.0 if z else 0.0  # a noise scale too large for the teachers: the last pair
         a = min(num_teachers, low + int(round(half))) if half < num_teachers else num_teachers
         tops.setdefault(a, f"gap {2 * a - num_teachers} = {(2 * a - num_teachers) / scale:.2g} noise scales")
-    if isinstance(record, mechanisms.ConfidentGNMax):
+    if record.threshold_step:
         for z in THRESHOLD_STEPS:
             top = record.threshold + z * record.sigma_threshold
             a = int(round(top)) if abs(top) <= 2 * num_teachers else -1
@@ -151,7 +151,7 @@ def categories(record: mechanisms.Mechanism, num_classes: int) -> tuple[str, ...
     """The label categories counted: class 0 (loses the vote), class 1 (gains it), any other
     class when there are more than two, and unanswered for Confident-GNMax."""
     names = ["class 0", "class 1"] + (["other class"] if num_classes > 2 else [])
-    return tuple(names + ([UNANSWERED] if isinstance(record, mechanisms.ConfidentGNMax) else []))
+    return tuple(names + ([UNANSWERED] if record.threshold_step else []))
 
 
 def categorise(labels: np.ndarray, names: Sequence[str]) -> np.ndarray:
@@ -248,5 +248,5 @@ def audit_delta(record: mechanisms.Mechanism, queries: int, num_classes: int, de
     """The δ the audit subtracts: the claim's δ plus the float64 samplers' remaining δ
     (`analysis.noise.sampling_delta`; a threshold step is one more noise coordinate), so
     the bound is held against the guarantee the implementation actually has."""
-    coordinates = num_classes + (1 if isinstance(record, mechanisms.ConfidentGNMax) else 0)
+    coordinates = num_classes + (1 if record.threshold_step else 0)
     return delta + noise.sampling_delta(queries, coordinates, eps)

@@ -49,6 +49,10 @@ class Mechanism:
     """
 
     name: ClassVar[str] = ""
+    #: Whether a noisy threshold step decides which queries are answered (Confident-GNMax):
+    #: "unanswered" is then an outcome of every query, the step is one more noise coordinate,
+    #: and Interactive-GNMax's check offsets apply to it.
+    threshold_step: ClassVar[bool] = False
     accountants: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     accounting_defaults: ClassVar[Mapping[str, float]] = {}  # parameters no data-independent cost needs
 
@@ -273,6 +277,7 @@ class ConfidentGNMax(_Gaussian):
     sigma_threshold: float
     sigma: float
     name: ClassVar[str] = "confident-gnmax"
+    threshold_step: ClassVar[bool] = True
     accounting_defaults: ClassVar[Mapping[str, float]] = {"threshold": 0.0}
 
     def __post_init__(self):
@@ -375,6 +380,8 @@ class ConfidentGNMax(_Gaussian):
 
 RECORDS: dict[str, type[Mechanism]] = {r.name: r for r in (LNMax, GNMax, ConfidentGNMax)}
 NAMES = tuple(RECORDS)
+#: The arrays `Mechanism.to_arrays` may write into a labels.npz: the name and every record's noise.
+ARRAY_KEYS = ("mechanism", *dict.fromkeys(f.name for r in RECORDS.values() for f in dataclasses.fields(r)))
 
 
 def _fields(record: type[Mechanism]) -> tuple[str, ...]:

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from analysis import gnmax, lnmax, lnmax_release
+from analysis import gnmax, lnmax, lnmax_release, mechanisms
 from pate.steps import label as label_mod
 from pate.release import budget as release_budget
 from pate.release import labels as release_labels
@@ -89,7 +89,7 @@ def test_label_before_teachers(tmp_path):
 def test_budget_plan_is_largest_within_budget(mechanism):
     cfg = AggregationConfig(mechanism=mechanism, queries=5000, gamma=0.05, sigma=40.0, threshold=200,
                             sigma_threshold=150.0)
-    plan = release_budget.budget_plan(cfg, 4.0, 1e-5)
+    plan = release_budget.budget_plan(mechanisms.from_config(cfg), cfg.queries, 4.0, 1e-5)
     assert plan.eps <= 4.0
     if mechanism == "lnmax":
         assert lnmax.data_independent_eps(plan.num_queries + 1, 0.05, 1e-5).eps > 4.0

@@ -153,7 +153,7 @@ def test_budget_covers_the_labels_and_the_published_release(mechanism, accountan
 
     cfg = AggregationConfig(mechanism=mechanism, queries=5000, gamma=0.05, sigma=40.0, threshold=200,
                             sigma_threshold=150.0)
-    plan = release_budget.budget_plan(cfg, 4.0, 1e-5, accountant=accountant, privacy=PrivacyConfig())
+    plan = release_budget.budget_plan(mechanisms.from_config(cfg), cfg.queries, 4.0, 1e-5, accountant=accountant, privacy=PrivacyConfig())
     if mechanism == "confident-gnmax":
         total = published_by_hand(mechanism, plan.num_queries, plan.max_answers)
         assert plan.max_answers < plan.num_queries
@@ -282,8 +282,8 @@ def test_cli_plan_accountant(tmp_path):
 def test_budget_plan_pld_allows_more_and_stays_within(mechanism):
     cfg = AggregationConfig(mechanism=mechanism, queries=5000, gamma=0.05, sigma=40.0, threshold=200,
                             sigma_threshold=150.0)
-    by_rdp = release_budget.budget_plan(cfg, 4.0, 1e-5)
-    by_pld = release_budget.budget_plan(cfg, 4.0, 1e-5, accountant="pld")
+    by_rdp = release_budget.budget_plan(mechanisms.from_config(cfg), cfg.queries, 4.0, 1e-5)
+    by_pld = release_budget.budget_plan(mechanisms.from_config(cfg), cfg.queries, 4.0, 1e-5, accountant="pld")
     assert by_pld.eps <= 4.0
     if mechanism == "confident-gnmax":
         assert (by_pld.num_queries, by_pld.max_answers) >= (by_rdp.num_queries, by_rdp.max_answers)

@@ -175,12 +175,31 @@ def apply_overrides(raw: Mapping[str, Any], overrides: Mapping[str, Any] | None)
     return merged
 
 
+#: The configs that ship inside the package (the repository's ``configs/`` links here), so an
+#: installed pate has its defaults: ``--config tiny`` is ``configs/tiny.toml``.
+PRESETS = Path(__file__).resolve().parent / "presets"
+
+
+def presets() -> tuple[str, ...]:
+    """The names of the bundled configs (``--config NAME``)."""
+    return tuple(sorted(p.stem for p in PRESETS.glob("*.toml")))
+
+
+def _bundled(path: Path) -> Path | None:
+    """The bundled config a bare name (``tiny`` or ``tiny.toml``) means, when no such file exists."""
+    if path.exists() or len(path.parts) != 1 or path.suffix not in ("", ".toml"):
+        return None
+    candidate = PRESETS / f"{path.stem}.toml"
+    return candidate if candidate.is_file() else None
+
+
 def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
                 text: str | None = None) -> Config:
     """Reads a TOML config file, applies overrides and validates the result.
 
     Args:
-      path: the TOML file.
+      path: the TOML file, or the name of a bundled config (`presets`) where no such file
+        exists in the working directory.
       overrides: `{"section.key": value}` applied on top of the file (command-line
         options such as `--teachers`).
       text: the file's content when the caller read it already (`pate.store.rundir` reads a
@@ -194,10 +213,13 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
         wrong type or out of range (the message names the file and the key).
     """
     path = Path(path)
+    if text is None:
+        path = _bundled(path) or path
     try:
         text = path.read_text(encoding="utf-8") if text is None else text
     except FileNotFoundError:
-        raise PateError(f"config file {path} not found") from None
+        raise PateError(f"config file {path} not found; give a file, or one of the bundled configs by name: "
+                        f"{', '.join(presets())}") from None
     except (OSError, UnicodeDecodeError) as err:
         raise PateError(f"cannot read config file {path}: {err}") from None
     if text.startswith(CONFIG_HEAD) and not text.rstrip("\n").endswith(CONFIG_END):

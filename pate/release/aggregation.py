@@ -108,16 +108,21 @@ def confident_gnmax(votes, threshold, sigma_threshold, sigma, noise, offsets=Non
 def run(votes, mechanism: mechanisms.Mechanism, noise, offsets=None) -> np.ndarray:
     """Runs a mechanism record (``analysis.mechanisms``) on every row of ``votes``
     (``offsets``: Interactive-GNMax's check, Confident-GNMax only)."""
-    if offsets is not None and not isinstance(mechanism, mechanisms.ConfidentGNMax):
+    if not isinstance(mechanism, mechanisms.Mechanism) or mechanism.name not in _SAMPLERS:
+        raise PateError(f"not a mechanism record: {mechanism!r}")
+    if offsets is not None and not mechanism.threshold_step:
         raise PateError("check offsets (Interactive-GNMax) apply to confident-gnmax only")
-    if isinstance(mechanism, mechanisms.LNMax):
-        return lnmax(votes, mechanism.gamma, noise)
-    if isinstance(mechanism, mechanisms.GNMax):
-        return gnmax(votes, mechanism.sigma, noise)
-    if isinstance(mechanism, mechanisms.ConfidentGNMax):
-        return confident_gnmax(votes, mechanism.threshold, mechanism.sigma_threshold, mechanism.sigma, noise,
-                               offsets)
-    raise PateError(f"not a mechanism record: {mechanism!r}")
+    return _SAMPLERS[mechanism.name](votes, mechanism, noise, offsets)
+
+
+#: Each record's sampler, by its name: a new mechanism is its record (`analysis.mechanisms`)
+#: and one entry here.
+_SAMPLERS = {
+    "lnmax": lambda votes, r, noise, offsets: lnmax(votes, r.gamma, noise),
+    "gnmax": lambda votes, r, noise, offsets: gnmax(votes, r.sigma, noise),
+    "confident-gnmax": lambda votes, r, noise, offsets: confident_gnmax(
+        votes, r.threshold, r.sigma_threshold, r.sigma, noise, offsets),
+}
 
 
 def aggregate(votes, mechanism: str, noise, offsets=None, **params) -> np.ndarray:

@@ -1,30 +1,33 @@
 """A label release's settings, checked and planned before any teacher votes: the
-`[aggregation]` section against the ensemble and the pool (`resolve`), a data-independent ε
-that is finite (`check_accountable`), the noise a release records, the sanitised release
-`pate analyze` will add, and `pate label --budget`'s plan (`budget_plan`, `budget_line`).
-Public values only: no vote is read here."""
+`[aggregation]` section's mechanism record, built once per release after its data-independent ε
+is found finite (`accountable_record`), checked against the ensemble and the pool (`resolve`),
+the sanitised release `pate analyze` will add, and `pate label --budget`'s plan (`budget_plan`,
+`budget_line`). Public values only: no vote is read here."""
 
 from __future__ import annotations
+
 import numpy as np
+
 from analysis import mechanisms
 from analysis import plan as plan_mod
 from analysis.errors import PateError
 from pate.config import AggregationConfig
 
-def resolve(cfg: AggregationConfig, *, num_teachers: int, pool_size: int) -> AggregationConfig:
-    """Checks an aggregation config against the ensemble and the pool."""
-    if cfg.queries > pool_size:
-        raise PateError(f"aggregation.queries = {cfg.queries} is more than the {pool_size} points "
+def resolve(record: mechanisms.Mechanism, queries: int, *, num_teachers: int, pool_size: int) -> None:
+    """Checks a release of ``queries`` queries by ``record`` against the ensemble and the pool."""
+    if queries > pool_size:
+        raise PateError(f"aggregation.queries = {queries} is more than the {pool_size} points "
                         f"of the public pool; use at most {pool_size}")
-    if not mechanisms.from_config(cfg).answerable(num_teachers):
-        raise PateError(f"aggregation.threshold = {cfg.threshold:g} is above the {num_teachers} "
+    if not record.answerable(num_teachers):
+        raise PateError(f"aggregation.threshold = {record.threshold:g} is above the {num_teachers} "
                         "teachers: no query could ever be answered; lower it")
-    return cfg
 
 
-def check_accountable(cfg: AggregationConfig, privacy) -> None:
-    """Refuses, before any vote is computed, settings whose data-independent ε is not finite
-    (e.g. ``--sigma 1e-300`` would release the noiseless plurality)."""
+def accountable_record(cfg: AggregationConfig, privacy) -> mechanisms.Mechanism:
+    """The mechanism record of an ``[aggregation]`` section (the one place a command builds
+    it), after refusing, before any vote is computed, settings whose data-independent ε for
+    ``cfg.queries`` queries is not finite (e.g. ``--sigma 1e-300`` would release the
+    noiseless plurality)."""
     n = cfg.queries
     try:
         record = mechanisms.from_config(cfg)
@@ -37,11 +40,7 @@ def check_accountable(cfg: AggregationConfig, privacy) -> None:
     if not np.isfinite(eps):
         raise PateError(f"{option} gives a non-finite data-independent eps for {n} queries: the "
                         "release could not be accounted for; use more noise")
-
-
-def mechanism_params(cfg: AggregationConfig) -> dict:
-    """The noise parameters of the chosen mechanism (what labels.npz records)."""
-    return mechanisms.from_config(cfg).params()
+    return record
 
 
 def release_settings(mechanism: mechanisms.Mechanism, privacy) -> dict:
@@ -52,14 +51,14 @@ def release_settings(mechanism: mechanisms.Mechanism, privacy) -> dict:
     return dict(beta=beta, release_order=privacy.release_order or None, release_cost=privacy.release_cost)
 
 
-def budget_plan(cfg: AggregationConfig, budget: float, delta: float, *, moments: int = 8,
+def budget_plan(record: mechanisms.Mechanism, queries: int, budget: float, delta: float, *, moments: int = 8,
                 conversion: str = "classic", accountant: str = "rdp", privacy=None) -> plan_mod.BudgetPlan:
-    """`analysis.plan.budget_plan` for an ``[aggregation]`` section (its mechanism and at
-    most ``cfg.queries`` queries). With ``privacy`` (a `PrivacyConfig`), the budget covers
-    what is published: the labels and the sanitised ε `pate analyze` releases with those
-    settings (`release_settings`); what `pate label --budget` plans."""
-    release = None if privacy is None else release_settings(mechanisms.from_config(cfg), privacy)
-    return plan_mod.budget_plan(mechanisms.from_config(cfg), cfg.queries, budget, delta, moments=moments,
+    """`analysis.plan.budget_plan` for a mechanism record and at most ``queries`` queries.
+    With ``privacy`` (a `PrivacyConfig`), the budget covers what is published: the labels
+    and the sanitised ε `pate analyze` releases with those settings (`release_settings`);
+    what `pate label --budget` plans."""
+    release = None if privacy is None else release_settings(record, privacy)
+    return plan_mod.budget_plan(record, queries, budget, delta, moments=moments,
                                 conversion=conversion, accountant=accountant, release=release)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from analysis import mechanisms
 from analysis.errors import PateError
 from pate.store import digests, rundir
 from pate.release import aggregation
@@ -192,9 +193,11 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int,
 # --------------------------------------------------------------------------- drawing a release
 
 
-# The keys labels.npz may hold besides `meta` (config hash and package version).
-RELEASED_KEYS = ("indices", "labels", "mechanism", "gamma", "sigma", "threshold", "sigma_threshold",
-                 "max_answers", CHECK_OFFSETS)
+#: The keys labels.npz may hold besides `meta` (config hash and package version), each named
+#: once: the queried pool indices and their labels (`released_arrays`), the mechanism record's
+#: arrays (`analysis.mechanisms.Mechanism.to_arrays`), the answer cap and the check offsets.
+MAX_ANSWERS = "max_answers"
+RELEASED_KEYS = ("indices", "labels", *mechanisms.ARRAY_KEYS, MAX_ANSWERS, CHECK_OFFSETS)
 
 
 def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
@@ -205,31 +208,28 @@ def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
     return np.where((labels >= 0) & (answered > max_answers), aggregation.UNANSWERED, labels)
 
 
-def release_labels(votes: np.ndarray, mechanism: str, params: dict, *, seed: int | None = None,
+def release_labels(votes: np.ndarray, record: mechanisms.Mechanism, *, seed: int | None = None,
                    max_answers: int | None = None, offsets=None) -> np.ndarray:
     """Noisy labels for every row of ``votes``: THE one call of the aggregator.
 
-    Draws a fresh noise key (``seed`` for research only; never written anywhere), runs
-    `pate.release.aggregation.aggregate` with the mechanism's parameters (``gamma``; ``sigma``;
-    ``threshold``, ``sigma_threshold``, ``sigma``) and withholds every answer past the
+    Draws a fresh noise key (``seed`` for research only; never written anywhere), runs the
+    mechanism record (`pate.release.aggregation.run`) and withholds every answer past the
     ``max_answers``-th (`cap_answers`); ``offsets``: Interactive-GNMax's check. int32, -1 = not answered.
     """
-    released = aggregation.aggregate(votes, mechanism, aggregation.noise_source(seed), offsets, **params)
+    released = aggregation.run(votes, record, aggregation.noise_source(seed), offsets)
     return cap_answers(released, max_answers)
 
 
-def released_arrays(votes: np.ndarray, indices: np.ndarray, mechanism: str, params: dict,
-                     seed: int | None, cap: int | None, offsets=None) -> dict:
+def released_arrays(votes: np.ndarray, indices: np.ndarray, record: mechanisms.Mechanism,
+                    seed: int | None, cap: int | None, offsets=None) -> dict:
     """What labels.npz holds: the queried `indices`, their noisy labels (`release_labels`
-    over `votes`, their rows), the mechanism and its noise (``max_answers`` added to
-    `params` when `cap` withheld answers; the public ``check_offsets`` with `offsets`)."""
-    released = release_labels(votes, mechanism, params, seed=seed, max_answers=cap, offsets=offsets)
-    if cap is not None:
-        params["max_answers"] = cap
-    labels = {"indices": indices.astype(np.int64), "labels": released.astype(np.int32),
-              "mechanism": np.array(mechanism)}
-    labels.update({k: np.array(float(v)) for k, v in params.items()})
+    over `votes`, their rows), the record's arrays (its name and noise), ``max_answers``
+    when `cap` withheld answers and the public ``check_offsets`` with `offsets`."""
+    released = release_labels(votes, record, seed=seed, max_answers=cap, offsets=offsets)
+    labels = {"indices": indices.astype(np.int64), "labels": released.astype(np.int32), **record.to_arrays()}
+    labels.update({} if cap is None else {MAX_ANSWERS: np.array(float(cap))})
     labels.update({} if offsets is None else {CHECK_OFFSETS: np.asarray(offsets).astype(np.int32)})
+    assert set(labels) <= set(RELEASED_KEYS), sorted(labels)
     return labels
 
 

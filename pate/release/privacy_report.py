@@ -97,7 +97,7 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
             return report_mod.brief_lnmax_report(votes[answered], mech.gamma, delta, range(1, moments + 1))
         return report_mod.lnmax_report(votes[answered], mech.gamma, delta, range(1, moments + 1),
                                        DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise)
-    confident = isinstance(mech, mechanisms.ConfidentGNMax)
+    confident = mech.threshold_step
     rows = indices if confident else answered  # the threshold step runs on every query
     if rows.size == 0:
         raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")

@@ -28,9 +28,15 @@ def vote_model(config, num_teachers: int, num_classes: int) -> VoteModel:
     return VoteModel(int(num_teachers), int(num_classes), accuracy=config.privacy.target_accuracy)
 
 
-def choose(config, num_teachers: int, num_classes: int, *, budget=None,
-           echo=print) -> headline_target.ReleaseChoice | None:
-    """The release plan of ``config`` (None when ``[privacy] target_eps`` is 0), printed.
+def _record(config, record: mechanisms.Mechanism | None) -> mechanisms.Mechanism:
+    """The release's mechanism record: the caller's (built once per command), else the config's."""
+    return mechanisms.from_config(config.aggregation) if record is None else record
+
+
+def choose(config, num_teachers: int, num_classes: int, *, record: mechanisms.Mechanism | None = None,
+           budget=None, echo=print) -> headline_target.ReleaseChoice | None:
+    """The release plan of ``config`` (None when ``[privacy] target_eps`` is 0), printed;
+    ``record``: the config's mechanism record when the caller has built it.
 
     Raises:
       PateError: a target with ``budget`` (two plans for one release), with LNMax, or one
@@ -42,9 +48,8 @@ def choose(config, num_teachers: int, num_classes: int, *, budget=None,
     if budget is not None:
         raise PateError("--budget and [privacy] target_eps each plan the release; use one (target_eps = 0 "
                         "turns the target off)")
-    record = mechanisms.from_config(config.aggregation)
     choice = headline_target.choose_release(
-        record, config.aggregation.queries, round1_target(config), p.delta, conversion=p.conversion,
+        _record(config, record), config.aggregation.queries, round1_target(config), p.delta, conversion=p.conversion,
         probability=p.target_probability, model=vote_model(config, num_teachers, num_classes))
     echo(choice.render())
     return choice
@@ -74,7 +79,7 @@ def check_round2(config) -> None:
 
 
 def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *, student=None,
-                  echo=print) -> headline_target.ReleaseChoice | None:
+                  record: mechanisms.Mechanism | None = None, echo=print) -> headline_target.ReleaseChoice | None:
     """Round 2's plan under ``[privacy] target_eps`` (None when 0): at most ``[rounds]
     queries``, the GNSS release at round 1's order, so that the headline of both rounds
     (`analysis.rounds`, RDP route) is ≤ the target with probability ≥ ``target_probability``
@@ -98,9 +103,8 @@ def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *, s
         raise PateError("round 1's release.json has no sanitised RDP at one order (a GNSS release), so a "
                         "target for both rounds cannot be planned; set privacy.target_eps = 0 for round 2 "
                         "or release round 1 by GNMax / Confident-GNMax") from None
-    record = mechanisms.from_config(config.aggregation)
     choice = headline_target.choose_release(
-        record, config.rounds.queries, p.target_eps, p.delta, conversion=p.conversion,
+        _record(config, record), config.rounds.queries, p.target_eps, p.delta, conversion=p.conversion,
         probability=p.target_probability, model=vote_model(config, num_teachers, num_classes),
         orders=(order,), offset=offset, student=student)
     echo(choice.render())

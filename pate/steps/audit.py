@@ -150,7 +150,7 @@ def _classes_of(config) -> int | None:
     return _FIXED_CLASSES.get(data.name)
 
 
-def _record_from_config(config_path, mechanism, noise: dict):
+def _config_record(config_path, mechanism, noise: dict):
     """The `[aggregation]` record of a config, with --mechanism and the noise options on top."""
     overrides = {f"aggregation.{k}": v for k, v in dict(mechanism=mechanism, **noise).items() if v is not None}
     config = load_config(config_path, overrides)
@@ -185,7 +185,7 @@ def resolve(*, config_path=None, workdir=None, mechanism=None, noise: dict | Non
         record, config = _record_from_run(workdir, mechanism, noise)
         inputs = [Path(workdir) / rundir.LABELS_NPZ]
     elif config_path is not None:
-        record, config = _record_from_config(config_path, mechanism, noise)
+        record, config = _config_record(config_path, mechanism, noise)
         inputs = [config_path]
     else:
         if mechanism is None:

@@ -29,7 +29,7 @@ from pate.store import ledger as ledger_mod
 from analysis.report_io import render_table
 from pate.config import Config
 from pate.store.door import Door, step
-from pate.release.budget import budget_line, budget_plan, check_accountable, mechanism_params, resolve
+from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
 from pate.release.labels import charge_release, released_arrays
 
 
@@ -79,31 +79,32 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     # Votes, labels and config.toml are swapped in together once all three are written.
     with step("label", workdir, config=config, overwrite=overwrite, echo=echo) as door:
         aggregation.noise_source(seed)  # refuses a bad seed before any vote is computed
-        check_accountable(config.aggregation, config.privacy)
+        record = accountable_record(config.aggregation, config.privacy)
         teachers = load_teachers(door.run.path)
         agg = config.aggregation
         splits = split(load_dataset(config.data), config.data.public_size)
         if splits.pool_x.shape[1:] != tuple(teachers.image_shape):
             raise PateError(f"the pool's images have shape {splits.pool_x.shape[1:]} but the teachers "
                             f"were trained on {tuple(teachers.image_shape)}: is this the same data set?")
-        resolve(agg, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
+        resolve(record, agg.queries, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
         # A target headline plans the queries and the release before any teacher votes.
-        target = release_target.choose(config, teachers.num_teachers, teachers.num_classes, budget=budget, echo=echo)
+        target = release_target.choose(config, teachers.num_teachers, teachers.num_classes, record=record,
+                                       budget=budget, echo=echo)
         plan = None if target is None else release_target.budget_plan(target)
         if budget is not None:
-            plan = budget_plan(agg, budget, config.privacy.delta, moments=config.privacy.moments,
+            plan = budget_plan(record, agg.queries, budget, config.privacy.delta, moments=config.privacy.moments,
                                conversion=config.privacy.conversion, accountant=accountant,
                                privacy=config.privacy)
             echo(budget_line(budget, plan, accountant))
         planned = {} if target is None else {release_target.PLAN_KEY: target.meta()}
-        result = _release_from_teachers(door, config, teachers, splits, plan, seed, echo, planned)
+        result = _release_from_teachers(door, config, record, teachers, splits, plan, seed, echo, planned)
     echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze` gives the sanitised eps and the headline eps")
     return result
 
 
-def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, seed, echo,
-                           planned: dict) -> LabelResult:
+def _release_from_teachers(door: Door, config: Config, record: mechanisms.Mechanism, teachers, splits, plan,
+                           seed, echo, planned: dict) -> LabelResult:
     """The body of `label` once its inputs are checked: the ledger's budget, the votes,
     the release, the brief report; writes votes.npz and labels.npz through `door`."""
     from pate.programs.voting import plurality_accuracy, predict_votes
@@ -111,7 +112,6 @@ def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, s
     # The ledger of the private data set refuses a release over its total budget before
     # any teacher votes (`pate.store.ledger`).
     agg = config.aggregation
-    record = mechanisms.from_config(agg)
     num_queries = agg.queries if plan is None else plan.num_queries
     cost = composition.labels_cost(record, num_queries, max_answers=None if plan is None else plan.max_answers)
     book = ledger_mod.Ledger.for_config(config)
@@ -126,9 +126,9 @@ def _release_from_teachers(door: Door, config: Config, teachers, splits, plan, s
     if np.any(votes.sum(axis=1) != teachers.num_teachers):
         raise PateError("internal error: a vote row does not count every teacher once")
 
-    params = mechanism_params(agg)
-    labels = released_arrays(votes[queried], queried, agg.mechanism, params, seed,
-                              None if plan is None else plan.max_answers)
+    cap = None if plan is None else plan.max_answers
+    labels = released_arrays(votes[queried], queried, record, seed, cap)
+    params = {**record.params(), **({} if cap is None else {"max_answers": cap})}
     released, truth = labels["labels"], splits.pool_y[queried]
     answered = released >= 0
     result = LabelResult(

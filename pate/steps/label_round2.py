@@ -31,7 +31,7 @@ import shutil
 
 import numpy as np
 
-from analysis import composition, mechanisms
+from analysis import composition
 from analysis.errors import PateError
 from analysis.noise import seed_record
 from analysis.report_io import render_table
@@ -138,17 +138,15 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
         run, rc = door.run, config.rounds
         first, released1, release_name = round1_release(run)
         student_files = round1_student(run)
-        record = mechanisms.from_config(config.aggregation)
         splits = split(load_dataset(config.data), config.data.public_size)
         candidates = np.setdiff1d(np.arange(splits.pool_x.shape[0]), first["indices"])
         if rc.queries > candidates.size:
             raise PateError(f"rounds.queries = {rc.queries} but only {candidates.size} pool points were not "
                             "queried in round 1; ask at most that many")
-        from pate.release.budget import check_accountable, resolve
+        from pate.release.budget import accountable_record, resolve
 
-        agg = dataclasses.replace(config.aggregation, queries=rc.queries)
-        resolve(agg, num_teachers=config.teachers.num_teachers, pool_size=splits.pool_x.shape[0])
-        check_accountable(agg, config.privacy)
+        record = accountable_record(dataclasses.replace(config.aggregation, queries=rc.queries), config.privacy)
+        resolve(record, rc.queries, num_teachers=config.teachers.num_teachers, pool_size=splits.pool_x.shape[0])
         student, ranked, probs = _student_view(run, student_files, splits, candidates, rc)
         offsets = None  # the student's check offsets on the ranked candidates (Interactive-GNMax)
         if rc.check == "interactive":
@@ -157,6 +155,7 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
             offsets = check_offsets(probs, config.teachers.num_teachers)
         # A target for both rounds: round 2 asks as many queries as round 1's draw left room for.
         plan = release_target.choose_round2(config, config.teachers.num_teachers, splits.num_classes, released1,
+                                            record=record,
                                             student=_checked_student(config, student, splits, offsets), echo=echo)
         queries = rc.queries if plan is None else plan.num_queries
         cost = composition.labels_cost(record, queries)
@@ -242,7 +241,7 @@ def _release(door, config: Config, record, votes, queried, splits, accuracies, s
 
     chosen, probs, offsets = queried
     interactive = offsets is not None
-    labels = released_arrays(votes, chosen, record.name, record.params(), seed, None, offsets)
+    labels = released_arrays(votes, chosen, record, seed, None, offsets)
     released, truth = labels["labels"], splits.pool_y[chosen]
     answered = released >= 0
     p = config.privacy

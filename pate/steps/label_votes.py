@@ -23,7 +23,7 @@ from pate.store import rundir
 from pate.store import ledger as ledger_mod
 from pate.config import AggregationConfig, PrivacyConfig
 from pate.store.door import Door, step
-from pate.release.budget import budget_line, budget_plan, check_accountable, resolve
+from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
 from pate.release.labels import charge_release, released_arrays
 
 
@@ -123,13 +123,13 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
         selected = _selected_rows(indices, queries, hist.shape[0])
         agg = AggregationConfig(mechanism=mechanism, queries=int(selected.size), **params)
         agg.validate()
-        resolve(agg, num_teachers=int(hist[0].sum()), pool_size=hist.shape[0])
-        aggregation.noise_source(seed)  # refuses a bad seed before anything is released
         privacy = PrivacyConfig(delta=delta, moments=moments, conversion=conversion)
-        check_accountable(agg, privacy)
+        record = accountable_record(agg, privacy)
+        resolve(record, agg.queries, num_teachers=int(hist[0].sum()), pool_size=hist.shape[0])
+        aggregation.noise_source(seed)  # refuses a bad seed before anything is released
         plan = None
         if budget is not None:
-            plan = budget_plan(agg, budget, delta, moments=moments, conversion=conversion, accountant=accountant,
+            plan = budget_plan(record, agg.queries, budget, delta, moments=moments, conversion=conversion, accountant=accountant,
                                privacy=privacy)
             echo(budget_line(budget, plan, accountant))
             selected = selected[:plan.num_queries]
@@ -137,7 +137,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
             ledger = ("votes:" + os.path.abspath(os.fspath(votes)) if isinstance(votes, (str, os.PathLike))
                       else "votes:in-memory")
         book = ledger_mod.Ledger(ledger, ledger_mod.default_directory())
-        result = _release_from_votes(door, hist, selected, mechanism, params, plan, book, seed=seed,
+        result = _release_from_votes(door, hist, selected, record, plan, book, seed=seed,
                                      privacy=dataclasses.replace(privacy, total_budget=total_budget or 0.0),
                                      total_budget=total_budget, echo=echo)
     echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
@@ -181,7 +181,7 @@ def _selected_rows(indices, queries: int | None, rows: int) -> np.ndarray:
     return selected
 
 
-def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, mechanism: str, params: dict,
+def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, record: mechanisms.Mechanism,
                         plan, book, *, seed, privacy: PrivacyConfig, total_budget, echo) -> VotesRelease:
     """The body of `label_votes` once its inputs are checked: the ledger's budget, the
     release, the report; writes votes.npz and labels.npz through `door`."""
@@ -190,10 +190,9 @@ def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, mech
 
     delta, moments = privacy.delta, privacy.moments
     cap = None if plan is None else plan.max_answers
-    record = mechanisms.from_options(mechanism, **params)
     cost = composition.labels_cost(record, int(selected.size), max_answers=cap)
     book.check_budget([cost], total_budget, delta, "this label release")
-    labels = released_arrays(hist[selected], selected, mechanism, params, seed, cap)
+    labels = released_arrays(hist[selected], selected, record, seed, cap)
     # The table is computed before anything is written: a failure leaves no release.
     brief = report_for_release(hist, labels, delta=delta, moments=moments, conversion=privacy.conversion,
                                sanitize=False)
@@ -204,7 +203,8 @@ def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, mech
     door.out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.name, **seed_record(seed)})
     charge_release(book, cost, record, door.run.path, door.out / rundir.LABELS_NPZ, int(selected.size),
                    privacy, data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()))
-    result = VotesRelease(mechanism, dict(params), selected, labels["labels"],
+    params = {**record.params(), **({} if cap is None else {"max_answers": cap})}
+    result = VotesRelease(record.name, params, selected, labels["labels"],
                           None if plan is None else plan.eps)
     echo(result.summary())
     echo(render_table(brief))

@@ -49,6 +49,7 @@ from typing import Callable, Iterable
 
 
 from analysis.errors import PateError
+from analysis.mechanisms import Mechanism
 from pate.store import digests, rundir
 from pate.release.labels import read_labels, read_run_labels, release_digest
 from pate.config import Config, config_hash, config_to_dict
@@ -325,19 +326,21 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
     return None
 
 
-def preflight(config: Config, seed: int | None) -> None:
+def preflight(config: Config, seed: int | None) -> Mechanism:
     """Every check that can be made before a step runs, made before the first one: a
     failure after `label` would have spent the privacy of a release for nothing.
 
-    Checks the seed (0 <= seed < 2**128), the release settings (`check_accountable`), and
+    Checks the seed (0 <= seed < 2**128), the release settings (`accountable_record`, whose
+    record it returns), and
     the queries and threshold against the pool (``data.public_size``) and ensemble size the
     config fixes: no refusal the config implied comes after hours of teacher training."""
     from pate.release.aggregation import noise_source
-    from pate.release.budget import check_accountable, resolve
+    from pate.release.budget import accountable_record, resolve
 
     noise_source(seed)  # the same 128-bit check serves the aggregator and the release
-    check_accountable(config.aggregation, config.privacy)
-    resolve(config.aggregation, num_teachers=config.teachers.num_teachers, pool_size=config.data.public_size)
+    record = accountable_record(config.aggregation, config.privacy)
+    resolve(record, config.aggregation.queries, num_teachers=config.teachers.num_teachers,
+            pool_size=config.data.public_size)
     left = config.data.public_size - config.aggregation.queries
     if config.rounds.rounds == 2 and config.rounds.queries > left:
         raise PateError(f"rounds.queries = {config.rounds.queries} but round 1 leaves {left} pool points "
@@ -346,18 +349,18 @@ def preflight(config: Config, seed: int | None) -> None:
         from pate.release.target import check_round2
 
         check_round2(config)
+    return record
 
 
-def check_budget(config: Config, run_dir: rundir.RunDir) -> None:
+def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism) -> None:
     """Refuses, before the teachers train, a run whose label release would take its data
     set's cumulative ε over ``[privacy] total_budget`` (`pate.store.ledger`). Only when the
     run has no release yet: a finished run's steps are skipped, not released again."""
-    from analysis import composition, mechanisms
+    from analysis import composition
     from pate.store.ledger import Ledger
 
     if not config.privacy.total_budget or run_dir.exists(rundir.LABELS_NPZ):
         return
-    record = mechanisms.from_config(config.aggregation)
     costs = [composition.labels_cost(record, config.aggregation.queries)]
     if config.rounds.rounds == 2:
         costs.append(composition.labels_cost(record, config.rounds.queries))
@@ -386,12 +389,12 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
         any step's own error (the artifacts of earlier steps are kept).
     """
     start = time.time()
-    preflight(config, seed)
+    record = preflight(config, seed)
     # Nothing is touched in the run directory of another data set unless `overwrite`.
     data = None if overwrite else DATA_CHECK
     with step("run", workdir, config=config, data=data, echo=echo) as door:
         run_dir = door.run
-        check_budget(config, run_dir)
+        check_budget(config, run_dir, record)
         manifest = _Manifest(run_dir)
         records = _run_steps(config, run_dir, manifest, overwrite, seed, show_progress, echo)
         door.write_config()
