@@ -30,7 +30,9 @@ def _packages() -> set:
 
 
 def test_the_wheel_holds_every_package_and_the_bundled_configs(wheel):
-    names = set(zipfile.ZipFile(wheel).namelist())
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     packages = _packages()
     assert {"pate/store", "pate/steps", "pate/release", "analysis"} <= packages
     missing = [p for p in sorted(packages) if f"{p}/__init__.py" not in names]
@@ -40,8 +42,7 @@ def test_the_wheel_holds_every_package_and_the_bundled_configs(wheel):
     assert "cli.py" in names
     bundled = {f"pate/config/presets/{p.name}" for p in (ROOT / "pate" / "config" / "presets").glob("*.toml")}
     assert "pate/config/presets/tiny.toml" in bundled and bundled <= names
-    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
-    assert "License-Expression: Apache-2.0" in zipfile.ZipFile(wheel).read(metadata).decode()
+    assert "License-Expression: Apache-2.0" in metadata
 
 
 def test_a_bundled_config_by_name_and_its_refusal(tmp_path, monkeypatch):
@@ -52,7 +53,7 @@ def test_a_bundled_config_by_name_and_its_refusal(tmp_path, monkeypatch):
     assert {"tiny", "quickstart", "fashion_mnist"} <= set(presets())
     assert load_config("tiny") == load_config("tiny.toml") == load_config(ROOT / "configs" / "tiny.toml")
     (tmp_path / "tiny.toml").write_text("[teachers]\nnum_teachers = 3\n")
-    assert load_config("tiny").teachers.num_teachers == 3  # a file of that name wins
+    assert load_config("tiny.toml").teachers.num_teachers == 3  # a file of that name wins
     with pytest.raises(PateError, match="not found; give a file, or one of the bundled configs by name: .*tiny"):
         load_config("no-such-config")
 
