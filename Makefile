@@ -19,8 +19,8 @@ venv: $(STAMP)
 
 # Two workers, one test file each at a time (module fixtures stay shared within a file; the tiny
 # runs of tests/conftest.py are built once for both workers, under a file lock in the session's temp folder):
-# the suite is mostly single-threaded (XLA compiles, numpy loops): on 2 cores 1193 tests took
-# 5 min 52 s this way (6 min 40 s with the venv), where one process had needed ~11.7 min. Plain `pytest` (no -n) still works where pytest-xdist is not installed.
+# the suite is mostly single-threaded (XLA compiles, numpy loops). Its size and time: docs/development.md.
+# Plain `pytest` (no -n) still works where pytest-xdist is not installed.
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 --dist loadfile
 
