@@ -37,14 +37,13 @@ import numpy as np
 
 from analysis import composition, merf
 from analysis.noise import NoiseSource, seed_record
-from analysis.validation import check_delta, check_positive
 from pate.store import checkpoints, rundir
 from pate.store import ledger as ledger_mod
 from pate.baselines import merf_generator as program
 from pate.config import Config, config_to_dict
-from pate.store.door import step
 from pate.programs.progress import Progress
 from pate.baselines.synthetic_scores import public_scale, result_lines, sample_grid, tstr
+from pate.baselines.release_step import budgeted_ledger, private_splits, release_step
 
 #: The `analysis.noise` stream of this release (labels 0, sanitised ε 1, fedavg 2, PATE-GAN 3).
 NOISE_STREAM = 4
@@ -86,20 +85,15 @@ def train_merf(config: Config, workdir: str | Path, *, seed: int | None = None, 
       PateError: bad eps/delta/seed, missing data, an existing result without
         `overwrite`, a run of another data set, over the ledger's budget.
     """
-    from pate.data import load_dataset, split
-
     start = time.time()
     cfg, delta = config.synth, config.privacy.delta
-    with step("synth", workdir, config=config, overwrite=overwrite, data={}, keep_config=True, echo=echo) as door:
-        check_positive("eps", cfg.eps)
-        check_delta(delta)
+    with release_step("synth", workdir, config, cfg.eps, overwrite=overwrite, echo=echo) as door:
         source = NoiseSource(seed, stream=NOISE_STREAM)  # checks the seed before any work
         multiplier = merf.calibrate_multiplier(cfg.eps, delta)
         cost = merf.cost(multiplier)
         eps = composition.single_eps(cost, delta)
-        splits = split(load_dataset(config.data), config.data.public_size)
-        book = ledger_mod.Ledger.for_config(config)
-        book.check_budget([cost], config.privacy.total_budget, delta, "this synthetic data set")
+        splits = private_splits(config)
+        book = budgeted_ledger(config, cost, "this synthetic data set")
         scale = cfg.merf_length_scale or program.median_length_scale(public_scale(splits.pool_x))
         spec = program.MerfSpec.of(cfg, splits.train_x.shape[1:], splits.num_classes, scale)
         points = int(splits.train_x.shape[0])

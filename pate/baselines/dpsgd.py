@@ -48,7 +48,6 @@ import numpy as np
 import optax
 
 from analysis.errors import PateError
-from analysis.validation import check_delta, check_positive
 from pate.store import checkpoints, digests, rundir
 from pate.baselines import sgd_accounting as dpsgd_accounting
 from pate.programs import keys
@@ -56,9 +55,9 @@ from pate.config import Config, DpsgdConfig, config_to_dict
 from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.progress import Progress
 from pate.programs.student_training import predict
-from pate.store.door import step
 from pate.store import ledger as ledger_mod
 from analysis import composition
+from pate.baselines.release_step import budgeted_ledger, private_splits, release_step, result_head
 
 Params = Any
 
@@ -212,24 +211,15 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
         `overwrite`, a run directory of another data set, an image too small for the
         CNN, a non-finite parameter after training.
     """
-    from pate.data import load_dataset, split
-
     start = time.time()
     cfg = config.dpsgd
     delta = config.privacy.delta
-    # The new model and dpsgd.json are staged and swapped in together once the release is
-    # charged: an interruption leaves the old result in place.
-    with step("dpsgd", workdir, config=config, overwrite=overwrite, data={}, keep_config=True,
-              echo=echo) as door:
-        check_positive("eps", cfg.eps)
-        check_delta(delta)
+    with release_step("dpsgd", workdir, config, cfg.eps, overwrite=overwrite, echo=echo) as door:
         key = keys.noise_key(seed)  # checks the seed before any work
-        splits = split(load_dataset(config.data), config.data.public_size)
+        splits = private_splits(config)
         plan = Plan.of(cfg, int(splits.train_x.shape[0]), delta)
-        # The model is a release of the private train split: its ledger refuses it over the
-        # data set's total budget before any training (`pate.store.ledger`).
-        book = ledger_mod.Ledger.for_config(config)
-        book.check_budget([plan.cost], config.privacy.total_budget, delta, "this DP-SGD model")
+        # The model is a release of the private train split (`pate.store.ledger`).
+        book = budgeted_ledger(config, plan.cost, "this DP-SGD model")
         feature_start = time.time()
         train_x, test_x, test_y = _features(cfg, splits, door.run)
         feature_time = time.time() - feature_start
@@ -349,11 +339,8 @@ def _record(config: Config, plan: Plan, result: DpsgdResult, params, train_x, se
         "eval_points": result.eval_points,
         "accuracy_test": result.accuracy_test,
         "test_points": result.test_points,
-        "eps": result.eps,
-        "target_eps": cfg.eps,
+        **result_head(result.eps, cfg.eps, result.delta, dpsgd_accounting.RELATION),
         "target_relation": plan.relation,
-        "delta": result.delta,
-        "neighbouring_relation": dpsgd_accounting.RELATION,
         "eps_replace_one": result.eps_replace_one,
         "neighbouring_relation_note": dpsgd_accounting.RELATION_NOTE,
         "accountant": cfg.accountant,

@@ -45,7 +45,6 @@ import numpy as np
 from analysis import composition
 from analysis import fedavg_privacy as fp
 from analysis.errors import PateError
-from analysis.validation import check_delta, check_positive
 from analysis.noise import NoiseSource
 from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
@@ -53,8 +52,8 @@ from pate.config import Config, config_to_dict
 from pate.programs.models import Linear
 from pate.programs.projection import project, projected_box, public_projection
 from pate.programs.progress import Progress
-from pate.store.door import step
 from pate.programs.student_training import predict
+from pate.baselines.release_step import budgeted_ledger, private_splits, release_step
 
 #: The `analysis.noise` stream of this step's noise (labels use 0, the sanitised release 1).
 NOISE_STREAM = 2
@@ -219,24 +218,16 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
       PateError: bad eps/delta/seed/clients, missing data, an existing result without
         `overwrite`, a run of another data set, over the ledger's budget, divergence.
     """
-    from pate.data import load_dataset, split
-
     start = time.time()
     cfg = config.fedavg
     delta = config.privacy.delta
-    # The model and fedavg.json are staged and swapped in together once the release is
-    # charged: an interruption leaves an older result in place.
-    with step("fedavg", workdir, config=config, overwrite=overwrite, data={}, keep_config=True,
-              echo=echo) as door:
-        check_positive("eps", cfg.eps)
-        check_delta(delta)
+    with release_step("fedavg", workdir, config, cfg.eps, overwrite=overwrite, echo=echo) as door:
         source = NoiseSource(seed, stream=NOISE_STREAM)  # checks the seed before any work
-        splits = split(load_dataset(config.data), config.data.public_size)
+        splits = private_splits(config)
         shards = client_shards(int(splits.train_x.shape[0]), config)
         train_x, test_x, test_y, lipschitz, projection = _features(config, splits, door.run)
         plan = Plan.of(cfg, shards.shape[1], lipschitz, delta, (train_x.shape[1] + 1) * splits.num_classes)
-        book = ledger_mod.Ledger.for_config(config)
-        book.check_budget([plan.cost], config.privacy.total_budget, delta, "this federated model")
+        book = budgeted_ledger(config, plan.cost, "this federated model")
         theta, train_time = _train(cfg, plan, shards, train_x, splits.train_y, splits.num_classes, source,
                                    show_progress, echo)
         params = to_flax(theta)

@@ -49,10 +49,10 @@ from analysis.validation import check_delta, check_positive
 from pate.store import checkpoints, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import Config, config_to_dict
-from pate.store.door import step
 from pate.programs.progress import Progress
 from pate.baselines.synthetic_scores import public_scale, result_lines, sample_grid, tstr
 from pate.baselines.pate_gan import GanSpec, PateGan, teacher_shards, train
+from pate.baselines.release_step import budgeted_ledger, private_splits, release_step
 
 #: The `analysis.noise` stream of this step's noise (labels 0, sanitised release 1, fedavg 2).
 NOISE_STREAM = 3
@@ -132,7 +132,7 @@ def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None,
       PateError: bad eps/delta/seed/teachers, missing data, an existing result without
         `overwrite`, a run of another data set, over the ledger's budget.
     """
-    from pate.data import load_dataset, partition, split
+    from pate.data import partition
 
     if config.synth.method == "merf":
         from pate.baselines.dp_merf import train_merf
@@ -140,16 +140,13 @@ def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None,
         return train_merf(config, workdir, seed=seed, overwrite=overwrite, show_progress=show_progress, echo=echo)
     start = time.time()
     cfg, delta = config.synth, config.privacy.delta
-    with step("synth", workdir, config=config, overwrite=overwrite, data={}, keep_config=True, echo=echo) as door:
-        check_positive("eps", cfg.eps)
-        check_delta(delta)
+    with release_step("synth", workdir, config, cfg.eps, overwrite=overwrite, echo=echo) as door:
         source = NoiseSource(seed, stream=NOISE_STREAM)  # checks the seed before any work
         plan = Plan.of(cfg, delta)
-        splits = split(load_dataset(config.data), config.data.public_size)
+        splits = private_splits(config)
         num_teachers = cfg.teachers or config.teachers.num_teachers
         part = partition(int(splits.train_x.shape[0]), num_teachers, config.teachers.seed)
-        book = ledger_mod.Ledger.for_config(config)
-        book.check_budget([plan.cost], config.privacy.total_budget, delta, "this synthetic data set")
+        book = budgeted_ledger(config, plan.cost, "this synthetic data set")
         echo(f"synth: {num_teachers} teachers of {part.shard_size} points, {cfg.steps} steps x {cfg.batch_size} "
              f"queries = {plan.queries} GNMax votes at sigma {plan.mechanism.sigma:.4g} for eps {plan.eps:.4g} "
              f"(replace-one, delta {delta:g})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from pate.config.checks import at_least_one, positive
 from pate.config.checks import require as _require
 
 
@@ -59,12 +60,9 @@ class DpsgdConfig:
 
     def validate(self) -> None:
         s = "dpsgd"
-        _require(self.eps > 0 and self.eps != float("inf"), s, "eps",
-                 f"must be a positive number, got {self.eps}")
-        _require(self.clip_norm > 0 and self.clip_norm != float("inf"), s, "clip_norm",
-                 f"must be a positive number, got {self.clip_norm}")
+        positive(s, self, "eps", "clip_norm")
         _require(0 <= self.momentum < 1, s, "momentum", "must be in [0, 1)")
-        _require(self.microbatch >= 1, s, "microbatch", f"must be >= 1, got {self.microbatch}")
+        at_least_one(s, self, "microbatch")
         for m in ("cnn", "scatternet"):
             b, lr, ep = (getattr(self, f"{m}_{k}") for k in ("batch_size", "learning_rate", "epochs"))
             _require(b >= 1, s, f"{m}_batch_size", f"must be >= 1, got {b}")
@@ -81,9 +79,7 @@ class DpsgdConfig:
         _require(all(k >= 1 for k in self.conv_strides), s, "conv_strides", "must be positive")
         _require(all(k >= 0 for k in self.conv_padding), s, "conv_padding", "must be >= 0")
         _require(all(h >= 1 for h in self.hidden), s, "hidden", "must be positive widths")
-        _require(self.scattering_j >= 1, s, "scattering_j", f"must be >= 1, got {self.scattering_j}")
-        _require(self.scattering_l >= 1, s, "scattering_l", f"must be >= 1, got {self.scattering_l}")
-        _require(self.groups >= 1, s, "groups", f"must be >= 1, got {self.groups}")
+        at_least_one(s, self, "scattering_j", "scattering_l", "groups")
         _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
 
     def training(self, model: str | None = None) -> tuple[int, float, float]:
@@ -133,12 +129,10 @@ class FedavgConfig:
 
     def validate(self) -> None:
         s = "fedavg"
-        for key in ("eps", "learning_rate", "clip_norm", "rho"):
-            value = getattr(self, key)
-            _require(value > 0 and value != float("inf"), s, key, f"must be a positive number, got {value}")
-        _require(self.rounds >= 1, s, "rounds", f"must be >= 1, got {self.rounds}")
+        positive(s, self, "eps", "learning_rate", "clip_norm", "rho")
+        at_least_one(s, self, "rounds")
         _require(self.clients >= 0, s, "clients", f"must be >= 0 (0: the teachers' partition), got {self.clients}")
-        _require(self.local_steps >= 1, s, "local_steps", f"must be >= 1, got {self.local_steps}")
+        at_least_one(s, self, "local_steps")
         _require(self.pca >= 0, s, "pca", f"must be >= 0 (0: no projection), got {self.pca}")
         _require(self.grid >= 0, s, "grid", f"must be >= 0 (0: float64 Laplace, no grid), got {self.grid}")
         _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
@@ -203,14 +197,9 @@ class SynthConfig:
                  f"must be an even number in [2, 1048576], got {self.merf_features}")
         _synth_require(0 <= self.merf_length_scale < float("inf"), "merf_length_scale",
                  f"must be >= 0 (0: the public pool's median distance), got {self.merf_length_scale}")
-        for key in ("eps", "learning_rate", "eval_learning_rate", "merf_learning_rate"):
-            value = getattr(self, key)
-            _synth_require(0 < value < float("inf"), key, f"must be a positive number, got {value}")
+        positive("synth", self, "eps", "learning_rate", "eval_learning_rate", "merf_learning_rate")
         _synth_require(self.teachers >= 0, "teachers", f"must be >= 0 (0: teachers.num_teachers), got {self.teachers}")
-        for key in ("merf_steps", "merf_batch_size", "steps", "batch_size", "real_batch_size", "teacher_steps",
-                    "student_steps", "latent_dim",
-                    "samples", "eval_epochs", "eval_batch_size"):
-            _synth_require(getattr(self, key) >= 1, key, f"must be >= 1, got {getattr(self, key)}")
+        at_least_one("synth", self, "merf_steps", "merf_batch_size", "steps", "batch_size", "real_batch_size", "teacher_steps", "student_steps", "latent_dim", "samples", "eval_epochs", "eval_batch_size")
         for key in ("generator_hidden", "discriminator_hidden"):
             _synth_require(all(h >= 1 for h in getattr(self, key)), key, "must be positive widths")
         _synth_require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")

@@ -8,7 +8,7 @@ import dataclasses
 import math
 from typing import Literal
 
-from pate.config.checks import require
+from pate.config.checks import at_least_one, positive, require
 
 
 def _require(ok: bool, key: str, message: str) -> None:
@@ -55,9 +55,8 @@ class RoundsConfig:
 
     def validate(self) -> None:
         _require(self.rounds in (1, 2), "rounds", f"must be 1 or 2, got {self.rounds}")
-        _require(self.queries >= 1, "queries", f"must be >= 1, got {self.queries}")
-        _require(self.pca_dim >= 1, "pca_dim", f"must be >= 1, got {self.pca_dim}")
-        _require(0 < self.ridge < math.inf, "ridge", f"must be a positive number, got {self.ridge}")
+        at_least_one("rounds", self, "queries", "pca_dim")
+        positive("rounds", self, "ridge")
         _require(0 <= self.round1_target_eps < math.inf, "round1_target_eps",
                  f"must be >= 0 (0: round 1 plans for the whole target), got {self.round1_target_eps}")
         _require(self.student_steps >= 0, "student_steps",

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
 from pate.config.round_sections import RoundsConfig
+from pate.config.checks import at_least_one, positive
 from pate.config.checks import require as _require
 
 
@@ -32,7 +33,7 @@ def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
         _require(all(v >= 1 for v in values), s, key, f"must be positive, got {list(values)}")
     _require(all(h >= 1 for h in cfg.hidden), s, "hidden", "must be positive widths")
     _require(0 <= cfg.dropout < 1, s, "dropout", "must be in [0, 1)")
-    _require(cfg.batch_size >= 1, s, "batch_size", f"must be >= 1, got {cfg.batch_size}")
+    at_least_one(s, cfg, "batch_size")
     _require(cfg.learning_rate > 0, s, "learning_rate", "must be > 0")
     _require(0 <= cfg.momentum < 1, s, "momentum", "must be in [0, 1)")
     _require(cfg.weight_decay >= 0, s, "weight_decay", "must be >= 0")
@@ -134,9 +135,9 @@ class TeachersConfig:
 
     def validate(self) -> None:
         s = "teachers"
-        _require(self.num_teachers >= 1, s, "num_teachers", f"must be >= 1, got {self.num_teachers}")
+        at_least_one(s, self, "num_teachers")
         _check_model_keys(self, s)
-        _require(self.epochs >= 1, s, "epochs", f"must be >= 1, got {self.epochs}")
+        at_least_one(s, self, "epochs")
         _require(0 <= self.label_smoothing < 1, s, "label_smoothing", "must be in [0, 1)")
         _require(self.checkpoint_every >= 1, s, "checkpoint_every", "must be >= 1")
         _require(self.teacher_chunk >= 0, s, "teacher_chunk", "must be >= 0 (0: automatic)")
@@ -162,10 +163,8 @@ class AggregationConfig:
 
     def validate(self) -> None:
         s = "aggregation"
-        _require(self.queries >= 1, s, "queries", f"must be >= 1, got {self.queries}")
-        for key in ("gamma", "sigma", "sigma_threshold"):
-            value = getattr(self, key)
-            _require(value > 0 and value != float("inf"), s, key, f"must be a positive number, got {value}")
+        at_least_one(s, self, "queries")
+        positive(s, self, "gamma", "sigma", "sigma_threshold")
         _require(0 <= self.threshold < float("inf"), s, "threshold", f"must be >= 0, got {self.threshold}")
 
 
@@ -297,9 +296,7 @@ class StudentConfig:
     def validate(self) -> None:
         s = "student"
         _check_model_keys(self, s)
-        _require(self.wrn_blocks >= 1, s, "wrn_blocks", f"must be >= 1, got {self.wrn_blocks}")
-        _require(self.steps >= 1, s, "steps", f"must be >= 1, got {self.steps}")
-        _require(self.mu >= 1, s, "mu", f"must be >= 1, got {self.mu}")
+        at_least_one(s, self, "wrn_blocks", "steps", "mu")
         _require(0 <= self.threshold <= 1, s, "threshold", "must be in [0, 1]")
         _require(self.lambda_u >= 0, s, "lambda_u", "must be >= 0")
         _require(0 <= self.ema < 1, s, "ema", "must be in [0, 1)")
