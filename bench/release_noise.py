@@ -18,7 +18,7 @@ the papers did.
 ``--simulate`` reads no data at all: the votes are drawn from a public model fixed before
 looking at any vote (`analysis.simulated_votes.simulate_votes`), so settings chosen on them are chosen without
 private values — how the default release settings of configs/fashion_mnist.toml are
-justified (README, threat model). With ``--target E`` the row with the most expected
+justified (docs/privacy.md, threat model). With ``--target E`` the row with the most expected
 correct answers among those whose expected headline is at most E is printed last.
 
 The expectation (`analysis.release_expectation.release_expectation`) is over the release noise

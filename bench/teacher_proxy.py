@@ -14,7 +14,7 @@ K * shard images, cut in order) through `pate.programs.teacher_training.make_epo
 `pate train-teachers` runs), and prints one JSON object: mean and min/max teacher accuracy
 and the plurality accuracy of the K on the evaluation split, training seconds (compiling
 left out), then a Markdown table. Variants run one after another in this one process
-(compare their ratios, not absolute times, across machines). Measured: README, "Cheaper
+(compare their ratios, not absolute times, across machines). Measured: docs/journal/, "Cheaper
 teachers, measured on a public proxy".
 
     python bench/teacher_proxy.py [--config configs/fashion_mnist.toml] [--teachers 75]

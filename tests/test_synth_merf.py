@@ -326,7 +326,7 @@ def test_bad_options_and_config_are_one_line_errors(tmp_path):
 @pytest.mark.slow
 def test_dp_merf_learns_on_real_fashion_mnist(tmp_path):
     """A short DP-MERF run at eps 1 on the real data (400 generator steps, 2000 samples, 3
-    evaluation epochs; the full config scores 0.75 in the README): far above chance (0.1)."""
+    evaluation epochs; the full config scores 0.75 in docs/results.md): far above chance (0.1)."""
     from analysis.errors import PateError
     from pate.config import DataConfig
     from pate.data import load_dataset

@@ -3,7 +3,7 @@ a generator, a synthetic data set and its train-on-synthetic, test-on-real score
 methods (`[synth] method`): "merf", DP-MERF (`pate.baselines.dp_merf`, `analysis.merf`:
 one noisy release of the class-conditional mean embedding, the default because it is the
 one that learns), and "gan", the PATE-GAN below (`pate.baselines.pate_gan`), kept as measured: at
-chance on Fashion-MNIST (README).
+chance on Fashion-MNIST (docs/baselines.md).
 
 **What is fixed before training, from public values only** (`Plan.of`): the number of
 queries N = ``steps × batch_size`` (every step votes on ``batch_size`` generated points;

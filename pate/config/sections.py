@@ -257,7 +257,7 @@ class StudentConfig:
     `conv_features` are its groups' widths, `conv_strides` their strides, `wrn_blocks`
     the residual blocks per group (`conv_kernels`, `gabor_orientations`, `hidden` unused).
 
-    The defaults are the CPU-measured Fashion-MNIST student (README, Results).
+    The defaults are the CPU-measured Fashion-MNIST student (docs/results.md).
     """
 
     method: Literal["fixmatch", "supervised"] = "fixmatch"
