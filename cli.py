@@ -137,8 +137,8 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 @main.command("label")
 @opt.label_options()
 def label_command(workdir, votes_path, num_classes, input_is_labels, indices_path, delta, conversion,
-                  accountant, mechanism, gamma, sigma, threshold, sigma_threshold, queries, round_, select, check,
-                  budget, target_eps, seed, overwrite, ledger_name):
+                  accountant, mechanism, config_path, gamma, sigma, threshold, sigma_threshold, queries, round_, select,
+                  check, budget, target_eps, seed, overwrite, ledger_name):
     """Let the teachers vote on the public pool and release noisy labels (labels.npz);
     the votes (votes.npz) stay private. With --votes, release labels from votes of
     teachers trained anywhere (no pate teachers, no config). With --round 2, a second
@@ -148,7 +148,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
         config = opt.round2_config(workdir, queries, select, check, {
             "--votes": votes_path, "--mechanism": mechanism, "--budget": budget, "--num-classes": num_classes,
             "--input-is-labels": input_is_labels, "--indices": indices_path, "--delta": delta,
-            "--conversion": conversion, "--ledger": ledger_name, "--target-eps": target_eps,
+            "--conversion": conversion, "--ledger": ledger_name, "--target-eps": target_eps, "--config": config_path,
             **{"--" + k.replace("_", "-"): v for k, v in noise.items()}})
         from pate.steps.label_round2 import label_round2  # imports JAX
 
@@ -157,6 +157,9 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
     if select is not None or check is not None:
         raise click.UsageError("--select and --check apply with --round 2 only")
     if votes_path is not None:
+        if mechanism == "fine-grained" or config_path is not None:
+            raise click.UsageError("--votes releases teachers' votes; a fine-grained release reads the private data "
+                                   "itself: drop --votes and give --config")
         if num_classes is None:
             raise click.UsageError("--votes needs --num-classes C (classes no teacher predicted still count)")
         if target_eps is not None:
@@ -172,7 +175,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
         return
     config = opt.label_config(workdir, mechanism, noise, queries, {
         "--num-classes": num_classes, "--indices": indices_path, "--delta": delta, "--conversion": conversion,
-        "--input-is-labels": input_is_labels or None, "--ledger": ledger_name}, target_eps)
+        "--input-is-labels": input_is_labels or None, "--ledger": ledger_name}, target_eps, config_path)
 
     from pate.steps.label import label  # imports JAX
 

@@ -127,7 +127,9 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
         "neighbouring_relation_note": RELATION_NOTE,
         "details": public,
         "notes": "Everything here may be published. 'eps' at 'delta' is the guarantee of "
-                 "everything released: the labels and the sanitised eps, its own cost included.",
+                 "everything released: " + ("the one noisy vote histogram every label comes from."
+                                            if report.mechanism == "fine-grained" else
+                                            "the labels and the sanitised eps, its own cost included."),
         "warnings": list(report.warnings),
     }
     if extra:

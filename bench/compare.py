@@ -14,6 +14,15 @@ rounds, replace-one by construction) with the config's ``[fedavg]`` settings (``
 P`` to cut the same shards into P clients), in ``ROOT/fedavg-ALGORITHM-epsE`` (or
 ``...-pP``); each row also gives the per-round eps that per-round accounting would report.
 
+Fine-grained rows (``--fine-grained``): `pate run --config configs/fashion_mnist_fine.toml` at each
+target eps (pure, replace-one), in ``ROOT/fine-epsE[-dD]``, with the votes per record and the
+smoothing the public proxy chose for that eps (`FINE_SETTINGS`, `bench/fine_grained.py`); one
+process computes the scattering coefficients of the data once for all of them (the product computes
+them in each run; a row's wall time is then its release's and student's).
+
+``--draws N`` repeats every DP-SGD and fine-grained row N times (fresh noise each, run directories
+``...-dD`` for draws after the first), and the table ends with each method's mean and spread per eps.
+
 DP-SGD rows: `pate dpsgd` for each model and target eps, each in its own run directory
 ``ROOT/dpsgd-MODEL-epsE`` (add/remove) or ``ROOT/dpsgd-MODEL-epsE-replace-one`` (a row
 already there is read, not trained again; `--no-train` reads only). PATE rows: run directories given with `--pate`, and, with
@@ -28,7 +37,7 @@ private (votes, privacy.json) is opened.
         [--eps 1 2 3] [--models cnn scatternet] [--relation replace-one|add-remove]
         [--fedavg fedavg iadmm] [--fedavg-clients P]
         [--no-train] [--pate RUN ...]
-        [--pate-teachers RUN --pate-queries 300 800 1500] [--plot compare.png]
+        [--pate-teachers RUN --pate-queries 300 800 1500] [--fine-grained] [--draws N] [--plot compare.png]
 
 Both sides evaluate on the same split: data.public_size onwards of the test split
 (``accuracy``); DP-SGD rows also give the whole test split (``accuracy_test``, what
@@ -50,6 +59,9 @@ sys.path.insert(0, str(ROOT))
 
 #: Tramer & Boneh (ICLR 2021), Fashion-MNIST at eps = 3, delta = 1e-5 (whole test split).
 PUBLISHED = {"cnn": 0.860, "scatternet": 0.897}
+FINE_CONFIG = ROOT / "configs" / "fashion_mnist_fine.toml"
+#: (votes per record, smoothing) the public proxy of `bench/fine_grained.py` chose per eps (Laplace).
+FINE_SETTINGS = {0.5: (2, 20), 1.0: (1, 10), 2.0: (2, 10), 3.0: (2, 10)}
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -170,6 +182,82 @@ def pate_release(config_path: str, teachers_run: Path, workdir: Path, queries: i
     run(config, workdir, show_progress=False, echo=lambda line: print(f"# {line}", file=sys.stderr))
 
 
+def fine_row(workdir: Path) -> dict[str, Any] | None:
+    """A fine-grained run's student and its headline (pure) eps, from public files only."""
+    student, release = _read(workdir / "student.json"), _read(workdir / "release.json")
+    if student is None or release is None:
+        return None
+    details = release.get("details") or {}
+    return {
+        "method": "pate-fine-grained", "eps": _number(release.get("eps")), "relation": release.get("neighbouring_relation"),
+        "eps_replace_one": _number(release.get("eps")), "eps_add_remove": None, "delta": _number(release.get("delta")),
+        "accuracy": _number(student.get("accuracy")), "eval_points": student.get("eval_points"),
+        "labelled": details.get("labelled_points"), "votes_per_record": details.get("votes_per_record"),
+        "smoothing": details.get("smoothing"), "wall_time_s": None, "workdir": str(workdir),
+    }
+
+
+def _cache_coefficients() -> None:
+    """Scattering coefficients computed once per process for the same images (fine-grained rows)."""
+    import hashlib
+
+    import numpy as np
+
+    from pate.programs import public_features
+
+    real, memo = public_features.PublicMap.coefficients, {}
+
+    def cached(self, images):
+        images = np.ascontiguousarray(images, np.float32)
+        key = (self.scattering_j, self.scattering_l, self.groups, hashlib.sha256(images.tobytes()).hexdigest())
+        if key not in memo:
+            memo[key] = real(self, images)
+        return memo[key]
+
+    public_features.PublicMap.coefficients = cached
+
+
+def train_fine(workdir: Path, eps: float) -> None:
+    from pate.config import load_config
+    from pate.steps.pipeline import run
+
+    k, m = FINE_SETTINGS.get(eps, (1, 10))
+    config = load_config(FINE_CONFIG, {"fine_grained.eps": eps, "fine_grained.votes_per_record": k,
+                                       "fine_grained.smoothing": m})
+    print(f"# fine-grained at eps {eps:g} (k {k}, smoothing {m}) in {workdir}", file=sys.stderr)
+    run(config, workdir, show_progress=False, echo=lambda line: print(f"# {line}", file=sys.stderr))
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each method's accuracy over its draws at each target eps: mean, sample std, min, max."""
+    import statistics
+
+    groups: dict[tuple, list] = {}
+    for r in rows:
+        target = r.get("target_eps") if r.get("target_eps") is not None else r.get("eps")
+        if r.get("accuracy") is not None and target is not None:
+            groups.setdefault((r["method"], round(float(target), 3)), []).append(r)
+    out = []
+    for (method, target), rs in sorted(groups.items()):
+        acc = [r["accuracy"] for r in rs]
+        walls = [r["wall_time_s"] for r in rs if r.get("wall_time_s") is not None]
+        out.append({"method": method, "target_eps": target, "draws": len(acc), "mean": statistics.fmean(acc),
+                    "std": statistics.stdev(acc) if len(acc) > 1 else 0.0, "min": min(acc), "max": max(acc),
+                    "eps_replace_one": statistics.fmean(r["eps_replace_one"] for r in rs),
+                    "wall_time_s": statistics.fmean(walls) if walls else None})
+    return out
+
+
+def summary_table(groups: list[dict[str, Any]]) -> str:
+    lines = ["| method | target eps | eps, replace-one (mean) | draws | accuracy mean ± std [min, max] | wall time (s) |",
+             "|---|---|---|---|---|---|"]
+    for g in groups:
+        wall = "-" if g["wall_time_s"] is None else f"{g['wall_time_s']:.0f}"
+        lines.append(f"| {g['method']} | {g['target_eps']:g} | {g['eps_replace_one']:.2f} | {g['draws']} | "
+                     f"{g['mean']:.4f} ± {g['std']:.4f} [{g['min']:.4f}, {g['max']:.4f}] | {wall} |")
+    return "\n".join(lines)
+
+
 def plot(rows: list[dict[str, Any]], path: str) -> None:
     """Accuracy (evaluation split) against ε, one line per method."""
     import matplotlib
@@ -253,16 +341,28 @@ def main(argv=None) -> int:
                         help="a run with trained teachers: release --pate-queries settings from them")
     parser.add_argument("--pate-queries", type=int, nargs="+", default=[300, 800, 1500],
                         help="Confident-GNMax query counts, one PATE row each (with --pate-teachers)")
+    parser.add_argument("--fine-grained", action="store_true",
+                        help="fine-grained rows (configs/fashion_mnist_fine.toml) at each --eps")
+    parser.add_argument("--draws", type=int, default=1, help="noise draws of every DP-SGD and fine-grained row")
     parser.add_argument("--plot", default=None, help="write accuracy against eps to this PNG")
     args = parser.parse_args(argv)
 
     start = time.time()
     rows = []
     suffix = "-replace-one" if args.relation == "replace-one" else ""
+    draws = [""] + [f"-d{d}" for d in range(2, args.draws + 1)]
+    if args.fine_grained:
+        _cache_coefficients()
+        for eps in args.eps:
+            for draw in draws:
+                rows += _read_or_train(Path(args.root) / f"fine-eps{eps:g}{draw}", fine_row, args.no_train,
+                                       lambda w: train_fine(w, eps), "fine-grained")
     for model in args.models:
         for eps in args.eps:
-            rows += _read_or_train(Path(args.root) / f"dpsgd-{model}-eps{eps:g}{suffix}", dpsgd_row, args.no_train,
-                                   lambda w: train(args.config, w, model, eps, args.relation), "DP-SGD")
+            for draw in draws:
+                rows += _read_or_train(Path(args.root) / f"dpsgd-{model}-eps{eps:g}{suffix}{draw}", dpsgd_row,
+                                       args.no_train, lambda w: train(args.config, w, model, eps, args.relation),
+                                       "DP-SGD")
     clients = f"-p{args.fedavg_clients}" if args.fedavg_clients else ""
     for algorithm in args.fedavg:
         for eps in args.eps:
@@ -288,10 +388,14 @@ def main(argv=None) -> int:
             if teachers_wall is not None and row["wall_time_parts"]["student"] is not None:
                 row["wall_time_s"] = teachers_wall + row["wall_time_parts"]["student"]
             rows.append(row)
+    groups = summary(rows)
     for row in rows:
         print(json.dumps(row))
+    for group in groups:
+        print(json.dumps({"summary_of": group["method"], **group}))
     print(json.dumps({"summary": "compare", "rows": len(rows), "wall_time_s": time.time() - start}))
     print(table(rows), file=sys.stderr)
+    print(summary_table(groups), file=sys.stderr)
     if args.plot:
         plot(rows, args.plot)
         print(f"# wrote {args.plot}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """Fine-grained PATE on real data: the labels of every public pool point from one noisy vote
 histogram (`analysis.fine_grained`), scored against the pool's true labels.
 
-The feature map: the scattering of each image (`pate.scattering`, the config's [dpsgd]
+The feature map: the scattering of each image (`pate.programs.scattering`, the config's [dpsgd]
 J, L and groups: per-example, no data statistics) → the top `--pca` principal directions of
 the **public pool only** (`pool_pca`) → unit norm, quantised (`fine_grained.quantise_rows`).
 So each private record's neighbours are a function of that record and public data alone, as
@@ -46,37 +46,22 @@ KINDS = ("laplace", "gaussian")
 
 
 def scatter_rows(images, dpsgd_cfg, cache_dir, name: str) -> np.ndarray:
-    """(n, F) float32 scattering features of images, cached (`pate.scattering.features`)."""
-    from pate import scattering
+    """(n, F) float32 scattering features of images, cached (`pate.programs.scattering.features`)."""
+    from pate.programs import scattering
 
     feats = scattering.features(images, dpsgd_cfg.scattering_j, dpsgd_cfg.scattering_l, dpsgd_cfg.groups,
                                 cache_dir, name)
     return feats.reshape(feats.shape[0], -1)
 
 
-def pool_pca(pool_feats, dims: int) -> tuple[np.ndarray, np.ndarray]:
-    """The pool's mean and its top `dims` principal directions (columns), from the pool alone:
-    the eigenvectors of its scatter matrix (LAPACK's subset eigensolver; the subspace of
-    `pate.projection.public_projection`'s SVD, found ~7x faster on 9000 x 3969)."""
-    from scipy.linalg import eigh
-
-    x = np.asarray(pool_feats, np.float64)
-    mean = x.mean(axis=0)
-    centred = x - mean
-    scatter = centred.T @ centred
-    _, vectors = eigh(scatter, subset_by_index=[scatter.shape[0] - dims, scatter.shape[0] - 1])
-    return mean, vectors[:, ::-1]
-
-
 def quantised(private_feats, pool_feats, dims: int) -> tuple[np.ndarray, np.ndarray]:
     """Both sets in the top `dims` principal directions of the pool alone, quantised unit rows
-    (each row a function of its own features and the pool's)."""
-    mean, directions = pool_pca(pool_feats, dims)
+    (each row a function of its own features and the pool's): the map `pate label` fits
+    (`pate.programs.public_features.fit_coefficients`), on cached coefficients."""
+    from pate.programs import public_features
 
-    def rows(x):
-        return fg.quantise_rows((np.asarray(x, np.float64) - mean) @ directions)
-
-    return rows(private_feats), rows(pool_feats)
+    fmap = public_features.fit_coefficients(pool_feats, dims)
+    return fmap.rows(None, private_feats), fmap.rows(None, pool_feats)
 
 
 class Problem:

@@ -95,3 +95,31 @@ def test_a_two_round_run_is_one_row_with_both_students_time(tmp_path):
     (tmp_path / "student.json").write_text(json.dumps({"method": "fixmatch", "accuracy": 0.8, "wall_time_s": 40.0}))
     one = pate_row(tmp_path)  # round 1 alone: round 1's kept student is not counted
     assert one["method"] == "pate-fixmatch" and one["wall_time_s"] == 140.0
+
+
+def test_the_summary_gives_each_method_its_mean_and_spread_over_draws():
+    """`summary`: one group per (method, target eps) with the mean, sample std, min and max of
+    its draws (DP-SGD by its target, fine-grained by its eps)."""
+    compare = _compare()
+    rows = [{"method": "dpsgd-scatternet", "target_eps": 1.0, "eps": 3.1, "eps_replace_one": 1.0, "accuracy": a,
+             "wall_time_s": 10.0} for a in (0.84, 0.85, 0.86)]
+    rows += [{"method": "pate-fine-grained", "eps": 1.0, "eps_replace_one": 1.0, "accuracy": a, "wall_time_s": None}
+             for a in (0.86, 0.88)]
+    groups = {g["method"]: g for g in compare.summary(rows)}
+    dpsgd, fine = groups["dpsgd-scatternet"], groups["pate-fine-grained"]
+    assert dpsgd["draws"] == 3 and abs(dpsgd["mean"] - 0.85) < 1e-12 and abs(dpsgd["std"] - 0.01) < 1e-12
+    assert (dpsgd["min"], dpsgd["max"], dpsgd["target_eps"]) == (0.84, 0.86, 1.0)
+    assert fine["draws"] == 2 and abs(fine["mean"] - 0.87) < 1e-12 and fine["wall_time_s"] is None
+    assert "pate-fine-grained | 1 | 1.00 | 2 | 0.8700 ± 0.0141" in compare.summary_table(list(groups.values()))
+
+
+def test_fine_grained_rows_are_read_from_public_files(tmp_path):
+    compare = _compare()
+    assert compare.fine_row(tmp_path) is None
+    (tmp_path / "student.json").write_text(json.dumps({"accuracy": 0.87, "eval_points": 1000}))
+    (tmp_path / "release.json").write_text(json.dumps({"eps": 1.0, "delta": 0.0, "neighbouring_relation": "replace-one",
+                                                       "details": {"labelled_points": 9000, "votes_per_record": 1,
+                                                                   "smoothing": 10}}))
+    row = compare.fine_row(tmp_path)
+    assert row["accuracy"] == 0.87 and row["eps_replace_one"] == 1.0 and row["labelled"] == 9000
+    assert not (tmp_path / "privacy.json").exists()  # nothing private was needed

@@ -436,11 +436,19 @@ def test_bench_pipeline_on_synthetic_clusters():
     assert bench.forward_knn(priv_q, py, pool_q, qy, 3, 5) == 1.0
 
 
-def test_bench_pool_pca_spans_the_svd_subspace_of_the_pool_alone():
+def test_the_public_pca_spans_the_svd_subspace_of_the_pool_alone():
+    """`pate.programs.public_features.fit_coefficients` (what `pate label` and the bench fit):
+    the pool's mean and top principal subspace; a private row's quantised row is a function of
+    that row alone (the same alone or among others)."""
+    from pate.programs import public_features
+
     bench = bench_module("fine_grained")
     rng = np.random.default_rng(2)
     pool = rng.normal(size=(200, 30)) * np.linspace(5, 0.1, 30)
-    mean, directions = bench.pool_pca(pool, 6)
+    fitted = public_features.fit_coefficients(pool, 6)
+    mean, directions = fitted.mean, fitted.directions
+    with pytest.raises(PateError, match="lower fine_grained.pca"):
+        public_features.fit_coefficients(pool, 31)
     _, _, vt = np.linalg.svd(pool - pool.mean(axis=0), full_matrices=False)
     np.testing.assert_allclose(mean, pool.mean(axis=0))
     np.testing.assert_allclose(directions @ directions.T, vt[:6].T @ vt[:6], atol=1e-8)

@@ -258,8 +258,12 @@ def label_options():
         conversion(f"With --votes: RDP conversion for GNMax (default {DEFAULTS.conversion})."),
         accountant("How --budget is measured: RDP (moments accountant for LNMax) or dp-accounting's "
                    "privacy loss distributions (tighter: more queries for the same budget)."),
-        click.option("--mechanism", type=click.Choice(MECHANISMS),
-                     help="Noisy aggregator (default: the run config's aggregation.mechanism)."),
+        click.option("--mechanism", type=click.Choice((*MECHANISMS, "fine-grained")),
+                     help="Noisy aggregator (default: the run config's aggregation.mechanism); fine-grained: the "
+                          "private records' own votes label the whole pool in one release, no teachers needed."),
+        click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                     help="The run config (default: the run directory's config.toml); what a fine-grained release "
+                          "in a new run directory starts from."),
         noise("LNMax: Laplace noise of scale 1/gamma.", "Confident-GNMax threshold noise."),
         click.option("--queries", type=int, callback=at_least_one, help="Query the first N pool points (with "
                      "--round 2: N points not queried in round 1; default rounds.queries)."),
@@ -347,9 +351,10 @@ def run_config(workdir, overrides, *, first: str):
     return RunDir(workdir).read_config(overrides)
 
 
-def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, target_eps=None):
-    """`pate label` from a run's teachers: the run's config with the mechanism and noise
-    given; refuses options that apply only with --votes or to another mechanism."""
+def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, target_eps=None, config_path=None):
+    """`pate label` from a run's teachers: the run's config (or ``config_path``'s) with the
+    mechanism and noise given; refuses options that apply only with --votes or to another
+    mechanism, and a fine-grained release's config that does not match the run's data."""
     misplaced = [name for name, value in votes_only.items() if value is not None]
     if misplaced:
         raise click.UsageError(f"{', '.join(misplaced)} apply only with --votes (a run's own votes use "
@@ -358,7 +363,17 @@ def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, tar
                  if v is not None}
     if target_eps is not None:
         overrides["privacy.target_eps"] = target_eps
-    config = run_config(workdir, overrides, first="`pate train-teachers`")
+    if config_path is not None:
+        from pate.config import load_config
+
+        config = load_config(config_path, overrides)
+        if os.path.lexists(os.path.join(workdir, "config.toml")):
+            from pate.store.rundir import RunDir
+
+            RunDir(workdir).check_same_data(config)
+    else:
+        config = run_config(workdir, overrides, first="`pate train-teachers` (or, for a fine-grained release, "
+                                                      "give --config)")
     effective = config.aggregation.mechanism
     applies = {"gamma": ("lnmax",), "sigma": ("gnmax", "confident-gnmax"),
                "threshold": ("confident-gnmax",), "sigma_threshold": ("confident-gnmax",)}

@@ -151,10 +151,12 @@ class AggregationConfig:
     "gnmax" (Gaussian noise of std `sigma`, PATE 2018) or "confident-gnmax" (answer only
     when the top count plus N(0, `sigma_threshold`²) reaches `threshold`, then GNMax with
     `sigma`). The first `queries` points of the public pool are queried. The noise seed
-    is never part of a config: `pate label --seed` only.
+    is never part of a config: `pate label --seed` only. "fine-grained" labels the whole
+    pool from one release of the private records' own votes and needs no teachers: its
+    settings are `[fine_grained]`'s, and the keys here do not apply.
     """
 
-    mechanism: Literal["lnmax", "gnmax", "confident-gnmax"] = "lnmax"
+    mechanism: Literal["lnmax", "gnmax", "confident-gnmax", "fine-grained"] = "lnmax"
     queries: int = 100
     gamma: float = 0.05
     sigma: float = 40.0
@@ -166,6 +168,34 @@ class AggregationConfig:
         at_least_one(s, self, "queries")
         positive(s, self, "gamma", "sigma", "sigma_threshold")
         _require(0 <= self.threshold < float("inf"), s, "threshold", f"must be >= 0, got {self.threshold}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FineGrainedConfig:
+    """`[fine_grained]`: fine-grained PATE (`[aggregation] mechanism = "fine-grained"`;
+    `analysis.fine_grained`): each private record votes, with its label, for the
+    `votes_per_record` public pool points nearest to it in a public feature space (the
+    scattering transform, `scattering_j` scales, `scattering_l` orientations, each example
+    group-normalised over `groups` channel groups, then the top `pca` principal directions of
+    the public pool alone, unit norm); the (point, class) histogram is released once with
+    exact discrete `noise` ("laplace": pure `eps`; "gaussian": `eps` at `[privacy] delta`)
+    under replace-one; each pool point's label is the argmax of the noisy rows of its
+    `smoothing` nearest pool points (post-processing). Labels every pool point.
+    """
+
+    eps: float = 1.0
+    noise: Literal["laplace", "gaussian"] = "laplace"
+    votes_per_record: int = 1
+    smoothing: int = 10
+    pca: int = 128
+    scattering_j: int = 2
+    scattering_l: int = 8
+    groups: int = 27
+
+    def validate(self) -> None:
+        s = "fine_grained"
+        positive(s, self, "eps")
+        at_least_one(s, self, "votes_per_record", "smoothing", "pca", "scattering_j", "scattering_l", "groups")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -312,6 +342,7 @@ class Config:
     data: DataConfig = DataConfig()
     teachers: TeachersConfig = TeachersConfig()
     aggregation: AggregationConfig = AggregationConfig()
+    fine_grained: FineGrainedConfig = FineGrainedConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     student: StudentConfig = StudentConfig()
     rounds: RoundsConfig = RoundsConfig()

@@ -21,7 +21,7 @@ import numpy as np
 from analysis import mechanisms
 from analysis.errors import PateError
 from pate.store import digests, rundir
-from pate.release import aggregation
+from pate.release import aggregation, fine_grained_release
 
 #: The array of Interactive-GNMax's check offsets o = floor(T p) in a release (round 2 with
 #: ``[rounds] check = "interactive"``; `analysis.interactive`): one row per query, public.
@@ -195,9 +195,11 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int,
 
 #: The keys labels.npz may hold besides `meta` (config hash and package version), each named
 #: once: the queried pool indices and their labels (`released_arrays`), the mechanism record's
-#: arrays (`analysis.mechanisms.Mechanism.to_arrays`), the answer cap and the check offsets.
+#: arrays (`analysis.mechanisms.Mechanism.to_arrays`), the answer cap, the check offsets, and a
+#: fine-grained release's record (`pate.release.fine_grained_release.record_arrays`).
 MAX_ANSWERS = "max_answers"
-RELEASED_KEYS = ("indices", "labels", *mechanisms.ARRAY_KEYS, MAX_ANSWERS, CHECK_OFFSETS)
+RELEASED_KEYS = ("indices", "labels", *mechanisms.ARRAY_KEYS, MAX_ANSWERS, CHECK_OFFSETS,
+                 *fine_grained_release.ARRAY_KEYS)
 
 
 def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:

@@ -51,6 +51,17 @@ class RunSummary:
 
         done = ", ".join(f"{s.name} {'ran' if s.ran else 'skipped'}" + (f" ({s.seconds:.0f} s)" if s.ran else "")
                          for s in self.steps)
+        if self.mechanism == "fine-grained":  # no teachers, no data-dependent or sanitised eps
+            return "\n".join([
+                f"pate run: {done}; total {self.wall_time_s:.0f} s",
+                f"data set: {self.dataset}; labels: fine-grained, every one of the {self.num_queries} pool points "
+                "from one release",
+                f"label accuracy (true labels): {f(self.label_accuracy)}  [benchmark only: uses the pool's true labels]",
+                f"student accuracy ({self.student_method}, evaluation split): {f(self.student_accuracy)}",
+                f"HEADLINE eps:          {f(self.eps, '.3f')}  at delta "
+                f"{'n/a' if self.delta_total is None else format(self.delta_total, 'g')}: data-independent, "
+                "everything released — publish this (release.json)",
+            ])
         return "\n".join([
             f"pate run: {done}; total {self.wall_time_s:.0f} s",
             f"data set: {self.dataset}; labels: {self.mechanism}, {self.num_answered} of "
@@ -80,7 +91,7 @@ def _released(run: rundir.RunDir) -> tuple[int, int, str]:
 def summarise(config: Config, run_dir: rundir.RunDir, manifest, records: list[StepRecord],
                start: float) -> RunSummary:
     """The `RunSummary` of a finished run, read from its artifacts and the manifest."""
-    teachers = run_dir.read_json(rundir.TEACHERS_JSON)
+    teachers = run_dir.read_json(rundir.TEACHERS_JSON) if run_dir.exists(rundir.TEACHERS_JSON) else {}
     student = run_dir.read_json(rundir.STUDENT_JSON)
     privacy = run_dir.read_json(rundir.PRIVACY_JSON)
     release = run_dir.read_json(rundir.RELEASE_JSON)

@@ -29,6 +29,7 @@ from pate.release import target as release_target
 from pate.release.labels import CHECK_OFFSETS, content_digest, read_labels
 from pate.config import PrivacyConfig
 from pate.store.door import step
+from pate.release import fine_grained_release as fine_release
 from pate.release import round2_report as analyze_rounds
 from pate.release.privacy_report import charge_draw, check_outputs, data_independent_comparison, release_cost_of, report_for_release
 
@@ -150,6 +151,9 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     conversion = p.conversion if conversion is None else conversion
     # Round 2 (`pate label --round 2`): its own votes and labels, its headline composed with round 1's.
     two_rounds = os.path.exists(os.path.join(workdir, rundir.LABELS_ROUND2_NPZ))
+    fine = None if two_rounds else _fine_grained_labels(workdir)
+    if fine is not None:
+        return _report_fine_grained(workdir, fine, config, delta, json_path, release_path, echo)
     names = ((rundir.VOTES_ROUND2_NPZ, rundir.LABELS_ROUND2_NPZ, rundir.LABELS_NPZ, rundir.RELEASE_ROUND1_JSON)
              if two_rounds else (rundir.VOTES_NPZ, rundir.LABELS_NPZ))
     inputs = [os.path.join(workdir, n) for n in names]
@@ -206,6 +210,38 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     echo(render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
+    return rep
+
+
+def _fine_grained_labels(workdir) -> dict | None:
+    """The run's labels.npz when it is a fine-grained release, else None."""
+    path = os.path.join(workdir, rundir.LABELS_NPZ)
+    if not os.path.exists(path):
+        return None
+    labels = read_labels(path)
+    return labels if fine_release.is_fine_grained(labels) else None
+
+
+def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path, release_path,
+                         echo) -> report_mod.PrivacyReport:
+    """`pate analyze` of a fine-grained release: its data-independent ε from the recorded noise
+    (`pate.release.fine_grained_release.report`), written to privacy.json and release.json. Nothing is
+    drawn, so nothing is charged: the release was charged when `pate label` made it."""
+    path = os.path.join(workdir, rundir.LABELS_NPZ)
+    check_outputs({"--json": json_path, "--plot": None, "--release-json": release_path}, [path], workdir)
+    rep = fine_release.report(labels, delta, path)
+    research = (labels.get("meta") or {}).get("research_seed") is True
+    rep = _research(rep, research)
+    book = ledger_mod.for_run(workdir, config)
+    json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
+    release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
+    staged = _stage(rep, json_path, None, release_path, config, labels_sha256=content_digest(labels),
+                    research_seed=research, data_set=book.summary(delta, extra=[]))
+    staged.commit()
+    echo(render_table(rep))
+    echo(ledger_mod.cumulative_line(book, delta))
+    echo(f"wrote {release_path} (publishable) and {json_path} (private: owner-only); a fine-grained release has "
+         "no sanitised eps to draw")
     return rep
 
 

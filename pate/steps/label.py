@@ -30,7 +30,8 @@ from analysis.report_io import render_table
 from pate.config import Config
 from pate.store.door import Door, step
 from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
-from pate.release.labels import charge_release, released_arrays
+from pate.release import fine_grained_release as fine_release
+from pate.release.labels import charge_release, content_digest, read_labels, released_arrays
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,7 +51,8 @@ class LabelResult:
             f"mechanism: {self.mechanism} ({params})",
             f"queries: {self.num_queries}  answered: {self.num_answered}",
             f"accuracy of released labels (answered queries): {self.label_accuracy:.4f}",
-            f"accuracy of the noiseless plurality vote (queries, private): {self.plurality_accuracy:.4f}",
+            *([] if self.plurality_accuracy != self.plurality_accuracy else  # NaN: no teachers voted
+              [f"accuracy of the noiseless plurality vote (queries, private): {self.plurality_accuracy:.4f}"]),
         ])
 
 
@@ -70,10 +72,16 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
       ``config.privacy.target_eps``: plan the queries and release first (`pate.release.target`).
       echo: where progress lines go.
 
+    With ``[aggregation] mechanism = "fine-grained"`` no teacher votes: the private records'
+    own votes label the whole pool in one release (`label_fine_grained`).
+
     Raises:
       PateError: no teachers; labels exist and not `overwrite`; bad parameters.
     """
     from pate.data import load_dataset, split
+
+    if config.aggregation.mechanism == fine_release.MECHANISM:
+        return label_fine_grained(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=echo)
     from pate.programs.teacher_training import load_teachers
 
     # Votes, labels and config.toml are swapped in together once all three are written.
@@ -155,3 +163,50 @@ def _release_from_teachers(door: Door, config: Config, record: mechanisms.Mechan
     return result
 
 
+
+
+def label_fine_grained(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
+                       budget: float | None = None, echo=print) -> LabelResult:
+    """`pate label` with ``mechanism = "fine-grained"``: one release labels every pool point
+    (`pate.release.fine_grained_release`); needs no teachers. Writes labels.npz only (no vote file: the
+    private histogram never leaves memory) and charges the release's data-independent cost,
+    ``[fine_grained] eps``, to the data set's ledger.
+
+    Raises:
+      PateError: a budget or target plan (the release spends ``fine_grained.eps`` once; set
+        that), over the ledger's total budget, bad settings or data; labels exist and not
+        `overwrite`.
+    """
+    from pate.data import load_dataset, split
+
+    if budget is not None or config.privacy.target_eps:
+        raise PateError("--budget and privacy.target_eps plan a teachers' release; a fine-grained release "
+                        "spends fine_grained.eps once, whatever it labels: set that instead")
+    with step("label-fine-grained", workdir, config=config, overwrite=overwrite, echo=echo) as door:
+        source = aggregation.noise_source(seed)  # refuses a bad seed before any private value is read
+        p = config.privacy
+        cost = fine_release.noise_of(config.fine_grained, p.delta).cost()
+        book = ledger_mod.Ledger.for_config(config)
+        book.check_budget([cost], p.total_budget, p.delta, "this fine-grained release")
+        splits = split(load_dataset(config.data), config.data.public_size)
+        made = fine_release.release(config, splits, source, echo)
+        door.out.write_npz(rundir.LABELS_NPZ, made.arrays, config, meta={"ledger": book.name, **seed_record(seed)})
+        describe = (f"labels: every pool point ({splits.pool_x.shape[0]}) from one fine-grained release, "
+                    f"{made.noise.kind} noise, eps {made.eps:.6g}")
+        book.charge("labels", cost, run=door.run.path, budget=p.total_budget, delta=p.delta,
+                    mechanism={"name": fine_release.MECHANISM, "noise": made.noise.kind, "eps": made.eps,
+                               "votes_per_record": made.noise.votes, "describe": describe},
+                    subject=content_digest(read_labels(door.out / rundir.LABELS_NPZ)),
+                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+    labels = made.arrays["labels"]
+    result = LabelResult(mechanism=fine_release.MECHANISM, num_queries=int(labels.size),
+                         num_answered=int(labels.size),
+                         label_accuracy=float(np.mean(labels == splits.pool_y)),
+                         plurality_accuracy=float("nan"),
+                         params={"eps": made.eps, "delta": made.delta, "votes_per_record": made.noise.votes,
+                                 "smoothing": config.fine_grained.smoothing})
+    echo(ledger_mod.cumulative_line(book, p.delta))
+    echo(result.summary())
+    echo(f"wrote {door.run / rundir.LABELS_NPZ} (the release: every pool point labelled); `pate analyze` "
+         "writes its report")
+    return result

@@ -175,10 +175,27 @@ ROUND2_STEPS: tuple[Step, ...] = (
 )
 
 
+#: With ``[aggregation] mechanism = "fine-grained"``: no teachers; one release of the private
+#: records' own votes labels the whole pool, then the student and the report (no plot: its ε
+#: has no per-query curve).
+_FINE_SECTIONS = ("data", "aggregation", "fine_grained")
+FINE_GRAINED_STEPS: tuple[Step, ...] = (
+    Step("label", (*_FINE_SECTIONS, "privacy.delta"), (rundir.LABELS_NPZ,), rundir.LABELS_NPZ,
+         upstream=(), inputs=(), run=_label),
+    Step("student", (*_FINE_SECTIONS, "student"), rundir.STUDENT_ARTIFACTS, rundir.STUDENT_JSON,
+         upstream=("label",), inputs=(rundir.LABELS_NPZ,), run=_train_student),
+    Step("analyze", (*_FINE_SECTIONS, "privacy"), (rundir.PRIVACY_JSON, rundir.RELEASE_JSON), rundir.PRIVACY_JSON,
+         upstream=("label",), inputs=(rundir.LABELS_NPZ,), run=_analyze),
+)
+
+
 def steps_of(config: Config, run_dir: rundir.RunDir) -> tuple[Step, ...]:
     """The steps a run takes: `STEPS`, then with two rounds `ROUND2_STEPS`. Once round 2
     has run, round 1's student and report are the copies it kept (student-round1/,
-    release-round1.json): ``student/`` and ``release.json`` are then round 2's."""
+    release-round1.json): ``student/`` and ``release.json`` are then round 2's. A
+    fine-grained run takes `FINE_GRAINED_STEPS`."""
+    if config.aggregation.mechanism == "fine-grained":
+        return FINE_GRAINED_STEPS
     if config.rounds.rounds == 1:
         return STEPS
     kept = {"student": dict(artifacts=(rundir.STUDENT_ROUND1_DIR, rundir.STUDENT_ROUND1_JSON),
@@ -326,7 +343,7 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
     return None
 
 
-def preflight(config: Config, seed: int | None) -> Mechanism:
+def preflight(config: Config, seed: int | None) -> Mechanism | None:
     """Every check that can be made before a step runs, made before the first one: a
     failure after `label` would have spent the privacy of a release for nothing.
 
@@ -338,6 +355,8 @@ def preflight(config: Config, seed: int | None) -> Mechanism:
     from pate.release.budget import accountable_record, resolve
 
     noise_source(seed)  # the same 128-bit check serves the aggregator and the release
+    if config.aggregation.mechanism == "fine-grained":
+        return _fine_grained_preflight(config)
     record = accountable_record(config.aggregation, config.privacy)
     resolve(record, config.aggregation.queries, num_teachers=config.teachers.num_teachers,
             pool_size=config.data.public_size)
@@ -352,7 +371,22 @@ def preflight(config: Config, seed: int | None) -> Mechanism:
     return record
 
 
-def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism) -> None:
+def _fine_grained_preflight(config: Config) -> None:
+    """A fine-grained run's checks before its release: the noise its settings ask for (public),
+    no plan that applies to teachers, and neighbours the pool can give."""
+    from pate.release.fine_grained_release import noise_of
+
+    noise_of(config.fine_grained, config.privacy.delta)
+    if config.privacy.target_eps or config.rounds.rounds == 2:
+        raise PateError("privacy.target_eps and rounds = 2 plan a teachers' release; a fine-grained run spends "
+                        "fine_grained.eps once: set that, target_eps = 0 and rounds = 1")
+    most = max(config.fine_grained.votes_per_record, config.fine_grained.smoothing, config.fine_grained.pca)
+    if most > config.data.public_size:
+        raise PateError(f"fine_grained.votes_per_record, smoothing and pca must be at most data.public_size "
+                        f"({config.data.public_size}), got {most}")
+
+
+def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism | None) -> None:
     """Refuses, before the teachers train, a run whose label release would take its data
     set's cumulative ε over ``[privacy] total_budget`` (`pate.store.ledger`). Only when the
     run has no release yet: a finished run's steps are skipped, not released again."""
@@ -360,6 +394,13 @@ def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism) -> N
     from pate.store.ledger import Ledger
 
     if not config.privacy.total_budget or run_dir.exists(rundir.LABELS_NPZ):
+        return
+    if record is None:  # fine-grained: one release of the configured noise
+        from pate.release.fine_grained_release import noise_of
+
+        Ledger.for_config(config).check_budget([noise_of(config.fine_grained, config.privacy.delta).cost()],
+                                               config.privacy.total_budget, config.privacy.delta,
+                                               "this run's fine-grained release")
         return
     costs = [composition.labels_cost(record, config.aggregation.queries)]
     if config.rounds.rounds == 2:

@@ -57,6 +57,11 @@ WRITERS = {
     "label": Writer("label", rundir.LABEL_ARTIFACTS,
                     rundir.ROUND2_ARTIFACTS + rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS,
                     "labels", "label again (the old release is replaced)"),
+    # A fine-grained release (no teachers, no votes file): an older release's votes.npz goes aside.
+    "label-fine-grained": Writer("label", (rundir.LABELS_NPZ,),
+                                 (rundir.VOTES_NPZ,) + rundir.ROUND2_ARTIFACTS + rundir.STUDENT_ARTIFACTS
+                                 + rundir.ANALYSIS_ARTIFACTS, "labels", "label again (the old release is replaced)",
+                                 guard=(rundir.LABELS_NPZ,)),
     # Round 2 keeps round 1's release; the student and the report made before it are moved
     # aside (copied first as student-round1/ and release-round1.json).
     "round2": Writer("label --round 2", rundir.ROUND2_ARTIFACTS,

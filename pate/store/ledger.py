@@ -369,6 +369,7 @@ def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
     """
     from analysis import mechanisms
     from pate.store import digests, rundir
+    from pate.release import fine_grained_release
     from pate.release.labels import content_digest, read_run_labels
 
     run = rundir.RunDir(workdir)
@@ -389,7 +390,12 @@ def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
                                    mechanism={"describe": describe}, note="imported"))
         echo(f"charged: {describe}")
 
-    if run.exists(rundir.LABELS_NPZ):
+    if run.exists(rundir.LABELS_NPZ) and fine_grained_release.is_fine_grained(labels := read_run_labels(run.path)):
+        noise = fine_grained_release.noise_from(labels, rundir.LABELS_NPZ)  # one release, no sanitised draw
+        charge_once("labels", noise.cost(), content_digest(labels),
+                    f"labels: every pool point from one fine-grained release ({noise.kind} noise)",
+                    digests.file_digest(run / rundir.LABELS_NPZ))
+    elif run.exists(rundir.LABELS_NPZ):
         labels = read_run_labels(run.path)
         record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
         cap = int(float(labels["max_answers"])) if "max_answers" in labels else None

@@ -1,0 +1,134 @@
+"""Fine-grained PATE as `pate label` releases it (`[aggregation] mechanism = "fine-grained"`):
+labels for every point of the public pool from ONE noisy release of the private records' own
+votes (`analysis.fine_grained`: the mechanism, its sensitivities, noise and proofs).
+
+The steps, private values in capitals: the public map fitted on the pool
+(`pate.programs.public_features`) and the pool's smoothing graph (public); each PRIVATE
+record's `votes_per_record` nearest pool points, and the PRIVATE histogram of their votes,
+which never leaves this function's memory; the one release (`analysis.fine_grained.release`:
+exact discrete Laplace or Gaussian noise on every cell); the labels, post-processing of the
+release. labels.npz then holds the pool's indices, its labels and this module's record of the
+release (`record_arrays`); no count, vote or feature of a private record is written.
+
+The guarantee is data-independent: pure ε (Laplace) or (ε, δ) from ρ-zCDP (Gaussian) under
+replace-one, the same however many points are labelled; no data-dependent or sanitised ε
+exists, so `pate analyze` reports the release's ε as its headline and draws nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+from typing import Mapping
+
+import numpy as np
+
+from analysis import fine_grained
+from analysis import report as report_mod
+from analysis.errors import PateError
+from analysis.noise import NoiseSource
+from pate.config import Config, FineGrainedConfig
+from pate.programs import public_features
+
+MECHANISM = "fine-grained"
+#: The arrays of a fine-grained release in labels.npz besides ``indices``, ``labels`` and
+#: ``mechanism`` (`pate.release.labels.RELEASED_KEYS` names them with the rest).
+ARRAY_KEYS = ("noise", "noise_parameter", "votes_per_record", "release_eps", "release_delta", "smoothing", "pca",
+              "scattering")
+
+
+def noise_of(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
+    """The noise the section asks for, calibrated from public values only: discrete Laplace for
+    pure ``cfg.eps``, or the discrete Gaussian for ``cfg.eps`` at ``delta`` (replace-one)."""
+    if cfg.noise == "laplace":
+        return fine_grained.laplace_noise(cfg.eps, cfg.votes_per_record)
+    return fine_grained.gaussian_noise(cfg.eps, delta, cfg.votes_per_record)
+
+
+@dataclasses.dataclass(frozen=True)
+class FineGrainedRelease:
+    """What one release made: labels.npz's arrays, its noise (public) and the pool's public
+    margins (top smoothed score less the runner-up)."""
+
+    arrays: dict
+    noise: fine_grained.Noise
+    eps: float
+    delta: float
+    margins: np.ndarray
+
+
+def release(config: Config, splits, source: NoiseSource, echo=print) -> FineGrainedRelease:
+    """The labels of every pool point of ``splits`` from one release of the private train
+    split's votes (module docstring). ``source``: OS entropy for a real release."""
+    cfg, delta = config.fine_grained, config.privacy.delta
+    noise = noise_of(cfg, delta)  # refuses bad settings before any private value is read
+    pool_size, num_classes = int(splits.pool_x.shape[0]), int(splits.num_classes)
+    if cfg.votes_per_record > pool_size or cfg.smoothing > pool_size:
+        raise PateError(f"fine_grained.votes_per_record ({cfg.votes_per_record}) and smoothing ({cfg.smoothing}) "
+                        f"must be at most the {pool_size} points of the public pool")
+    echo(f"fine-grained: scattering (J {cfg.scattering_j}, L {cfg.scattering_l}) and a PCA to {cfg.pca} fitted on "
+         f"the {pool_size} public pool images")
+    fmap, pool_rows = public_features.fit(splits.pool_x, cfg.pca, scattering_j=cfg.scattering_j,
+                                          scattering_l=cfg.scattering_l, groups=cfg.groups)
+    graph = fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)
+    echo(f"fine-grained: {splits.train_x.shape[0]} private records each vote for their {cfg.votes_per_record} "
+         "nearest pool point(s)")
+    neighbours = fine_grained.nearest_public(fmap.rows(splits.train_x), pool_rows, cfg.votes_per_record)
+    noisy = fine_grained.release(fine_grained.vote_histogram(neighbours, splits.train_y, pool_size, num_classes),
+                                 noise, source)  # the PRIVATE counts live only inside this call
+    labels, margins = fine_grained.labels_and_margins(fine_grained.smooth(noisy, graph))
+    eps = noise.eps(delta)
+    used_delta = 0.0 if cfg.noise == "laplace" else float(delta)
+    arrays = {"indices": np.arange(pool_size, dtype=np.int64), "labels": labels.astype(np.int32),
+              **record_arrays(cfg, noise, eps, used_delta)}
+    return FineGrainedRelease(arrays, noise, eps, used_delta, margins)
+
+
+def record_arrays(cfg: FineGrainedConfig, noise: fine_grained.Noise, eps: float, delta: float) -> dict:
+    """labels.npz's record of the release: the mechanism, its exact noise and its guarantee."""
+    return {"mechanism": np.array(MECHANISM), "noise": np.array(noise.kind),
+            "noise_parameter": np.array(str(noise.parameter)), "votes_per_record": np.array(noise.votes),
+            "release_eps": np.array(float(eps)), "release_delta": np.array(float(delta)),
+            "smoothing": np.array(cfg.smoothing), "pca": np.array(cfg.pca),
+            "scattering": np.array(f"J {cfg.scattering_j}, L {cfg.scattering_l}, groups {cfg.groups}")}
+
+
+def is_fine_grained(labels: Mapping) -> bool:
+    """Whether a labels.npz (`pate.release.labels.read_labels`'s dict) is a fine-grained release."""
+    return str(np.asarray(labels.get("mechanism", ""))) == MECHANISM
+
+
+def noise_from(labels: Mapping, source: str = "labels.npz") -> fine_grained.Noise:
+    """The noise a fine-grained labels.npz records, checked (`analysis.fine_grained.Noise`)."""
+    try:
+        return fine_grained.Noise(str(np.asarray(labels["noise"])), Fraction(str(np.asarray(labels["noise_parameter"]))),
+                                  int(np.asarray(labels["votes_per_record"])))
+    except (KeyError, ValueError, ZeroDivisionError, TypeError) as err:
+        raise PateError(f"{source}: a fine-grained release without a readable noise record ({err})") from None
+
+
+def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_mod.PrivacyReport:
+    """`pate analyze`'s report of a fine-grained release: its ε is data-independent, computed
+    from the recorded noise alone (no vote read); no data-dependent or sanitised row exists."""
+    noise = noise_from(labels, source)
+    gaussian = noise.kind == "gaussian"
+    eps = noise.eps(delta)
+    headline_delta = float(delta) if gaussian else 0.0
+    n = int(np.asarray(labels["indices"]).size)
+    kind = (f"(eps, delta) from rho-zCDP, rho {float(noise.rho):.6g} (discrete Gaussian, sigma^2 {noise.parameter})"
+            if gaussian else f"pure eps (discrete Laplace, scale {noise.parameter})")
+    items = (
+        report_mod.Item("eps", "HEADLINE eps (everything released)", eps, True,
+                        "data-independent: one release labels every pool point"),
+        report_mod.Item("delta_total", "delta of the headline", headline_delta, True,
+                        "pure: no delta" if not gaussian else "the discrete Gaussian's"),
+        report_mod.Item("guarantee", "kind of guarantee", kind, True,
+                        "no data-dependent or smooth-sensitivity analysis: none is needed"),
+        report_mod.Item("labelled_points", "labelled pool points", n, True, "all of them, from one release"),
+        report_mod.Item("votes_per_record", "votes per private record (k)", noise.votes, True,
+                        f"L1 sensitivity {fine_grained.l1_sensitivity(noise.votes)} (replace-one)"),
+        report_mod.Item("smoothing", "smoothing neighbours (public graph)", int(np.asarray(labels["smoothing"])), True,
+                        "post-processing"),
+        report_mod.Item("delta", "delta", float(delta), True),
+    )
+    return report_mod.PrivacyReport(mechanism=MECHANISM, items=items)

@@ -1,0 +1,176 @@
+"""Fine-grained PATE as the CLI and `pate run` release it (`pate.release.fine_grained_release`): one
+release labels every pool point with no teachers; labels.npz holds the labels and the record of
+the noise, nothing private; the ledger is charged the release's data-independent cost; the
+report is that cost alone; the feature map is fitted on the public pool only; one-line refusals.
+The mechanism's own proofs and samplers: tests/test_fine_grained.py."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from analysis import fine_grained
+from analysis.errors import PateError
+from analysis.noise import LABELS_STREAM, NoiseSource
+from pate.config import load_config
+from pate.data import load_dataset, split
+from pate.programs import public_features
+from pate.release import fine_grained_release as fine_release
+from pate.release.labels import RELEASED_KEYS, read_labels
+from pate.store import ledger as ledger_mod
+from pate.store import rundir
+
+from conftest import TINY, invoke, one_line_error, snapshot
+
+FINE = ["--set", 'aggregation.mechanism="fine-grained"', "--set", "fine_grained.pca=16"]
+SEED = 20261126
+
+
+@pytest.fixture(scope="module")
+def fine_run(tmp_path_factory):
+    """One `pate run` of the tiny config with the fine-grained mechanism (research seed)."""
+    import os
+
+    folder = tmp_path_factory.mktemp("fine")
+    old = os.environ.get("PATE_LEDGER_DIR")
+    os.environ["PATE_LEDGER_DIR"] = str(folder / "ledger")
+    try:
+        result = invoke("run", "--config", TINY, *FINE, "--workdir", folder / "run", "--seed", SEED, "--no-progress")
+    finally:
+        if old is None:
+            os.environ.pop("PATE_LEDGER_DIR", None)
+        else:
+            os.environ["PATE_LEDGER_DIR"] = old
+    assert result.exit_code == 0, result.output
+    return folder, result.output
+
+
+def _config():
+    return load_config(TINY, {"aggregation.mechanism": "fine-grained", "fine_grained.pca": 16})
+
+
+def test_one_release_labels_every_pool_point_with_nothing_private_written(fine_run):
+    folder, output = fine_run
+    run = folder / "run"
+    assert not (run / rundir.VOTES_NPZ).exists() and not (run / rundir.TEACHERS_JSON).exists()
+    labels = read_labels(run / rundir.LABELS_NPZ)
+    config = _config()
+    assert np.array_equal(labels["indices"], np.arange(config.data.public_size))
+    assert set(labels) - {"meta"} <= set(RELEASED_KEYS)
+    assert fine_release.is_fine_grained(labels) and (labels["labels"] >= 0).all()
+    with np.load(run / rundir.LABELS_NPZ) as npz:  # no count, vote or feature of a private record
+        assert all(npz[k].size <= config.data.public_size for k in npz.files)
+    assert "fine-grained, every one of the 200 pool points from one release" in output
+
+
+def test_the_release_is_the_mechanism_on_the_private_records_with_the_research_seed(fine_run):
+    """The labels equal a second computation from `analysis.fine_grained`'s pieces: the map
+    fitted on the pool, each private record's nearest pool point, one noisy histogram (the
+    same seed and stream), the smoothing over the pool's graph."""
+    folder, _ = fine_run
+    config = _config()
+    cfg = config.fine_grained
+    splits = split(load_dataset(config.data), config.data.public_size)
+    fmap, pool_rows = public_features.fit(splits.pool_x, cfg.pca)
+    neighbours = fine_grained.nearest_public(fmap.rows(splits.train_x), pool_rows, cfg.votes_per_record)
+    counts = fine_grained.vote_histogram(neighbours, splits.train_y, pool_rows.shape[0], splits.num_classes)
+    noise = fine_grained.laplace_noise(cfg.eps, cfg.votes_per_record)
+    noisy = fine_grained.release(counts, noise, NoiseSource(SEED, LABELS_STREAM))
+    expected, _ = fine_grained.labels_and_margins(fine_grained.smooth(
+        noisy, fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)))
+    labels = read_labels(folder / "run" / rundir.LABELS_NPZ)
+    assert np.array_equal(labels["labels"], expected)
+    assert fine_release.noise_from(labels) == noise
+    assert (labels.get("meta") or {}).get("research_seed") is True
+
+
+def test_the_ledger_is_charged_the_release_once_and_the_report_is_its_eps(fine_run):
+    folder, _ = fine_run
+    book = ledger_mod.Ledger(ledger_mod.data_identity(_config().data), folder / "ledger")
+    (entry,) = book.entries()
+    assert entry["kind"] == "labels" and entry["cost"] == {"kind": "pure", "eps0": 1.0, "count": 1}
+    assert entry["mechanism"]["name"] == "fine-grained"
+    release = json.loads((folder / "run" / rundir.RELEASE_JSON).read_text())
+    assert release["eps"] == 1.0 and release["delta"] == 0.0 and release["mechanism"] == "fine-grained"
+    assert "noisy vote histogram" in release["notes"]
+    assert release["details"]["votes_per_record"] == 1 and release["details"]["labelled_points"] == 200
+    assert release["data_set"]["releases"] == 1
+    privacy = json.loads((folder / "run" / rundir.PRIVACY_JSON).read_text())
+    assert privacy["private"] == {"warnings": []}  # no data-dependent or smooth-sensitivity row
+
+
+def test_a_second_run_skips_every_step_and_charges_nothing(fine_run):
+    folder, _ = fine_run
+    before = snapshot(folder / "run")
+    import os
+
+    os.environ["PATE_LEDGER_DIR"] = str(folder / "ledger")
+    result = invoke("run", "--config", TINY, *FINE, "--workdir", folder / "run", "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert result.output.count("up to date: skipped") == 3
+    after = snapshot(folder / "run")
+    assert {k: v for k, v in after.items() if k != rundir.PIPELINE_JSON} == \
+        {k: v for k, v in before.items() if k != rundir.PIPELINE_JSON}
+    book = ledger_mod.Ledger(ledger_mod.data_identity(_config().data), folder / "ledger")
+    assert len(book.entries()) == 1
+
+
+def test_the_feature_map_is_fitted_on_the_public_pool_alone(monkeypatch):
+    """`release` fits the map on the pool's images only: private images of NaN give the same
+    map (its fit never sees them) and are refused when their rows are computed."""
+    config = _config()
+    splits = split(load_dataset(config.data), config.data.public_size)
+    seen = []
+    real_fit = public_features.fit
+
+    def spy(pool_images, dims, **kw):
+        seen.append(np.array(pool_images))
+        return real_fit(pool_images, dims, **kw)
+
+    monkeypatch.setattr(public_features, "fit", spy)
+    fine_release.release(config, splits, NoiseSource(1, LABELS_STREAM), echo=lambda *_: None)
+    assert len(seen) == 1 and np.array_equal(seen[0], splits.pool_x)
+    a, rows_a = real_fit(splits.pool_x, 16)
+    nan_train = np.full_like(splits.train_x, np.nan)
+    b, rows_b = real_fit(splits.pool_x, 16)  # the train split (now NaN) is no argument of the fit
+    assert np.array_equal(a.directions, b.directions) and np.array_equal(rows_a, rows_b)
+    with pytest.raises(PateError, match="finite"):
+        b.rows(nan_train)
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["fine_grained.eps=0"], "fine_grained.eps must be a positive number"),
+    (["fine_grained.votes_per_record=0"], "fine_grained.votes_per_record must be >= 1"),
+    (["fine_grained.smoothing=0"], "fine_grained.smoothing must be >= 1"),
+    (["fine_grained.pca=5000"], "at most data.public_size"),
+    (["privacy.target_eps=2"], "plan a teachers' release"),
+])
+def test_run_refuses_bad_settings_in_one_line_before_anything_is_written(tmp_path, sets, message):
+    args = ["run", "--config", TINY, *FINE, "--workdir", tmp_path / "run"]
+    for item in sets:
+        args += ["--set", item]
+    result = invoke(*args)
+    assert result.exit_code != 0
+    assert message in one_line_error(result, result.exit_code)
+    assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists()
+
+
+def test_label_with_a_config_releases_in_a_new_directory_and_refuses_in_one_line(tmp_path):
+    fresh = tmp_path / "fresh"
+    line = one_line_error(invoke("label", "--workdir", fresh, "--mechanism", "fine-grained"), 1)
+    assert "give --config" in line
+    line = one_line_error(invoke("label", "--workdir", fresh, "--votes", "v.npz", "--num-classes", 4,
+                                 "--mechanism", "fine-grained"), 2)
+    assert "a fine-grained release reads the private data itself" in line
+    line = one_line_error(invoke("label", "--workdir", fresh, "--config", TINY, "--mechanism", "fine-grained",
+                                 "--budget", 1), 1)
+    assert "spends fine_grained.eps once" in line
+    assert not fresh.exists() or not (fresh / rundir.LABELS_NPZ).exists()
+    result = invoke("label", "--workdir", fresh, "--config", TINY, "--mechanism", "fine-grained")
+    assert result.exit_code == 0, result.output
+    assert fine_release.is_fine_grained(read_labels(fresh / rundir.LABELS_NPZ))
+    assert load_config(fresh / rundir.CONFIG_TOML).aggregation.mechanism == "fine-grained"
+    line = one_line_error(invoke("label", "--workdir", fresh, "--config", TINY, "--mechanism", "fine-grained"), 1)
+    assert "--overwrite" in line  # a finished release is never replaced by accident
