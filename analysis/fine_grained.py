@@ -88,7 +88,6 @@ from analysis.noise import (
     bernoulli_exp,
     bernoulli_exp_array,
     discrete_laplace_array,
-    randbelow_array,
 )
 from analysis.pld import calibrate, gaussian_mu_for
 from analysis.validation import check_delta
@@ -374,41 +373,14 @@ def _variance_on_grid(sigma2: float) -> Fraction:
 
 def discrete_laplace_rational(source: NoiseSource, scale, shape) -> np.ndarray:
     """int64 samples of `shape`, each with probability ∝ exp(−|y| / scale), exactly, for a
-    rational ``scale = t/s`` with 1 <= t, s <= 2^40.
-
-    Canonne, Kamath, Steinke 2020, Algorithm 2, each element on its own words of `source`:
-    U uniform on {0, …, t−1} kept with probability exp(−U/t) (`bernoulli_exp_array`), V the
-    number of Bernoulli(e⁻¹) successes before the first failure, X = U + tV, so that
-    P[X = x] ∝ e^{−x/t} on ℕ (x = u + tv uniquely); Y = ⌊X/s⌋, so
-    P[Y = y] ∝ Σ_{r<s} e^{−(sy + r)/t} ∝ e^{−y s/t}; a fair sign, and (−, 0) rejected (the whole
-    draw restarts) so that 0 is not counted twice: P[±Y = z] ∝ e^{−|z| s/t} = e^{−|z|/scale}.
-    Integers only: no floating-point number enters a decision. With s = 1 it is
-    `analysis.noise.discrete_laplace_array`'s algorithm.
-    """
+    rational ``scale = t/s`` with 1 <= t, s <= 2^40: `analysis.noise.discrete_laplace_array`
+    (Canonne, Kamath, Steinke 2020, Algorithm 2 with Y = ⌊X/s⌋; integers only, no
+    floating-point number enters a decision)."""
     scale = _positive_fraction(scale, "the discrete Laplace scale")
-    t, s = scale.numerator, scale.denominator
-    if t > MAX_GRID_SCALE or s > MAX_GRID_SCALE:
+    if scale.numerator > MAX_GRID_SCALE or scale.denominator > MAX_GRID_SCALE:
         raise PateError(f"the discrete Laplace scale {scale} needs numerator and denominator <= 2**40; "
                         f"calibrate it with laplace_noise")
-    shape = _shape(shape)
-    out = np.zeros(math.prod(shape), np.int64)
-    todo = np.arange(out.size)
-    while todo.size:
-        u = randbelow_array(source, np.full(todo.size, t, np.int64))
-        keep = bernoulli_exp_array(source, u, t)
-        kept, u = todo[keep], u[keep]
-        v = np.zeros(kept.size, np.int64)
-        going = np.arange(kept.size)
-        while going.size:
-            success = bernoulli_exp_array(source, np.ones(going.size, np.int64), 1)
-            v[going[success]] += 1
-            going = going[success]
-        y = (u + t * v) // s
-        negative = (source.uint64(kept.size) & np.uint64(1)).astype(bool)
-        accept = ~(negative & (y == 0))
-        out[kept[accept]] = np.where(negative, -y, y)[accept]
-        todo = np.concatenate([todo[~keep], kept[~accept]])
-    return out.reshape(shape)
+    return discrete_laplace_array(source, scale, shape)
 
 
 def discrete_gaussian_rational(source: NoiseSource, sigma2, shape) -> np.ndarray:

@@ -348,21 +348,28 @@ def bernoulli_exp_array(source: NoiseSource, numerators, scale: int) -> np.ndarr
     return out.reshape(np.shape(numerators))
 
 
-def discrete_laplace_array(source: NoiseSource, scale: int, shape) -> np.ndarray:
+def discrete_laplace_array(source: NoiseSource, scale, shape) -> np.ndarray:
     """int64 samples of `shape`, each with probability ∝ exp(−|y| / scale), exactly, for an
-    integer ``1 <= scale <= 2**40`` (the vectorised :func:`discrete_laplace`).
+    integer ``1 <= scale <= 2**40`` (the vectorised :func:`discrete_laplace`) or a rational
+    ``scale = t/s`` (a `Fraction`) with 1 <= t, s <= 2**40.
 
-    Canonne, Kamath, Steinke 2020, Algorithm 2 with s = 1: U uniform on {0, …, t−1} kept with
+    Canonne, Kamath, Steinke 2020, Algorithm 2: U uniform on {0, …, t−1} kept with
     probability exp(−U/t) (so U has pmf ∝ e^{−u/t} on {0, …, t−1}), V the number of
     Bernoulli(e⁻¹) successes before the first failure (P[V >= v] = e^{−v}), X = U + tV (then
-    P[X = x] ∝ e^{−x/t} on ℕ: x = u + tv uniquely), a fair sign, and (−, 0) rejected so that
-    0 is not counted twice: P[Y = y] = (1 − e^{−1/t})/(1 + e^{−1/t}) e^{−|y|/t}
+    P[X = x] ∝ e^{−x/t} on ℕ: x = u + tv uniquely), Y = ⌊X/s⌋ (so P[Y = y] ∝
+    Σ_{r<s} e^{−(sy + r)/t} ∝ e^{−y s/t}), a fair sign, and (−, 0) rejected so that 0 is not
+    counted twice: P[±Y = z] ∝ e^{−|z| s/t}; for s = 1, (1 − e^{−1/t})/(1 + e^{−1/t}) e^{−|z|/t}
     (:func:`discrete_laplace_pmf`). Every draw is an exact uniform integer from `source`.
     """
-    t = int(scale)
-    if isinstance(scale, bool) or t != scale or not 1 <= t <= MAX_GRID_SCALE:
-        raise PateError(f"the scale of the vectorised discrete Laplace must be an integer in [1, 2**40], "
-                        f"got {scale}")
+    if isinstance(scale, Fraction):
+        t, s = scale.numerator, scale.denominator
+    else:
+        t, s = int(scale), 1
+        if isinstance(scale, bool) or t != scale:
+            t = 0
+    if not (1 <= t <= MAX_GRID_SCALE and 1 <= s <= MAX_GRID_SCALE):
+        raise PateError(f"the scale of the vectorised discrete Laplace must be an integer in [1, 2**40] or a "
+                        f"fraction of such integers, got {scale}")
     shape = _shape(shape)
     out = np.zeros(math.prod(shape), np.int64)
     todo = np.arange(out.size)
@@ -376,7 +383,7 @@ def discrete_laplace_array(source: NoiseSource, scale: int, shape) -> np.ndarray
             success = bernoulli_exp_array(source, np.full(going.size, t, np.int64), t)
             v[going[success]] += 1
             going = going[success]
-        x = u + t * v
+        x = (u + t * v) // s
         negative = (source.uint64(todo_kept.size) & np.uint64(1)).astype(bool)
         accept = ~(negative & (x == 0))
         out[todo_kept[accept]] = np.where(negative, -x, x)[accept]

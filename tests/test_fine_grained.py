@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from analysis import fine_grained as fg
-from analysis.audit import clopper_pearson, eps_lower_bound
+from analysis.empirical_eps import clopper_pearson, eps_lower_bound
 from analysis.errors import PateError
 from analysis.noise import (
     NoiseSource,
