@@ -49,8 +49,10 @@ def render_table(report: PrivacyReport) -> str:
     if any(item.key == "eps" for item in report.items):
         lines.append("Publish the HEADLINE eps (it counts everything released) and only the rows "
                      "marked 'yes'; the others depend on the private votes.")
+        changes = ("that record's k votes move" if report.mechanism == "fine-grained"
+                   else "one teacher's vote changes")
         lines.append(f"Neighbouring relation: {NEIGHBOURING_RELATION} (two training sets that differ in "
-                     "one example, replaced: one teacher's vote changes).")
+                     f"one example, replaced: {changes}).")
     else:
         lines.append("Publish only the rows marked 'yes'; the others depend on the private votes.")
     for warning in report.warnings:
@@ -107,6 +109,12 @@ RELATION_NOTE = (
     "that teacher's vote; the analysis bounds exactly that change (for votes made elsewhere: vote "
     "sets that differ in one teacher's votes). Adding or removing an example shifts the partition "
     "and can change every teacher: that relation is not covered.")
+#: The same for a fine-grained release (`analysis.fine_grained`), where each record is its own teacher.
+FINE_GRAINED_RELATION_NOTE = (
+    "eps at delta holds for private training sets that differ by replacing one example by "
+    "another: each record votes, with its label, for its k nearest public points (a function of "
+    "that record and public data alone), so a replacement moves at most 2k cells of the released "
+    "histogram by one (analysis.fine_grained, brute-forced in its tests).")
 
 
 def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
@@ -124,7 +132,8 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
         "eps": public.pop("eps"),
         "delta": public.pop("delta_total"),
         "neighbouring_relation": NEIGHBOURING_RELATION,
-        "neighbouring_relation_note": RELATION_NOTE,
+        "neighbouring_relation_note": (FINE_GRAINED_RELATION_NOTE if report.mechanism == "fine-grained"
+                                       else RELATION_NOTE),
         "details": public,
         "notes": "Everything here may be published. 'eps' at 'delta' is the guarantee of "
                  "everything released: " + ("the one noisy vote histogram every label comes from."

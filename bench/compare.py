@@ -16,9 +16,10 @@ P`` to cut the same shards into P clients), in ``ROOT/fedavg-ALGORITHM-epsE`` (o
 
 Fine-grained rows (``--fine-grained``): `pate run --config configs/fashion_mnist_fine.toml` at each
 target eps (pure, replace-one), in ``ROOT/fine-epsE[-dD]``, with the votes per record and the
-smoothing the public proxy chose for that eps (`FINE_SETTINGS`, `bench/fine_grained.py`); one
-process computes the scattering coefficients of the data once for all of them (the product computes
-them in each run; a row's wall time is then its release's and student's).
+smoothing the public proxy chose for that eps (`FINE_SETTINGS`, `bench/fine_grained.py`). One
+process computes the scattering transform of each image set once, for these rows and the DP-SGD
+ScatterNet rows alike (the product computes it in each run; a row's wall time then leaves it out,
+but for the first row that needs it).
 
 ``--draws N`` repeats every DP-SGD and fine-grained row N times (fresh noise each, run directories
 ``...-dD`` for draws after the first), and the table ends with each method's mean and spread per eps.
@@ -197,24 +198,25 @@ def fine_row(workdir: Path) -> dict[str, Any] | None:
     }
 
 
-def _cache_coefficients() -> None:
-    """Scattering coefficients computed once per process for the same images (fine-grained rows)."""
+def _cache_scattering() -> None:
+    """The scattering transform of the same images computed once in this process, for every
+    fine-grained and DP-SGD ScatterNet row (each run directory would compute it again)."""
     import hashlib
 
     import numpy as np
 
-    from pate.programs import public_features
+    from pate.programs import scattering
 
-    real, memo = public_features.PublicMap.coefficients, {}
+    real, memo = scattering.scatter, {}
 
-    def cached(self, images):
+    def cached(images, J=2, L=8, batch_size=1000):
         images = np.ascontiguousarray(images, np.float32)
-        key = (self.scattering_j, self.scattering_l, self.groups, hashlib.sha256(images.tobytes()).hexdigest())
+        key = (J, L, hashlib.sha256(images.tobytes()).hexdigest())
         if key not in memo:
-            memo[key] = real(self, images)
+            memo[key] = real(images, J, L, batch_size)
         return memo[key]
 
-    public_features.PublicMap.coefficients = cached
+    scattering.scatter = cached
 
 
 def train_fine(workdir: Path, eps: float) -> None:
@@ -351,8 +353,8 @@ def main(argv=None) -> int:
     rows = []
     suffix = "-replace-one" if args.relation == "replace-one" else ""
     draws = [""] + [f"-d{d}" for d in range(2, args.draws + 1)]
+    _cache_scattering()
     if args.fine_grained:
-        _cache_coefficients()
         for eps in args.eps:
             for draw in draws:
                 rows += _read_or_train(Path(args.root) / f"fine-eps{eps:g}{draw}", fine_row, args.no_train,

@@ -95,6 +95,8 @@ def test_the_ledger_is_charged_the_release_once_and_the_report_is_its_eps(fine_r
     release = json.loads((folder / "run" / rundir.RELEASE_JSON).read_text())
     assert release["eps"] == 1.0 and release["delta"] == 0.0 and release["mechanism"] == "fine-grained"
     assert "noisy vote histogram" in release["notes"]
+    assert release["neighbouring_relation"] == "replace-one" and "k nearest public points" in \
+        release["neighbouring_relation_note"]
     assert release["details"]["votes_per_record"] == 1 and release["details"]["labelled_points"] == 200
     assert release["data_set"]["releases"] == 1
     privacy = json.loads((folder / "run" / rundir.PRIVACY_JSON).read_text())
