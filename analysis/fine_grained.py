@@ -542,3 +542,32 @@ def _released(values) -> np.ndarray:
 
 def _shape(shape) -> tuple[int, ...]:
     return (int(shape),) if isinstance(shape, (int, np.integer)) else tuple(int(d) for d in shape)
+
+
+# ------------------------------------------------------------------ audit (`pate audit`)
+
+#: The outcomes `audit_categories` sorts a release of `audit_pair` into.
+AUDIT_CATEGORIES = ("D's record's cells up, D''s down", "D''s record's cells up, D's down", "other")
+
+
+def audit_pair(votes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The replace-one neighbours an audit releases: a record with label 0 voting for pool
+    points 0..k−1 (in D) replaced by one with label 1 voting for points k..2k−1 (in D'); 2k
+    points, 2 classes. Their histograms differ by one in 2k cells: the sensitivity 2k attained."""
+    k = _check_k(votes)
+    c = vote_histogram(np.arange(k)[None, :], [0], 2 * k, 2)
+    c_prime = vote_histogram(np.arange(k, 2 * k)[None, :], [1], 2 * k, 2)
+    return c, c_prime
+
+
+def audit_categories(released: np.ndarray, votes: int) -> np.ndarray:
+    """Each release (trials × 2k × 2) of `audit_pair` as an index into `AUDIT_CATEGORIES`: 0
+    when every cell D's record votes for is >= 1 and every cell D''s record votes for is <= 0,
+    1 for the mirror, else 2. For the discrete Laplace of scale b the likelihood ratio of
+    category 0 is exactly exp(2k/b) = e^ε (each of the 2k independent cells contributes
+    P[Z >= 0] / P[Z >= 1] = e^{1/b}): the event that attains the claim."""
+    z = np.asarray(released)
+    k = int(votes)
+    up = (z[:, :k, 0] >= 1).all(axis=1) & (z[:, k:, 1] <= 0).all(axis=1)
+    down = (z[:, :k, 0] <= 0).all(axis=1) & (z[:, k:, 1] >= 1).all(axis=1)
+    return np.where(up, 0, np.where(down, 1, 2)).astype(np.int64)

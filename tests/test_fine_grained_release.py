@@ -176,3 +176,33 @@ def test_label_with_a_config_releases_in_a_new_directory_and_refuses_in_one_line
     assert load_config(fresh / rundir.CONFIG_TOML).aggregation.mechanism == "fine-grained"
     line = one_line_error(invoke("label", "--workdir", fresh, "--config", TINY, "--mechanism", "fine-grained"), 1)
     assert "--overwrite" in line  # a finished release is never replaced by accident
+
+
+def test_pate_audit_holds_a_fine_grained_claim_and_catches_half_the_noise(tmp_path, fine_run):
+    """`pate audit` of a fine-grained config or run: the Clopper–Pearson lower bound over
+    releases of two replace-one neighbours (2k cells moved) stays at or below the claimed ε;
+    the same audit of half the noise, held to the same claim, finds the violation."""
+    from pate.steps.audit import run_fine_grained_audit
+
+    import re
+
+    config = tmp_path / "fine.toml"
+    text = re.sub(r'(?m)^mechanism = ".*"$', 'mechanism = "fine-grained"', TINY.read_text(), count=1)
+    config.write_text(text + "\n[fine_grained]\npca = 16\n")
+    assert load_config(config).aggregation.mechanism == "fine-grained"
+    result = invoke("audit", "--config", config, "--seed", 5, "--json", tmp_path / "audit.json")
+    assert result.exit_code == 0, result.output
+    assert "no violation found" in result.output
+    doc = json.loads((tmp_path / "audit.json").read_text())
+    assert doc["mechanism"] == "fine-grained" and doc["violation"] is False and doc["eps_claimed"] == 1.0
+    assert 0.5 < doc["eps_lower_bound"] <= 1.0  # close to the claim: the pair and event attain it
+    folder, _ = fine_run
+    result = invoke("audit", "--workdir", folder / "run", "--seed", 6)
+    assert result.exit_code == 0 and "no violation found" in result.output, result.output
+    line = one_line_error(invoke("audit", "--config", config, "--sigma", 3), 2)
+    assert "does not apply to a fine-grained config" in line
+    noise = fine_grained.laplace_noise(1, 1)
+    halved = fine_grained.Noise.laplace(noise.parameter / 2, 1)
+    caught = run_fine_grained_audit(halved, seed=7, claimed=noise.eps())
+    assert caught.bound.eps > noise.eps() + 0.5 and caught.to_json()["violation"] is True
+    assert "VIOLATION" in caught.render()

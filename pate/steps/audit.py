@@ -23,13 +23,14 @@ from pathlib import Path
 import numpy as np
 
 from analysis import empirical_eps as stats
-from analysis import mechanisms
+from analysis import fine_grained, mechanisms
 from analysis.errors import OptionError, PateError
 from analysis.noise import check_seed
 from analysis.report_io import write_atomic
 from pate.release import aggregation
 from pate.store import rundir
 from pate.config import PrivacyConfig, load_config
+from pate.release import fine_grained_release as fine_release
 from pate.release.labels import read_labels
 from pate.release.privacy_report import check_outputs
 
@@ -132,6 +133,70 @@ def run_audit(record: mechanisms.Mechanism, *, num_teachers: int, num_classes: i
                  claimed, accountant, pairs, time.perf_counter() - start, seed is not None)
 
 
+@dataclasses.dataclass(frozen=True)
+class FineGrainedAudit:
+    """What `pate audit` measured of a fine-grained release's noise, and what was claimed."""
+
+    noise: fine_grained.Noise
+    bound: stats.Bound
+    claimed: float
+    seconds: float
+    research_seed: bool
+
+    def to_json(self) -> dict:
+        b = self.bound
+        return {
+            "mechanism": "fine-grained", "parameters": {"noise": self.noise.kind, "parameter": str(self.noise.parameter),
+                                                        "votes_per_record": self.noise.votes},
+            "trials_per_side": b.trials, "confidence": b.confidence, "delta": b.delta,
+            "neighbouring_relation": "replace-one", "eps_lower_bound": b.eps, "eps_claimed": self.claimed,
+            "violation": b.eps > self.claimed, "events_tested": b.events,
+            "best": None if b.pair is None else {"event": b.event, "direction": b.direction, "rates": list(b.rates),
+                                                  "clopper_pearson": list(b.bounds)},
+            "seconds": round(self.seconds, 2), "research_seed": self.research_seed,
+            "note": "an audit, not a release: no private data read, nothing charged to a ledger"}
+
+    def render(self) -> str:
+        b = self.bound
+        verdict = ("VIOLATION: the implementation leaks more than its analysis claims" if b.eps > self.claimed
+                   else "no violation found (a lower bound at or below the claim)")
+        return "\n".join([
+            f"pate audit: fine-grained release, {self.noise.kind} noise {self.noise.parameter}, "
+            f"{self.noise.votes} vote(s) per record",
+            f"{b.trials} releases of each of two replace-one neighbours ({2 * self.noise.votes} cells moved), "
+            f"{b.events} events, confidence {b.confidence:g}, delta {b.delta:.3g}", "",
+            f"  eps lower bound (empirical)   {b.eps:.4f}",
+            f"  eps claimed                   {self.claimed:.4f}   (replace-one)",
+            f"  {verdict}",
+            f"  ({self.seconds:.1f} s; an audit reads no private data and is not charged to any ledger)"])
+
+
+def run_fine_grained_audit(noise: fine_grained.Noise, *, trials: int = 100_000, confidence: float = 0.95,
+                           delta: float = 1e-5, seed: int | None = None,
+                           claimed: float | None = None) -> FineGrainedAudit:
+    """Audits a fine-grained release's noise: ``trials`` releases (`analysis.fine_grained.release`,
+    the product's one noise call) of each side of `analysis.fine_grained.audit_pair`, sorted
+    into `audit_categories`, and the Clopper–Pearson ε lower bound (`analysis.empirical_eps.audit`).
+    The claim is ``noise.eps(delta)`` unless ``claimed`` is given (to show that too little noise
+    for a claim is caught). δ is 0 for the exact discrete Laplace."""
+    if int(trials) < 1:
+        raise PateError(f"trials must be at least 1, got {trials}")
+    start = time.perf_counter()
+    trials = int(trials)
+    delta = 0.0 if noise.kind == "laplace" else float(delta)
+    claimed = noise.eps(delta or None) if claimed is None else float(claimed)
+    source = aggregation.noise_source(check_seed(seed))
+    c, c_prime = fine_grained.audit_pair(noise.votes)
+    names = fine_grained.AUDIT_CATEGORIES
+
+    def side(counts):
+        released = fine_grained.release(np.tile(counts, (trials, 1)), noise, source).reshape(trials, *counts.shape)
+        return stats.count_histogram(fine_grained.audit_categories(released, noise.votes)[:, None], len(names))
+
+    bound = stats.audit([(side(c), side(c_prime))], trials, delta, confidence, names)
+    return FineGrainedAudit(noise, bound, claimed, time.perf_counter() - start, seed is not None)
+
+
 # --------------------------------------------------------------------------- the command
 
 
@@ -207,11 +272,51 @@ def resolve(*, config_path=None, workdir=None, mechanism=None, noise: dict | Non
     return record, int(teachers), int(classes), float(delta), inputs
 
 
+def _fine_grained_noise(sources: dict):
+    """``(noise, delta, inputs)`` when `pate audit`'s config or run is a fine-grained one, else
+    None. Its noise comes from the config's ``[fine_grained]`` or the run's labels.npz; the
+    options of a teachers' mechanism do not apply."""
+    config_path, workdir = sources.get("config_path"), sources.get("workdir")
+    if config_path is None and workdir is None:
+        return None
+    if config_path is not None and workdir is not None:
+        raise OptionError("--workdir", "give --config or --workdir, not both")
+    if workdir is not None:
+        path = Path(workdir) / rundir.LABELS_NPZ
+        if not path.is_file():
+            return None  # the teachers' path says what is missing
+        labels = read_labels(path)
+        if not fine_release.is_fine_grained(labels):
+            return None
+        config = rundir.RunDir(workdir).own_config()
+        delta = sources.get("delta") or (config.privacy.delta if config is not None else PrivacyConfig().delta)
+        return fine_release.noise_from(labels, str(path)), float(delta), [path]
+    config = load_config(config_path)
+    if config.aggregation.mechanism != fine_release.MECHANISM:
+        return None
+    given = [k for k in ("mechanism", "teachers", "num_classes") if sources.get(k) is not None]
+    given += [k for k, v in (sources.get("noise") or {}).items() if v is not None]
+    if given:
+        raise OptionError("--" + given[0].replace("_", "-"), "does not apply to a fine-grained config: its noise is "
+                          "[fine_grained]'s")
+    delta = sources.get("delta") or config.privacy.delta
+    return fine_release.noise_of(config.fine_grained, delta), float(delta), [config_path]
+
+
 def audit_command(*, json_path=None, queries: int = 1, trials: int = 100_000, confidence: float = 0.95,
                   seed=None, **sources) -> Audit:
     """`pate audit`: :func:`resolve` the mechanism, refuse a --json over an input or a run
     artifact, run the audit (:func:`run_audit`) and write its JSON (not private: nothing
     private went in)."""
+    fine = _fine_grained_noise(sources)
+    if fine is not None:
+        noise, delta, inputs = fine
+        if json_path is not None:
+            check_outputs({"--json": json_path}, inputs)
+        result = run_fine_grained_audit(noise, trials=trials, confidence=confidence, delta=delta, seed=seed)
+        if json_path is not None:
+            write_atomic(json_path, (json.dumps(result.to_json(), indent=2, allow_nan=False) + "\n").encode())
+        return result
     record, teachers, classes, delta, inputs = resolve(**sources)
     if json_path is not None:
         check_outputs({"--json": json_path}, inputs)
