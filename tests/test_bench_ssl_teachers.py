@@ -39,6 +39,7 @@ def test_runs_on_the_tiny_data(capsys):
     assert "| method=fixmatch,steps=10 | 10 |" in out and "plurality of 2" in out
 
 
+@pytest.mark.slow  # a research harness's internals (the fast suite is near its 7 minutes)
 def test_the_vote_of_one_teacher_is_that_teacher(capsys):
     bench = _bench()
     assert bench.main(["--config", str(TINY), "--teachers", "1", "--variants", "method=supervised,steps=5"]) == 0

@@ -7,6 +7,7 @@ import json
 
 import jax
 import numpy as np
+import pytest
 
 from conftest import TINY, bench_module
 
@@ -15,6 +16,7 @@ def _bench():
     return bench_module("student_step")
 
 
+@pytest.mark.slow  # a research harness end to end (the fast suite is near its 7 minutes)
 def test_rows_on_the_tiny_config(capsys):
     rows = _bench().main(["--config", str(TINY), "--reps", "2", "--steps", "2", "--shape", "8", "8", "1"])
     printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -23,6 +25,7 @@ def test_rows_on_the_tiny_config(capsys):
     assert all(r["ms"] > 0 for r in rows) and rows[1]["ratio_to_per_image_strong"] == 1.0
 
 
+@pytest.mark.slow  # the harness's reference, not the product
 def test_the_reference_makes_the_same_kind_of_image():
     """The reference the product is timed against does the same operations: same range,
     one grey square per image, the images changed."""
