@@ -178,18 +178,35 @@ def test_label_with_a_config_releases_in_a_new_directory_and_refuses_in_one_line
     assert "--overwrite" in line  # a finished release is never replaced by accident
 
 
-def test_pate_audit_holds_a_fine_grained_claim_and_catches_half_the_noise(tmp_path, fine_run):
-    """`pate audit` of a fine-grained config or run: the Clopper–Pearson lower bound over
-    releases of two replace-one neighbours (2k cells moved) stays at or below the claimed ε;
-    the same audit of half the noise, held to the same claim, finds the violation."""
-    from pate.steps.audit import run_fine_grained_audit
-
+def _fine_config(tmp_path):
+    """The tiny config as a file with the fine-grained mechanism."""
     import re
 
     config = tmp_path / "fine.toml"
     text = re.sub(r'(?m)^mechanism = ".*"$', 'mechanism = "fine-grained"', TINY.read_text(), count=1)
     config.write_text(text + "\n[fine_grained]\npca = 16\n")
     assert load_config(config).aggregation.mechanism == "fine-grained"
+    return config
+
+
+def test_pate_plan_prints_the_release_and_its_eps_known_before_the_run(tmp_path):
+    config = _fine_config(tmp_path)
+    result = invoke("plan", "--config", config)
+    assert result.exit_code == 0, result.output
+    assert "pure eps 1 (delta 0)" in result.output and "one release labels all 200 pool points" in result.output
+    result = invoke("plan", "--config", config, "--set", "fine_grained.noise=\"gaussian\"")
+    assert result.exit_code == 0 and "at delta 1e-05 (rho-zCDP" in result.output, result.output
+    line = one_line_error(invoke("plan", "--config", config, "--target-eps", 2), 1)
+    assert "set that (--set fine_grained.eps=E)" in line
+
+
+def test_pate_audit_holds_a_fine_grained_claim_and_catches_half_the_noise(tmp_path, fine_run):
+    """`pate audit` of a fine-grained config or run: the Clopper–Pearson lower bound over
+    releases of two replace-one neighbours (2k cells moved) stays at or below the claimed ε;
+    the same audit of half the noise, held to the same claim, finds the violation."""
+    from pate.steps.audit import run_fine_grained_audit
+
+    config = _fine_config(tmp_path)
     result = invoke("audit", "--config", config, "--seed", 5, "--json", tmp_path / "audit.json")
     assert result.exit_code == 0, result.output
     assert "no violation found" in result.output

@@ -132,3 +132,21 @@ def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_
         report_mod.Item("delta", "delta", float(delta), True),
     )
     return report_mod.PrivacyReport(mechanism=MECHANISM, items=items)
+
+
+def describe_plan(config: Config) -> str:
+    """`pate plan --config` of a fine-grained config: the release's noise and its ε, fixed by
+    the config alone (public values; no vote or private record is read)."""
+    cfg, delta = config.fine_grained, config.privacy.delta
+    noise = noise_of(cfg, delta)
+    k = noise.votes
+    guarantee = (f"pure eps {noise.eps():.6g} (delta 0)" if noise.kind == "laplace"
+                 else f"eps {noise.eps(delta):.6g} at delta {delta:g} (rho-zCDP, rho {float(noise.rho):.6g})")
+    return "\n".join([
+        f"fine-grained: one release labels all {config.data.public_size} pool points; each private record votes for "
+        f"its {k} nearest pool point(s) (replace-one sensitivity {fine_grained.l1_sensitivity(k)})",
+        f"noise             exact discrete {noise.kind}, {'scale' if noise.kind == 'laplace' else 'variance'} "
+        f"{noise.parameter}",
+        f"headline          {guarantee}, replace-one: known now, whatever the data (nothing to plan)",
+        f"ledger charge     {noise.cost().describe()}",
+    ])

@@ -19,6 +19,7 @@ from analysis import plan as plan_mod
 from analysis.errors import PateError
 from analysis.report import Item
 from analysis.simulated_votes import StudentModel, VoteModel
+from pate.release import fine_grained_release
 
 PLAN_KEY = "release_plan"  # labels.npz meta key
 
@@ -133,11 +134,17 @@ def student_model(offsets: np.ndarray, eval_probs: np.ndarray, eval_y: np.ndarra
     return StudentModel(np.asarray(offsets), tuple(float(c) for c in cal))
 
 
-def plan_config(config, echo=print) -> headline_target.ReleaseChoice:
+def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
     """`pate plan --config`: the release plan of a run config (its data set gives the class
     count, its `[teachers]` the ensemble's size), printed."""
     from pate.data import load_dataset
 
+    if config.aggregation.mechanism == fine_grained_release.MECHANISM:
+        if config.privacy.target_eps:
+            raise PateError("a fine-grained release's headline is fine_grained.eps itself, known before the run: "
+                            "set that (--set fine_grained.eps=E) instead of a target")
+        echo(fine_grained_release.describe_plan(config))
+        return None
     if not config.privacy.target_eps:
         raise PateError("no target to plan for: set [privacy] target_eps in the config or give --target-eps")
     if config.rounds.rounds == 2:
