@@ -396,3 +396,71 @@ def test_a_failed_report_write_charges_nothing_and_leaves_nothing(finished_tiny,
     assert ledger_mod.for_run(run).entries() == []
     monkeypatch.setattr(report_io, "_write_temp", real)
     assert invoke("analyze", "--workdir", run).exit_code == 0
+
+
+# --------------------------------------------------------------------------- a ledger that cannot split or forget
+
+
+@pytest.mark.parametrize("value", ["myledgers", " ", "./here"])
+def test_a_relative_or_blank_ledger_folder_is_refused_in_one_line(monkeypatch, tmp_path, value):
+    """A relative folder would follow the working directory: `cd` elsewhere and the data set's
+    spending (and its total_budget) starts again from nothing."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATE_LEDGER_DIR", value)
+    with pytest.raises(PateError, match=r"\$PATE_LEDGER_DIR = .* is not an absolute folder"):
+        ledger_mod.default_directory()
+    result = invoke("ledger", "--config", TINY)
+    assert result.exit_code == 1 and "is not an absolute folder" in result.output
+    assert not (tmp_path / "myledgers").exists() and not (tmp_path / "here").exists()
+
+
+def test_a_relative_xdg_state_home_is_ignored_as_the_spec_says(monkeypatch, tmp_path):
+    monkeypatch.delenv("PATE_LEDGER_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/state")
+    assert ledger_mod.default_directory() == tmp_path / ".local" / "state" / "pate" / "ledgers"
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    assert ledger_mod.default_directory() == tmp_path / "state" / "pate" / "ledgers"
+    monkeypatch.setenv("PATE_LEDGER_DIR", "~/pate-ledgers")
+    assert ledger_mod.default_directory() == tmp_path / "pate-ledgers"
+
+
+def test_a_relative_privacy_ledger_is_refused_by_the_config(tmp_path):
+    from pate.config import load_config
+
+    with pytest.raises(PateError, match="privacy.ledger must be an absolute folder"):
+        load_config(TINY, {"privacy.ledger": "myledgers"})
+    assert load_config(TINY, {"privacy.ledger": str(tmp_path)}).privacy.ledger == str(tmp_path)
+
+
+def test_a_folder_given_keeps_its_mode_and_one_made_is_owner_only(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    book = ledger_mod.Ledger("data", shared)
+    book.charge("labels", composition.Cost("pure", {"eps0": 1.0, "count": 1}))
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o1777  # sticky bit and the others' access kept
+    made = tmp_path / "made" / "here"
+    ledger_mod.Ledger("data", made).charge("labels", composition.Cost("pure", {"eps0": 1.0, "count": 1}))
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda lines: [], "is empty"),
+    (lambda lines: lines[:1] + [json.dumps({k: v for k, v in json.loads(lines[1]).items() if k != "cost"})],
+     r"damaged at line 2 \(not a cost record"),
+    (lambda lines: lines[:1] + [json.dumps({**json.loads(lines[1]), "kind": "gift"})],
+     r"damaged at line 2 \(unknown entry kind 'gift'\)"),
+    (lambda lines: lines[:1] + [json.dumps({**json.loads(lines[1]), "cost": {"kind": "magic"}})],
+     r"damaged at line 2 \(unknown cost kind 'magic'"),
+])
+def test_a_damaged_ledger_is_refused_naming_its_file_and_line_never_read_as_new(tmp_path, damage, message):
+    book = ledger_mod.Ledger("data", tmp_path)
+    book.charge("labels", composition.Cost("pure", {"eps0": 1.0, "count": 1}))
+    lines = book.path.read_text().splitlines()
+    book.path.write_text("".join(line + "\n" for line in damage(lines)))
+    with pytest.raises(PateError, match=message) as err:
+        book.entries()
+    assert str(book.path) in str(err.value)
+    with pytest.raises(PateError, match=message):  # a new release is refused too, not charged over it
+        book.charge("labels", composition.Cost("pure", {"eps0": 1.0, "count": 1}))

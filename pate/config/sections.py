@@ -12,6 +12,7 @@ and a `validate()` method here and add it as a field of `Config`.
 from __future__ import annotations
 
 import dataclasses
+import os
 from typing import Literal
 
 from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
@@ -248,6 +249,9 @@ class PrivacyConfig:
                  f"must lie in (0, 10] (RDP at the release order), got {self.release_cost}")
         _require(self.total_budget >= 0 and self.total_budget < float("inf"), s, "total_budget",
                  f"must be 0 (no limit) or a finite eps > 0, got {self.total_budget}")
+        _require(not self.ledger or os.path.isabs(os.path.expanduser(self.ledger.strip())), s, "ledger",
+                 f"must be an absolute folder (or ~/...), got {self.ledger!r}: a relative one would move with the "
+                 "working directory, and the data set's budget with it")
         _require(0 <= self.target_eps < float("inf"), s, "target_eps",
                  f"must be 0 (off) or an eps > 0, got {self.target_eps}")
         _require(0.5 <= self.target_probability < 1, s, "target_probability",

@@ -45,18 +45,39 @@ KINDS = ("labels", "sanitised-eps", "dpsgd", "fedavg", "synth", "imported")
 
 
 def default_directory() -> Path:
-    """Where ledgers live when no config names a place (module docstring)."""
+    """Where ledgers live when no config names a place (module docstring): ``$PATE_LEDGER_DIR``
+    (absolute, or ``~/...``), else ``$XDG_STATE_HOME/pate/ledgers`` when that is absolute (a
+    relative one is ignored, as the XDG Base Directory specification says), else
+    ``~/.local/state/pate/ledgers``.
+
+    Raises:
+      PateError: ``$PATE_LEDGER_DIR`` blank or relative: the ledger would follow the working
+        directory, so a command run from another folder would start an empty ledger and
+        escape ``total_budget``.
+    """
     env = os.environ.get(LEDGER_ENV)
-    if env:
-        return Path(env).expanduser()
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    if env is not None and env != "":
+        return _absolute(env, f"${LEDGER_ENV}")
+    state = os.environ.get("XDG_STATE_HOME") or ""
+    if not os.path.isabs(state):
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
     return Path(state) / "pate" / "ledgers"
 
 
+def _absolute(where: str, source: str) -> Path:
+    """``where`` as an absolute folder (``~`` expanded), or a one-line refusal naming ``source``."""
+    path = Path(where.strip()).expanduser() if where.strip() else None
+    if path is None or not path.is_absolute():
+        raise PateError(f"{source} = {where!r} is not an absolute folder: a ledger there would move with the "
+                        "working directory (and a budget with it); give an absolute path such as ~/pate-ledgers")
+    return path
+
+
 def directory_for(privacy=None) -> Path:
-    """The ledger directory of a `[privacy]` section (its ``ledger`` key), else the default."""
+    """The ledger directory of a `[privacy]` section (its ``ledger`` key, absolute or
+    ``~/...``), else the default."""
     where = getattr(privacy, "ledger", "") if privacy is not None else ""
-    return Path(where).expanduser() if where else default_directory()
+    return _absolute(where, "privacy.ledger") if where else default_directory()
 
 
 def data_identity(data) -> str:
@@ -106,8 +127,9 @@ class Ledger:
 
     def _prepare_directory(self) -> None:
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            os.chmod(self.directory, 0o700)
+            if not self.directory.is_dir():  # made here: owner-only; a folder given is left as it is
+                self.directory.mkdir(parents=True, exist_ok=True)
+                os.chmod(self.directory, 0o700)
         except OSError as err:
             raise PateError(f"cannot use the ledger directory {self.directory}: {err.strerror or err}; "
                             f"set [privacy] ledger or ${LEDGER_ENV} to a writable folder") from None
@@ -131,6 +153,10 @@ class Ledger:
             return f.read()
 
     def _parse(self, raw: bytes) -> tuple[dict | None, list[dict]]:
+        if not raw and self.path.exists():  # written atomically: an empty file is a lost ledger, not a new one
+            raise PateError(f"the ledger {self.path} is empty, though pate never writes an empty ledger; it is "
+                            "never reset by pate: restore it from a backup, or move it aside knowing that the "
+                            "releases it recorded still count")
         header, entries = None, []
         for k, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
             try:
@@ -144,10 +170,23 @@ class Ledger:
             if k == 1:
                 header = doc
             else:
+                self._check_entry(doc, k)
                 entries.append(doc)
         if header is not None and header.get("ledger") != self.name:
             raise PateError(f"{self.path} is the ledger of {header.get('ledger')!r}, not {self.name!r}")
         return header, entries
+
+    def _check_entry(self, doc: dict, line: int) -> None:
+        """Refuses, naming the file and line, an entry whose kind or cost pate cannot read (a
+        cost it cannot compose would otherwise be dropped from the total, or crash it)."""
+        try:
+            if doc.get("kind") not in KINDS:
+                raise PateError(f"unknown entry kind {doc.get('kind')!r}")
+            composition.Cost.from_json(doc.get("cost"))
+        except PateError as err:
+            raise PateError(f"the ledger {self.path} is damaged at line {line} ({err}); it is never reset by "
+                            "pate: restore it from a backup, or move it aside knowing that the releases it "
+                            "recorded still count") from None
 
     def entries(self) -> list[dict]:
         """The recorded releases, oldest first ([] for a new ledger)."""
