@@ -368,3 +368,28 @@ def test_killed_synth_overwrite_keeps_the_old_release(tiny_merf, tmp_path):
     r = invoke("synth", "--config", TINY, "--workdir", run, "--no-progress")  # refused: one exists
     assert r.exit_code == 1 and "Traceback" not in r.output
     assert sorted(n for n in os.listdir(run) if n.startswith((".new-", ".old-")) or n.endswith(".tmp")) == []
+
+
+def test_a_diverged_generator_releases_nothing_and_is_charged_nothing(tmp_path, monkeypatch):
+    """NaN samples would become black uint8 pixels that look like a release: `pate synth`
+    refuses them in one line, writes no synthetic data and charges nothing."""
+    from pate.baselines.synthetic_scores import released_pixels
+
+    assert released_pixels(np.array([[0.2, 1.5, -1.0]]), "x").tolist() == [[51, 255, 0]]
+    with pytest.raises(Exception, match="the generator diverged"):
+        released_pixels(np.array([0.5, np.nan]), "merf_learning_rate")
+    real_sample = synth_merf.MerfGenerator.sample
+
+    def diverged(self, n):
+        images, labels = real_sample(self, n)
+        return np.full_like(images, np.nan), labels
+
+    monkeypatch.setattr(synth_merf.MerfGenerator, "sample", diverged)
+    ledger = tmp_path / "ledger"
+    result = invoke("synth", "--config", TINY, "--workdir", tmp_path / "run", "--no-progress",
+                    "--set", f"privacy.ledger={json.dumps(str(ledger))}")
+    assert result.exit_code == 1
+    lines = [line for line in result.output.splitlines() if line.strip() and not line.startswith("synth:")]
+    assert len(lines) == 1 and "lower synth.merf_learning_rate" in lines[0], result.output
+    assert not (tmp_path / "run" / rundir.SYNTHETIC_NPZ).exists() and not (tmp_path / "run" / rundir.SYNTH_JSON).exists()
+    assert Ledger.for_config(load_config(TINY, {"privacy.ledger": str(ledger)})).entries() == []

@@ -42,7 +42,7 @@ from pate.store import ledger as ledger_mod
 from pate.baselines import merf_generator as program
 from pate.config import Config, config_to_dict
 from pate.programs.progress import Progress
-from pate.baselines.synthetic_scores import public_scale, result_lines, sample_grid, tstr
+from pate.baselines.synthetic_scores import public_scale, released_pixels, result_lines, sample_grid, tstr
 from pate.baselines.release_step import budgeted_ledger, private_splits, release_step
 
 #: The `analysis.noise` stream of this release (labels 0, sanitised ε 1, fedavg 2, PATE-GAN 3).
@@ -106,7 +106,7 @@ def train_merf(config: Config, workdir: str | Path, *, seed: int | None = None, 
         with Progress("synth step", cfg.merf_steps, show=show_progress) as bar:
             gen.train(merf.embedding(released, points), cfg.merf_steps, bar.update)
         images, labels = gen.sample(cfg.samples)
-        pixels = np.round(np.clip(images, 0.0, 1.0) * 255.0).astype(np.uint8)
+        pixels = released_pixels(images, "merf_learning_rate")
         scores = tstr(config, pixels.astype(np.float32) / 255.0, labels, splits)
         result = MerfResult(eps, delta, multiplier, cfg.merf_features, scale, points, scores, time.time() - start)
         digest = hashlib.sha256(pixels.tobytes() + labels.tobytes()).hexdigest()

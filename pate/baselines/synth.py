@@ -50,7 +50,7 @@ from pate.store import checkpoints, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import Config, config_to_dict
 from pate.programs.progress import Progress
-from pate.baselines.synthetic_scores import public_scale, result_lines, sample_grid, tstr
+from pate.baselines.synthetic_scores import public_scale, released_pixels, result_lines, sample_grid, tstr
 from pate.baselines.pate_gan import GanSpec, PateGan, teacher_shards, train
 from pate.baselines.release_step import budgeted_ledger, private_splits, release_step
 
@@ -157,7 +157,7 @@ def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None,
         if answered != plan.queries:  # the planned count is what is charged
             raise PateError(f"internal error: {answered} votes answered, {plan.queries} planned")
         images, labels = gan.sample(cfg.samples)
-        pixels = np.round(np.clip(images, 0.0, 1.0) * 255.0).astype(np.uint8)
+        pixels = released_pixels(images, "learning_rate")
         scores = tstr(config, pixels.astype(np.float32) / 255.0, labels, splits)
         result = SynthResult(plan.eps, delta, plan.mechanism.sigma, plan.queries, num_teachers, part.shard_size,
                              scores, time.time() - start)

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from analysis.errors import PateError
 from pate.config import Config
 from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.student_training import predict
@@ -21,6 +22,22 @@ def public_scale(x: np.ndarray) -> np.ndarray:
     """Images as float32 clamped to [0, 1], the public range the loaders scale pixels to
     (uint8 / 255): a function of each pixel alone, never of the data set's statistics."""
     return np.clip(np.asarray(x, np.float32), 0.0, 1.0)
+
+
+def released_pixels(images: np.ndarray, rate_key: str) -> np.ndarray:
+    """A generator's samples as the uint8 pixels `pate synth` releases (clamped to the public
+    range [0, 1], then x 255).
+
+    Raises:
+      PateError: a non-finite sample (the generator diverged): NaN would become black pixels
+        that look like a release; nothing is written or charged then. ``rate_key`` names the
+        learning rate to lower.
+    """
+    images = np.asarray(images, np.float32)
+    if not np.all(np.isfinite(images)):
+        raise PateError(f"the generator diverged (non-finite samples): nothing was released or charged; lower "
+                        f"synth.{rate_key} and run again with --overwrite")
+    return np.round(np.clip(images, 0.0, 1.0) * 255.0).astype(np.uint8)
 
 
 # --------------------------------------------------------------------------- evaluation
