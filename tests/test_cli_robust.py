@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from cli import main
 
-from conftest import TINY, snapshot
+from analysis.errors import PateError
+from conftest import TINY, invoke, snapshot
 
 VALUES = ("0", "-1", "nan", "inf", "-inf", "1e308", "5e-324", "1" + "0" * 29)
 
@@ -140,3 +141,30 @@ def test_api_refuses_an_empty_workdir_and_a_fractional_class_count(tmp_path, mon
     with pytest.raises(PateError, match="whole number"):
         pate.label_votes(votes, tmp_path / "run", num_classes=4.9, gamma=0.5)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fifo_as_config_is_refused_in_one_line_without_hanging(tmp_path):
+    """Reading a FIFO blocks until a writer comes: `run`, `plan`, `audit` and `ledger` hung."""
+    import os
+
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    for args in (["run", "--config", fifo, "--workdir", tmp_path / "run"], ["plan", "--config", fifo],
+                 ["ledger", "--config", fifo]):
+        result = invoke(*args)
+        assert result.exit_code == 1 and "is not a plain file" in result.output, (args, result.output)
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_empty_ledger_name_is_a_usage_error_naming_its_option():
+    result = invoke("ledger", "--name", "")
+    assert result.exit_code == 2 and "--name" in result.output and "--ledger" not in result.output
+
+
+@pytest.mark.parametrize("entry", ["run", "train_teachers", "label", "train_student", "analyze"])
+def test_the_python_api_refuses_a_missing_config_in_one_line(tmp_path, entry):
+    import pate
+
+    with pytest.raises(PateError, match=f"pate.{entry} needs a pate config"):
+        getattr(pate, entry)(None, tmp_path / "run")
+    assert not (tmp_path / "run").exists()

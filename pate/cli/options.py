@@ -428,6 +428,8 @@ def ledger_book(config_path, workdir, name, import_path, echo):
     from pate.config import load_config
     from pate.store.rundir import RunDir
 
+    if name is not None and not name.strip():
+        raise click.BadParameter("needs a non-empty ledger name", param_hint="--name")
     given = [v for v in (config_path, workdir, name) if v is not None]
     if len(given) > 1 or not (given or import_path):
         raise click.UsageError("give one of --config FILE, --workdir RUN or --name NAME (or --import RUN)")

@@ -194,6 +194,12 @@ def _bundled(path: Path) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+def check_config(config, what: str) -> None:
+    """Refuses, in one line, a `config` that is not a `Config` (``pate.run(None, ...)``)."""
+    if not isinstance(config, Config):
+        raise PateError(f"{what} needs a pate config (pate.load_config(PATH)), got {type(config).__name__}")
+
+
 def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
                 text: str | None = None) -> Config:
     """Reads a TOML config file, applies overrides and validates the result.
@@ -216,6 +222,8 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
     path = Path(path)
     if text is None:
         path = _bundled(path) or path
+        if path.exists() and not path.is_file():  # a FIFO would block the read for ever, a folder fail oddly
+            raise PateError(f"config file {path} is not a plain file; give a TOML file")
     try:
         text = path.read_text(encoding="utf-8") if text is None else text
     except FileNotFoundError:

@@ -27,7 +27,7 @@ from pate.store import ledger as ledger_mod
 from pate.store import digests, rundir
 from pate.release import target as release_target
 from pate.release.labels import CHECK_OFFSETS, content_digest, read_labels
-from pate.config import PrivacyConfig
+from pate.config import check_config, PrivacyConfig
 from pate.store.door import step
 from pate.release import fine_grained_release as fine_release
 from pate.release import round2_report as analyze_rounds
@@ -326,4 +326,5 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
 
 def analyze(config, workdir, *, seed: int | None = None, echo=print) -> report_mod.PrivacyReport:
     """`pate analyze` of a run directory with the run config's `[privacy]` settings."""
+    check_config(config, "pate.analyze")
     return analyze_workdir(workdir, seed=seed, echo=echo, config=config)

@@ -27,7 +27,7 @@ from pate.release import aggregation, target as release_target
 from pate.store import rundir
 from pate.store import ledger as ledger_mod
 from analysis.report_io import render_table
-from pate.config import Config
+from pate.config import check_config, Config
 from pate.store.door import Door, step
 from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
 from pate.release import fine_grained_release as fine_release
@@ -78,6 +78,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     Raises:
       PateError: no teachers; labels exist and not `overwrite`; bad parameters.
     """
+    check_config(config, "pate.label")
     from pate.data import load_dataset, split
 
     if config.aggregation.mechanism == fine_release.MECHANISM:

@@ -52,7 +52,7 @@ from analysis.errors import PateError
 from analysis.mechanisms import Mechanism
 from pate.store import digests, rundir
 from pate.release.labels import read_labels, read_run_labels, release_digest
-from pate.config import Config, config_hash, config_to_dict
+from pate.config import check_config, Config, config_hash, config_to_dict
 from pate.store.door import step
 from pate.release.run_summary import RunSummary, StepRecord, summarise
 
@@ -429,6 +429,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
       PateError: the run directory belongs to another data set (nothing is touched), or
         any step's own error (the artifacts of earlier steps are kept).
     """
+    check_config(config, "pate.run")
     start = time.time()
     record = preflight(config, seed)
     # Nothing is touched in the run directory of another data set unless `overwrite`.

@@ -42,7 +42,7 @@ from analysis.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.programs import keys, models
 from pate.release.labels import Release, read_release
-from pate.config import MAX_INT, Config, StudentConfig, config_to_dict
+from pate.config import check_config, Config, config_to_dict, MAX_INT, StudentConfig
 from pate.programs.progress import Progress
 from pate.programs.student_training import compiled_loop, init_state, label_weights
 from pate.store.door import step
@@ -151,6 +151,7 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
       PateError: no labels, labels that do not fit the pool, another data set's run,
         a student already present without ``overwrite``, NaN/inf loss.
     """
+    check_config(config, "pate.train_student")
     from pate.data import load_dataset, split
 
     start_time = time.time()

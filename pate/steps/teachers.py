@@ -28,7 +28,7 @@ import numpy as np
 
 from analysis.errors import PateError
 from pate.store import checkpoints, digests, rundir
-from pate.config import Config
+from pate.config import check_config, Config
 from pate.data import Partition, load_dataset, partition, split
 from pate.programs.models import conv_impl, make_model
 from pate.programs.placement import Placement, to_host, unpad
@@ -127,6 +127,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
         batch), artifacts present without `--overwrite`/`--resume`, a config differing
         from the one being resumed, or NaN/inf loss (the last good checkpoint is kept).
     """
+    check_config(config, "pate.train_teachers")
     start_time = time.time()
     tc = config.teachers
     # Keep the finished teachers until the new ones are complete. (Multi-host runs
