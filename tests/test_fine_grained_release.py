@@ -223,3 +223,11 @@ def test_pate_audit_holds_a_fine_grained_claim_and_catches_half_the_noise(tmp_pa
     caught = run_fine_grained_audit(halved, seed=7, claimed=noise.eps())
     assert caught.bound.eps > noise.eps() + 0.5 and caught.to_json()["violation"] is True
     assert "VIOLATION" in caught.render()
+
+
+def test_ledger_import_of_a_fine_grained_run_charges_its_one_release(fine_run, tmp_path, monkeypatch):
+    folder, _ = fine_run
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "imported"))
+    written = ledger_mod.import_run(folder / "run", echo=lambda *_: None)
+    assert [(e["kind"], e["cost"]) for e in written] == [("labels", {"kind": "pure", "eps0": 1.0, "count": 1})]
+    assert ledger_mod.import_run(folder / "run", echo=lambda *_: None) == []  # once
