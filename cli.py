@@ -230,12 +230,7 @@ def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, n
     """Train the DP-SGD baseline on the same private train split as the teachers,
     calibrated to eps at [privacy] delta; write dpsgd.json and dpsgd/."""
     config = opt.config_with(config_path, settings, dpsgd__eps=eps, dpsgd__model=model)
-
-    from pate.baselines.dpsgd import train_dpsgd  # imports JAX
-
-    result = train_dpsgd(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
-                         echo=click.echo)
-    click.echo(result.summary())
+    baseline.train_and_print("dpsgd", config, workdir, seed, overwrite, no_progress)
 
 
 @main.command("ledger")
@@ -264,11 +259,7 @@ def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechan
     eps accounted over all rounds at [privacy] delta; write fedavg.json and fedavg/."""
     config = opt.config_with(config_path, settings, fedavg__algorithm=algorithm, fedavg__eps=eps,
                              fedavg__rounds=rounds, fedavg__clients=clients, fedavg__mechanism=mechanism)
-    from pate.baselines.fedavg import train_fedavg  # imports JAX
-
-    result = train_fedavg(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
-                          echo=click.echo)
-    click.echo(result.summary())
+    baseline.train_and_print("fedavg", config, workdir, seed, overwrite, no_progress)
 
 
 @main.command("audit")
@@ -315,9 +306,7 @@ def synth_command(config_path, workdir, method, eps, steps, teachers, settings, 
     PATE-GAN (a generator trained through teacher discriminators' noisy votes); write synthetic.npz."""
     config = opt.config_with(config_path, settings, synth__method=method, synth__eps=eps, synth__steps=steps,
                              synth__teachers=teachers)
-    from pate.baselines.synth import train_synth  # imports JAX
-    click.echo(train_synth(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress,
-                           echo=click.echo).summary())
+    baseline.train_and_print("synth", config, workdir, seed, overwrite, no_progress)
 
 
 if __name__ == "__main__":  # pragma: no cover

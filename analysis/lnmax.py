@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from analysis.errors import PateError
-from analysis.validation import check_counts, check_delta, check_positive
+from analysis.validation import check_count, check_counts, check_delta, check_positive
 
 DEFAULT_MOMENTS = tuple(range(1, 9))
 
@@ -245,12 +245,7 @@ def data_independent_eps(num_queries, gamma, delta, moments=DEFAULT_MOMENTS) -> 
     gamma = check_positive("gamma", gamma)
     delta = check_delta(delta)
     l = check_moments(moments)
-    try:
-        n = int(num_queries)
-    except (TypeError, ValueError):
-        raise PateError(f"num_queries must be a whole number, got {num_queries!r}") from None
-    if n < 0 or n != num_queries:
-        raise PateError(f"num_queries must be a whole number >= 0, got {num_queries}")
+    n = check_count("num_queries", num_queries)
     total = n * logmgf_data_independent(2.0 * gamma, l)
     return _eps_from_log_moments(total, l, delta, n)
 

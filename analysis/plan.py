@@ -20,7 +20,7 @@ import numpy as np
 from analysis import mechanisms
 from analysis.errors import PateError
 from analysis.rdp import DEFAULT_ORDERS, check_orders
-from analysis.validation import check_delta, check_positive
+from analysis.validation import check_count, check_delta, check_positive
 
 ACCOUNTANTS = ("rdp", "pld")
 DEFAULT_SIGMA_RATIO = 5.0
@@ -85,12 +85,7 @@ def plan(
     `conversion` then applies only to the data-dependent ε given votes.
     """
     record_type = mechanisms.record_type(mechanism)
-    try:
-        n = int(num_queries)
-    except (TypeError, ValueError):
-        raise PateError(f"num_queries must be a whole number, got {num_queries!r}") from None
-    if n < 1 or n != num_queries:
-        raise PateError(f"num_queries must be a whole number ≥ 1, got {num_queries}")
+    n = check_count("num_queries", num_queries, 1)
     eps = check_positive("eps", eps)
     if eps > MAX_EPS:
         raise PateError(f"--eps must be at most {MAX_EPS:g} (a budget beyond it protects nothing), "

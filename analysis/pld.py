@@ -69,7 +69,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.errors import PateError
-from analysis.validation import check_delta, check_positive
+from analysis.validation import check_count, check_delta, check_positive
 
 __all__ = [
     "DEFAULT_DISCRETIZATION",
@@ -121,16 +121,6 @@ class PldEps:
     accountant: str = "pld"
 
 
-def _count(name, value) -> int:
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise PateError(f"{name} must be a whole number, got {value!r}") from None
-    if n < 0 or n != value:
-        raise PateError(f"{name} must be a whole number ≥ 0, got {value}")
-    return n
-
-
 def gnmax_event(sigma):
     """One GNMax answer at noise σ: ``GaussianDpEvent(σ/√2)`` (L2 sensitivity √2; see the
     module docstring for the dominating-pair argument)."""
@@ -156,13 +146,13 @@ def gaussian_events(num_queries, sigma, *, sigma_threshold=None, num_answered=No
     """
     import dp_accounting
 
-    n = _count("num_queries", num_queries)
+    n = check_count("num_queries", num_queries)
     answer = gnmax_event(sigma)
     if sigma_threshold is None:
         if num_answered is not None:
             raise PateError("num_answered applies to Confident-GNMax only (pass sigma_threshold)")
         return dp_accounting.SelfComposedDpEvent(answer, n) if n else dp_accounting.NoOpDpEvent()
-    a = n if num_answered is None else _count("num_answered", num_answered)
+    a = n if num_answered is None else check_count("num_answered", num_answered)
     if a > n:
         raise PateError(f"num_answered must be between 0 and num_queries={n}, got {num_answered}")
     # A zero count is left out (dp-accounting's PLD accountant divides by the count).
@@ -177,7 +167,7 @@ def lnmax_pld(num_queries, gamma, *, discretization=None):
     3.4). A ``dp_accounting.pld.PrivacyLossDistribution``; None for zero answers."""
     from dp_accounting.pld import common, privacy_loss_distribution
 
-    n = _count("num_queries", num_queries)
+    n = check_count("num_queries", num_queries)
     eps0 = 2.0 * check_positive("gamma", gamma)
     if n == 0:
         return None
@@ -199,7 +189,7 @@ def gnmax_eps(num_queries, sigma, delta, *, sigma_threshold=None, num_answered=N
 
     delta = check_delta(delta)
     event = gaussian_events(num_queries, sigma, sigma_threshold=sigma_threshold, num_answered=num_answered)
-    n = _count("num_queries", num_queries)
+    n = check_count("num_queries", num_queries)
     a = None
     if sigma_threshold is not None:
         a = n if num_answered is None else int(num_answered)
@@ -225,11 +215,11 @@ def lnmax_eps(num_queries, gamma, delta, *, discretization=None) -> PldEps:
     if 2.0 * float(gamma) > 500.0:
         # dp-accounting's PLD overflows (exp(2γ)); each answer is then as good as noiseless and
         # basic composition of pure DP, N·2γ at δ = 0, is the bound.
-        n = _count("num_queries", num_queries)
+        n = check_count("num_queries", num_queries)
         return PldEps(2.0 * float(gamma) * n, delta, "lnmax", n)
     pld = lnmax_pld(num_queries, gamma, discretization=discretization)
     eps = 0.0 if pld is None else float(pld.get_epsilon_for_delta(delta))
-    return PldEps(max(eps, 0.0), delta, "lnmax", _count("num_queries", num_queries))
+    return PldEps(max(eps, 0.0), delta, "lnmax", check_count("num_queries", num_queries))
 
 
 def gaussian_eps_exact(mu, delta) -> float:

@@ -37,6 +37,17 @@ def check_positive(name: str, value) -> float:
     return value
 
 
+def check_count(name: str, value, least: int = 0) -> int:
+    """``value`` as an int after checking it is a whole number ``>= least`` (3.0 passes)."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise PateError(f"{name} must be a whole number, got {value!r}") from None
+    if n < least or n != value:
+        raise PateError(f"{name} must be a whole number >= {least}, got {value}")
+    return n
+
+
 def check_sigma(sigma, name: str = "sigma") -> float:
     """A Gaussian noise scale: positive, finite, and large enough that λ/σ² is finite."""
     sigma = check_positive(name, sigma)

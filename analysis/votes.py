@@ -112,6 +112,25 @@ def labels_to_votes(predictions, num_classes: int | None = None) -> np.ndarray:
 _REMEDY = "give the plain .npz or .npy file itself"
 
 
+def _load_array(path: str, keys: tuple[str, ...], what: str, hint: str = "") -> np.ndarray:
+    """The array of a ``.npy`` file, or of the first of ``keys`` an ``.npz`` holds; errors
+    name the ``what`` file (``hint`` appended to a read error)."""
+    try:
+        if path.endswith(".npz"):
+            with open_plain(path, remedy=_REMEDY) as fh, np.load(fh, allow_pickle=False) as data:
+                found = list(data.keys())
+                key = next((k for k in keys if k in found), None)
+                if key is None:
+                    raise PateError(f"{path} has no array named '{keys[0]}' (found: {', '.join(found) or 'none'})")
+                return data[key]
+        with open_plain(path, remedy=_REMEDY) as fh:
+            return np.load(fh, allow_pickle=False)
+    except PateError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise PateError(f"cannot read {what} file {path}: {err}{hint}") from None
+
+
 def load_votes(path: str | os.PathLike, *, input_is_labels: bool = False,
                num_classes: int | None = None) -> np.ndarray:
     """Loads a vote histogram from ``.npz`` (key ``votes``) or ``.npy`` and validates it.
@@ -122,21 +141,8 @@ def load_votes(path: str | os.PathLike, *, input_is_labels: bool = False,
     path = os.fspath(path)
     if not os.path.exists(path):
         raise PateError(f"votes file {path} does not exist; pass the .npz written by `pate label` or a .npy array")
-    try:
-        if path.endswith(".npz"):
-            with open_plain(path, remedy=_REMEDY) as fh, np.load(fh, allow_pickle=False) as data:
-                keys = list(data.keys())
-                key = "votes" if "votes" in keys else ("labels" if input_is_labels and "labels" in keys else None)
-                if key is None:
-                    raise PateError(f"{path} has no array named 'votes' (found: {', '.join(keys) or 'none'})")
-                arr = data[key]
-        else:
-            with open_plain(path, remedy=_REMEDY) as fh:
-                arr = np.load(fh, allow_pickle=False)
-    except PateError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise PateError(f"cannot read votes file {path}: {err}; is it a .npz or .npy written by numpy?") from None
+    arr = _load_array(path, ("votes", "labels") if input_is_labels else ("votes",), "votes",
+                      "; is it a .npz or .npy written by numpy?")
     if input_is_labels:
         return labels_to_votes(arr, num_classes)
     return check_votes(arr, name=os.path.basename(path))
@@ -150,19 +156,7 @@ def load_indices(path: str | os.PathLike, num_queries: int) -> np.ndarray:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise PateError(f"indices file {path} does not exist")
-    try:
-        if path.endswith(".npz"):
-            with open_plain(path, remedy=_REMEDY) as fh, np.load(fh, allow_pickle=False) as data:
-                if "indices" not in data:
-                    raise PateError(f"{path} has no array named 'indices'")
-                idx = data["indices"]
-        else:
-            with open_plain(path, remedy=_REMEDY) as fh:
-                idx = np.load(fh, allow_pickle=False)
-    except PateError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-        raise PateError(f"cannot read indices file {path}: {err}") from None
+    idx = _load_array(path, ("indices",), "indices")
     return check_indices(idx, num_queries, name=os.path.basename(path))
 
 

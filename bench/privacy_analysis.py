@@ -31,21 +31,26 @@ from analysis.noise import NoiseSource
 
 
 def loop_q(counts, gamma):
-    winner = max(range(len(counts)), key=lambda i: counts[i])
+    """Lemma 4, as the 2017 code's compute_q_noisy_max (a loop, plain floats). Also the
+    plain-loop second implementation tests/test_lnmax.py checks analysis.lnmax against."""
+    counts = [float(c) for c in counts]
+    winner = max(range(len(counts)), key=lambda i: (counts[i], -i))
     q = 0.0
     for i, c in enumerate(counts):
-        if i != winner:
-            gap = gamma * (counts[winner] - c)
-            q += (gap + 2.0) / (4.0 * math.exp(gap))
+        if i == winner:
+            continue
+        gap = gamma * (counts[winner] - c)
+        q += (gap + 2.0) / (4.0 * math.exp(gap)) if gap < 700 else 0.0
     return min(q, 1.0 - 1.0 / len(counts))
 
 
 def loop_logmgf(q, eps, l):
-    di = min(0.5 * eps * eps * l * (l + 1), eps * l)
+    """Theorem 2/3 with Theorem 3 only where q < 1/(1+e^eps)."""
+    data_independent = min(0.5 * eps * eps * l * (l + 1), eps * l)
     if q < 1.0 / (1.0 + math.exp(eps)):
         t = (1 - q) * ((1 - q) / (1 - math.exp(eps) * q)) ** l + q * math.exp(eps * l)
-        return min(math.log(t), di)
-    return di
+        return min(math.log(t), data_independent)
+    return data_independent
 
 
 def loop_analysis(votes, gamma, delta, moments, beta, grid, envelope):

@@ -24,16 +24,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
-import typing
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from bench.variants import apply_variant, print_table, run_variants  # noqa: E402
 
 #: The teacher's model and optimiser keys copied into the training loop's config.
 TEACHER_KEYS = ("model", "gabor_orientations", "conv_features", "conv_kernels", "conv_strides", "conv_pool",
@@ -47,21 +47,11 @@ def teacher_loop_config(config, variant: str, shard_size: int):
     """The `StudentConfig` that trains one teacher: the teacher's model and optimiser, as
     many steps as its `epochs` over the shard, the `[student]` FixMatch keys, then the
     variant's overrides (TOML values, e.g. ``steps=2000,threshold=0.9``)."""
-    from pate.config import StudentConfig, coerce, parse_override
-
     teach = {k: getattr(config.teachers, k) for k in TEACHER_KEYS}
     steps = max(1, round(config.teachers.epochs * shard_size / config.teachers.batch_size))
     cfg = dataclasses.replace(config.student, **teach, steps=steps, ema=0.999,
                               cutout=min(config.student.cutout, shard_size))
-    hints = typing.get_type_hints(StudentConfig)
-    overrides = {}
-    for item in filter(None, variant.split(",")):
-        dotted, value = parse_override(f"student.{item}")
-        key = dotted.partition(".")[2]
-        if key not in hints:
-            raise SystemExit(f"unknown [student] key {key!r} in variant {variant!r}")
-        overrides[key] = coerce(value, hints[key])
-    return dataclasses.replace(cfg, **overrides)
+    return apply_variant(cfg, "student", variant)
 
 
 def run_variant(config, splits, part, variant: str, num: int) -> dict:
@@ -110,14 +100,10 @@ def main(argv=None) -> int:
     splits = split(load_dataset(config.data), config.data.public_size)
     part = partition(splits.train_x.shape[0], config.teachers.num_teachers, config.teachers.seed)
     num = min(args.teachers, part.num_teachers)
-    rows = []
-    for variant in args.variants:
-        rows.append(run_variant(config, splits, part, variant, num))
-        print(json.dumps(rows[-1]), flush=True)
-    print(f"\n| variant | steps | mean teacher accuracy | plurality of {num} | s / teacher |\n|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['variant']} | {r['steps']} | {r['mean_accuracy']:.3f} | {r['ensemble_accuracy']:.3f} | "
-              f"{r['seconds_per_teacher']:.1f} |")
+    rows = run_variants(args.variants, lambda variant: run_variant(config, splits, part, variant, num))
+    print_table(["variant", "steps", "mean teacher accuracy", f"plurality of {num}", "s / teacher"],
+                [[r["variant"], str(r["steps"]), f"{r['mean_accuracy']:.3f}", f"{r['ensemble_accuracy']:.3f}",
+                  f"{r['seconds_per_teacher']:.1f}"] for r in rows])
     return 0
 
 

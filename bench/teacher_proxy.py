@@ -24,11 +24,8 @@ teachers, measured on a public proxy".
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
 import time
-import typing
 from pathlib import Path
 
 import numpy as np
@@ -36,20 +33,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.variants import apply_variant, print_table, run_variants  # noqa: E402
+
 
 def variant_config(teachers_cfg, variant: str, num_teachers: int):
     """`teachers_cfg` with the variant's ``key=value`` overrides (TOML values) and K teachers."""
-    from pate.config import TeachersConfig, coerce, parse_override
-
-    hints = typing.get_type_hints(TeachersConfig)
-    overrides = {"num_teachers": num_teachers}
-    for item in filter(None, variant.split(",")):
-        dotted, value = parse_override(f"teachers.{item}")
-        key = dotted.partition(".")[2]
-        if key not in hints:
-            raise SystemExit(f"unknown [teachers] key {key!r} in variant {variant!r}")
-        overrides[key] = coerce(value, hints[key])
-    return dataclasses.replace(teachers_cfg, **overrides)
+    return apply_variant(teachers_cfg, "teachers", variant, num_teachers=num_teachers)
 
 
 def run_variant(config, splits, variant: str, num: int, shard: int) -> dict:
@@ -105,16 +94,12 @@ def main(argv=None) -> int:
     num = args.teachers or splits.pool_x.shape[0] // shard
     if num * shard > splits.pool_x.shape[0]:
         raise SystemExit(f"--teachers {num} needs {num * shard} pool images; the pool has {splits.pool_x.shape[0]}")
-    rows = []
-    for variant in args.variants:
-        rows.append(run_variant(config, splits, variant, num, shard))
-        print(json.dumps(rows[-1]), flush=True)
+    rows = run_variants(args.variants, lambda variant: run_variant(config, splits, variant, num, shard))
     base = rows[0]["train_seconds"]
-    print("\n| variant | epochs × batch | mean teacher | ensemble of K | train s (ratio to first) |")
-    print("|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r['variant']} | {r['epochs']} × {r['batch_size']} | {r['mean_accuracy']:.3f} | "
-              f"{r['ensemble_accuracy']:.3f} | {r['train_seconds']:.0f} ({r['train_seconds'] / base:.2f}) |")
+    print_table(["variant", "epochs × batch", "mean teacher", "ensemble of K", "train s (ratio to first)"],
+                [[r["variant"], f"{r['epochs']} × {r['batch_size']}", f"{r['mean_accuracy']:.3f}",
+                  f"{r['ensemble_accuracy']:.3f}", f"{r['train_seconds']:.0f} ({r['train_seconds'] / base:.2f})"]
+                 for r in rows])
     return 0
 
 

@@ -143,6 +143,42 @@ def invoke(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
+def spied_synth(workdir, ledger, seed: int, spies: list[tuple], *options):
+    """``pate synth`` on the tiny config through the CLI with each ``(owner, name, spy)`` of
+    ``spies`` patched in for the run and the ledger in ``ledger``; asserts it exited 0."""
+    import json
+
+    with pytest.MonkeyPatch.context() as mp:
+        for owner, name, spy in spies:
+            mp.setattr(owner, name, spy)
+        result = invoke("synth", "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", seed,
+                        "--set", f"privacy.ledger={json.dumps(str(ledger))}", *options)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def check_synthetic_release(workdir, ledger, seed: int, samples: int) -> list[dict]:
+    """What every `pate synth` run publishes: ``samples`` uint8 images of the tiny shape, the
+    sample sheet, the model folder, no trace of the research ``seed`` in any file; one
+    "synth" charge in ``ledger``. Returns the ledger's entries."""
+    import numpy as np
+
+    from pate.config import load_config
+    from pate.store import rundir
+    from pate.store.ledger import Ledger
+
+    arrays = rundir.read_npz(workdir / rundir.SYNTHETIC_NPZ, ("images", "labels"))
+    assert arrays["images"].dtype == np.uint8 and arrays["images"].shape == (samples, 8, 8, 1)
+    assert (workdir / rundir.SYNTH_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (workdir / rundir.SYNTH_DIR).is_dir()
+    for path in workdir.rglob("*"):
+        if path.is_file():
+            assert str(seed) not in path.read_bytes().decode("latin-1"), path
+    entries = Ledger.for_config(load_config(TINY, {"privacy.ledger": str(ledger)})).entries()
+    assert [e["kind"] for e in entries] == ["synth"]
+    return entries
+
+
 def one_line(result) -> str:
     """The one line a failed command wrote to stderr (and no traceback anywhere)."""
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]

@@ -12,30 +12,14 @@ from hypothesis import strategies as st
 from analysis import lnmax, lnmax_release
 from analysis.errors import PateError
 from analysis.noise import NoiseSource
+from conftest import bench_module
 
 # --------------------------------------------------------------------------- plain loops
 
 
-def loop_q_bound(counts, gamma):
-    """Lemma 4, as the 2017 code's compute_q_noisy_max (a loop, plain floats)."""
-    counts = [float(c) for c in counts]
-    winner = max(range(len(counts)), key=lambda i: (counts[i], -i))
-    q = 0.0
-    for i, c in enumerate(counts):
-        if i == winner:
-            continue
-        gap = gamma * (counts[winner] - c)
-        q += (gap + 2.0) / (4.0 * math.exp(gap)) if gap < 700 else 0.0
-    return min(q, 1.0 - 1.0 / len(counts))
-
-
-def loop_logmgf(q, eps, l):
-    """Theorem 2/3 with Theorem 3 only where q < 1/(1+e^eps)."""
-    data_independent = min(0.5 * eps * eps * l * (l + 1), eps * l)
-    if q < 1.0 / (1.0 + math.exp(eps)):
-        t = (1 - q) * ((1 - q) / (1 - math.exp(eps) * q)) ** l + q * math.exp(eps * l)
-        return min(math.log(t), data_independent)
-    return data_independent
+# Lemma 4 and Theorems 2/3 as plain loops: the ones bench/privacy_analysis.py times.
+_LOOPS = bench_module("privacy_analysis")
+loop_q_bound, loop_logmgf = _LOOPS.loop_q, _LOOPS.loop_logmgf
 
 
 def loop_data_dependent_eps(votes, gamma, delta, moments):

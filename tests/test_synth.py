@@ -18,12 +18,11 @@ from scipy import optimize, stats
 from analysis import composition
 from analysis.mechanisms import GNMax
 from analysis.noise import NoiseSource
-from conftest import TINY, invoke
+from conftest import TINY, check_synthetic_release, invoke, spied_synth
 from pate.release import aggregation
 from pate.store import rundir
 from pate.config import load_config
 from pate.data import load_npz, partition
-from pate.store.ledger import Ledger
 from pate.baselines import synth, synthetic_scores as synth_eval
 from pate.baselines.pate_gan import REAL, GanSpec, PateGan, noisy_labels, teacher_shards, train
 
@@ -214,14 +213,9 @@ def tiny_synth(tmp_path_factory):
         return real_partition(*args, **kwargs)
 
     seed = 2**127 + 987654321987654321
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(aggregation, "run", run)
-        mp.setattr(data, "partition", count_partition)
-        mp.setattr(synth_gan.PateGan, "update_student_and_generator", post)
-        result = invoke("synth", "--config", TINY, "--workdir", workdir, "--method", "gan", "--no-progress",
-                        "--seed", seed,
-                        "--set", f"privacy.ledger={json.dumps(str(ledger))}")
-    assert result.exit_code == 0, result.output
+    result = spied_synth(workdir, ledger, seed, [(aggregation, "run", run), (data, "partition", count_partition),
+                                                 (synth_gan.PateGan, "update_student_and_generator", post)],
+                         "--method", "gan")
     return workdir, ledger, result.output, seed, seen
 
 
@@ -237,15 +231,7 @@ def test_tiny_run_through_the_cli(tiny_synth):
     tstr = info["train_on_synthetic_test_on_real"]
     assert 0 <= tstr["logistic_regression"] <= 1 and 0 <= tstr["cnn"] <= 1
     assert info["research_seed"] is True and not [k for k in info if "time" in k or "vote" in k]
-    arrays = rundir.read_npz(workdir / rundir.SYNTHETIC_NPZ, ("images", "labels"))
-    assert arrays["images"].dtype == np.uint8 and arrays["images"].shape == (cfg.synth.samples, 8, 8, 1)
-    assert (workdir / rundir.SYNTH_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (workdir / rundir.SYNTH_DIR).is_dir()
-    for path in workdir.rglob("*"):
-        if path.is_file():
-            assert str(seed) not in path.read_bytes().decode("latin-1"), path
-    entries = Ledger.for_config(load_config(TINY, {"privacy.ledger": str(ledger)})).entries()
-    assert [e["kind"] for e in entries] == ["synth"]
+    entries = check_synthetic_release(workdir, ledger, seed, cfg.synth.samples)
     assert entries[0]["cost"] == {"kind": "gaussian", "mu2": pytest.approx(2 * queries / info["sigma"] ** 2)}
     assert "synth eps" in output
 

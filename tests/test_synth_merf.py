@@ -18,7 +18,7 @@ from scipy import stats
 from analysis import composition, merf
 from analysis.noise import NoiseSource, discrete_gaussian_pmf
 from analysis.rdp import DEFAULT_ORDERS
-from conftest import TINY, invoke
+from conftest import TINY, check_synthetic_release, invoke, spied_synth
 from pate.store import rundir
 from pate.baselines import merf_generator as synth_merf
 from pate.config import load_config
@@ -258,14 +258,9 @@ def tiny_merf(tmp_path_factory):
         return real_scale(x, *args)
 
     seed = 2**127 + 123456789123456789
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(synth_merf, "private_sum", private_sum)
-        mp.setattr(merf, "noisy_sum", noisy_sum)
-        mp.setattr(synth_merf.MerfGenerator, "train", train)
-        mp.setattr(synth_merf, "median_length_scale", scale)
-        result = invoke("synth", "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", seed,
-                        "--set", f"privacy.ledger={json.dumps(str(ledger))}")
-    assert result.exit_code == 0, result.output
+    result = spied_synth(workdir, ledger, seed, [
+        (synth_merf, "private_sum", private_sum), (merf, "noisy_sum", noisy_sum),
+        (synth_merf.MerfGenerator, "train", train), (synth_merf, "median_length_scale", scale)])
     return workdir, ledger, result.output, seed, seen
 
 
@@ -281,16 +276,9 @@ def test_tiny_run_through_the_cli(tiny_merf):
     tstr = info["train_on_synthetic_test_on_real"]
     assert 0 <= tstr["logistic_regression"] <= 1 and 0 <= tstr["cnn"] <= 1
     assert info["research_seed"] is True and not [k for k in info if "time" in k]
-    arrays = rundir.read_npz(workdir / rundir.SYNTHETIC_NPZ, ("images", "labels"))
-    assert arrays["images"].dtype == np.uint8 and arrays["images"].shape == (cfg.synth.samples, 8, 8, 1)
-    assert np.bincount(arrays["labels"]).tolist() == [cfg.synth.samples // 4] * 4  # balanced, public
-    assert (workdir / rundir.SYNTH_PNG).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (workdir / rundir.SYNTH_DIR).is_dir()
-    for path in workdir.rglob("*"):
-        if path.is_file():
-            assert str(seed) not in path.read_bytes().decode("latin-1"), path
-    entries = Ledger.for_config(load_config(TINY, {"privacy.ledger": str(ledger)})).entries()
-    assert [e["kind"] for e in entries] == ["synth"]
+    entries = check_synthetic_release(workdir, ledger, seed, cfg.synth.samples)
+    labels = rundir.read_npz(workdir / rundir.SYNTHETIC_NPZ, ("labels",))["labels"]
+    assert np.bincount(labels).tolist() == [cfg.synth.samples // 4] * 4  # balanced, public
     assert entries[0]["cost"] == {"kind": "discrete-gaussian", "mu2": pytest.approx(1 / m**2)}
     assert "synth eps" in output and "DP-MERF" in output
 

@@ -42,33 +42,26 @@ from pate.store import ledger as ledger_mod
 from pate.baselines import merf_generator as program
 from pate.config import Config, config_to_dict
 from pate.programs.progress import Progress
-from pate.baselines.synthetic_scores import public_scale, released_pixels, result_lines, sample_grid, tstr
+from pate.baselines.synthetic_scores import public_scale, released_pixels, sample_grid, SynthesisResult, tstr
 from pate.baselines.release_step import budgeted_ledger, private_splits, release_step
 
 #: The `analysis.noise` stream of this release (labels 0, sanitised ε 1, fedavg 2, PATE-GAN 3).
 NOISE_STREAM = 4
 
 
-@dataclasses.dataclass(frozen=True)
-class MerfResult:
-    """What `train_merf` did (synth.json holds it, but for the wall time)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MerfResult(SynthesisResult):
+    """What `train_merf` did: the embedding released and its noise."""
 
-    eps: float
-    delta: float
     multiplier: float
     features: int
     length_scale: float
     points: int
-    scores: dict
-    wall_time_s: float
 
-    def summary(self) -> str:
-        return "\n".join([
-            f"synth: DP-MERF, class-conditional mean embedding of {self.points} points in {self.features} random "
-            f"Fourier features (length-scale {self.length_scale:.4g}), released once, noise multiplier "
-            f"{self.multiplier:.4g}",
-            *result_lines(self.eps, self.delta, self.scores, self.wall_time_s),
-        ])
+    def headline(self) -> str:
+        return (f"synth: DP-MERF, class-conditional mean embedding of {self.points} points in {self.features} "
+                f"random Fourier features (length-scale {self.length_scale:.4g}), released once, noise "
+                f"multiplier {self.multiplier:.4g}")
 
 
 def train_merf(config: Config, workdir: str | Path, *, seed: int | None = None, overwrite: bool = False,
@@ -108,7 +101,8 @@ def train_merf(config: Config, workdir: str | Path, *, seed: int | None = None, 
         images, labels = gen.sample(cfg.samples)
         pixels = released_pixels(images, "merf_learning_rate")
         scores = tstr(config, pixels.astype(np.float32) / 255.0, labels, splits)
-        result = MerfResult(eps, delta, multiplier, cfg.merf_features, scale, points, scores, time.time() - start)
+        result = MerfResult(eps=eps, delta=delta, multiplier=multiplier, features=cfg.merf_features, length_scale=scale,
+                            points=points, scores=scores, wall_time_s=time.time() - start)
         digest = hashlib.sha256(pixels.tobytes() + labels.tobytes()).hexdigest()
         book.charge("synth", cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="synth:" + digest,

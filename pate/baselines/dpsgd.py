@@ -53,11 +53,10 @@ from pate.baselines import sgd_accounting as dpsgd_accounting
 from pate.programs import keys
 from pate.config import Config, DpsgdConfig, config_to_dict
 from pate.programs.models import Linear, TanhCNN, cnn_output_side
-from pate.programs.progress import Progress
 from pate.programs.student_training import predict
 from pate.store import ledger as ledger_mod
 from analysis import composition
-from pate.baselines.release_step import budgeted_ledger, private_splits, release_step, result_head
+from pate.baselines.release_step import budgeted_ledger, private_splits, release_step, result_head, training_loop
 
 Params = Any
 
@@ -301,19 +300,16 @@ def _fit(model, cfg: DpsgdConfig, plan: Plan, train_x, train_y, key, delta: floa
          f"{plan.steps} steps of Poisson rate {rate:.5f} (expected batch {rate * n:.0f}), "
          f"noise multiplier {plan.noise_multiplier:.4f} for eps {cfg.eps:g} ({plan.relation}) at delta {delta:g} "
          f"({cfg.accountant.upper()})")
-    train_start = time.time()
-    with Progress("dpsgd step", plan.steps, show=show_progress) as bar:
-        for t in range(plan.steps):
-            idx, valid = poisson_batch(rng, n, rate, microbatch)
-            params, opt_state = dp_step(params, opt_state, x_dev, y_dev, jnp.asarray(idx),
-                                        jnp.asarray(valid), jax.random.fold_in(k_noise, t))
-            if (t + 1) % 10 == 0 or t + 1 == plan.steps:
-                bar.update(t + 1)
-    params = jax.tree.map(np.asarray, params)
-    if not all(np.isfinite(p).all() for p in jax.tree.leaves(params)):
-        raise PateError(f"DP-SGD diverged (non-finite parameters); lower dpsgd.{cfg.model}_learning_rate "
-                        "and run again with --overwrite")
-    return params, time.time() - train_start
+
+    def dp_step_at(t, state):
+        idx, valid = poisson_batch(rng, n, rate, microbatch)
+        return dp_step(*state, x_dev, y_dev, jnp.asarray(idx), jnp.asarray(valid), jax.random.fold_in(k_noise, t))
+
+    (params, _), seconds = training_loop(
+        "dpsgd step", plan.steps, dp_step_at, (params, opt_state), show_progress=show_progress, every=10,
+        diverged=f"DP-SGD diverged (non-finite parameters); lower dpsgd.{cfg.model}_learning_rate and run "
+                 "again with --overwrite")
+    return params, seconds
 
 
 def _score(model, params, cfg: DpsgdConfig, plan: Plan, test_x, test_y, pool: int, delta: float,

@@ -51,9 +51,8 @@ from pate.store import ledger as ledger_mod
 from pate.config import Config, config_to_dict
 from pate.programs.models import Linear
 from pate.programs.projection import project, projected_box, public_projection
-from pate.programs.progress import Progress
 from pate.programs.student_training import predict
-from pate.baselines.release_step import budgeted_ledger, private_splits, release_step
+from pate.baselines.release_step import budgeted_ledger, private_splits, release_step, training_loop
 
 #: The `analysis.noise` stream of this step's noise (labels use 0, the sanitised release 1).
 NOISE_STREAM = 2
@@ -344,17 +343,18 @@ def _train(cfg, plan: Plan, shards: np.ndarray, train_x, train_y, num_classes: i
          f"{clients} clients of {size} points, {cfg.rounds} rounds; sensitivity {plan.sensitivity:.4g} "
          f"({plan.norm}), per round {'eps' if cfg.mechanism == 'laplace' else 'mu'} {plan.per_round:.4g} for "
          f"total eps {cfg.eps:g} (replace-one)")
-    train_start = time.time()
-    with Progress("fedavg round", cfg.rounds, show=show_progress) as bar:
-        for t in range(cfg.rounds):
-            sent = np.asarray(messages_fn(jnp.asarray(theta, jnp.float32), jnp.asarray(lam, jnp.float32), xs, ys))
-            noisy = add_noise(sent, source, cfg.mechanism, plan.scale, plan.grid)
-            theta, lam = server_update(cfg.algorithm, noisy, lam, cfg.rho)
-            bar.update(t + 1)
-    if not np.isfinite(theta).all():
-        raise PateError("federated training diverged (non-finite parameters); lower fedavg.learning_rate "
-                        "(or raise fedavg.rho) and run again with --overwrite")
-    return theta, time.time() - train_start
+
+    def fl_round(t, state):
+        theta, lam = state
+        sent = np.asarray(messages_fn(jnp.asarray(theta, jnp.float32), jnp.asarray(lam, jnp.float32), xs, ys))
+        return server_update(cfg.algorithm, add_noise(sent, source, cfg.mechanism, plan.scale, plan.grid), lam,
+                             cfg.rho)
+
+    (theta, _), seconds = training_loop(
+        "fedavg round", cfg.rounds, fl_round, (theta, lam), show_progress=show_progress,
+        diverged="federated training diverged (non-finite parameters); lower fedavg.learning_rate (or raise "
+                 "fedavg.rho) and run again with --overwrite")
+    return theta, seconds
 
 
 def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, seed, num_classes: int,

@@ -7,11 +7,17 @@ the data set's total budget before any training, and the public head of the resu
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+import time
+from typing import Callable, Iterator, TypeVar
 
+import jax
+import numpy as np
+
+from analysis.errors import PateError
 from analysis.validation import check_delta, check_positive
 from pate.config import Config
 from pate.data import Splits, load_dataset, split
+from pate.programs.progress import Progress
 from pate.store import ledger as ledger_mod
 from pate.store.door import Door, step
 
@@ -43,3 +49,23 @@ def result_head(eps: float, target_eps: float, delta: float, relation: str) -> d
     """The first keys of a baseline's result file: the ε it spent, the ε asked for, δ and the
     neighbouring relation of both."""
     return {"eps": eps, "target_eps": target_eps, "delta": delta, "neighbouring_relation": relation}
+
+
+State = TypeVar("State")
+
+
+def training_loop(label: str, steps: int, step: Callable[[int, State], State], state: State, *,
+                  show_progress: bool, every: int = 1, diverged: str) -> tuple[State, float]:
+    """``state = step(t, state)`` for t < ``steps`` under a progress bar named ``label``
+    (updated every ``every`` steps and at the end); a state with a non-finite value raises
+    ``PateError(diverged)``. Returns the host state and the training time."""
+    start = time.time()
+    with Progress(label, steps, show=show_progress) as bar:
+        for t in range(steps):
+            state = step(t, state)
+            if (t + 1) % every == 0 or t + 1 == steps:
+                bar.update(t + 1)
+    state = jax.tree.map(np.asarray, state)
+    if not all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(state)):
+        raise PateError(diverged)
+    return state, time.time() - start

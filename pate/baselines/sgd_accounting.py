@@ -24,7 +24,6 @@ Accountants:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 
@@ -33,6 +32,9 @@ from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
 
 from analysis.errors import PateError
+# dp_accounting logs through absl when its series for a fractional order fails to converge
+# (large q); it drops that order, which can only make eps larger (safe): kept off the terminal.
+from pate.store.checkpoints import quiet_absl
 
 ACCOUNTANTS = ("rdp", "pld")
 
@@ -57,20 +59,6 @@ def make_accountant(accountant: str) -> dp_accounting.PrivacyAccountant:
     raise PateError(f"unknown accountant {accountant!r}; use one of {', '.join(ACCOUNTANTS)}")
 
 
-@contextlib.contextmanager
-def _quiet_absl():
-    """dp_accounting logs through absl when its series for a fractional order fails to
-    converge (large q); it drops that order, which can only make eps larger (safe).
-    Keep those lines off the user's terminal."""
-    logger = logging.getLogger("absl")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: float,
             accountant: str = "rdp") -> float:
     """eps at `delta` of a DP-SGD run (an upper bound: see the module docstring).
@@ -86,7 +74,7 @@ def epsilon(noise_multiplier: float, sampling_rate: float, steps: int, delta: fl
     if noise_multiplier <= 0:
         return math.inf
     acc = make_accountant(accountant)
-    with _quiet_absl():
+    with quiet_absl(logging.ERROR):
         acc.compose(dp_event(noise_multiplier, sampling_rate, steps))
         return float(acc.get_epsilon(delta))
 
@@ -159,7 +147,7 @@ def group_privacy_replace_one(noise_multiplier: float, sampling_rate: float, ste
     """The first (group-privacy) bound of `epsilon_replace_one`, as derived in its docstring."""
     acc = make_accountant(accountant)
     log_target = math.log(delta)
-    with _quiet_absl():
+    with quiet_absl(logging.ERROR):
         acc.compose(dp_event(noise_multiplier, sampling_rate, steps))
 
         def fits(e: float) -> bool:
@@ -221,7 +209,7 @@ def calibrate_noise(target_eps: float, delta: float, sampling_rate: float, steps
         lower = upper / 2
         while lower > 1e-2 and epsilon(lower, sampling_rate, steps, delta, "pld") <= target_eps:
             lower /= 2
-    with _quiet_absl():
+    with quiet_absl(logging.ERROR):
         sigma = dp_accounting.calibrate_dp_mechanism(
             lambda: make_accountant(accountant),
             lambda s: dp_event(s, sampling_rate, steps),

@@ -50,7 +50,7 @@ from pate.store import checkpoints, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import Config, config_to_dict
 from pate.programs.progress import Progress
-from pate.baselines.synthetic_scores import public_scale, released_pixels, result_lines, sample_grid, tstr
+from pate.baselines.synthetic_scores import public_scale, released_pixels, sample_grid, SynthesisResult, tstr
 from pate.baselines.pate_gan import GanSpec, PateGan, teacher_shards, train
 from pate.baselines.release_step import budgeted_ledger, private_splits, release_step
 
@@ -94,25 +94,18 @@ class Plan:
 # --------------------------------------------------------------------------- the command
 
 
-@dataclasses.dataclass(frozen=True)
-class SynthResult:
-    """What `train_synth` did (synth.json holds it, but for the wall time)."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SynthResult(SynthesisResult):
+    """What `train_synth` did with the PATE-GAN: the votes released and their noise."""
 
-    eps: float
-    delta: float
     sigma: float
     queries: int
     teachers: int
     shard_size: int
-    scores: dict
-    wall_time_s: float
 
-    def summary(self) -> str:
-        return "\n".join([
-            f"synth: PATE-GAN, {self.teachers} teacher discriminators of {self.shard_size} points, "
-            f"{self.queries} GNMax votes (2 classes) at sigma {self.sigma:.4g}",
-            *result_lines(self.eps, self.delta, self.scores, self.wall_time_s),
-        ])
+    def headline(self) -> str:
+        return (f"synth: PATE-GAN, {self.teachers} teacher discriminators of {self.shard_size} points, "
+                f"{self.queries} GNMax votes (2 classes) at sigma {self.sigma:.4g}")
 
 
 def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None, overwrite: bool = False,
@@ -159,8 +152,9 @@ def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None,
         images, labels = gan.sample(cfg.samples)
         pixels = released_pixels(images, "learning_rate")
         scores = tstr(config, pixels.astype(np.float32) / 255.0, labels, splits)
-        result = SynthResult(plan.eps, delta, plan.mechanism.sigma, plan.queries, num_teachers, part.shard_size,
-                             scores, time.time() - start)
+        result = SynthResult(eps=plan.eps, delta=delta, sigma=plan.mechanism.sigma, queries=plan.queries,
+                             teachers=num_teachers, shard_size=part.shard_size, scores=scores,
+                             wall_time_s=time.time() - start)
         digest = hashlib.sha256(pixels.tobytes() + labels.tobytes()).hexdigest()
         book.charge("synth", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="synth:" + digest,

@@ -5,6 +5,7 @@ on the synthetic data, which is public) and the picture of samples."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 
 import jax
@@ -121,10 +122,27 @@ def sample_grid(images: np.ndarray, labels: np.ndarray, num_classes: int, per_cl
     return buf.getvalue()
 
 
-def result_lines(eps: float, delta: float, scores: dict, wall_time_s: float) -> list[str]:
-    """The summary lines both methods end with: ε, the train-on-synthetic scores, the time."""
-    cnn = "n/a (images too small for the [dpsgd] CNN)" if scores["cnn"] is None else f"{scores['cnn']:.4f}"
-    return [f"synth eps = {eps:.4f} at delta = {delta:g} (replace-one neighbours)",
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SynthesisResult:
+    """What a `pate synth` method did (synth.json holds it, but for the wall time): its ε at
+    δ, the train-on-synthetic scores and the time; each method adds what it released and
+    says it in `headline()`."""
+
+    eps: float
+    delta: float
+    scores: dict
+    wall_time_s: float
+
+    def headline(self) -> str:
+        raise NotImplementedError
+
+    def summary(self) -> str:
+        """The headline, ε, the train-on-synthetic scores and the time, one line each."""
+        scores = self.scores
+        cnn = "n/a (images too small for the [dpsgd] CNN)" if scores["cnn"] is None else f"{scores['cnn']:.4f}"
+        return "\n".join([
+            self.headline(),
+            f"synth eps = {self.eps:.4f} at delta = {self.delta:g} (replace-one neighbours)",
             f"train on synthetic, test on real ({scores['eval_points']} evaluation points): logistic regression "
             f"{scores['logistic_regression']:.4f}, CNN {cnn}",
-            f"wall time: {wall_time_s:.1f} s (printed only)"]
+            f"wall time: {self.wall_time_s:.1f} s (printed only)"])

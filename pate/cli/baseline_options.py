@@ -4,6 +4,8 @@ pieces of `pate.cli.options`."""
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
 from pate.cli.options import config, no_progress, options, overwrite, positive, seed_option, settings, workdir
@@ -55,3 +57,16 @@ def synth_options():
         seed_option("Noise seed (0 <= seed < 2**128), research only; never written. Default: OS entropy."),
         overwrite("Replace synth.json, synthetic.npz, synth-samples.png and synth/ already in --workdir."),
         no_progress())
+
+
+_TRAINERS = {"dpsgd": ("pate.baselines.dpsgd", "train_dpsgd"), "fedavg": ("pate.baselines.fedavg", "train_fedavg"),
+             "synth": ("pate.baselines.synth", "train_synth")}
+
+
+def train_and_print(name: str, config, workdir, seed, overwrite: bool, no_progress: bool) -> None:
+    """Trains the baseline ``name`` of ``config`` in ``workdir`` and prints its summary; the
+    trainer's module (JAX) is imported only now, so that `pate --help` stays fast."""
+    module, function = _TRAINERS[name]
+    train = getattr(importlib.import_module(module), function)
+    result = train(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress, echo=click.echo)
+    click.echo(result.summary())

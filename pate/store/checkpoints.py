@@ -43,17 +43,17 @@ def remove_orbax_tmp(directory: Path) -> None:
 
 
 @contextlib.contextmanager
-def quiet_orbax():
-    """Silences absl's logger (orbax's) for a save: its writer threads log each failed
-    write with a traceback (a hundred lines on a full or read-only disk) before the error
-    reaches the caller, whose one line says it all."""
+def quiet_absl(level: int = logging.CRITICAL):
+    """Raises absl's logger (orbax's, dp_accounting's) to ``level`` for the block: orbax's
+    writer threads log each failed write with a traceback (a hundred lines on a full or
+    read-only disk) before the error reaches the caller, whose one line says it all."""
     absl_logger = logging.getLogger("absl")
-    level = absl_logger.level
-    absl_logger.setLevel(logging.CRITICAL)
+    previous = absl_logger.level
+    absl_logger.setLevel(level)
     try:
         yield
     finally:
-        absl_logger.setLevel(level)
+        absl_logger.setLevel(previous)
 
 
 def _probe(folder: Path, what: str, then: str) -> None:
@@ -109,7 +109,7 @@ def save_step(manager, step: int, trees: Mapping[str, Any], records: Mapping[str
 
     _probe(Path(manager.directory), f"cannot write the checkpoint of {unit} {step}", then)
     try:
-        with quiet_orbax():
+        with quiet_absl():
             items = {name: ocp.args.StandardSave(tree) for name, tree in trees.items()}
             items.update({name: ocp.args.JsonSave(record) for name, record in records.items()})
             manager.save(step, args=ocp.args.Composite(**items), force=True)
@@ -151,7 +151,7 @@ def save_params(directory: Path, params: Any, *, then: str = "train again") -> N
 
     _probe(directory.parent, f"cannot write the checkpoint {directory}", then)
     try:
-        with quiet_orbax(), ocp.StandardCheckpointer() as ckptr:
+        with quiet_absl(), ocp.StandardCheckpointer() as ckptr:
             ckptr.save(directory.resolve(), params, force=True)
             ckptr.wait_until_finished()
     except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
