@@ -43,7 +43,7 @@ from pate.baselines import merf_generator as program
 from pate.config import Config, config_to_dict
 from pate.programs.progress import Progress
 from pate.baselines.synthetic_scores import public_scale, released_pixels, sample_grid, SynthesisResult, tstr
-from pate.baselines.release_step import budgeted_ledger, private_splits, release_step
+from pate.baselines.release_step import budgeted_ledger, private_splits, release_step, result_head
 
 #: The `analysis.noise` stream of this release (labels 0, sanitised ε 1, fedavg 2, PATE-GAN 3).
 NOISE_STREAM = 4
@@ -126,11 +126,8 @@ def _record(config: Config, result: MerfResult, cost: composition.Cost, seed, sp
     units = merf.sensitivity(cfg.merf_features)
     return {
         "method": "merf",
-        "eps": result.eps,
-        "target_eps": cfg.eps,
-        "delta": result.delta,
+        **result_head(result.eps, cfg.eps, result.delta, composition.RELATION),
         "sampling_delta": 0.0,
-        "neighbouring_relation": composition.RELATION,
         "accounting": ("data-independent: one release of the integer class-conditional feature sum, L2 "
                        "sensitivity 2B under replace-one, exact discrete Gaussian noise of scale m * 2B: "
                        "(alpha, alpha / (2 m^2))-RDP (Canonne, Kamath & Steinke 2020, Proposition 5; "

@@ -56,7 +56,8 @@ from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.student_training import predict
 from pate.store import ledger as ledger_mod
 from analysis import composition
-from pate.baselines.release_step import budgeted_ledger, private_splits, release_step, result_head, training_loop
+from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, release_step, result_head,
+                                         training_loop)
 
 Params = Any
 
@@ -331,10 +332,7 @@ def _record(config: Config, plan: Plan, result: DpsgdResult, params, train_x, se
     cfg = config.dpsgd
     return {
         "model": cfg.model,
-        "accuracy": result.accuracy,
-        "eval_points": result.eval_points,
-        "accuracy_test": result.accuracy_test,
-        "test_points": result.test_points,
+        **accuracy_fields(result.accuracy, result.eval_points, result.accuracy_test, result.test_points),
         **result_head(result.eps, cfg.eps, result.delta, dpsgd_accounting.RELATION),
         "target_relation": plan.relation,
         "eps_replace_one": result.eps_replace_one,

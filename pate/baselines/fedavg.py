@@ -52,7 +52,8 @@ from pate.config import Config, config_to_dict
 from pate.programs.models import Linear
 from pate.programs.projection import project, projected_box, public_projection
 from pate.programs.student_training import predict
-from pate.baselines.release_step import budgeted_ledger, private_splits, release_step, training_loop
+from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, release_step, result_head,
+                                         training_loop)
 
 #: The `analysis.noise` stream of this step's noise (labels use 0, the sanitised release 1).
 NOISE_STREAM = 2
@@ -365,14 +366,8 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "algorithm": cfg.algorithm,
         "mechanism": cfg.mechanism,
         "model": cfg.model,
-        "accuracy": result.accuracy,
-        "eval_points": result.eval_points,
-        "accuracy_test": result.accuracy_test,
-        "test_points": test_points,
-        "eps": plan.eps,
-        "target_eps": cfg.eps,
-        "delta": result.delta,
-        "neighbouring_relation": composition.RELATION,
+        **accuracy_fields(result.accuracy, result.eval_points, result.accuracy_test, test_points),
+        **result_head(plan.eps, cfg.eps, result.delta, composition.RELATION),
         "accounting": ("composition over rounds (a client's data enters only its own messages), parallel "
                        "across clients; Laplace: R x eps-DP (randomized response, PLD/RDP); Gaussian: "
                        "R x mu-GDP"),

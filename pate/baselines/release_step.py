@@ -45,6 +45,13 @@ def budgeted_ledger(config: Config, cost, what: str) -> ledger_mod.Ledger:
     return book
 
 
+def accuracy_fields(accuracy: float, eval_points: int, accuracy_test: float, test_points: int) -> dict:
+    """The accuracy keys of a trained baseline's result file (what `bench/compare.py` reads):
+    on the evaluation split (the figure to compare) and on the whole test split."""
+    return {"accuracy": accuracy, "eval_points": eval_points, "accuracy_test": accuracy_test,
+            "test_points": test_points}
+
+
 def result_head(eps: float, target_eps: float, delta: float, relation: str) -> dict:
     """The first keys of a baseline's result file: the ε it spent, the ε asked for, δ and the
     neighbouring relation of both."""

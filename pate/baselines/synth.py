@@ -52,7 +52,7 @@ from pate.config import Config, config_to_dict
 from pate.programs.progress import Progress
 from pate.baselines.synthetic_scores import public_scale, released_pixels, sample_grid, SynthesisResult, tstr
 from pate.baselines.pate_gan import GanSpec, PateGan, teacher_shards, train
-from pate.baselines.release_step import budgeted_ledger, private_splits, release_step
+from pate.baselines.release_step import budgeted_ledger, private_splits, release_step, result_head
 
 #: The `analysis.noise` stream of this step's noise (labels 0, sanitised release 1, fedavg 2).
 NOISE_STREAM = 3
@@ -177,11 +177,8 @@ def _record(config: Config, plan: Plan, result: SynthResult, seed, splits, shape
     """synth.json: public parameters and results only (no votes, no wall time, no seed)."""
     cfg = config.synth
     return {
-        "eps": plan.eps,
-        "target_eps": cfg.eps,
-        "delta": result.delta,
+        **result_head(plan.eps, cfg.eps, result.delta, composition.RELATION),
         "sampling_delta": plan.sampling_delta,
-        "neighbouring_relation": composition.RELATION,
         "accounting": ("data-independent: queries x GNMax answers on 2-class votes (PATE 2018, Proposition 8), "
                        "mu-GDP with mu^2 = 2 queries / sigma^2; the smaller of RDP and PLD; adaptive "
                        "composition over the steps; generator, student and samples are post-processing"),
