@@ -38,7 +38,8 @@ private (votes, privacy.json) is opened.
         [--eps 1 2 3] [--models cnn scatternet] [--relation replace-one|add-remove]
         [--fedavg fedavg iadmm] [--fedavg-clients P]
         [--no-train] [--pate RUN ...]
-        [--pate-teachers RUN --pate-queries 300 800 1500] [--fine-grained] [--draws N] [--plot compare.png]
+        [--pate-teachers RUN --pate-queries 300 800 1500] [--fine-grained] [--fine-config F]
+        [--fine-set SECTION.KEY=VALUE ...] [--draws N] [--plot compare.png]
 
 Both sides evaluate on the same split: data.public_size onwards of the test split
 (``accuracy``); DP-SGD rows also give the whole test split (``accuracy_test``, what
@@ -219,13 +220,15 @@ def _cache_scattering() -> None:
     scattering.scatter = cached
 
 
-def train_fine(workdir: Path, eps: float) -> None:
+def train_fine(workdir: Path, eps: float, config_path=FINE_CONFIG, settings: dict | None = None) -> None:
+    """`pate run` of the fine-grained config at ``eps`` with the proxy's (k, smoothing) for that
+    eps, then ``settings`` (``section.key`` -> TOML value, e.g. the student's steps)."""
     from pate.config import load_config
     from pate.steps.pipeline import run
 
     k, m = FINE_SETTINGS.get(eps, (1, 10))
-    config = load_config(FINE_CONFIG, {"fine_grained.eps": eps, "fine_grained.votes_per_record": k,
-                                       "fine_grained.smoothing": m})
+    config = load_config(config_path, {"fine_grained.eps": eps, "fine_grained.votes_per_record": k,
+                                       "fine_grained.smoothing": m, **(settings or {})})
     print(f"# fine-grained at eps {eps:g} (k {k}, smoothing {m}) in {workdir}", file=sys.stderr)
     run(config, workdir, show_progress=False, echo=lambda line: print(f"# {line}", file=sys.stderr))
 
@@ -345,6 +348,10 @@ def main(argv=None) -> int:
                         help="Confident-GNMax query counts, one PATE row each (with --pate-teachers)")
     parser.add_argument("--fine-grained", action="store_true",
                         help="fine-grained rows (configs/fashion_mnist_fine.toml) at each --eps")
+    parser.add_argument("--fine-config", default=str(FINE_CONFIG),
+                        help="the fine-grained rows' config (e.g. configs/fashion_mnist_fine_gpu.toml)")
+    parser.add_argument("--fine-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override of the fine-grained rows' config (TOML value), repeatable")
     parser.add_argument("--draws", type=int, default=1, help="noise draws of every DP-SGD and fine-grained row")
     parser.add_argument("--plot", default=None, help="write accuracy against eps to this PNG")
     args = parser.parse_args(argv)
@@ -354,11 +361,15 @@ def main(argv=None) -> int:
     suffix = "-replace-one" if args.relation == "replace-one" else ""
     draws = [""] + [f"-d{d}" for d in range(2, args.draws + 1)]
     _cache_scattering()
+    from pate.config import parse_override
+
+    fine_settings = dict(parse_override(item) for item in args.fine_set)
     if args.fine_grained:
         for eps in args.eps:
             for draw in draws:
                 rows += _read_or_train(Path(args.root) / f"fine-eps{eps:g}{draw}", fine_row, args.no_train,
-                                       lambda w: train_fine(w, eps), "fine-grained")
+                                       lambda w: train_fine(w, eps, args.fine_config, fine_settings),
+                                       "fine-grained")
     for model in args.models:
         for eps in args.eps:
             for draw in draws:

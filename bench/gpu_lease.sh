@@ -7,6 +7,9 @@
 #   bash bench/gpu_lease.sh prepare   # here, once: wheels into .whl/, Fashion-MNIST into data/
 #   bash bench/gpu_lease.sh           # on the GPU machine (carry .whl and data): < 10 min on one H200
 #   bash bench/gpu_lease.sh --smoke   # anywhere: the same flow on tiny synthetic data, in a minute
+#   bash bench/gpu_lease.sh compare ARGS...   # on the GPU machine instead: bench/compare.py ARGS
+#       (e.g. --fine-grained --fine-config configs/fashion_mnist_fine_gpu.toml --eps 2 --draws 3),
+#       stopped in time; then the rows it finished, read again, and their result files into $OUT
 #
 # Environment: OUT (results folder), PY (python; default .venv/bin/python when present, else
 # python3), LEASE_S (seconds the whole script may take, default 540: the end-to-end part is
@@ -37,7 +40,7 @@ smoke=()
 if [ -z "${PY:-}" ]; then
   if [ -x .venv/bin/python ]; then PY=.venv/bin/python; else PY=python3; fi
 fi
-if [ -z "${smoke[*]}" ] && compgen -G ".whl/*.whl" >/dev/null; then
+if [ -z "${smoke[*]}" ] && compgen -G ".whl/*.whl" >/dev/null && ! "$PY" -c "import kymatio, dp_accounting, tomli_w" 2>/dev/null; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/pate-site .whl/*.whl || exit 1
   export PYTHONPATH=/tmp/pate-site${PYTHONPATH:+:$PYTHONPATH}
@@ -45,6 +48,23 @@ fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 work=$(mktemp -d /tmp/pate-gpu-XXXXXX)
 say() { echo "[lease $((SECONDS - start)) s] $*" >&2; }
+
+if [ "$mode" = compare ]; then
+  shift
+  [ -d data/fashion-mnist ] && export PATE_DATA_DIR=$PWD/data/fashion-mnist
+  { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"; } \
+    > "$OUT/compare.log"
+  left=$(( ${LEASE_S:-540} - (SECONDS - start) - 20 ))
+  say "bench/compare.py $* (stopped after $left s)"
+  timeout "$left" "$PY" bench/compare.py "$@" --root "$work" > "$OUT/compare.jsonl" 2>> "$OUT/compare.log"
+  say "compare rc $?; the rows it finished:"
+  "$PY" bench/compare.py "$@" --root "$work" --no-train > "$OUT/compare-finished.jsonl" 2>> "$OUT/compare.log"
+  for f in "$work"/*/student.json "$work"/*/release.json "$work"/*/dpsgd.json; do  # public files only
+    [ -f "$f" ] && cp "$f" "$OUT/$(basename "$(dirname "$f")")-$(basename "$f")"
+  done
+  tail -n 12 "$OUT/compare.log" >&2
+  exit 0
+fi
 
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || echo "no nvidia-smi"; } \
   > "$OUT/teachers.log"
