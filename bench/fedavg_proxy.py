@@ -1,20 +1,36 @@
 """Choosing `[fedavg]`'s public settings without the private data: `pate fedavg`'s own
 round (the vmapped clipped step, the calibrated noise, the server update) run on a *public
-proxy* — the labelled public pool cut into clients of the private clients' size — and
-scored on the evaluation split, for a grid of (pca, rounds, learning_rate) at each total eps.
-The private train split is never read, so settings chosen here (configs/fashion_mnist.toml's
-[fedavg]) are not a function of private values.
+proxy* — the labelled public pool cut into clients — and scored on the evaluation split, for a
+grid of (algorithm, pca, rounds, learning rate or rho) at each total eps. The private train
+split is never read, so settings chosen here (configs/fashion_mnist.toml's and
+configs/fashion_mnist_silos.toml's [fedavg]) are not a function of private values.
+
+Two proxies:
+- ``--proxy-clients 0`` (default): clients of the private clients' own size (500 clients of 120
+  in configs/fashion_mnist.toml: the pool holds 75 of them), at the same eps.
+- ``--proxy-clients P'`` (cross-silo: the pool cannot hold 10 clients of 6000): the pool cut into
+  P' clients of 9000 / P' points; with ``--proxy-eps matched`` (default) at eps × (I √P) / (I' √P'),
+  so that the noise of the averaged model over the signal of one client's mean gradient,
+  ∝ 1 / (I ε √P), matches the private run's (I points in each of P clients).
+
+``--model scatternet``: the [dpsgd] ScatterNet features of the pool and the evaluation split
+(public images only), projected as `pate fedavg` does.
 
     python bench/fedavg_proxy.py [--config configs/fashion_mnist.toml] [--eps 1 3]
-        [--pca 4 8 16] [--schedules 10:10 20:30 40:30] [--draws 4] [--seed 0]
+        [--algorithms fedavg iadmm] [--model linear|scatternet] [--pca 4 8 16]
+        [--schedules 10:10 20:30 40:30] [--proxy-clients P'] [--proxy-eps matched|same]
+        [--draws 4] [--seed 0]
 
-One JSON object per setting (mean accuracy over the draws), then the best per eps.
+Schedules are ``rounds:learning_rate`` for FedAvg and ``rounds:rho`` for IADMM. One JSON
+object per setting (mean accuracy over the draws), then the best per (algorithm, eps).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -25,33 +41,66 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def proxy_accuracy(cfg, pool_x, pool_y, eval_x, eval_y, num_classes, *, client_size, pca, rounds, lr, eps,
-                   delta, source) -> float:
-    """One `pate fedavg` training on the public proxy; the accuracy on the evaluation split."""
-    import dataclasses
+_PROJECTED: dict = {}
 
+
+def projected(pool_x, eval_x, pca: int):
+    """(pool, eval) projected onto the pool's top ``pca`` directions, computed once per ``pca``
+    (the SVD of the pool's features is most of a run's time)."""
+    from pate.programs.projection import project, public_projection
+
+    if not pca:
+        return pool_x, eval_x
+    if pca not in _PROJECTED:
+        proj = public_projection(pool_x, pca)
+        _PROJECTED[pca] = (project(proj, pool_x), project(proj, eval_x))
+    return _PROJECTED[pca]
+
+
+def proxy_accuracy(cfg, pool_x, pool_y, eval_x, eval_y, num_classes, *, client_size, delta, source) -> float:
+    """One `pate fedavg` training of ``cfg`` on the public proxy (inputs already features);
+    the accuracy on the evaluation split."""
     import jax.numpy as jnp
 
-    from pate.programs.projection import project, public_projection
     from pate.baselines import fedavg as fa
 
-    cfg = dataclasses.replace(cfg, pca=pca, rounds=rounds, learning_rate=lr, eps=eps)
-    proj = public_projection(pool_x, pca)
-    x, ex = project(proj, pool_x), project(proj, eval_x)
+    x, ex = projected(pool_x, eval_x, cfg.pca)
     clients = x.shape[0] // client_size
     shards = np.arange(clients * client_size).reshape(clients, client_size)
     plan = fa.Plan.of(cfg, client_size, None, delta, (x.shape[1] + 1) * num_classes)
-    messages = fa.make_round(cfg.algorithm, clip=cfg.clip_norm, learning_rate=lr, local_steps=cfg.local_steps,
-                             rho=cfg.rho, norm=plan.norm)
+    messages = fa.make_round(cfg.algorithm, clip=cfg.clip_norm, learning_rate=cfg.learning_rate,
+                             local_steps=cfg.local_steps, rho=cfg.rho, norm=plan.norm)
     xs, ys = jnp.asarray(x[shards]), jnp.asarray(pool_y[shards])
     theta = np.zeros((x.shape[1] + 1, num_classes))
     lam = np.zeros((clients,) + theta.shape)
-    for _ in range(rounds):
+    for _ in range(cfg.rounds):
         sent = np.asarray(messages(jnp.asarray(theta, jnp.float32), jnp.asarray(lam, jnp.float32), xs, ys))
         noisy = fa.add_noise(sent, source, cfg.mechanism, plan.scale, plan.grid)
         theta, lam = fa.server_update(cfg.algorithm, noisy, lam, cfg.rho)
+    if not np.isfinite(theta).all():
+        return float("nan")
     logits = np.concatenate([ex, np.ones((ex.shape[0], 1), np.float32)], axis=1) @ theta
     return float(np.mean(logits.argmax(axis=1) == eval_y))
+
+
+def public_inputs(config, splits, model: str):
+    """(pool_x, eval_x) as `pate fedavg` feeds its model: pixels clamped to [0, 1], or the
+    ScatterNet features of `[dpsgd]` (public images only), flattened."""
+    if model == "scatternet":
+        from pate.programs import scattering
+
+        d = config.dpsgd
+        pool = scattering.features(splits.pool_x, d.scattering_j, d.scattering_l, d.groups)
+        ev = scattering.features(splits.eval_x, d.scattering_j, d.scattering_l, d.groups)
+    else:
+        pool, ev = np.clip(splits.pool_x, 0, 1), np.clip(splits.eval_x, 0, 1)
+    return pool.reshape(pool.shape[0], -1), ev.reshape(ev.shape[0], -1)
+
+
+def proxy_scale(private_clients: int, client_size: int, proxy_clients: int, proxy_size: int) -> float:
+    """The eps factor that matches the proxy's noise-to-signal to the private run's:
+    (I √P) / (I' √P')."""
+    return (client_size * math.sqrt(private_clients)) / (proxy_size * math.sqrt(proxy_clients))
 
 
 def main(argv=None) -> int:
@@ -62,34 +111,53 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist.toml"))
     ap.add_argument("--eps", type=float, nargs="+", default=[1.0, 3.0])
+    ap.add_argument("--algorithms", nargs="+", choices=["fedavg", "iadmm"], default=None,
+                    help="default: the config's fedavg.algorithm")
+    ap.add_argument("--model", choices=["linear", "scatternet"], default=None, help="default: the config's")
     ap.add_argument("--pca", type=int, nargs="+", default=[4, 8, 16])
-    ap.add_argument("--schedules", nargs="+", default=["10:10", "20:30", "40:30"], help="rounds:learning_rate")
+    ap.add_argument("--schedules", nargs="+", default=["10:10", "20:30", "40:30"],
+                    help="rounds:learning_rate (FedAvg) or rounds:rho (IADMM)")
+    ap.add_argument("--proxy-clients", type=int, default=0, help="0: clients of the private clients' size")
+    ap.add_argument("--proxy-eps", choices=["matched", "same"], default="matched")
     ap.add_argument("--draws", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     config = load_config(args.config)
+    cfg = config.fedavg
+    model = args.model or cfg.model
     splits = split(load_dataset(config.data), config.data.public_size)
-    pool_x = np.clip(splits.pool_x, 0, 1).reshape(splits.pool_x.shape[0], -1)
-    eval_x = np.clip(splits.eval_x, 0, 1).reshape(splits.eval_x.shape[0], -1)
-    client_size = splits.train_x.shape[0] // (config.fedavg.clients or config.teachers.num_teachers)
+    pool_x, eval_x = public_inputs(config, splits, model)
+    private_clients = cfg.clients or config.teachers.num_teachers
+    client_size = splits.train_x.shape[0] // private_clients
+    proxy_size, factor = client_size, 1.0
+    if args.proxy_clients:
+        proxy_size = pool_x.shape[0] // args.proxy_clients
+        if args.proxy_eps == "matched":
+            factor = proxy_scale(private_clients, client_size, args.proxy_clients, proxy_size)
     source = NoiseSource(args.seed, stream=2)
-    best: dict[float, dict] = {}
-    for eps in args.eps:
-        for pca in args.pca:
-            for schedule in args.schedules:
-                rounds, lr = int(schedule.split(":")[0]), float(schedule.split(":")[1])
-                start = time.time()
-                accs = [proxy_accuracy(config.fedavg, pool_x, splits.pool_y, eval_x, splits.eval_y,
-                                       splits.num_classes, client_size=client_size, pca=pca, rounds=rounds, lr=lr,
-                                       eps=eps, delta=config.privacy.delta, source=source)
-                        for _ in range(args.draws)]
-                row = {"eps": eps, "pca": pca, "rounds": rounds, "learning_rate": lr, "client_size": client_size,
-                       "clients": pool_x.shape[0] // client_size, "accuracy_mean": float(np.mean(accs)),
-                       "accuracy": accs, "wall_time_s": time.time() - start}
-                print(json.dumps(row), flush=True)
-                if row["accuracy_mean"] > best.get(eps, {}).get("accuracy_mean", -1):
-                    best[eps] = row
-    print(json.dumps({"summary": "best per eps", "best": best}))
+    best: dict[str, dict] = {}
+    for algorithm in args.algorithms or [cfg.algorithm]:
+        for eps in args.eps:
+            for pca in args.pca:
+                for schedule in args.schedules:
+                    rounds, value = int(schedule.split(":")[0]), float(schedule.split(":")[1])
+                    step = {"learning_rate": value} if algorithm == "fedavg" else {"rho": value}
+                    run_cfg = dataclasses.replace(cfg, algorithm=algorithm, model=model, pca=pca, rounds=rounds,
+                                                  eps=eps * factor, **step)
+                    start = time.time()
+                    accs = [proxy_accuracy(run_cfg, pool_x, splits.pool_y, eval_x, splits.eval_y,
+                                           splits.num_classes, client_size=proxy_size,
+                                           delta=config.privacy.delta, source=source)
+                            for _ in range(args.draws)]
+                    row = {"algorithm": algorithm, "eps": eps, "proxy_eps": eps * factor, "model": model,
+                           "pca": pca, "rounds": rounds, **step, "client_size": proxy_size,
+                           "clients": pool_x.shape[0] // proxy_size, "accuracy_mean": float(np.mean(accs)),
+                           "accuracy": accs, "wall_time_s": time.time() - start}
+                    print(json.dumps(row), flush=True)
+                    key = f"{algorithm} eps {eps:g}"
+                    if row["accuracy_mean"] > best.get(key, {}).get("accuracy_mean", -1):
+                        best[key] = row
+    print(json.dumps({"summary": "best per algorithm and eps", "best": best}))
     return 0
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from analysis import fine_grained
 from analysis.errors import PateError
 from pate.programs import scattering
+from pate.programs.projection import top_directions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,19 +58,15 @@ def fit_coefficients(coefficients: np.ndarray, dims: int, *, scattering_j: int =
     """The map fitted on the public pool's scattering `coefficients` ((n, F), `PublicMap.coefficients`).
 
     The principal directions are the top ``dims`` eigenvectors of the pool's scatter matrix
-    (LAPACK's subset eigensolver: the subspace of an SVD, found several times faster).
+    (`pate.programs.projection.top_directions`).
 
     Raises:
       PateError: ``dims`` above what the pool gives (its size or its feature count).
     """
-    from scipy.linalg import eigh
-
     n, f = coefficients.shape
     if not 1 <= dims <= min(n, f):
         raise PateError(f"fine_grained.pca = {dims} but the public pool gives at most {min(n, f)} principal "
                         "directions; lower fine_grained.pca")
     x = np.asarray(coefficients, np.float64)
     mean = x.mean(axis=0)
-    centred = x - mean
-    _, vectors = eigh(centred.T @ centred, subset_by_index=[f - dims, f - 1])
-    return PublicMap(scattering_j, scattering_l, groups, mean, vectors[:, ::-1])
+    return PublicMap(scattering_j, scattering_l, groups, mean, top_directions(x - mean, dims))
