@@ -20,7 +20,7 @@ from pate.programs import heads
 from pate.store import ledger, rundir
 from pate.release.selection import select
 
-from conftest import ROOT, TINY, invoke, one_line, sigkill_while_staged
+from conftest import ROOT, invoke, one_line, sigkill_while_staged
 
 
 QUERIES = 40
@@ -259,6 +259,31 @@ def test_round2_bad_options(finished_tiny, tmp_path):
     assert not (run / rundir.LABELS_ROUND2_NPZ).exists()
 
 
+def test_round2_queries_default_to_what_the_pool_has_left():
+    """The config's [rounds] queries is a cap; --queries is asked exactly (public values only)."""
+    from analysis.errors import PateError
+    from pate.steps.label_round2 import round2_queries
+
+    assert round2_queries(800, None, 100) == 100 and round2_queries(40, None, 100) == 40
+    assert round2_queries(800, 100, 100) == 100
+    with pytest.raises(PateError, match="only 100 pool points"):
+        round2_queries(10, 101, 100)
+    with pytest.raises(PateError, match="none is left"):
+        round2_queries(800, None, 0)
+
+
+def test_round2_without_options_fits_the_tiny_pool(finished_tiny, tmp_path):
+    """`pate label --round 2` with no option on configs/tiny.toml: round 1 left 100 of the 200
+    pool points and rounds.queries is 800 by default, so round 2 asks those 100."""
+    run = tmp_path / "run"
+    shutil.copytree(finished_tiny, run)
+    r = invoke("label", "--round", 2, "--workdir", run)
+    assert r.exit_code == 0, r.output
+    second = np.load(run / rundir.LABELS_ROUND2_NPZ)
+    first = np.load(run / rundir.LABELS_NPZ)
+    assert second["indices"].size == 200 - first["indices"].size == 100
+
+
 def test_round2_twice_needs_overwrite(two_rounds, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(two_rounds["workdir"], run)
@@ -327,23 +352,3 @@ def test_killed_round2_then_any_command(two_rounds, tmp_path):
     r = invoke("analyze", "--workdir", run)  # the next command to take the run's lock cleans up
     assert "Traceback" not in r.output
     assert sorted(n for n in os.listdir(run) if n.startswith((".new-", ".old-")) or n.endswith(".tmp")) == []
-
-
-def test_pate_run_with_two_rounds_on_a_finished_round1(finished_tiny, tmp_path):
-    """`pate run --set rounds.rounds=2` on a finished run: round 1's steps are skipped, round
-    2, its student and the report of both rounds run. Round 1 published a headline δ of 1 (an
-    unseeded tiny run's float64 noise): the headline of both rounds still composes, the
-    release's own cost taken at the analysis δ as `pate analyze` charged it."""
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run)
-    release = json.loads((run / rundir.RELEASE_JSON).read_text())
-    (run / rundir.RELEASE_JSON).write_text(json.dumps(dict(release, delta=1.0)))
-    labels1 = (run / rundir.LABELS_NPZ).read_bytes()
-    r = invoke("run", "--config", TINY, "--workdir", run, "--set", "rounds.rounds=2", "--set", "rounds.queries=10",
-               "--set", 'rounds.student_init="round1"', "--set", "rounds.student_steps=5", "--no-progress", "--seed", 3)
-    assert r.exit_code == 0, r.output
-    assert "[label] running" not in r.output and (run / rundir.LABELS_NPZ).read_bytes() == labels1  # not relabelled
-    assert "[round2] running" in r.output and "[student2] running" in r.output and "[analyze2] running" in r.output
-    details = json.loads((run / rundir.RELEASE_JSON).read_text())["details"]
-    assert details["rounds"] == 2 and details["eps_round1"] == release["eps"]
-    assert json.loads((run / rundir.STUDENT_JSON).read_text())["rounds"] == 2

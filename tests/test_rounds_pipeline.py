@@ -9,13 +9,14 @@ import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 
 from pate.steps import pipeline
 from pate.store import digests, ledger, rundir
 from pate.store.door import STALE_PREFIX
 
-from conftest import TINY, invoke, one_line, snapshot
+from conftest import ROOT, TINY, invoke, one_line, snapshot
 
 #: The tiny config with two rounds: round 2's queries left at their default (800, more than
 #: the 100 the tiny pool leaves: the default fits the run), a short student of both rounds.
@@ -52,7 +53,8 @@ def stale(run) -> list[str]:
 @pytest.fixture(scope="module")
 def two_round_run(finished_tiny, tmp_path_factory):
     """A finished tiny round 1, then `pate run` with two rounds killed right after round 2's
-    commit, then resumed: what each stage left."""
+    commit, then resumed: what each stage left. Round 1's release.json says a headline δ of 1
+    (an unseeded tiny run's float64 noise): the headline of both rounds still composes."""
     from pate.config import load_config
 
     base = tmp_path_factory.mktemp("rounds-pipeline")
@@ -63,15 +65,32 @@ def two_round_run(finished_tiny, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATE_LEDGER_DIR", str(base / "ledgers"))
         ledger.import_run(run, echo=lambda *_: None)
+        release1 = json.loads((run / rundir.RELEASE_JSON).read_text())
+        (run / rundir.RELEASE_JSON).write_text(json.dumps(dict(release1, delta=1.0)))
+        labels1 = (run / rundir.LABELS_NPZ).read_bytes()
         kill_after(mp, "round2")
+        lines: list[str] = []
         with pytest.raises(Killed):
-            pipeline.run(load_config(config_path), run, seed=3, show_progress=False, echo=lambda *_: None)
+            pipeline.run(load_config(config_path), run, seed=3, show_progress=False, echo=lines.append)
         mp.undo()
         mp.setenv("PATE_LEDGER_DIR", str(base / "ledgers"))
-        killed = dict(charges=charges(run), labels2=(run / rundir.LABELS_ROUND2_NPZ).read_bytes(), stale=stale(run))
+        killed = dict(charges=charges(run), labels2=(run / rundir.LABELS_ROUND2_NPZ).read_bytes(), stale=stale(run),
+                      output="\n".join(lines))
         resumed = invoke("run", "--config", config_path, "--workdir", run, "--no-progress", "--seed", 4)
         done = dict(charges=charges(run), snapshot=snapshot(run), stale=stale(run))
-    return dict(run=run, config=config_path, ledgers=base / "ledgers", killed=killed, resumed=resumed, done=done)
+    return dict(run=run, config=config_path, ledgers=base / "ledgers", killed=killed, resumed=resumed, done=done,
+                release1=release1, labels1=labels1)
+
+
+def test_two_rounds_on_a_finished_round1_run_round2_only(two_round_run):
+    """`pate run` with two rounds on a finished round 1: round 1's steps are skipped, round 2
+    runs and asks what the tiny pool has left ([rounds] queries defaults to more)."""
+    out, run = two_round_run["killed"]["output"], two_round_run["run"]
+    assert "[label] running" not in out and "[student] running" not in out and "[round2] running" in out
+    assert (run / rundir.LABELS_NPZ).read_bytes() == two_round_run["labels1"]  # not relabelled
+    assert np.load(run / rundir.LABELS_ROUND2_NPZ)["indices"].size == 200 - 100  # the pool's rest
+    details = json.loads((run / rundir.RELEASE_JSON).read_text())["details"]
+    assert details["rounds"] == 2 and details["eps_round1"] == two_round_run["release1"]["eps"]
 
 
 def test_a_run_killed_after_round2_commits_resumes_without_releasing_it_again(two_round_run):
@@ -147,3 +166,58 @@ def test_round1_student_kept_by_round2_is_a_folder_checked_against_its_record(tw
     line = one_line(r)
     assert r.exit_code == 1 and rundir.STUDENT_ROUND1_JSON in line and "--overwrite" in line
     assert snapshot(run) == before
+
+
+#: Run as ``python -c DRIVER STEP ARGS...``: `pate ARGS` that dies (os._exit, as SIGKILL: no
+#: cleanup, the lock left to the next command) right after step STEP committed its artifacts.
+DRIVER = """
+import os, sys
+from pate.steps import pipeline
+real = pipeline._Manifest.record
+def record(self, step_, config, figures):
+    if step_.name == sys.argv[1]:
+        os._exit(137)
+    real(self, step_, config, figures)
+pipeline._Manifest.record = record
+from cli import main
+main(sys.argv[2:])
+"""
+
+BOUNDARIES = ("teachers", "label", "student", "analyze", "round2", "student2", "analyze2")
+
+
+@pytest.mark.slow  # a whole two-round tiny run in 8 processes: about 2 min of CPU
+def test_two_rounds_killed_at_every_step_boundary(tmp_path, monkeypatch):
+    """`pate run` with two rounds, killed right after each step's commit in turn, each time
+    resumed by the next: every committed step is recognised and none runs twice, the ledger
+    holds each release once; then a second run skips all, and a rounds = 1 config is refused."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "two.toml"
+    config.write_text(TINY.read_text().replace("\nsteps = 100\n", "\nsteps = 30\n") + TWO_ROUNDS)
+    run = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATE_LEDGER_DIR": str(tmp_path / "ledgers")}
+    monkeypatch.setenv("PATE_LEDGER_DIR", env["PATE_LEDGER_DIR"])
+    args = ["run", "--config", config, "--workdir", run, "--no-progress", "--seed", 3]
+    made: dict[str, bytes] = {}
+    for name in BOUNDARIES:
+        done = subprocess.run([sys.executable, "-c", DRIVER, name, *map(str, args)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 137, done.stdout + done.stderr
+        ran = [ln.split("]")[0][1:] for ln in done.stdout.splitlines() if "] running" in ln]
+        assert ran == [name], (name, done.stdout)  # every step before was recognised as committed
+        main = next(s for s in (*pipeline.STEPS, *pipeline.ROUND2_STEPS) if s.name == name).main
+        made[name] = (run / main).read_bytes()
+    kinds = [(k, r) for k, r, _ in charges(run)]
+    assert kinds == [("labels", None), ("sanitised-eps", None), ("labels", 2), ("sanitised-eps", None)]
+    r = invoke(*args)
+    assert r.exit_code == 0 and r.output.count("up to date: skipped") == 7, r.output
+    for name in ("label", "round2", "student2", "analyze2"):  # the committed work, not made again
+        main = next(s for s in (*pipeline.STEPS, *pipeline.ROUND2_STEPS) if s.name == name).main
+        assert (run / main).read_bytes() == made[name], name
+    assert len(charges(run)) == 4
+    before = snapshot(run)
+    r = invoke("run", "--config", TINY, "--workdir", run, "--no-progress")
+    assert r.exit_code == 1 and "rounds = 1" in one_line(r)
+    assert snapshot(run) == before and len(charges(run)) == 4

@@ -343,6 +343,16 @@ def _check_rounds(config: Config, run: rundir.RunDir) -> None:
                         "(as the run's config.toml), --overwrite (every step again) or another --workdir")
 
 
+def _as_recorded(config: Config, step: Step) -> Config:
+    """The config a step's artifacts record when it ran from `config`: the student of both
+    rounds records the steps it trained (``[rounds] student_steps`` for ``[student] steps``,
+    `pate.steps.student.train_student`), and config.toml says so until the run ends."""
+    if step.name == "student2" and config.rounds.student_steps:
+        steps = config.rounds.student_steps
+        return dataclasses.replace(config, student=dataclasses.replace(config.student, steps=steps))
+    return config
+
+
 def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Config,
                  stored: Config | None, upstream_ran: bool) -> str | None:
     """None when `step` is up to date, else why it must run."""
@@ -370,15 +380,15 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
         if entry.get("inputs_hmac") != manifest.digest_inputs(step):
             return "its inputs changed"
         return None
-    # Made by a single command: find its config by the hash in its meta.
-    made_with = _meta_hash(main)
-    source = next((c for c in (config, stored) if c is not None and config_hash(c) == made_with), None)
+    # Made by a single command (or killed before its record): find its config by the hash in its meta.
+    made_with, recorded = _meta_hash(main), _as_recorded(config, step)
+    source = next((c for c in (config, recorded, stored) if c is not None and config_hash(c) == made_with), None)
     if source is None and step.name == "teachers" and stored is not None:
         # Every command carries config.toml's [data] and [teachers] forward unchanged.
         source = stored
     if source is None:
         return "made by an unknown config"
-    if section_hash(source, step.sections) != want:
+    if section_hash(source, step.sections) not in (want, section_hash(recorded, step.sections)):
         return _changed([n for n in step.sections if section_hash(source, [n]) != section_hash(config, [n])])
     if step.name in ("student", "student2"):
         info = run.read_json(step.main)
