@@ -145,7 +145,7 @@ def label_round2(config: Config, workdir, *, queries: int | None = None, seed: i
       echo: where progress lines go.
 
     Raises:
-      PateError: no finished round 1, too many queries for the pool left, a release over
+      PateError: no finished round 1, ``queries`` above what round 1 left, a release over
         the ledger's budget, a round 2 already there without ``overwrite``.
     """
     from pate.data import load_dataset, split
