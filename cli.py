@@ -152,7 +152,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
             **{"--" + k.replace("_", "-"): v for k, v in noise.items()}})
         from pate.steps.label_round2 import label_round2  # imports JAX
 
-        label_round2(config, workdir, seed=seed, overwrite=overwrite, echo=click.echo)
+        label_round2(config, workdir, queries=queries, seed=seed, overwrite=overwrite, echo=click.echo)
         return
     if select is not None or check is not None:
         raise click.UsageError("--select and --check apply with --round 2 only")

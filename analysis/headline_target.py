@@ -34,12 +34,12 @@ everywhere (the release's cost is the GNSS bound of `analysis.gnss.rdp_gnss`).
 
 **A later round** (`pate label --round 2` under a target for both rounds): ``offset`` is
 the RDP that earlier rounds published at one order λ (their sanitised RDP plus each
-release's cost, public). The headline of both rounds by the RDP route of
-`analysis.rounds.cumulative_headline` is conv_λ(offset + g·max(0, round(f/g) + Z) + c),
+release's cost, public). The sum of both rounds' sanitised RDPs, converted at λ
+(`analysis.rounds.diagnostics`, "rdp"), is conv_λ(offset + g·max(0, round(f/g) + Z) + c),
 the form above with c replaced by offset + c, so the same computation plans it at that
-order alone. The data-independent cap and the basic route are left out of the plan (the
-published headline is the least of the routes, so the P computed without them is a lower
-bound on the true one).
+order alone. That sum is an ex-post figure, not the published headline of both rounds (the
+data-independent composition, `analysis.rounds`): the plan keeps the diagnostic within the
+target, and the report names it so.
 
 **The teachers checking a student** (round 2 with ``[rounds] check = "interactive"``): the
 simulated ensembles are paired with a public model of the student (`analysis.simulated_votes`:

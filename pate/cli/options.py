@@ -266,7 +266,8 @@ def label_options():
                           "in a new run directory starts from."),
         noise("LNMax: Laplace noise of scale 1/gamma.", "Confident-GNMax threshold noise."),
         click.option("--queries", type=int, callback=at_least_one, help="Query the first N pool points (with "
-                     "--round 2: N points not queried in round 1; default rounds.queries)."),
+                     "--round 2: N points not queried in round 1; default rounds.queries at most, as many as "
+                     "round 1 left)."),
         click.option("--round", "round_", type=click.IntRange(1, 2), default=1, show_default=True,
                      help="2: the interactive round on a finished round 1 (labels.npz and its student): "
                      "teachers as ridge heads on the student's features, queries chosen by its uncertainty."),

@@ -25,11 +25,12 @@ class RoundsConfig:
     (penalty `ridge`) on the round-1 student's features reduced to `pca_dim` dimensions
     by a PCA of the public pool; each on its round-1 teacher's shard.
 
-    With `[privacy] target_eps` the target is the headline of **both** rounds: round 1 is
-    planned for `round1_target_eps` (0: the whole target, leaving round 2 what its draw
-    left), and round 2 asks at most `queries`, as many as keep the headline of both rounds
-    within the target with the target probability given round 1's published RDP
-    (`pate.release.target.choose_round2`).
+    With `[privacy] target_eps` and two rounds, round 1 is planned for `round1_target_eps`
+    (0: the whole target, leaving round 2 what its draw left), and round 2 asks at most
+    `queries`, as many as keep the sum of both rounds' sanitised RDPs (an ex-post figure, not
+    the published headline of both rounds: `analysis.rounds`) within the target with the
+    target probability given round 1's published RDP (`pate.release.target.choose_round2`).
+    Without a target round 2 asks `queries` at most, as many as round 1 left unqueried.
 
     With `check` = "interactive" the teachers answer where they outvote the round-1 student
     (Interactive-GNMax, the 2018 paper's Algorithm 2; `analysis.interactive`): Confident-GNMax's

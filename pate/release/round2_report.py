@@ -50,9 +50,11 @@ def _round1(workdir) -> tuple[dict, composition.Cost, composition.Cost]:
 def cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, released2: composition.Cost,
                delta: float, conversion: str) -> report_mod.PrivacyReport:
     """Round 2's report with its headline replaced by the ε of everything both rounds
-    released (`analysis.rounds.cumulative_headline`); round 2's own headline is kept as
-    ``eps_round2``. ``released2``: the cost of round 2's sanitised release."""
-    from analysis.rounds import ROUTES, cumulative_headline
+    released (`analysis.rounds.cumulative_headline`: the data-independent composition, the
+    only one proven); round 2's own headline is kept as ``eps_round2``, and the sums of both
+    rounds' ex-post figures (`analysis.rounds.diagnostics`) only as private, unpublished rows.
+    ``released2``: the cost of round 2's sanitised release."""
+    from analysis.rounds import DIAGNOSTICS, ROUTE, cumulative_headline, diagnostics
 
     first, labels1, released1 = _round1(workdir)
     found = next((e for e in (book.find("sanitised-eps", subject) for subject in
@@ -66,13 +68,14 @@ def cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, relea
     second["delta"] = second["delta_total"]
     cum = cumulative_headline(first, second, every, delta, conversion)
     items = tuple(report_mod.Item("eps", "HEADLINE eps (both rounds, everything released)", cum.eps, True,
-                                  f"at delta {cum.delta:g}; {ROUTES[cum.route]}") if i.key == "eps"
+                                  f"at delta {cum.delta:g}; {ROUTE} ({cum.route.upper()})") if i.key == "eps"
                   else report_mod.Item("delta_total", i.label, cum.delta, True, "both rounds")
                   if i.key == "delta_total" else i for i in rep.items)
     items += (report_mod.Item("rounds", "rounds", 2, True, "labels.npz, then labels-round2.npz"),
-              report_mod.Item("eps_round1", "round 1's published headline eps", float(first["eps"]), True,
+              report_mod.Item("eps_round1", "round 1's own headline eps (not composable)", float(first["eps"]), True,
                               "release-round1.json"),
-              report_mod.Item("eps_round2", "round 2's own headline eps", float(second["eps"]), True,
+              report_mod.Item("eps_round2", "round 2's own headline eps (not composable)", float(second["eps"]), True,
                               f"at delta {second['delta']:g}"),
-              *(report_mod.Item(f"eps_route_{k}", f"route: {ROUTES[k]}", v, True) for k, v in cum.routes.items()))
+              *(report_mod.Item(f"eps_diagnostic_{k}", DIAGNOSTICS[k], v, False)
+                for k, v in diagnostics(first, second, delta, conversion).items()))
     return dataclasses.replace(rep, items=items)

@@ -3,10 +3,11 @@
 Round 1 released ``labels.npz`` and a student learnt from it. That student is public
 (post-processing of round 1's release and the public pool), so round 2 may use it twice:
 
-- **which points to ask** (`pate.release.selection`): the ``[rounds] queries`` pool points not
-  queried in round 1 about which the round-1 student is least sure (``select``:
-  ``uncertain`` or ``margin``). The number of queries is fixed by the config or the
-  command line, the choice reads the student and the pool only: no vote, no private value.
+- **which points to ask** (`pate.release.selection`): pool points not queried in round 1
+  about which the round-1 student is least sure (``select``: ``uncertain`` or ``margin``).
+  How many: ``--queries`` exactly, else ``[rounds] queries`` at most, as many as round 1 left
+  unqueried (`round2_queries`: the pool's size and round 1's released indices, both public).
+  The choice reads the student and the pool only: no vote, no private value.
 - **what the teachers stand on** (`pate.programs.heads`): teacher t of round 2 is a ridge head on
   the student's penultimate features, reduced by a PCA fitted on the public pool only,
   trained on teacher t's round-1 shard (the same partition). Head t depends on shard t
@@ -114,20 +115,37 @@ def round1_release(run: rundir.RunDir) -> tuple[dict, dict, str]:
                     f"{run / rundir.LABELS_NPZ}; run `pate analyze --workdir {run.path}` first")
 
 
-def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
-                 echo=print) -> RoundResult:
+def round2_queries(configured: int, asked: int | None, left: int) -> int:
+    """How many queries round 2 asks: ``asked`` (``--queries``) exactly, else the config's
+    ``[rounds] queries`` at most, as many as the ``left`` pool points round 1 did not query.
+    Public values only: the pool's size and round 1's released indices.
+
+    Raises:
+      PateError: ``asked`` is more than ``left``; nothing is left.
+    """
+    if asked is not None and asked > left:
+        raise PateError(f"--queries = {asked} but only {left} pool points were not queried in round 1; "
+                        "ask at most that many")
+    if left < 1:
+        raise PateError("round 1 queried every pool point: none is left for round 2")
+    return asked if asked is not None else min(configured, left)
+
+
+def label_round2(config: Config, workdir, *, queries: int | None = None, seed: int | None = None,
+                 overwrite: bool = False, echo=print) -> RoundResult:
     """Releases round 2's labels (module docstring) with ``config.rounds``.
 
     Args:
       config: the run's config (its ``[data]``, ``[teachers]`` partition, ``[rounds]``).
       workdir: a run directory with round 1 finished (labels.npz, its student, release.json).
+      queries: ask exactly this many; None: ``[rounds] queries`` at most (`round2_queries`).
       seed: noise seed (research only; never written). Default: OS entropy.
       overwrite: replace an existing round-2 release (the student and report made from it
         are moved aside).
       echo: where progress lines go.
 
     Raises:
-      PateError: no finished round 1, too many queries for the pool left, a release over
+      PateError: no finished round 1, ``queries`` above what round 1 left, a release over
         the ledger's budget, a round 2 already there without ``overwrite``.
     """
     from pate.data import load_dataset, split
@@ -135,14 +153,12 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
     with step("round2", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
         aggregation.noise_source(seed)  # refuses a bad seed before anything is computed
         release_target.check_round2(config)
-        run, rc = door.run, config.rounds
+        run = door.run
         first, released1, release_name = round1_release(run)
         student_files = round1_student(run)
         splits = split(load_dataset(config.data), config.data.public_size)
         candidates = np.setdiff1d(np.arange(splits.pool_x.shape[0]), first["indices"])
-        if rc.queries > candidates.size:
-            raise PateError(f"rounds.queries = {rc.queries} but only {candidates.size} pool points were not "
-                            "queried in round 1; ask at most that many")
+        rc = dataclasses.replace(config.rounds, queries=round2_queries(config.rounds.queries, queries, candidates.size))
         from pate.release.budget import accountable_record, resolve
 
         record = accountable_record(dataclasses.replace(config.aggregation, queries=rc.queries), config.privacy)
@@ -154,8 +170,8 @@ def label_round2(config: Config, workdir, *, seed: int | None = None, overwrite:
 
             offsets = check_offsets(probs, config.teachers.num_teachers)
         # A target for both rounds: round 2 asks as many queries as round 1's draw left room for.
-        plan = release_target.choose_round2(config, config.teachers.num_teachers, splits.num_classes, released1,
-                                            record=record,
+        plan = release_target.choose_round2(dataclasses.replace(config, rounds=rc), config.teachers.num_teachers,
+                                            splits.num_classes, released1, record=record,
                                             student=_checked_student(config, student, splits, offsets), echo=echo)
         queries = rc.queries if plan is None else plan.num_queries
         cost = composition.labels_cost(record, queries)

@@ -51,7 +51,7 @@ from typing import Callable, Iterable
 from analysis.errors import PateError
 from analysis.mechanisms import Mechanism
 from pate.store import digests, rundir
-from pate.release.labels import read_labels, read_run_labels, release_digest
+from pate.release.labels import read_labels, read_run_labels, release_digest, release_subjects
 from pate.config import check_config, Config, config_hash, config_to_dict
 from pate.store.door import step
 from pate.release.run_summary import RunSummary, StepRecord, summarise
@@ -90,6 +90,7 @@ class Step:
     upstream: tuple[str, ...]
     inputs: tuple[str, ...]
     run: Callable[[_Context], dict]
+    kept: bool = False  # round 1's student or release as round 2 kept them: never made again in place
 
 
 _TEACHER_SECTIONS = ("data", "teachers")
@@ -199,8 +200,8 @@ def steps_of(config: Config, run_dir: rundir.RunDir) -> tuple[Step, ...]:
     if config.rounds.rounds == 1:
         return STEPS
     kept = {"student": dict(artifacts=(rundir.STUDENT_ROUND1_DIR, rundir.STUDENT_ROUND1_JSON),
-                            main=rundir.STUDENT_ROUND1_JSON),
-            "analyze": dict(artifacts=(rundir.RELEASE_ROUND1_JSON,), main=rundir.RELEASE_ROUND1_JSON)}
+                            main=rundir.STUDENT_ROUND1_JSON, kept=True),
+            "analyze": dict(artifacts=(rundir.RELEASE_ROUND1_JSON,), main=rundir.RELEASE_ROUND1_JSON, kept=True)}
     if not run_dir.exists(rundir.STUDENT_ROUND1_JSON):
         kept = {}
     return tuple(dataclasses.replace(s, **kept.get(s.name, {})) for s in STEPS) + ROUND2_STEPS
@@ -301,9 +302,62 @@ def _changed(names) -> str:
     return "config changed in " + ", ".join(f"[{n}]" for n in names)
 
 
+def _kept_state(run: rundir.RunDir, step: Step) -> str | None:
+    """None when round 1's student or release, as round 2 kept them (`steps_of`), is whole
+    and made from ``labels.npz``, else what is wrong. Its config is checked by round 2's
+    step, whose sections hold every section of theirs: they were made before round 2."""
+    missing = [a for a in step.artifacts if not run.exists(a)]
+    if missing:
+        return f"{', '.join(missing)} missing"
+    damage = digests.damaged(run.path, step.artifacts)
+    if damage is not None:
+        return damage
+    doc = run.read_json(step.main)
+    if step.name == "student":
+        made_from = doc.get("labels_sha256") == release_digest(run.path, 1)
+    else:
+        made_from = (doc.get("meta") or {}).get("labels_sha256") in release_subjects(run / rundir.LABELS_NPZ)
+    return None if made_from else f"{step.main} was not made from {rundir.LABELS_NPZ}"
+
+
+def _refuse_replacing(run: rundir.RunDir, step: Step, reason: str) -> None:
+    """`pate run` never replaces round 2's release nor what it stood on (round 1's student and
+    release it kept): it refuses in one line, naming what and the options that would."""
+    if step.kept:
+        raise PateError(f"{run / step.main}: {reason}; round 2's release stood on it and `pate run` does not "
+                        "make it again over a finished round 2: run with --overwrite (every step again, new "
+                        "releases) or in another --workdir")
+    if step.name == "round2" and run.exists(rundir.LABELS_ROUND2_NPZ):
+        raise PateError(f"{run / rundir.LABELS_ROUND2_NPZ} is a finished round-2 release ({reason}); `pate run` "
+                        f"does not replace it: `pate label --round 2 --workdir {run.path} --overwrite` releases "
+                        "round 2 again, or use another --workdir")
+
+
+def _check_rounds(config: Config, run: rundir.RunDir) -> None:
+    """Refuses a rounds = 1 config on a run that holds round 2: its steps would train the
+    round-1 student over the student of both rounds and publish over their release."""
+    held = [n for n in (rundir.LABELS_ROUND2_NPZ, rundir.STUDENT_ROUND1_JSON) if run.exists(n)]
+    if config.rounds.rounds == 1 and held:
+        raise PateError(f"{run.path} holds round 2 ({', '.join(held)}) and this config has rounds = 1: its run "
+                        "would replace the student of both rounds and their release.json; run with rounds = 2 "
+                        "(as the run's config.toml), --overwrite (every step again) or another --workdir")
+
+
+def _as_recorded(config: Config, step: Step) -> Config:
+    """The config a step's artifacts record when it ran from `config`: the student of both
+    rounds records the steps it trained (``[rounds] student_steps`` for ``[student] steps``,
+    `pate.steps.student.train_student`), and config.toml says so until the run ends."""
+    if step.name == "student2" and config.rounds.student_steps:
+        steps = config.rounds.student_steps
+        return dataclasses.replace(config, student=dataclasses.replace(config.student, steps=steps))
+    return config
+
+
 def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Config,
                  stored: Config | None, upstream_ran: bool) -> str | None:
     """None when `step` is up to date, else why it must run."""
+    if step.kept:
+        return _kept_state(run, step)
     missing = [a for a in step.artifacts if not run.exists(a)]
     if missing:
         return f"{', '.join(missing)} missing"
@@ -326,15 +380,15 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
         if entry.get("inputs_hmac") != manifest.digest_inputs(step):
             return "its inputs changed"
         return None
-    # Made by a single command: find its config by the hash in its meta.
-    made_with = _meta_hash(main)
-    source = next((c for c in (config, stored) if c is not None and config_hash(c) == made_with), None)
+    # Made by a single command (or killed before its record): find its config by the hash in its meta.
+    made_with, recorded = _meta_hash(main), _as_recorded(config, step)
+    source = next((c for c in (config, recorded, stored) if c is not None and config_hash(c) == made_with), None)
     if source is None and step.name == "teachers" and stored is not None:
         # Every command carries config.toml's [data] and [teachers] forward unchanged.
         source = stored
     if source is None:
         return "made by an unknown config"
-    if section_hash(source, step.sections) != want:
+    if section_hash(source, step.sections) not in (want, section_hash(recorded, step.sections)):
         return _changed([n for n in step.sections if section_hash(source, [n]) != section_hash(config, [n])])
     if step.name in ("student", "student2"):
         info = run.read_json(step.main)
@@ -360,15 +414,19 @@ def preflight(config: Config, seed: int | None) -> Mechanism | None:
     record = accountable_record(config.aggregation, config.privacy)
     resolve(record, config.aggregation.queries, num_teachers=config.teachers.num_teachers,
             pool_size=config.data.public_size)
-    left = config.data.public_size - config.aggregation.queries
-    if config.rounds.rounds == 2 and config.rounds.queries > left:
-        raise PateError(f"rounds.queries = {config.rounds.queries} but round 1 leaves {left} pool points "
-                        "unqueried; ask at most that many in round 2")
     if config.rounds.rounds == 2:
         from pate.release.target import check_round2
+        from pate.steps.label_round2 import round2_queries
 
+        round2_queries(config.rounds.queries, None, _left_for_round2(config))  # refuses an empty rest
         check_round2(config)
     return record
+
+
+def _left_for_round2(config: Config) -> int:
+    """The pool points round 1 leaves unqueried (public: the pool's size, round 1's queries);
+    round 2 asks ``[rounds] queries`` of them at most (`pate.steps.label_round2.round2_queries`)."""
+    return config.data.public_size - config.aggregation.queries
 
 
 def _fine_grained_preflight(config: Config) -> None:
@@ -404,7 +462,7 @@ def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism | Non
         return
     costs = [composition.labels_cost(record, config.aggregation.queries)]
     if config.rounds.rounds == 2:
-        costs.append(composition.labels_cost(record, config.rounds.queries))
+        costs.append(composition.labels_cost(record, min(config.rounds.queries, _left_for_round2(config))))
     Ledger.for_config(config).check_budget(costs, config.privacy.total_budget, config.privacy.delta,
                                            "this run's label release")
 
@@ -437,6 +495,8 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
     with step("run", workdir, config=config, data=data, echo=echo) as door:
         run_dir = door.run
         check_budget(config, run_dir, record)
+        if not overwrite:
+            _check_rounds(config, run_dir)
         manifest = _Manifest(run_dir)
         records = _run_steps(config, run_dir, manifest, overwrite, seed, show_progress, echo)
         door.write_config()
@@ -454,13 +514,16 @@ def _run_steps(config: Config, run_dir: rundir.RunDir, manifest: "_Manifest", ov
     stored = run_dir.stored_config()
     records: list[StepRecord] = []
     ran: set[str] = set()
-    for step_ in steps_of(config, run_dir):
+    for i in range(len(steps_of(config, run_dir))):
+        step_ = steps_of(config, run_dir)[i]  # asked again: a step run again moves round 2's copies aside
         reason = "--overwrite" if overwrite else _check_state(run_dir, manifest, step_, config, stored,
                                                               bool(ran & set(step_.upstream)))
         if reason is None:
             echo(f"[{step_.name}] up to date: skipped")
             records.append(StepRecord(step_.name, False, 0.0, "up to date"))
             continue
+        if not overwrite:
+            _refuse_replacing(run_dir, step_, reason)
         echo(f"[{step_.name}] running ({reason})")
         manifest.forget(step_.name)
         t0 = time.time()

@@ -126,9 +126,9 @@ def damaged(run_path: str | Path, artifacts, readers: dict | None = None) -> str
     say, or None when they are intact: each present file must be a readable plain file
     (.npz readable, .json an object), each folder a folder (never a link, a FIFO or a
     file in its place), and a checkpoint the one its record's sha256 names (teachers.json:
-    ``checkpoint.sha256`` of ``teachers/<step>``; student.json: ``checkpoint_sha256`` of
-    ``student/``). `readers` (name -> function of the path) read a file in full
-    (`pate.release.labels.read_labels`). What `pate run` checks before it skips a step."""
+    ``checkpoint.sha256`` of ``teachers/<step>``; student.json and student-round1.json:
+    ``checkpoint_sha256`` of ``student/`` and ``student-round1/``). `readers` (name -> function
+    of the path) read a file in full (`pate.release.labels.read_labels`). What `pate run` checks before it skips a step."""
     from pate.store import rundir
 
     run = Path(run_path)
@@ -160,5 +160,6 @@ def _check_checkpoint(run: Path, record: str, info: dict) -> None:
     if record == rundir.TEACHERS_JSON and isinstance(info.get("checkpoint"), dict):
         folder = run / rundir.TEACHERS_DIR / str(info["checkpoint"].get("step"))
         check_recorded("teacher checkpoint", folder, info["checkpoint"].get("sha256"), "train again")
-    elif record == rundir.STUDENT_JSON:
-        check_recorded("student checkpoint", run / rundir.STUDENT_DIR, info.get("checkpoint_sha256"), "train again")
+    elif record in (rundir.STUDENT_JSON, rundir.STUDENT_ROUND1_JSON):  # round 2 keeps a byte copy of both
+        folder = rundir.STUDENT_DIR if record == rundir.STUDENT_JSON else rundir.STUDENT_ROUND1_DIR
+        check_recorded("student checkpoint", run / folder, info.get("checkpoint_sha256"), "train again")
