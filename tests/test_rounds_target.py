@@ -102,3 +102,15 @@ def test_choose_round2_reads_round1_published_values_only():
         release_target.choose_round2(_fashion(), 500, 10, {"eps": 1.0, "details": {"eps_sanitized": 1.0}})
     off = dataclasses.replace(_fashion(), privacy=dataclasses.replace(_fashion().privacy, target_eps=0.0))
     assert release_target.choose_round2(off, 500, 10, first) is None
+
+
+def test_round2_is_refused_when_round1_alone_spends_the_target_data_independently():
+    """The headline of both rounds is their data-independent composition: a round 1 whose own
+    data-independent figure (labels + sanitised draw) reaches the target leaves no round 2,
+    however low its sanitised RDP."""
+    first = {"eps": 1.29, "details": {"rdp_sanitized": 0.508, "release_rdp_cost": 0.05, "release_order": 12.0,
+                                      "eps_data_independent_with_release": 4.8}}
+    with pytest.raises(PateError, match="no round 2 fits privacy.target_eps = 2"):
+        release_target.choose_round2(_fashion(queries=3000), 500, 10, first, echo=lambda *_: None)
+    first["details"]["eps_data_independent_with_release"] = 1.5
+    assert release_target.choose_round2(_fashion(queries=3000), 500, 10, first, echo=lambda *_: None) is not None

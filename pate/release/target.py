@@ -91,13 +91,19 @@ def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *, s
     with ``[rounds] check = "interactive"``, the round-1 student the teachers check.
 
     Raises:
-      PateError: round 1 published no GNSS release (LNMax, or data-independent only), or no
-        round-2 release meets the target after round 1's draw.
+      PateError: round 1 already spends the target data-independently (what the headline of
+        both rounds publishes); round 1 published no GNSS release (LNMax, or data-independent
+        only); or no round-2 release meets the target after round 1's draw.
     """
     p = config.privacy
     if not p.target_eps:
         return None
     details = first.get("details") or {}
+    spent = details.get("eps_data_independent_with_release")
+    if isinstance(spent, (int, float)) and spent >= p.target_eps:
+        raise PateError(f"round 1 alone spends eps {spent:.3f} data-independently (labels and sanitised draw), "
+                        f"which is what the headline of both rounds publishes: no round 2 fits "
+                        f"privacy.target_eps = {p.target_eps:g}; set rounds.rounds = 1 or raise the target")
     try:
         offset = float(details["rdp_sanitized"]) + float(details["release_rdp_cost"])
         order = float(details["release_order"])
