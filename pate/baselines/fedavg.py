@@ -246,7 +246,7 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
         door.out.write_json(rundir.FEDAVG_JSON, {"data_set": book.summary(delta, extra=[plan.cost]),
                                                  **_record(config, plan, result, theta, train_x, seed,
                                                            splits.num_classes, int(test_y.size))}, config)
-        book.charge("fedavg", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
+        door.charge(book, "fedavg", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="fedavg:" + digests.file_digest(door.out / rundir.FEDAVG_JSON),
                     mechanism={"name": "fedavg", "algorithm": cfg.algorithm, "describe":
                                f"{cfg.algorithm} {cfg.mechanism}: {plan.cost.describe()}, "
