@@ -164,11 +164,19 @@ def dpsgd_cost(sampling_rate: float, noise_multiplier: float, steps: int) -> Cos
 
 # --------------------------------------------------------------------------- RDP and PLD of a cost
 
+#: Below this ε₀ `rr_rdp` uses the zCDP bound: the exact formula has lost most of its digits.
+_SMALL_EPS0 = 1e-4
+
+
 def rr_rdp(eps0: float, orders) -> np.ndarray:
     """Rényi divergence of binary randomized response at ε₀ (module docstring), per order."""
     orders = np.asarray(orders, dtype=float)
     if eps0 == 0:
         return np.zeros_like(orders)
+    if eps0 < _SMALL_EPS0:
+        # The difference below is O(α ε₀²) out of O(1) terms: at ε₀ = 1e-30 it rounds below 0.
+        # ε₀-DP is (ε₀²/2)-zCDP (Bun & Steinke 2016, Proposition 3.3), so α ε₀²/2 bounds it above.
+        return orders * (eps0 * eps0 / 2.0)
     log_p = -math.log1p(math.exp(-eps0)) if eps0 < 700 else 0.0
     log_q = -eps0 + log_p  # log(1 - p) = log p - eps0
     a1 = orders - 1.0

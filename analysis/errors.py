@@ -16,3 +16,9 @@ class OptionError(PateError):
     def __init__(self, option: str, message: str):
         super().__init__(message)
         self.option = option
+
+
+class CommitFailed(PateError):
+    """A commit (the renames that put a release's staged files into place) that failed and
+    put every file back as it was: nothing it was to publish ever reached its place, so a
+    charge made for it is withdrawn (`pate.store.door.publish`)."""

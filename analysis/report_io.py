@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import tempfile
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.errors import PateError
+from analysis.errors import CommitFailed, PateError
 
 if TYPE_CHECKING:
     from analysis.report import PrivacyReport
@@ -266,31 +267,69 @@ def plot_bytes(report: PrivacyReport) -> bytes:
 
 
 class StagedOutputs:
-    """A report's files written to temp files beside their targets (`stage_outputs`):
-    `commit` renames them all into place, `discard` deletes them."""
+    """A report's files written to owner-only temp files beside their targets
+    (`stage_outputs`): `commit` puts them all into place, `discard` deletes them."""
 
-    def __init__(self, staged: list[tuple[str, str]]):
-        self.staged = staged  # (temp file, target)
+    def __init__(self, staged: list[tuple[str, str, bool]]):
+        self.staged = staged  # (temp file, target, private)
 
     def commit(self) -> None:
-        for tmp, path in self.staged:
-            os.replace(tmp, path)
+        """Renames every staged file into place, all or nothing: private files first, each
+        file it replaces kept aside until the end, and a public file given its public mode
+        (it was owner-only) once it is in place, last. A failure puts every file back as it
+        was and deletes the temp files; it raises `CommitFailed` when no public file had
+        been opened to others (the release was never out), else a plain `PateError`.
+        """
+        done: list[tuple[str, str]] = []  # renames made, undone in reverse on failure
+        kept: list[str] = []  # the files replaced, kept aside until the commit is whole
+        opened = False
+        try:
+            for tmp, path, private in sorted(self.staged, key=lambda s: not s[2]):
+                if os.path.lexists(path):
+                    aside = os.path.join(os.path.dirname(os.path.abspath(path)),
+                                         f".{os.path.basename(path)}.{secrets.token_hex(8)}.old.tmp")
+                    os.replace(path, aside)
+                    done.append((path, aside))
+                    kept.append(aside)
+                os.replace(tmp, path)
+                done.append((tmp, path))
+                if not private:
+                    opened = True
+                    os.chmod(path, _public_mode())
+        except OSError as err:
+            for src, dst in reversed(done):
+                os.replace(dst, src)
+            self.discard()
+            why = (f"cannot put {err.filename or 'a report file'} in place: {err.strerror or err}; nothing "
+                   "was changed")
+            raise (PateError(why + " (a public file was readable for a moment)") if opened
+                   else CommitFailed(why)) from None
+        for aside in kept:
+            _unlink(aside)
         self.staged = []
 
     def discard(self) -> None:
-        for tmp, _ in self.staged:
+        for tmp, _, _ in self.staged:
             _unlink(tmp)
         self.staged = []
 
 
+def _public_mode() -> int:
+    """The mode a plain open() gives a new file (0666 less the umask)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def stage_outputs(report: PrivacyReport, json_path=None, plot_path=None,
                   extra: dict | None = None, release_path=None) -> StagedOutputs:
-    """Renders every requested output and writes each to a synced temp file beside its
-    target, where a full disk or a read-only folder fails; nothing is at a target yet,
-    and a failure leaves no file behind. ``json_path`` (the whole report) and
-    ``plot_path`` are private and written owner-only; ``release_path`` gets
-    :func:`release_json`. A caller that must charge the release first charges it
-    between this and `StagedOutputs.commit` (renames, which do not run out of space)."""
+    """Renders every requested output and writes each to a synced, owner-only temp file
+    beside its target, where a full disk or a read-only folder fails; nothing is at a
+    target yet, and a failure leaves no file behind. ``json_path`` (the whole report) and
+    ``plot_path`` are private (owner-only); ``release_path`` gets :func:`release_json`,
+    made readable when it is committed. A target that is a folder is refused here. A
+    caller that must charge the release first charges it between this and
+    `StagedOutputs.commit` (renames, which do not run out of space)."""
     blobs = []
     if json_path is not None:
         blobs.append((json_path, json_bytes(report, extra), True))
@@ -302,10 +341,12 @@ def stage_outputs(report: PrivacyReport, json_path=None, plot_path=None,
         folder = os.path.dirname(os.path.abspath(os.fspath(path)))
         if not os.path.isdir(folder):
             raise PateError(f"cannot write {path}: folder {folder} does not exist; create it first")
+        if os.path.isdir(path):
+            raise PateError(f"cannot write {path}: it is a folder; move it aside (nothing was written)")
     staged = StagedOutputs([])
     try:
         for path, data, private in blobs:
-            staged.staged.append((_write_temp(path, data, private), os.fspath(path)))
+            staged.staged.append((_write_temp(path, data, True), os.fspath(path), private))
     except BaseException:
         staged.discard()
         raise

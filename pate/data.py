@@ -244,6 +244,11 @@ def load_svhn(directory: str = "") -> Dataset:
 # --------------------------------------------------------------------------- npz
 
 
+#: The most classes an .npz data set may have: every model's last layer, vote histogram and
+#: label one-hot has this width, so a stray huge label would exhaust memory mid-run.
+MAX_CLASSES = 10_000
+
+
 def load_npz(path: str) -> Dataset:
     """A data set from one .npz with `x_train`, `y_train`, `x_test`, `y_test`.
 
@@ -272,6 +277,10 @@ def load_npz(path: str) -> Dataset:
                             f"{x.shape} and {y.shape}")
         if not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
             raise PateError(f"{p}: y_{split} must hold non-negative integer labels")
+        if y.size and int(y.max()) >= MAX_CLASSES:  # before int32: a label past 2**31 would wrap
+            raise PateError(f"{p}: y_{split} holds the label {int(y.max())}, which would make "
+                            f"{int(y.max()) + 1} classes; labels are 0..C-1 with C at most {MAX_CLASSES} "
+                            "(is a label wrong?)")
         if x.dtype == np.uint8:
             x = _images(x)
         else:

@@ -4,6 +4,7 @@ the test files share (`invoke`, `one_line`, `one_line_error`, `snapshot`, `bench
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import shutil
 
@@ -118,6 +119,23 @@ def finished_tiny(_trained_tiny, tmp_path_factory, tiny_config):
         run(tiny_config, folder / "run", seed=0, show_progress=False, echo=lambda *_: None)
 
     return _built_once(tmp_path_factory, "shared-tiny-finished", build) / "run"
+
+
+@contextlib.contextmanager
+def small_tmpfs(folder, size: str):
+    """A tmpfs of ``size`` (mount's syntax: "200k") mounted on the new folder ``folder`` for
+    the block: a disk that fills up for real (needs root; the test is skipped otherwise)."""
+    import subprocess
+
+    folder = pathlib.Path(folder)
+    folder.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)])
 
 
 def snapshot(directory) -> dict:

@@ -19,7 +19,7 @@ import pytest
 from analysis.errors import PateError
 from pate.store import door, rundir, runlock
 
-from conftest import ROOT, TINY, invoke, one_line, snapshot
+from conftest import ROOT, TINY, invoke, one_line, small_tmpfs, snapshot
 
 
 @pytest.fixture
@@ -282,12 +282,7 @@ def test_read_only_run_directory(finished):
 def test_full_disk_then_resume(tmp_path, tiny_config):
     """A 200 KB tmpfs: training fails with one line, leaves no orbax temp folder, and
     --resume finishes once space is freed (needs root for the mount)."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (needs root)")
-    try:
+    with small_tmpfs(tmp_path / "small", "200k") as mnt:
         workdir = mnt / "run"
         result = invoke("train-teachers", "--config", TINY, "--workdir", workdir, "--no-progress")
         assert result.exit_code == 1
@@ -298,8 +293,6 @@ def test_full_disk_then_resume(tmp_path, tiny_config):
         result = invoke("train-teachers", "--config", TINY, "--workdir", workdir, "--no-progress",
                         "--resume")
         assert result.exit_code == 0, result.output
-    finally:
-        subprocess.run(["umount", str(mnt)])
 
 
 def test_no_arguments_prints_the_help():

@@ -69,7 +69,8 @@ def train_merf(config: Config, workdir: str | Path, *, seed: int | None = None, 
     """Releases the DP-MERF embedding of the private train split at ``config.synth.eps``,
     ``config.privacy.delta``, trains the generator on it and writes what `pate synth`
     writes (`pate.baselines.synth.train_synth`): ``synth/``, ``synthetic.npz``,
-    ``synth-samples.png``, ``synth.json``, after charging the release to the ledger.
+    ``synth-samples.png``, ``synth.json``, charged to the ledger once all are
+    written, right before they are put in place.
 
     Args:
       seed: None (fresh OS entropy) or an integer in [0, 2**128) for research; never written.
@@ -104,18 +105,18 @@ def train_merf(config: Config, workdir: str | Path, *, seed: int | None = None, 
         result = MerfResult(eps=eps, delta=delta, multiplier=multiplier, features=cfg.merf_features, length_scale=scale,
                             points=points, scores=scores, wall_time_s=time.time() - start)
         digest = hashlib.sha256(pixels.tobytes() + labels.tobytes()).hexdigest()
-        book.charge("synth", cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
+        checkpoints.save_params(door.out / rundir.SYNTH_DIR, gen.params, then="run `pate synth --overwrite` again")
+        door.out.write_npz(rundir.SYNTHETIC_NPZ, {"images": pixels, "labels": labels})
+        rundir.atomic_write_bytes(door.out / rundir.SYNTH_PNG, sample_grid(pixels, labels, splits.num_classes))
+        door.out.write_json(rundir.SYNTH_JSON, {"data_set": book.summary(delta, extra=[cost]),
+                                                **_record(config, result, cost, seed, splits, pixels.shape)},
+                            config)
+        door.charge(book, "synth", cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="synth:" + digest,
                     mechanism={"name": "dp-merf", "noise_multiplier": multiplier, "features": cfg.merf_features,
                                "describe": f"DP-MERF: one mean-embedding release, {cfg.merf_features} features, "
                                            f"discrete Gaussian noise multiplier {multiplier:.4g}"},
                     data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
-        checkpoints.save_params(door.out / rundir.SYNTH_DIR, gen.params, then="run `pate synth --overwrite` again")
-        door.out.write_npz(rundir.SYNTHETIC_NPZ, {"images": pixels, "labels": labels})
-        rundir.atomic_write_bytes(door.out / rundir.SYNTH_PNG, sample_grid(pixels, labels, splits.num_classes))
-        door.out.write_json(rundir.SYNTH_JSON, {"data_set": book.summary(delta, extra=[]),
-                                                **_record(config, result, cost, seed, splits, pixels.shape)},
-                            config)
     echo(ledger_mod.cumulative_line(book, delta))
     return result
 

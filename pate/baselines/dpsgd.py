@@ -230,7 +230,7 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
         door.out.write_json(rundir.DPSGD_JSON, {"data_set": book.summary(delta, extra=[plan.cost]),
                                                 **_record(config, plan, result, params, train_x, seed,
                                                           splits.num_classes)}, config)
-        book.charge("dpsgd", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
+        door.charge(book, "dpsgd", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="dpsgd:" + digests.file_digest(door.out / rundir.DPSGD_JSON),
                     mechanism={"name": "dpsgd", "model": cfg.model, "describe": f"DP-SGD {cfg.model}: "
                                f"{plan.steps} steps, q {plan.rate:.4g}, sigma {plan.noise_multiplier:.4g}"},

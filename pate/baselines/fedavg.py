@@ -44,7 +44,7 @@ import numpy as np
 
 from analysis import composition
 from analysis import fedavg_privacy as fp
-from analysis.errors import PateError
+from analysis.errors import OptionError, PateError
 from analysis.noise import NoiseSource
 from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
@@ -246,7 +246,7 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
         door.out.write_json(rundir.FEDAVG_JSON, {"data_set": book.summary(delta, extra=[plan.cost]),
                                                  **_record(config, plan, result, theta, train_x, seed,
                                                            splits.num_classes, int(test_y.size))}, config)
-        book.charge("fedavg", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
+        door.charge(book, "fedavg", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="fedavg:" + digests.file_digest(door.out / rundir.FEDAVG_JSON),
                     mechanism={"name": "fedavg", "algorithm": cfg.algorithm, "describe":
                                f"{cfg.algorithm} {cfg.mechanism}: {plan.cost.describe()}, "
@@ -291,8 +291,27 @@ class Plan:
         one_round = fp.round_cost(cfg.mechanism, per_round, 1)
         per_round_eps = per_round if cfg.mechanism == "laplace" else composition.single_eps(one_round, delta)
         scale = grid.noise_scale if grid else fp.noise_scale(cfg.mechanism, sensitivity, per_round)
-        return cls(norm, lipschitz, sensitivity, per_round, per_round_eps, scale, cost,
-                   composition.single_eps(cost, delta), grid)
+        eps = composition.single_eps(cost, delta)
+        _check_met(cfg.eps, eps, cost, delta)
+        return cls(norm, lipschitz, sensitivity, per_round, per_round_eps, scale, cost, eps, grid)
+
+
+def _check_met(target: float, eps: float, cost: composition.Cost, delta: float) -> None:
+    """Refuses a plan whose charged ε (the ledger's figure of ``cost`` at ``delta``, what
+    fedavg.json states) is not the ε asked for: above ``target`` (the grid's integer noise
+    scale and the accountant's discretisation cannot meet it), or 0 for a release that
+    spends something (a target below what the accountant resolves at ``delta``: the file
+    would say 0 while the ledger composes a cost).
+
+    Raises:
+      OptionError: on ``--eps`` (``fedavg.eps``).
+    """
+    if eps > target:
+        raise OptionError("--eps", f"{target:g} (fedavg.eps) cannot be met on the grid: the nearest release "
+                          f"costs eps {eps:.4g} at delta {delta:g}; ask for at least that")
+    if eps <= 0.0 and not composition.is_free(cost):
+        raise OptionError("--eps", f"{target:g} (fedavg.eps) is below what the accountant resolves at delta "
+                          f"{delta:g}: its release ({cost.describe()}) would read as eps 0; ask for a larger eps")
 
 
 def _features(config: Config, splits, run: rundir.RunDir):
@@ -368,6 +387,7 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "model": cfg.model,
         **accuracy_fields(result.accuracy, result.eval_points, result.accuracy_test, test_points),
         **result_head(plan.eps, cfg.eps, result.delta, composition.RELATION),
+        "cost": plan.cost.to_json(),
         "accounting": ("composition over rounds (a client's data enters only its own messages), parallel "
                        "across clients; Laplace: R x eps-DP (randomized response, PLD/RDP); Gaussian: "
                        "R x mu-GDP"),

@@ -116,7 +116,8 @@ def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None,
 
     Writes ``synth/`` (the generator's parameters, orbax), ``synthetic.npz`` (``images``
     uint8 (N, H, W, C), ``labels``), ``synth-samples.png`` and ``synth.json`` into `workdir`
-    (and ``config.toml`` when it has none), after charging the release to the data set's ledger.
+    (and ``config.toml`` when it has none), charged to the data set's ledger once they are all
+    written, right before they are put in place (`pate.store.door.publish`).
 
     Args:
       seed: None (fresh OS entropy) or an integer in [0, 2**128) for research; never written.
@@ -156,19 +157,19 @@ def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None,
                              teachers=num_teachers, shard_size=part.shard_size, scores=scores,
                              wall_time_s=time.time() - start)
         digest = hashlib.sha256(pixels.tobytes() + labels.tobytes()).hexdigest()
-        book.charge("synth", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
+        checkpoints.save_params(door.out / rundir.SYNTH_DIR, gan.generator[0],
+                                then="run `pate synth --overwrite` again")
+        door.out.write_npz(rundir.SYNTHETIC_NPZ, {"images": pixels, "labels": labels})
+        rundir.atomic_write_bytes(door.out / rundir.SYNTH_PNG, sample_grid(pixels, labels, splits.num_classes))
+        door.out.write_json(rundir.SYNTH_JSON, {"data_set": book.summary(delta, extra=[plan.cost]),
+                                                **_record(config, plan, result, seed, splits, pixels.shape)},
+                            config)
+        door.charge(book, "synth", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="synth:" + digest,
                     mechanism={"name": "pate-gan", **plan.mechanism.params(), "describe":
                                f"PATE-GAN: {plan.queries} GNMax votes (2 classes), sigma "
                                f"{plan.mechanism.sigma:.4g}, {num_teachers} teachers"},
                     data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
-        checkpoints.save_params(door.out / rundir.SYNTH_DIR, gan.generator[0],
-                                then="run `pate synth --overwrite` again")
-        door.out.write_npz(rundir.SYNTHETIC_NPZ, {"images": pixels, "labels": labels})
-        rundir.atomic_write_bytes(door.out / rundir.SYNTH_PNG, sample_grid(pixels, labels, splits.num_classes))
-        door.out.write_json(rundir.SYNTH_JSON, {"data_set": book.summary(delta, extra=[]),
-                                                **_record(config, plan, result, seed, splits, pixels.shape)},
-                            config)
     echo(ledger_mod.cumulative_line(book, delta))
     return result
 

@@ -35,6 +35,9 @@ class Group(click.Group):
     """Errors as one line on stderr: usage errors exit 2, a `PateError` exits 1."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        from pate.store.door import forget_committed
+
+        forget_committed()  # what this command commits, for the line of an interruption
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -49,7 +52,7 @@ class Group(click.Group):
             click.echo(f"{where}: {message}{hint}", err=True)
             sys.exit(err.exit_code)
         except click.Abort:
-            click.echo("pate: aborted", err=True)
+            click.echo(f"pate: {interrupted_line()}", err=True)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -66,14 +69,11 @@ class Group(click.Group):
             click.echo(f"pate: {one_line(err)}", err=True)
             ctx.exit(1)
         except OSError as err:  # a read-only or full disk, a file that vanished
-            where = err.filename or "a file"
-            what = err.strerror or type(err).__name__
-            click.echo(f"pate: cannot write or read {where}: {what}; free space or make it "
-                       "writable, then run the command again (finished steps are kept)", err=True)
+            click.echo(f"pate: {os_error_line(err)}", err=True)
             ctx.exit(1)
         except MemoryError:
-            click.echo("pate: out of memory; use smaller inputs (fewer queries, classes or "
-                       "moments)", err=True)
+            click.echo("pate: out of memory; use smaller inputs (smaller images or data, fewer queries, "
+                       "classes or moments)", err=True)
             ctx.exit(1)
         except Exception as err:  # noqa: BLE001 - a bug: still one line, the traceback on demand
             if os.environ.get("PATE_DEBUG"):
@@ -81,6 +81,39 @@ class Group(click.Group):
             click.echo(f"pate: internal error ({type(err).__name__}: {one_line(err)}); please "
                        "report it, with the traceback from PATE_DEBUG=1", err=True)
             ctx.exit(1)
+
+
+def os_error_line(err: OSError) -> str:
+    """The one line of an OSError no step turned into a `PateError`: what is wrong with which
+    file, and what to do about that (a folder where a file goes is no full disk)."""
+    import errno
+
+    where = err.filename or "a file"
+    what = err.strerror or type(err).__name__
+    again = "then run the command again (finished steps are kept)"
+    if err.errno == errno.ENOSPC:
+        return f"cannot write {where}: {what}; free space on its disk, {again}"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"cannot write or read {where}: {what}; make it (or its folder) writable, {again}"
+    if err.errno == errno.EISDIR:
+        return f"{where} is a folder where pate expects a file; move it aside, {again}"
+    if err.errno == errno.ENOTDIR:
+        return f"a file is in the way of {where} (pate expects a folder there); move it aside, {again}"
+    if err.errno == errno.ENOENT:
+        return f"{where} vanished while pate was using it: {what}; {again}"
+    return f"cannot write or read {where}: {what}; {again}"
+
+
+def interrupted_line() -> str:
+    """The line of an interrupted command: what it had already committed (complete, kept),
+    or that it was aborted before committing anything."""
+    from pate.store.door import committed
+
+    done = committed()
+    if not done:
+        return "aborted (nothing this command writes was committed; finished artifacts are kept)"
+    return ("interrupted after committing " + "; ".join(done) + " (complete and kept; nothing after it "
+            "was committed)")
 
 
 # --------------------------------------------------------------------------- validators

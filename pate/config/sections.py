@@ -12,6 +12,7 @@ and a `validate()` method here and add it as a field of `Config`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from typing import Literal
 
@@ -41,6 +42,11 @@ def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
     _require(cfg.augment_shift >= 0, s, "augment_shift", "must be >= 0")
     _require(cfg.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
     _require(cfg.seed >= 0, s, "seed", f"must be >= 0, got {cfg.seed}")
+
+
+#: The most memory the synthetic data set's images may take (float32, both splits): a shape
+#: past it would exhaust memory part-way through a run instead of being refused up front.
+MAX_SYNTHETIC_BYTES = 16 * 2**30
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,6 +80,11 @@ class DataConfig:
         _require(len(self.synthetic_shape) == 3 and all(d >= 1 for d in self.synthetic_shape),
                  s, "synthetic_shape", f"must be [height, width, channels] of positive sizes, "
                  f"got {list(self.synthetic_shape)}")
+        points = self.synthetic_train_size + self.synthetic_test_size
+        size = points * math.prod(self.synthetic_shape) * 4  # float32 images, both splits
+        _require(size <= MAX_SYNTHETIC_BYTES, s, "synthetic_shape",
+                 f"{list(self.synthetic_shape)} makes {points} float32 images of {size / 2**30:.3g} GiB in all, "
+                 f"more than {MAX_SYNTHETIC_BYTES // 2**30} GiB; use smaller images or fewer points")
         _require(self.synthetic_classes >= 2, s, "synthetic_classes", "must be >= 2")
         _require(self.synthetic_noise >= 0, s, "synthetic_noise", "must be >= 0")
         _require(self.synthetic_seed >= 0, s, "synthetic_seed", f"must be >= 0, got {self.synthetic_seed}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis import mechanisms
+from analysis import composition, mechanisms
 from analysis import plan as plan_mod
 from analysis.errors import PateError
 from pate.config import AggregationConfig
@@ -41,6 +41,28 @@ def accountable_record(cfg: AggregationConfig, privacy) -> mechanisms.Mechanism:
         raise PateError(f"{option} gives a non-finite data-independent eps for {n} queries: the "
                         "release could not be accounted for; use more noise")
     return record
+
+
+def sanitised_cost(record: mechanisms.Mechanism, queries: int, privacy) -> composition.Cost:
+    """The ledger cost of the sanitised ε `pate analyze` draws after ``queries`` queries of
+    ``record`` with a ``[privacy]`` section's release settings and no target plan: what
+    `pate.release.privacy_report.release_cost_of` records for the report it makes. LNMax:
+    the smooth-sensitivity release's ``(2 (e^β − 1) ln(2/δ), δ)`` at the section's
+    ``lnmax_beta`` (`analysis.lnmax_release.release_eps_cost`); GNMax and Confident-GNMax:
+    the GNSS release at ``release_order`` (else the order of the labels' data-independent
+    optimum, as `analysis.report.gnmax_report` picks it) with its β and ``release_cost``.
+    Public values only, so `pate run` can check its whole budget before any work."""
+    from analysis import gnss, lnmax_release
+
+    if isinstance(record, mechanisms.LNMax):
+        beta = record.release_beta(privacy)
+        values = {"eps_release_cost": lnmax_release.release_eps_cost(beta, privacy.delta), "delta": privacy.delta}
+    else:
+        order = privacy.release_order or record.independent_eps(int(queries), privacy.delta,
+                                                                conversion=privacy.conversion).order
+        beta, _ = gnss.gnss_parameters(float(order), record.release_beta(privacy), privacy.release_cost)
+        values = {"release_order": float(order), "beta": beta}
+    return record.sanitised_cost(values, privacy.release_cost)
 
 
 def release_settings(mechanism: mechanisms.Mechanism, privacy) -> dict:

@@ -235,11 +235,12 @@ def released_arrays(votes: np.ndarray, indices: np.ndarray, record: mechanisms.M
     return labels
 
 
-def charge_release(book, cost, record, run_path, labels_path, num_queries: int, privacy, *,
-                   data_digest: str | None = None) -> dict:
-    """Charges a label release to the data set's ledger (refused over ``total_budget``)."""
+def charge_release(door, book, cost, record, labels_path, num_queries: int, privacy, *,
+                   data_digest: str | None = None) -> None:
+    """Charges a label release, written at ``labels_path`` through ``door``, to the data set's
+    ledger when the door commits it (`pate.store.door.Door.charge`; refused over ``total_budget``)."""
     mechanism = {"name": record.name, **record.params(), "queries": int(num_queries),
                  "describe": f"labels: {num_queries} queries of {record.describe()}"}
-    return book.charge("labels", cost, run=run_path, mechanism=mechanism,
-                       subject=content_digest(read_labels(labels_path)), budget=privacy.total_budget,
-                       delta=privacy.delta, data_digest=data_digest)
+    door.charge(book, "labels", cost, run=door.run.path, mechanism=mechanism,
+                subject=content_digest(read_labels(labels_path)), budget=privacy.total_budget,
+                delta=privacy.delta, data_digest=data_digest)

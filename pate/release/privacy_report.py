@@ -16,6 +16,7 @@ from analysis import votes as votes_mod
 from analysis.errors import OptionError, PateError
 from pate.store import ledger as ledger_mod
 from pate.store import rundir
+from pate.store.door import Charge
 from pate.release.labels import CHECK_OFFSETS
 
 #: The report's outputs by option, and the run artifact each one is by default.
@@ -60,14 +61,15 @@ def release_cost_of(rep: report_mod.PrivacyReport, release_cost: float) -> compo
     return mechanisms.record_type(rep.mechanism).sanitised_cost({i.key: i.value for i in rep.items}, release_cost)
 
 
-def charge_draw(book: ledger_mod.Ledger, rep: report_mod.PrivacyReport, release_cost: float, *,
-                subject: str, run=None, budget: float | None = None, delta: float = 1e-5) -> dict:
-    """Charges one sanitised draw to the data set's ledger; a second draw about the same
-    `subject` (labels digest, keyed votes digest) is refused whatever file was moved."""
+def draw_charge(book: ledger_mod.Ledger, rep: report_mod.PrivacyReport, release_cost: float, *,
+                subject: str | None, run=None, budget: float | None = None, delta: float = 1e-5) -> Charge:
+    """The charge of one sanitised draw to the data set's ledger, made when its report is
+    committed (`pate.store.door.publish`); a second draw about the same `subject` (labels
+    digest, keyed votes digest) is refused whatever file was moved."""
     cost = release_cost_of(rep, release_cost)
-    return book.charge("sanitised-eps", cost, run=run, subject=subject, once=subject is not None, budget=budget,
-                       delta=delta, mechanism={"name": rep.mechanism,
-                                               "describe": f"sanitised eps of {rep.mechanism}: {cost.describe()}"})
+    return Charge(book, "sanitised-eps", cost, dict(
+        run=run, subject=subject, once=subject is not None, budget=budget, delta=delta,
+        mechanism={"name": rep.mechanism, "describe": f"sanitised eps of {rep.mechanism}: {cost.describe()}"}))
 
 
 def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments: int = 8,

@@ -28,10 +28,10 @@ from pate.store import digests, rundir
 from pate.release import target as release_target
 from pate.release.labels import CHECK_OFFSETS, content_digest, read_labels
 from pate.config import check_config, PrivacyConfig
-from pate.store.door import step
+from pate.store.door import publish, step
 from pate.release import fine_grained_release as fine_release
 from pate.release import round2_report as analyze_rounds
-from pate.release.privacy_report import charge_draw, check_outputs, data_independent_comparison, release_cost_of, report_for_release
+from pate.release.privacy_report import check_outputs, draw_charge, data_independent_comparison, release_cost_of, report_for_release
 
 
 def _research(rep: report_mod.PrivacyReport, research_seed: bool) -> report_mod.PrivacyReport:
@@ -43,15 +43,15 @@ def _research(rep: report_mod.PrivacyReport, research_seed: bool) -> report_mod.
         "this is no real release (research_seed: true)",))
 
 
-def _charge_then_commit(staged: StagedOutputs, charge) -> None:
-    """Charges the draw, then renames the staged report into place; a refused charge
-    (budget, repeat) deletes the staged files."""
+def _charge_then_commit(staged: StagedOutputs, charges: list, what: str) -> None:
+    """Charges the draw, then renames the staged report into place (`pate.store.door.publish`,
+    the order of every release); a refused charge (budget, repeat) or a commit that put
+    nothing in place deletes the staged files and leaves no charge."""
     try:
-        charge()
+        publish(charges, staged.commit, what)
     except BaseException:
         staged.discard()
         raise
-    staged.commit()
 
 
 def _stage(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
@@ -205,8 +205,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
     staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,
                     research_seed=research, data_set=data_set)
-    _charge_then_commit(staged, lambda: charge_draw(book, rep, release_cost, subject=labels_digest, run=workdir,
-                                                    budget=p.total_budget, delta=delta))
+    _charge_then_commit(staged, [draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
+                                             budget=p.total_budget, delta=delta)], f"analyze ({release_path})")
     echo(render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
@@ -237,7 +237,7 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     staged = _stage(rep, json_path, None, release_path, config, labels_sha256=content_digest(labels),
                     research_seed=research, data_set=book.summary(delta, extra=[]))
-    staged.commit()
+    _charge_then_commit(staged, [], f"analyze ({release_path})")
     echo(render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable) and {json_path} (private: owner-only); a fine-grained release has "
@@ -315,8 +315,9 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     rep = _research(rep, seed is not None)
     data_set = book.summary(delta, extra=[release_cost_of(rep, release_cost)]) if draw else None
     staged = _stage(rep, json_path, plot_path, release_path, research_seed=seed is not None, data_set=data_set)
-    _charge_then_commit(staged, (lambda: charge_draw(book, rep, release_cost, subject=None, budget=total_budget,
-                                                     delta=delta)) if draw else (lambda: None))
+    charges = [draw_charge(book, rep, release_cost, subject=None, budget=total_budget, delta=delta)] if draw else []
+    outputs = ", ".join(str(path) for path in (release_path, json_path, plot_path) if path)
+    _charge_then_commit(staged, charges, f"analyze ({outputs})")
     echo(render_table(rep))
     for path in (release_path, json_path, plot_path):
         if path:

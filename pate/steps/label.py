@@ -107,6 +107,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
             echo(budget_line(budget, plan, accountant))
         planned = {} if target is None else {release_target.PLAN_KEY: target.meta()}
         result = _release_from_teachers(door, config, record, teachers, splits, plan, seed, echo, planned)
+    echo(ledger_mod.cumulative_line(ledger_mod.Ledger.for_config(config), config.privacy.delta))
     echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze` gives the sanitised eps and the headline eps")
     return result
@@ -155,10 +156,9 @@ def _release_from_teachers(door: Door, config: Config, record: mechanisms.Mechan
                                             conversion=p.conversion, sanitize=False))
     door.out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
     door.out.write_npz(rundir.LABELS_NPZ, labels, config, meta={"ledger": book.name, **seed_record(seed), **planned})
-    # Charged before the release is in place: a kill from here on over-counts, never under-counts.
-    charge_release(book, cost, record, door.run.path, door.out / rundir.LABELS_NPZ, num_queries, config.privacy,
+    # Charged when the door commits the release (written first, renamed into place right after).
+    charge_release(door, book, cost, record, door.out / rundir.LABELS_NPZ, num_queries, config.privacy,
                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
-    echo(ledger_mod.cumulative_line(book, config.privacy.delta))
     echo(result.summary())
     echo(table)
     return result
@@ -194,7 +194,7 @@ def label_fine_grained(config: Config, workdir, *, seed: int | None = None, over
         door.out.write_npz(rundir.LABELS_NPZ, made.arrays, config, meta={"ledger": book.name, **seed_record(seed)})
         describe = (f"labels: every pool point ({splits.pool_x.shape[0]}) from one fine-grained release, "
                     f"{made.noise.kind} noise, eps {made.eps:.6g}")
-        book.charge("labels", cost, run=door.run.path, budget=p.total_budget, delta=p.delta,
+        door.charge(book, "labels", cost, run=door.run.path, budget=p.total_budget, delta=p.delta,
                     mechanism={"name": fine_release.MECHANISM, "noise": made.noise.kind, "eps": made.eps,
                                "votes_per_record": made.noise.votes, "describe": describe},
                     subject=content_digest(read_labels(door.out / rundir.LABELS_NPZ)),

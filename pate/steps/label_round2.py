@@ -183,6 +183,7 @@ def label_round2(config: Config, workdir, *, queries: int | None = None, seed: i
         result = _release(door, config, record, votes, (chosen, probs, None if offsets is None else offsets[:queries]),
                           splits, accuracies, seed, book, cost, planned, echo)
         _keep_round1(run, door.out, student_files, release_name)
+    echo(ledger_mod.cumulative_line(book, config.privacy.delta))
     echo(f"wrote {door.run / rundir.VOTES_ROUND2_NPZ} (private: never publish) and "
          f"{door.run / rundir.LABELS_ROUND2_NPZ} (the round-2 release); `pate train-student` learns from both "
          "rounds, `pate analyze` publishes the headline eps of both")
@@ -271,8 +272,8 @@ def _release(door, config: Config, record, votes, queried, splits, accuracies, s
     mechanism = {"name": record.name, **record.params(), "queries": int(chosen.size), "round": 2,
                  **({"check": "interactive"} if interactive else {}),
                  "describe": f"round-2 labels: {chosen.size} queries of {record.describe()}{check}"}
-    # Charged before the release is in place: a kill from here on over-counts, never under-counts.
-    book.charge("labels", cost, run=door.run.path, mechanism=mechanism,
+    # Charged when the door commits the release (written first, renamed into place right after).
+    door.charge(book, "labels", cost, run=door.run.path, mechanism=mechanism,
                 subject=digests.file_digest(door.out / rundir.LABELS_ROUND2_NPZ), budget=p.total_budget,
                 delta=p.delta, data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
     result = RoundResult(
@@ -282,7 +283,6 @@ def _release(door, config: Config, record, votes, queried, splits, accuracies, s
         ensemble_accuracy=accuracies[1], mechanism="interactive-gnmax" if interactive else record.name,
         student_accuracy=float(np.mean(probs.argmax(axis=1) == truth)),
         corrections=int(np.sum(answered & (released != probs.argmax(axis=1)))))
-    echo(ledger_mod.cumulative_line(book, p.delta))
     echo(result.summary())
     echo(table)
     return result

@@ -140,6 +140,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
         result = _release_from_votes(door, hist, selected, record, plan, book, seed=seed,
                                      privacy=dataclasses.replace(privacy, total_budget=total_budget or 0.0),
                                      total_budget=total_budget, echo=echo)
+    echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze --workdir` gives the sanitised eps")
     return result
@@ -201,12 +202,11 @@ def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, reco
     # moved aside, once both are written and the release is charged.
     door.out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)})
     door.out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.name, **seed_record(seed)})
-    charge_release(book, cost, record, door.run.path, door.out / rundir.LABELS_NPZ, int(selected.size),
+    charge_release(door, book, cost, record, door.out / rundir.LABELS_NPZ, int(selected.size),
                    privacy, data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()))
     params = {**record.params(), **({} if cap is None else {"max_answers": cap})}
     result = VotesRelease(record.name, params, selected, labels["labels"],
                           None if plan is None else plan.eps)
     echo(result.summary())
     echo(render_table(brief))
-    echo(ledger_mod.cumulative_line(book, delta))
     return result

@@ -445,26 +445,39 @@ def _fine_grained_preflight(config: Config) -> None:
 
 
 def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism | None) -> None:
-    """Refuses, before the teachers train, a run whose label release would take its data
-    set's cumulative ε over ``[privacy] total_budget`` (`pate.store.ledger`). Only when the
-    run has no release yet: a finished run's steps are skipped, not released again."""
+    """Refuses, before the teachers train, a run whose releases would take its data set's
+    cumulative ε over ``[privacy] total_budget`` (`pate.store.ledger`), or whose ledger no
+    release could be charged to (`pate.store.ledger.Ledger.check_usable`). Counts what the
+    run has yet to release: its labels (both rounds) when it has none, and the sanitised ε
+    of each round (`pate.release.budget.sanitised_cost`) when it has no release.json; a
+    finished run's steps are skipped, not released again. A target plan
+    (``privacy.target_eps``) is made by `label`, so with one the sanitised ε is left to it."""
     from analysis import composition
+    from pate.release.budget import sanitised_cost
     from pate.store.ledger import Ledger
 
-    if not config.privacy.total_budget or run_dir.exists(rundir.LABELS_NPZ):
+    labelled, published = run_dir.exists(rundir.LABELS_NPZ), run_dir.exists(rundir.RELEASE_JSON)
+    if labelled and published:
+        return
+    book = Ledger.for_config(config)
+    book.check_usable()
+    p = config.privacy
+    if not p.total_budget:
         return
     if record is None:  # fine-grained: one release of the configured noise
         from pate.release.fine_grained_release import noise_of
 
-        Ledger.for_config(config).check_budget([noise_of(config.fine_grained, config.privacy.delta).cost()],
-                                               config.privacy.total_budget, config.privacy.delta,
-                                               "this run's fine-grained release")
+        if not labelled:
+            book.check_budget([noise_of(config.fine_grained, p.delta).cost()], p.total_budget, p.delta,
+                              "this run's fine-grained release")
         return
-    costs = [composition.labels_cost(record, config.aggregation.queries)]
+    rounds = [config.aggregation.queries]
     if config.rounds.rounds == 2:
-        costs.append(composition.labels_cost(record, min(config.rounds.queries, _left_for_round2(config))))
-    Ledger.for_config(config).check_budget(costs, config.privacy.total_budget, config.privacy.delta,
-                                           "this run's label release")
+        rounds.append(min(config.rounds.queries, _left_for_round2(config)))
+    costs = [] if labelled else [composition.labels_cost(record, n) for n in rounds]
+    if not p.target_eps:
+        costs += [sanitised_cost(record, n, p) for n in rounds]
+    book.check_budget(costs, p.total_budget, p.delta, "this run's releases (labels and sanitised eps)")
 
 
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,

@@ -42,6 +42,33 @@ def remove_orbax_tmp(directory: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _closed_loop_callback(unraisable) -> bool:
+    """Whether an unraisable error is a late tensorstore callback into orbax's closed event
+    loop (a save that failed on a full disk: the writes still in flight complete after
+    orbax closed its loop, and each prints a traceback)."""
+    err = unraisable.exc_value
+    return (isinstance(err, RuntimeError) and str(err) == "Event loop is closed"
+            and unraisable.object is None)
+
+
+def _drop_closed_loop_callbacks() -> None:
+    """Installs, once, a `sys.unraisablehook` that drops `_closed_loop_callback` errors and
+    passes every other one to the hook it replaces: the failed save already ends in its
+    one line."""
+    import sys
+
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_closed_loop_callbacks", False):
+        return
+
+    def hook(unraisable):
+        if not _closed_loop_callback(unraisable):
+            previous(unraisable)
+
+    hook.drops_closed_loop_callbacks = True
+    sys.unraisablehook = hook
+
+
 @contextlib.contextmanager
 def quiet_absl(level: int = logging.CRITICAL):
     """Raises absl's logger (orbax's, dp_accounting's) to ``level`` for the block: orbax's
@@ -108,6 +135,7 @@ def save_step(manager, step: int, trees: Mapping[str, Any], records: Mapping[str
     import orbax.checkpoint as ocp
 
     _probe(Path(manager.directory), f"cannot write the checkpoint of {unit} {step}", then)
+    _drop_closed_loop_callbacks()
     try:
         with quiet_absl():
             items = {name: ocp.args.StandardSave(tree) for name, tree in trees.items()}
@@ -150,6 +178,7 @@ def save_params(directory: Path, params: Any, *, then: str = "train again") -> N
     import orbax.checkpoint as ocp
 
     _probe(directory.parent, f"cannot write the checkpoint {directory}", then)
+    _drop_closed_loop_callbacks()
     try:
         with quiet_absl(), ocp.StandardCheckpointer() as ckptr:
             ckptr.save(directory.resolve(), params, force=True)

@@ -5,6 +5,11 @@ run's, asks "may I write these artifacts?" once for every command, hands the blo
 folder to write them in (a staging folder when they replace finished ones), and on
 commit writes ``config.toml``, swaps the new artifacts in and moves the later steps'
 artifacts aside with the one stale message. A block that fails leaves the run as it was.
+
+A release is charged to its data set's ledger in one order, whoever writes it (`publish`):
+everything it publishes is written first (staged), then it is charged, then renamed into
+place; a commit that fails and puts everything back withdraws the charge. A block asks for
+its charge with `Door.charge`; `_commit` makes it.
 """
 
 from __future__ import annotations
@@ -14,9 +19,9 @@ import dataclasses
 import datetime
 import os
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
-from analysis.errors import PateError
+from analysis.errors import CommitFailed, PateError
 from pate.store import rundir
 from pate.config import Config
 from pate.store.runlock import depth, hold, secondary_process
@@ -100,7 +105,10 @@ class Staging:
         self.later = tuple(later)
         self.path = run.path / f"{STAGING_PREFIX}{step}"
         rundir.remove(self.path)
-        self.path.mkdir(parents=True)
+        # Owner-only: what is staged is not released yet (a release is charged only when its
+        # commit is about to put it in place, and withdrawn when the commit puts nothing there).
+        self.path.mkdir(parents=True, mode=0o700)
+        os.chmod(self.path, 0o700)
 
     def __truediv__(self, name: str) -> Path:
         return self.path / name
@@ -108,11 +116,14 @@ class Staging:
     def commit(self, extra: Iterable[str] = ()) -> list[str]:
         """Swaps the staged artifacts (and `extra` files, e.g. config.toml) in.
 
-        All or nothing: the old artifacts go into ``RUN/.old-<step>/`` as the new ones come
-        in; a failure part-way (an immutable or vanished file) puts every old artifact and
-        every later one back and removes the staging folder. A kill part-way leaves
-        ``.old-<step>/`` beside ``.new-<step>/``: the staged set was complete, so the next
-        command finishes the swap (`sweep`).
+        All or nothing, in two phases: first every old artifact goes into
+        ``RUN/.old-<step>/`` and every later one aside, then the new ones come in. A failure
+        part-way (an immutable or vanished file) puts every old artifact and every later
+        one back and removes the staging folder; it raises `CommitFailed` when no new
+        artifact had reached its place (the release was never out: its charge is
+        withdrawn), else a plain `PateError`. A kill part-way leaves ``.old-<step>/``
+        beside ``.new-<step>/``: the staged set was complete, so the next command finishes
+        the swap (`sweep`).
 
         Returns:
           The later artifacts moved aside (relative to the run directory), for a message.
@@ -126,29 +137,39 @@ class Staging:
         aside = _aside_folder(self.run, self.step) if later else None
         old = self.run.path / f"{OLD_PREFIX}{self.step}"
         done: list[tuple[Path, Path]] = []  # renames made, undone in reverse on failure
+        placed = False  # whether a new artifact reached its place (then it may have been read)
         try:
+            rundir.remove(old)
+            old.mkdir()
             for n in later:
                 aside.mkdir(exist_ok=True)
                 _rename(self.run / n, aside / n, done)
-            rundir.remove(old)
-            old.mkdir()
             for n in names:
                 if os.path.lexists(self.run / n):
                     _rename(self.run / n, old / n, done)
+            for n in names:
                 _rename(self.path / n, self.run / n, done)
+                placed = True
         except OSError as err:
-            for src, dst in reversed(done):
-                os.replace(dst, src)
-            for folder in (old, aside):
-                if folder is not None and folder.is_dir() and not os.listdir(folder):
-                    folder.rmdir()
-            self.discard()
-            raise PateError(f"cannot swap the new {self.step} artifacts into {self.run.path}: "
-                            f"{err.strerror or err} ({err.filename}); nothing was changed, the old "
-                            "artifacts are in place") from None
+            self._undo(done, old, aside)
+            why = (f"cannot swap the new {self.step} artifacts into {self.run.path}: {err.strerror or err} "
+                   f"({err.filename}); nothing was changed, the old artifacts are in place")
+            if placed:
+                raise PateError(why + " (a new artifact was in place for a moment, so its release stays "
+                                "charged)") from None
+            raise CommitFailed(why) from None
         rundir.remove(old)
         rundir.remove(self.path)
         return [f"{aside.name}/{n}" for n in later]
+
+    def _undo(self, done: list, old: Path, aside: Path | None) -> None:
+        """Puts back every rename of a failed `commit` and removes the staging folder."""
+        for src, dst in reversed(done):
+            os.replace(dst, src)
+        for folder in (old, aside):
+            if folder is not None and folder.is_dir() and not os.listdir(folder):
+                folder.rmdir()
+        self.discard()
 
     def discard(self) -> None:
         rundir.remove(self.path)
@@ -219,6 +240,107 @@ def stale_message(moved: list[str], noun: str) -> str:
             f"{', '.join(folders)} (kept, not deleted); run the later steps again")
 
 
+@dataclasses.dataclass(frozen=True)
+class Charge:
+    """A release's charge to its data set's ledger, made by `publish` once everything the
+    release publishes is staged: ``book.charge(kind, cost, **options)``
+    (`pate.store.ledger.Ledger.charge`)."""
+
+    book: Any
+    kind: str
+    cost: Any
+    options: dict
+
+    def make(self) -> dict:
+        return self.book.charge(self.kind, self.cost, **self.options)
+
+
+def publish(charges: Sequence[Charge], commit: Callable[[], Any], what: str = "") -> Any:
+    """THE order of every release, one for every writer (`_commit`, `pate analyze`).
+
+    1. Before this, everything the release publishes is written where no one reads it yet
+       (a staging folder, owner-only temporaries): a full disk or a bad folder fails there,
+       with nothing charged and nothing in place.
+    2. Each of `charges` is made (`Charge.make`): a refusal (budget, a repeated sanitised
+       draw) withdraws the ones made before it and commits nothing.
+    3. ``commit()`` renames the staged files into place. A commit that fails and puts every
+       file back (`CommitFailed`) withdraws the charges: nothing was released, so nothing
+       is spent (whether a rename fails depends on the file system, never on a private
+       value). Any other failure keeps them: a charge without its release over-counts,
+       never under-counts.
+
+    SIGINT and SIGTERM are held from the first charge to the end of the commit
+    (`_deferred_signals`), so an interruption lands before the charge or after the commit.
+    On success ``what`` (a few words) is recorded for `committed`.
+
+    Returns:
+      What ``commit()`` returned.
+    """
+    made: list[tuple[Any, dict]] = []
+    with _deferred_signals():
+        try:
+            for charge in charges:
+                made.append((charge.book, charge.make()))
+        except BaseException as err:
+            _withdraw(made, err)
+            raise
+        try:
+            result = commit()
+        except CommitFailed as err:
+            _withdraw(made, err)
+            raise
+        if what:
+            _COMMITTED.append(what)
+    return result
+
+
+def _withdraw(made: list, err: BaseException) -> None:
+    """Withdraws the charges of a release that was never put in place (newest first)."""
+    for book, entry in reversed(made):
+        try:
+            book.withdraw(entry)
+        except PateError as failed:
+            raise PateError(f"{err}; its charge could not be withdrawn ({failed}): the ledger counts this "
+                            "release although it was not made") from None
+
+
+@contextlib.contextmanager
+def _deferred_signals():
+    """Holds SIGINT and SIGTERM for the block (main thread only) and delivers them, once
+    each, when it ends."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    held = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    held = {s: h for s, h in held.items() if h is not None}  # a handler set outside Python: left alone
+    for s in held:
+        signal.signal(s, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        for s, handler in held.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
+
+
+#: What this process has committed (`publish`), for the line of an interrupted command.
+_COMMITTED: list[str] = []
+
+
+def committed() -> list[str]:
+    """What this process has committed so far, oldest first (`forget_committed` resets)."""
+    return list(_COMMITTED)
+
+
+def forget_committed() -> None:
+    _COMMITTED.clear()
+
+
 @dataclasses.dataclass
 class Door:
     """What a `step` block writes through.
@@ -230,6 +352,7 @@ class Door:
       resuming: the block continues from artifacts already there (`resume`).
       config: what goes into config.toml on commit (None: nothing); the block may
         replace it (e.g. with the steps an ``--epochs`` resolved to).
+      charges: the releases to charge on commit (`charge`).
     """
 
     run: rundir.RunDir
@@ -237,6 +360,19 @@ class Door:
     staged: bool
     resuming: bool
     config: Config | None
+    charges: list = dataclasses.field(default_factory=list)
+
+    def charge(self, book, kind: str, cost, **options) -> None:
+        """Charges a release of the block's artifacts to ``book`` (`pate.store.ledger.Ledger.charge`'s
+        arguments) when they are committed, not now (`publish`): after they are all written,
+        right before they are renamed into place. Only a staged door releases.
+
+        Raises:
+          PateError: the door writes in place (an internal error).
+        """
+        if not self.staged:
+            raise PateError(f"internal error: a {kind} release is charged only through a staged door")
+        self.charges.append(Charge(book, kind, cost, options))
 
     def write_config(self) -> None:
         """In place, writes config.toml now, not on commit: first, so that a killed run
@@ -315,11 +451,11 @@ def step(name: str, workdir, *, config: Config | None = None, overwrite: bool = 
                     resume, config)
         try:
             yield door
+            _commit(door, staging, writer, echo)
         except BaseException:
             if staging is not None:
                 staging.discard()
             raise
-        _commit(door, staging, writer, echo)
 
 
 def _report_sweep(run: rundir.RunDir, lock, echo) -> None:
@@ -333,13 +469,17 @@ def _report_sweep(run: rundir.RunDir, lock, echo) -> None:
 
 
 def _commit(door: Door, staging: Staging | None, writer: Writer, echo) -> None:
-    """Writes config.toml and swaps the staged artifacts in, with the stale message."""
+    """Writes config.toml and swaps the staged artifacts in (`publish`: charged first), with
+    the stale message."""
+    what = f"{writer.command} ({', '.join(writer.artifacts)} in {door.run.path})" if writer.artifacts else ""
     if staging is None:
         if door.config is not None and not secondary_process():
             door.run.write_config(door.config)
+        if what:
+            _COMMITTED.append(what)
         return
     if door.config is not None:
         door.out.write_config(door.config)
-    moved = staging.commit(extra=(rundir.CONFIG_TOML,))
+    moved = publish(door.charges, lambda: staging.commit(extra=(rundir.CONFIG_TOML,)), what)
     if moved:
         echo(stale_message(moved, writer.noun))

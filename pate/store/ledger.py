@@ -3,8 +3,9 @@ directory, and the cumulative ε they spend together.
 
 A guarantee is about the data, not a run directory: labelling the same teachers twice
 (``--overwrite`` or a second run directory), drawing a sanitised ε, training DP-SGD on
-the same train split all draw on one budget. Each such release is charged here before
-its artifact is written, with its data-independent cost (`analysis.composition.Cost`);
+the same train split all draw on one budget. Each such release is charged here once its
+artifacts are written and right before they are put in place (`pate.store.door.publish`;
+withdrawn when that commit puts nothing in place), with its data-independent cost (`analysis.composition.Cost`);
 `total` composes them (`analysis.composition.compose`, replace-one neighbours).
 
 Identity: a ledger is named by the private data's *source* — the config's data set and
@@ -24,6 +25,7 @@ any private value: only public parameters, public digests (of the labels' conten
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import hmac
@@ -137,10 +139,23 @@ class Ledger:
             raise PateError(f"the ledger {self.path} is not a plain file; move it aside (the ledger "
                             "is never written through a link)")
 
+    @contextlib.contextmanager
     def _lock(self):
+        """The ledger's OS file lock, held for the block; refused in one line when it cannot
+        be taken (held by another process for 60 s, or its file cannot be made)."""
         import filelock
 
-        return filelock.FileLock(str(self.path) + ".lock", timeout=60, thread_local=False)
+        lock = Path(str(self.path) + ".lock")
+        try:
+            with filelock.FileLock(str(lock), timeout=60, thread_local=False):
+                yield
+        except filelock.Timeout:
+            raise PateError(f"the ledger {self.path} stayed locked by another pate process for 60 s; "
+                            "try again when it has finished") from None
+        except OSError as err:
+            if err.filename is None or os.path.abspath(err.filename) != os.path.abspath(lock):
+                raise
+            raise PateError(f"cannot take the ledger's lock {lock}: {_why(err, lock)}") from None
 
     def _read_raw(self) -> bytes:
         try:
@@ -201,6 +216,9 @@ class Ledger:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
         except FileExistsError:
+            if path.is_symlink() or not path.is_file():
+                raise PateError(f"the ledger's key {path} is not a plain file; move it aside (pate then makes a "
+                                "new key, and older keyed digests no longer match)") from None
             key = path.read_bytes()
             if len(key) != 32:
                 raise PateError(f"{path} is damaged (not a 32-byte key); remove it to make a new one "
@@ -259,7 +277,8 @@ class Ledger:
                mechanism: dict | None = None, subject: str | None = None, once: bool = False,
                budget: float | None = None, delta: float = 1e-5, data_digest: str | None = None,
                note: str = "") -> dict:
-        """Records a release, under the ledger's lock, before its artifact is written.
+        """Records a release, under the ledger's lock, once its artifacts are written and right
+        before they are put in place (`pate.store.door.publish`).
 
         Args:
           kind: one of `KINDS`.
@@ -306,6 +325,43 @@ class Ledger:
             raise PateError(f"the ledger {self.path} stayed locked by another pate process for 60 s; "
                             "try again when it has finished") from None
 
+    def withdraw(self, entry: dict) -> None:
+        """Removes `entry`, which `charge` wrote in this process, because its release was never
+        put in place: its commit failed and put every file back (`pate.store.door.publish`).
+        The one exception to append-only: nothing was released, so nothing was spent. Under
+        the ledger's lock; an entry no longer there is left alone.
+
+        Raises:
+          PateError: the ledger cannot be locked, read or written.
+        """
+        line = json.dumps(entry)
+        with self._lock():
+            lines = self._read_raw().decode("utf-8", errors="replace").splitlines(keepends=True)
+            keep = [ln for ln in lines if ln.rstrip("\n") != line]
+            if len(keep) == len(lines) - 1:
+                self._write("".join(keep).encode("utf-8"))
+
+    def check_usable(self) -> None:
+        """Refuses, before any work, a ledger no release could be charged to: a folder that
+        cannot be made or written, a lock that cannot be taken, a ledger that cannot be read.
+        Makes the folder (owner-only) when missing; writes nothing else.
+
+        Raises:
+          PateError: one line naming what is wrong.
+        """
+        import tempfile
+
+        self._prepare_directory()
+        with self._lock():
+            self.entries()
+            try:
+                fd, probe = tempfile.mkstemp(dir=self.directory, prefix=f".{self.path.name}.", suffix=".tmp")
+            except OSError as err:
+                raise PateError(f"cannot write in the ledger directory {self.directory}: "
+                                f"{_why(err, self.directory)}") from None
+            os.close(fd)
+            os.unlink(probe)
+
     def _write(self, data: bytes) -> None:
         from analysis.report_io import write_atomic
 
@@ -326,6 +382,19 @@ class Ledger:
                 "delta": total.delta, "route": total.route, "relation": composition.RELATION,
                 "what": "composition of the data-independent cost of every release recorded for this "
                         "data set (pate ledger)"}
+
+
+def _why(err: OSError, path) -> str:
+    """What an OSError on a ledger file or folder means, and what to do."""
+    import errno
+
+    if err.errno == errno.EISDIR:
+        return "it is a folder, not the file pate makes there; move it aside"
+    if err.errno == errno.ENOSPC:
+        return "no space left on the device; free space on it"
+    if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{err.strerror}; make the ledger folder writable, or set [privacy] ledger or ${LEDGER_ENV}"
+    return err.strerror or str(err)
 
 
 def _refuse_over_budget(name: str, spent: list, new: list, budget: float | None, delta: float,
