@@ -20,6 +20,7 @@ from pate.programs import public_features
 from pate.release import fine_grained_release as fine_release
 from pate.release.labels import RELEASED_KEYS, read_labels
 from pate.store import ledger as ledger_mod
+from pate.store import ledger_import
 from pate.store import rundir
 
 from conftest import TINY, invoke, one_line_error, snapshot
@@ -228,6 +229,6 @@ def test_pate_audit_holds_a_fine_grained_claim_and_catches_half_the_noise(tmp_pa
 def test_ledger_import_of_a_fine_grained_run_charges_its_one_release(fine_run, tmp_path, monkeypatch):
     folder, _ = fine_run
     monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "imported"))
-    written = ledger_mod.import_run(folder / "run", echo=lambda *_: None)
+    written = ledger_import.import_run(folder / "run", echo=lambda *_: None)
     assert [(e["kind"], e["cost"]) for e in written] == [("labels", {"kind": "pure", "eps0": 1.0, "count": 1})]
-    assert ledger_mod.import_run(folder / "run", echo=lambda *_: None) == []  # once
+    assert ledger_import.import_run(folder / "run", echo=lambda *_: None) == []  # once

@@ -17,7 +17,7 @@ import pytest
 from analysis import composition
 from analysis.rounds import cumulative_headline
 from pate.programs import heads
-from pate.store import ledger, rundir
+from pate.store import ledger, ledger_import, rundir
 from pate.release.selection import select
 
 from conftest import ROOT, TINY, invoke, one_line, sigkill_while_staged
@@ -35,7 +35,7 @@ def two_rounds(finished_tiny, tmp_path_factory):
     shutil.copytree(finished_tiny, workdir)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATE_LEDGER_DIR", str(base / "ledgers"))
-        ledger.import_run(workdir, echo=lambda *_: None)
+        ledger_import.import_run(workdir, echo=lambda *_: None)
         labels1 = (workdir / rundir.LABELS_NPZ).read_bytes()
         student1 = json.loads((workdir / rundir.STUDENT_JSON).read_text())
         release1 = json.loads((workdir / rundir.RELEASE_JSON).read_text())

@@ -236,10 +236,16 @@ def released_arrays(votes: np.ndarray, indices: np.ndarray, record: mechanisms.M
 
 
 def charge_release(book, cost, record, run_path, labels_path, num_queries: int, privacy, *,
-                   data_digest: str | None = None) -> dict:
-    """Charges a label release to the data set's ledger (refused over ``total_budget``)."""
+                   data_digest: str | None = None, num_classes: int | None = None) -> dict:
+    """Charges a label release to the data set's ledger (refused over ``total_budget`` or the
+    ledger's budget), with the float64 samplers' total variation over ``num_classes`` classes
+    (a threshold step is one more noise coordinate: `analysis.noise.sampling_tv`)."""
+    from analysis.noise import sampling_tv
+
     mechanism = {"name": record.name, **record.params(), "queries": int(num_queries),
                  "describe": f"labels: {num_queries} queries of {record.describe()}"}
+    coordinates = None if num_classes is None else int(num_classes) + (1 if "threshold" in record.params() else 0)
     return book.charge("labels", cost, run=run_path, mechanism=mechanism,
                        subject=content_digest(read_labels(labels_path)), budget=privacy.total_budget,
-                       delta=privacy.delta, data_digest=data_digest)
+                       delta=privacy.delta, data_digest=data_digest,
+                       sampling_tv=0.0 if coordinates is None else sampling_tv(int(num_queries), coordinates))
