@@ -99,11 +99,28 @@ def test_ledger_has_both_rounds_and_the_headline_composes_them(two_rounds):
     d = release["details"]
     # LNMax: basic composition of the two published headlines, or the ledger's composition.
     assert set(d) >= {"eps_route_basic", "eps_route_independent", "eps_round1", "eps_round2"}
-    basic = first["eps"] + d["eps_round2"]
+    basic = first["release_eps"] + d["eps_round2"]
     costs = [composition.Cost.from_json(e["cost"]) for e in two_rounds["entries"]]
     independent = composition.compose(costs, d["delta"], conversion="classic").eps
-    assert release["eps"] == pytest.approx(min(basic, independent), rel=1e-9)
-    assert release["eps"] <= basic + 1e-9
+    assert release["release_eps"] == pytest.approx(min(basic, independent), rel=1e-9)
+    assert release["release_eps"] <= basic + 1e-9
+    # The first figure is the data set's: all four releases composed (never the headline of one).
+    assert release["eps"] == release["data_set"]["eps"] == release["data_set"]["cumulative_eps"]
+    assert release["data_set"]["releases"] == 4
+
+
+def test_ledger_import_of_a_two_round_run_charges_both_rounds(two_rounds, tmp_path, monkeypatch):
+    """`pate ledger --import` once knew round 1 only: a two-round run imported as 82.1 where
+    its own release.json said 116.3. Now both rounds' labels and draws, once."""
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "fresh"))
+    w = two_rounds["workdir"]
+    written = ledger_import.import_run(w, echo=lambda *_: None)
+    assert [e["kind"] for e in written] == ["labels", "labels", "sanitised-eps", "sanitised-eps"]
+    assert ledger_import.import_run(w, echo=lambda *_: None) == []  # once
+    release = json.loads((w / rundir.RELEASE_JSON).read_text())
+    book = ledger.for_run(w)
+    delta = rundir.RunDir(w).own_config().privacy.delta
+    assert book.total(delta).eps == pytest.approx(release["data_set"]["cumulative_eps"], rel=1e-6)
 
 
 def test_pca_is_fitted_on_the_public_pool_only(two_rounds):
@@ -297,7 +314,7 @@ def test_pate_run_with_two_rounds_on_a_finished_round1(finished_tiny, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(finished_tiny, run)
     release = json.loads((run / rundir.RELEASE_JSON).read_text())
-    (run / rundir.RELEASE_JSON).write_text(json.dumps(dict(release, delta=1.0)))
+    (run / rundir.RELEASE_JSON).write_text(json.dumps(dict(release, delta=1.0, release_delta=1.0)))
     labels1 = (run / rundir.LABELS_NPZ).read_bytes()
     r = invoke("run", "--config", TINY, "--workdir", run, "--set", "rounds.rounds=2", "--set", "rounds.queries=10",
                "--set", 'rounds.student_init="round1"', "--set", "rounds.student_steps=5", "--no-progress", "--seed", 3)
@@ -305,5 +322,5 @@ def test_pate_run_with_two_rounds_on_a_finished_round1(finished_tiny, tmp_path):
     assert "[label] running" not in r.output and (run / rundir.LABELS_NPZ).read_bytes() == labels1  # not relabelled
     assert "[round2] running" in r.output and "[student2] running" in r.output and "[analyze2] running" in r.output
     details = json.loads((run / rundir.RELEASE_JSON).read_text())["details"]
-    assert details["rounds"] == 2 and details["eps_round1"] == release["eps"]
+    assert details["rounds"] == 2 and details["eps_round1"] == release["release_eps"]
     assert json.loads((run / rundir.STUDENT_JSON).read_text())["rounds"] == 2

@@ -48,6 +48,16 @@ def _own_figure(rep: report_mod.PrivacyReport, subject: str) -> dict:
     return {"eps": rep.value("eps"), "delta": rep.value("delta_total"), "subject": subject}
 
 
+def _uncharged_labels(book: ledger_mod.Ledger, labels: dict, subjects) -> list:
+    """The labels' own cost when the ledger does not record them (made by hand or by a pate
+    before the ledger): the data set's figure counts them all the same, never less."""
+    if any(book.find("labels", s) is not None for s in subjects):
+        return []
+    record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+    cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
+    return [composition.labels_cost(record, int(np.asarray(labels["labels"]).size), max_answers=cap)]
+
+
 def data_set_line(data_set: dict) -> str:
     """The first line `pate analyze` prints: the figure to publish, the data set's."""
     return (f"PUBLISH: eps {data_set['eps']:.4g} at delta {data_set['delta']:.3g}, what data set "
@@ -212,8 +222,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     if two_rounds:
         rep = analyze_rounds.cumulative(workdir, rep, labels, book, release_cost_of(rep, release_cost), delta,
                                         conversion)
-    data_set = book.summary(delta, extra=[release_cost_of(rep, release_cost)],  # this draw counted
-                            release=_own_figure(rep, labels_digest))
+    data_set = book.summary(delta, extra=[*_uncharged_labels(book, labels, subjects), release_cost_of(rep, release_cost)],
+                            release=_own_figure(rep, labels_digest))  # this draw counted
     # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
     staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,

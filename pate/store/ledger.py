@@ -580,8 +580,8 @@ def _limits(recorded: tuple[float, float] | None, budget: float | None, delta: f
     """The budgets a release must fit — the ledger's recorded one and a config's — and the
     budget entry to record: a config's first budget, or one at least as tight on both ε and
     δ (a config can tighten the ledger's budget, never raise it: `Ledger.set_budget` does)."""
-    limits = [] if recorded is None else [(*recorded, "the ledger's budget (raise it on purpose with "
-                                                     "`pate ledger --set-budget EPS`)")]
+    limits = [] if recorded is None else [(*recorded, "the data set's total_budget recorded in its ledger (raise "
+                                                     "it on purpose with `pate ledger --set-budget EPS`)")]
     record = None
     if budget:
         limits.append((float(budget), float(delta), "[privacy] total_budget"))
