@@ -323,7 +323,7 @@ def test_the_report_of_both_rounds_names_the_check_and_its_planned_probability(i
     doc = json.loads((w / rundir.RELEASE_JSON).read_text())
     details = doc["details"]
     assert details["check"].startswith("max_j (n_j - o_j)") and details["rounds"] == 2
-    assert 0.5 < details["p_headline_within_target"] <= 1 and doc["eps"] <= details["eps_route_basic"]
+    assert 0.5 < details["p_headline_within_target"] <= 1 and doc["release_eps"] <= details["eps_route_basic"]
     round2 = [e for e in interactive_run["entries"] if (e.get("mechanism") or {}).get("round") == 2]
     assert round2 and round2[0]["mechanism"]["check"] == "interactive"
 
