@@ -222,16 +222,15 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     if two_rounds:
         rep = analyze_rounds.cumulative(workdir, rep, labels, book, release_cost_of(rep, release_cost), delta,
                                         conversion)
-    data_set = book.summary(delta, extra=[*_uncharged_labels(book, labels, subjects), release_cost_of(rep, release_cost)],
-                            release=_own_figure(rep, labels_digest))  # this draw counted
+    data_set = book.summary(delta, extra=[*_uncharged_labels(book, labels, subjects), release_cost_of(  # this draw
+        rep, release_cost)], release=_own_figure(rep, labels_digest))
     # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
     staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,
                     research_seed=research, data_set=data_set)
     _charge_then_commit(staged, lambda: charge_draw(book, rep, release_cost, subject=labels_digest, run=workdir,
                                                     budget=p.total_budget, delta=delta))
-    echo(data_set_line(data_set))
-    echo(render_table(rep))
+    echo(data_set_line(data_set) + "\n" + render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
@@ -339,16 +338,13 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     rep = report_mod.extend(rep, data_independent_items(mechanism, answered.shape[0], delta,
                                                         moments=range(1, moments + 1)))
     rep = _research(rep, seed is not None)
-    # The answers' own cost counts too: pate cannot tell whether they were charged when made
-    # (counted twice at worst: the data set's figure never understates).
-    answers = composition.labels_cost(mechanism, int(answered.shape[0]))
-    data_set = book.summary(delta, extra=[answers, release_cost_of(rep, release_cost)]) if draw else None
+    # The answers' own cost counts too: pate cannot tell whether they were charged when made.
+    data_set = book.summary(delta, extra=[composition.labels_cost(mechanism, int(answered.shape[0])),
+                                          release_cost_of(rep, release_cost)]) if draw else None
     staged = _stage(rep, json_path, plot_path, release_path, research_seed=seed is not None, data_set=data_set)
     _charge_then_commit(staged, (lambda: charge_draw(book, rep, release_cost, subject=None, budget=total_budget,
                                                      delta=delta)) if draw else (lambda: None))
-    if data_set is not None:
-        echo(data_set_line(data_set))
-    echo(render_table(rep))
+    echo(render_table(rep) if data_set is None else data_set_line(data_set) + "\n" + render_table(rep))
     for path in (release_path, json_path, plot_path):
         if path:
             echo(f"wrote {path}")

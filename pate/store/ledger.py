@@ -30,6 +30,7 @@ any private value: only public parameters, public digests (of the labels' conten
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import hmac
@@ -367,7 +368,8 @@ class Ledger:
     def total(self, delta: float, *, extra: Iterable[composition.Cost] = (), extra_tv: float = 0.0,
               conversion: str = "improved") -> composition.Total:
         """The cumulative guarantee of every recorded release (and `extra` ones, with
-        `extra_tv` of float64 sampling), its δ counting the float64 label samplers' too
+        `extra_tv` of float64 sampling), its δ counting the float64 label samplers' too:
+        the releases' total variations add (`analysis.noise.sampling_tv`) and give δ
         (`analysis.noise.delta_of_sampling`)."""
         entries = self.entries()
         total = composition.compose(self.costs(extra, entries), delta, conversion=conversion)
@@ -557,8 +559,6 @@ class Ledger:
 def _with_sampling(total: composition.Total, tv: float) -> composition.Total:
     """`total` with the float64 samplers' δ, (1 + e^ε) · tv, added (at most 1)."""
     from analysis.noise import delta_of_sampling
-
-    import dataclasses
 
     if tv <= 0:
         return total
