@@ -498,8 +498,6 @@ def test_a_copy_of_the_data_elsewhere_is_the_same_data_set(tmp_path):
     ledger (and budget). Now it is the training split's content, keyed: a copy is the same
     data set, one changed label another; the name shows no plain digest of the data; a
     ledger an older pate named by the path still counts."""
-    import hashlib
-
     first, copy, changed = tmp_path / "a.npz", tmp_path / "elsewhere" / "b.npz", tmp_path / "c.npz"
     _write_npz_data(first)
     copy.parent.mkdir()
@@ -507,8 +505,11 @@ def test_a_copy_of_the_data_elsewhere_is_the_same_data_set(tmp_path):
     _write_npz_data(changed, flip=True)
     a, b, c = (ledger_mod.Ledger.for_config(_npz_config(p)) for p in (first, copy, changed))
     assert a.name == b.name and a.path == b.path and c.name != a.name
-    plain = hashlib.sha256(first.read_bytes()).hexdigest()
-    assert plain[:16] not in a.name
+    digest = a.source.rsplit(":", 1)[1]  # the plain sha256 of the split: private files only
+    assert a.source.startswith("npz:sha256:") and digest[:8] not in a.name and a.name.startswith("npz:")
+    # Under another ledger folder the same source has that folder's keyed name.
+    elsewhere = ledger_mod.Ledger(a.source, tmp_path / "other-ledgers")
+    assert elsewhere.source == a.source and elsewhere.name != a.name
     # An older pate's ledger of this data (named by its path) counts in the new one.
     old = ledger_mod.Ledger(ledger_mod.legacy_identity(_npz_config(first).data), a.directory)
     cost = composition.labels_cost(mechanisms.GNMax(40.0), 100)

@@ -153,7 +153,7 @@ def _release_from_teachers(door: Door, config: Config, record: mechanisms.Mechan
     p = config.privacy
     table = render_table(report_for_release(votes, labels, delta=p.delta, moments=p.moments,
                                             conversion=p.conversion, sanitize=False))
-    door.out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config, meta={"data_set": book.name})
+    door.out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config, meta={"data_set": book.source})
     door.out.write_npz(rundir.LABELS_NPZ, labels, config,
                        meta={"ledger": book.public_name(), **seed_record(seed), **planned})
     # Charged before the release is in place: a kill from here on over-counts, never under-counts.

@@ -258,8 +258,8 @@ def _evaluate(config: Config, out: rundir.RunDir, params, model, placement: Plac
             "num_classes": splits.num_classes,
             "image_shape": list(image_shape),
             "dataset": dataset_name,
-            # PRIVATE file: the data set's ledger identity (a keyed digest of the training split's content)
-            "data_set": ledger_mod.Ledger.for_config(config).name,
+            # PRIVATE file: the data set's source (sha256 of the training split), which names its ledger
+            "data_set": ledger_mod.Ledger.for_config(config).source,
             "train_points": int(splits.train_x.shape[0]),
             "shard_size": part.shard_size,
             "left_out": int(part.left_out.size),

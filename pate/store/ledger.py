@@ -96,12 +96,13 @@ def directory_for(privacy=None) -> Path:
 
 
 def data_identity(data, directory: str | Path | None = None) -> str:
-    """The name of the private data behind a `[data]` section: the data set's name and a
-    keyed digest of its training split's *content* (`pate.data.training_digest`, HMAC'd
-    under the ledger directory's key), so a copy of the same files under another path, or
-    the same votes file moved, charges the same ledger, and the name may be published
-    (release.json) without being a public fingerprint of the private data. The public pool
-    and the evaluation split do not enter: they are not private.
+    """The *source* of the private data behind a `[data]` section: the data set's name and
+    the sha256 of its training split's content (`pate.data.training_digest`), as
+    ``"<name>:sha256:<digest>"``. A copy of the same files under another path, gzipped or
+    not, has the same source. The public pool and the evaluation split do not enter: they
+    are not private. A plain fingerprint of the private data: it goes into private files
+    only (votes.npz, teachers.json, the ledger folder's cache); `Ledger` names its ledger
+    by a keyed digest of it (`ledger_name`), which may be published.
 
     The digest is cached by the training files' stat (path, size, inode, times) in the
     ledger directory (owner-only), so a command reads the data once per change."""
@@ -112,13 +113,27 @@ def data_identity(data, directory: str | Path | None = None) -> str:
     stats = [[str(Path(f).expanduser().resolve()), *_stat(f)] for f in files]
     cache_key = hashlib.sha256(json.dumps([data.name, stats, legacy_identity(data) if not files else ""])
                                .encode("utf-8")).hexdigest()
-    name = _IDENTITIES.get((str(directory), cache_key)) or _cached_identity(directory, cache_key)
-    if name is None:
-        digest = data_mod.training_digest(data)
-        name = f"{data.name}:{_keyed(directory, b'data-set', digest.encode('ascii'))[:32]}"
-        _cache_identity(directory, cache_key, name)
-    _IDENTITIES[(str(directory), cache_key)] = name
-    return name
+    source = _IDENTITIES.get((str(directory), cache_key)) or _cached_identity(directory, cache_key)
+    if source is None or _SOURCE.fullmatch(source) is None:
+        source = f"{data.name}:sha256:{data_mod.training_digest(data)}"
+        _prepare(directory)
+        _cache_identity(directory, cache_key, source)
+    _IDENTITIES[(str(directory), cache_key)] = source
+    return source
+
+
+#: A data source (`data_identity`): the data set's name and the sha256 of its training split.
+_SOURCE = re.compile(r"(.+):sha256:([0-9a-f]{64})")
+
+
+def ledger_name(source: str, directory: str | Path) -> str:
+    """The ledger name of a data `source`: its data set's name and the first 128 bits of
+    an HMAC of its digest under the ledger directory's key — publishable, and the same for
+    every copy of the data; any other name (a user's ``--ledger NAME``) is itself."""
+    match = _SOURCE.fullmatch(source.strip())
+    if match is None:
+        return source.strip()
+    return f"{match[1]}:{_keyed(Path(directory), b'data-set', match[2].encode('ascii'))[:32]}"
 
 
 #: In-process cache of `data_identity` (ledger directory, stat key) -> name.
@@ -248,7 +263,8 @@ class Ledger:
     """The ledger of one private data set.
 
     Args:
-      name: its identity (`data_identity`, or a user's name for external votes).
+      name: its data source (`data_identity`: named then by `ledger_name`), or a user's
+        name for external votes.
       directory: the ledger directory (`directory_for`).
       legacy: names an older pate gave the same data set (`legacy_identity`): their
         releases are read with this ledger's and count in every total and check; new
@@ -258,8 +274,10 @@ class Ledger:
     def __init__(self, name: str, directory: str | Path | None = None, *, legacy: Iterable[str] = ()):
         if not isinstance(name, str) or not name.strip():
             raise PateError("a ledger needs a non-empty name (--ledger NAME)")
-        self.name = name.strip()
         self.directory = Path(directory) if directory is not None else default_directory()
+        #: What private files record (votes.npz, teachers.json): a data source, or the name.
+        self.source = name.strip()
+        self.name = ledger_name(self.source, self.directory)
         self.path = self.directory / f"{_slug(self.name)}.jsonl"
         self.legacy = tuple(n for n in legacy if n and n != self.name)
 
@@ -703,8 +721,8 @@ def for_votes(votes, name: str | None = None, directory: str | Path | None = Non
     named = votes_identity(path)
     if named is None and path.name in (rundir.VOTES_NPZ, rundir.VOTES_ROUND2_NPZ) and (
             path.parent / rundir.CONFIG_TOML).is_file():
-        named = for_run(path.parent).name  # an older pate's run: its config names the data set
-    if named is not None and name and name.strip() != named:
+        named = for_run(path.parent).source  # an older pate's run: its config names the data set
+    if named is not None and name and name.strip() not in (named, ledger_name(named, directory)):
         raise PateError(f"{path} holds votes on the data set {named!r}; --ledger {name!r} would charge another "
                         "ledger: drop --ledger (or give that name)")
     if named is None and not name:
