@@ -68,9 +68,14 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
 @click.option("--moments", type=int, default=opt.DEFAULTS.moments, show_default=True, callback=opt.moments,
               help="LNMax: moments accountant orders 1..M.")
 @click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
-              help="Vote histogram (.npz key 'votes', or .npy): also print the data-dependent eps.")
+              help="Vote histogram (.npz key 'votes', or .npy): also print the data-dependent eps. Private votes "
+                   "are refused unless --on-private-votes: plan on a public proxy's votes instead.")
+@click.option("--on-private-votes", is_flag=True,
+              help="With --votes: these are the private votes, and the parameters chosen here are recorded in "
+                   "their data set's ledger as chosen on private data (no eps covers that choice).")
+@opt.ledger()
 def plan(mechanism, queries, eps, config_path, target_eps, settings, delta, teachers, threshold, sigma_ratio,
-         answered, conversion, accountant, moments, votes_path):
+         answered, conversion, accountant, moments, votes_path, on_private_votes, ledger_name):
     """Calibrate the noise so that the data-independent eps meets a budget; with --config,
     choose the queries and release settings so that the published headline meets a target
     with probability [privacy] target_probability."""
@@ -87,6 +92,8 @@ def plan(mechanism, queries, eps, config_path, target_eps, settings, delta, teac
         return
     opt.check_plan(mechanism, queries, eps, threshold, answered)
     votes = None if votes_path is None else votes_mod.load_votes(votes_path)
+    opt.mark_private_tuning(votes_path, on_private_votes, ledger_name,
+                            f"pate plan --votes: {mechanism}, {queries} queries, eps {eps:g} at delta {delta:g}")
     result = plan_mod.plan(
         mechanism, queries, eps, delta, num_teachers=teachers, threshold=threshold, sigma_ratio=sigma_ratio,
         num_answered=answered, votes=votes, moments=range(1, moments + 1), conversion=conversion,
@@ -242,13 +249,19 @@ def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, n
               help="Charge the releases of a run made before the ledger (once each), then list.")
 @click.option("--delta", type=float, callback=opt.probability, help="delta of the cumulative eps (default: "
               f"the config's privacy.delta, else {opt.short(opt.DEFAULTS.delta)}).")
-def ledger_command(config_path, workdir, name, import_path, delta):
+@click.option("--set-budget", type=float, callback=opt.positive,
+              help="Record EPS (at --delta) as the data set's total budget, raising or lowering it on purpose "
+                   "(never below what is spent); every later command holds to it.")
+def ledger_command(config_path, workdir, name, import_path, delta, set_budget):
     """List every release charged to a private data set's ledger and the cumulative eps
     they spend together (composition of their data-independent costs)."""
     from pate.store import ledger as ledger_mod
 
     book, config = opt.ledger_book(config_path, workdir, name, import_path, click.echo)
-    click.echo(ledger_mod.render(book, delta or (config.privacy if config is not None else opt.DEFAULTS).delta))
+    delta = delta or (config.privacy if config is not None else opt.DEFAULTS).delta
+    if set_budget is not None:
+        book.set_budget(set_budget, delta)
+    click.echo(ledger_mod.render(book, delta))
 
 
 @main.command("fedavg")

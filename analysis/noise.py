@@ -162,10 +162,24 @@ def sampling_delta(num_queries: int, coordinates: int, eps: float) -> float:
     the module docstring. A δ is a probability: where the bound exceeds 1 (an ε so large
     that e^ε swamps κ) the result is 1, i.e. nothing is guaranteed, never a "δ" above 1.
     """
+    return delta_of_sampling(sampling_tv(num_queries, coordinates), eps)
+
+
+def sampling_tv(num_queries: int, coordinates: int) -> float:
+    """τ = ``Q · c² · κ / 2``: the total variation between the float64 samplers and the
+    ideal noisy argmax over ``Q`` queries of ``c`` noise coordinates (module docstring).
+    Over several releases, adaptively chosen, the τ add (a hybrid argument: each release's
+    conditional law moves by at most its own τ), so a data set's ledger sums them."""
+    return num_queries * coordinates**2 * KOLMOGOROV_BOUND / 2.0
+
+
+def delta_of_sampling(tv: float, eps: float) -> float:
+    """The δ that a total variation ``tv`` from the ideal mechanism adds to an (ε, δ)
+    guarantee of it: ``(1 + e^ε) · tv`` (P[M'(D) ∈ S] ≤ P[M(D) ∈ S] + τ ≤ e^ε (P[M'(D') ∈ S]
+    + τ) + δ + τ), at most 1."""
     if not math.isfinite(eps):
         return 1.0
-    tau = num_queries * coordinates**2 * KOLMOGOROV_BOUND / 2.0
-    return min(1.0, (1.0 + math.exp(min(eps, 700.0))) * tau)
+    return min(1.0, (1.0 + math.exp(min(eps, 700.0))) * tv)
 
 
 # ------------------------------------------------------------------ exact samplers (CKS 2020)

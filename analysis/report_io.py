@@ -118,28 +118,48 @@ FINE_GRAINED_RELATION_NOTE = (
     "histogram by one (analysis.fine_grained, brute-forced in its tests).")
 
 
+#: What release.json's first figure is when a ledger gave it.
+DATA_SET_FIGURE = ("the data set's cumulative guarantee: every release recorded in its ledger, this one included "
+                   "(data_set says how it was composed); publish this one")
+
+
 def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     """``release.json``: only publishable values, safe to publish as a whole.
 
-    The headline ``eps`` at ``delta`` is the total guarantee of everything released (the
-    labels and the sanitised ε, the release's own cost included); the other numbers are
-    the mechanism's public parameters and the pieces the headline is made of.
+    Its first figure, ``eps`` at ``delta``, is what the data set has spent in all
+    (``extra["data_set"]``, `pate.store.ledger.Ledger.summary`: every release recorded
+    for it, this one included), so a user who publishes the first number never
+    understates it; without a ledger it is this release's. ``release_eps`` at
+    ``release_delta`` is this release's own headline (the labels and the sanitised ε, the
+    release's own cost included); the other numbers are the mechanism's public parameters
+    and the pieces that headline is made of.
     """
     public = {i.key: jsonable(i.value) for i in report.items if i.public}
     if "eps" not in public:
         raise PateError("this report has no headline eps (it was built without a sanitised release)")
+    own, own_delta = public.pop("eps"), public.pop("delta_total")
+    data_set = (extra or {}).get("data_set") or {}
+    first = "eps" in data_set and "delta" in data_set  # the data set's figure (`pate.store.ledger.Ledger.summary`)
     doc = {
+        "eps": jsonable(data_set["eps"]) if first else own,
+        "delta": jsonable(data_set["delta"]) if first else own_delta,
+        "eps_is": (DATA_SET_FIGURE if first else "this release's own figure (no ledger was given: it covers "
+                   "this release only)"),
+        "release_eps": own,
+        "release_delta": own_delta,
+        "release_eps_is": "this release's own headline (labels and sanitised eps): NOT what the data set has spent "
+                          "when it has other releases",
         "mechanism": report.mechanism,
-        "eps": public.pop("eps"),
-        "delta": public.pop("delta_total"),
         "neighbouring_relation": NEIGHBOURING_RELATION,
         "neighbouring_relation_note": (FINE_GRAINED_RELATION_NOTE if report.mechanism == "fine-grained"
                                        else RELATION_NOTE),
         "details": public,
-        "notes": "Everything here may be published. 'eps' at 'delta' is the guarantee of "
-                 "everything released: " + ("the one noisy vote histogram every label comes from."
-                                            if report.mechanism == "fine-grained" else
-                                            "the labels and the sanitised eps, its own cost included."),
+        "notes": "Everything here may be published. Publish 'eps' at 'delta' (" + (
+            "the data set's: every release made from it" if first else "this release's") + "); 'release_eps' at "
+                 "'release_delta' is the guarantee of this release alone: " + (
+                     "the one noisy vote histogram every label comes from."
+                     if report.mechanism == "fine-grained" else
+                     "the labels and the sanitised eps, its own cost included."),
         "warnings": list(report.warnings),
     }
     if extra:

@@ -39,8 +39,11 @@ def main(out: pathlib.Path) -> dict:
     # 3. Release noisy labels from these external votes. `pate label --votes`.
     #    Writes out/votes.npz (PRIVATE) and out/labels.npz (the release). A seed is for
     #    reproducible research only; leave it out (fresh OS entropy) for a real release.
+    #    `ledger` names the private data set the votes come from: every release from it is
+    #    charged to that one ledger (an array cannot say which data set it is).
     release = pate.label_votes(votes, out, num_classes=num_classes, mechanism="gnmax", sigma=sigma,
-                               queries=QUERIES, overwrite=True, echo=lambda *_: None)
+                               queries=QUERIES, overwrite=True, ledger="walkthrough-simulated-250",
+                               echo=lambda *_: None)
     agree = (release.labels == votes[release.indices].argmax(axis=1)).mean()
     print(f"released {release.num_answered} labels; {agree:.1%} agree with the plurality vote")
 

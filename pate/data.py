@@ -171,6 +171,35 @@ def source_location(name: str, path: str) -> Path:
     return dirs[0]
 
 
+def training_files(cfg: DataConfig) -> list[Path]:
+    """The files the private training split of a `[data]` section is read from (none for
+    synthetic data): what a cached digest of that split (`training_digest`) is keyed on."""
+    if cfg.name in ("fashion_mnist", "mnist"):
+        d = _find(cfg.name, cfg.path, list(_IDX_FILES.values()))
+        return [_resolve(d, _IDX_FILES["x_train"]), _resolve(d, _IDX_FILES["y_train"])]
+    if cfg.name == "svhn":
+        return [_find("svhn", cfg.path, list(_SVHN_FILES.values())) / _SVHN_FILES["train"]]
+    if cfg.name == "npz":
+        return [Path(cfg.path)]
+    return []
+
+
+def training_digest(cfg: DataConfig) -> str:
+    """sha256 of the private training split's content (images and labels as loaded, with
+    their shapes): the same data under another path, gzipped or not, has the same digest.
+    A plain fingerprint of private data: it goes into private files only (the ledger,
+    votes.npz, teachers.json), never into a released one."""
+    import hashlib
+
+    dataset = load_dataset(cfg)
+    h = hashlib.sha256(b"pate-training-split-v1")
+    for array in (np.ascontiguousarray(dataset.x_train, dtype=np.float32),
+                  np.ascontiguousarray(dataset.y_train, dtype=np.int32)):
+        h.update(repr((array.dtype.str, array.shape)).encode("ascii"))
+        h.update(memoryview(array).cast("B"))
+    return h.hexdigest()
+
+
 def _resolve(d: Path, stem: str) -> Path:
     gz = d / f"{stem}.gz"
     return gz if gz.exists() else d / stem

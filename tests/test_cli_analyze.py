@@ -22,7 +22,7 @@ def votes_file(tmp_path):
 def test_analyze_report_json_and_plot(tmp_path, votes_file):
     path, votes = votes_file
     out_json, out_png = tmp_path / "privacy.json", tmp_path / "privacy.png"
-    result = invoke("analyze", "--votes", path, "--gamma", 0.05, "--delta", 1e-5, "--queries", 100,
+    result = invoke("analyze", "--votes", path, "--ledger", "ext", "--gamma", 0.05, "--delta", 1e-5, "--queries", 100,
                     "--json", out_json, "--plot", out_png, "--seed", 3)
     assert result.exit_code == 0, result.output
     assert "data-independent eps" in result.output and "NO (private)" in result.output
@@ -47,7 +47,7 @@ def test_analyze_indices_and_labels_input(tmp_path):
     np.save(labels_path, preds)
     idx_path = tmp_path / "idx.npy"
     np.save(idx_path, np.arange(0, 40, 2))
-    result = invoke("analyze", "--votes", labels_path, "--input-is-labels", "--num-classes", 10,
+    result = invoke("analyze", "--votes", labels_path, "--ledger", "ext", "--input-is-labels", "--num-classes", 10,
                     "--gamma", 0.1, "--indices", idx_path, "--json", tmp_path / "p.json")
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "p.json").read_text())
@@ -61,7 +61,7 @@ def test_analyze_indices_and_labels_input(tmp_path):
 
 def test_analyze_warns_when_best_moment_is_largest(votes_file):
     path, _ = votes_file
-    result = invoke("analyze", "--votes", path, "--gamma", 0.05, "--moments", 2)
+    result = invoke("analyze", "--votes", path, "--ledger", "ext", "--gamma", 0.05, "--moments", 2)
     assert result.exit_code == 0
     # The best moment is a private value: its warning is marked so (and kept out of release.json).
     assert "warning (private, do not publish): the best moment is the largest" in result.output
@@ -97,7 +97,7 @@ def test_bad_votes_one_line_nothing_written(tmp_path, case):
     array, needle = BAD_VOTES[case]
     path = _write(tmp_path, array)
     out = tmp_path / "out.json"
-    result = invoke("analyze", "--votes", path, "--gamma", 0.1, "--json", out)
+    result = invoke("analyze", "--votes", path, "--ledger", "ext", "--gamma", 0.1, "--json", out)
     assert result.exit_code == 1
     assert needle in result.output
     assert len(result.output.strip().splitlines()) == 1
@@ -111,7 +111,7 @@ def test_bad_votes_one_line_nothing_written(tmp_path, case):
 ])
 def test_bad_parameters_exit_2(tmp_path, votes_file, args, needle):
     path, _ = votes_file
-    full = ["analyze", "--votes", path, "--json", tmp_path / "o.json"]
+    full = ["analyze", "--votes", path, "--ledger", "ext", "--json", tmp_path / "o.json"]
     if "--gamma" not in args:
         full += ["--gamma", 0.1]
     result = invoke(*full, *args)
@@ -123,21 +123,21 @@ def test_bad_parameters_exit_2(tmp_path, votes_file, args, needle):
 
 def test_bad_files(tmp_path, votes_file):
     path, _ = votes_file
-    missing = invoke("analyze", "--votes", tmp_path / "nope.npz", "--gamma", 0.1)
+    missing = invoke("analyze", "--votes", tmp_path / "nope.npz", "--ledger", "ext", "--gamma", 0.1)
     assert missing.exit_code == 1 and "does not exist" in missing.output
     corrupt = tmp_path / "corrupt.npz"
     corrupt.write_bytes(b"PK\x03\x04 not really a zip")
-    result = invoke("analyze", "--votes", corrupt, "--gamma", 0.1)
+    result = invoke("analyze", "--votes", corrupt, "--ledger", "ext", "--gamma", 0.1)
     assert result.exit_code == 1 and "cannot read" in result.output
     wrong_key = tmp_path / "wrong.npz"
     np.savez(wrong_key, counts=np.ones((2, 2)))
-    result = invoke("analyze", "--votes", wrong_key, "--gamma", 0.1)
+    result = invoke("analyze", "--votes", wrong_key, "--ledger", "ext", "--gamma", 0.1)
     assert result.exit_code == 1 and "no array named 'votes'" in result.output
     idx = tmp_path / "idx.npy"
     np.save(idx, np.array([0, 5, 300]))
-    result = invoke("analyze", "--votes", path, "--gamma", 0.1, "--indices", idx)
+    result = invoke("analyze", "--votes", path, "--ledger", "ext", "--gamma", 0.1, "--indices", idx)
     assert result.exit_code == 1 and "index 300" in result.output
-    too_many = invoke("analyze", "--votes", path, "--gamma", 0.1, "--queries", 301)
+    too_many = invoke("analyze", "--votes", path, "--ledger", "ext", "--gamma", 0.1, "--queries", 301)
     assert too_many.exit_code == 1 and "at most 300" in too_many.output
     neither = invoke("analyze", "--gamma", 0.1)
     assert neither.exit_code == 2
@@ -148,7 +148,7 @@ def test_bad_files(tmp_path, votes_file):
 def test_plot_to_missing_folder_writes_nothing(tmp_path, votes_file):
     path, _ = votes_file
     out_json = tmp_path / "ok.json"
-    result = invoke("analyze", "--votes", path, "--gamma", 0.05, "--json", out_json,
+    result = invoke("analyze", "--votes", path, "--ledger", "ext", "--gamma", 0.05, "--json", out_json,
                     "--plot", tmp_path / "missing" / "p.png")
     assert result.exit_code == 1
     assert "does not exist" in result.output
@@ -159,7 +159,7 @@ def test_known_value_through_cli(tmp_path):
     votes = np.zeros((100, 10), dtype=int)
     votes[:, 0] = 250
     path = _write(tmp_path, votes)
-    result = invoke("analyze", "--votes", path, "--gamma", 0.05, "--json", tmp_path / "p.json")
+    result = invoke("analyze", "--votes", path, "--ledger", "ext", "--gamma", 0.05, "--json", tmp_path / "p.json")
     assert result.exit_code == 0
     doc = json.loads((tmp_path / "p.json").read_text())
     assert doc["public"]["eps_data_independent"] == pytest.approx(5.30, abs=0.005)
@@ -172,7 +172,7 @@ def test_analyze_gnmax_votes_file(tmp_path, votes_file):
 
     path, votes = votes_file
     out = tmp_path / "g.json"
-    result = invoke("analyze", "--votes", path, "--mechanism", "gnmax", "--sigma", 40, "--queries", 200,
+    result = invoke("analyze", "--votes", path, "--ledger", "ext", "--mechanism", "gnmax", "--sigma", 40, "--queries", 200,
                     "--release-order", 10, "--json", out, "--conversion", "improved")
     assert result.exit_code == 0, result.output
     doc = json.loads(out.read_text())
@@ -181,5 +181,5 @@ def test_analyze_gnmax_votes_file(tmp_path, votes_file):
     assert doc["private"]["eps_data_dependent"] == pytest.approx(expected.eps)
     assert doc["public"]["eps_data_independent"] == pytest.approx(
         gnmax.data_independent_eps(200, 40.0, 1e-5, conversion="improved").eps)
-    missing = invoke("analyze", "--votes", path, "--mechanism", "confident-gnmax", "--sigma", 40)
+    missing = invoke("analyze", "--votes", path, "--ledger", "ext", "--mechanism", "confident-gnmax", "--sigma", 40)
     assert missing.exit_code == 2 and "--threshold" in missing.output and "--sigma-threshold" in missing.output

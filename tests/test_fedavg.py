@@ -18,6 +18,7 @@ import pytest
 from scipy import stats
 from scipy.special import gammaln, ndtr
 
+from analysis import composition
 from analysis import fedavg_privacy as fp
 from analysis.errors import PateError
 from analysis.noise import NoiseSource
@@ -303,6 +304,20 @@ def test_tiny_run_is_charged_to_the_ledger(tmp_path):
     line = one_line_error(invoke("fedavg", "--config", TINY, "--workdir", other, "--no-progress",
                                  "--set", "privacy.total_budget=30"), 1)
     assert "total_budget" in line and not (other / rundir.FEDAVG_JSON).exists()
+
+
+def test_ledger_import_of_a_fedavg_run_charges_it_once(tiny_fedavg, ledger_dir):
+    """`pate ledger --import` once refused a fedavg run; now it charges its model once, with
+    the cost `pate fedavg` charges (from fedavg.json's public values)."""
+    from pate.store.ledger_import import import_run
+
+    workdir, _, _ = tiny_fedavg
+    info = json.loads((workdir / rundir.FEDAVG_JSON).read_text())
+    written = import_run(workdir, echo=lambda *_: None)
+    assert [e["kind"] for e in written] == ["fedavg"]
+    assert composition.Cost.from_json(written[0]["cost"]) == fp.round_cost("laplace", info["per_round_eps"],
+                                                                            info["rounds"])
+    assert import_run(workdir, echo=lambda *_: None) == []
 
 
 def test_existing_result_needs_overwrite(tiny_fedavg):

@@ -20,6 +20,7 @@ from pate.programs import public_features
 from pate.release import fine_grained_release as fine_release
 from pate.release.labels import RELEASED_KEYS, read_labels
 from pate.store import ledger as ledger_mod
+from pate.store import ledger_import
 from pate.store import rundir
 
 from conftest import TINY, invoke, one_line_error, snapshot
@@ -88,12 +89,13 @@ def test_the_release_is_the_mechanism_on_the_private_records_with_the_research_s
 
 def test_the_ledger_is_charged_the_release_once_and_the_report_is_its_eps(fine_run):
     folder, _ = fine_run
-    book = ledger_mod.Ledger(ledger_mod.data_identity(_config().data), folder / "ledger")
+    book = ledger_mod.Ledger(ledger_mod.data_identity(_config().data, folder / "ledger"), folder / "ledger")
     (entry,) = book.entries()
     assert entry["kind"] == "labels" and entry["cost"] == {"kind": "pure", "eps0": 1.0, "count": 1}
     assert entry["mechanism"]["name"] == "fine-grained"
     release = json.loads((folder / "run" / rundir.RELEASE_JSON).read_text())
-    assert release["eps"] == 1.0 and release["delta"] == 0.0 and release["mechanism"] == "fine-grained"
+    assert release["release_eps"] == 1.0 and release["release_delta"] == 0.0 and release["mechanism"] == "fine-grained"
+    assert release["eps"] <= 1.0  # the data set's: this one release, composed (PLD) or its own figure
     assert "noisy vote histogram" in release["notes"]
     assert release["neighbouring_relation"] == "replace-one" and "k nearest public points" in \
         release["neighbouring_relation_note"]
@@ -115,7 +117,7 @@ def test_a_second_run_skips_every_step_and_charges_nothing(fine_run):
     after = snapshot(folder / "run")
     assert {k: v for k, v in after.items() if k != rundir.PIPELINE_JSON} == \
         {k: v for k, v in before.items() if k != rundir.PIPELINE_JSON}
-    book = ledger_mod.Ledger(ledger_mod.data_identity(_config().data), folder / "ledger")
+    book = ledger_mod.Ledger(ledger_mod.data_identity(_config().data, folder / "ledger"), folder / "ledger")
     assert len(book.entries()) == 1
 
 
@@ -228,6 +230,6 @@ def test_pate_audit_holds_a_fine_grained_claim_and_catches_half_the_noise(tmp_pa
 def test_ledger_import_of_a_fine_grained_run_charges_its_one_release(fine_run, tmp_path, monkeypatch):
     folder, _ = fine_run
     monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "imported"))
-    written = ledger_mod.import_run(folder / "run", echo=lambda *_: None)
+    written = ledger_import.import_run(folder / "run", echo=lambda *_: None)
     assert [(e["kind"], e["cost"]) for e in written] == [("labels", {"kind": "pure", "eps0": 1.0, "count": 1})]
-    assert ledger_mod.import_run(folder / "run", echo=lambda *_: None) == []  # once
+    assert ledger_import.import_run(folder / "run", echo=lambda *_: None) == []  # once

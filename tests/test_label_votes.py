@@ -6,6 +6,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -13,6 +14,8 @@ import pytest
 from analysis import accountants, gnmax, gnss, lnmax, lnmax_release, mechanisms, pld
 from analysis import plan as plan_mod
 from analysis import report as report_mod
+from analysis.errors import PateError
+from pate.store import ledger as ledger_mod
 from pate.store import rundir
 from pate.steps import label as label_mod
 from pate.release import budget as release_budget
@@ -37,7 +40,7 @@ def listing(path):
 ])
 def test_label_votes_then_analyze(tmp_path, args):
     run = tmp_path / "run"
-    result = invoke("label", "--votes", SIMULATED, "--workdir", run, "--num-classes", 10, "--seed", 5, *args)
+    result = invoke("label", "--votes", SIMULATED, "--ledger", "simulated", "--workdir", run, "--num-classes", 10, "--seed", 5, *args)
     assert result.exit_code == 0, result.output
     assert "tightest" in result.output and "data-dependent eps" in result.output
     votes = np.load(SIMULATED)["votes"]
@@ -48,7 +51,7 @@ def test_label_votes_then_analyze(tmp_path, args):
         assert str(release["mechanism"]) == args[1]
     assert keys - {"meta"} <= set(release_labels.RELEASED_KEYS)  # no votes, no seed
     meta = json.loads(str(np.load(run / "labels.npz")["meta"]))
-    assert meta["config_hash"] is None and meta["ledger"] == "votes:" + str(SIMULATED.resolve())
+    assert meta["config_hash"] is None and meta["ledger"] == "simulated"
     assert rundir.read_npz(run / "labels.npz")["meta"]["research_seed"] is True  # that one was used
     expected = 100 if args[1] == "lnmax" else 300 if args[1] == "gnmax" else votes.shape[0]
     assert indices.tolist() == list(range(expected))
@@ -57,7 +60,7 @@ def test_label_votes_then_analyze(tmp_path, args):
         # Mostly the plurality at this noise: the labels come from these votes.
         assert np.mean(labels == votes[indices].argmax(axis=1)) > 0.6
     # The same seed reproduces the release.
-    again = invoke("label", "--votes", SIMULATED, "--workdir", run, "--num-classes", 10, "--seed", 5,
+    again = invoke("label", "--votes", SIMULATED, "--ledger", "simulated", "--workdir", run, "--num-classes", 10, "--seed", 5,
                    "--overwrite", *args)
     assert again.exit_code == 0 and np.array_equal(np.load(run / "labels.npz")["labels"], labels)
     report = invoke("analyze", "--workdir", run, "--release-order", 20)
@@ -76,7 +79,7 @@ def test_research_seed_is_recorded_never_the_seed(tmp_path):
 
     def labelled(name, *extra):
         run = tmp_path / name
-        result = invoke("label", "--votes", SIMULATED, "--workdir", run, "--num-classes", 10,
+        result = invoke("label", "--votes", SIMULATED, "--ledger", "simulated", "--workdir", run, "--num-classes", 10,
                         "--mechanism", "gnmax", "--sigma", 40, "--queries", 200, *extra)
         assert result.exit_code == 0, result.output
         return run
@@ -98,7 +101,7 @@ def test_research_seed_is_recorded_never_the_seed(tmp_path):
     release, _ = analysed(labelled("release-seeded"), "--seed", seed)
     assert release["research_seed"] is True
     out = tmp_path / "votes-release.json"
-    result = invoke("analyze", "--votes", SIMULATED, "--mechanism", "gnmax", "--sigma", 40, "--queries", 200,
+    result = invoke("analyze", "--votes", SIMULATED, "--ledger", "ext", "--mechanism", "gnmax", "--sigma", 40, "--queries", 200,
                     "--release-json", out, "--seed", seed)
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["research_seed"] is True
@@ -118,7 +121,7 @@ def test_label_votes_from_predicted_labels_with_indices_and_budget(tmp_path):
     # The budget covers the labels and the sanitised eps `pate analyze` publishes with them.
     budget = plan_mod.published_eps(mechanisms.GNMax(sigma=8.0), 40, 1e-5)[0] + 1e-9
     run = tmp_path / "run"
-    result = invoke("label", "--votes", tmp_path / "preds.npy", "--input-is-labels", "--num-classes", 6,
+    result = invoke("label", "--votes", tmp_path / "preds.npy", "--ledger", "preds", "--input-is-labels", "--num-classes", 6,
                     "--workdir", run, "--mechanism", "gnmax", "--sigma", 8, "--indices", tmp_path / "order.npy",
                     "--budget", budget, "--accountant", "pld", "--seed", 1)
     assert result.exit_code == 0, result.output
@@ -171,7 +174,7 @@ def test_budget_bounds_the_published_headline_and_both_paths_say_so(tmp_path, tr
     headline of 2.29 when the budget covered the labels only. Now release.json stays within
     it, and `pate label` from a run's teachers prints the same line as `--votes`."""
     run = tmp_path / "from-votes"
-    result = invoke("label", "--votes", SIMULATED, "--workdir", run, "--num-classes", 10,
+    result = invoke("label", "--votes", SIMULATED, "--ledger", "simulated", "--workdir", run, "--num-classes", 10,
                     "--mechanism", "gnmax", "--sigma", 40, "--budget", 2)
     assert result.exit_code == 0, result.output
     line = next(x for x in result.output.splitlines() if x.startswith("budget eps 2 (rdp): "))
@@ -189,9 +192,44 @@ def test_budget_bounds_the_published_headline_and_both_paths_say_so(tmp_path, tr
 def test_label_votes_python_api_takes_arrays(tmp_path):
     votes = np.load(SIMULATED)["votes"][:50]
     out = label_votes_mod.label_votes(votes, tmp_path / "run", num_classes=10, mechanism="gnmax", sigma=30.0,
-                                seed=2, echo=lambda *_: None)
+                                      seed=2, ledger="simulated", echo=lambda *_: None)
     assert out.num_queries == 50 and out.num_answered == 50 and out.labels.dtype == np.int32
     assert np.array_equal(np.load(tmp_path / "run" / "labels.npz")["labels"], out.labels)
+
+
+def test_in_memory_votes_must_name_their_data_set(tmp_path):
+    """All arrays once shared one ledger, ``votes:in-memory``: two data sets' releases were
+    composed together, and one data set's spread over it with others'. Now an array names
+    its data set or is refused, before anything is written."""
+    votes = np.load(SIMULATED)["votes"][:50]
+    with pytest.raises(PateError, match="in-memory votes need the name"):
+        label_votes_mod.label_votes(votes, tmp_path / "run", num_classes=10, mechanism="gnmax", sigma=30.0,
+                                    echo=lambda *_: None)
+    assert not (tmp_path / "run" / "labels.npz").exists()
+
+
+def test_votes_unnamed_are_refused_and_a_copy_of_pates_votes_charges_its_data_set(tmp_path):
+    """Votes once charged ``votes:<path>``: a copy of the file started a fresh ledger. Now a
+    votes.npz written by pate carries its data set, so a copy anywhere charges that ledger,
+    and a file that names no data set needs --ledger."""
+    refused = invoke("label", "--votes", SIMULATED, "--workdir", tmp_path / "r0", "--num-classes", 10,
+                     "--gamma", 0.05, "--queries", 20)
+    assert refused.exit_code == 1 and "pass --ledger NAME" in refused.output
+    assert not (tmp_path / "r0").exists()
+    first = invoke("label", "--votes", SIMULATED, "--ledger", "simulated", "--workdir", tmp_path / "r1",
+                   "--num-classes", 10, "--gamma", 0.05, "--queries", 20)
+    assert first.exit_code == 0, first.output
+    copy = tmp_path / "elsewhere" / "copied.npz"
+    copy.parent.mkdir()
+    shutil.copy(tmp_path / "r1" / "votes.npz", copy)
+    second = invoke("label", "--votes", copy, "--workdir", tmp_path / "r2", "--num-classes", 10,
+                    "--gamma", 0.05, "--queries", 20)
+    assert second.exit_code == 0, second.output
+    book = ledger_mod.Ledger("simulated", ledger_mod.default_directory())
+    assert [e["kind"] for e in book.entries()] == ["labels", "labels"]
+    other = invoke("label", "--votes", copy, "--ledger", "another", "--workdir", tmp_path / "r3",
+                   "--num-classes", 10, "--gamma", 0.05, "--queries", 20, "--overwrite")
+    assert other.exit_code == 1 and "would charge another ledger" in other.output
 
 
 @pytest.mark.parametrize("extra, code, needle", [
@@ -207,11 +245,11 @@ def test_label_votes_python_api_takes_arrays(tmp_path):
 ])
 def test_bad_input_one_line_nothing_written(tmp_path, extra, code, needle):
     run = tmp_path / "run"
-    first = invoke("label", "--votes", SIMULATED, "--workdir", run, "--num-classes", 10, "--gamma", 0.05,
+    first = invoke("label", "--votes", SIMULATED, "--ledger", "simulated", "--workdir", run, "--num-classes", 10, "--gamma", 0.05,
                    "--queries", 20)
     assert first.exit_code == 0
     before = {n: (run / n).read_bytes() for n in listing(run)}
-    result = invoke("label", "--votes", SIMULATED, "--workdir", run, *extra)
+    result = invoke("label", "--votes", SIMULATED, "--ledger", "simulated", "--workdir", run, *extra)
     assert result.exit_code == code, result.output
     assert needle in result.output and len(result.output.strip().splitlines()) == 1
     assert {n: (run / n).read_bytes() for n in listing(run)} == before
@@ -233,7 +271,7 @@ def test_bad_votes_write_nothing(tmp_path, make, args, needle):
     run = tmp_path / "run"
     if "--num-classes" not in args:
         args = args + ["--num-classes", 10]
-    result = invoke("label", "--votes", tmp_path / "v.npy", "--workdir", run, "--gamma", 0.1, *args)
+    result = invoke("label", "--votes", tmp_path / "v.npy", "--ledger", "v", "--workdir", run, "--gamma", 0.1, *args)
     assert result.exit_code == 1, result.output
     assert needle in result.output and len(result.output.strip().splitlines()) == 1
     assert not run.exists()

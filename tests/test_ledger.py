@@ -257,14 +257,21 @@ def test_total_budget_refuses_a_release_before_the_teachers_vote(trained_run, ti
     book = ledger_mod.Ledger.for_config(tiny_config)
     spent = book.total(tiny_config.privacy.delta).eps
     # A budget just above what is spent: the same release once more would go over it.
-    text = (second / "config.toml").read_text().replace("[privacy]", f"[privacy]\ntotal_budget = {spent * 1.01}")
-    (second / "config.toml").write_text(text)
+    plain = (second / "config.toml").read_text()
+    assert "total_budget = 0.0" in plain  # (the old replacement wrote the key twice: invalid TOML, whose error
+    # message passed the check below through this test's own folder name)
+    (second / "config.toml").write_text(plain.replace("total_budget = 0.0", f"total_budget = {spent * 1.01}"))
     before = snapshot(second)
     refused = invoke("label", "--workdir", second, "--seed", 1, "--overwrite")
-    assert refused.exit_code == 1 and "total_budget" in refused.output, refused.output
+    assert refused.exit_code == 1 and "over [privacy] total_budget" in refused.output, refused.output
     assert "voting:" not in refused.output  # refused before any teacher voted
     assert snapshot(second) == before
-    assert len(book.entries()) == 2
+    assert [e["kind"] for e in book.entries()] == ["labels", "labels", "budget"], refused.output
+    # The next command without the setting is held to the budget the ledger recorded.
+    (second / "config.toml").write_text(plain)
+    again = invoke("label", "--workdir", second, "--seed", 1, "--overwrite")
+    assert again.exit_code == 1 and "recorded in its ledger" in again.output, again.output
+    assert len(book.releases()) == 2
 
 
 def test_analyze_votes_charges_every_draw(tmp_path):
@@ -277,7 +284,9 @@ def test_analyze_votes_charges_every_draw(tmp_path):
     book = ledger_mod.Ledger("external", ledger_mod.default_directory())
     assert [e["kind"] for e in book.entries()] == ["sanitised-eps", "sanitised-eps"]
     r2 = json.loads((tmp_path / "r2.json").read_text())
-    assert r2["data_set"]["releases"] == 2
+    # Both draws, and the answers' own cost (pate cannot tell whether they were charged when made).
+    assert r2["data_set"]["releases"] == 3
+    assert r2["eps"] == r2["data_set"]["eps"] >= r2["release_eps"]
     # Without an output file nothing is drawn, so nothing is charged.
     assert invoke(*args).exit_code == 0
     assert len(book.entries()) == 2
@@ -464,3 +473,110 @@ def test_a_damaged_ledger_is_refused_naming_its_file_and_line_never_read_as_new(
     assert str(book.path) in str(err.value)
     with pytest.raises(PateError, match=message):  # a new release is refused too, not charged over it
         book.charge("labels", composition.Cost("pure", {"eps0": 1.0, "count": 1}))
+
+
+# --------------------------------------------------------------------------- identity, budget, published figure
+
+
+def _npz_config(path):
+    from pate.config import load_config
+
+    return load_config(TINY, {"data.name": "npz", "data.path": str(path)})
+
+
+def _write_npz_data(path, flip: bool = False):
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, 40)
+    if flip:
+        y[0] = (y[0] + 1) % 3
+    np.savez(path, x_train=rng.integers(0, 256, (40, 8, 8), dtype=np.uint8), y_train=y,
+             x_test=rng.integers(0, 256, (30, 8, 8), dtype=np.uint8), y_test=rng.integers(0, 3, 30))
+
+
+def test_a_copy_of_the_data_elsewhere_is_the_same_data_set(tmp_path):
+    """The identity was the files' path: a copy of the same data elsewhere started a fresh
+    ledger (and budget). Now it is the training split's content, keyed: a copy is the same
+    data set, one changed label another; the name shows no plain digest of the data; a
+    ledger an older pate named by the path still counts."""
+    first, copy, changed = tmp_path / "a.npz", tmp_path / "elsewhere" / "b.npz", tmp_path / "c.npz"
+    _write_npz_data(first)
+    copy.parent.mkdir()
+    shutil.copy(first, copy)
+    _write_npz_data(changed, flip=True)
+    a, b, c = (ledger_mod.Ledger.for_config(_npz_config(p)) for p in (first, copy, changed))
+    assert a.name == b.name and a.path == b.path and c.name != a.name
+    digest = a.source.rsplit(":", 1)[1]  # the plain sha256 of the split: private files only
+    assert a.source.startswith("npz:sha256:") and digest[:8] not in a.name and a.name.startswith("npz:")
+    # Under another ledger folder the same source has that folder's keyed name.
+    elsewhere = ledger_mod.Ledger(a.source, tmp_path / "other-ledgers")
+    assert elsewhere.source == a.source and elsewhere.name != a.name
+    # An older pate's ledger of this data (named by its path) counts in the new one.
+    old = ledger_mod.Ledger(ledger_mod.legacy_identity(_npz_config(first).data), a.directory)
+    cost = composition.labels_cost(mechanisms.GNMax(40.0), 100)
+    old.charge("labels", cost, subject="old")
+    assert [e["kind"] for e in a.entries()] == ["labels"] and a.total(1e-5).count == 1
+    a.charge("labels", cost, subject="new")
+    assert a.total(1e-5).count == 2 and len(old.entries()) == 1  # the old file is never written
+    assert "older pate" in ledger_mod.render(a, 1e-5)
+
+
+def test_the_budget_lives_in_the_ledger_and_holds_for_every_later_command(tmp_path):
+    """total_budget was read from each command's config: after a refusal at its budget the next
+    command without the setting spent on, and the --votes commands had no budget at all.
+    Now the first budget is recorded in the ledger; a lower config tightens it, a higher one
+    does not raise it, only `pate ledger --set-budget` does, never below what is spent."""
+    book = ledger_mod.Ledger("votes-set", ledger_mod.default_directory())
+    cost = composition.labels_cost(mechanisms.GNMax(40.0), 300)  # 2.5 alone; three compose to 4.69, four 5.54
+    for _ in range(3):
+        book.charge("labels", cost, budget=5.0, delta=1e-5)
+    with pytest.raises(PateError, match="total_budget"):
+        book.charge("labels", cost, budget=5.0, delta=1e-5)
+    with pytest.raises(PateError, match="recorded in its ledger"):  # no setting: the ledger's holds
+        book.charge("labels", cost)
+    with pytest.raises(PateError, match="recorded in its ledger"):  # a higher config does not raise it
+        book.check_budget([cost], 50.0, 1e-5, "this release")
+    # A --votes command, which has no config, is held to it too.
+    refused = invoke("label", "--votes", ROOT / "examples" / "votes_simulated_250.npz", "--ledger", "votes-set",
+                     "--workdir", tmp_path / "run", "--num-classes", 10, "--mechanism", "gnmax", "--sigma", 40,
+                     "--queries", 300)
+    assert refused.exit_code == 1 and "recorded in its ledger" in refused.output, refused.output
+    assert not (tmp_path / "run" / "labels.npz").exists()
+    spent = book.total(1e-5).eps
+    low = invoke("ledger", "--name", "votes-set", "--set-budget", spent / 2)
+    assert low.exit_code == 1 and "already spent" in low.output
+    raised = invoke("ledger", "--name", "votes-set", "--set-budget", 20)
+    assert raised.exit_code == 0 and "budget: eps 20" in raised.output, raised.output
+    book.charge("labels", cost)
+    book.check_budget([], 15.0, 1e-5, "nothing")  # a lower config tightens it, for good
+    assert book.budget() == (15.0, 1e-5)
+    assert [e["kind"] for e in book.entries()].count("budget") == 3
+
+
+def test_release_json_leads_with_what_the_data_set_has_spent(tmp_path):
+    """release.json's first figure was one release's: three relabel-and-analyze releases of
+    the same votes read about 2.1 each while the data set's cumulative eps grew in a
+    sub-object. Now the first figure is the data set's, growing, never below the release's
+    own; the release's stays beside it, named; its delta counts the float64 label noise."""
+    votes = ROOT / "examples" / "votes_simulated_250.npz"
+    run = tmp_path / "run"
+    firsts = []
+    for k in range(3):
+        labelled = invoke("label", "--votes", votes, "--ledger", "relabelled", "--workdir", run, "--num-classes", 10,
+                          "--mechanism", "gnmax", "--sigma", 40, "--queries", 200, "--overwrite", "--seed", k + 1)
+        assert labelled.exit_code == 0, labelled.output
+        analyzed = invoke("analyze", "--workdir", run)
+        assert analyzed.exit_code == 0, analyzed.output
+        assert analyzed.output.startswith("PUBLISH: eps")
+        doc = json.loads((run / "release.json").read_text())
+        assert list(doc)[:2] == ["eps", "delta"] and doc["eps"] == doc["data_set"]["eps"]
+        assert doc["data_set"]["releases"] == 2 * (k + 1)
+        if k:
+            assert doc["eps"] > doc["release_eps"]
+        firsts.append(doc["eps"])
+    assert firsts[0] < firsts[1] < firsts[2]
+    book = ledger_mod.Ledger("relabelled", ledger_mod.default_directory())
+    labels = [e for e in book.entries() if e["kind"] == "labels"]
+    assert len(labels) == 3 and all(e["sampling_tv"] > 0 for e in labels)
+    total = book.total(1e-5)
+    without = composition.compose(book.costs(), 1e-5)
+    assert total.delta > without.delta  # the float64 samplers' delta is counted

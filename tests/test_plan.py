@@ -164,9 +164,30 @@ def test_cli_plan_prints_noise_and_eps(cli_main, tmp_path):
     path = tmp_path / "votes.npz"
     np.savez(path, votes=votes)
     r = run(cli_main, "plan", "--mechanism", "confident-gnmax", "--queries", "50", "--eps", "2",
-            "--threshold", "200", "--teachers", "250", "--votes", str(path))
+            "--threshold", "200", "--teachers", "250", "--votes", str(path), "--on-private-votes", "--ledger", "mine")
     assert r.exit_code == 0, r.output
     assert "sigma_threshold" in r.output and "PRIVATE" in r.output and "expected answers" in r.output
+
+
+def test_plan_on_private_votes_is_refused_unless_recorded(cli_main, tmp_path):
+    """Tuning a release's noise on the private votes once went uncharged and unsaid: no eps
+    covers parameters chosen on private values. Refused by default (usage: plan on a public
+    proxy); with --on-private-votes the choice is recorded in the data set's ledger, which
+    `pate ledger` and every later release.json then show."""
+    from pate.store import ledger as ledger_mod
+
+    path = tmp_path / "votes.npz"
+    np.savez(path, votes=np.full((20, 10), 25))
+    base = ["plan", "--mechanism", "gnmax", "--queries", "10", "--eps", "2", "--votes", str(path)]
+    refused = run(cli_main, *base)
+    assert refused.exit_code == 2 and "public proxy" in refused.output and "--on-private-votes" in refused.output
+    book = ledger_mod.Ledger("mine", ledger_mod.default_directory())
+    assert not book.exists()
+    ok = run(cli_main, *base, "--on-private-votes", "--ledger", "mine")
+    assert ok.exit_code == 0, ok.output
+    assert [e["kind"] for e in book.entries()] == ["private-tuning"] and book.tuned_on_private_data()
+    assert book.summary(1e-5)["parameters_chosen_on_private_data"] is True
+    assert "chosen on the private votes" in ledger_mod.render(book, 1e-5)
 
 
 @pytest.mark.parametrize(

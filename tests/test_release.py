@@ -159,7 +159,11 @@ def test_analyze_workdir_writes_release_json_and_owner_only_private_files(tmp_pa
     assert "HEADLINE eps" in result.output
     release = json.loads((tmp_path / "release.json").read_text())
     private = json.loads((tmp_path / "privacy.json").read_text())
-    assert release["eps"] == private["public"]["eps"]
+    assert release["release_eps"] == private["public"]["eps"]
+    # The first figure is the data set's: here this release alone (its labels were never
+    # charged, so they count now), composed, or its own headline where that is smaller.
+    assert list(release)[:2] == ["eps", "delta"] and release["eps"] == release["data_set"]["eps"]
+    assert release["eps"] <= release["release_eps"] and result.output.startswith("PUBLISH: eps")
     assert not PRIVATE_KEYS & set(release["details"])
     assert mode(tmp_path / "privacy.json") == 0o600 and mode(tmp_path / "privacy.png") == 0o600
     assert mode(tmp_path / "release.json") & 0o044  # published: readable as usual (umask permitting)
@@ -172,7 +176,7 @@ def test_cli_votes_mode_writes_release_json(tmp_path):
     votes = votes_of()
     np.savez(tmp_path / "v.npz", votes=votes)
     out = tmp_path / "release.json"
-    result = invoke("analyze", "--votes", tmp_path / "v.npz", "--gamma", 0.05, "--release-json", out)
+    result = invoke("analyze", "--votes", tmp_path / "v.npz", "--ledger", "ext", "--gamma", 0.05, "--release-json", out)
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["eps"] > 0
 
@@ -216,7 +220,7 @@ def test_student_checkpoint_carries_no_absolute_path(tmp_path):
 def test_meaningless_releases_are_refused_before_writing(tmp_path, args, needle, code):
     np.savez(tmp_path / "v.npz", votes=votes_of())
     out = tmp_path / "out.json"
-    result = invoke("analyze", "--votes", tmp_path / "v.npz", *args, "--json", out, "--release-json",
+    result = invoke("analyze", "--votes", tmp_path / "v.npz", "--ledger", "ext", *args, "--json", out, "--release-json",
                     tmp_path / "r.json")
     assert result.exit_code == code, result.output
     assert needle in result.output and "Traceback" not in result.output
@@ -227,22 +231,22 @@ def test_meaningless_releases_are_refused_before_writing(tmp_path, args, needle,
 @pytest.mark.parametrize("seed", [-1, 2**128, -5])
 def test_seed_out_of_range_is_a_usage_error(tmp_path, seed):
     np.savez(tmp_path / "v.npz", votes=votes_of())
-    result = invoke("analyze", "--votes", tmp_path / "v.npz", "--gamma", 0.05, "--seed", seed)
+    result = invoke("analyze", "--votes", tmp_path / "v.npz", "--ledger", "ext", "--gamma", 0.05, "--seed", seed)
     assert result.exit_code == 2 and "2**128" in result.output
 
 
 def test_full_128_bit_seed_accepted(tmp_path):
     np.savez(tmp_path / "v.npz", votes=votes_of())
-    result = invoke("analyze", "--votes", tmp_path / "v.npz", "--gamma", 0.05, "--seed", 2**128 - 1)
+    result = invoke("analyze", "--votes", tmp_path / "v.npz", "--ledger", "ext", "--gamma", 0.05, "--seed", 2**128 - 1)
     assert result.exit_code == 0, result.output
 
 
 def test_input_is_labels_requires_num_classes(tmp_path):
     preds = np.random.default_rng(0).integers(0, 9, size=(50, 40))  # class 9 never predicted
     np.save(tmp_path / "preds.npy", preds)
-    result = invoke("analyze", "--votes", tmp_path / "preds.npy", "--input-is-labels", "--gamma", 0.05)
+    result = invoke("analyze", "--votes", tmp_path / "preds.npy", "--ledger", "ext", "--input-is-labels", "--gamma", 0.05)
     assert result.exit_code == 2 and "--num-classes" in result.output
-    ok = invoke("analyze", "--votes", tmp_path / "preds.npy", "--input-is-labels", "--num-classes", 10,
+    ok = invoke("analyze", "--votes", tmp_path / "preds.npy", "--ledger", "ext", "--input-is-labels", "--num-classes", 10,
                 "--gamma", 0.05)
     assert ok.exit_code == 0, ok.output
 

@@ -208,11 +208,11 @@ def test_analyze_never_writes_over_its_votes(tmp_path, option):
     votes = tmp_path / "x.npz"
     np.savez(votes, votes=np.array([[5, 1], [4, 2]]))
     before = votes.read_bytes()
-    result = invoke("analyze", "--votes", votes, "--gamma", 0.1, option, votes)
+    result = invoke("analyze", "--votes", votes, "--ledger", "ext", "--gamma", 0.1, option, votes)
     assert result.exit_code == 2 and option in one_line(result)
     assert votes.read_bytes() == before
     # The same file through another spelling of the path.
-    result = invoke("analyze", "--votes", votes, "--gamma", 0.1, option,
+    result = invoke("analyze", "--votes", votes, "--ledger", "ext", "--gamma", 0.1, option,
                     tmp_path / "." / "sub" / ".." / "x.npz")
     assert result.exit_code == 2 and votes.read_bytes() == before
 

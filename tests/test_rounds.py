@@ -17,7 +17,7 @@ import pytest
 from analysis import composition
 from analysis.rounds import cumulative_headline, diagnostics
 from pate.programs import heads
-from pate.store import ledger, rundir
+from pate.store import ledger, ledger_import, rundir
 from pate.release.selection import select
 
 from conftest import ROOT, invoke, one_line, sigkill_while_staged
@@ -35,7 +35,7 @@ def two_rounds(finished_tiny, tmp_path_factory):
     shutil.copytree(finished_tiny, workdir)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATE_LEDGER_DIR", str(base / "ledgers"))
-        ledger.import_run(workdir, echo=lambda *_: None)
+        ledger_import.import_run(workdir, echo=lambda *_: None)
         labels1 = (workdir / rundir.LABELS_NPZ).read_bytes()
         student1 = json.loads((workdir / rundir.STUDENT_JSON).read_text())
         release1 = json.loads((workdir / rundir.RELEASE_JSON).read_text())
@@ -99,11 +99,28 @@ def test_ledger_has_both_rounds_and_the_headline_composes_them(two_rounds):
     d = release["details"]
     # The data-independent composition of the four releases the ledger charged; each round's
     # own (ex-post) headline beside it, named as such; their sums are not published.
-    assert set(d) >= {"eps_round1", "eps_round2"} and d["eps_round1"] == first["eps"]
+    assert set(d) >= {"eps_round1", "eps_round2"} and d["eps_round1"] == first["release_eps"]
     assert not any(k.startswith(("eps_route", "eps_diagnostic")) for k in d)
     costs = [composition.Cost.from_json(e["cost"]) for e in two_rounds["entries"]]
     independent = composition.compose(costs, d["delta"], conversion="classic").eps
-    assert release["eps"] == pytest.approx(independent, rel=1e-9)
+    assert release["release_eps"] == pytest.approx(independent, rel=1e-9)
+    # The first figure is the data set's: all four releases composed (never the headline of one).
+    assert release["eps"] == release["data_set"]["eps"] == release["data_set"]["cumulative_eps"]
+    assert release["data_set"]["releases"] == 4
+
+
+def test_ledger_import_of_a_two_round_run_charges_both_rounds(two_rounds, tmp_path, monkeypatch):
+    """`pate ledger --import` once knew round 1 only: a two-round run imported as 82.1 where
+    its own release.json said 116.3. Now both rounds' labels and draws, once."""
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "fresh"))
+    w = two_rounds["workdir"]
+    written = ledger_import.import_run(w, echo=lambda *_: None)
+    assert [e["kind"] for e in written] == ["labels", "labels", "sanitised-eps", "sanitised-eps"]
+    assert ledger_import.import_run(w, echo=lambda *_: None) == []  # once
+    release = json.loads((w / rundir.RELEASE_JSON).read_text())
+    book = ledger.for_run(w)
+    delta = rundir.RunDir(w).own_config().privacy.delta
+    assert book.total(delta).eps == pytest.approx(release["data_set"]["cumulative_eps"], rel=1e-6)
 
 
 def test_pca_is_fitted_on_the_public_pool_only(two_rounds):

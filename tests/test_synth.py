@@ -236,6 +236,19 @@ def test_tiny_run_through_the_cli(tiny_synth):
     assert "synth eps" in output
 
 
+def test_ledger_import_of_a_synth_run_charges_it_once(tiny_synth):
+    """`pate ledger --import` once refused a synth run; now it knows it by its samples: the
+    run's own charge is recognised, and a fresh ledger is charged once."""
+    from pate.store.ledger_import import import_run
+
+    workdir, _, _, _, _ = tiny_synth
+    assert import_run(workdir, echo=lambda *_: None) == []  # `pate synth` charged it already
+    written = import_run(workdir, name="fresh", echo=lambda *_: None)
+    info = json.loads((workdir / rundir.SYNTH_JSON).read_text())
+    assert [(e["kind"], e["cost"]) for e in written] == [("synth", info["cost"])]
+    assert import_run(workdir, name="fresh", echo=lambda *_: None) == []
+
+
 def test_the_noise_is_on_the_votes_and_the_student_learns_the_noisy_labels(tiny_synth):
     """The aggregator gets whole-teacher vote histograms (integers, rows summing to T, no
     noise added before) at the planned σ, once a step; the student trains on exactly what

@@ -219,7 +219,7 @@ def noise(gamma: str, sigma_threshold: str):
 def ledger():
     return click.option("--ledger", "ledger_name", metavar="NAME",
                         help="With --votes: the private data set the votes come from, whose ledger is charged "
-                             "(default: votes:<path of FILE>).")
+                             "(default: the data set a votes.npz written by pate names; required otherwise).")
 
 
 def conversion(help: str, default: str | None = None):
@@ -459,6 +459,7 @@ def config_with(config_path, settings, **named):
 def ledger_book(config_path, workdir, name, import_path, echo):
     """`pate ledger`: the ledger asked for (importing a run first) and the config it came with."""
     from pate.store import ledger as ledger_mod
+    from pate.store.ledger_import import import_run
     from pate.config import load_config
     from pate.store.rundir import RunDir
 
@@ -468,7 +469,7 @@ def ledger_book(config_path, workdir, name, import_path, echo):
     if len(given) > 1 or not (given or import_path):
         raise click.UsageError("give one of --config FILE, --workdir RUN or --name NAME (or --import RUN)")
     if import_path is not None:
-        ledger_mod.import_run(import_path, name=name, echo=echo)
+        import_run(import_path, name=name, echo=echo)
         workdir = workdir if given else import_path
     if config_path is not None:
         config = load_config(config_path)
@@ -479,6 +480,26 @@ def ledger_book(config_path, workdir, name, import_path, echo):
         config = RunDir(workdir).own_config()  # a damaged config.toml is refused, not defaulted
         return ledger_mod.for_run(workdir, config), config
     return ledger_mod.Ledger(name, ledger_mod.default_directory()), None
+
+
+def mark_private_tuning(votes_path, on_private_votes: bool, ledger_name, note: str) -> None:
+    """`pate plan --votes`: release parameters tuned on votes are chosen on private data,
+    which no ε covers (the threat model assumes every parameter is public). Refused unless
+    ``--on-private-votes`` says so on purpose; then the choice is recorded in the votes'
+    data set's ledger (`pate.store.ledger.Ledger.mark`), where `pate ledger` and every
+    later release.json show it."""
+    if votes_path is None:
+        if on_private_votes or ledger_name is not None:
+            raise click.UsageError("--on-private-votes and --ledger go with --votes")
+        return
+    if not on_private_votes:
+        raise click.UsageError("--votes tunes release parameters on private votes, which no eps covers: plan on "
+                               "a public proxy's votes (simulated or public teachers, e.g. bench/teacher_proxy.py; "
+                               "`pate plan --config` plans on simulated votes), or pass --on-private-votes to "
+                               "record in the data set's ledger that the parameters were chosen on private data")
+    from pate.store import ledger as ledger_mod
+
+    ledger_mod.for_votes(votes_path, ledger_name).mark("private-tuning", note=note)
 
 
 @functools.lru_cache(maxsize=None)

@@ -236,11 +236,17 @@ def released_arrays(votes: np.ndarray, indices: np.ndarray, record: mechanisms.M
 
 
 def charge_release(door, book, cost, record, labels_path, num_queries: int, privacy, *,
-                   data_digest: str | None = None) -> None:
+                   data_digest: str | None = None, num_classes: int | None = None) -> None:
     """Charges a label release, written at ``labels_path`` through ``door``, to the data set's
-    ledger when the door commits it (`pate.store.door.Door.charge`; refused over ``total_budget``)."""
+    ledger when the door commits it (`pate.store.door.Door.charge`; refused over ``total_budget``
+    or the ledger's budget), with the float64 samplers' total variation over ``num_classes``
+    classes (a threshold step is one more noise coordinate: `analysis.noise.sampling_tv`)."""
+    from analysis.noise import sampling_tv
+
     mechanism = {"name": record.name, **record.params(), "queries": int(num_queries),
                  "describe": f"labels: {num_queries} queries of {record.describe()}"}
+    coordinates = None if num_classes is None else int(num_classes) + (1 if "threshold" in record.params() else 0)
     door.charge(book, "labels", cost, run=door.run.path, mechanism=mechanism,
                 subject=content_digest(read_labels(labels_path)), budget=privacy.total_budget,
-                delta=privacy.delta, data_digest=data_digest)
+                delta=privacy.delta, data_digest=data_digest,
+                sampling_tv=0.0 if coordinates is None else sampling_tv(int(num_queries), coordinates))

@@ -35,7 +35,8 @@ def _round1(workdir) -> tuple[dict, composition.Cost, composition.Cost]:
         raise PateError(f"{run / rundir.RELEASE_ROUND1_JSON} is not the release of {run / rundir.LABELS_NPZ}; "
                         "label round 2 again (`pate label --round 2 --overwrite`)")
     raw = doc.get("details") or {}
-    details = {**raw, "eps": doc["eps"], "delta": doc["delta"]}  # the published headline's (ε, δ)
+    details = {**raw, "eps": doc.get("release_eps", doc["eps"]),  # round 1's own headline (ε, δ)
+               "delta": doc.get("release_delta", doc["delta"])}
     record = mechanisms.from_arrays(first, rundir.LABELS_NPZ)
     cap = int(float(first["max_answers"])) if "max_answers" in first else None
     labels_cost = composition.labels_cost(record, int(first["indices"].size), max_answers=cap)

@@ -39,7 +39,7 @@ class RunSummary:
     eps_data_independent: float
     eps_data_dependent: float
     eps_sanitized: float | None
-    eps: float | None  # the headline: everything released (release.json)
+    eps: float | None  # the headline: what the data set has spent in all (release.json's first figure)
     delta_total: float | None  # δ of the headline
     delta: float
     wall_time_s: float
@@ -59,8 +59,8 @@ class RunSummary:
                 f"label accuracy (true labels): {f(self.label_accuracy)}  [benchmark only: uses the pool's true labels]",
                 f"student accuracy ({self.student_method}, evaluation split): {f(self.student_accuracy)}",
                 f"HEADLINE eps:          {f(self.eps, '.3f')}  at delta "
-                f"{'n/a' if self.delta_total is None else format(self.delta_total, 'g')}: data-independent, "
-                "everything released — publish this (release.json)",
+                f"{'n/a' if self.delta_total is None else format(self.delta_total, 'g')}: data-independent, what "
+                "the data set has spent in all — publish this (release.json's first figure)",
             ])
         return "\n".join([
             f"pate run: {done}; total {self.wall_time_s:.0f} s",
@@ -76,8 +76,8 @@ class RunSummary:
             "do not publish",
             f"sanitised eps:         {f(self.eps_sanitized, '.3f')}  (smooth-sensitivity release: publishable)",
             f"HEADLINE eps:          {f(self.eps, '.3f')}  at delta "
-            f"{'n/a' if self.delta_total is None else format(self.delta_total, 'g')}: everything released "
-            "(labels and the sanitised eps, its cost included) — publish this (release.json)",
+            f"{'n/a' if self.delta_total is None else format(self.delta_total, 'g')}: what the data set has spent "
+            "in all, this run's labels and sanitised eps included — publish this (release.json's first figure)",
         ])
 
 

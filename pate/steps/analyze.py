@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from analysis import mechanisms
+from analysis import composition, mechanisms
 from analysis import report as report_mod
 from analysis.accountants import data_independent_items
 from analysis.report_io import StagedOutputs, render_table, stage_outputs
@@ -41,6 +41,28 @@ def _research(rep: report_mod.PrivacyReport, research_seed: bool) -> report_mod.
     return dataclasses.replace(rep, warnings=tuple(rep.warnings) + (
         "a research seed (--seed) made noise of this release: whoever knows it can remove the noise; "
         "this is no real release (research_seed: true)",))
+
+
+def _own_figure(rep: report_mod.PrivacyReport, subject: str) -> dict:
+    """This release's own headline, for `pate.store.ledger.Ledger.summary`."""
+    return {"eps": rep.value("eps"), "delta": rep.value("delta_total"), "subject": subject}
+
+
+def _uncharged_labels(book: ledger_mod.Ledger, labels: dict, subjects) -> list:
+    """The labels' own cost when the ledger does not record them (made by hand or by a pate
+    before the ledger): the data set's figure counts them all the same, never less."""
+    if any(book.find("labels", s) is not None for s in subjects):
+        return []
+    record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+    cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
+    return [composition.labels_cost(record, int(np.asarray(labels["labels"]).size), max_answers=cap)]
+
+
+def data_set_line(data_set: dict) -> str:
+    """The first line `pate analyze` prints: the figure to publish, the data set's."""
+    return (f"PUBLISH: eps {data_set['eps']:.4g} at delta {data_set['delta']:.3g}, what data set "
+            f"{data_set['data_set']} has spent in all ({data_set['releases']} release(s), this one included; "
+            "release.json's first figure). This release's own headline is in the table below.")
 
 
 def _charge_then_commit(staged: StagedOutputs, charges: list, what: str) -> None:
@@ -200,14 +222,15 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     if two_rounds:
         rep = analyze_rounds.cumulative(workdir, rep, labels, book, release_cost_of(rep, release_cost), delta,
                                         conversion)
-    data_set = book.summary(delta, extra=[release_cost_of(rep, release_cost)])  # this draw counted
+    data_set = book.summary(delta, extra=[*_uncharged_labels(book, labels, subjects), release_cost_of(  # this draw
+        rep, release_cost)], release=_own_figure(rep, labels_digest))
     # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
     staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,
                     research_seed=research, data_set=data_set)
     _charge_then_commit(staged, [draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
                                              budget=p.total_budget, delta=delta)], f"analyze ({release_path})")
-    echo(render_table(rep))
+    echo(data_set_line(data_set) + "\n" + render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
@@ -235,9 +258,11 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
     book = ledger_mod.for_run(workdir, config)
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
+    data_set = book.summary(delta, release=_own_figure(rep, content_digest(labels)))
     staged = _stage(rep, json_path, None, release_path, config, labels_sha256=content_digest(labels),
-                    research_seed=research, data_set=book.summary(delta, extra=[]))
+                    research_seed=research, data_set=data_set)
     _charge_then_commit(staged, [], f"analyze ({release_path})")
+    echo(data_set_line(data_set))
     echo(render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable) and {json_path} (private: owner-only); a fine-grained release has "
@@ -265,9 +290,10 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
       json_path, plot_path, release_path: the report (private), its plot (private) and
         the publishable values; None writes none. A sanitised ε is drawn only for
         ``release_path`` (the one place it is published), and every draw is charged to the
-        ledger of the data set the votes come from: ``ledger`` (default
-        ``votes:<absolute path of the votes file>``), refused over ``total_budget``. Without
+        ledger of the data set the votes come from, refused over ``total_budget``. Without
         an output file the table shows the data-independent and (private) data-dependent ε.
+        The ledger is the data set a votes.npz written by pate names, else ``ledger``
+        (required then: `pate.store.ledger.for_votes`); its recorded budget holds too.
 
     Raises:
       OptionError: an output onto an input or a run artifact, a threshold above the
@@ -298,8 +324,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     draw = any(p is not None for p in (json_path, plot_path, release_path))
     book = None
     if draw:
-        book = ledger_mod.Ledger(ledger or "votes:" + os.path.abspath(os.fspath(votes_path)),
-                                 ledger_mod.default_directory())
+        book = ledger_mod.for_votes(votes_path, ledger)
         book.check_budget([], total_budget, delta, "this sanitised draw")
     if isinstance(mechanism, mechanisms.LNMax):
         rep = (report_mod.lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1),
@@ -313,12 +338,14 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     rep = report_mod.extend(rep, data_independent_items(mechanism, answered.shape[0], delta,
                                                         moments=range(1, moments + 1)))
     rep = _research(rep, seed is not None)
-    data_set = book.summary(delta, extra=[release_cost_of(rep, release_cost)]) if draw else None
+    # The answers' own cost counts too: pate cannot tell whether they were charged when made.
+    data_set = book.summary(delta, extra=[composition.labels_cost(mechanism, int(answered.shape[0])),
+                                          release_cost_of(rep, release_cost)]) if draw else None
     staged = _stage(rep, json_path, plot_path, release_path, research_seed=seed is not None, data_set=data_set)
     charges = [draw_charge(book, rep, release_cost, subject=None, budget=total_budget, delta=delta)] if draw else []
     outputs = ", ".join(str(path) for path in (release_path, json_path, plot_path) if path)
     _charge_then_commit(staged, charges, f"analyze ({outputs})")
-    echo(render_table(rep))
+    echo(render_table(rep) if data_set is None else data_set_line(data_set) + "\n" + render_table(rep))
     for path in (release_path, json_path, plot_path):
         if path:
             echo(f"wrote {path}")

@@ -154,11 +154,13 @@ def _release_from_teachers(door: Door, config: Config, record: mechanisms.Mechan
     p = config.privacy
     table = render_table(report_for_release(votes, labels, delta=p.delta, moments=p.moments,
                                             conversion=p.conversion, sanitize=False))
-    door.out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config)
-    door.out.write_npz(rundir.LABELS_NPZ, labels, config, meta={"ledger": book.name, **seed_record(seed), **planned})
+    door.out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config, meta={"data_set": book.source})
+    door.out.write_npz(rundir.LABELS_NPZ, labels, config,
+                       meta={"ledger": book.public_name(), **seed_record(seed), **planned})
     # Charged when the door commits the release (written first, renamed into place right after).
     charge_release(door, book, cost, record, door.out / rundir.LABELS_NPZ, num_queries, config.privacy,
-                   data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+                   data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()),
+                   num_classes=teachers.num_classes)
     echo(result.summary())
     echo(table)
     return result
@@ -191,7 +193,7 @@ def label_fine_grained(config: Config, workdir, *, seed: int | None = None, over
         book.check_budget([cost], p.total_budget, p.delta, "this fine-grained release")
         splits = split(load_dataset(config.data), config.data.public_size)
         made = fine_release.release(config, splits, source, echo)
-        door.out.write_npz(rundir.LABELS_NPZ, made.arrays, config, meta={"ledger": book.name, **seed_record(seed)})
+        door.out.write_npz(rundir.LABELS_NPZ, made.arrays, config, meta={"ledger": book.public_name(), **seed_record(seed)})
         describe = (f"labels: every pool point ({splits.pool_x.shape[0]}) from one fine-grained release, "
                     f"{made.noise.kind} noise, eps {made.eps:.6g}")
         door.charge(book, "labels", cost, run=door.run.path, budget=p.total_budget, delta=p.delta,

@@ -101,18 +101,16 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
       seed: noise seed (research only; never written). Default: fresh OS entropy.
       overwrite: replace an existing votes.npz / labels.npz.
       ledger: the name of the private data set the votes come from, whose ledger
-        (`pate.store.ledger`) is charged; default ``votes:<absolute path of the votes file>``
-        (``votes:in-memory`` for an array).
+        (`pate.store.ledger`) is charged; default the data set a votes.npz written by pate
+        names (`pate.store.ledger.for_votes`); required for an array or other votes.
       total_budget: refuse the release when the ledger's cumulative ε at ``delta`` would
-        exceed it (None or 0: no limit).
+        exceed it (None or 0: none); the ledger's recorded budget holds either way.
       echo: where the summary and the privacy table go.
 
     Raises:
       PateError: bad votes, indices or parameters, or a release exists and not
         ``overwrite``. Nothing is written then.
     """
-    import os
-
     with step("label", workdir, overwrite=overwrite, echo=echo) as door:
         if (isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer))
                 or int(num_classes) < 2):  # 4.9 is no class count (int() would truncate it)
@@ -133,10 +131,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
                                privacy=privacy)
             echo(budget_line(budget, plan, accountant))
             selected = selected[:plan.num_queries]
-        if ledger is None:
-            ledger = ("votes:" + os.path.abspath(os.fspath(votes)) if isinstance(votes, (str, os.PathLike))
-                      else "votes:in-memory")
-        book = ledger_mod.Ledger(ledger, ledger_mod.default_directory())
+        book = ledger_mod.for_votes(votes, ledger)  # the votes' data set; in-memory votes must name theirs
         result = _release_from_votes(door, hist, selected, record, plan, book, seed=seed,
                                      privacy=dataclasses.replace(privacy, total_budget=total_budget or 0.0),
                                      total_budget=total_budget, echo=echo)
@@ -200,10 +195,10 @@ def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, reco
     brief = report_mod.extend(brief, data_independent_comparison(hist, labels, delta=delta, moments=moments))
     # Votes and labels are swapped in together, the old release and what was made from it
     # moved aside, once both are written and the release is charged.
-    door.out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)})
-    door.out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.name, **seed_record(seed)})
+    door.out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)}, meta={"data_set": book.source})
+    door.out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.public_name(), **seed_record(seed)})
     charge_release(door, book, cost, record, door.out / rundir.LABELS_NPZ, int(selected.size),
-                   privacy, data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()))
+                   privacy, data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()), num_classes=hist.shape[1])
     params = {**record.params(), **({} if cap is None else {"max_answers": cap})}
     result = VotesRelease(record.name, params, selected, labels["labels"],
                           None if plan is None else plan.eps)

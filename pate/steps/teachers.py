@@ -28,6 +28,7 @@ import numpy as np
 
 from analysis.errors import PateError
 from pate.store import checkpoints, digests, rundir
+from pate.store import ledger as ledger_mod
 from pate.config import check_config, Config
 from pate.data import Partition, load_dataset, partition, split
 from pate.programs.models import conv_impl, make_model
@@ -257,6 +258,8 @@ def _evaluate(config: Config, out: rundir.RunDir, params, model, placement: Plac
             "num_classes": splits.num_classes,
             "image_shape": list(image_shape),
             "dataset": dataset_name,
+            # PRIVATE file: the data set's source (sha256 of the training split), which names its ledger
+            "data_set": ledger_mod.Ledger.for_config(config).source,
             "train_points": int(splits.train_x.shape[0]),
             "shard_size": part.shard_size,
             "left_out": int(part.left_out.size),

@@ -1,18 +1,25 @@
 """The privacy ledger of a private data set: every release made from it, in any run
-directory, and the cumulative ε they spend together.
+directory, the cumulative ε they spend together, and the data set's budget.
 
 A guarantee is about the data, not a run directory: labelling the same teachers twice
 (``--overwrite`` or a second run directory), drawing a sanitised ε, training DP-SGD on
 the same train split all draw on one budget. Each such release is charged here once its
 artifacts are written and right before they are put in place (`pate.store.door.publish`;
-withdrawn when that commit puts nothing in place), with its data-independent cost (`analysis.composition.Cost`);
-`total` composes them (`analysis.composition.compose`, replace-one neighbours).
+withdrawn when that commit puts nothing in place), with its data-independent cost
+(`analysis.composition.Cost`); `total` composes them (`analysis.composition.compose`,
+replace-one neighbours) and adds the float64 label samplers' δ of every label release
+(`analysis.noise.sampling_tv`).
 
-Identity: a ledger is named by the private data's *source* — the config's data set and
-the resolved location of its files (`data_identity`), or a name the user gives
-(``--ledger NAME``; external votes) — never by a content digest, which one changed byte
-would reset. A keyed digest of the training split's content is recorded per entry, to
-say when the data changed; its key lives owner-only beside the ledgers.
+Identity: a ledger is named by the private data's *content* — the data set's name and a
+keyed digest of its training split (`data_identity`), recorded in the run (teachers.json,
+votes.npz) so that ``label --votes``, ``analyze --votes`` and copies of the files charge
+the same ledger — or by a name the user gives (``--ledger NAME``; votes made elsewhere).
+A ledger an older pate named by the files' location still counts (``legacy``). Votes with
+no recorded data set and no name are refused: never one shared bucket.
+
+Budget: the first ``[privacy] total_budget`` a command brings is recorded in the ledger
+(a ``budget`` entry, ε at δ) and holds for every later command, ``--votes`` ones
+included; a config's lower budget tightens it, only ``pate ledger --set-budget`` raises it.
 
 Storage: one JSON-lines file per data set in the ledger directory (``[privacy] ledger``,
 else ``$PATE_LEDGER_DIR``, else ``$XDG_STATE_HOME/pate/ledgers`` or
@@ -26,14 +33,19 @@ any private value: only public parameters, public digests (of the labels' conten
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import hashlib
 import hmac
 import json
+import math
 import os
 import re
+import zipfile
 from pathlib import Path
 from typing import Any, Iterable
+
+import numpy as np
 
 from analysis import composition
 from analysis.errors import PateError
@@ -42,8 +54,12 @@ LEDGER_ENV = "PATE_LEDGER_DIR"
 _KEY_FILE = ".key"
 _FORMAT = 1
 
-#: Entry kinds, each a release made from the private data.
-KINDS = ("labels", "sanitised-eps", "dpsgd", "fedavg", "synth", "imported")
+#: Entry kinds that are releases made from the private data (each with a cost).
+RELEASE_KINDS = ("labels", "sanitised-eps", "dpsgd", "fedavg", "synth", "imported")
+#: Entry kinds that release nothing: the data set's budget, and a mark that some release
+#: parameters were chosen on the private votes (`pate plan --votes --on-private-votes`).
+MARK_KINDS = ("budget", "private-tuning")
+KINDS = RELEASE_KINDS + MARK_KINDS
 
 
 def default_directory() -> Path:
@@ -82,11 +98,89 @@ def directory_for(privacy=None) -> Path:
     return _absolute(where, "privacy.ledger") if where else default_directory()
 
 
-def data_identity(data) -> str:
-    """The name of the private data behind a `[data]` section: the data set and where its
-    training split comes from (the resolved folder or file), or for synthetic data the
-    parameters that generate it. The public pool and the evaluation split do not enter:
-    they are not private."""
+def data_identity(data, directory: str | Path | None = None) -> str:
+    """The *source* of the private data behind a `[data]` section: the data set's name and
+    the sha256 of its training split's content (`pate.data.training_digest`), as
+    ``"<name>:sha256:<digest>"``. A copy of the same files under another path, gzipped or
+    not, has the same source. The public pool and the evaluation split do not enter: they
+    are not private. A plain fingerprint of the private data: it goes into private files
+    only (votes.npz, teachers.json, the ledger folder's cache); `Ledger` names its ledger
+    by a keyed digest of it (`ledger_name`), which may be published.
+
+    The digest is cached by the training files' stat (path, size, inode, times) in the
+    ledger directory (owner-only), so a command reads the data once per change."""
+    directory = Path(directory) if directory is not None else default_directory()
+    from pate import data as data_mod
+
+    files = data_mod.training_files(data)
+    stats = [[str(Path(f).expanduser().resolve()), *_stat(f)] for f in files]
+    cache_key = hashlib.sha256(json.dumps([data.name, stats, legacy_identity(data) if not files else ""])
+                               .encode("utf-8")).hexdigest()
+    source = _IDENTITIES.get((str(directory), cache_key)) or _cached_identity(directory, cache_key)
+    if source is None or _SOURCE.fullmatch(source) is None:
+        source = f"{data.name}:sha256:{data_mod.training_digest(data)}"
+        _prepare(directory)
+        _cache_identity(directory, cache_key, source)
+    _IDENTITIES[(str(directory), cache_key)] = source
+    return source
+
+
+#: A data source (`data_identity`): the data set's name and the sha256 of its training split.
+_SOURCE = re.compile(r"(.+):sha256:([0-9a-f]{64})")
+
+
+def ledger_name(source: str, directory: str | Path) -> str:
+    """The ledger name of a data `source`: its data set's name and the first 128 bits of
+    an HMAC of its digest under the ledger directory's key — publishable, and the same for
+    every copy of the data; any other name (a user's ``--ledger NAME``) is itself."""
+    match = _SOURCE.fullmatch(source.strip())
+    if match is None:
+        return source.strip()
+    return f"{match[1]}:{_keyed(Path(directory), b'data-set', match[2].encode('ascii'))[:32]}"
+
+
+#: In-process cache of `data_identity` (ledger directory, stat key) -> name.
+_IDENTITIES: dict[tuple[str, str], str] = {}
+_IDENTITY_CACHE = ".identities.json"
+
+
+def _stat(path) -> list[int]:
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        raise PateError(f"cannot read the data file {path}: {err.strerror or err}") from None
+    return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _cached_identity(directory: Path, cache_key: str) -> str | None:
+    try:
+        doc = json.loads((directory / _IDENTITY_CACHE).read_text())
+    except (OSError, ValueError):
+        return None  # missing or damaged: computed again (it is only a cache)
+    name = doc.get(cache_key) if isinstance(doc, dict) else None
+    return name if isinstance(name, str) else None
+
+
+def _cache_identity(directory: Path, cache_key: str, name: str) -> None:
+    from analysis.report_io import write_atomic
+
+    path = directory / _IDENTITY_CACHE
+    try:
+        doc = json.loads(path.read_text()) if path.is_file() else {}
+        doc = doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        doc = {}
+    doc[cache_key] = name
+    try:
+        write_atomic(path, json.dumps(doc).encode("utf-8"), private=True)
+    except OSError:
+        pass  # only a cache
+
+
+def legacy_identity(data) -> str:
+    """The name an older pate gave the same `[data]` section's ledger: the data set and the
+    resolved location of its files (synthetic data: its generating parameters). Such a
+    ledger's releases still count (`Ledger`'s ``legacy``)."""
     if data.name == "synthetic":
         return (f"synthetic(train={data.synthetic_train_size}, shape={list(data.synthetic_shape)}, "
                 f"classes={data.synthetic_classes}, noise={data.synthetic_noise:g}, "
@@ -95,6 +189,22 @@ def data_identity(data) -> str:
 
     where = data_mod.source_location(data.name, data.path)
     return f"{data.name}:{Path(where).expanduser().resolve()}"
+
+
+def votes_identity(path) -> str | None:
+    """The data set a votes file (votes.npz written by pate) says its votes come from
+    (``meta.data_set``), else None (an older pate's, or votes made elsewhere)."""
+    from analysis.report_io import open_plain
+
+    if not os.fspath(path).endswith(".npz"):
+        return None
+    try:
+        with open_plain(path) as fh, np.load(fh, allow_pickle=False) as f:
+            meta = json.loads(str(f["meta"])) if "meta" in f.files else {}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        return None  # the votes reader refuses a damaged file in its own words
+    name = meta.get("data_set") if isinstance(meta, dict) else None
+    return name if isinstance(name, str) and name.strip() else None
 
 
 def _slug(name: str) -> str:
@@ -106,35 +216,86 @@ def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
+def _key(directory: Path) -> bytes:
+    """The secret key of a ledger directory's keyed digests (32 random bytes, owner-only).
+    Data-set names are keyed by it: a lost key renames every data set, so it is never
+    replaced silently."""
+    path = directory / _KEY_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        if path.is_symlink() or not path.is_file():
+            raise PateError(f"the ledger's key {path} is not a plain file; move it aside (pate then makes a new "
+                            "key, and every data set's ledger name and keyed digest changes with it)") from None
+        try:
+            key = path.read_bytes()
+        except OSError as err:
+            raise PateError(f"cannot read the ledger key {path}: {err.strerror or err}") from None
+        if len(key) != 32:
+            raise PateError(f"{path} is damaged (not a 32-byte key); restore it from a backup: data-set names "
+                            "and keyed digests are made with it, and a new key would start new ledgers") from None
+        return key
+    except OSError as err:
+        raise PateError(f"cannot use the ledger directory {directory}: {err.strerror or err}; "
+                        f"set [privacy] ledger or ${LEDGER_ENV} to a writable folder") from None
+    with os.fdopen(fd, "wb") as f:
+        f.write(os.urandom(32))
+        f.flush()
+        os.fsync(f.fileno())
+    return path.read_bytes()
+
+
+def _prepare(directory: Path) -> None:
+    try:
+        if not directory.is_dir():  # made here: owner-only; a folder given is left as it is
+            directory.mkdir(parents=True, exist_ok=True)
+            os.chmod(directory, 0o700)
+    except OSError as err:
+        raise PateError(f"cannot use the ledger directory {directory}: {err.strerror or err}; "
+                        f"set [privacy] ledger or ${LEDGER_ENV} to a writable folder") from None
+
+
+def _keyed(directory: Path, *parts: bytes) -> str:
+    """HMAC-SHA256 of `parts` under the key of the ledger directory `directory`."""
+    _prepare(directory)
+    mac = hmac.new(_key(directory), digestmod=hashlib.sha256)
+    for part in parts:
+        mac.update(len(part).to_bytes(8, "little"))
+        mac.update(part)
+    return mac.hexdigest()
+
+
 class Ledger:
     """The ledger of one private data set.
 
     Args:
-      name: its identity (`data_identity`, or a user's name for external votes).
+      name: its data source (`data_identity`: named then by `ledger_name`), or a user's
+        name for external votes.
       directory: the ledger directory (`directory_for`).
+      legacy: names an older pate gave the same data set (`legacy_identity`): their
+        releases are read with this ledger's and count in every total and check; new
+        entries go to this ledger only.
     """
 
-    def __init__(self, name: str, directory: str | Path | None = None):
+    def __init__(self, name: str, directory: str | Path | None = None, *, legacy: Iterable[str] = ()):
         if not isinstance(name, str) or not name.strip():
             raise PateError("a ledger needs a non-empty name (--ledger NAME)")
-        self.name = name.strip()
         self.directory = Path(directory) if directory is not None else default_directory()
+        #: What private files record (votes.npz, teachers.json): a data source, or the name.
+        self.source = name.strip()
+        self.name = ledger_name(self.source, self.directory)
         self.path = self.directory / f"{_slug(self.name)}.jsonl"
+        self.legacy = tuple(n for n in legacy if n and n != self.name)
 
     @classmethod
     def for_config(cls, config) -> "Ledger":
-        return cls(data_identity(config.data), directory_for(config.privacy))
+        directory = directory_for(config.privacy)
+        return cls(data_identity(config.data, directory), directory, legacy=(legacy_identity(config.data),))
 
     # ------------------------------------------------------------------ storage
 
     def _prepare_directory(self) -> None:
-        try:
-            if not self.directory.is_dir():  # made here: owner-only; a folder given is left as it is
-                self.directory.mkdir(parents=True, exist_ok=True)
-                os.chmod(self.directory, 0o700)
-        except OSError as err:
-            raise PateError(f"cannot use the ledger directory {self.directory}: {err.strerror or err}; "
-                            f"set [privacy] ledger or ${LEDGER_ENV} to a writable folder") from None
+        _prepare(self.directory)
         if self.path.is_symlink() or (self.path.exists() and not self.path.is_file()):
             raise PateError(f"the ledger {self.path} is not a plain file; move it aside (the ledger "
                             "is never written through a link)")
@@ -192,69 +353,109 @@ class Ledger:
         return header, entries
 
     def _check_entry(self, doc: dict, line: int) -> None:
-        """Refuses, naming the file and line, an entry whose kind or cost pate cannot read (a
-        cost it cannot compose would otherwise be dropped from the total, or crash it)."""
+        """Refuses, naming the file and line, an entry whose kind, cost or budget pate cannot
+        read (a cost it cannot compose would otherwise be dropped from the total, or crash it)."""
         try:
-            if doc.get("kind") not in KINDS:
-                raise PateError(f"unknown entry kind {doc.get('kind')!r}")
-            composition.Cost.from_json(doc.get("cost"))
+            kind = doc.get("kind")
+            if kind not in KINDS:
+                raise PateError(f"unknown entry kind {kind!r}")
+            if kind in RELEASE_KINDS:
+                composition.Cost.from_json(doc.get("cost"))
+                tv = doc.get("sampling_tv", 0.0)
+                if isinstance(tv, bool) or not isinstance(tv, (int, float)) or not 0 <= tv < math.inf:
+                    raise PateError(f"sampling_tv must be a number >= 0, got {tv!r}")
+            elif kind == "budget":
+                _budget_values(doc)
         except PateError as err:
             raise PateError(f"the ledger {self.path} is damaged at line {line} ({err}); it is never reset by "
                             "pate: restore it from a backup, or move it aside knowing that the releases it "
                             "recorded still count") from None
 
+    def _legacy_entries(self) -> list[dict]:
+        out = []
+        for name in self.legacy:
+            old = Ledger(name, self.directory)
+            if old.path.exists():
+                out += [{**e, "ledger": name} for e in old._parse(old._read_raw())[1]]
+        return out
+
     def entries(self) -> list[dict]:
-        """The recorded releases, oldest first ([] for a new ledger)."""
-        return self._parse(self._read_raw())[1]
+        """The recorded entries, an older pate's ledgers of the same data first ([] for a new ledger)."""
+        return self._legacy_entries() + self._parse(self._read_raw())[1]
+
+    def releases(self, entries: list[dict] | None = None) -> list[dict]:
+        """The entries that are releases (each with a cost)."""
+        return [e for e in (self.entries() if entries is None else entries) if e.get("kind") in RELEASE_KINDS]
 
     def exists(self) -> bool:
-        return self.path.exists()
-
-    def _key(self) -> bytes:
-        """The secret key of keyed digests (32 random bytes, owner-only)."""
-        path = self.directory / _KEY_FILE
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-        except FileExistsError:
-            if path.is_symlink() or not path.is_file():
-                raise PateError(f"the ledger's key {path} is not a plain file; move it aside (pate then makes a "
-                                "new key, and older keyed digests no longer match)") from None
-            key = path.read_bytes()
-            if len(key) != 32:
-                raise PateError(f"{path} is damaged (not a 32-byte key); remove it to make a new one "
-                                "(old keyed digests then no longer match)") from None
-            return key
-        with os.fdopen(fd, "wb") as f:
-            f.write(os.urandom(32))
-            f.flush()
-            os.fsync(f.fileno())
-        return path.read_bytes()
+        return self.path.exists() or any(Ledger(n, self.directory).path.exists() for n in self.legacy)
 
     def keyed_digest(self, *parts: bytes) -> str:
         """HMAC-SHA256 of private bytes under the ledger directory's secret key: it says
         whether two inputs are the same without being a public fingerprint of either."""
         self._prepare_directory()
-        mac = hmac.new(self._key(), digestmod=hashlib.sha256)
-        for part in parts:
-            mac.update(len(part).to_bytes(8, "little"))
-            mac.update(part)
-        return mac.hexdigest()
+        return _keyed(self.directory, *parts)
 
     # ------------------------------------------------------------------ accounting
 
-    def costs(self, extra: Iterable[composition.Cost] = ()) -> list[composition.Cost]:
-        return [composition.Cost.from_json(e["cost"]) for e in self.entries()] + list(extra)
+    def costs(self, extra: Iterable[composition.Cost] = (), entries: list[dict] | None = None
+              ) -> list[composition.Cost]:
+        return [composition.Cost.from_json(e["cost"]) for e in self.releases(entries)] + list(extra)
 
-    def total(self, delta: float, *, extra: Iterable[composition.Cost] = (),
+    def total(self, delta: float, *, extra: Iterable[composition.Cost] = (), extra_tv: float = 0.0,
               conversion: str = "improved") -> composition.Total:
-        """The cumulative guarantee of every recorded release (and `extra` ones)."""
-        return composition.compose(self.costs(extra), delta, conversion=conversion)
+        """The cumulative guarantee of every recorded release (and `extra` ones, with
+        `extra_tv` of float64 sampling), its δ counting the float64 label samplers' too:
+        the releases' total variations add (`analysis.noise.sampling_tv`) and give δ
+        (`analysis.noise.delta_of_sampling`)."""
+        entries = self.entries()
+        total = composition.compose(self.costs(extra, entries), delta, conversion=conversion)
+        tv = sum(float(e.get("sampling_tv", 0.0)) for e in self.releases(entries)) + float(extra_tv)
+        return _with_sampling(total, tv)
+
+    def budget(self, entries: list[dict] | None = None) -> tuple[float, float] | None:
+        """The data set's recorded budget (ε, δ): the last ``budget`` entry, else None."""
+        found = [e for e in (self.entries() if entries is None else entries) if e.get("kind") == "budget"]
+        return _budget_values(found[-1]) if found else None
+
+    def tuned_on_private_data(self, entries: list[dict] | None = None) -> bool:
+        """True when a release's parameters were chosen on this data set's private votes."""
+        return any(e.get("kind") == "private-tuning" for e in (self.entries() if entries is None else entries))
 
     def check_budget(self, costs: Iterable[composition.Cost], budget: float | None, delta: float,
                      what: str) -> None:
-        """Refuses `what` when its costs would take the cumulative ε over ``budget``
-        (None or 0: no limit). Writes nothing."""
-        _refuse_over_budget(self.name, self.costs(), list(costs), budget, delta, what)
+        """Refuses `what` when its costs would take the cumulative ε over the ledger's
+        recorded budget or ``budget`` (a config's; None or 0: none). A first budget, or one
+        lower than the recorded one, is recorded (`_limits`); nothing else is written."""
+        costs = list(costs)
+        with self._locked() as (raw, header, entries):
+            limits, record = _limits(self.budget(entries), budget, delta)
+            if record is not None:
+                self._append(raw, header, entries, [record])
+        _refuse_over_budget(self.name, self.costs(entries=entries), costs, limits, what)
+
+    def set_budget(self, eps: float, delta: float) -> dict:
+        """`pate ledger --set-budget`: records ``eps`` at ``delta`` as the data set's budget,
+        raising or lowering it on purpose; refused below what is already spent."""
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < math.inf:
+            raise PateError(f"--set-budget must be a finite eps > 0, got {eps!r}")
+        with self._locked() as (raw, header, entries):
+            spent = composition.compose(self.costs(entries=entries), delta).eps
+            if spent > eps:
+                raise PateError(f"the data set {self.name!r} has already spent eps {spent:.4g} at delta {delta:g}; "
+                                f"a budget of {eps:g} would be below it (a budget cannot undo releases)")
+            entry = {"kind": "budget", "budget": float(eps), "delta": float(delta),
+                     "note": "set by pate ledger --set-budget"}
+            return self._append(raw, header, entries, [entry])[-1]
+
+    def mark(self, kind: str, *, note: str, run: str | Path | None = None, mechanism: dict | None = None) -> dict:
+        """Records an entry that releases nothing (`MARK_KINDS`)."""
+        if kind not in MARK_KINDS:
+            raise PateError(f"unknown ledger mark {kind!r}")
+        with self._locked() as (raw, header, entries):
+            entry = {"kind": kind, "run": None if run is None else str(Path(run).resolve()),
+                     "mechanism": mechanism, "note": note}
+            return self._append(raw, header, entries, [entry])[-1]
 
     def find(self, kind: str, subject: str, entries: list[dict] | None = None) -> dict | None:
         """The first entry of `kind` about `subject` (a labels digest, a keyed votes digest)."""
@@ -276,21 +477,24 @@ class Ledger:
     def charge(self, kind: str, cost: composition.Cost, *, run: str | Path | None = None,
                mechanism: dict | None = None, subject: str | None = None, once: bool = False,
                budget: float | None = None, delta: float = 1e-5, data_digest: str | None = None,
-               note: str = "") -> dict:
+               note: str = "", sampling_tv: float = 0.0) -> dict:
         """Records a release, under the ledger's lock, once its artifacts are written and right
         before they are put in place (`pate.store.door.publish`).
 
         Args:
-          kind: one of `KINDS`.
+          kind: one of `RELEASE_KINDS`.
           cost: its data-independent cost.
           run: the run directory it was made in.
           mechanism: its public parameters (a mechanism record's ``params`` and name...).
           subject: what it releases about (labels.npz sha256, keyed votes digest).
           once: refuse when an entry of this kind about `subject` exists (a second
             sanitised draw of the same private value).
-          budget, delta: refuse when the cumulative ε at δ would exceed ``budget``.
+          budget, delta: a config's budget (ε at δ); the ledger's recorded budget holds too
+            (`check_budget`).
           data_digest: keyed digest of the private data's content.
           note: a few public words.
+          sampling_tv: total variation between the float64 noise samplers and the ideal
+            mechanism (`analysis.noise.sampling_tv`); it adds to the cumulative δ.
 
         Returns:
           The entry written.
@@ -298,32 +502,52 @@ class Ledger:
         Raises:
           PateError: refused (budget, once), or the ledger cannot be written.
         """
-        if kind not in KINDS:
+        if kind not in RELEASE_KINDS:
             raise PateError(f"unknown ledger entry kind {kind!r}")
-        self._prepare_directory()
+        with self._locked() as (raw, header, entries):
+            if once and subject is not None:
+                self.refuse_repeat(kind, subject, entries)
+            limits, record = _limits(self.budget(entries), budget, delta)
+            _refuse_over_budget(self.name, self.costs(entries=entries), [cost], limits, f"this {kind} release")
+            entry = {"kind": kind, "run": None if run is None else str(Path(run).resolve()),
+                     "mechanism": mechanism, "cost": cost.to_json(), "subject": subject,
+                     "data_digest": data_digest, "note": note,
+                     **({"sampling_tv": float(sampling_tv)} if sampling_tv else {})}
+            return self._append(raw, header, entries, [record, entry] if record else [entry])[-1]
+
+    def _locked(self):
+        """A context giving (raw bytes, header, every entry) under the ledger's lock."""
+        import contextlib
+
         import filelock
 
-        try:
-            with self._lock():
-                raw = self._read_raw()
-                header, entries = self._parse(raw)
-                if once and subject is not None:
-                    self.refuse_repeat(kind, subject, entries)
-                _refuse_over_budget(self.name, [composition.Cost.from_json(e["cost"]) for e in entries],
-                                    [cost], budget, delta, f"this {kind} release")
-                entry = {"seq": len(entries) + 1, "time": _now(), "kind": kind,
-                         "run": None if run is None else str(Path(run).resolve()),
-                         "mechanism": mechanism, "cost": cost.to_json(), "subject": subject,
-                         "data_digest": data_digest, "note": note}
-                if header is None:
-                    header = {"ledger": self.name, "format": _FORMAT, "relation": composition.RELATION,
-                              "created": _now()}
-                    raw = (json.dumps(header) + "\n").encode("utf-8")
-                self._write(raw + (json.dumps(entry) + "\n").encode("utf-8"))
-                return entry
-        except filelock.Timeout:
-            raise PateError(f"the ledger {self.path} stayed locked by another pate process for 60 s; "
-                            "try again when it has finished") from None
+        @contextlib.contextmanager
+        def held():
+            self._prepare_directory()
+            try:
+                with self._lock():
+                    raw = self._read_raw()
+                    header, own = self._parse(raw)
+                    yield raw, header, self._legacy_entries() + own
+            except filelock.Timeout:
+                raise PateError(f"the ledger {self.path} stayed locked by another pate process for 60 s; "
+                                "try again when it has finished") from None
+
+        return held()
+
+    def _append(self, raw: bytes, header: dict | None, entries: list[dict], new: list[dict]) -> list[dict]:
+        """Writes `new` entries after the file's `raw` bytes (under the lock); returns them numbered."""
+        seq = sum(1 for e in entries if "ledger" not in e)  # this ledger's own entries
+        written = []
+        for doc in new:
+            seq += 1
+            written.append({"seq": seq, "time": _now(), **doc})
+        if header is None:
+            header = {"ledger": self.name, "format": _FORMAT, "relation": composition.RELATION,
+                      "created": _now()}
+            raw = (json.dumps(header) + "\n").encode("utf-8")
+        self._write(raw + b"".join((json.dumps(e) + "\n").encode("utf-8") for e in written))
+        return written
 
     def withdraw(self, entry: dict) -> None:
         """Removes `entry`, which `charge` wrote in this process, because its release was never
@@ -374,14 +598,37 @@ class Ledger:
                             "released") from None
         os.chmod(self.path, 0o600)
 
-    def summary(self, delta: float, *, extra: Iterable[composition.Cost] = ()) -> dict[str, Any]:
+    def public_name(self) -> str:
+        """The name release files carry (a keyed digest, or the user's own name)."""
+        return self.name
+
+    def summary(self, delta: float, *, extra: Iterable[composition.Cost] = (), extra_tv: float = 0.0,
+                release: dict | None = None) -> dict[str, Any]:
         """The public figures of the ledger (with `extra` releases not yet charged), for
-        release.json / dpsgd.json."""
-        total = self.total(delta, extra=extra)
-        return {"data_set": self.name, "releases": total.count, "cumulative_eps": total.eps,
-                "delta": total.delta, "route": total.route, "relation": composition.RELATION,
-                "what": "composition of the data-independent cost of every release recorded for this "
-                        "data set (pate ledger)"}
+        release.json / dpsgd.json. ``eps`` at ``delta`` is what the data set has spent in
+        all: the composition of every release's data-independent cost, or — when every
+        release recorded is the one described by ``release`` (``eps``, ``delta``, its
+        labels' ``subject``) — that release's own figure where smaller (it then covers
+        everything the data set released)."""
+        extra = list(extra)
+        entries = self.entries()
+        total = self.total(delta, extra=extra, extra_tv=extra_tv)
+        eps, at, how = total.eps, total.delta, ("composition of the data-independent cost of every release "
+                                                "recorded for this data set (pate ledger)")
+        if release is not None and release.get("subject") is not None and all(
+                e.get("subject") == release.get("subject") for e in self.releases(entries)) \
+                and float(release["eps"]) <= eps:
+            eps, at = float(release["eps"]), float(release["delta"])
+            how = "this release's own figure: every release recorded for this data set is this one's"
+        doc = {"data_set": self.public_name(), "eps": eps, "delta": at, "releases": total.count,
+               "cumulative_eps": total.eps, "cumulative_delta": total.delta, "route": total.route,
+               "relation": composition.RELATION, "what": how}
+        if total.delta >= 1.0:
+            doc["warning"] = ("the data set's delta is 1 (the float64 label noise of its releases at this eps): "
+                              "the cumulative eps guarantees NOTHING")
+        if self.tuned_on_private_data(entries):
+            doc["parameters_chosen_on_private_data"] = True
+        return doc
 
 
 def _why(err: OSError, path) -> str:
@@ -397,16 +644,49 @@ def _why(err: OSError, path) -> str:
     return err.strerror or str(err)
 
 
-def _refuse_over_budget(name: str, spent: list, new: list, budget: float | None, delta: float,
-                        what: str) -> None:
-    if not budget:
-        return
-    total = composition.compose(spent + new, delta)
-    if total.eps > budget:
-        before = composition.compose(spent, delta).eps
-        raise PateError(f"{what} would take the cumulative eps of data set {name!r} to {total.eps:.4g} "
-                        f"(delta {total.delta:.3g}; {before:.4g} already spent), over [privacy] "
-                        f"total_budget = {budget:g}; nothing was written (`pate ledger` lists what was spent)")
+def _with_sampling(total: composition.Total, tv: float) -> composition.Total:
+    """`total` with the float64 samplers' δ, (1 + e^ε) · tv, added (at most 1)."""
+    from analysis.noise import delta_of_sampling
+
+    if tv <= 0:
+        return total
+    return dataclasses.replace(total, delta=min(1.0, total.delta + delta_of_sampling(tv, total.eps)))
+
+
+def _budget_values(doc: dict) -> tuple[float, float]:
+    eps, delta = doc.get("budget"), doc.get("delta")
+    for name, value in (("budget", eps), ("delta", delta)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            raise PateError(f"a budget entry needs a number {name} > 0, got {value!r}")
+    if not delta < 1:
+        raise PateError(f"a budget entry's delta must be < 1, got {delta!r}")
+    return float(eps), float(delta)
+
+
+def _limits(recorded: tuple[float, float] | None, budget: float | None, delta: float
+            ) -> tuple[list[tuple[float, float, str]], dict | None]:
+    """The budgets a release must fit — the ledger's recorded one and a config's — and the
+    budget entry to record: a config's first budget, or one at least as tight on both ε and
+    δ (a config can tighten the ledger's budget, never raise it: `Ledger.set_budget` does)."""
+    limits = [] if recorded is None else [(*recorded, "the data set's total_budget recorded in its ledger (raise "
+                                                     "it on purpose with `pate ledger --set-budget EPS`)")]
+    record = None
+    if budget:
+        limits.append((float(budget), float(delta), "[privacy] total_budget"))
+        if recorded is None or (budget <= recorded[0] and delta <= recorded[1] and (budget, delta) != recorded):
+            record = {"kind": "budget", "budget": float(budget), "delta": float(delta),
+                      "note": "recorded from a config's [privacy] total_budget"}
+    return limits, record
+
+
+def _refuse_over_budget(name: str, spent: list, new: list, limits, what: str) -> None:
+    for budget, delta, source in limits:
+        total = composition.compose(spent + new, delta)
+        if total.eps > budget:
+            before = composition.compose(spent, delta).eps
+            raise PateError(f"{what} would take the cumulative eps of data set {name!r} to {total.eps:.4g} "
+                            f"(delta {total.delta:.3g}; {before:.4g} already spent), over {source} = {budget:g}; "
+                            "nothing was written (`pate ledger` lists what was spent)")
 
 
 def cumulative_line(book: Ledger, delta: float) -> str:
@@ -417,120 +697,105 @@ def cumulative_line(book: Ledger, delta: float) -> str:
 
 
 def render(ledger: Ledger, delta: float) -> str:
-    """`pate ledger`'s table: one line per release with its own ε, then the cumulative ε."""
+    """`pate ledger`'s table: one line per entry with a release's own ε, then the cumulative ε."""
     entries = ledger.entries()
     lines = [f"ledger: {ledger.name}", f"file: {ledger.path}",
              f"neighbouring relation: {composition.RELATION_TEXT}"]
     if not entries:
         lines.append("no release recorded")
         return "\n".join(lines)
-    lines.append(f"{'#':>3}  {'when':<25} {'kind':<13} {'own eps':>8}  what / run")
+    lines.append(f"{'#':>3}  {'when':<25} {'kind':<15} {'own eps':>8}  what / run")
     data_digests = set()
     for e in entries:
-        cost = composition.Cost.from_json(e["cost"])
-        own = composition.single_eps(cost, delta)
-        mech = e.get("mechanism") or {}
-        what = mech.get("describe") or cost.describe()
-        lines.append(f"{e.get('seq', '?'):>3}  {e.get('time', ''):<25} {e.get('kind', ''):<13} "
-                     f"{own:>8.4g}  {what}" + (f"  [{e['run']}]" if e.get("run") else ""))
+        seq = f"{e.get('seq', '?')}" + ("*" if "ledger" in e else "")
+        if e.get("kind") in RELEASE_KINDS:
+            cost = composition.Cost.from_json(e["cost"])
+            own, what = f"{composition.single_eps(cost, delta):>8.4g}", (e.get("mechanism") or {}).get("describe") \
+                or cost.describe()
+        else:
+            own = " " * 8
+            what = (f"budget eps {e['budget']:g} at delta {e['delta']:g} ({e.get('note', '')})"
+                    if e.get("kind") == "budget" else f"parameters chosen on the private votes ({e.get('note', '')})")
+        lines.append(f"{seq:>3}  {e.get('time', ''):<25} {e.get('kind', ''):<15} "
+                     f"{own}  {what}" + (f"  [{e['run']}]" if e.get("run") else ""))
         if e.get("data_digest"):
             data_digests.add(e["data_digest"])
     total = ledger.total(delta)
     lines.append(f"cumulative eps {total.eps:.4g} at delta {total.delta:.3g} "
                  f"({total.route}; rdp {total.routes['rdp']:.4g}, pld {total.routes['pld']:.4g}) "
                  f"over {total.count} releases")
+    budget = ledger.budget(entries)
+    if budget is not None:
+        lines.append(f"budget: eps {budget[0]:g} at delta {budget[1]:g} "
+                     f"(`pate ledger --set-budget EPS` raises it on purpose)")
+    if any("ledger" in e for e in entries):
+        lines.append("*: recorded under the name an older pate gave this data set (" + ", ".join(ledger.legacy) + ")")
     if len(data_digests) > 1:
         lines.append("note: the data's content changed between releases (keyed digests differ); they "
                      "are still composed, as releases of one data set")
+    if ledger.tuned_on_private_data(entries):
+        lines.append("warning: release parameters were chosen on the private votes (pate plan --votes "
+                     "--on-private-votes): no eps here covers that choice")
     lines.append("data-dependent (sanitised) eps values are not composed: ex-post guarantees do not add")
     return "\n".join(lines)
 
 
 def for_run(workdir, config=None) -> Ledger:
-    """The ledger a run directory's releases belong to: named in its labels.npz's meta,
-    else by its config's data set, else by the run directory itself."""
+    """The ledger a run directory's releases belong to: the data set its votes.npz names
+    (`votes_identity`), else its config's data set (`data_identity`), else the ledger its
+    labels.npz names, else the run directory itself. The other names the run's releases
+    may have been charged under by an older pate count as ``legacy``."""
     from pate.store import rundir
 
     run = rundir.RunDir(workdir)
     config = run.stored_config() if config is None else config
     directory = directory_for(config.privacy if config is not None else None)
+    named = votes_identity(run / rundir.VOTES_NPZ) if run.exists(rundir.VOTES_NPZ) else None
+    meta = {}
     if run.exists(rundir.LABELS_NPZ):
         try:
             meta = run.read_npz(rundir.LABELS_NPZ).get("meta") or {}
         except PateError:
             meta = {}
-        if isinstance(meta, dict) and meta.get("ledger"):
-            return Ledger(str(meta["ledger"]), directory)
+    labelled = str(meta["ledger"]) if isinstance(meta, dict) and meta.get("ledger") else None
+    legacy = [labelled] if labelled else []
     if config is not None:
-        return Ledger(data_identity(config.data), directory)
-    return Ledger("run:" + os.path.abspath(os.fspath(workdir)), directory)
-
-
-def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
-    """Charges the releases of a run directory made before the ledger existed, once each:
-    its labels (labels.npz), its sanitised ε (release.json) and its DP-SGD model
-    (dpsgd.json). A release already recorded (same labels digest / same dpsgd.json) is
-    skipped, so importing twice charges nothing more.
-
-    Returns:
-      The entries written.
-    """
-    from analysis import mechanisms
-    from pate.store import digests, rundir
-    from pate.release import fine_grained_release
-    from pate.release.labels import content_digest, read_run_labels
-
-    run = rundir.RunDir(workdir)
-    if not run.path.is_dir():
-        raise PateError(f"run directory {run.path} does not exist")
-    config = run.own_config()
-    book = for_run(workdir, config) if name is None else Ledger(name, directory_for(
-        config.privacy if config is not None else None))
-    privacy = config.privacy if config is not None else None
-    release_cost = privacy.release_cost if privacy is not None else 0.2
-    written = []
-
-    def charge_once(kind, cost, subject, describe, older=None):
-        if book.find(kind, subject) is not None or (older is not None and book.find(kind, older) is not None):
-            echo(f"already in the ledger: {describe}")
-            return
-        written.append(book.charge(kind, cost, run=run.path, subject=subject, once=True,
-                                   mechanism={"describe": describe}, note="imported"))
-        echo(f"charged: {describe}")
-
-    if run.exists(rundir.LABELS_NPZ) and fine_grained_release.is_fine_grained(labels := read_run_labels(run.path)):
-        noise = fine_grained_release.noise_from(labels, rundir.LABELS_NPZ)  # one release, no sanitised draw
-        charge_once("labels", noise.cost(), content_digest(labels),
-                    f"labels: every pool point from one fine-grained release ({noise.kind} noise)",
-                    digests.file_digest(run / rundir.LABELS_NPZ))
-    elif run.exists(rundir.LABELS_NPZ):
-        labels = read_run_labels(run.path)
-        record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
-        cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
-        n = int(labels["indices"].size)
-        subject = content_digest(labels)
-        older = digests.file_digest(run / rundir.LABELS_NPZ)  # what an older version keyed on
-        charge_once("labels", composition.labels_cost(record, n, max_answers=cap), subject,
-                    f"labels: {n} queries of {record.describe()}", older)
-        if run.exists(rundir.RELEASE_JSON):
-            doc = run.read_json(rundir.RELEASE_JSON)
-            details = doc.get("details") or {}
+        legacy.append(legacy_identity(config.data))
+        if named is None:
             try:
-                cost = record.sanitised_cost(details, release_cost)
-            except (KeyError, TypeError, ValueError):
-                raise PateError(f"{run / rundir.RELEASE_JSON} lacks the release's parameters "
-                                "(release_order, beta / eps_release_cost); it was not written by pate "
-                                "analyze or is damaged") from None
-            charge_once("sanitised-eps", cost, subject, f"sanitised eps of {record.name}: {cost.describe()}", older)
-    if run.exists(rundir.DPSGD_JSON):
-        doc = run.read_json(rundir.DPSGD_JSON)
-        try:
-            cost = composition.dpsgd_cost(doc["sampling_rate"], doc["noise_multiplier"], doc["steps"])
-        except (KeyError, TypeError, ValueError):
-            raise PateError(f"{run / rundir.DPSGD_JSON} lacks sampling_rate, noise_multiplier or steps; "
-                            "it was not written by pate dpsgd or is damaged") from None
-        charge_once("dpsgd", cost, "dpsgd:" + digests.file_digest(run / rundir.DPSGD_JSON),
-                    f"DP-SGD {doc.get('model', '?')}: {cost.describe()}")
-    if not written and not (run.exists(rundir.LABELS_NPZ) or run.exists(rundir.DPSGD_JSON)):
-        raise PateError(f"{run.path} holds no release (labels.npz, dpsgd.json) to import")
-    return written
+                named = data_identity(config.data, directory)
+            except PateError:
+                named = None  # the data is gone: the labels' own record still names the ledger
+    name = named or labelled or "run:" + os.path.abspath(os.fspath(workdir))
+    return Ledger(name, directory, legacy=legacy)
+
+
+def for_votes(votes, name: str | None = None, directory: str | Path | None = None) -> Ledger:
+    """The ledger a release from external votes is charged to: the data set the votes file
+    names (`votes_identity`: votes.npz written by pate), else the run directory it sits in
+    (`for_run`), else ``name`` (``--ledger NAME``). In-memory votes need ``name``.
+
+    Raises:
+      PateError: the votes name no data set and no ``name`` is given (all such votes would
+        otherwise share one ledger), or ``name`` contradicts the data set they name.
+    """
+    from pate.store import rundir
+
+    directory = default_directory() if directory is None else Path(directory)
+    if not isinstance(votes, (str, os.PathLike)):
+        if not name:
+            raise PateError("in-memory votes need the name of the private data set they come from (ledger=NAME, "
+                            "the same for every release from it): pate cannot tell two arrays' data sets apart")
+        return Ledger(name, directory)
+    path = Path(votes)
+    named = votes_identity(path)
+    if named is None and path.name in (rundir.VOTES_NPZ, rundir.VOTES_ROUND2_NPZ) and (
+            path.parent / rundir.CONFIG_TOML).is_file():
+        named = for_run(path.parent).source  # an older pate's run: its config names the data set
+    if named is not None and name and name.strip() not in (named, ledger_name(named, directory)):
+        raise PateError(f"{path} holds votes on the data set {named!r}; --ledger {name!r} would charge another "
+                        "ledger: drop --ledger (or give that name)")
+    if named is None and not name:
+        raise PateError(f"{path} does not say which private data set its votes come from (made elsewhere or by an "
+                        "older pate): pass --ledger NAME, the same name for every release from that data set")
+    return Ledger(named or name, directory)
