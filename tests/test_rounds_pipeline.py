@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pate.steps import pipeline
-from pate.store import digests, ledger, rundir
+from pate.store import digests, ledger, ledger_import, rundir
 from pate.store.door import STALE_PREFIX
 
 from conftest import ROOT, TINY, invoke, one_line, snapshot
@@ -64,9 +64,9 @@ def two_round_run(finished_tiny, tmp_path_factory):
     shutil.copytree(finished_tiny, run)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PATE_LEDGER_DIR", str(base / "ledgers"))
-        ledger.import_run(run, echo=lambda *_: None)
+        ledger_import.import_run(run, echo=lambda *_: None)
         release1 = json.loads((run / rundir.RELEASE_JSON).read_text())
-        (run / rundir.RELEASE_JSON).write_text(json.dumps(dict(release1, delta=1.0)))
+        (run / rundir.RELEASE_JSON).write_text(json.dumps(dict(release1, delta=1.0, release_delta=1.0)))
         labels1 = (run / rundir.LABELS_NPZ).read_bytes()
         kill_after(mp, "round2")
         lines: list[str] = []
@@ -90,7 +90,7 @@ def test_two_rounds_on_a_finished_round1_run_round2_only(two_round_run):
     assert (run / rundir.LABELS_NPZ).read_bytes() == two_round_run["labels1"]  # not relabelled
     assert np.load(run / rundir.LABELS_ROUND2_NPZ)["indices"].size == 200 - 100  # the pool's rest
     details = json.loads((run / rundir.RELEASE_JSON).read_text())["details"]
-    assert details["rounds"] == 2 and details["eps_round1"] == two_round_run["release1"]["eps"]
+    assert details["rounds"] == 2 and details["eps_round1"] == two_round_run["release1"]["release_eps"]
 
 
 def test_a_run_killed_after_round2_commits_resumes_without_releasing_it_again(two_round_run):
