@@ -171,12 +171,13 @@ def test_a_staging_commit_that_fails_before_anything_is_in_place_raises_commit_f
 
 def test_every_release_is_charged_through_the_door():
     """One order for every writer: no module but the ledger and the door makes a charge
-    (`Ledger.charge`); writers ask `Door.charge` (or `door.publish`) for it."""
+    (`Ledger.charge`); writers ask `Door.charge` (or `door.publish`) for it. `pate ledger
+    --import` charges releases already in place, so it publishes nothing and calls the ledger."""
     offenders = []
     for path in sorted((ROOT / "pate").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel in ("pate/store/ledger.py", "pate/store/door.py"):
-            continue
+        if rel in ("pate/store/ledger.py", "pate/store/door.py", "pate/store/ledger_import.py"):
+            continue  # ledger_import charges what a run released before the ledger: nothing to publish
         for k, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"\b(book|ledger|self)\.charge\(", line):
                 offenders.append(f"{rel}:{k}: {line.strip()}")
@@ -269,7 +270,8 @@ def test_run_refuses_before_training_a_budget_the_sanitised_release_would_exceed
     assert not (run / rundir.TEACHERS_DIR).exists()
     from pate.config import load_config
 
-    assert ledger_mod.Ledger.for_config(load_config(TINY)).entries() == []
+    # the config's budget is recorded (it holds for later commands); nothing is charged
+    assert [e["kind"] for e in ledger_mod.Ledger.for_config(load_config(TINY)).entries()] in ([], ["budget"])
 
 
 def test_run_refuses_before_training_a_ledger_it_could_not_charge(tmp_path, monkeypatch):
@@ -370,6 +372,8 @@ def test_a_ledger_key_or_lock_folder_is_named_not_called_a_full_disk(trained_run
     run, _ = trained_run
     book = ledger_mod.Ledger.for_config(load_config(TINY))
     book.directory.mkdir(parents=True, exist_ok=True)
+    if where == "key":
+        (book.directory / ".key").unlink(missing_ok=True)  # naming the data set made one
     (book.directory / ".key" if where == "key" else pathlib.Path(str(book.path) + ".lock")).mkdir()
     result = invoke("label", "--workdir", run)
     assert result.exit_code == 1

@@ -44,7 +44,7 @@ def test_label_end_to_end(trained_run, args):
     with np.load(workdir / "labels.npz") as release:
         meta = json.loads(str(release["meta"]))
     ledger = meta.pop("ledger")  # the data set's ledger (pate.store.ledger): a public name
-    assert ledger.startswith("synthetic(")
+    assert ledger.startswith("synthetic:")  # the source, then a keyed digest of its content
     assert "123" not in json.dumps(meta)
     assert set(meta) <= {"config_hash", "pate_version", "written_at", "research_seed"}
     assert meta["research_seed"] is True  # a seed made the noise: said, never the seed
