@@ -18,6 +18,7 @@ def _bench():
     return bench_module("gpu")
 
 
+@pytest.mark.slow  # 28 s: the GPU lease's smoke, run before a lease
 def test_smoke_runs_every_part(_trained_tiny, tmp_path, capsys):
     shutil.copytree(_trained_tiny[0], tmp_path / "run")  # the teachers step is then up to date
     out = _bench().main(["--smoke", "--workdir", str(tmp_path), "--out", str(tmp_path / "gpu.json")])

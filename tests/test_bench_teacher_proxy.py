@@ -25,6 +25,7 @@ def test_variant_overrides_teacher_keys(tiny_config):
         bench.variant_config(tiny_config.teachers, "threshold=0.9", 3)
 
 
+@pytest.mark.slow  # 20 s: trains teachers on the pool
 def test_trains_on_the_pool_alone(monkeypatch, capsys):
     """The private training images are replaced by NaN: a proxy that touched them would end
     with a NaN loss. The rows are the pool's K = 200 // 80 = 2 teachers of each variant."""

@@ -34,6 +34,7 @@ def test_extract_patches_layout():
     np.testing.assert_array_equal(p[1, 1, 0, (2 * 3 + 1) * 3 + 2], x[1, 1 + 2, 0 + 1, 2])
 
 
+@pytest.mark.slow  # 10 s: compiles every model
 def test_cnn_and_mlp_shapes_and_vmap():
     cfg = TeachersConfig(conv_features=(4, 8), conv_kernels=(5, 3), conv_strides=(2, 2),
                          hidden=(16,))
