@@ -13,6 +13,9 @@ Federated rows (``--fedavg fedavg iadmm``): `pate fedavg` at each target eps (to
 rounds, replace-one by construction) with the config's ``[fedavg]`` settings (``--fedavg-clients
 P`` to cut the same shards into P clients), in ``ROOT/fedavg-ALGORITHM-epsE`` (or
 ``...-pP``); each row also gives the per-round eps that per-round accounting would report.
+``--fedavg-config A B`` runs these rows for each config (``ROOT/fedavg-STEM-...`` but for
+``--config``'s), e.g. the 500 clients of configs/fashion_mnist.toml beside the 10 silos of
+configs/fashion_mnist_silos.toml.
 
 Fine-grained rows (``--fine-grained``): `pate run --config configs/fashion_mnist_fine.toml` at each
 target eps (pure, replace-one), in ``ROOT/fine-epsE[-dD]``, with the votes per record and the
@@ -21,7 +24,7 @@ process computes the scattering transform of each image set once, for these rows
 ScatterNet rows alike (the product computes it in each run; a row's wall time then leaves it out,
 but for the first row that needs it).
 
-``--draws N`` repeats every DP-SGD and fine-grained row N times (fresh noise each, run directories
+``--draws N`` repeats every DP-SGD, federated and fine-grained row N times (fresh noise each, run directories
 ``...-dD`` for draws after the first), and the table ends with each method's mean and spread per eps.
 
 DP-SGD rows: `pate dpsgd` for each model and target eps, each in its own run directory
@@ -36,7 +39,7 @@ private (votes, privacy.json) is opened.
 
     python bench/compare.py [--config configs/fashion_mnist.toml] [--root runs/compare]
         [--eps 1 2 3] [--models cnn scatternet] [--relation replace-one|add-remove]
-        [--fedavg fedavg iadmm] [--fedavg-clients P]
+        [--fedavg fedavg iadmm] [--fedavg-clients P] [--fedavg-config CONFIG ...]
         [--no-train] [--pate RUN ...]
         [--pate-teachers RUN --pate-queries 300 800 1500] [--fine-grained] [--fine-config F]
         [--fine-set SECTION.KEY=VALUE ...] [--draws N] [--plot compare.png]
@@ -105,7 +108,7 @@ def fedavg_row(workdir: Path) -> dict[str, Any] | None:
     if info is None:
         return None
     return {
-        "method": f"{info['algorithm']}-{info['mechanism']}-{info['model']}",
+        "method": f"{info['algorithm']}-{info['mechanism']}-{info['model']}-{info['clients']}-clients",
         "eps": info["eps"], "relation": info["neighbouring_relation"], "eps_replace_one": info["eps"],
         "eps_add_remove": None, "per_round_eps": info["per_round_eps"], "target_eps": info["target_eps"],
         "delta": info["delta"], "accuracy": info["accuracy"], "eval_points": info["eval_points"],
@@ -115,6 +118,8 @@ def fedavg_row(workdir: Path) -> dict[str, Any] | None:
 
 
 def train_fedavg(config_path: str, workdir: Path, algorithm: str, eps: float, clients: int | None) -> None:
+    """`pate fedavg` of ``config_path``'s [fedavg] with ``algorithm``, total ``eps`` and, when
+    given, ``clients``."""
     from pate.config import load_config
     from pate.baselines.fedavg import train_fedavg as train
 
@@ -348,11 +353,15 @@ def main(argv=None) -> int:
                         help="Confident-GNMax query counts, one PATE row each (with --pate-teachers)")
     parser.add_argument("--fine-grained", action="store_true",
                         help="fine-grained rows (configs/fashion_mnist_fine.toml) at each --eps")
+    parser.add_argument("--fedavg-config", nargs="+", default=None, metavar="CONFIG",
+                        help="the federated rows' configs (default: --config), e.g. configs/fashion_mnist.toml "
+                             "configs/fashion_mnist_silos.toml for 500 clients and 10 silos side by side")
     parser.add_argument("--fine-config", default=str(FINE_CONFIG),
                         help="the fine-grained rows' config (e.g. configs/fashion_mnist_fine_gpu.toml)")
     parser.add_argument("--fine-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override of the fine-grained rows' config (TOML value), repeatable")
-    parser.add_argument("--draws", type=int, default=1, help="noise draws of every DP-SGD and fine-grained row")
+    parser.add_argument("--draws", type=int, default=1,
+                        help="noise draws of every DP-SGD, federated and fine-grained row")
     parser.add_argument("--plot", default=None, help="write accuracy against eps to this PNG")
     args = parser.parse_args(argv)
 
@@ -377,12 +386,15 @@ def main(argv=None) -> int:
                                        args.no_train, lambda w: train(args.config, w, model, eps, args.relation),
                                        "DP-SGD")
     clients = f"-p{args.fedavg_clients}" if args.fedavg_clients else ""
-    for algorithm in args.fedavg:
-        for eps in args.eps:
-            rows += _read_or_train(Path(args.root) / f"fedavg-{algorithm}-eps{eps:g}{clients}", fedavg_row,
-                                   args.no_train,
-                                   lambda w: train_fedavg(args.config, w, algorithm, eps, args.fedavg_clients),
-                                   "federated")
+    for fed_config in args.fedavg_config or [args.config]:
+        stem = "" if fed_config == args.config else f"{Path(fed_config).stem}-"
+        for algorithm in args.fedavg:
+            for eps in args.eps:
+                for draw in draws:
+                    rows += _read_or_train(
+                        Path(args.root) / f"fedavg-{stem}{algorithm}-eps{eps:g}{clients}{draw}", fedavg_row,
+                        args.no_train,
+                        lambda w: train_fedavg(fed_config, w, algorithm, eps, args.fedavg_clients), "federated")
     for path in args.pate:
         rows.append(pate_row(Path(path)))
     if args.pate_teachers:

@@ -17,12 +17,12 @@ Two proxies:
 (public images only), projected as `pate fedavg` does.
 
     python bench/fedavg_proxy.py [--config configs/fashion_mnist.toml] [--eps 1 3]
-        [--algorithms fedavg iadmm] [--model linear|scatternet] [--pca 4 8 16]
+        [--algorithms fedavg iadmm] [--mechanisms laplace gaussian] [--model linear|scatternet] [--pca 0 4 8 16]
         [--schedules 10:10 20:30 40:30] [--proxy-clients P'] [--proxy-eps matched|same]
         [--draws 4] [--seed 0]
 
 Schedules are ``rounds:learning_rate`` for FedAvg and ``rounds:rho`` for IADMM. One JSON
-object per setting (mean accuracy over the draws), then the best per (algorithm, eps).
+object per setting (mean accuracy over the draws), then the best per (algorithm, mechanism, eps).
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ def main(argv=None) -> int:
     ap.add_argument("--algorithms", nargs="+", choices=["fedavg", "iadmm"], default=None,
                     help="default: the config's fedavg.algorithm")
     ap.add_argument("--model", choices=["linear", "scatternet"], default=None, help="default: the config's")
+    ap.add_argument("--mechanisms", nargs="+", choices=["laplace", "gaussian"], default=None,
+                    help="default: the config's fedavg.mechanism")
     ap.add_argument("--pca", type=int, nargs="+", default=[4, 8, 16])
     ap.add_argument("--schedules", nargs="+", default=["10:10", "20:30", "40:30"],
                     help="rounds:learning_rate (FedAvg) or rounds:rho (IADMM)")
@@ -136,28 +138,29 @@ def main(argv=None) -> int:
             factor = proxy_scale(private_clients, client_size, args.proxy_clients, proxy_size)
     source = NoiseSource(args.seed, stream=2)
     best: dict[str, dict] = {}
-    for algorithm in args.algorithms or [cfg.algorithm]:
+    settings = [(a, m) for a in args.algorithms or [cfg.algorithm] for m in args.mechanisms or [cfg.mechanism]]
+    for algorithm, mechanism in settings:
         for eps in args.eps:
             for pca in args.pca:
                 for schedule in args.schedules:
                     rounds, value = int(schedule.split(":")[0]), float(schedule.split(":")[1])
                     step = {"learning_rate": value} if algorithm == "fedavg" else {"rho": value}
-                    run_cfg = dataclasses.replace(cfg, algorithm=algorithm, model=model, pca=pca, rounds=rounds,
-                                                  eps=eps * factor, **step)
+                    run_cfg = dataclasses.replace(cfg, algorithm=algorithm, mechanism=mechanism, model=model, pca=pca,
+                                                  rounds=rounds, eps=eps * factor, **step)
                     start = time.time()
                     accs = [proxy_accuracy(run_cfg, pool_x, splits.pool_y, eval_x, splits.eval_y,
                                            splits.num_classes, client_size=proxy_size,
                                            delta=config.privacy.delta, source=source)
                             for _ in range(args.draws)]
-                    row = {"algorithm": algorithm, "eps": eps, "proxy_eps": eps * factor, "model": model,
+                    row = {"algorithm": algorithm, "mechanism": mechanism, "eps": eps, "proxy_eps": eps * factor, "model": model,
                            "pca": pca, "rounds": rounds, **step, "client_size": proxy_size,
                            "clients": pool_x.shape[0] // proxy_size, "accuracy_mean": float(np.mean(accs)),
                            "accuracy": accs, "wall_time_s": time.time() - start}
                     print(json.dumps(row), flush=True)
-                    key = f"{algorithm} eps {eps:g}"
+                    key = f"{algorithm} {mechanism} eps {eps:g}"
                     if row["accuracy_mean"] > best.get(key, {}).get("accuracy_mean", -1):
                         best[key] = row
-    print(json.dumps({"summary": "best per algorithm and eps", "best": best}))
+    print(json.dumps({"summary": "best per algorithm, mechanism and eps", "best": best}))
     return 0
 
 

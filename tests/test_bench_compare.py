@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 
 import pytest
 
@@ -123,3 +124,32 @@ def test_fine_grained_rows_are_read_from_public_files(tmp_path):
     row = compare.fine_row(tmp_path)
     assert row["accuracy"] == 0.87 and row["eps_replace_one"] == 1.0 and row["labelled"] == 9000
     assert not (tmp_path / "privacy.json").exists()  # nothing private was needed
+
+
+def test_federated_rows_for_each_config_and_draw(tmp_path, capsys, monkeypatch):
+    """`--fedavg-config A B --draws 2`: one row per config, algorithm, eps and draw, each in its
+    own run directory, and the summary keeps the client counts apart."""
+    compare = _compare()
+    root = tmp_path / "compare"
+    silos = tmp_path / "silos.toml"
+    silos.write_text(TINY.read_text())
+    made = []
+
+    def fake_train(config_path, workdir, algorithm, eps, clients):
+        made.append((pathlib.Path(config_path).name, workdir.name))
+        workdir.mkdir(parents=True)
+        n = 10 if config_path == str(silos) else 500
+        (workdir / "fedavg.json").write_text(json.dumps({
+            "algorithm": algorithm, "mechanism": "gaussian", "model": "linear", "eps": eps, "target_eps": eps,
+            "neighbouring_relation": "replace-one", "per_round_eps": eps / 10, "delta": 1e-5,
+            "accuracy": 0.5 + len(made) / 100, "eval_points": 10, "rounds": 10, "clients": n}))
+
+    monkeypatch.setattr(compare, "train_fedavg", fake_train)
+    assert compare.main(["--config", str(TINY), "--root", str(root), "--models", "--fedavg", "fedavg",
+                         "--fedavg-config", str(TINY), str(silos), "--eps", "3", "--draws", "2"]) == 0
+    assert [d for _, d in made] == ["fedavg-fedavg-eps3", "fedavg-fedavg-eps3-d2", "fedavg-silos-fedavg-eps3",
+                                    "fedavg-silos-fedavg-eps3-d2"]
+    out = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    groups = {g["method"]: g for g in out if "summary_of" in g}
+    assert set(groups) == {"fedavg-gaussian-linear-500-clients", "fedavg-gaussian-linear-10-clients"}
+    assert all(g["draws"] == 2 for g in groups.values())
