@@ -190,6 +190,7 @@ def test_tiny_run_through_the_cli(tiny_dpsgd):
             assert str(seed) not in path.read_bytes().decode("latin-1"), path
 
 
+@pytest.mark.slow  # 12 s
 def test_scatternet_on_the_tiny_config(tmp_path):
     result = invoke("dpsgd", "--config", TINY, "--workdir", tmp_path / "run", "--no-progress",
                     "--model", "scatternet", "--eps", "2")

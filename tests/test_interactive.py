@@ -286,6 +286,7 @@ def interactive_run(_trained_tiny, tmp_path_factory):
     return dict(workdir=w, outputs=[r.output for r in out], entries=entries)
 
 
+@pytest.mark.slow  # a second round on the tiny run (the module's fixture, ~12 s)
 def test_round2_checks_the_round1_student_with_its_own_offsets(interactive_run):
     """The released offsets are ⌊T·p⌋ of the round-1 student on the queried pool points, in
     order, and the release is the aggregator run on them (same research seed)."""
@@ -314,6 +315,7 @@ def test_round2_checks_the_round1_student_with_its_own_offsets(interactive_run):
     assert "outvoted it" in interactive_run["outputs"][3]
 
 
+@pytest.mark.slow  # the same two-round fixture
 def test_the_report_of_both_rounds_names_the_check_and_its_planned_probability(interactive_run):
     import json
 

@@ -74,6 +74,7 @@ def test_lecun_normal_scale():
     assert float(jnp.abs(w).max()) <= 2.0 / 0.87962566103423978 / np.sqrt(fan_in) + 1e-6
 
 
+@pytest.mark.slow  # 8 s
 def test_dropout_only_in_training():
     cfg = TeachersConfig(model="mlp", hidden=(64,), dropout=0.5)
     model = models.make_model(cfg, 3)
@@ -92,6 +93,7 @@ def test_dropout_only_in_training():
     assert abs(float((dropped == 0).mean()) - 0.25) < 0.02
 
 
+@pytest.mark.slow  # 5 s
 def test_flip_averaged_is_mirror_invariant_at_inference():
     cfg = TeachersConfig(conv_features=(4,), conv_kernels=(3,), conv_strides=(2,),
                          eval_flip=True)

@@ -88,6 +88,7 @@ def test_rerun_skips_every_step(finished):
     assert "student accuracy" in result.output
 
 
+@pytest.mark.slow  # 11 s
 def test_records_of_an_older_pate_are_taken_from_config_toml(finished):
     """A pipeline.json written before the config gained keys (no hash_version, other hashes):
     upgrading pate must not re-run finished steps (a second, charged release of the labels)

@@ -324,6 +324,7 @@ def test_round2_target_on_an_lnmax_round1_is_refused_in_one_line(finished_tiny, 
     assert json.loads((run / rundir.RELEASE_JSON).read_text())["mechanism"] == "lnmax"
 
 
+@pytest.mark.slow  # 10 s
 def test_student_of_both_rounds_can_start_from_the_round1_student(two_rounds, tmp_path):
     """`[rounds] student_init = "round1"`: the student of both rounds starts from the kept
     round-1 weights (at a learning rate of ~0 it ends there) and trains `student_steps`."""

@@ -82,6 +82,7 @@ def test_changing_shard_j_changes_teacher_j_only(neighbour_teachers):
         assert same == (t != J), t
 
 
+@pytest.mark.slow  # 6 s; test_changing_shard_j_changes_teacher_j_only stays fast
 def test_every_teacher_holds_its_own_fixed_partition():
     x, y = _data()
     part = partition(x.shape[0], TEACHERS, seed=0)

@@ -148,6 +148,7 @@ def test_nan_stops_names_teachers_and_keeps_last_good(tiny_config, tmp_path, mon
     assert checkpoint_steps(workdir) == [2] and not (workdir / rundir.TEACHERS_JSON).exists()
 
 
+@pytest.mark.slow  # 7 s; test_nan_stops_names_teachers_and_keeps_last_good stays fast
 def test_real_nan_from_a_huge_learning_rate(tiny_config, tmp_path):
     config = replace(tiny_config, optimizer="sgd", learning_rate=1e30)
     with pytest.raises(PateError, match=r"NaN/inf in epoch 1 for 6 teacher\(s\)"):
