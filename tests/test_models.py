@@ -13,8 +13,12 @@ from pate.programs import models
 from pate.config import TeachersConfig
 
 
+_SLOW = pytest.mark.slow  # each case compiles two convolutions (3-5 s)
+
+
 @pytest.mark.parametrize("kernel, stride, channels, size", [
-    (5, 2, 1, 28), (3, 1, 3, 8), (5, 2, 4, 14), (3, 2, 2, 9), (1, 1, 2, 5), (4, 3, 1, 11)])
+    (3, 1, 3, 8), (1, 1, 2, 5), (4, 3, 1, 11), pytest.param(5, 2, 1, 28, marks=_SLOW),
+    pytest.param(5, 2, 4, 14, marks=_SLOW), pytest.param(3, 2, 2, 9, marks=_SLOW)])
 def test_patch_conv_equals_xla_conv(kernel, stride, channels, size):
     x = jax.random.uniform(jax.random.PRNGKey(0), (3, size, size, channels))
     patches = models.Conv(6, kernel, stride, impl="patches")

@@ -210,6 +210,7 @@ def _rdp_eps(mu2: float, delta: float) -> float:
     return _eps_plain(1 / math.sqrt(mu2), delta)
 
 
+@pytest.mark.slow  # 8.5 s of Adam steps; the release's privacy tests stay fast
 def test_the_generator_learns_the_target_embedding():
     """Post-processing works: the tiny config's generator (the CLI run's spec and step count,
     so the compiled step is shared), trained on the noise-free embedding of the tiny data,
