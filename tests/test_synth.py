@@ -234,6 +234,9 @@ def test_tiny_run_through_the_cli(tiny_synth):
     assert info["research_seed"] is True and not [k for k in info if "time" in k or "vote" in k]
     entries = check_synthetic_release(workdir, ledger, seed, cfg.synth.samples)
     assert entries[0]["cost"] == {"kind": "gaussian", "mu2": pytest.approx(2 * queries / info["sigma"] ** 2)}
+    # the float64 votes' total variation counts in the data set's δ, as a label release's does
+    from analysis.noise import sampling_tv
+    assert sampling_tv(queries, 2) > 0 and entries[0]["sampling_tv"] == pytest.approx(sampling_tv(queries, 2))
     assert "synth eps" in output
 
 

@@ -43,7 +43,7 @@ import numpy as np
 from analysis import composition
 from analysis.errors import PateError
 from analysis.mechanisms import GNMax
-from analysis.noise import NoiseSource, sampling_delta, seed_record
+from analysis.noise import NoiseSource, sampling_delta, sampling_tv, seed_record
 from analysis.pld import gaussian_mu_for
 from analysis.validation import check_delta, check_positive
 from pate.store import checkpoints, rundir
@@ -169,7 +169,8 @@ def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None,
                     mechanism={"name": "pate-gan", **plan.mechanism.params(), "describe":
                                f"PATE-GAN: {plan.queries} GNMax votes (2 classes), sigma "
                                f"{plan.mechanism.sigma:.4g}, {num_teachers} teachers"},
-                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()),
+                    sampling_tv=sampling_tv(plan.queries, VOTE_CLASSES))  # the float64 votes' δ, as labels'
     echo(ledger_mod.cumulative_line(book, delta))
     return result
 
