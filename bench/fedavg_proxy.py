@@ -58,26 +58,19 @@ def projected(pool_x, eval_x, pca: int):
 
 
 def proxy_accuracy(cfg, pool_x, pool_y, eval_x, eval_y, num_classes, *, client_size, delta, source) -> float:
-    """One `pate fedavg` training of ``cfg`` on the public proxy (inputs already features);
-    the accuracy on the evaluation split."""
-    import jax.numpy as jnp
-
+    """One `pate fedavg` training of ``cfg`` on the public proxy (inputs already features):
+    the product's own rounds (`pate.baselines.fedavg.train_rounds`); the accuracy on the
+    evaluation split (NaN when the rounds diverged)."""
+    from analysis.errors import PateError
     from pate.baselines import fedavg as fa
 
     x, ex = projected(pool_x, eval_x, cfg.pca)
     clients = x.shape[0] // client_size
     shards = np.arange(clients * client_size).reshape(clients, client_size)
     plan = fa.Plan.of(cfg, client_size, None, delta, (x.shape[1] + 1) * num_classes)
-    messages = fa.make_round(cfg.algorithm, clip=cfg.clip_norm, learning_rate=cfg.learning_rate,
-                             local_steps=cfg.local_steps, rho=cfg.rho, norm=plan.norm)
-    xs, ys = jnp.asarray(x[shards]), jnp.asarray(pool_y[shards])
-    theta = np.zeros((x.shape[1] + 1, num_classes))
-    lam = np.zeros((clients,) + theta.shape)
-    for _ in range(cfg.rounds):
-        sent = np.asarray(messages(jnp.asarray(theta, jnp.float32), jnp.asarray(lam, jnp.float32), xs, ys))
-        noisy = fa.add_noise(sent, source, cfg.mechanism, plan.scale, plan.grid)
-        theta, lam = fa.server_update(cfg.algorithm, noisy, lam, cfg.rho)
-    if not np.isfinite(theta).all():
+    try:
+        theta, _ = fa.train_rounds(cfg, plan, shards, x, pool_y, num_classes, source, False, lambda *_: None)
+    except PateError:
         return float("nan")
     logits = np.concatenate([ex, np.ones((ex.shape[0], 1), np.float32)], axis=1) @ theta
     return float(np.mean(logits.argmax(axis=1) == eval_y))

@@ -228,8 +228,8 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
         train_x, test_x, test_y, lipschitz, projection = _features(config, splits, door.run)
         plan = Plan.of(cfg, shards.shape[1], lipschitz, delta, (train_x.shape[1] + 1) * splits.num_classes)
         book = budgeted_ledger(config, plan.cost, "this federated model")
-        theta, train_time = _train(cfg, plan, shards, train_x, splits.train_y, splits.num_classes, source,
-                                   show_progress, echo)
+        theta, train_time = train_rounds(cfg, plan, shards, train_x, splits.train_y, splits.num_classes, source,
+                                         show_progress, echo)
         params = to_flax(theta)
         pred = predict(Linear(splits.num_classes), params, test_x, cfg.eval_batch_size)
         if projection is not None:  # the released model is the public projection, then the linear map
@@ -348,8 +348,8 @@ def _features(config: Config, splits, run: rundir.RunDir):
     return train_x, test_x, test_y, lipschitz, projection
 
 
-def _train(cfg, plan: Plan, shards: np.ndarray, train_x, train_y, num_classes: int, source, show_progress: bool,
-           echo) -> tuple[np.ndarray, float]:
+def train_rounds(cfg, plan: Plan, shards: np.ndarray, train_x, train_y, num_classes: int, source,
+                 show_progress: bool, echo) -> tuple[np.ndarray, float]:
     """The rounds: every client's message from the vmapped local update, noised on the
     host, and the server's update. Returns the final parameters and the training time."""
     clients, size = shards.shape

@@ -5,6 +5,7 @@ on the synthetic data, which is public) and the picture of samples."""
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import io
 
@@ -123,7 +124,7 @@ def sample_grid(images: np.ndarray, labels: np.ndarray, num_classes: int, per_cl
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class SynthesisResult:
+class SynthesisResult(abc.ABC):
     """What a `pate synth` method did (synth.json holds it, but for the wall time): its ε at
     δ, the train-on-synthetic scores and the time; each method adds what it released and
     says it in `headline()`."""
@@ -133,8 +134,9 @@ class SynthesisResult:
     scores: dict
     wall_time_s: float
 
+    @abc.abstractmethod
     def headline(self) -> str:
-        raise NotImplementedError
+        """The first summary line: what the method released and its noise."""
 
     def summary(self) -> str:
         """The headline, ε, the train-on-synthetic scores and the time, one line each."""
