@@ -91,7 +91,9 @@ def test_strong_draws_per_image_and_cuts_one_square(images):
     """Copies of one image get different strengths and holes (draws per image, not per batch);
     each hole is one grey square of side cutout + 1 clipped at the border; cutout 0: none."""
     same = np.repeat(images[:1], 16, axis=0)
-    out = np.asarray(augment.strong(jax.random.key(7), same, max_shift=0, cutout=8))
+    # compiled, as training runs it (op by op it took ~11 s)
+    strong = jax.jit(augment.strong, static_argnames=("max_shift", "flip", "cutout", "degrees"))
+    out = np.asarray(strong(jax.random.key(7), same, max_shift=0, cutout=8))
     assert len({o.tobytes() for o in out}) == 16
     centres = set()
     for o in out:
@@ -100,5 +102,5 @@ def test_strong_draws_per_image_and_cuts_one_square(images):
         assert ys.max() - ys.min() <= 8 and xs.max() - xs.min() <= 8
         centres.add((ys.min(), xs.min()))
     assert len(centres) > 8
-    plain = np.asarray(augment.strong(jax.random.key(7), same, max_shift=0, cutout=0))
+    plain = np.asarray(strong(jax.random.key(7), same, max_shift=0, cutout=0))
     assert not np.any(plain == 0.5)

@@ -70,6 +70,7 @@ def test_calibration_meets_the_target_and_is_tight(target):
     assert loop_epsilon(q, sigma, steps, delta) == pytest.approx(target, rel=0.03)
 
 
+@pytest.mark.slow  # two RDP calibrations, ~20 s; test_replace_one_bounds_* keeps the relation fast
 def test_replace_one_calibration_meets_its_target_and_needs_more_noise():
     """A replace-one target (to compare with PATE like for like) is met by the published
     replace-one eps, tightly for the weak-triangle bound it calibrates on, and needs more
