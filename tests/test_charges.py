@@ -358,8 +358,8 @@ def test_fedavg_json_states_exactly_what_was_charged(tmp_path):
     (entry,) = _entries(workdir)
     assert written["cost"] == entry["cost"]
     cost = composition.Cost.from_json(entry["cost"])
-    assert written["eps"] == composition.single_eps(cost, written["delta"]) <= written["target_eps"]
-    assert written["eps"] > 0
+    assert written["release_eps"] == composition.single_eps(cost, written["delta"]) <= written["target_eps"]
+    assert written["release_eps"] > 0
 
 
 # --------------------------------------------------------------------------- smaller

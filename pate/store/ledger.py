@@ -689,6 +689,14 @@ def _refuse_over_budget(name: str, spent: list, new: list, limits, what: str) ->
                             "nothing was written (`pate ledger` lists what was spent)")
 
 
+def publish_line(data_set: dict, file: str, own: str) -> str:
+    """The first line a release prints: the figure to publish, the data set's
+    (`Ledger.summary`), which ``file`` leads with; ``own`` says where the release's own is."""
+    return (f"PUBLISH: eps {data_set['eps']:.4g} at delta {data_set['delta']:.3g}, what data set "
+            f"{data_set['data_set']} has spent in all ({data_set['releases']} release(s), this one included; "
+            f"{file}'s first figure). This release's own figure is {own}.")
+
+
 def cumulative_line(book: Ledger, delta: float) -> str:
     """The line every release prints: what its data set has spent in all."""
     total = book.total(delta)
