@@ -170,6 +170,12 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
     return choice
 
 
+def planned_release_cost(record: mechanisms.Mechanism, choice: headline_target.ReleaseChoice):
+    """The ledger cost of the sanitised draw `pate analyze` makes for labels planned by
+    ``choice`` (it releases at the plan's order, β and cost: `release_settings`)."""
+    return record.sanitised_cost({"release_order": choice.order, "beta": choice.beta}, choice.release_cost)
+
+
 def budget_plan(choice: headline_target.ReleaseChoice) -> plan_mod.BudgetPlan:
     """The plan's queries as the `analysis.plan.BudgetPlan` `pate label` answers (no cap)."""
     return plan_mod.BudgetPlan(choice.num_queries, None, choice.eps_data_independent,
