@@ -222,7 +222,7 @@ def report_items(plan: headline_target.ReleaseChoice, record, report, release_co
     note = (f"over the release noise, on {plan.ensembles} ensembles simulated from a public model "
             f"({plan.model.teachers} teachers, accuracy {plan.model.accuracy:g}); least {p_min:.4f}"
             + ("; given round 1's published RDP" if plan.offset_rdp else ""))
-    # Round 2 plans the sum of both rounds' sanitised RDPs, which the headline of both rounds
+    # A round-2 plan made before issue 32 planned the sum of both rounds' sanitised RDPs, which the headline
     # does not publish (`analysis.rounds`: ex-post values do not add): named as what it is.
     what = "headline" if not plan.offset_rdp else "sanitised RDP sum of both rounds (not the headline)"
     return (Item("target_eps", f"target {what} eps (planned)", plan.target_eps, True,
