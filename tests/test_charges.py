@@ -24,7 +24,7 @@ from pate.store import door, ledger as ledger_mod, rundir
 
 
 def _entries(run) -> list[dict]:
-    return ledger_mod.for_run(run).entries()
+    return ledger_mod.Ledger.for_run(run).entries()
 
 
 def _unpublished(finished_tiny, tmp_path):

@@ -459,6 +459,7 @@ def config_with(config_path, settings, **named):
 def ledger_book(config_path, workdir, name, import_path, echo):
     """`pate ledger`: the ledger asked for (importing a run first) and the config it came with."""
     from pate.store import ledger as ledger_mod
+    from pate.store.identity import default_directory
     from pate.store.ledger_import import import_run
     from pate.config import load_config
     from pate.store.rundir import RunDir
@@ -478,8 +479,8 @@ def ledger_book(config_path, workdir, name, import_path, echo):
         if not os.path.isdir(workdir):
             raise PateError(f"run directory {workdir} does not exist")
         config = RunDir(workdir).own_config()  # a damaged config.toml is refused, not defaulted
-        return ledger_mod.for_run(workdir, config), config
-    return ledger_mod.Ledger(name, ledger_mod.default_directory()), None
+        return ledger_mod.Ledger.for_run(workdir, config), config
+    return ledger_mod.Ledger(name, default_directory()), None
 
 
 def mark_private_tuning(votes_path, on_private_votes: bool, ledger_name, note: str) -> None:
@@ -499,7 +500,7 @@ def mark_private_tuning(votes_path, on_private_votes: bool, ledger_name, note: s
                                "record in the data set's ledger that the parameters were chosen on private data")
     from pate.store import ledger as ledger_mod
 
-    ledger_mod.for_votes(votes_path, ledger_name).mark("private-tuning", note=note)
+    ledger_mod.Ledger.for_votes(votes_path, ledger_name).mark("private-tuning", note=note)
 
 
 @functools.lru_cache(maxsize=None)

@@ -197,7 +197,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     plot_path = os.path.join(workdir, rundir.PRIVACY_PNG) if plot_path is None else plot_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], subjects)
-    book = ledger_mod.for_run(workdir, config)
+    book = ledger_mod.Ledger.for_run(workdir, config)
     for subject in subjects:  # before any noise is drawn
         book.refuse_repeat("sanitised-eps", subject)
     if two_rounds:
@@ -253,7 +253,7 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
     rep = fine_release.report(labels, delta, path)
     research = (labels.get("meta") or {}).get("research_seed") is True
     rep = _research(rep, research)
-    book = ledger_mod.for_run(workdir, config)
+    book = ledger_mod.Ledger.for_run(workdir, config)
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     data_set = book.summary(delta, release=_own_figure(rep, content_digest(labels)))
@@ -291,7 +291,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
         ledger of the data set the votes come from, refused over ``total_budget``. Without
         an output file the table shows the data-independent and (private) data-dependent ε.
         The ledger is the data set a votes.npz written by pate names, else ``ledger``
-        (required then: `pate.store.ledger.for_votes`); its recorded budget holds too.
+        (required then: `pate.store.ledger.Ledger.for_votes`); its recorded budget holds too.
 
     Raises:
       OptionError: an output onto an input or a run artifact, a threshold above the
@@ -322,7 +322,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     draw = any(p is not None for p in (json_path, plot_path, release_path))
     book = None
     if draw:
-        book = ledger_mod.for_votes(votes_path, ledger)
+        book = ledger_mod.Ledger.for_votes(votes_path, ledger)
         book.check_budget([], total_budget, delta, "this sanitised draw")
     if isinstance(mechanism, mechanisms.LNMax):
         rep = (report_mod.lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1),
