@@ -98,7 +98,7 @@ def data_identity(data, directory: str | Path | None = None) -> str:
     cache_key = hashlib.sha256(json.dumps([data.name, stats, legacy_identity(data) if not files else ""])
                                .encode("utf-8")).hexdigest()
     source = _IDENTITIES.get((str(directory), cache_key)) or _cached_identity(directory, cache_key)
-    if source is None or _SOURCE.fullmatch(source) is None:
+    if source is None or _SOURCE.fullmatch(source) is None or not source.startswith(f"{data.name}:sha256:"):
         source = f"{data.name}:sha256:{data_mod.training_digest(data)}"
         prepare(directory)
         _cache_identity(directory, cache_key, source)
@@ -185,7 +185,12 @@ def votes_identity(path) -> str | None:
     except (OSError, ValueError, KeyError, zipfile.BadZipFile):
         return None  # the votes reader refuses a damaged file in its own words
     name = meta.get("data_set") if isinstance(meta, dict) else None
-    return name if isinstance(name, str) and name.strip() else None
+    if not isinstance(name, str) or not name.strip():
+        return None
+    if not name.isprintable():
+        raise PateError(f"{path} names its data set {name!r}, which pate never writes (not one line of printable "
+                        "text): the file was edited or damaged; label from the run's own votes again")
+    return name
 
 
 def _key(directory: Path) -> bytes:
@@ -224,7 +229,11 @@ def prepare(directory: Path) -> None:
             directory.mkdir(parents=True, exist_ok=True)
             os.chmod(directory, 0o700)
     except OSError as err:
-        raise PateError(f"cannot use the ledger directory {directory}: {err.strerror or err}; "
+        import errno
+
+        why = ("it, or a folder above it, is a file, not a folder" if err.errno in (errno.EEXIST, errno.ENOTDIR)
+               else err.strerror or str(err))
+        raise PateError(f"cannot use the ledger directory {directory}: {why}; "
                         f"set [privacy] ledger or ${LEDGER_ENV} to a writable folder") from None
 
 

@@ -78,6 +78,9 @@ class Ledger:
     def __init__(self, name: str, directory: str | Path | None = None, *, legacy: Iterable[str] = ()):
         if not isinstance(name, str) or not name.strip():
             raise PateError("a ledger needs a non-empty name (--ledger NAME)")
+        if not name.isprintable():  # a newline would split every line that names it
+            raise PateError(f"a ledger name must be one line of printable text, got {name!r}; give another "
+                            "(--ledger NAME)")
         self.directory = Path(directory) if directory is not None else default_directory()
         #: What private files record (votes.npz, teachers.json): a data source, or the name.
         self.source = name.strip()
@@ -131,8 +134,8 @@ class Ledger:
             raise PateError(f"the ledger {self.path} stayed locked by another pate process for 60 s; "
                             "try again when it has finished") from None
         except OSError as err:
-            if err.filename is None or os.path.abspath(err.filename) != os.path.abspath(lock):
-                raise
+            if err.filename is None or os.path.realpath(err.filename) != os.path.realpath(lock):
+                raise  # (filelock names the lock by its real path: the ledger folder may be a link)
             raise PateError(f"cannot take the ledger's lock {lock}: {_why(err, lock)}") from None
 
     def _read_raw(self) -> bytes:
@@ -141,7 +144,7 @@ class Ledger:
         except FileNotFoundError:
             return b""
         except OSError as err:
-            raise PateError(f"cannot read the ledger {self.path}: {err.strerror or err}") from None
+            raise PateError(f"cannot read the ledger {self.path}: {_why(err, self.path)}") from None
         with os.fdopen(fd, "rb") as f:
             return f.read()
 
@@ -260,7 +263,8 @@ class Ledger:
             spent = composition.compose(self.costs(entries=entries), delta).eps
             if spent > eps:
                 raise PateError(f"the data set {self.name!r} has already spent eps {spent:.4g} at delta {delta:g}; "
-                                f"a budget of {eps:g} would be below it (a budget cannot undo releases)")
+                                f"a budget of {eps:g} would be below it (a budget cannot undo releases); give at "
+                                f"least {spent:.4g}")
             entry = {"kind": "budget", "budget": float(eps), "delta": float(delta),
                      "note": "set by pate ledger --set-budget"}
             return self._append(raw, header, entries, [entry])[-1]
@@ -411,7 +415,7 @@ class Ledger:
         try:
             write_atomic(self.path, data, private=True)
         except OSError as err:
-            raise PateError(f"cannot write the ledger {self.path}: {err.strerror or err}; nothing was "
+            raise PateError(f"cannot write the ledger {self.path}: {_why(err, self.path)}; nothing was "
                             "released") from None
         os.chmod(self.path, 0o600)
 
@@ -454,6 +458,11 @@ def _why(err: OSError, path) -> str:
 
     if err.errno == errno.EISDIR:
         return "it is a folder, not the file pate makes there; move it aside"
+    if err.errno == errno.ENOTDIR:
+        return (f"the ledger folder {Path(path).parent} is a file, not a folder; set [privacy] ledger or "
+                f"${LEDGER_ENV} to a folder")
+    if err.errno == errno.ELOOP:
+        return "it is a symbolic link (pate never reads or writes a ledger through one); move it aside"
     if err.errno == errno.ENOSPC:
         return "no space left on the device; free space on it"
     if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
