@@ -142,3 +142,36 @@ def test_an_os_error_on_a_path_with_a_newline_is_one_line(monkeypatch):
     monkeypatch.setattr(ledger_mod, "render", fail)
     line = one_line_error(invoke("ledger", "--name", "ext"), 1)
     assert "/tmp/a b" in line and "writable" in line
+
+
+def test_a_full_disk_while_making_the_key_leaves_no_empty_key(tmp_path, monkeypatch):
+    """The ledger folder's key was created in place: a full disk left an empty .key, and once
+    space was freed every command was refused as "damaged ... restore it from a backup" (there
+    was none: nothing had been keyed with it). Now the key is linked into place whole."""
+    from conftest import small_tmpfs
+
+    with small_tmpfs(tmp_path / "small", "64k") as mnt:
+        filler = mnt / "fill"
+        with open(filler, "wb") as f:
+            try:
+                f.write(b"\0" * 200_000)
+            except OSError:
+                pass
+        monkeypatch.setenv("PATE_LEDGER_DIR", str(mnt / "ledgers"))
+        line = one_line_error(invoke("ledger", "--config", TINY), 1)
+        assert "cannot make the ledger's key" in line and "free space" in line, line
+        assert not (mnt / "ledgers" / ".key").exists() and not list((mnt / "ledgers").glob(".key.*"))
+        filler.unlink()
+        result = invoke("ledger", "--config", TINY)
+        assert result.exit_code == 0, result.output
+        assert len((mnt / "ledgers" / ".key").read_bytes()) == 32
+
+
+def test_processes_making_the_key_at_once_agree_on_one(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    folder = tmp_path / "ledgers"
+    folder.mkdir()
+    with ThreadPoolExecutor(8) as pool:
+        keys = list(pool.map(lambda _i: identity._key(folder), range(16)))
+    assert len(set(keys)) == 1 and len(keys[0]) == 32 and not list(folder.glob(".key.*"))

@@ -17,6 +17,7 @@ or ``~/.local/state/pate/ledgers`` (`directory_for`), always absolute; the folde
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -196,30 +197,49 @@ def votes_identity(path) -> str | None:
 def _key(directory: Path) -> bytes:
     """The secret key of a ledger directory's keyed digests (32 random bytes, owner-only).
     Data-set names are keyed by it: a lost key renames every data set, so it is never
-    replaced silently."""
+    replaced silently. A new key is written whole to a temp file and linked into place, so
+    the key file is either absent or complete: a full disk leaves no empty key behind (which
+    every later command would refuse as damaged), and of two processes making it, one wins."""
     path = directory / _KEY_FILE
+    if not os.path.lexists(path):
+        _make_key(directory, path)
+    if path.is_symlink() or not path.is_file():
+        raise PateError(f"the ledger's key {path} is not a plain file; move it aside (pate then makes a new "
+                        "key, and every data set's ledger name and keyed digest changes with it)")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
-        if path.is_symlink() or not path.is_file():
-            raise PateError(f"the ledger's key {path} is not a plain file; move it aside (pate then makes a new "
-                            "key, and every data set's ledger name and keyed digest changes with it)") from None
-        try:
-            key = path.read_bytes()
-        except OSError as err:
-            raise PateError(f"cannot read the ledger key {path}: {err.strerror or err}") from None
-        if len(key) != 32:
-            raise PateError(f"{path} is damaged (not a 32-byte key); restore it from a backup: data-set names "
-                            "and keyed digests are made with it, and a new key would start new ledgers") from None
-        return key
+        key = path.read_bytes()
     except OSError as err:
-        raise PateError(f"cannot use the ledger directory {directory}: {err.strerror or err}; "
-                        f"set [privacy] ledger or ${LEDGER_ENV} to a writable folder") from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(os.urandom(32))
-        f.flush()
-        os.fsync(f.fileno())
-    return path.read_bytes()
+        raise PateError(f"cannot read the ledger key {path}: {err.strerror or err}") from None
+    if len(key) != 32:
+        raise PateError(f"{path} is damaged (not a 32-byte key); restore it from a backup: data-set names "
+                        "and keyed digests are made with it, and a new key would start new ledgers")
+    return key
+
+
+def _make_key(directory: Path, path: Path) -> None:
+    import errno
+    import tempfile
+
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".key.", suffix=".tmp")  # 0600
+        with os.fdopen(fd, "wb") as f:
+            f.write(os.urandom(32))
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass  # another process made it first: that key is the one
+    except OSError as err:
+        why = ("no space left on the device; free space on it, then run the command again"
+               if err.errno == errno.ENOSPC else
+               f"{err.strerror or err}; set [privacy] ledger or ${LEDGER_ENV} to a writable folder")
+        raise PateError(f"cannot make the ledger's key {path}: {why}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def prepare(directory: Path) -> None:
