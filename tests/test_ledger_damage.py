@@ -175,3 +175,12 @@ def test_processes_making_the_key_at_once_agree_on_one(tmp_path):
     with ThreadPoolExecutor(8) as pool:
         keys = list(pool.map(lambda _i: identity._key(folder), range(16)))
     assert len(set(keys)) == 1 and len(keys[0]) == 32 and not list(folder.glob(".key.*"))
+
+
+def test_another_data_sets_ledger_copied_over_this_one_is_refused_with_what_to_do(ledger_dir):
+    book = _book(ledger_dir)
+    other = Ledger("other", ledger_dir)
+    other.charge("labels", composition.Cost("pure", {"eps0": 1.0, "count": 1}))
+    book.path.write_bytes(other.path.read_bytes())
+    line = one_line_error(invoke("ledger", "--name", "ext"), 1)
+    assert "is the ledger of 'other'" in line and "put it back" in line, line

@@ -169,7 +169,9 @@ class Ledger:
                 self._check_entry(doc, k)
                 entries.append(doc)
         if header is not None and header.get("ledger") != self.name:
-            raise PateError(f"{self.path} is the ledger of {header.get('ledger')!r}, not {self.name!r}")
+            raise PateError(f"{self.path} is the ledger of {header.get('ledger')!r}, not {self.name!r} (a file copied "
+                            "or renamed over it); put it back under its own name, or move it aside knowing that "
+                            "the releases it recorded still count")
         return header, entries
 
     def _check_entry(self, doc: dict, line: int) -> None:
