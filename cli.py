@@ -244,7 +244,8 @@ def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, n
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               help="The ledger of this config's private data set.")
 @click.option("--workdir", type=click.Path(file_okay=False), help="The ledger of this run's data set.")
-@click.option("--name", help="A ledger by name (external votes: the --ledger NAME given to label/analyze).")
+@click.option("--name", callback=opt.ledger_name_check,
+              help="A ledger by name (external votes: the --ledger NAME given to label/analyze).")
 @click.option("--import", "import_path", type=click.Path(file_okay=False),
               help="Charge the releases of a run made before the ledger (once each), then list.")
 @click.option("--delta", type=float, callback=opt.probability, help="delta of the cumulative eps (default: "

@@ -99,7 +99,10 @@ class Cost:
         params = {}
         for key in _FIELDS[self.kind]:
             try:
-                value = float(self.params[key])
+                raw = self.params[key]
+                if isinstance(raw, (bool, np.bool_, str, bytes)):  # true, "3": not a number a cost is made of
+                    raise TypeError(key)
+                value = float(raw)
             except (KeyError, TypeError, ValueError):
                 raise PateError(f"a {self.kind} cost needs a number {key!r}, got "
                                 f"{dict(self.params).get(key)!r}") from None

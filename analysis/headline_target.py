@@ -38,8 +38,9 @@ release's cost, public). The sum of both rounds' sanitised RDPs, converted at λ
 (`analysis.rounds.diagnostics`, "rdp"), is conv_λ(offset + g·max(0, round(f/g) + Z) + c),
 the form above with c replaced by offset + c, so the same computation plans it at that
 order alone. That sum is an ex-post figure, not the published headline of both rounds (the
-data-independent composition, `analysis.rounds`): the plan keeps the diagnostic within the
-target, and the report names it so.
+data-independent composition, `analysis.rounds`), so `pate label --round 2` does not plan by
+it: it plans the published headline exactly (`analysis.rounds.plan_round2`, a `ReleaseChoice`
+with ``route = DATA_INDEPENDENT``).
 
 **The teachers checking a student** (round 2 with ``[rounds] check = "interactive"``): the
 simulated ensembles are paired with a public model of the student (`analysis.simulated_votes`:
@@ -198,6 +199,10 @@ def _outcome(f, ss, release: Release, di_route, target, bounds, delta, conversio
     return (0.0 if u < 0 else _cdf(u - m, std)), mean
 
 
+#: `ReleaseChoice.route` of a plan for the data-independent headline (`analysis.rounds.plan_round2`).
+DATA_INDEPENDENT = "data-independent"
+
+
 @dataclasses.dataclass(frozen=True)
 class ReleaseChoice:
     """What `choose_release` chose, and how likely its headline is within the target.
@@ -228,6 +233,9 @@ class ReleaseChoice:
     seed: int
     offset_rdp: float = 0.0  # RDP earlier rounds published at ``order`` (module docstring)
     student_calibration: tuple = ()  # the checked student's calibration (Interactive-GNMax); () none
+    #: "simulated": the probability above; "data-independent": a later round planned exactly for
+    #: the published headline of every round (`analysis.rounds.plan_round2`; P is 1, no votes simulated)
+    route: str = "simulated"
 
     def meta(self) -> dict:
         """The choice as JSON-able values (labels.npz ``meta["release_plan"]``)."""
@@ -248,6 +256,18 @@ class ReleaseChoice:
                             "written by this version of pate") from None
 
     def render(self) -> str:
+        if self.route == DATA_INDEPENDENT:
+            return "\n".join([
+                f"target eps        {self.target_eps:g} at delta {self.delta:g} ({self.conversion} conversion) for "
+                "the published headline of both rounds (the data-independent composition of every release)",
+                f"queries           {self.num_queries} (of at most {self.max_queries})",
+                f"release           order {self.order:g}, beta {self.beta:.4g}, RDP cost {self.release_cost:g} "
+                f"(sigma_ss {self.sigma_ss:.4g})",
+                f"headline of both rounds {self.eps_data_independent:.4f} <= {self.target_eps:g}, known before any "
+                "vote: every cost is data-independent (one more query would exceed the target)"
+                if self.num_queries < self.max_queries else
+                f"headline of both rounds {self.eps_data_independent:.4f} <= {self.target_eps:g}, known before any "
+                "vote: every cost is data-independent"])
         m = self.model
         return "\n".join([
             f"target eps        {self.target_eps:g} at delta {self.delta:g} ({self.conversion} conversion), "

@@ -123,16 +123,33 @@ DATA_SET_FIGURE = ("the data set's cumulative guarantee: every release recorded 
                    "(data_set says how it was composed); publish this one")
 
 
+def figure_head(own_eps: float, own_delta: float, data_set: Mapping | None, own_is: str) -> dict:
+    """The first keys of every published result file (release.json, dpsgd.json, fedavg.json,
+    synth.json): ``eps`` at ``delta``, what the data set has spent in all (``data_set``,
+    `pate.store.ledger.Ledger.summary`: every release recorded for it, this one included),
+    so a user who publishes the first number never understates it; without a ledger, this
+    release's. Then ``release_eps`` at ``release_delta``, this release's own figure, named
+    as such (``own_is`` says what it covers)."""
+    first = data_set is not None and "eps" in data_set and "delta" in data_set
+    return {
+        "eps": jsonable(data_set["eps"]) if first else jsonable(own_eps),
+        "delta": jsonable(data_set["delta"]) if first else jsonable(own_delta),
+        "eps_is": (DATA_SET_FIGURE if first else "this release's own figure (no ledger was given: it covers "
+                   "this release only)"),
+        "release_eps": jsonable(own_eps),
+        "release_delta": jsonable(own_delta),
+        "release_eps_is": own_is,
+    }
+
+
 def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     """``release.json``: only publishable values, safe to publish as a whole.
 
     Its first figure, ``eps`` at ``delta``, is what the data set has spent in all
-    (``extra["data_set"]``, `pate.store.ledger.Ledger.summary`: every release recorded
-    for it, this one included), so a user who publishes the first number never
-    understates it; without a ledger it is this release's. ``release_eps`` at
-    ``release_delta`` is this release's own headline (the labels and the sanitised ε, the
-    release's own cost included); the other numbers are the mechanism's public parameters
-    and the pieces that headline is made of.
+    (``extra["data_set"]``, `figure_head`); ``release_eps`` at ``release_delta`` is this
+    release's own headline (the labels and the sanitised ε, the release's own cost
+    included); the other numbers are the mechanism's public parameters and the pieces that
+    headline is made of.
     """
     public = {i.key: jsonable(i.value) for i in report.items if i.public}
     if "eps" not in public:
@@ -141,14 +158,8 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     data_set = (extra or {}).get("data_set") or {}
     first = "eps" in data_set and "delta" in data_set  # the data set's figure (`pate.store.ledger.Ledger.summary`)
     doc = {
-        "eps": jsonable(data_set["eps"]) if first else own,
-        "delta": jsonable(data_set["delta"]) if first else own_delta,
-        "eps_is": (DATA_SET_FIGURE if first else "this release's own figure (no ledger was given: it covers "
-                   "this release only)"),
-        "release_eps": own,
-        "release_delta": own_delta,
-        "release_eps_is": "this release's own headline (labels and sanitised eps): NOT what the data set has spent "
-                          "when it has other releases",
+        **figure_head(own, own_delta, data_set, "this release's own headline (labels and sanitised eps): NOT what "
+                      "the data set has spent when it has other releases"),
         "mechanism": report.mechanism,
         "neighbouring_relation": NEIGHBOURING_RELATION,
         "neighbouring_relation_note": (FINE_GRAINED_RELATION_NOTE if report.mechanism == "fine-grained"

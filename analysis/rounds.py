@@ -95,3 +95,89 @@ def diagnostics(first: Mapping, second: Mapping, delta: float, conversion: str) 
         out["rdp"] = (float(eps_from_rdp([float(second["release_order"])], [rdp], delta, conversion)[0])
                       if math.isfinite(rdp) else math.inf)
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Round2Plan:
+    """Round 2's setting under a target for both rounds (`plan_round2`).
+
+    Attributes:
+      num_queries: round 2's queries.
+      release: its GNSS release (`analysis.headline_target.Release`: order, β, RDP cost, σ_ss).
+      cost: that release's data-independent cost, as `pate analyze` charges it.
+      eps: the published headline of both rounds at this setting (`cumulative_headline`'s ε).
+    """
+
+    num_queries: int
+    release: object
+    cost: composition.Cost
+    eps: float
+
+
+def round2_headline_eps(record, num_queries: int, release_cost: composition.Cost, earlier: Sequence[composition.Cost],
+                        delta: float, conversion: str) -> float:
+    """ε of the headline of both rounds (`cumulative_headline`: the composition of every
+    release's data-independent cost) when round 2 asks ``num_queries`` queries of ``record``
+    and releases its sanitised ε at ``release_cost``; ``earlier``: round 1's labels' and
+    sanitised release's costs. Public values only."""
+    every = [*earlier, composition.labels_cost(record, int(num_queries)), release_cost]
+    return composition.compose(every, delta, conversion=conversion).eps
+
+
+def plan_round2(record, max_queries: int, earlier: Sequence[composition.Cost], target: float, delta: float, *,
+                order: float, conversion: str = "classic", betas=None, costs=None) -> Round2Plan | None:
+    """Round 2's queries and release under a target ``target`` for the *published* headline
+    of both rounds (`cumulative_headline`, the data-independent composition; module
+    docstring): the most queries (at most ``max_queries``) for which some GNSS release at
+    ``order`` on the grid of β · order ``betas`` and RDP costs ``costs``
+    (`analysis.headline_target`'s grid) keeps that headline ≤ ``target``, then the largest
+    release cost that still does at that count (the least noisy sanitised value). None when
+    not even one query fits.
+
+    Exact, not a probability: every cost is data-independent, so the headline of a setting is
+    known before any vote. It rises with the queries (the labels' RDP curve and loss
+    distribution grow with them) and, for one β, with the release cost (σ_ss falls, so the
+    GNSS RDP curve rises at every order); each search below relies on one of these. Public
+    inputs only.
+    """
+    from analysis.errors import PateError
+    from analysis.headline_target import BETA_TIMES_ORDER, COSTS, release_parameters
+
+    betas = BETA_TIMES_ORDER if betas is None else betas
+    costs = sorted(COSTS if costs is None else costs)
+
+    def option(times: float, c: float):
+        try:
+            release = release_parameters(order, times / order, c)
+        except (PateError, ValueError, ZeroDivisionError):
+            return None
+        return release, record.sanitised_cost({"release_order": release.order, "beta": release.beta},
+                                              release.release_cost)
+
+    def fits(n: int, cost) -> bool:
+        return round2_headline_eps(record, n, cost, earlier, delta, conversion) <= target
+
+    cheapest = {t: next((o for o in (option(t, c) for c in costs) if o is not None), None) for t in betas}
+    cheapest = {t: o for t, o in cheapest.items() if o is not None}
+    best_n, best = 0, []
+    for times, (_, cost) in cheapest.items():  # the most queries each β allows, at its cheapest release
+        if not fits(max(best_n, 1), cost):
+            continue
+        lo, hi = max(best_n, 1), int(max_queries)  # fits(lo); the largest n with fits(n)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid, cost) else (lo, mid - 1)
+        best, best_n = ([times] if lo > best_n else best + [times]), lo
+    if not best_n:
+        return None
+    chosen = None
+    for times in best:  # then the largest release cost that fits at that count
+        options = [o for o in (option(times, c) for c in costs) if o is not None]
+        lo, hi = 0, len(options) - 1  # options[0] fits
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(best_n, options[mid][1]) else (lo, mid - 1)
+        if chosen is None or options[lo][0].release_cost > chosen[0].release_cost:
+            chosen = options[lo]
+    release, cost = chosen
+    return Round2Plan(best_n, release, cost, round2_headline_eps(record, best_n, cost, earlier, delta, conversion))

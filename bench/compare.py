@@ -89,9 +89,12 @@ def dpsgd_row(workdir: Path) -> dict[str, Any] | None:
     if info is None:
         return None
     replace = _number(info.get("eps_replace_one"))
+    # The model's own figures: dpsgd.json's first "eps" is its data set's cumulative one; a file
+    # written before it led with that had the add/remove figure there.
+    add_remove = info["eps_add_remove"] if "eps_add_remove" in info else info["eps"]
     return {
         "method": f"dpsgd-{info['model']}",
-        "eps": replace, "relation": "replace-one", "eps_replace_one": replace, "eps_add_remove": info["eps"],
+        "eps": replace, "relation": "replace-one", "eps_replace_one": replace, "eps_add_remove": add_remove,
         "target_eps": info.get("target_eps"), "target_relation": info.get("target_relation", "add/remove-one"),
         "delta": info["delta"],
         "accuracy": info["accuracy"], "eval_points": info.get("eval_points"),
@@ -107,9 +110,10 @@ def fedavg_row(workdir: Path) -> dict[str, Any] | None:
     info = _read(workdir / "fedavg.json")
     if info is None:
         return None
+    own = info.get("release_eps", info["eps"])  # the model's own; "eps" is its data set's cumulative figure
     return {
         "method": f"{info['algorithm']}-{info['mechanism']}-{info['model']}-{info['clients']}-clients",
-        "eps": info["eps"], "relation": info["neighbouring_relation"], "eps_replace_one": info["eps"],
+        "eps": own, "relation": info["neighbouring_relation"], "eps_replace_one": own,
         "eps_add_remove": None, "per_round_eps": info["per_round_eps"], "target_eps": info["target_eps"],
         "delta": info["delta"], "accuracy": info["accuracy"], "eval_points": info["eval_points"],
         "accuracy_test": info.get("accuracy_test"), "rounds": info["rounds"], "clients": info["clients"],

@@ -161,7 +161,7 @@ def _find(name: str, path: str, filenames: list[str]) -> Path:
 def source_location(name: str, path: str) -> Path:
     """Where the files of data set `name` are read from (the folder `_find` picks, or the
     first candidate when none holds them yet; a .npz's own path): the source that names a
-    data set's privacy ledger (`pate.store.ledger.data_identity`)."""
+    data set's privacy ledger (`pate.store.identity.data_identity`)."""
     if name not in _SUBDIRS:
         return Path(path)
     dirs = _candidate_dirs(name, path)

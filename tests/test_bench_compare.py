@@ -76,7 +76,7 @@ def test_federated_rows_through_pate_fedavg(tmp_path, capsys):
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     row = [r for r in rows if r.get("method", "").startswith("fedavg")][0]
     info = json.loads((root / "fedavg-fedavg-eps2" / "fedavg.json").read_text())
-    assert row["eps"] == info["eps"] <= 2.0 + 1e-9 and row["relation"] == "replace-one"
+    assert row["eps"] == info["release_eps"] <= 2.0 + 1e-9 and row["relation"] == "replace-one"
     assert row["per_round_eps"] == info["per_round_eps"] < row["eps"]
     assert row["accuracy"] == info["accuracy"]
 

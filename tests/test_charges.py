@@ -24,7 +24,7 @@ from pate.store import door, ledger as ledger_mod, rundir
 
 
 def _entries(run) -> list[dict]:
-    return ledger_mod.for_run(run).entries()
+    return ledger_mod.Ledger.for_run(run).entries()
 
 
 def _unpublished(finished_tiny, tmp_path):
@@ -358,8 +358,8 @@ def test_fedavg_json_states_exactly_what_was_charged(tmp_path):
     (entry,) = _entries(workdir)
     assert written["cost"] == entry["cost"]
     cost = composition.Cost.from_json(entry["cost"])
-    assert written["eps"] == composition.single_eps(cost, written["delta"]) <= written["target_eps"]
-    assert written["eps"] > 0
+    assert written["release_eps"] == composition.single_eps(cost, written["delta"]) <= written["target_eps"]
+    assert written["release_eps"] > 0
 
 
 # --------------------------------------------------------------------------- smaller
@@ -454,3 +454,33 @@ def test_train_student_and_synth_on_a_full_disk_print_one_line(finished_tiny, tm
             lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
             assert done.returncode == 1 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
         assert not (tmp_path / "ledgers").exists() or not any((tmp_path / "ledgers").glob("*.jsonl"))
+
+
+def test_run_with_a_target_refuses_before_training_a_budget_its_sanitised_release_would_exceed(tmp_path):
+    """Under [privacy] target_eps the preflight counted the labels' cost only (the target plan
+    was left to `label`): with total_budget between the labels' eps and the labels with the
+    planned sanitised draw, the teachers trained, the labels were charged, and the release was
+    refused at the end. Now the plan's draw counts too, and nothing trains."""
+    from analysis import composition
+    from pate.config import load_config
+    from pate.release import target as release_target
+    from pate.release.budget import accountable_record
+
+    noise = {"aggregation.mechanism": "confident-gnmax", "aggregation.threshold": 4.0,
+             "aggregation.sigma_threshold": 2.0, "aggregation.sigma": 2.0, "privacy.target_eps": 100.0}
+    config = load_config(TINY, noise)
+    record = accountable_record(config.aggregation, config.privacy)
+    choice = release_target.choose(config, 6, 4, record=record, echo=lambda _line: None)
+    assert choice.num_queries == config.aggregation.queries  # the plan asks them all: labels 73.6, with the draw 75.3
+    labels = composition.labels_cost(record, choice.num_queries)
+    alone = composition.compose([labels], config.privacy.delta).eps
+    both = composition.compose([labels, release_target.planned_release_cost(record, choice)], config.privacy.delta).eps
+    assert alone + 0.5 < both
+    budget = (alone + both) / 2
+    settings = [a for k, v in noise.items() for a in ("--set", f'{k}="{v}"' if isinstance(v, str) else f"{k}={v}")]
+    run = tmp_path / "run"
+    result = invoke("run", "--config", TINY, "--workdir", run, "--no-progress", *settings,
+                    "--set", f"privacy.total_budget={budget}")
+    assert result.exit_code == 1 and "total_budget" in one_line(result), result.output
+    assert not (run / rundir.TEACHERS_DIR).exists()
+    assert [e["kind"] for e in ledger_mod.Ledger.for_config(config).entries()] in ([], ["budget"])

@@ -171,19 +171,20 @@ def test_tiny_run_through_the_cli(tiny_dpsgd):
     # The wall times grow with the realised (private) Poisson batch sizes: printed, never written.
     assert not [key for key in info if "time" in key]
     assert "wall time" in output and "training" in output
-    # Each eps names its neighbouring relation; the replace-one one (PATE's) is the larger.
-    assert info["neighbouring_relation"] == info["target_relation"] == "add/remove-one"
+    # Each eps names its neighbouring relation; the replace-one one (PATE's, the release's own) is the larger.
+    assert info["neighbouring_relation"] == "replace-one" and info["target_relation"] == "add/remove-one"
+    assert info["release_eps"] == info["eps_replace_one"] and "PUBLISH: eps" in output
     assert "replace-one" in output and "replacing one example" in info["neighbouring_relation_note"]
     assert info["eps_replace_one"] == pytest.approx(dpsgd_accounting.epsilon_replace_one(
         info["noise_multiplier"], info["sampling_rate"], info["steps"], info["delta"]), rel=1e-9)
-    assert info["eps_replace_one"] > info["eps"]
+    assert info["eps_replace_one"] > info["eps_add_remove"]
     assert info["model"] == "cnn" and info["sampling"] == "poisson" and info["accountant"] == "rdp"
     assert info["accuracy"] > 0.5  # 4 classes
-    assert info["eps"] <= info["target_eps"] == 3.0
+    assert info["eps_add_remove"] <= info["target_eps"] == 3.0
     # the reported eps is recomputed from what ran
-    assert info["eps"] == pytest.approx(dpsgd_accounting.epsilon(
+    assert info["eps_add_remove"] == pytest.approx(dpsgd_accounting.epsilon(
         info["noise_multiplier"], info["sampling_rate"], info["steps"], info["delta"]), rel=1e-9)
-    assert info["eps"] > 2.9
+    assert info["eps_add_remove"] > 2.9
     assert (workdir / rundir.DPSGD_DIR).is_dir() and (workdir / rundir.CONFIG_TOML).exists()
     # the seed is never written
     for path in workdir.rglob("*"):
@@ -197,7 +198,7 @@ def test_scatternet_on_the_tiny_config(tmp_path):
                     "--model", "scatternet", "--eps", "2")
     assert result.exit_code == 0, result.output
     info = json.loads((tmp_path / "run" / rundir.DPSGD_JSON).read_text())
-    assert info["model"] == "scatternet" and info["eps"] <= 2.0 and info["accuracy"] > 0.5
+    assert info["model"] == "scatternet" and info["eps_add_remove"] <= 2.0 and info["accuracy"] > 0.5
     assert list((tmp_path / "run" / rundir.DPSGD_FEATURES_DIR).glob("train-*.npy"))
 
 
@@ -255,4 +256,24 @@ def test_scatternet_on_real_fashion_mnist(tmp_path):
                     "--model", "scatternet", "--set", "dpsgd.scatternet_epochs=3")
     assert result.exit_code == 0, result.output
     info = json.loads((tmp_path / "run" / rundir.DPSGD_JSON).read_text())
-    assert info["eps"] <= 3.0 and info["accuracy"] > 0.75
+    assert info["eps_add_remove"] <= 3.0 and info["accuracy"] > 0.75
+
+
+def test_dpsgd_json_leads_with_what_the_data_set_has_spent(tmp_path):
+    """dpsgd.json's first figure was the model's own add/remove eps, while an earlier release of
+    the same data set sat in a sub-object. Now the first key is the data set's cumulative eps
+    (larger than the model's own after an earlier charge), the model's own beside it, named;
+    the printed summary starts with the same figure."""
+    from analysis import composition
+    from pate.store.ledger import Ledger
+
+    Ledger.for_config(load_config(TINY)).charge("labels", composition.Cost("pure", {"eps0": 1.0, "count": 1}))
+    result = invoke("dpsgd", "--config", TINY, "--workdir", tmp_path / "run", "--no-progress", "--seed", 1)
+    assert result.exit_code == 0, result.output
+    info = json.loads((tmp_path / "run" / rundir.DPSGD_JSON).read_text())
+    assert list(info)[:2] == ["eps", "delta"] and info["eps"] == info["data_set"]["eps"]
+    assert info["data_set"]["releases"] == 2
+    assert info["eps"] > info["release_eps"] + 0.5 and info["release_eps"] == info["eps_replace_one"]
+    assert info["release_delta"] == info["delta"] == load_config(TINY).privacy.delta
+    summary = result.output[result.output.index("PUBLISH: eps"):]
+    assert summary.startswith(f"PUBLISH: eps {info['eps']:.4g} at delta")

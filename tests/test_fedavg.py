@@ -268,9 +268,10 @@ def test_tiny_run_through_the_cli(tiny_fedavg, ledger_dir):
     assert info["client_size"] == cfg.data.synthetic_train_size // cfg.teachers.num_teachers
     assert info["sensitivity"] == pytest.approx(2 * cfg.fedavg.clip_norm * cfg.fedavg.learning_rate
                                                 / info["client_size"])
-    assert 2.9 < info["eps"] <= info["target_eps"] == 3.0
-    assert info["eps"] == pytest.approx(fp.total_eps("laplace", info["per_round_eps"], info["rounds"], info["delta"]))
-    assert info["per_round_eps"] < info["eps"] / 5  # what per-round accounting would publish
+    assert 2.9 < info["release_eps"] <= info["target_eps"] == 3.0
+    assert info["release_eps"] == pytest.approx(fp.total_eps("laplace", info["per_round_eps"], info["rounds"],
+                                                             info["delta"]))
+    assert info["per_round_eps"] < info["release_eps"] / 5  # what per-round accounting would publish
     # the default Laplace release is on the grid: Δ_grid = ⌊Δ/γ⌋ + d steps, t the least integer
     grid = info["grid"]
     assert grid["resolution"] == cfg.fedavg.grid == 100 and grid["message_length"] == info["num_params"]
@@ -298,7 +299,7 @@ def test_tiny_run_is_charged_to_the_ledger(tmp_path):
     entries = Ledger.for_config(load_config(TINY)).entries()
     assert [e["kind"] for e in entries] == ["fedavg"]
     assert entries[0]["cost"] == {"kind": "gaussian", "mu2": pytest.approx(30 * info["per_round_mu"] ** 2)}
-    assert info["data_set"]["cumulative_eps"] == pytest.approx(info["eps"], rel=1e-6)
+    assert info["data_set"]["cumulative_eps"] == pytest.approx(info["release_eps"], rel=1e-6)
     # over the budget: refused before anything is written
     other = tmp_path / "other"
     line = one_line_error(invoke("fedavg", "--config", TINY, "--workdir", other, "--no-progress",
@@ -395,3 +396,18 @@ def test_tiny_run_with_a_public_projection(tmp_path, ledger_dir):
                                                                   math.sqrt(np.sum(box ** 2) + 1), "l1"))
     pixels = proj["components"].shape[1]
     assert info["lipschitz"] < fp.linear_lipschitz(pixels + 1, 1.0, math.sqrt(pixels + 1), "l1")
+
+
+def test_fedavg_json_leads_with_what_the_data_set_has_spent(tmp_path):
+    """fedavg.json led with the model's own eps; after an earlier release of the same data set
+    its first key is now the data set's cumulative eps, larger than the model's own
+    (``release_eps``, beside it), and the printed summary starts with it."""
+    Ledger.for_config(load_config(TINY)).charge("labels", composition.Cost("pure", {"eps0": 1.0, "count": 1}))
+    result = invoke("fedavg", "--config", TINY, "--workdir", tmp_path / "run", "--no-progress", "--seed", 1)
+    assert result.exit_code == 0, result.output
+    info = json.loads((tmp_path / "run" / rundir.FEDAVG_JSON).read_text())
+    assert list(info)[:2] == ["eps", "delta"] and info["eps"] == info["data_set"]["eps"]
+    assert info["data_set"]["releases"] == 2
+    assert info["eps"] > info["release_eps"] + 0.5 and info["release_eps"] <= info["target_eps"]
+    summary = result.output[result.output.index("PUBLISH: eps"):]
+    assert summary.startswith(f"PUBLISH: eps {info['eps']:.4g} at delta")

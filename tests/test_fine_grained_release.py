@@ -20,6 +20,7 @@ from pate.programs import public_features
 from pate.release import fine_grained_release as fine_release
 from pate.release.labels import RELEASED_KEYS, read_labels
 from pate.store import ledger as ledger_mod
+from pate.store.identity import data_identity
 from pate.store import ledger_import
 from pate.store import rundir
 
@@ -89,7 +90,7 @@ def test_the_release_is_the_mechanism_on_the_private_records_with_the_research_s
 
 def test_the_ledger_is_charged_the_release_once_and_the_report_is_its_eps(fine_run):
     folder, _ = fine_run
-    book = ledger_mod.Ledger(ledger_mod.data_identity(_config().data, folder / "ledger"), folder / "ledger")
+    book = ledger_mod.Ledger(data_identity(_config().data, folder / "ledger"), folder / "ledger")
     (entry,) = book.entries()
     assert entry["kind"] == "labels" and entry["cost"] == {"kind": "pure", "eps0": 1.0, "count": 1}
     assert entry["mechanism"]["name"] == "fine-grained"
@@ -117,7 +118,7 @@ def test_a_second_run_skips_every_step_and_charges_nothing(fine_run):
     after = snapshot(folder / "run")
     assert {k: v for k, v in after.items() if k != rundir.PIPELINE_JSON} == \
         {k: v for k, v in before.items() if k != rundir.PIPELINE_JSON}
-    book = ledger_mod.Ledger(ledger_mod.data_identity(_config().data, folder / "ledger"), folder / "ledger")
+    book = ledger_mod.Ledger(data_identity(_config().data, folder / "ledger"), folder / "ledger")
     assert len(book.entries()) == 1
 
 

@@ -280,7 +280,7 @@ def interactive_run(_trained_tiny, tmp_path_factory):
         out += [invoke("label", "--round", 2, "--check", "interactive", "--workdir", w, "--queries", 60,
                        "--seed", 3),
                 invoke("analyze", "--workdir", w, "--seed", 4)]
-        entries = ledger.for_run(w).entries()
+        entries = ledger.Ledger.for_run(w).entries()
     for r in out:
         assert r.exit_code == 0, r.output
     return dict(workdir=w, outputs=[r.output for r in out], entries=entries)

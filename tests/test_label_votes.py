@@ -16,6 +16,7 @@ from analysis import plan as plan_mod
 from analysis import report as report_mod
 from analysis.errors import PateError
 from pate.store import ledger as ledger_mod
+from pate.store.identity import default_directory
 from pate.store import rundir
 from pate.steps import label as label_mod
 from pate.release import budget as release_budget
@@ -225,7 +226,7 @@ def test_votes_unnamed_are_refused_and_a_copy_of_pates_votes_charges_its_data_se
     second = invoke("label", "--votes", copy, "--workdir", tmp_path / "r2", "--num-classes", 10,
                     "--gamma", 0.05, "--queries", 20)
     assert second.exit_code == 0, second.output
-    book = ledger_mod.Ledger("simulated", ledger_mod.default_directory())
+    book = ledger_mod.Ledger("simulated", default_directory())
     assert [e["kind"] for e in book.entries()] == ["labels", "labels"]
     other = invoke("label", "--votes", copy, "--ledger", "another", "--workdir", tmp_path / "r3",
                    "--num-classes", 10, "--gamma", 0.05, "--queries", 20, "--overwrite")

@@ -22,6 +22,7 @@ from analysis.errors import PateError
 from analysis.rdp import DEFAULT_ORDERS, eps_from_rdp
 from conftest import ROOT, TINY, invoke, snapshot
 from pate.store import ledger as ledger_mod
+from pate.store.identity import default_directory, legacy_identity
 
 
 # --------------------------------------------------------------------------- composition
@@ -281,12 +282,15 @@ def test_analyze_votes_charges_every_draw(tmp_path):
     first = invoke(*args, "--release-json", tmp_path / "r1.json")
     second = invoke(*args, "--release-json", tmp_path / "r2.json")
     assert first.exit_code == 0 and second.exit_code == 0, second.output
-    book = ledger_mod.Ledger("external", ledger_mod.default_directory())
+    book = ledger_mod.Ledger("external", default_directory())
     assert [e["kind"] for e in book.entries()] == ["sanitised-eps", "sanitised-eps"]
     r2 = json.loads((tmp_path / "r2.json").read_text())
     # Both draws, and the answers' own cost (pate cannot tell whether they were charged when made).
     assert r2["data_set"]["releases"] == 3
-    assert r2["eps"] == r2["data_set"]["eps"] >= r2["release_eps"]
+    # (the release's own figure is a noisy draw under the report's conversion: it may lie on
+    # either side of the ledger's composition, which is itself a guarantee; asserting >= here
+    # failed about one run in ten)
+    assert r2["eps"] == r2["data_set"]["eps"] == r2["data_set"]["cumulative_eps"] > 0
     # Without an output file nothing is drawn, so nothing is charged.
     assert invoke(*args).exit_code == 0
     assert len(book.entries()) == 2
@@ -300,7 +304,7 @@ def test_import_charges_an_old_run_once(finished_tiny, tmp_path, tiny_config):
     assert "charged: labels" in first.output and "charged: sanitised eps" in first.output
     again = invoke("ledger", "--import", old)
     assert again.exit_code == 0 and "charged" not in again.output.replace("already", "")
-    book = ledger_mod.for_run(old)
+    book = ledger_mod.Ledger.for_run(old)
     assert [e["kind"] for e in book.entries()] == ["labels", "sanitised-eps"]
 
 
@@ -378,7 +382,7 @@ def test_the_same_labels_written_again_are_the_same_release(finished_tiny, tmp_p
     result = invoke("analyze", "--workdir", runs[1], "--seed", 3)
     assert result.exit_code == 1 and "already records" in result.output, result.output
     assert not (runs[1] / "release.json").exists()
-    assert [e["kind"] for e in ledger_mod.for_run(runs[1]).entries()] == ["sanitised-eps"]
+    assert [e["kind"] for e in ledger_mod.Ledger.for_run(runs[1]).entries()] == ["sanitised-eps"]
 
 
 def test_a_failed_report_write_charges_nothing_and_leaves_nothing(finished_tiny, tmp_path, monkeypatch):
@@ -402,7 +406,7 @@ def test_a_failed_report_write_charges_nothing_and_leaves_nothing(finished_tiny,
     result = invoke("analyze", "--workdir", run)
     assert result.exit_code == 1 and "No space left" in result.output, result.output
     assert snapshot(run) == before and not [p for p in os.listdir(run) if p.endswith(".tmp")]
-    assert ledger_mod.for_run(run).entries() == []
+    assert ledger_mod.Ledger.for_run(run).entries() == []
     monkeypatch.setattr(report_io, "_write_temp", real)
     assert invoke("analyze", "--workdir", run).exit_code == 0
 
@@ -417,7 +421,7 @@ def test_a_relative_or_blank_ledger_folder_is_refused_in_one_line(monkeypatch, t
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("PATE_LEDGER_DIR", value)
     with pytest.raises(PateError, match=r"\$PATE_LEDGER_DIR = .* is not an absolute folder"):
-        ledger_mod.default_directory()
+        default_directory()
     result = invoke("ledger", "--config", TINY)
     assert result.exit_code == 1 and "is not an absolute folder" in result.output
     assert not (tmp_path / "myledgers").exists() and not (tmp_path / "here").exists()
@@ -427,11 +431,11 @@ def test_a_relative_xdg_state_home_is_ignored_as_the_spec_says(monkeypatch, tmp_
     monkeypatch.delenv("PATE_LEDGER_DIR", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("XDG_STATE_HOME", "relative/state")
-    assert ledger_mod.default_directory() == tmp_path / ".local" / "state" / "pate" / "ledgers"
+    assert default_directory() == tmp_path / ".local" / "state" / "pate" / "ledgers"
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    assert ledger_mod.default_directory() == tmp_path / "state" / "pate" / "ledgers"
+    assert default_directory() == tmp_path / "state" / "pate" / "ledgers"
     monkeypatch.setenv("PATE_LEDGER_DIR", "~/pate-ledgers")
-    assert ledger_mod.default_directory() == tmp_path / "pate-ledgers"
+    assert default_directory() == tmp_path / "pate-ledgers"
 
 
 def test_a_relative_privacy_ledger_is_refused_by_the_config(tmp_path):
@@ -511,7 +515,7 @@ def test_a_copy_of_the_data_elsewhere_is_the_same_data_set(tmp_path):
     elsewhere = ledger_mod.Ledger(a.source, tmp_path / "other-ledgers")
     assert elsewhere.source == a.source and elsewhere.name != a.name
     # An older pate's ledger of this data (named by its path) counts in the new one.
-    old = ledger_mod.Ledger(ledger_mod.legacy_identity(_npz_config(first).data), a.directory)
+    old = ledger_mod.Ledger(legacy_identity(_npz_config(first).data), a.directory)
     cost = composition.labels_cost(mechanisms.GNMax(40.0), 100)
     old.charge("labels", cost, subject="old")
     assert [e["kind"] for e in a.entries()] == ["labels"] and a.total(1e-5).count == 1
@@ -525,7 +529,7 @@ def test_the_budget_lives_in_the_ledger_and_holds_for_every_later_command(tmp_pa
     command without the setting spent on, and the --votes commands had no budget at all.
     Now the first budget is recorded in the ledger; a lower config tightens it, a higher one
     does not raise it, only `pate ledger --set-budget` does, never below what is spent."""
-    book = ledger_mod.Ledger("votes-set", ledger_mod.default_directory())
+    book = ledger_mod.Ledger("votes-set", default_directory())
     cost = composition.labels_cost(mechanisms.GNMax(40.0), 300)  # 2.5 alone; three compose to 4.69, four 5.54
     for _ in range(3):
         book.charge("labels", cost, budget=5.0, delta=1e-5)
@@ -574,7 +578,7 @@ def test_release_json_leads_with_what_the_data_set_has_spent(tmp_path):
             assert doc["eps"] > doc["release_eps"]
         firsts.append(doc["eps"])
     assert firsts[0] < firsts[1] < firsts[2]
-    book = ledger_mod.Ledger("relabelled", ledger_mod.default_directory())
+    book = ledger_mod.Ledger("relabelled", default_directory())
     labels = [e for e in book.entries() if e["kind"] == "labels"]
     assert len(labels) == 3 and all(e["sampling_tv"] > 0 for e in labels)
     total = book.total(1e-5)

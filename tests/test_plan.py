@@ -175,13 +175,14 @@ def test_plan_on_private_votes_is_refused_unless_recorded(cli_main, tmp_path):
     proxy); with --on-private-votes the choice is recorded in the data set's ledger, which
     `pate ledger` and every later release.json then show."""
     from pate.store import ledger as ledger_mod
+    from pate.store.identity import default_directory
 
     path = tmp_path / "votes.npz"
     np.savez(path, votes=np.full((20, 10), 25))
     base = ["plan", "--mechanism", "gnmax", "--queries", "10", "--eps", "2", "--votes", str(path)]
     refused = run(cli_main, *base)
     assert refused.exit_code == 2 and "public proxy" in refused.output and "--on-private-votes" in refused.output
-    book = ledger_mod.Ledger("mine", ledger_mod.default_directory())
+    book = ledger_mod.Ledger("mine", default_directory())
     assert not book.exists()
     ok = run(cli_main, *base, "--on-private-votes", "--ledger", "mine")
     assert ok.exit_code == 0, ok.output

@@ -45,7 +45,7 @@ def two_rounds(finished_tiny, tmp_path_factory):
         out = [invoke("label", "--round", 2, "--workdir", workdir, "--queries", QUERIES, "--seed", 5)]
         out.append(invoke("train-student", "--workdir", workdir, "--no-progress"))
         out.append(invoke("analyze", "--workdir", workdir, "--seed", 6))
-        book = ledger.for_run(workdir)
+        book = ledger.Ledger.for_run(workdir)
         entries = book.entries()
     for r in out:
         assert r.exit_code == 0, r.output
@@ -118,7 +118,7 @@ def test_ledger_import_of_a_two_round_run_charges_both_rounds(two_rounds, tmp_pa
     assert [e["kind"] for e in written] == ["labels", "labels", "sanitised-eps", "sanitised-eps"]
     assert ledger_import.import_run(w, echo=lambda *_: None) == []  # once
     release = json.loads((w / rundir.RELEASE_JSON).read_text())
-    book = ledger.for_run(w)
+    book = ledger.Ledger.for_run(w)
     delta = rundir.RunDir(w).own_config().privacy.delta
     assert book.total(delta).eps == pytest.approx(release["data_set"]["cumulative_eps"], rel=1e-6)
 

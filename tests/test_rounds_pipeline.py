@@ -42,7 +42,7 @@ def kill_after(monkeypatch, name: str) -> None:
 def charges(run) -> list[tuple]:
     """The ledger's entries of a run: (kind, round, subject)."""
     return [(e["kind"], (e.get("mechanism") or {}).get("round"), e.get("subject"))
-            for e in ledger.for_run(run).entries()]
+            for e in ledger.Ledger.for_run(run).entries()]
 
 
 def stale(run) -> list[str]:

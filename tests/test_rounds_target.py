@@ -88,29 +88,79 @@ def _fashion(**rounds):
     return dataclasses.replace(cfg, rounds=dataclasses.replace(cfg.rounds, rounds=2, **rounds))
 
 
+def _round1_costs(record, queries: int = 400) -> list:
+    """Round 1's labels and sanitised draw (order 12, β 0.1/12, cost 0.2), as the headline counts them."""
+    from analysis import composition
+
+    release = headline_target.release_parameters(ORDER, 0.1 / ORDER, 0.2)
+    return [composition.labels_cost(record, queries),
+            record.sanitised_cost({"release_order": ORDER, "beta": release.beta}, 0.2)]
+
+
+FIRST = {"eps": 1.29, "details": {"rdp_sanitized": 0.508, "release_rdp_cost": 0.05, "release_order": ORDER}}
+
+
 def test_choose_round2_reads_round1_published_values_only():
-    first = {"eps": 1.29, "details": {"rdp_sanitized": 0.508, "release_rdp_cost": 0.05, "release_order": 12.0}}
-    choice = release_target.choose_round2(_fashion(queries=3000), 500, 10, first, echo=lambda *_: None)
-    assert choice.offset_rdp == pytest.approx(0.558) and choice.order == 12.0
-    assert 0 < choice.num_queries <= 3000 and choice.probability >= 0.95
+    cfg = _fashion(queries=3000)
+    record = mechanisms.from_config(cfg.aggregation)
+    choice = release_target.choose_round2(cfg, 500, 10, FIRST, earlier=_round1_costs(record), echo=lambda *_: None)
+    assert choice.order == ORDER and choice.route == headline_target.DATA_INDEPENDENT
+    assert 0 < choice.num_queries <= 3000 and choice.eps_data_independent <= 2.0
+    assert headline_target.ReleaseChoice.from_meta(choice.meta()) == choice
     # the round-1 part of the target
     assert release_target.round1_target(_fashion(round1_target_eps=1.2)) == 1.2
     assert release_target.round1_target(_fashion()) == 2.0
     with pytest.raises(PateError, match="round1_target_eps"):
         release_target.round1_target(_fashion(round1_target_eps=2.5))
-    with pytest.raises(PateError, match="GNSS release"):  # LNMax's round 1: no RDP at one order
-        release_target.choose_round2(_fashion(), 500, 10, {"eps": 1.0, "details": {"eps_sanitized": 1.0}})
+    with pytest.raises(PateError, match="GNSS release"):  # LNMax's round 1: no release order
+        release_target.choose_round2(_fashion(), 500, 10, {"eps": 1.0, "details": {"eps_sanitized": 1.0}},
+                                     earlier=[])
     off = dataclasses.replace(_fashion(), privacy=dataclasses.replace(_fashion().privacy, target_eps=0.0))
-    assert release_target.choose_round2(off, 500, 10, first) is None
+    assert release_target.choose_round2(off, 500, 10, FIRST, earlier=[]) is None
 
 
 def test_round2_is_refused_when_round1_alone_spends_the_target_data_independently():
-    """The headline of both rounds is their data-independent composition: a round 1 whose own
-    data-independent figure (labels + sanitised draw) reaches the target leaves no round 2,
-    however low its sanitised RDP."""
-    first = {"eps": 1.29, "details": {"rdp_sanitized": 0.508, "release_rdp_cost": 0.05, "release_order": 12.0,
-                                      "eps_data_independent_with_release": 4.8}}
-    with pytest.raises(PateError, match="no round 2 fits privacy.target_eps = 2"):
-        release_target.choose_round2(_fashion(queries=3000), 500, 10, first, echo=lambda *_: None)
-    first["details"]["eps_data_independent_with_release"] = 1.5
-    assert release_target.choose_round2(_fashion(queries=3000), 500, 10, first, echo=lambda *_: None) is not None
+    """The headline of both rounds is their data-independent composition: a round 1 whose
+    releases compose to the target (1600 queries: eps 3.9) leaves no round 2, however low its
+    sanitised RDP; one line, naming the setting."""
+    cfg = _fashion(queries=3000)
+    record = mechanisms.from_config(cfg.aggregation)
+    with pytest.raises(PateError, match="no round 2 fits privacy.target_eps = 2") as err:
+        release_target.choose_round2(cfg, 500, 10, FIRST, earlier=_round1_costs(record, 1600), echo=lambda *_: None)
+    assert "\n" not in str(err.value) and "rounds.rounds = 1" in str(err.value)
+
+
+def test_round2_plan_meets_the_published_headline_of_both_rounds_and_no_more():
+    """Round 2 was planned for the sum of both rounds' sanitised RDPs, which is not what is
+    published. The plan now solves for the published headline of both rounds
+    (`analysis.rounds.cumulative_headline`, the function `pate analyze` publishes with): at the
+    planned queries and release it is <= the target; one more query, even with the cheapest
+    release of every beta on the grid, exceeds it; so does the next larger release cost."""
+    from analysis import composition
+    from analysis.rounds import cumulative_headline
+
+    cfg = _fashion(queries=3000)
+    record = mechanisms.from_config(cfg.aggregation)
+    earlier = _round1_costs(record)
+    choice = release_target.choose_round2(cfg, 500, 10, FIRST, earlier=earlier, echo=lambda *_: None)
+    target, n = cfg.privacy.target_eps, choice.num_queries
+
+    def headline(queries, order, beta, cost):
+        released = record.sanitised_cost({"release_order": order, "beta": beta}, cost)
+        every = [*earlier, composition.labels_cost(record, queries), released]
+        return cumulative_headline({}, {}, every, DELTA, cfg.privacy.conversion).eps
+
+    planned = headline(n, choice.order, choice.beta, choice.release_cost)
+    assert planned <= target and planned == pytest.approx(choice.eps_data_independent, abs=1e-9)
+    assert 0 < n < 3000
+    for times in headline_target.BETA_TIMES_ORDER:
+        for cost in sorted(headline_target.COSTS):  # the cheapest release this beta can make
+            try:
+                beyond = headline(n + 1, ORDER, times / ORDER, cost)
+            except PateError:  # no sigma_ss spends that little at this beta
+                continue
+            assert beyond > target, (times, cost)
+            break
+    larger = [c for c in headline_target.COSTS if c > choice.release_cost]
+    if larger:
+        assert headline(n, choice.order, choice.beta, min(larger)) > target

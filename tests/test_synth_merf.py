@@ -272,7 +272,7 @@ def test_tiny_run_through_the_cli(tiny_merf):
     m = merf.calibrate_multiplier(cfg.synth.eps, cfg.privacy.delta)
     assert info["method"] == "merf" and info["neighbouring_relation"] == "replace-one"
     assert info["mechanism"]["noise_multiplier"] == pytest.approx(m)
-    assert 0.99 * cfg.synth.eps < info["eps"] <= cfg.synth.eps and info["delta"] == cfg.privacy.delta
+    assert 0.99 * cfg.synth.eps < info["release_eps"] <= cfg.synth.eps and info["delta"] == cfg.privacy.delta
     assert info["sampling_delta"] == 0.0 and info["features"] == cfg.synth.merf_features
     tstr = info["train_on_synthetic_test_on_real"]
     assert 0 <= tstr["logistic_regression"] <= 1 and 0 <= tstr["cnn"] <= 1
@@ -329,7 +329,7 @@ def test_dp_merf_learns_on_real_fashion_mnist(tmp_path):
                     "--set", "synth.merf_steps=400", "--set", "synth.samples=2000", "--set", "synth.eval_epochs=3")
     assert result.exit_code == 0, result.output
     info = json.loads((tmp_path / "run" / rundir.SYNTH_JSON).read_text())
-    assert info["method"] == "merf" and info["eps"] <= 1.0
+    assert info["method"] == "merf" and info["release_eps"] <= 1.0
     assert info["train_on_synthetic_test_on_real"]["logistic_regression"] > 0.5
 
 

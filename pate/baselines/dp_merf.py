@@ -103,14 +103,13 @@ def train_merf(config: Config, workdir: str | Path, *, seed: int | None = None, 
         pixels = released_pixels(images, "merf_learning_rate")
         scores = tstr(config, pixels.astype(np.float32) / 255.0, labels, splits)
         result = MerfResult(eps=eps, delta=delta, multiplier=multiplier, features=cfg.merf_features, length_scale=scale,
-                            points=points, scores=scores, wall_time_s=time.time() - start)
+                            points=points, scores=scores, wall_time_s=time.time() - start,
+                            data_set=book.summary(delta, extra=[cost]))
         digest = hashlib.sha256(pixels.tobytes() + labels.tobytes()).hexdigest()
         checkpoints.save_params(door.out / rundir.SYNTH_DIR, gen.params, then="run `pate synth --overwrite` again")
         door.out.write_npz(rundir.SYNTHETIC_NPZ, {"images": pixels, "labels": labels})
         rundir.atomic_write_bytes(door.out / rundir.SYNTH_PNG, sample_grid(pixels, labels, splits.num_classes))
-        door.out.write_json(rundir.SYNTH_JSON, {"data_set": book.summary(delta, extra=[cost]),
-                                                **_record(config, result, cost, seed, splits, pixels.shape)},
-                            config)
+        door.out.write_json(rundir.SYNTH_JSON, _record(config, result, cost, seed, splits, pixels.shape), config)
         door.charge(book, "synth", cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="synth:" + digest,
                     mechanism={"name": "dp-merf", "noise_multiplier": multiplier, "features": cfg.merf_features,
@@ -126,8 +125,8 @@ def _record(config: Config, result: MerfResult, cost: composition.Cost, seed, sp
     cfg = config.synth
     units = merf.sensitivity(cfg.merf_features)
     return {
+        **result_head(result.data_set, result.eps, cfg.eps, result.delta, composition.RELATION),
         "method": "merf",
-        **result_head(result.eps, cfg.eps, result.delta, composition.RELATION),
         "sampling_delta": 0.0,
         "accounting": ("data-independent: one release of the integer class-conditional feature sum, L2 "
                        "sensitivity 2B under replace-one, exact discrete Gaussian noise of scale m * 2B: "

@@ -23,8 +23,10 @@ adding or removing one example of the private training split, eps as accounted f
 ``steps`` Poisson-subsampled Gaussian steps (Abadi et al. 2016, Thm. 1, made tight by
 the RDP analysis of Mironov, Talwar & Zhang 2019), q and ``steps`` being fixed in
 advance (they follow from the size of the training split, taken as public). For
-replace-one neighbours, the relation PATE's ε is stated for, ``dpsgd.json`` also gives
-``eps_replace_one`` (`pate.baselines.sgd_accounting.epsilon_replace_one`: group privacy of
+replace-one neighbours, the relation PATE's ε is stated for, ``dpsgd.json`` gives
+``release_eps`` (= ``eps_replace_one``; the add/remove figure is ``eps_add_remove``), after
+the data set's cumulative ``eps`` (`pate.baselines.release_step.result_head`)
+(`pate.baselines.sgd_accounting.epsilon_replace_one`: group privacy of
 size 2 or the RDP weak triangle inequality, the smaller); with ``[dpsgd] relation =
 "replace-one"`` the noise is calibrated so that this is at most the target. Only the
 privacy of the training split is protected; the evaluation split and the public pool are not touched in training. Nothing else that depends on the private
@@ -56,8 +58,8 @@ from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.student_training import predict
 from pate.store import ledger as ledger_mod
 from analysis import composition
-from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, release_step, result_head,
-                                         training_loop)
+from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_line, release_step,
+                                         result_head, training_loop)
 
 Params = Any
 
@@ -172,9 +174,11 @@ class DpsgdResult:
     wall_time_s: float
     eps_replace_one: float = math.nan
     target_relation: str = "add/remove-one"
+    data_set: dict | None = None  # the ledger's summary with this release (`Ledger.summary`)
 
     def summary(self) -> str:
         return "\n".join([
+            *([publish_line(self.data_set, rundir.DPSGD_JSON)] if self.data_set else []),
             f"dpsgd: {self.model}, {self.steps} steps (expected batch {self.batch_size}, "
             f"{self.epochs:.1f} epochs), noise multiplier {self.noise_multiplier:.4f}",
             f"dpsgd accuracy on the evaluation split ({self.eval_points} points): {self.accuracy:.4f} "
@@ -225,11 +229,12 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
         feature_time = time.time() - feature_start
         model = make_model(cfg, cfg.model, splits.num_classes, tuple(train_x.shape[1:]))
         params, train_time = _fit(model, cfg, plan, train_x, splits.train_y, key, delta, show_progress, echo)
-        result = _score(model, params, cfg, plan, test_x, test_y, splits.pool_x.shape[0], delta, start)
+        result = dataclasses.replace(
+            _score(model, params, cfg, plan, test_x, test_y, splits.pool_x.shape[0], delta, start),
+            data_set=book.summary(delta, extra=[plan.cost]))
         checkpoints.save_params(door.out / rundir.DPSGD_DIR, params, then="run `pate dpsgd --overwrite` again")
-        door.out.write_json(rundir.DPSGD_JSON, {"data_set": book.summary(delta, extra=[plan.cost]),
-                                                **_record(config, plan, result, params, train_x, seed,
-                                                          splits.num_classes)}, config)
+        door.out.write_json(rundir.DPSGD_JSON, _record(config, plan, result, params, train_x, seed,
+                                                       splits.num_classes), config)
         door.charge(book, "dpsgd", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="dpsgd:" + digests.file_digest(door.out / rundir.DPSGD_JSON),
                     mechanism={"name": "dpsgd", "model": cfg.model, "describe": f"DP-SGD {cfg.model}: "
@@ -328,14 +333,18 @@ def _score(model, params, cfg: DpsgdConfig, plan: Plan, test_x, test_y, pool: in
 
 
 def _record(config: Config, plan: Plan, result: DpsgdResult, params, train_x, seed, num_classes: int) -> dict:
-    """dpsgd.json but its ``data_set``: nothing that depends on the private data but the model's figures."""
+    """dpsgd.json: nothing that depends on the private data but the model's figures. It leads
+    with the data set's replace-one figure, then this model's own (replace-one, the relation
+    PATE's ε is stated for); the add/remove figure DP-SGD papers report is ``eps_add_remove``."""
     cfg = config.dpsgd
     return {
+        **result_head(result.data_set, result.eps_replace_one, cfg.eps, result.delta,
+                      dpsgd_accounting.RELATION_REPLACE),
+        "target_relation": plan.relation,
+        "eps_add_remove": result.eps,
+        "eps_replace_one": result.eps_replace_one,
         "model": cfg.model,
         **accuracy_fields(result.accuracy, result.eval_points, result.accuracy_test, result.test_points),
-        **result_head(result.eps, cfg.eps, result.delta, dpsgd_accounting.RELATION),
-        "target_relation": plan.relation,
-        "eps_replace_one": result.eps_replace_one,
         "neighbouring_relation_note": dpsgd_accounting.RELATION_NOTE,
         "accountant": cfg.accountant,
         "noise_multiplier": plan.noise_multiplier,

@@ -52,8 +52,8 @@ from pate.config import Config, config_to_dict
 from pate.programs.models import Linear
 from pate.programs.projection import project, projected_box, public_projection
 from pate.programs.student_training import predict
-from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, release_step, result_head,
-                                         training_loop)
+from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_line, release_step,
+                                         result_head, training_loop)
 
 #: The `analysis.noise` stream of this step's noise (labels use 0, the sanitised release 1).
 NOISE_STREAM = 2
@@ -161,10 +161,12 @@ class FedavgResult:
     noise_scale: float
     grid: fp.GridNoise | None
     wall_time_s: float
+    data_set: dict | None = None  # the ledger's summary with this release (`Ledger.summary`)
 
     def summary(self) -> str:
         what = "eps" if self.mechanism == "laplace" else "mu"
         return "\n".join([
+            *([publish_line(self.data_set, rundir.FEDAVG_JSON)] if self.data_set else []),
             f"fedavg: {self.algorithm}, {self.mechanism} output perturbation, {self.model} model; "
             f"{self.clients} clients of {self.client_size} points, {self.rounds} rounds",
             f"fedavg accuracy on the evaluation split ({self.eval_points} points): {self.accuracy:.4f} "
@@ -241,11 +243,10 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
                               eps=plan.eps, delta=delta, per_round=plan.per_round, per_round_eps=plan.per_round_eps,
                               rounds=cfg.rounds, clients=shards.shape[0], client_size=shards.shape[1],
                               sensitivity=plan.sensitivity, noise_scale=plan.scale, grid=plan.grid,
-                              wall_time_s=time.time() - start)
+                              wall_time_s=time.time() - start, data_set=book.summary(delta, extra=[plan.cost]))
         checkpoints.save_params(door.out / rundir.FEDAVG_DIR, params, then="run `pate fedavg --overwrite` again")
-        door.out.write_json(rundir.FEDAVG_JSON, {"data_set": book.summary(delta, extra=[plan.cost]),
-                                                 **_record(config, plan, result, theta, train_x, seed,
-                                                           splits.num_classes, int(test_y.size))}, config)
+        door.out.write_json(rundir.FEDAVG_JSON, _record(config, plan, result, theta, train_x, seed,
+                                                        splits.num_classes, int(test_y.size)), config)
         door.charge(book, "fedavg", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="fedavg:" + digests.file_digest(door.out / rundir.FEDAVG_JSON),
                     mechanism={"name": "fedavg", "algorithm": cfg.algorithm, "describe":
@@ -379,14 +380,15 @@ def train_rounds(cfg, plan: Plan, shards: np.ndarray, train_x, train_y, num_clas
 
 def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, seed, num_classes: int,
             test_points: int) -> dict:
-    """fedavg.json: public parameters and results only (no wall time, no seed)."""
+    """fedavg.json: public parameters and results only (no wall time, no seed), led by the data
+    set's figure and then this model's own (`pate.baselines.release_step.result_head`)."""
     cfg = config.fedavg
     return {
+        **result_head(result.data_set, plan.eps, cfg.eps, result.delta, composition.RELATION),
         "algorithm": cfg.algorithm,
         "mechanism": cfg.mechanism,
         "model": cfg.model,
         **accuracy_fields(result.accuracy, result.eval_points, result.accuracy_test, test_points),
-        **result_head(plan.eps, cfg.eps, result.delta, composition.RELATION),
         "cost": plan.cost.to_json(),
         "accounting": ("composition over rounds (a client's data enters only its own messages), parallel "
                        "across clients; Laplace: R x eps-DP (randomized response, PLD/RDP); Gaussian: "

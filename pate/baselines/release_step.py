@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from analysis.errors import PateError
+from analysis.report_io import figure_head
 from analysis.validation import check_delta, check_positive
 from pate.config import Config
 from pate.data import Splits, load_dataset, split
@@ -52,10 +53,21 @@ def accuracy_fields(accuracy: float, eval_points: int, accuracy_test: float, tes
             "test_points": test_points}
 
 
-def result_head(eps: float, target_eps: float, delta: float, relation: str) -> dict:
-    """The first keys of a baseline's result file: the ε it spent, the ε asked for, δ and the
-    neighbouring relation of both."""
-    return {"eps": eps, "target_eps": target_eps, "delta": delta, "neighbouring_relation": relation}
+def result_head(data_set: dict, eps: float, target_eps: float, delta: float, relation: str) -> dict:
+    """The first keys of a baseline's result file, as release.json's
+    (`analysis.report_io.figure_head`): ``eps`` at ``delta``, what the data set has spent in all
+    (``data_set``: `pate.store.ledger.Ledger.summary` with this release counted), then
+    ``release_eps`` at ``release_delta``, this release's own ε (at ``delta``); the ε asked
+    for, the neighbouring relation of both, and the ledger's summary."""
+    own_is = (f"this release's own figure ({relation} neighbours): NOT what the data set has spent when it has "
+              "other releases")
+    return {**figure_head(eps, delta, data_set, own_is), "target_eps": target_eps,
+            "neighbouring_relation": relation, "data_set": data_set}
+
+
+def publish_line(data_set: dict, file: str) -> str:
+    """The first line of a baseline's summary: the data set's figure, ``file``'s first."""
+    return ledger_mod.publish_line(data_set, file, "on the lines below")
 
 
 State = TypeVar("State")

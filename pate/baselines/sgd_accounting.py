@@ -85,12 +85,12 @@ RELATION = "add/remove-one"
 RELATION_REPLACE = "replace-one"
 #: What `pate dpsgd` writes next to its two ε (dpsgd.json).
 RELATION_NOTE = (
-    "eps holds for neighbouring training sets that differ by adding or removing one example "
+    "eps_add_remove holds for neighbouring training sets that differ by adding or removing one example "
     "(the sampling rate and the number of steps are fixed in advance: pate derives them from the "
-    "size of the training split, taken as public). eps_replace_one holds for training sets of one "
-    "size that differ by replacing one example, the relation PATE's eps is stated for: group "
-    "privacy of size 2 over the add/remove guarantee or Mironov's weak triangle inequality for RDP, "
-    "whichever is smaller (both upper bounds); compare PATE with it.")
+    "size of the training split, taken as public). release_eps (= eps_replace_one) holds for training "
+    "sets of one size that differ by replacing one example, the relation PATE's eps and the data set's "
+    "cumulative eps are stated for: group privacy of size 2 over the add/remove guarantee or Mironov's "
+    "weak triangle inequality for RDP, whichever is smaller (both upper bounds); compare PATE with it.")
 
 
 def epsilon_replace_one(noise_multiplier: float, sampling_rate: float, steps: int, delta: float,

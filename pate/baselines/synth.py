@@ -155,15 +155,13 @@ def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None,
         scores = tstr(config, pixels.astype(np.float32) / 255.0, labels, splits)
         result = SynthResult(eps=plan.eps, delta=delta, sigma=plan.mechanism.sigma, queries=plan.queries,
                              teachers=num_teachers, shard_size=part.shard_size, scores=scores,
-                             wall_time_s=time.time() - start)
+                             wall_time_s=time.time() - start, data_set=book.summary(delta, extra=[plan.cost]))
         digest = hashlib.sha256(pixels.tobytes() + labels.tobytes()).hexdigest()
         checkpoints.save_params(door.out / rundir.SYNTH_DIR, gan.generator[0],
                                 then="run `pate synth --overwrite` again")
         door.out.write_npz(rundir.SYNTHETIC_NPZ, {"images": pixels, "labels": labels})
         rundir.atomic_write_bytes(door.out / rundir.SYNTH_PNG, sample_grid(pixels, labels, splits.num_classes))
-        door.out.write_json(rundir.SYNTH_JSON, {"data_set": book.summary(delta, extra=[plan.cost]),
-                                                **_record(config, plan, result, seed, splits, pixels.shape)},
-                            config)
+        door.out.write_json(rundir.SYNTH_JSON, _record(config, plan, result, seed, splits, pixels.shape), config)
         door.charge(book, "synth", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="synth:" + digest,
                     mechanism={"name": "pate-gan", **plan.mechanism.params(), "describe":
@@ -179,7 +177,7 @@ def _record(config: Config, plan: Plan, result: SynthResult, seed, splits, shape
     """synth.json: public parameters and results only (no votes, no wall time, no seed)."""
     cfg = config.synth
     return {
-        **result_head(plan.eps, cfg.eps, result.delta, composition.RELATION),
+        **result_head(result.data_set, plan.eps, cfg.eps, result.delta, composition.RELATION),
         "sampling_delta": plan.sampling_delta,
         "accounting": ("data-independent: queries x GNMax answers on 2-class votes (PATE 2018, Proposition 8), "
                        "mu-GDP with mu^2 = 2 queries / sigma^2; the smaller of RDP and PLD; adaptive "

@@ -18,6 +18,8 @@ from analysis.errors import PateError
 from pate.config import Config
 from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.student_training import predict
+from pate.store import rundir
+from pate.baselines.release_step import publish_line
 
 
 def public_scale(x: np.ndarray) -> np.ndarray:
@@ -133,6 +135,7 @@ class SynthesisResult(abc.ABC):
     delta: float
     scores: dict
     wall_time_s: float
+    data_set: dict | None = None  # the ledger's summary with this release (`Ledger.summary`)
 
     @abc.abstractmethod
     def headline(self) -> str:
@@ -143,6 +146,7 @@ class SynthesisResult(abc.ABC):
         scores = self.scores
         cnn = "n/a (images too small for the [dpsgd] CNN)" if scores["cnn"] is None else f"{scores['cnn']:.4f}"
         return "\n".join([
+            *([publish_line(self.data_set, rundir.SYNTH_JSON)] if self.data_set else []),
             self.headline(),
             f"synth eps = {self.eps:.4f} at delta = {self.delta:g} (replace-one neighbours)",
             f"train on synthetic, test on real ({scores['eval_points']} evaluation points): logistic regression "

@@ -69,7 +69,7 @@ class Group(click.Group):
             click.echo(f"pate: {one_line(err)}", err=True)
             ctx.exit(1)
         except OSError as err:  # a read-only or full disk, a file that vanished
-            click.echo(f"pate: {os_error_line(err)}", err=True)
+            click.echo(f"pate: {one_line(os_error_line(err))}", err=True)
             ctx.exit(1)
         except MemoryError:
             click.echo("pate: out of memory; use smaller inputs (smaller images or data, fewer queries, "
@@ -216,8 +216,19 @@ def noise(gamma: str, sigma_threshold: str):
         click.option("--sigma-threshold", type=float, callback=positive, help=sigma_threshold))
 
 
+def ledger_name_check(ctx, param, value):
+    """A ledger name (``--ledger``, ``pate ledger --name``): not blank, one line of printable text."""
+    if value is None:
+        return value
+    if not value.strip():
+        raise click.BadParameter("needs a non-empty ledger name")
+    if not value.isprintable():
+        raise click.BadParameter(f"a ledger name is one line of printable text, got {value!r}")
+    return value
+
+
 def ledger():
-    return click.option("--ledger", "ledger_name", metavar="NAME",
+    return click.option("--ledger", "ledger_name", metavar="NAME", callback=ledger_name_check,
                         help="With --votes: the private data set the votes come from, whose ledger is charged "
                              "(default: the data set a votes.npz written by pate names; required otherwise).")
 
@@ -459,12 +470,11 @@ def config_with(config_path, settings, **named):
 def ledger_book(config_path, workdir, name, import_path, echo):
     """`pate ledger`: the ledger asked for (importing a run first) and the config it came with."""
     from pate.store import ledger as ledger_mod
+    from pate.store.identity import default_directory
     from pate.store.ledger_import import import_run
     from pate.config import load_config
     from pate.store.rundir import RunDir
 
-    if name is not None and not name.strip():
-        raise click.BadParameter("needs a non-empty ledger name", param_hint="--name")
     given = [v for v in (config_path, workdir, name) if v is not None]
     if len(given) > 1 or not (given or import_path):
         raise click.UsageError("give one of --config FILE, --workdir RUN or --name NAME (or --import RUN)")
@@ -478,8 +488,8 @@ def ledger_book(config_path, workdir, name, import_path, echo):
         if not os.path.isdir(workdir):
             raise PateError(f"run directory {workdir} does not exist")
         config = RunDir(workdir).own_config()  # a damaged config.toml is refused, not defaulted
-        return ledger_mod.for_run(workdir, config), config
-    return ledger_mod.Ledger(name, ledger_mod.default_directory()), None
+        return ledger_mod.Ledger.for_run(workdir, config), config
+    return ledger_mod.Ledger(name, default_directory()), None
 
 
 def mark_private_tuning(votes_path, on_private_votes: bool, ledger_name, note: str) -> None:
@@ -499,7 +509,7 @@ def mark_private_tuning(votes_path, on_private_votes: bool, ledger_name, note: s
                                "record in the data set's ledger that the parameters were chosen on private data")
     from pate.store import ledger as ledger_mod
 
-    ledger_mod.for_votes(votes_path, ledger_name).mark("private-tuning", note=note)
+    ledger_mod.Ledger.for_votes(votes_path, ledger_name).mark("private-tuning", note=note)
 
 
 @functools.lru_cache(maxsize=None)

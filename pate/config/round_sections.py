@@ -26,10 +26,10 @@ class RoundsConfig:
     by a PCA of the public pool; each on its round-1 teacher's shard.
 
     With `[privacy] target_eps` and two rounds, round 1 is planned for `round1_target_eps`
-    (0: the whole target, leaving round 2 what its draw left), and round 2 asks at most
-    `queries`, as many as keep the sum of both rounds' sanitised RDPs (an ex-post figure, not
-    the published headline of both rounds: `analysis.rounds`) within the target with the
-    target probability given round 1's published RDP (`pate.release.target.choose_round2`).
+    (0: the whole target, leaving round 2 what round 1's releases left), and round 2 asks at
+    most `queries`, as many as keep the published headline of both rounds (the
+    data-independent composition of every release: `analysis.rounds`) within the target,
+    exactly (`pate.release.target.choose_round2`).
     Without a target round 2 asks `queries` at most, as many as round 1 left unqueried.
 
     With `check` = "interactive" the teachers answer where they outvote the round-1 student

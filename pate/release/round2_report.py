@@ -25,14 +25,15 @@ def round2_rows(inputs: list, votes: np.ndarray, labels: dict) -> dict:
     return dict(labels, indices=np.arange(votes.shape[0]))
 
 
-def _round1(workdir) -> tuple[dict, composition.Cost, composition.Cost]:
-    """Round 1's published values (release-round1.json: its ``details``, ``eps`` and
-    ``delta``), its labels' data-independent cost and its sanitised release's cost."""
+def _round1(workdir, name: str = rundir.RELEASE_ROUND1_JSON) -> tuple[dict, composition.Cost, composition.Cost]:
+    """Round 1's published values (its release ``name``, release-round1.json once round 2 kept
+    it: its ``details``, ``eps`` and ``delta``), its labels' data-independent cost and its
+    sanitised release's cost."""
     run = rundir.RunDir(workdir)
     first = read_labels(run / rundir.LABELS_NPZ)
-    doc = run.read_json(rundir.RELEASE_ROUND1_JSON)
+    doc = run.read_json(name)
     if (doc.get("meta") or {}).get("labels_sha256") not in release_subjects(run / rundir.LABELS_NPZ) or "eps" not in doc:
-        raise PateError(f"{run / rundir.RELEASE_ROUND1_JSON} is not the release of {run / rundir.LABELS_NPZ}; "
+        raise PateError(f"{run / name} is not the release of {run / rundir.LABELS_NPZ}; "
                         "label round 2 again (`pate label --round 2 --overwrite`)")
     raw = doc.get("details") or {}
     details = {**raw, "eps": doc.get("release_eps", doc["eps"]),  # round 1's own headline (ε, δ)
@@ -43,9 +44,22 @@ def _round1(workdir) -> tuple[dict, composition.Cost, composition.Cost]:
     try:  # the release's own cost at the analysis δ, as `pate analyze` charged it (not the headline's δ)
         released = record.sanitised_cost(raw, float(raw.get("release_rdp_cost", 0.2)))
     except (KeyError, TypeError, ValueError):
-        raise PateError(f"{run / rundir.RELEASE_ROUND1_JSON} lacks the release's parameters; it was not "
+        raise PateError(f"{run / name} lacks the release's parameters; it was not "
                         "written by pate analyze or is damaged") from None
     return details, labels_cost, released
+
+
+def round1_costs(workdir, book, name: str = rundir.RELEASE_ROUND1_JSON) -> tuple[dict, list[composition.Cost]]:
+    """Round 1's published values and the data-independent costs of its two releases (its
+    labels, its sanitised draw: the ledger's record of that draw when ``book`` has it), as the
+    headline of both rounds counts them: what `cumulative` composes and what round 2's
+    target plan (`pate.release.target.choose_round2`) plans against. ``name``: round 1's release.json."""
+    first, labels1, released1 = _round1(workdir, name)
+    found = next((e for e in (book.find("sanitised-eps", subject) for subject in
+                                release_subjects(rundir.RunDir(workdir) / rundir.LABELS_NPZ)) if e is not None), None)
+    if found is not None:  # the ledger's record of round 1's draw: its exact cost
+        released1 = composition.Cost.from_json(found["cost"])
+    return first, [labels1, released1]
 
 
 def cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, released2: composition.Cost,
@@ -57,14 +71,9 @@ def cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, relea
     ``released2``: the cost of round 2's sanitised release."""
     from analysis.rounds import DIAGNOSTICS, ROUTE, cumulative_headline, diagnostics
 
-    first, labels1, released1 = _round1(workdir)
-    found = next((e for e in (book.find("sanitised-eps", subject) for subject in
-                                release_subjects(rundir.RunDir(workdir) / rundir.LABELS_NPZ)) if e is not None), None)
-    if found is not None:  # the ledger's record of round 1's draw: its exact cost
-        released1 = composition.Cost.from_json(found["cost"])
+    first, earlier = round1_costs(workdir, book)
     record = mechanisms.from_arrays(labels, rundir.LABELS_ROUND2_NPZ)
-    every = [labels1, released1, composition.labels_cost(record, int(np.asarray(labels["labels"]).size)),
-             released2]
+    every = [*earlier, composition.labels_cost(record, int(np.asarray(labels["labels"]).size)), released2]
     second = {i.key: i.value for i in rep.items if i.public}
     second["delta"] = second["delta_total"]
     cum = cumulative_headline(first, second, every, delta, conversion)

@@ -79,42 +79,48 @@ def check_round2(config) -> None:
                         f"aggregation.mechanism is {config.aggregation.mechanism}; use confident-gnmax")
 
 
-def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *, student=None,
-                  record: mechanisms.Mechanism | None = None, echo=print) -> headline_target.ReleaseChoice | None:
-    """Round 2's plan under ``[privacy] target_eps`` (None when 0): at most ``[rounds]
-    queries``, the GNSS release at round 1's order, so that the sum of both rounds' sanitised
-    RDPs (converted at δ; an ex-post figure that `analysis.rounds` computes as a diagnostic and
-    does not publish: the headline of both rounds is their data-independent composition) is
-    ≤ the target with probability ≥ ``target_probability`` given the RDP round 1 published (``first``: round 1's release.json, public) — on votes
-    simulated from the public model, as round 1's plan (`analysis.headline_target`, "a
-    later round"). Printed. ``student`` (an `analysis.simulated_votes.StudentModel`, public):
-    with ``[rounds] check = "interactive"``, the round-1 student the teachers check.
+def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *, earlier, record=None,
+                  echo=print) -> headline_target.ReleaseChoice | None:
+    """Round 2's plan under ``[privacy] target_eps`` (None when 0), for what is published: the
+    headline of both rounds, the data-independent composition of round 1's releases
+    (``earlier``: its labels' and sanitised draw's costs, as the headline counts them,
+    `pate.release.round2_report.round1_costs`), round 2's labels and round 2's sanitised
+    release (`analysis.rounds.cumulative_headline`). `analysis.rounds.plan_round2` gives the
+    most queries (at most ``[rounds] queries``) for which a GNSS release at round 1's order
+    keeps that headline ≤ the target, then the largest release cost that still does: exact,
+    public values only (no vote, no probability). Printed; recorded with the labels.
 
     Raises:
-      PateError: round 1 already spends the target data-independently (what the headline of
-        both rounds publishes); round 1 published no GNSS release (LNMax, or data-independent
-        only); or no round-2 release meets the target after round 1's draw.
+      PateError: round 1 published no GNSS release (LNMax, or data-independent only), or
+        not even one round-2 query fits the target after round 1's releases.
     """
+    from analysis import composition
+    from analysis.rounds import plan_round2
+
     p = config.privacy
     if not p.target_eps:
         return None
     details = first.get("details") or {}
-    spent = details.get("eps_data_independent_with_release")
-    if isinstance(spent, (int, float)) and spent >= p.target_eps:
-        raise PateError(f"round 1 alone spends eps {spent:.3f} data-independently (labels and sanitised draw), "
-                        f"which is what the headline of both rounds publishes: no round 2 fits "
-                        f"privacy.target_eps = {p.target_eps:g}; set rounds.rounds = 1 or raise the target")
     try:
-        offset = float(details["rdp_sanitized"]) + float(details["release_rdp_cost"])
         order = float(details["release_order"])
     except (KeyError, TypeError, ValueError):
-        raise PateError("round 1's release.json has no sanitised RDP at one order (a GNSS release), so a "
-                        "target for both rounds cannot be planned; set privacy.target_eps = 0 for round 2 "
-                        "or release round 1 by GNMax / Confident-GNMax") from None
-    choice = headline_target.choose_release(
-        _record(config, record), config.rounds.queries, p.target_eps, p.delta, conversion=p.conversion,
-        probability=p.target_probability, model=vote_model(config, num_teachers, num_classes),
-        orders=(order,), offset=offset, student=student)
+        raise PateError("round 1's release.json has no GNSS release order, so round 2's release cannot be planned "
+                        "at it; set privacy.target_eps = 0 for round 2 or release round 1 by GNMax / "
+                        "Confident-GNMax") from None
+    record = _record(config, record)
+    plan = plan_round2(record, config.rounds.queries, earlier, p.target_eps, p.delta, order=order,
+                       conversion=p.conversion)
+    if plan is None:
+        spent = composition.compose(earlier, p.delta, conversion=p.conversion).eps
+        raise PateError(f"no round 2 fits privacy.target_eps = {p.target_eps:g}: round 1's releases compose to eps "
+                        f"{spent:.3f} data-independently and not even one more query with the cheapest sanitised "
+                        "release keeps the published headline of both rounds within it; set rounds.rounds = 1 or "
+                        "raise the target")
+    r = plan.release
+    choice = headline_target.ReleaseChoice(
+        float(p.target_eps), 1.0, plan.num_queries, int(config.rounds.queries), r.order, r.beta, r.release_cost,
+        r.sigma_ss, 1.0, 1.0, plan.eps, plan.eps, float(p.delta), p.conversion,
+        vote_model(config, num_teachers, num_classes), 0, 0, route=headline_target.DATA_INDEPENDENT)
     echo(choice.render())
     return choice
 
@@ -159,9 +165,15 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
     choice = choose(config, config.teachers.num_teachers, load_dataset(config.data).num_classes, echo=echo)
     if config.rounds.rounds == 2:
         echo(f"round 2 is planned when it starts (`pate label --round 2`): at most {config.rounds.queries} queries, "
-             f"as many as keep the sum of both rounds' sanitised RDPs <= {config.privacy.target_eps:g} after the RDP "
-             "round 1 publishes (the headline of both rounds is their data-independent composition)")
+             f"as many as keep the published headline of both rounds (the data-independent composition of every "
+             f"release) <= {config.privacy.target_eps:g} after round 1's releases")
     return choice
+
+
+def planned_release_cost(record: mechanisms.Mechanism, choice: headline_target.ReleaseChoice):
+    """The ledger cost of the sanitised draw `pate analyze` makes for labels planned by
+    ``choice`` (it releases at the plan's order, β and cost: `release_settings`)."""
+    return record.sanitised_cost({"release_order": choice.order, "beta": choice.beta}, choice.release_cost)
 
 
 def budget_plan(choice: headline_target.ReleaseChoice) -> plan_mod.BudgetPlan:
@@ -191,6 +203,11 @@ def report_items(plan: headline_target.ReleaseChoice, record, report, release_co
     ``report`` made (its queries, ``release_order`` and ``beta``, and ``release_cost``) by
     ``record``, on the plan's simulated votes — public: no vote of the data set enters.
     ``offsets``: the check offsets the release recorded (a plan with a checked student)."""
+    if plan.route == headline_target.DATA_INDEPENDENT:  # round 2, planned for the published headline exactly
+        return (Item("target_eps", "target headline eps of both rounds (planned)", plan.target_eps, True,
+                     "data-independent: met before any vote"),
+                Item("expected_headline_eps", "planned headline eps of both rounds", plan.eps_data_independent,
+                     True, "the data-independent composition of every release, as planned: public"))
     release = headline_target.release_parameters(report.value("release_order"), report.value("beta"), release_cost)
     student = None
     if plan.student_calibration:
@@ -205,7 +222,7 @@ def report_items(plan: headline_target.ReleaseChoice, record, report, release_co
     note = (f"over the release noise, on {plan.ensembles} ensembles simulated from a public model "
             f"({plan.model.teachers} teachers, accuracy {plan.model.accuracy:g}); least {p_min:.4f}"
             + ("; given round 1's published RDP" if plan.offset_rdp else ""))
-    # Round 2 plans the sum of both rounds' sanitised RDPs, which the headline of both rounds
+    # A round-2 plan made before issue 32 planned the sum of both rounds' sanitised RDPs, which the headline
     # does not publish (`analysis.rounds`: ex-post values do not add): named as what it is.
     what = "headline" if not plan.offset_rdp else "sanitised RDP sum of both rounds (not the headline)"
     return (Item("target_eps", f"target {what} eps (planned)", plan.target_eps, True,

@@ -58,11 +58,9 @@ def _uncharged_labels(book: ledger_mod.Ledger, labels: dict, subjects) -> list:
     return [composition.labels_cost(record, int(np.asarray(labels["labels"]).size), max_answers=cap)]
 
 
-def data_set_line(data_set: dict) -> str:
-    """The first line `pate analyze` prints: the figure to publish, the data set's."""
-    return (f"PUBLISH: eps {data_set['eps']:.4g} at delta {data_set['delta']:.3g}, what data set "
-            f"{data_set['data_set']} has spent in all ({data_set['releases']} release(s), this one included; "
-            "release.json's first figure). This release's own headline is in the table below.")
+def _publish_line(data_set: dict) -> str:
+    """The first line `pate analyze` prints: the data set's figure, release.json's first."""
+    return ledger_mod.publish_line(data_set, rundir.RELEASE_JSON, "in the table below")
 
 
 def _charge_then_commit(staged: StagedOutputs, charges: list, what: str) -> None:
@@ -199,7 +197,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     plot_path = os.path.join(workdir, rundir.PRIVACY_PNG) if plot_path is None else plot_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], subjects)
-    book = ledger_mod.for_run(workdir, config)
+    book = ledger_mod.Ledger.for_run(workdir, config)
     for subject in subjects:  # before any noise is drawn
         book.refuse_repeat("sanitised-eps", subject)
     if two_rounds:
@@ -230,7 +228,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
                     research_seed=research, data_set=data_set)
     _charge_then_commit(staged, [draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
                                              budget=p.total_budget, delta=delta)], f"analyze ({release_path})")
-    echo(data_set_line(data_set) + "\n" + render_table(rep))
+    echo(_publish_line(data_set) + "\n" + render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
@@ -255,14 +253,14 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
     rep = fine_release.report(labels, delta, path)
     research = (labels.get("meta") or {}).get("research_seed") is True
     rep = _research(rep, research)
-    book = ledger_mod.for_run(workdir, config)
+    book = ledger_mod.Ledger.for_run(workdir, config)
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     data_set = book.summary(delta, release=_own_figure(rep, content_digest(labels)))
     staged = _stage(rep, json_path, None, release_path, config, labels_sha256=content_digest(labels),
                     research_seed=research, data_set=data_set)
     _charge_then_commit(staged, [], f"analyze ({release_path})")
-    echo(data_set_line(data_set))
+    echo(_publish_line(data_set))
     echo(render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable) and {json_path} (private: owner-only); a fine-grained release has "
@@ -293,7 +291,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
         ledger of the data set the votes come from, refused over ``total_budget``. Without
         an output file the table shows the data-independent and (private) data-dependent ε.
         The ledger is the data set a votes.npz written by pate names, else ``ledger``
-        (required then: `pate.store.ledger.for_votes`); its recorded budget holds too.
+        (required then: `pate.store.ledger.Ledger.for_votes`); its recorded budget holds too.
 
     Raises:
       OptionError: an output onto an input or a run artifact, a threshold above the
@@ -324,7 +322,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     draw = any(p is not None for p in (json_path, plot_path, release_path))
     book = None
     if draw:
-        book = ledger_mod.for_votes(votes_path, ledger)
+        book = ledger_mod.Ledger.for_votes(votes_path, ledger)
         book.check_budget([], total_budget, delta, "this sanitised draw")
     if isinstance(mechanism, mechanisms.LNMax):
         rep = (report_mod.lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1),
@@ -345,7 +343,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     charges = [draw_charge(book, rep, release_cost, subject=None, budget=total_budget, delta=delta)] if draw else []
     outputs = ", ".join(str(path) for path in (release_path, json_path, plot_path) if path)
     _charge_then_commit(staged, charges, f"analyze ({outputs})")
-    echo(render_table(rep) if data_set is None else data_set_line(data_set) + "\n" + render_table(rep))
+    echo(render_table(rep) if data_set is None else _publish_line(data_set) + "\n" + render_table(rep))
     for path in (release_path, json_path, plot_path):
         if path:
             echo(f"wrote {path}")

@@ -169,13 +169,18 @@ def label_round2(config: Config, workdir, *, queries: int | None = None, seed: i
             from analysis.interactive import check_offsets
 
             offsets = check_offsets(probs, config.teachers.num_teachers)
-        # A target for both rounds: round 2 asks as many queries as round 1's draw left room for.
-        plan = release_target.choose_round2(dataclasses.replace(config, rounds=rc), config.teachers.num_teachers,
-                                            splits.num_classes, released1, record=record,
-                                            student=_checked_student(config, student, splits, offsets), echo=echo)
+        # A target for both rounds: round 2 asks as many queries as the published headline of
+        # both rounds leaves room for after round 1's releases.
+        book = ledger_mod.Ledger.for_config(config)
+        plan = None
+        if config.privacy.target_eps:
+            from pate.release.round2_report import round1_costs
+
+            plan = release_target.choose_round2(dataclasses.replace(config, rounds=rc), config.teachers.num_teachers,
+                                                splits.num_classes, released1, record=record,
+                                                earlier=round1_costs(run.path, book, release_name)[1], echo=echo)
         queries = rc.queries if plan is None else plan.num_queries
         cost = composition.labels_cost(record, queries)
-        book = ledger_mod.Ledger.for_config(config)
         book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this round-2 release")
         chosen, probs = ranked[:queries], probs[:queries]
         votes, accuracies = _round2_votes(config, student, splits, chosen, echo)
@@ -202,18 +207,6 @@ def _student_view(run, student_files, splits, candidates, rc):
                           student.config.student.eval_batch_size)
     ranked = select(probs, candidates, rc.queries, rc.select)
     return student, ranked, probs[np.searchsorted(candidates, ranked)]  # candidates are sorted (np.setdiff1d)
-
-
-def _checked_student(config: Config, student, splits, offsets):
-    """With check ``offsets`` (``check = "interactive"``) under a target: the public model of
-    the student the teachers check (`pate.release.target.student_model`: its offsets on the
-    ranked candidates, its calibration on the evaluation split), else None."""
-    if offsets is None or not config.privacy.target_eps:
-        return None
-    from pate.release.selection import student_probs
-
-    eval_probs = student_probs(student.model, student.params, splits.eval_x, student.config.student.eval_batch_size)
-    return release_target.student_model(offsets, eval_probs, splits.eval_y, config.teachers.num_teachers)
 
 
 def _round2_votes(config: Config, student, splits, chosen, echo):

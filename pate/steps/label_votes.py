@@ -102,7 +102,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
       overwrite: replace an existing votes.npz / labels.npz.
       ledger: the name of the private data set the votes come from, whose ledger
         (`pate.store.ledger`) is charged; default the data set a votes.npz written by pate
-        names (`pate.store.ledger.for_votes`); required for an array or other votes.
+        names (`pate.store.ledger.Ledger.for_votes`); required for an array or other votes.
       total_budget: refuse the release when the ledger's cumulative ε at ``delta`` would
         exceed it (None or 0: none); the ledger's recorded budget holds either way.
       echo: where the summary and the privacy table go.
@@ -131,7 +131,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
                                privacy=privacy)
             echo(budget_line(budget, plan, accountant))
             selected = selected[:plan.num_queries]
-        book = ledger_mod.for_votes(votes, ledger)  # the votes' data set; in-memory votes must name theirs
+        book = ledger_mod.Ledger.for_votes(votes, ledger)  # the votes' data set; in-memory votes must name theirs
         result = _release_from_votes(door, hist, selected, record, plan, book, seed=seed,
                                      privacy=dataclasses.replace(privacy, total_budget=total_budget or 0.0),
                                      total_budget=total_budget, echo=echo)

@@ -450,8 +450,9 @@ def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism | Non
     release could be charged to (`pate.store.ledger.Ledger.check_usable`). Counts what the
     run has yet to release: its labels (both rounds) when it has none, and the sanitised ε
     of each round (`pate.release.budget.sanitised_cost`) when it has no release.json; a
-    finished run's steps are skipped, not released again. A target plan
-    (``privacy.target_eps``) is made by `label`, so with one the sanitised ε is left to it."""
+    finished run's steps are skipped, not released again. Under a target
+    (``privacy.target_eps``) the costs are those of the plans `label` and `label --round 2`
+    will make (`_target_costs`: public values only, the same plans)."""
     from analysis import composition
     from pate.release.budget import sanitised_cost
     from pate.store.ledger import Ledger
@@ -471,13 +472,54 @@ def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism | Non
             book.check_budget([noise_of(config.fine_grained, p.delta).cost()], p.total_budget, p.delta,
                               "this run's fine-grained release")
         return
-    rounds = [config.aggregation.queries]
-    if config.rounds.rounds == 2:
-        rounds.append(min(config.rounds.queries, _left_for_round2(config)))
-    costs = [] if labelled else [composition.labels_cost(record, n) for n in rounds]
-    if not p.target_eps:
+    if p.target_eps:
+        costs = _target_costs(config, run_dir, record, labelled)
+    else:
+        rounds = [config.aggregation.queries]
+        if config.rounds.rounds == 2:
+            rounds.append(min(config.rounds.queries, _left_for_round2(config)))
+        costs = [] if labelled else [composition.labels_cost(record, n) for n in rounds]
         costs += [sanitised_cost(record, n, p) for n in rounds]
     book.check_budget(costs, p.total_budget, p.delta, "this run's releases (labels and sanitised eps)")
+
+
+def _target_costs(config: Config, run_dir: rundir.RunDir, record: Mechanism, labelled: bool) -> list:
+    """What a run under ``[privacy] target_eps`` has yet to release, by the plans it will make
+    (deterministic, from public values: `pate.release.target`): round 1's labels (unless
+    made) and its sanitised draw at the planned release (the labels' recorded plan when they
+    exist); with two rounds, round 2's labels and draw as `choose_round2` will plan them after
+    round 1's releases (a target round 2 cannot meet is refused here, before any training)."""
+    from analysis import composition
+    from pate.data import load_dataset
+    from pate.release import target as release_target
+    from pate.release.budget import accountable_record, sanitised_cost
+
+    def quiet(_line):
+        return None
+
+    p = config.privacy
+    num_classes = load_dataset(config.data).num_classes
+    if labelled:
+        labels = read_labels(run_dir / rundir.LABELS_NPZ)
+        n1, choice = int(labels["indices"].size), release_target.planned(labels)
+        earlier = [composition.labels_cost(record, n1)]
+        costs = []
+    else:
+        choice = release_target.choose(config, config.teachers.num_teachers, num_classes, record=record, echo=quiet)
+        n1 = choice.num_queries
+        costs = earlier = [composition.labels_cost(record, n1)]
+    released = (sanitised_cost(record, n1, p) if choice is None else
+                release_target.planned_release_cost(record, choice))
+    costs, earlier = [*costs, released], [*earlier, released]
+    if config.rounds.rounds == 2:
+        rc = dataclasses.replace(config.rounds, queries=min(config.rounds.queries, config.data.public_size - n1))
+        second = accountable_record(dataclasses.replace(config.aggregation, queries=rc.queries), p)
+        order = choice.order if choice is not None else (p.release_order or None)
+        plan = release_target.choose_round2(dataclasses.replace(config, rounds=rc), config.teachers.num_teachers,
+                                            num_classes, {"details": {"release_order": order}}, earlier=earlier,
+                                            record=second, echo=quiet)
+        costs += [composition.labels_cost(second, plan.num_queries), release_target.planned_release_cost(second, plan)]
+    return costs
 
 
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,

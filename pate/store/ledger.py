@@ -10,20 +10,16 @@ withdrawn when that commit puts nothing in place), with its data-independent cos
 replace-one neighbours) and adds the float64 label samplers' δ of every label release
 (`analysis.noise.sampling_tv`).
 
-Identity: a ledger is named by the private data's *content* — the data set's name and a
-keyed digest of its training split (`data_identity`), recorded in the run (teachers.json,
-votes.npz) so that ``label --votes``, ``analyze --votes`` and copies of the files charge
-the same ledger — or by a name the user gives (``--ledger NAME``; votes made elsewhere).
-A ledger an older pate named by the files' location still counts (``legacy``). Votes with
-no recorded data set and no name are refused: never one shared bucket.
+Identity (`pate.store.identity`): a ledger is named by the private data's *content*, or by
+a name the user gives for votes made elsewhere; `Ledger.for_config`, `Ledger.for_run` and
+`Ledger.for_votes` find it. Votes with no recorded data set and no name are refused.
 
 Budget: the first ``[privacy] total_budget`` a command brings is recorded in the ledger
 (a ``budget`` entry, ε at δ) and holds for every later command, ``--votes`` ones
 included; a config's lower budget tightens it, only ``pate ledger --set-budget`` raises it.
 
-Storage: one JSON-lines file per data set in the ledger directory (``[privacy] ledger``,
-else ``$PATE_LEDGER_DIR``, else ``$XDG_STATE_HOME/pate/ledgers`` or
-``~/.local/state/pate/ledgers``), owner-only (0700 folder, 0600 files), append-only:
+Storage: one JSON-lines file per data set in the ledger directory
+(`pate.store.identity.directory_for`), owner-only (0700 folder, 0600 files), append-only:
 each charge rewrites the file atomically (temp file, fsync, rename) under an OS file lock
 after checking that the old lines are unchanged. It never holds votes, labels, seeds or
 any private value: only public parameters, public digests (of the labels' content,
@@ -36,22 +32,18 @@ import contextlib
 import dataclasses
 import datetime
 import hashlib
-import hmac
 import json
 import math
 import os
 import re
-import zipfile
 from pathlib import Path
 from typing import Any, Iterable
 
-import numpy as np
-
 from analysis import composition
 from analysis.errors import PateError
+from pate.store.identity import (LEDGER_ENV, data_identity, default_directory, directory_for, keyed,
+                                  ledger_name, legacy_identity, prepare, run_source, votes_source)
 
-LEDGER_ENV = "PATE_LEDGER_DIR"
-_KEY_FILE = ".key"
 _FORMAT = 1
 
 #: Entry kinds that are releases made from the private data (each with a cost).
@@ -62,151 +54,6 @@ MARK_KINDS = ("budget", "private-tuning")
 KINDS = RELEASE_KINDS + MARK_KINDS
 
 
-def default_directory() -> Path:
-    """Where ledgers live when no config names a place (module docstring): ``$PATE_LEDGER_DIR``
-    (absolute, or ``~/...``), else ``$XDG_STATE_HOME/pate/ledgers`` when that is absolute (a
-    relative one is ignored, as the XDG Base Directory specification says), else
-    ``~/.local/state/pate/ledgers``.
-
-    Raises:
-      PateError: ``$PATE_LEDGER_DIR`` blank or relative: the ledger would follow the working
-        directory, so a command run from another folder would start an empty ledger and
-        escape ``total_budget``.
-    """
-    env = os.environ.get(LEDGER_ENV)
-    if env is not None and env != "":
-        return _absolute(env, f"${LEDGER_ENV}")
-    state = os.environ.get("XDG_STATE_HOME") or ""
-    if not os.path.isabs(state):
-        state = os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state) / "pate" / "ledgers"
-
-
-def _absolute(where: str, source: str) -> Path:
-    """``where`` as an absolute folder (``~`` expanded), or a one-line refusal naming ``source``."""
-    path = Path(where.strip()).expanduser() if where.strip() else None
-    if path is None or not path.is_absolute():
-        raise PateError(f"{source} = {where!r} is not an absolute folder: a ledger there would move with the "
-                        "working directory (and a budget with it); give an absolute path such as ~/pate-ledgers")
-    return path
-
-
-def directory_for(privacy=None) -> Path:
-    """The ledger directory of a `[privacy]` section (its ``ledger`` key, absolute or
-    ``~/...``), else the default."""
-    where = getattr(privacy, "ledger", "") if privacy is not None else ""
-    return _absolute(where, "privacy.ledger") if where else default_directory()
-
-
-def data_identity(data, directory: str | Path | None = None) -> str:
-    """The *source* of the private data behind a `[data]` section: the data set's name and
-    the sha256 of its training split's content (`pate.data.training_digest`), as
-    ``"<name>:sha256:<digest>"``. A copy of the same files under another path, gzipped or
-    not, has the same source. The public pool and the evaluation split do not enter: they
-    are not private. A plain fingerprint of the private data: it goes into private files
-    only (votes.npz, teachers.json, the ledger folder's cache); `Ledger` names its ledger
-    by a keyed digest of it (`ledger_name`), which may be published.
-
-    The digest is cached by the training files' stat (path, size, inode, times) in the
-    ledger directory (owner-only), so a command reads the data once per change."""
-    directory = Path(directory) if directory is not None else default_directory()
-    from pate import data as data_mod
-
-    files = data_mod.training_files(data)
-    stats = [[str(Path(f).expanduser().resolve()), *_stat(f)] for f in files]
-    cache_key = hashlib.sha256(json.dumps([data.name, stats, legacy_identity(data) if not files else ""])
-                               .encode("utf-8")).hexdigest()
-    source = _IDENTITIES.get((str(directory), cache_key)) or _cached_identity(directory, cache_key)
-    if source is None or _SOURCE.fullmatch(source) is None:
-        source = f"{data.name}:sha256:{data_mod.training_digest(data)}"
-        _prepare(directory)
-        _cache_identity(directory, cache_key, source)
-    _IDENTITIES[(str(directory), cache_key)] = source
-    return source
-
-
-#: A data source (`data_identity`): the data set's name and the sha256 of its training split.
-_SOURCE = re.compile(r"(.+):sha256:([0-9a-f]{64})")
-
-
-def ledger_name(source: str, directory: str | Path) -> str:
-    """The ledger name of a data `source`: its data set's name and the first 128 bits of
-    an HMAC of its digest under the ledger directory's key — publishable, and the same for
-    every copy of the data; any other name (a user's ``--ledger NAME``) is itself."""
-    match = _SOURCE.fullmatch(source.strip())
-    if match is None:
-        return source.strip()
-    return f"{match[1]}:{_keyed(Path(directory), b'data-set', match[2].encode('ascii'))[:32]}"
-
-
-#: In-process cache of `data_identity` (ledger directory, stat key) -> name.
-_IDENTITIES: dict[tuple[str, str], str] = {}
-_IDENTITY_CACHE = ".identities.json"
-
-
-def _stat(path) -> list[int]:
-    try:
-        st = os.stat(path)
-    except OSError as err:
-        raise PateError(f"cannot read the data file {path}: {err.strerror or err}") from None
-    return [st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns]
-
-
-def _cached_identity(directory: Path, cache_key: str) -> str | None:
-    try:
-        doc = json.loads((directory / _IDENTITY_CACHE).read_text())
-    except (OSError, ValueError):
-        return None  # missing or damaged: computed again (it is only a cache)
-    name = doc.get(cache_key) if isinstance(doc, dict) else None
-    return name if isinstance(name, str) else None
-
-
-def _cache_identity(directory: Path, cache_key: str, name: str) -> None:
-    from analysis.report_io import write_atomic
-
-    path = directory / _IDENTITY_CACHE
-    try:
-        doc = json.loads(path.read_text()) if path.is_file() else {}
-        doc = doc if isinstance(doc, dict) else {}
-    except (OSError, ValueError):
-        doc = {}
-    doc[cache_key] = name
-    try:
-        write_atomic(path, json.dumps(doc).encode("utf-8"), private=True)
-    except OSError:
-        pass  # only a cache
-
-
-def legacy_identity(data) -> str:
-    """The name an older pate gave the same `[data]` section's ledger: the data set and the
-    resolved location of its files (synthetic data: its generating parameters). Such a
-    ledger's releases still count (`Ledger`'s ``legacy``)."""
-    if data.name == "synthetic":
-        return (f"synthetic(train={data.synthetic_train_size}, shape={list(data.synthetic_shape)}, "
-                f"classes={data.synthetic_classes}, noise={data.synthetic_noise:g}, "
-                f"seed={data.synthetic_seed})")
-    from pate import data as data_mod
-
-    where = data_mod.source_location(data.name, data.path)
-    return f"{data.name}:{Path(where).expanduser().resolve()}"
-
-
-def votes_identity(path) -> str | None:
-    """The data set a votes file (votes.npz written by pate) says its votes come from
-    (``meta.data_set``), else None (an older pate's, or votes made elsewhere)."""
-    from analysis.report_io import open_plain
-
-    if not os.fspath(path).endswith(".npz"):
-        return None
-    try:
-        with open_plain(path) as fh, np.load(fh, allow_pickle=False) as f:
-            meta = json.loads(str(f["meta"])) if "meta" in f.files else {}
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
-        return None  # the votes reader refuses a damaged file in its own words
-    name = meta.get("data_set") if isinstance(meta, dict) else None
-    return name if isinstance(name, str) and name.strip() else None
-
-
 def _slug(name: str) -> str:
     stem = re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-")[:48] or "ledger"
     return f"{stem}-{hashlib.sha256(name.encode('utf-8')).hexdigest()[:12]}"
@@ -214,55 +61,6 @@ def _slug(name: str) -> str:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def _key(directory: Path) -> bytes:
-    """The secret key of a ledger directory's keyed digests (32 random bytes, owner-only).
-    Data-set names are keyed by it: a lost key renames every data set, so it is never
-    replaced silently."""
-    path = directory / _KEY_FILE
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
-    except FileExistsError:
-        if path.is_symlink() or not path.is_file():
-            raise PateError(f"the ledger's key {path} is not a plain file; move it aside (pate then makes a new "
-                            "key, and every data set's ledger name and keyed digest changes with it)") from None
-        try:
-            key = path.read_bytes()
-        except OSError as err:
-            raise PateError(f"cannot read the ledger key {path}: {err.strerror or err}") from None
-        if len(key) != 32:
-            raise PateError(f"{path} is damaged (not a 32-byte key); restore it from a backup: data-set names "
-                            "and keyed digests are made with it, and a new key would start new ledgers") from None
-        return key
-    except OSError as err:
-        raise PateError(f"cannot use the ledger directory {directory}: {err.strerror or err}; "
-                        f"set [privacy] ledger or ${LEDGER_ENV} to a writable folder") from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(os.urandom(32))
-        f.flush()
-        os.fsync(f.fileno())
-    return path.read_bytes()
-
-
-def _prepare(directory: Path) -> None:
-    try:
-        if not directory.is_dir():  # made here: owner-only; a folder given is left as it is
-            directory.mkdir(parents=True, exist_ok=True)
-            os.chmod(directory, 0o700)
-    except OSError as err:
-        raise PateError(f"cannot use the ledger directory {directory}: {err.strerror or err}; "
-                        f"set [privacy] ledger or ${LEDGER_ENV} to a writable folder") from None
-
-
-def _keyed(directory: Path, *parts: bytes) -> str:
-    """HMAC-SHA256 of `parts` under the key of the ledger directory `directory`."""
-    _prepare(directory)
-    mac = hmac.new(_key(directory), digestmod=hashlib.sha256)
-    for part in parts:
-        mac.update(len(part).to_bytes(8, "little"))
-        mac.update(part)
-    return mac.hexdigest()
 
 
 class Ledger:
@@ -280,6 +78,9 @@ class Ledger:
     def __init__(self, name: str, directory: str | Path | None = None, *, legacy: Iterable[str] = ()):
         if not isinstance(name, str) or not name.strip():
             raise PateError("a ledger needs a non-empty name (--ledger NAME)")
+        if not name.isprintable():  # a newline would split every line that names it
+            raise PateError(f"a ledger name must be one line of printable text, got {name!r}; give another "
+                            "(--ledger NAME)")
         self.directory = Path(directory) if directory is not None else default_directory()
         #: What private files record (votes.npz, teachers.json): a data source, or the name.
         self.source = name.strip()
@@ -289,13 +90,32 @@ class Ledger:
 
     @classmethod
     def for_config(cls, config) -> "Ledger":
+        """The ledger of a config's private data set (`pate.store.identity.data_identity`)."""
         directory = directory_for(config.privacy)
         return cls(data_identity(config.data, directory), directory, legacy=(legacy_identity(config.data),))
+
+    @classmethod
+    def for_run(cls, workdir, config=None) -> "Ledger":
+        """The ledger a run directory's releases belong to (`pate.store.identity.run_source`)."""
+        source = run_source(workdir, config)
+        return cls(source.name, source.directory, legacy=source.legacy)
+
+    @classmethod
+    def for_votes(cls, votes, name: str | None = None, directory: str | Path | None = None) -> "Ledger":
+        """The ledger a release from external votes is charged to
+        (`pate.store.identity.votes_source`; in-memory votes need ``name``).
+
+        Raises:
+          PateError: the votes name no data set and no ``name`` is given, or ``name``
+            contradicts the data set they name.
+        """
+        source = votes_source(votes, name, directory)
+        return cls(source.name, source.directory)
 
     # ------------------------------------------------------------------ storage
 
     def _prepare_directory(self) -> None:
-        _prepare(self.directory)
+        prepare(self.directory)
         if self.path.is_symlink() or (self.path.exists() and not self.path.is_file()):
             raise PateError(f"the ledger {self.path} is not a plain file; move it aside (the ledger "
                             "is never written through a link)")
@@ -314,8 +134,8 @@ class Ledger:
             raise PateError(f"the ledger {self.path} stayed locked by another pate process for 60 s; "
                             "try again when it has finished") from None
         except OSError as err:
-            if err.filename is None or os.path.abspath(err.filename) != os.path.abspath(lock):
-                raise
+            if err.filename is None or os.path.realpath(err.filename) != os.path.realpath(lock):
+                raise  # (filelock names the lock by its real path: the ledger folder may be a link)
             raise PateError(f"cannot take the ledger's lock {lock}: {_why(err, lock)}") from None
 
     def _read_raw(self) -> bytes:
@@ -324,7 +144,7 @@ class Ledger:
         except FileNotFoundError:
             return b""
         except OSError as err:
-            raise PateError(f"cannot read the ledger {self.path}: {err.strerror or err}") from None
+            raise PateError(f"cannot read the ledger {self.path}: {_why(err, self.path)}") from None
         with os.fdopen(fd, "rb") as f:
             return f.read()
 
@@ -349,7 +169,9 @@ class Ledger:
                 self._check_entry(doc, k)
                 entries.append(doc)
         if header is not None and header.get("ledger") != self.name:
-            raise PateError(f"{self.path} is the ledger of {header.get('ledger')!r}, not {self.name!r}")
+            raise PateError(f"{self.path} is the ledger of {header.get('ledger')!r}, not {self.name!r} (a file copied "
+                            "or renamed over it); put it back under its own name, or move it aside knowing that "
+                            "the releases it recorded still count")
         return header, entries
 
     def _check_entry(self, doc: dict, line: int) -> None:
@@ -394,7 +216,7 @@ class Ledger:
         """HMAC-SHA256 of private bytes under the ledger directory's secret key: it says
         whether two inputs are the same without being a public fingerprint of either."""
         self._prepare_directory()
-        return _keyed(self.directory, *parts)
+        return keyed(self.directory, *parts)
 
     # ------------------------------------------------------------------ accounting
 
@@ -443,7 +265,8 @@ class Ledger:
             spent = composition.compose(self.costs(entries=entries), delta).eps
             if spent > eps:
                 raise PateError(f"the data set {self.name!r} has already spent eps {spent:.4g} at delta {delta:g}; "
-                                f"a budget of {eps:g} would be below it (a budget cannot undo releases)")
+                                f"a budget of {eps:g} would be below it (a budget cannot undo releases); give at "
+                                f"least {spent:.4g}")
             entry = {"kind": "budget", "budget": float(eps), "delta": float(delta),
                      "note": "set by pate ledger --set-budget"}
             return self._append(raw, header, entries, [entry])[-1]
@@ -594,7 +417,7 @@ class Ledger:
         try:
             write_atomic(self.path, data, private=True)
         except OSError as err:
-            raise PateError(f"cannot write the ledger {self.path}: {err.strerror or err}; nothing was "
+            raise PateError(f"cannot write the ledger {self.path}: {_why(err, self.path)}; nothing was "
                             "released") from None
         os.chmod(self.path, 0o600)
 
@@ -637,6 +460,11 @@ def _why(err: OSError, path) -> str:
 
     if err.errno == errno.EISDIR:
         return "it is a folder, not the file pate makes there; move it aside"
+    if err.errno == errno.ENOTDIR:
+        return (f"the ledger folder {Path(path).parent} is a file, not a folder; set [privacy] ledger or "
+                f"${LEDGER_ENV} to a folder")
+    if err.errno == errno.ELOOP:
+        return "it is a symbolic link (pate never reads or writes a ledger through one); move it aside"
     if err.errno == errno.ENOSPC:
         return "no space left on the device; free space on it"
     if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -689,6 +517,14 @@ def _refuse_over_budget(name: str, spent: list, new: list, limits, what: str) ->
                             "nothing was written (`pate ledger` lists what was spent)")
 
 
+def publish_line(data_set: dict, file: str, own: str) -> str:
+    """The first line a release prints: the figure to publish, the data set's
+    (`Ledger.summary`), which ``file`` leads with; ``own`` says where the release's own is."""
+    return (f"PUBLISH: eps {data_set['eps']:.4g} at delta {data_set['delta']:.3g}, what data set "
+            f"{data_set['data_set']} has spent in all ({data_set['releases']} release(s), this one included; "
+            f"{file}'s first figure). This release's own figure is {own}.")
+
+
 def cumulative_line(book: Ledger, delta: float) -> str:
     """The line every release prints: what its data set has spent in all."""
     total = book.total(delta)
@@ -738,64 +574,3 @@ def render(ledger: Ledger, delta: float) -> str:
                      "--on-private-votes): no eps here covers that choice")
     lines.append("data-dependent (sanitised) eps values are not composed: ex-post guarantees do not add")
     return "\n".join(lines)
-
-
-def for_run(workdir, config=None) -> Ledger:
-    """The ledger a run directory's releases belong to: the data set its votes.npz names
-    (`votes_identity`), else its config's data set (`data_identity`), else the ledger its
-    labels.npz names, else the run directory itself. The other names the run's releases
-    may have been charged under by an older pate count as ``legacy``."""
-    from pate.store import rundir
-
-    run = rundir.RunDir(workdir)
-    config = run.stored_config() if config is None else config
-    directory = directory_for(config.privacy if config is not None else None)
-    named = votes_identity(run / rundir.VOTES_NPZ) if run.exists(rundir.VOTES_NPZ) else None
-    meta = {}
-    if run.exists(rundir.LABELS_NPZ):
-        try:
-            meta = run.read_npz(rundir.LABELS_NPZ).get("meta") or {}
-        except PateError:
-            meta = {}
-    labelled = str(meta["ledger"]) if isinstance(meta, dict) and meta.get("ledger") else None
-    legacy = [labelled] if labelled else []
-    if config is not None:
-        legacy.append(legacy_identity(config.data))
-        if named is None:
-            try:
-                named = data_identity(config.data, directory)
-            except PateError:
-                named = None  # the data is gone: the labels' own record still names the ledger
-    name = named or labelled or "run:" + os.path.abspath(os.fspath(workdir))
-    return Ledger(name, directory, legacy=legacy)
-
-
-def for_votes(votes, name: str | None = None, directory: str | Path | None = None) -> Ledger:
-    """The ledger a release from external votes is charged to: the data set the votes file
-    names (`votes_identity`: votes.npz written by pate), else the run directory it sits in
-    (`for_run`), else ``name`` (``--ledger NAME``). In-memory votes need ``name``.
-
-    Raises:
-      PateError: the votes name no data set and no ``name`` is given (all such votes would
-        otherwise share one ledger), or ``name`` contradicts the data set they name.
-    """
-    from pate.store import rundir
-
-    directory = default_directory() if directory is None else Path(directory)
-    if not isinstance(votes, (str, os.PathLike)):
-        if not name:
-            raise PateError("in-memory votes need the name of the private data set they come from (ledger=NAME, "
-                            "the same for every release from it): pate cannot tell two arrays' data sets apart")
-        return Ledger(name, directory)
-    path = Path(votes)
-    named = votes_identity(path)
-    if named is None and path.name in (rundir.VOTES_NPZ, rundir.VOTES_ROUND2_NPZ) and (
-            path.parent / rundir.CONFIG_TOML).is_file():
-        named = for_run(path.parent).source  # an older pate's run: its config names the data set
-    if named is not None and name and name.strip() not in (named, ledger_name(named, directory)):
-        raise PateError(f"{path} holds votes on the data set {named!r}; --ledger {name!r} would charge another "
-                        "ledger: drop --ledger (or give that name)")
-    if named is None and not name:
-        raise PateError(f"{path} does not say which private data set its votes come from (made elsewhere or by an "
-                        "older pate): pass --ledger NAME, the same name for every release from that data set")
-    return Ledger(named or name, directory)

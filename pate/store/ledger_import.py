@@ -20,7 +20,8 @@ import numpy as np
 from analysis import composition, mechanisms
 from analysis.errors import PateError
 from pate.store import digests, rundir
-from pate.store.ledger import Ledger, directory_for, for_run
+from pate.store.identity import directory_for
+from pate.store.ledger import Ledger
 
 
 class _Importer:
@@ -131,7 +132,7 @@ def _cost(build, path, fields: str, command: str) -> composition.Cost:
 
 def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
     """Charges every release of a run directory its data set's ledger does not record
-    yet, once each (module docstring), to the run's ledger (`pate.store.ledger.for_run`)
+    yet, once each (module docstring), to the run's ledger (`pate.store.ledger.Ledger.for_run`)
     or the ledger ``name``.
 
     Returns:
@@ -144,7 +145,7 @@ def import_run(workdir, *, name: str | None = None, echo=print) -> list[dict]:
     if not run.path.is_dir():
         raise PateError(f"run directory {run.path} does not exist")
     config = run.own_config()
-    book = for_run(workdir, config) if name is None else Ledger(name, directory_for(
+    book = Ledger.for_run(workdir, config) if name is None else Ledger(name, directory_for(
         config.privacy if config is not None else None))
     release_cost = config.privacy.release_cost if config is not None else 0.2
     imp = _Importer(run, book, release_cost, echo)

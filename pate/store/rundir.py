@@ -125,13 +125,15 @@ def metadata(config: Config | None) -> dict[str, Any]:
 
 
 def write_json(path: str | Path, payload: Mapping[str, Any], config: Config | None) -> None:
-    """Writes `payload` plus a `meta` object (see `metadata`) as JSON, atomically.
+    """Writes `payload` plus a `meta` object (see `metadata`) after it as JSON, atomically
+    (a published file's first key is its figure: dpsgd.json's ``eps``).
 
     numpy arrays and scalars become lists and numbers; NaN and infinities become null.
     """
     from analysis.report_io import jsonable
 
-    doc = {_META_KEY: metadata(config), **jsonable(payload)}
+    doc = dict(jsonable(payload))
+    doc.setdefault(_META_KEY, metadata(config))
     atomic_write_text(path, json.dumps(doc, indent=2, allow_nan=False) + "\n")
 
 
