@@ -176,14 +176,14 @@ def test_tiny_run_through_the_cli(tiny_dpsgd):
     assert info["release_eps"] == info["eps_replace_one"] and "PUBLISH: eps" in output
     assert "replace-one" in output and "replacing one example" in info["neighbouring_relation_note"]
     assert info["eps_replace_one"] == pytest.approx(dpsgd_accounting.epsilon_replace_one(
-        info["noise_multiplier"], info["sampling_rate"], info["steps"], info["delta"]), rel=1e-9)
+        info["noise_multiplier"], info["sampling_rate"], info["steps"], info["release_delta"]), rel=1e-9)
     assert info["eps_replace_one"] > info["eps_add_remove"]
     assert info["model"] == "cnn" and info["sampling"] == "poisson" and info["accountant"] == "rdp"
     assert info["accuracy"] > 0.5  # 4 classes
     assert info["eps_add_remove"] <= info["target_eps"] == 3.0
     # the reported eps is recomputed from what ran
     assert info["eps_add_remove"] == pytest.approx(dpsgd_accounting.epsilon(
-        info["noise_multiplier"], info["sampling_rate"], info["steps"], info["delta"]), rel=1e-9)
+        info["noise_multiplier"], info["sampling_rate"], info["steps"], info["release_delta"]), rel=1e-9)
     assert info["eps_add_remove"] > 2.9
     assert (workdir / rundir.DPSGD_DIR).is_dir() and (workdir / rundir.CONFIG_TOML).exists()
     # the seed is never written

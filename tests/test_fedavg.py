@@ -270,7 +270,7 @@ def test_tiny_run_through_the_cli(tiny_fedavg, ledger_dir):
                                                 / info["client_size"])
     assert 2.9 < info["release_eps"] <= info["target_eps"] == 3.0
     assert info["release_eps"] == pytest.approx(fp.total_eps("laplace", info["per_round_eps"], info["rounds"],
-                                                             info["delta"]))
+                                                             info["release_delta"]))
     assert info["per_round_eps"] < info["release_eps"] / 5  # what per-round accounting would publish
     # the default Laplace release is on the grid: Δ_grid = ⌊Δ/γ⌋ + d steps, t the least integer
     grid = info["grid"]

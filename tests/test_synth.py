@@ -228,7 +228,7 @@ def test_tiny_run_through_the_cli(tiny_synth):
     assert info["queries"] == queries and info["teachers"] == cfg.teachers.num_teachers
     assert info["neighbouring_relation"] == "replace-one" and info["mechanism"]["num_classes"] == 2
     assert info["sigma"] == pytest.approx(synth.calibrate_sigma(cfg.synth.eps, cfg.privacy.delta, queries))
-    assert 0.99 * cfg.synth.eps < info["release_eps"] <= cfg.synth.eps and info["delta"] == cfg.privacy.delta
+    assert 0.99 * cfg.synth.eps < info["release_eps"] <= cfg.synth.eps and info["release_delta"] == cfg.privacy.delta
     tstr = info["train_on_synthetic_test_on_real"]
     assert 0 <= tstr["logistic_regression"] <= 1 and 0 <= tstr["cnn"] <= 1
     assert info["research_seed"] is True and not [k for k in info if "time" in k or "vote" in k]

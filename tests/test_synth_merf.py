@@ -272,7 +272,7 @@ def test_tiny_run_through_the_cli(tiny_merf):
     m = merf.calibrate_multiplier(cfg.synth.eps, cfg.privacy.delta)
     assert info["method"] == "merf" and info["neighbouring_relation"] == "replace-one"
     assert info["mechanism"]["noise_multiplier"] == pytest.approx(m)
-    assert 0.99 * cfg.synth.eps < info["release_eps"] <= cfg.synth.eps and info["delta"] == cfg.privacy.delta
+    assert 0.99 * cfg.synth.eps < info["release_eps"] <= cfg.synth.eps and info["release_delta"] == cfg.privacy.delta
     assert info["sampling_delta"] == 0.0 and info["features"] == cfg.synth.merf_features
     tstr = info["train_on_synthetic_test_on_real"]
     assert 0 <= tstr["logistic_regression"] <= 1 and 0 <= tstr["cnn"] <= 1
