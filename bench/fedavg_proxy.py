@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import sys
@@ -114,6 +115,8 @@ def main(argv=None) -> int:
                     help="rounds:learning_rate (FedAvg) or rounds:rho (IADMM)")
     ap.add_argument("--proxy-clients", type=int, default=0, help="0: clients of the private clients' size")
     ap.add_argument("--proxy-eps", choices=["matched", "same"], default="matched")
+    ap.add_argument("--server-momentum", type=float, nargs="+", default=None,
+                    help="FedAvg server momentum values to try (default: the config's)")
     ap.add_argument("--draws", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
@@ -135,9 +138,11 @@ def main(argv=None) -> int:
     for algorithm, mechanism in settings:
         for eps in args.eps:
             for pca in args.pca:
-                for schedule in args.schedules:
+                momenta = (args.server_momentum or [cfg.server_momentum]) if algorithm == "fedavg" else [0.0]
+                for schedule, momentum in itertools.product(args.schedules, momenta):
                     rounds, value = int(schedule.split(":")[0]), float(schedule.split(":")[1])
                     step = {"learning_rate": value} if algorithm == "fedavg" else {"rho": value}
+                    step["server_momentum"] = momentum
                     run_cfg = dataclasses.replace(cfg, algorithm=algorithm, mechanism=mechanism, model=model, pca=pca,
                                                   rounds=rounds, eps=eps * factor, **step)
                     start = time.time()

@@ -181,6 +181,38 @@ def test_iadmm_dual_comes_from_released_values_only():
     assert fedavg.server_update("fedavg", noisy, lam, RHO)[1] is lam
 
 
+def test_server_momentum_is_fedavgm_on_the_released_averages():
+    """FedAvgM against a plain loop over rounds (v ← βv + (w − w̄), w ← w − v) from the noisy
+    averages alone; β = 0 is plain averaging (w ← w̄)."""
+    rng = np.random.default_rng(5)
+    averages = rng.normal(size=(6, DIM + 1, CLASSES))
+    for beta in (0.0, 0.5, 0.9):
+        theta, velocity = np.zeros((DIM + 1, CLASSES)), np.zeros((DIM + 1, CLASSES))
+        w, v = theta.copy(), velocity.copy()
+        for avg in averages:
+            theta, velocity = fedavg.server_momentum(theta, avg, velocity, beta)
+            step = w - avg
+            v = beta * v + step
+            w = w - v
+            np.testing.assert_allclose(theta, w)
+            if beta == 0.0:
+                np.testing.assert_allclose(theta, avg)
+
+
+def test_server_momentum_changes_the_model_not_the_cost(tmp_path):
+    """The same tiny run with β 0.5 runs FedAvgM at the same charge (post-processing)."""
+    runs = {}
+    for beta in ("0", "0.5"):
+        workdir = tmp_path / f"run-{beta}"
+        result = invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", 3,
+                        "--set", f"fedavg.server_momentum={beta}")
+        assert result.exit_code == 0, result.output
+        assert ("server momentum 0.5" in result.output) == (beta == "0.5")
+        runs[beta] = json.loads((workdir / rundir.FEDAVG_JSON).read_text())
+    assert runs["0"]["release_eps"] == runs["0.5"]["release_eps"]
+    assert runs["0"]["cost"] == runs["0.5"]["cost"]
+
+
 # --------------------------------------------------------------------------- accounting
 
 
@@ -341,6 +373,9 @@ def test_existing_result_needs_overwrite(tiny_fedavg):
     (["--set", "fedavg.clip_norm=0"], 1, "clip_norm"),
     (["--set", "fedavg.local_steps=0"], 1, "local_steps"),
     (["--set", "fedavg.grid=-1"], 1, "grid"),
+    (["--set", "fedavg.server_momentum=1"], 1, "server_momentum"),
+    (["--set", "fedavg.server_momentum=-0.1"], 1, "server_momentum"),
+    (["--algorithm", "iadmm", "--set", "fedavg.server_momentum=0.5"], 1, "fedavg\" only"),
     (["--clients", "100000"], 1, "clients"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, code, needle):

@@ -131,6 +131,15 @@ def server_update(algorithm: str, noisy: np.ndarray, lam: np.ndarray, rho: float
     return theta, lam + rho * (theta[None] - noisy)
 
 
+def server_momentum(theta: np.ndarray, averaged: np.ndarray, velocity: np.ndarray, beta: float
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """FedAvgM's server step (Hsu, Qi & Brown 2019): v ← βv + (w − w̄), w ← w − v, from the
+    previous public model w and the average w̄ of the noisy messages. A function of released
+    values only (post-processing: the round's cost does not depend on β); β = 0 returns w̄."""
+    velocity = beta * velocity + (theta - averaged)
+    return theta - velocity, velocity
+
+
 def to_flax(theta: np.ndarray) -> dict:
     """θ = [W; b] as the parameters of `pate.programs.models.Linear`."""
     theta = np.asarray(theta, np.float32)
@@ -361,18 +370,22 @@ def train_rounds(cfg, plan: Plan, shards: np.ndarray, train_x, train_y, num_clas
     theta = np.zeros((flat.shape[1] + 1, num_classes))  # public start (Linear's zero init)
     lam = np.zeros((clients, flat.shape[1] + 1, num_classes))
     echo(f"fedavg: {cfg.algorithm}, {cfg.mechanism} noise, {cfg.model} model ({theta.size} parameters); "
-         f"{clients} clients of {size} points, {cfg.rounds} rounds; sensitivity {plan.sensitivity:.4g} "
+         f"{clients} clients of {size} points, {cfg.rounds} rounds"
+         f"{f' (server momentum {cfg.server_momentum:g})' if cfg.server_momentum else ''}; sensitivity {plan.sensitivity:.4g} "
          f"({plan.norm}), per round {'eps' if cfg.mechanism == 'laplace' else 'mu'} {plan.per_round:.4g} for "
          f"total eps {cfg.eps:g} (replace-one)")
 
     def fl_round(t, state):
-        theta, lam = state
+        theta, lam, velocity = state
         sent = np.asarray(messages_fn(jnp.asarray(theta, jnp.float32), jnp.asarray(lam, jnp.float32), xs, ys))
-        return server_update(cfg.algorithm, add_noise(sent, source, cfg.mechanism, plan.scale, plan.grid), lam,
-                             cfg.rho)
+        new, lam = server_update(cfg.algorithm, add_noise(sent, source, cfg.mechanism, plan.scale, plan.grid), lam,
+                                 cfg.rho)
+        if cfg.server_momentum:
+            new, velocity = server_momentum(theta, new, velocity, cfg.server_momentum)
+        return new, lam, velocity
 
-    (theta, _), seconds = training_loop(
-        "fedavg round", cfg.rounds, fl_round, (theta, lam), show_progress=show_progress,
+    (theta, _, _), seconds = training_loop(
+        "fedavg round", cfg.rounds, fl_round, (theta, lam, np.zeros_like(theta)), show_progress=show_progress,
         diverged="federated training diverged (non-finite parameters); lower fedavg.learning_rate (or raise "
                  "fedavg.rho) and run again with --overwrite")
     return theta, seconds

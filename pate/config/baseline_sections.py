@@ -111,6 +111,9 @@ class FedavgConfig:
     pool's mean l1 norm: public values only; the projection is saved with the model).
     `grid = K` > 0 (Laplace): messages released exactly on a public grid of Δ/(K d) with
     discrete Laplace noise; 0: float64 Laplace. `analysis/fedavg_privacy.py` derives all that.
+    `server_momentum = β` in [0, 1) (FedAvg only): the server moves by v ← βv + (w − mean of
+    the noisy messages), w ← w − v (FedAvgM, Hsu, Qi & Brown 2019); post-processing of the
+    released messages, so the cost is the same for every β; 0: plain averaging.
     """
 
     algorithm: Literal["fedavg", "iadmm"] = "fedavg"
@@ -125,10 +128,15 @@ class FedavgConfig:
     rho: float = 1.0
     pca: int = 0
     grid: int = 100
+    server_momentum: float = 0.0
     eval_batch_size: int = 1000
 
     def validate(self) -> None:
         s = "fedavg"
+        _require(0.0 <= self.server_momentum < 1.0, s, "server_momentum",
+                 f"must lie in [0, 1) (0: plain averaging), got {self.server_momentum}")
+        _require(self.server_momentum == 0.0 or self.algorithm == "fedavg", s, "server_momentum",
+                 "applies to algorithm = \"fedavg\" only (IADMM's server step is its dual update); set it to 0")
         positive(s, self, "eps", "learning_rate", "clip_norm", "rho")
         at_least_one(s, self, "rounds")
         _require(self.clients >= 0, s, "clients", f"must be >= 0 (0: the teachers' partition), got {self.clients}")
