@@ -232,3 +232,25 @@ def sigkill_while_staged(args, run, step: str, env: dict, timeout: float = 300) 
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     return staged, proc.returncode
+
+
+def leads_with_the_data_set(command: str, json_name: str, workdir) -> dict:
+    """`pate COMMAND` on the tiny config after an earlier pure-ε-1 charge to the same data set:
+    its result file's first keys are the data set's cumulative ε and δ (more than the model's
+    own ``release_eps`` by the earlier charge's worth), and the printed summary starts with that
+    figure. Returns the result file's dict for the caller's own checks."""
+    import json
+
+    from analysis import composition
+    from pate.config import load_config
+    from pate.store.ledger import Ledger
+
+    Ledger.for_config(load_config(TINY)).charge("labels", composition.Cost("pure", {"eps0": 1.0, "count": 1}))
+    result = invoke(command, "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", 1)
+    assert result.exit_code == 0, result.output
+    info = json.loads((workdir / json_name).read_text())
+    assert list(info)[:2] == ["eps", "delta"] and info["eps"] == info["data_set"]["eps"]
+    assert info["data_set"]["releases"] == 2 and info["eps"] > info["release_eps"] + 0.5
+    summary = result.output[result.output.index("PUBLISH: eps"):]
+    assert summary.startswith(f"PUBLISH: eps {info['eps']:.4g} at delta")
+    return info

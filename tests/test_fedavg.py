@@ -28,7 +28,7 @@ from pate.config import load_config
 from pate.store.ledger import Ledger
 from pate.baselines import fedavg
 
-from conftest import TINY, invoke, one_line_error
+from conftest import TINY, invoke, leads_with_the_data_set, one_line_error
 
 
 C, ETA, RHO = 1.0, 0.5, 2.0
@@ -437,12 +437,5 @@ def test_fedavg_json_leads_with_what_the_data_set_has_spent(tmp_path):
     """fedavg.json led with the model's own eps; after an earlier release of the same data set
     its first key is now the data set's cumulative eps, larger than the model's own
     (``release_eps``, beside it), and the printed summary starts with it."""
-    Ledger.for_config(load_config(TINY)).charge("labels", composition.Cost("pure", {"eps0": 1.0, "count": 1}))
-    result = invoke("fedavg", "--config", TINY, "--workdir", tmp_path / "run", "--no-progress", "--seed", 1)
-    assert result.exit_code == 0, result.output
-    info = json.loads((tmp_path / "run" / rundir.FEDAVG_JSON).read_text())
-    assert list(info)[:2] == ["eps", "delta"] and info["eps"] == info["data_set"]["eps"]
-    assert info["data_set"]["releases"] == 2
-    assert info["eps"] > info["release_eps"] + 0.5 and info["release_eps"] <= info["target_eps"]
-    summary = result.output[result.output.index("PUBLISH: eps"):]
-    assert summary.startswith(f"PUBLISH: eps {info['eps']:.4g} at delta")
+    info = leads_with_the_data_set("fedavg", rundir.FEDAVG_JSON, tmp_path / "run")
+    assert info["release_eps"] <= info["target_eps"]
