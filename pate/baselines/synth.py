@@ -145,8 +145,9 @@ def train_synth(config: Config, workdir: str | Path, *, seed: int | None = None,
              f"queries = {plan.queries} GNMax votes at sigma {plan.mechanism.sigma:.4g} for eps {plan.eps:.4g} "
              f"(replace-one, delta {delta:g})")
         gan = PateGan(GanSpec.of(cfg, splits.train_x.shape[1:], splits.num_classes),
-                      *teacher_shards(public_scale(splits.train_x), splits.train_y, part.indices))
-        with Progress("synth step", cfg.steps, show=show_progress) as bar:
+                      *teacher_shards(public_scale(splits.train_x), splits.train_y, part.indices),
+                      public_x=public_scale(splits.pool_x) if cfg.public_real else None)
+        with Progress("synth step", cfg.warmup_steps + cfg.steps, show=show_progress) as bar:
             answered = train(gan, cfg.steps, plan.mechanism, source, bar.update)
         if answered != plan.queries:  # the planned count is what is charged
             raise PateError(f"internal error: {answered} votes answered, {plan.queries} planned")
