@@ -21,6 +21,18 @@ One step ``s`` (`train`):
 3. **Post-processing.** The student discriminator takes ``student_steps`` steps on the queried
    points and their noisy labels; the generator one step to make the student say real.
 
+**The public-pool student** (``public_real``; the original above is ``public_real = false``).
+Jordon et al.'s student never sees a real image, so nothing points the generator at the data
+(docs/baselines.md). Here the student is two discriminators: a *public* one, without class
+input, trained on the public pool's unlabelled images (`pate.data.Splits.pool_x`, published
+by the threat model) as real against generated ones, and the *conditional* one, trained on
+every (query, noisy label) released so far. Each step is ``gan_steps`` updates of both and of
+the generator, which fools both (non-saturating); ``warmup_steps`` such steps come before the
+first query (no vote, no teacher read by the student or the generator). The teachers may be
+trained to call their own images under a wrong class fake (``teacher_fakes = "mismatched"``,
+Reed et al.'s matching-aware discriminator, ICML 2016), so that their vote says whether a
+generated image shows its class: the only class information the generator gets.
+
 **Privacy** (replace-one neighbours of the private train split, as everywhere in pate).
 Replacing one training example changes one shard t. Everything the next step computes
 besides teacher t's state is a function of public values (the config, its seed, the
@@ -31,6 +43,18 @@ private learning with PATE", ICLR 2018, Proposition 8: ``(λ, λ/σ²)``-RDP per
 adaptive composition of the ``steps × batch_size`` answers (fixed before training) is what
 `analysis.mechanisms.GNMax.cost` states (μ² = 2N/σ²). The noise is drawn by the aggregator
 on the votes; no label any discriminator trains on is noised otherwise.
+
+The public-pool student changes none of this. Its inputs are the public pool (the same
+under both neighbours: replace-one changes a train-split example, never a pool image), the
+config and its seed, and the released noisy labels with the generated points they answer
+(themselves functions of earlier releases and public values); the ``gan_steps`` updates, the
+warm-up steps and the reuse of every released label are therefore post-processing, and cost
+nothing however many there are. The teachers' objective (``teacher_fakes``) reads teacher t's
+own shard and public values only, so replacing one example still changes teacher t alone,
+and each answer is still one GNMax answer of sensitivity √2. The number of answers,
+``steps × batch_size``, is fixed from the config before training (``warmup_steps`` and
+``gan_steps`` add none), so the ledger's charge is the same record and cost as without it.
+Test: `tests/test_synth.py::test_the_generator_reads_the_private_data_only_through_the_votes`.
 """
 
 from __future__ import annotations
