@@ -19,8 +19,18 @@ With ``--teacher-lr`` the teachers take their Adam steps at that rate instead of
 whether the teachers merely win the race. The vote-mode trace also gives the student's
 mean P(real) on the queries after its step (what the generator's gradient comes from).
 
+With ``--proxy`` nothing private is read at all: the public pool (labelled test points
+0 .. data.public_size) is cut in two, the first half standing in for the private train
+split (the teachers' shards), the second half the public pool the PATE-GAN's public
+student sees (``synth.public_real``) and the points the train-on-synthetic score is taken
+on (its labels are public; the evaluation split is left alone). ``--as-teachers T`` scales
+the planned σ by teachers / T, so that the proxy's few teachers see the noise-to-margin
+ratio of a real run with T teachers (the vote margin grows with the teachers, σ does not).
+This is how `configs/fashion_mnist.toml`'s public-pool settings were chosen.
+
     python bench/synth_diagnose.py [--mode vote|direct] [--teachers 100] [--steps 300]
-        [--sigma 0 | --eps E] [--teacher-lr LR] [--set synth.KEY=VALUE ...] [--png samples.png]
+        [--sigma 0 | --eps E [--as-teachers T]] [--proxy] [--teacher-lr LR]
+        [--set synth.KEY=VALUE ...] [--png samples.png]
 """
 
 from __future__ import annotations
@@ -97,6 +107,8 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], metavar="synth.KEY=VALUE")
     ap.add_argument("--teacher-lr", type=float, help="Adam rate of the teachers (default: synth.learning_rate)")
     ap.add_argument("--png", help="write the sample grid here")
+    ap.add_argument("--proxy", action="store_true", help="public pool cut in two: stand-in private half, public half")
+    ap.add_argument("--as-teachers", type=int, help="with --eps: sigma x teachers / AS_TEACHERS (a real run's ratio)")
     args = ap.parse_args()
     overrides = dict(parse_override(s) for s in args.set)
     overrides.update({"synth.teachers": args.teachers, "synth.steps": args.steps})
@@ -106,15 +118,23 @@ def main() -> None:
     cfg = config.synth
     start = time.time()
     splits = split(load_dataset(config.data), config.data.public_size)
+    if args.proxy:  # the labelled pool cut in two; nothing of the private train split is read
+        half = splits.pool_x.shape[0] // 2
+        splits = dataclasses.replace(splits, train_x=splits.pool_x[:half], train_y=splits.pool_y[:half],
+                                     pool_x=splits.pool_x[half:], pool_y=splits.pool_y[half:],
+                                     eval_x=splits.pool_x[half:], eval_y=splits.pool_y[half:])
     part = partition(int(splits.train_x.shape[0]), args.teachers, config.teachers.seed)
     sigma = synth.Plan.of(cfg, config.privacy.delta).mechanism.sigma if args.eps is not None else args.sigma
+    if args.eps is not None and args.as_teachers:
+        sigma *= args.teachers / args.as_teachers
     spec = GanSpec.of(cfg, splits.train_x.shape[1:], splits.num_classes)
     shards = teacher_shards(synth_eval.public_scale(splits.train_x), splits.train_y, part.indices)
+    public_x = synth_eval.public_scale(splits.pool_x) if cfg.public_real else None
     if args.teacher_lr is None:
-        gan = PateGan(spec, *shards)
+        gan = PateGan(spec, *shards, public_x=public_x)
     else:
         gan = _SlowTeacherGan(_SlowTeacherSpec(**dataclasses.asdict(spec), teacher_learning_rate=args.teacher_lr),
-                              *shards)
+                              *shards, public_x=public_x)
     trace, window = [], []
     real_run = aggregation.run
 
@@ -131,7 +151,7 @@ def main() -> None:
         window[-1].append(float(jnp.mean(jax.nn.sigmoid(logits))))
 
     def on_step(s):
-        if s % 50 == 0 and window:
+        if s % max(1, (cfg.warmup_steps + cfg.steps) // 6) == 0 and window:
             trace.append({"step": s, "real_vote_fraction": float(np.mean([w[0] for w in window])),
                           "real_label_fraction": float(np.mean([w[1] for w in window])),
                           "student_p_real": float(np.mean([w[-1] for w in window]))})
@@ -156,7 +176,8 @@ def main() -> None:
     if args.png:
         with open(args.png, "wb") as f:
             f.write(synth_eval.sample_grid(pixels, labels, splits.num_classes))
-    print(json.dumps({"mode": args.mode, "teachers": args.teachers, "teacher_lr": args.teacher_lr, "shard_size": part.shard_size,
+    print(json.dumps({"mode": args.mode, "proxy": args.proxy, "teachers": args.teachers,
+                      "as_teachers": args.as_teachers, "eps": args.eps, "overrides": args.set, "teacher_lr": args.teacher_lr, "shard_size": part.shard_size,
                       "steps": cfg.steps, "batch_size": cfg.batch_size, "sigma": sigma, "trace": trace,
                       "mean_pixel": float(pixels.mean() / 255.0), "tstr_logistic_regression": accuracy,
                       "train_s": round(train_s, 1), "total_s": round(time.time() - start, 1)}, indent=1))

@@ -8,6 +8,7 @@ the tiny config through the CLI."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -275,3 +276,96 @@ def test_bad_options_and_config_are_one_line_errors(tmp_path):
     result = invoke("synth", "--config", TINY, "--workdir", tmp_path / "r", "--set", "synth.batch_size=0")
     assert result.exit_code == 1 and "synth.batch_size" in result.output
     assert not (tmp_path / "r" / rundir.SYNTH_JSON).exists()
+
+
+# --------------------------------------------------------------------------- the public-pool student
+
+PUBLIC_SPEC = dataclasses.replace(SPEC, public_real=True, gan_steps=2, warmup_steps=1, teacher_fakes="both")
+
+
+def test_the_generator_reads_the_private_data_only_through_the_votes(monkeypatch):
+    """public_real: the same noisy labels replayed on a run whose private images are all NaN
+    give the same generator and students, to the bit (the teachers, which read the shards,
+    do change): the public pool, the config and the released labels are all the student
+    and the generator see. Fails if either reads a shard, a vote or a teacher."""
+    x, y = _data()
+    public = np.random.default_rng(5).random((40, *SHAPE)).astype(np.float32)
+    indices = partition(x.shape[0], TEACHERS, seed=0).indices
+    released, real_run = [], aggregation.run
+    monkeypatch.setattr(aggregation, "run", lambda v, m, s: released.append(real_run(v, m, s)) or released[-1])
+    a = PateGan(PUBLIC_SPEC, *teacher_shards(x, y, indices), public_x=public)
+    assert train(a, 3, GNMax(2.0), NoiseSource(3)) == 3 * SPEC.batch_size
+    replay = iter(released)
+    monkeypatch.setattr(aggregation, "run", lambda v, m, s: next(replay))
+    b = PateGan(PUBLIC_SPEC, *teacher_shards(np.full_like(x, np.nan), y, indices), public_x=public)
+    train(b, 3, GNMax(2.0), NoiseSource(3))
+    assert len(released) == 3 and 0 < np.mean(np.concatenate(released)) < 1  # both labels occur
+    for left, right in ((a.generator, b.generator), (a.student, b.student), (a.public_student, b.public_student)):
+        assert all(np.array_equal(u, v) and np.isfinite(u).all() for u, v in zip(_leaves(left), _leaves(right)))
+    assert all(np.isnan(leaf).any() for leaf in _leaves(b.teacher_params()) if leaf.ndim == 3)  # kernels
+    assert not np.array_equal(_leaves(a.generator)[0], _leaves(PateGan(PUBLIC_SPEC, *teacher_shards(x, y, indices),
+                                                                       public_x=public).generator)[0])
+
+
+def test_mismatched_teachers_change_with_their_own_shard_only():
+    """teacher_fakes = "mismatched" (the teachers' own images under a wrong class as fakes):
+    replacing shard J's examples still changes teacher J alone."""
+    spec = dataclasses.replace(PUBLIC_SPEC, teacher_fakes="mismatched")
+    x, y = _data()
+    part = partition(x.shape[0], TEACHERS, seed=0)
+    x2 = x.copy()
+    x2[part.indices[J]] = 1.0 - x2[part.indices[J]]
+    out = []
+    for data in (x, x2):
+        gan = PateGan(spec, *teacher_shards(data, y, part.indices), public_x=x[:10])
+        for s in range(2):
+            gan.update_teachers(s)
+        out.append(gan.teacher_params())
+    for t in range(TEACHERS):
+        same = all(np.array_equal(u, v) for u, v in zip(_teacher(out[0], t), _teacher(out[1], t)))
+        assert same == (t != J), t
+
+
+PUBLIC_OPTIONS = ("--set", "synth.public_real=true", "--set", "synth.gan_steps=2", "--set", "synth.warmup_steps=1",
+                  "--set", "synth.teacher_fakes=\"mismatched\"")
+
+
+def test_tiny_public_pool_run_through_the_cli_is_charged_as_before(tmp_path):
+    """The public-pool PATE-GAN through the CLI: the planned steps x batch_size votes (the
+    warm-up and the gan_steps add none), the student's labels are the aggregator's, and the
+    ledger's charge is the same GNMax cost as without the public pool."""
+    seen = {"votes": [], "noisy": []}
+    real_run = aggregation.run
+
+    def run(votes, mechanism, source):
+        seen["votes"].append(np.array(votes))
+        seen["noisy"].append(real_run(votes, mechanism, source))
+        return seen["noisy"][-1]
+
+    seed = 2**126 + 123456789
+    workdir, ledger = tmp_path / "run", tmp_path / "ledger"
+    spied_synth(workdir, ledger, seed, [(aggregation, "run", run)], "--method", "gan", *PUBLIC_OPTIONS)
+    cfg = load_config(TINY).synth
+    info = json.loads((workdir / rundir.SYNTH_JSON).read_text())
+    queries = cfg.steps * cfg.batch_size
+    assert info["queries"] == queries and len(seen["votes"]) == cfg.steps
+    assert info["synth"]["public_real"] is True and info["synth"]["teacher_fakes"] == "mismatched"
+    assert info["sigma"] == pytest.approx(synth.calibrate_sigma(cfg.eps, load_config(TINY).privacy.delta, queries))
+    entries = check_synthetic_release(workdir, ledger, seed, cfg.samples)
+    assert entries[0]["cost"] == {"kind": "gaussian", "mu2": pytest.approx(2 * queries / info["sigma"] ** 2)}
+
+
+@pytest.mark.parametrize("setting, key", [("synth.public_real=\"yes\"", "synth.public_real"),
+                                          ("synth.gan_steps=0", "synth.gan_steps"),
+                                          ("synth.warmup_steps=-1", "synth.warmup_steps"),
+                                          ("synth.teacher_fakes=\"real\"", "synth.teacher_fakes"),
+                                          ("synth.gan_steps=5", "synth.gan_steps")])  # without public_real
+def test_public_pool_settings_are_one_line_refusals(tmp_path, setting, key):
+    result = invoke("synth", "--config", TINY, "--workdir", tmp_path / "r", "--method", "gan", "--set", setting)
+    assert result.exit_code == 1 and key in result.output and result.output.strip().count("\n") == 0, result.output
+    assert not (tmp_path / "r" / rundir.SYNTH_JSON).exists()
+
+
+def test_a_bad_method_option_is_a_usage_error(tmp_path):
+    result = invoke("synth", "--config", TINY, "--workdir", tmp_path / "r", "--method", "public-gan")
+    assert result.exit_code == 2 and "--method" in result.output

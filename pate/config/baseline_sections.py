@@ -173,6 +173,15 @@ class SynthConfig:
     `learning_rate`. `samples` synthetic points are released and scored by a logistic
     regression and the `[dpsgd]` CNN trained `eval_epochs` on them (batch
     `eval_batch_size`, Adam at `eval_learning_rate`). `seed`: initialisation, latents, batches.
+
+    The public-pool PATE-GAN (`public_real = true`): the student is two discriminators, one
+    without class input trained on the public pool's unlabelled images (real) against
+    generated ones, one conditional trained on every noisy vote released so far; each step
+    (`warmup_steps` steps without a query first, then `steps` with one) takes `gan_steps`
+    student-and-generator updates, the generator fooling both. `teacher_fakes`: what the
+    teachers learn to call fake: "generated" (Jordon et al.), "mismatched" (their own images
+    under a wrong class: a class-consistency judge) or "both". Public data and post-processing
+    only: the queries, and so the privacy cost, stay `steps` x `batch_size`.
     """
 
     method: Literal["merf", "gan"] = "merf"
@@ -197,6 +206,10 @@ class SynthConfig:
     eval_batch_size: int = 128
     eval_learning_rate: float = 0.001
     seed: int = 0
+    public_real: bool = False
+    gan_steps: int = 1
+    warmup_steps: int = 0
+    teacher_fakes: Literal["generated", "mismatched", "both"] = "generated"
 
     def validate(self) -> None:
         _synth_require(self.method in ("merf", "gan"), "method",
@@ -211,3 +224,10 @@ class SynthConfig:
         for key in ("generator_hidden", "discriminator_hidden"):
             _synth_require(all(h >= 1 for h in getattr(self, key)), key, "must be positive widths")
         _synth_require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
+        at_least_one("synth", self, "gan_steps")
+        _synth_require(self.warmup_steps >= 0, "warmup_steps", f"must be >= 0, got {self.warmup_steps}")
+        _synth_require(self.teacher_fakes in ("generated", "mismatched", "both"), "teacher_fakes",
+                       f"must be \"generated\", \"mismatched\" or \"both\", got {self.teacher_fakes!r}")
+        _synth_require(self.public_real or (self.gan_steps == 1 and self.warmup_steps == 0), "gan_steps",
+                       "gan_steps > 1 and warmup_steps > 0 need public_real = true (without the public pool "
+                       "the student has nothing to train on between votes)")
