@@ -111,7 +111,7 @@ def test_records_of_an_older_pate_are_taken_from_config_toml(finished):
 
 
 @pytest.mark.parametrize("setting, expected", [
-    ("student.steps=30", ["student"]),
+    pytest.param("student.steps=30", ["student"], marks=pytest.mark.slow),  # 10 s; the skip test above retrains the student
     ("aggregation.gamma=0.4", ["analyze", "label", "student"]),
 ])
 def test_changed_config_reruns_affected_steps(finished, setting, expected):

@@ -90,7 +90,7 @@ def test_student_never_opens_votes_or_teachers(labelled):
 # --------------------------------------------------------------------------- training
 
 
-@pytest.mark.parametrize("method", ["fixmatch", "supervised"])
+@pytest.mark.parametrize("method", ["fixmatch", pytest.param("supervised", marks=pytest.mark.slow)])  # 8 s
 def test_train_student_cli(labelled, method):
     result = invoke("train-student", "--workdir", labelled, "--method", method, "--steps", STEPS, "--no-progress")
     assert result.exit_code == 0, result.output
@@ -188,6 +188,7 @@ def test_config_of_another_data_set_is_refused(labelled):
     assert snapshot(labelled) == before
 
 
+@pytest.mark.slow  # 7 s
 def test_strong_affine_keeps_shape_range_and_mass():
     """The optional affine part of the strong augmentation (rotation, shear, scale)."""
     import jax

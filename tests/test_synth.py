@@ -330,6 +330,7 @@ PUBLIC_OPTIONS = ("--set", "synth.public_real=true", "--set", "synth.gan_steps=2
                   "--set", "synth.teacher_fakes=\"mismatched\"")
 
 
+@pytest.mark.slow  # 14 s; the pool's privacy test stays fast
 def test_tiny_public_pool_run_through_the_cli_is_charged_as_before(tmp_path):
     """The public-pool PATE-GAN through the CLI: the planned steps x batch_size votes (the
     warm-up and the gan_steps add none), the student's labels are the aggregator's, and the

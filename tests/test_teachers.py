@@ -101,6 +101,7 @@ class _Killed(Exception):
     pass
 
 
+@pytest.mark.slow  # 17 s; test_pipeline's test_interrupted_teachers_resume stays fast
 def test_resume_after_kill_matches_uninterrupted(trained_run, tiny_config, tmp_path):
     straight, _ = trained_run
     workdir = tmp_path / "killed"
@@ -122,6 +123,7 @@ def test_resume_after_kill_matches_uninterrupted(trained_run, tiny_config, tmp_p
     assert info_a["accuracy"] == info_b["accuracy"]
 
 
+@pytest.mark.slow  # 9 s; test_cli_nan_exits_with_one_line keeps the NaN stop fast
 def test_nan_stops_names_teachers_and_keeps_last_good(tiny_config, tmp_path, monkeypatch):
     real = teacher_training.make_epoch_fn
 
@@ -217,6 +219,7 @@ def invoke(*args):
     return CliRunner().invoke(main, ["train-teachers", "--no-progress", *map(str, args)])
 
 
+@pytest.mark.slow  # 22 s (two trainings); test_reliability keeps overwrite fast
 def test_cli_trains_and_refuses_to_overwrite(tmp_path):
     workdir = tmp_path / "run"
     ok = invoke("--config", TINY, "--workdir", workdir, "--epochs", 2)
