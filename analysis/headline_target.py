@@ -264,10 +264,8 @@ class ReleaseChoice:
                 f"release           order {self.order:g}, beta {self.beta:.4g}, RDP cost {self.release_cost:g} "
                 f"(sigma_ss {self.sigma_ss:.4g})",
                 f"headline of both rounds {self.eps_data_independent:.4f} <= {self.target_eps:g}, known before any "
-                "vote: every cost is data-independent (one more query would exceed the target)"
-                if self.num_queries < self.max_queries else
-                f"headline of both rounds {self.eps_data_independent:.4f} <= {self.target_eps:g}, known before any "
-                "vote: every cost is data-independent"])
+                "vote: every cost is data-independent"
+                + (" (one more query would exceed the target)" if self.num_queries < self.max_queries else "")])
         m = self.model
         return "\n".join([
             f"target eps        {self.target_eps:g} at delta {self.delta:g} ({self.conversion} conversion), "

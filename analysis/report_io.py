@@ -155,11 +155,11 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     if "eps" not in public:
         raise PateError("this report has no headline eps (it was built without a sanitised release)")
     own, own_delta = public.pop("eps"), public.pop("delta_total")
-    data_set = (extra or {}).get("data_set") or {}
-    first = "eps" in data_set and "delta" in data_set  # the data set's figure (`pate.store.ledger.Ledger.summary`)
+    head = figure_head(own, own_delta, (extra or {}).get("data_set"), "this release's own headline (labels and "
+                       "sanitised eps): NOT what the data set has spent when it has other releases")
+    first = head["eps_is"] == DATA_SET_FIGURE  # the data set's figure leads (`pate.store.ledger.Ledger.summary`)
     doc = {
-        **figure_head(own, own_delta, data_set, "this release's own headline (labels and sanitised eps): NOT what "
-                      "the data set has spent when it has other releases"),
+        **head,
         "mechanism": report.mechanism,
         "neighbouring_relation": NEIGHBOURING_RELATION,
         "neighbouring_relation_note": (FINE_GRAINED_RELATION_NOTE if report.mechanism == "fine-grained"

@@ -58,8 +58,8 @@ from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.student_training import predict
 from pate.store import ledger as ledger_mod
 from analysis import composition
-from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_line, release_step,
-                                         result_head, training_loop)
+from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_lines,
+                                         release_step, result_head, training_loop)
 
 Params = Any
 
@@ -178,7 +178,7 @@ class DpsgdResult:
 
     def summary(self) -> str:
         return "\n".join([
-            *([publish_line(self.data_set, rundir.DPSGD_JSON)] if self.data_set else []),
+            *publish_lines(self.data_set, rundir.DPSGD_JSON),
             f"dpsgd: {self.model}, {self.steps} steps (expected batch {self.batch_size}, "
             f"{self.epochs:.1f} epochs), noise multiplier {self.noise_multiplier:.4f}",
             f"dpsgd accuracy on the evaluation split ({self.eval_points} points): {self.accuracy:.4f} "

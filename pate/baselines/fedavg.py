@@ -52,8 +52,8 @@ from pate.config import Config, config_to_dict
 from pate.programs.models import Linear
 from pate.programs.projection import project, projected_box, public_projection
 from pate.programs.student_training import predict
-from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_line, release_step,
-                                         result_head, training_loop)
+from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_lines,
+                                         release_step, result_head, training_loop)
 
 #: The `analysis.noise` stream of this step's noise (labels use 0, the sanitised release 1).
 NOISE_STREAM = 2
@@ -175,7 +175,7 @@ class FedavgResult:
     def summary(self) -> str:
         what = "eps" if self.mechanism == "laplace" else "mu"
         return "\n".join([
-            *([publish_line(self.data_set, rundir.FEDAVG_JSON)] if self.data_set else []),
+            *publish_lines(self.data_set, rundir.FEDAVG_JSON),
             f"fedavg: {self.algorithm}, {self.mechanism} output perturbation, {self.model} model; "
             f"{self.clients} clients of {self.client_size} points, {self.rounds} rounds",
             f"fedavg accuracy on the evaluation split ({self.eval_points} points): {self.accuracy:.4f} "

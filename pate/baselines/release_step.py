@@ -65,9 +65,10 @@ def result_head(data_set: dict, eps: float, target_eps: float, delta: float, rel
             "neighbouring_relation": relation, "data_set": data_set}
 
 
-def publish_line(data_set: dict, file: str) -> str:
-    """The first line of a baseline's summary: the data set's figure, ``file``'s first."""
-    return ledger_mod.publish_line(data_set, file, "on the lines below")
+def publish_lines(data_set: dict | None, file: str) -> list[str]:
+    """The first line of a baseline's summary: the data set's figure, ``file``'s first (none
+    without a ledger summary)."""
+    return [ledger_mod.publish_line(data_set, file, "on the lines below")] if data_set else []
 
 
 State = TypeVar("State")

@@ -19,7 +19,7 @@ from pate.config import Config
 from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.student_training import predict
 from pate.store import rundir
-from pate.baselines.release_step import publish_line
+from pate.baselines.release_step import publish_lines
 
 
 def public_scale(x: np.ndarray) -> np.ndarray:
@@ -146,7 +146,7 @@ class SynthesisResult(abc.ABC):
         scores = self.scores
         cnn = "n/a (images too small for the [dpsgd] CNN)" if scores["cnn"] is None else f"{scores['cnn']:.4f}"
         return "\n".join([
-            *([publish_line(self.data_set, rundir.SYNTH_JSON)] if self.data_set else []),
+            *publish_lines(self.data_set, rundir.SYNTH_JSON),
             self.headline(),
             f"synth eps = {self.eps:.4f} at delta = {self.delta:g} (replace-one neighbours)",
             f"train on synthetic, test on real ({scores['eval_points']} evaluation points): logistic regression "

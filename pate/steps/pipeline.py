@@ -502,15 +502,13 @@ def _target_costs(config: Config, run_dir: rundir.RunDir, record: Mechanism, lab
     if labelled:
         labels = read_labels(run_dir / rundir.LABELS_NPZ)
         n1, choice = int(labels["indices"].size), release_target.planned(labels)
-        earlier = [composition.labels_cost(record, n1)]
-        costs = []
     else:
         choice = release_target.choose(config, config.teachers.num_teachers, num_classes, record=record, echo=quiet)
         n1 = choice.num_queries
-        costs = earlier = [composition.labels_cost(record, n1)]
     released = (sanitised_cost(record, n1, p) if choice is None else
                 release_target.planned_release_cost(record, choice))
-    costs, earlier = [*costs, released], [*earlier, released]
+    earlier = [composition.labels_cost(record, n1), released]  # round 1's releases, as both rounds count them
+    costs = earlier[1:] if labelled else list(earlier)  # what is yet to be charged
     if config.rounds.rounds == 2:
         rc = dataclasses.replace(config.rounds, queries=min(config.rounds.queries, config.data.public_size - n1))
         second = accountable_record(dataclasses.replace(config.aggregation, queries=rc.queries), p)
