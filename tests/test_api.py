@@ -7,6 +7,8 @@ import pydoc
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -48,6 +50,7 @@ def test_pate_entry_points_are_callable_and_modules_stay_modules():
     assert pate.analyze_workdir.__module__ == "pate.steps.analyze"
 
 
+@pytest.mark.slow  # 7 s
 def test_walkthrough_runs(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run([sys.executable, str(ROOT / "examples" / "walkthrough.py"), str(out)],

@@ -23,7 +23,8 @@ def snapshot(workdir):
 @pytest.mark.parametrize("args", [
     ["--mechanism", "lnmax", "--gamma", 0.5],
     ["--mechanism", "gnmax", "--sigma", 2.0],
-    ["--mechanism", "confident-gnmax", "--threshold", 4, "--sigma-threshold", 1.0, "--sigma", 1.0],
+    pytest.param(["--mechanism", "confident-gnmax", "--threshold", 4, "--sigma-threshold", 1.0, "--sigma", 1.0],
+                 marks=pytest.mark.slow),  # 15 s
 ])
 def test_label_end_to_end(trained_run, args):
     workdir, _ = trained_run

@@ -289,6 +289,7 @@ def test_round2_queries_default_to_what_the_pool_has_left():
         round2_queries(800, None, 0)
 
 
+@pytest.mark.slow  # 8 s
 def test_round2_without_options_fits_the_tiny_pool(finished_tiny, tmp_path):
     """`pate label --round 2` with no option on configs/tiny.toml: round 1 left 100 of the 200
     pool points and rounds.queries is 800 by default, so round 2 asks those 100."""
