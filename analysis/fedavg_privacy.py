@@ -104,6 +104,25 @@ Viswanath 2015), R × μ-GDP is √R μ-GDP (Dong, Roth, Su 2022, Corollary 3.3)
 per-round ε̄ is what APPFL reports as "the" ε; it is printed beside the total, which is
 what the released model costs.
 
+What the averaged model carries (`averaged_model_eps`; Gaussian, equal clients, one local
+step). The server's model depends on the P noisy messages only through their mean. FedAvg
+with K = 1: mean_p w_1^p = w − (η/N) Σ_i c_i(w), N = P I, is the central full-batch
+gradient step on all N points. IADMM as above: the duals sum to zero after every round
+(Σ_p λ_p ← Σ_p λ_p + ρ(P w_new − Σ_p z̃_p) = 0 by the server's rule), so w_new = mean_p z̃_p =
+w − (1/ρ) mean_p ḡ_p(w) + mean noise: **FedAvg at η = 1/ρ, with the same Δ = 2C/(ρI) and the
+same noise** (the global models agree draw for draw; the test pins it). The mean of P
+independent N(0, σ²) message noises is N(0, σ²/P), σ = Δ/μ̄, Δ = 2Cη/I; a central release of
+the full-batch step, of sensitivity 2Cη/N, with that noise is (μ̄/√P)-GDP. So the sequence of
+global models is exactly, in law, central noisy full-batch gradient descent at μ/√P in
+total: its accuracy is that of central DP-GD at the ε of μ/√P (10 silos charged ε 3 at
+δ 1e-5: ε 0.835), while the data set is charged μ, because the server (and whoever reads
+the transcript) sees every client's own message. The √P is what cross-silo learning with
+noise on each message gives up against one central DP-SGD run at the same ε; only secure
+aggregation (each client adding σ/√P, the server seeing the sum alone) would recover it,
+under a trust assumption this module does not make. K > 1 local steps break the identity
+(each client's trajectory is nonlinear in its data), and the mean of P Laplace vectors is
+not Laplace: for those the function returns None.
+
 This module uses numpy, scipy and dp-accounting only.
 """
 
@@ -182,6 +201,19 @@ def round_cost(mechanism: str, per_round: float, rounds: int) -> composition.Cos
 def total_eps(mechanism: str, per_round: float, rounds: int, delta: float) -> float:
     """ε at δ of `rounds` rounds (the smaller of RDP and PLD, as the ledger composes)."""
     return composition.single_eps(round_cost(mechanism, per_round, rounds), delta)
+
+
+def averaged_model_eps(mechanism: str, algorithm: str, local_steps: int, per_round: float, rounds: int,
+                       clients: int, delta: float) -> float | None:
+    """ε at δ of central noisy full-batch gradient descent whose global models have the law of
+    `clients` equal clients' averaged Gaussian messages (module docstring, "What the averaged
+    model carries"): per-round μ̄/√P over `rounds` rounds. None where no such identity holds
+    (Laplace, or FedAvg with more than one local step)."""
+    if mechanism != "gaussian" or (algorithm == "fedavg" and int(local_steps) != 1):
+        return None
+    if int(clients) < 1:
+        raise PateError(f"clients must be >= 1, got {clients}")
+    return total_eps(mechanism, _positive("per-round mu", per_round) / math.sqrt(int(clients)), rounds, delta)
 
 
 def calibrate_per_round(mechanism: str, eps: float, rounds: int, delta: float) -> float:

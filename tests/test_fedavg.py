@@ -199,6 +199,62 @@ def test_server_momentum_is_fedavgm_on_the_released_averages():
                 np.testing.assert_allclose(theta, avg)
 
 
+def _rounds(algorithm: str, seed: int, rounds: int = 5, clients: int = 4):
+    """`train_rounds` of a small Gaussian run on synthetic data: the final global model and
+    its plan."""
+    import dataclasses
+
+    rng = np.random.default_rng(6)
+    x = rng.normal(size=(clients * 8, DIM)).astype(np.float32)
+    y = rng.integers(0, CLASSES, clients * 8)
+    cfg = dataclasses.replace(load_config(TINY).fedavg, algorithm=algorithm, mechanism="gaussian", eps=5.0,
+                              rounds=rounds, learning_rate=2.0, rho=0.5, local_steps=1, clip_norm=C,
+                              server_momentum=0.0)
+    plan = fedavg.Plan.of(cfg, 8, None, 1e-5, (DIM + 1) * CLASSES)
+    shards = np.arange(clients * 8).reshape(clients, 8)
+    theta, _ = fedavg.train_rounds(cfg, plan, shards, x, y, CLASSES, NoiseSource(seed, stream=fedavg.NOISE_STREAM),
+                                   False, lambda *_: None)
+    return theta, plan
+
+
+def test_iadmm_global_model_is_fedavg_at_learning_rate_one_over_rho_draw_for_draw():
+    """The duals sum to zero after every round, so IADMM's global model is FedAvg's with
+    η = 1/ρ, the same Δ and the same noise (analysis.fedavg_privacy, "What the averaged model
+    carries"): with the same noise draws the two runs end at the same model, and a different
+    draw does not."""
+    theta_admm, plan_admm = _rounds("iadmm", 11)
+    theta_avg, plan_avg = _rounds("fedavg", 11)
+    assert plan_admm.sensitivity == plan_avg.sensitivity and plan_admm.scale == plan_avg.scale
+    np.testing.assert_allclose(theta_admm, theta_avg, rtol=1e-4, atol=1e-5 * plan_avg.scale)
+    assert np.abs(_rounds("fedavg", 12)[0] - theta_avg).max() > 0.1 * plan_avg.scale
+
+
+def test_averaged_model_carries_the_noise_of_central_gd_at_mu_over_root_p():
+    """P equal clients' Gaussian messages averaged: noise std σ/√P, which for the full-batch
+    step of all N = P·I points (sensitivity 2Cη/N) is the noise of a central plan at
+    `averaged_model_eps` (calibrated independently); the empirical mean of P noised zero
+    messages has that law (KS), and not the law of one client's noise. No identity for
+    Laplace or several local steps."""
+    import dataclasses
+
+    base = dataclasses.replace(load_config(TINY).fedavg, mechanism="gaussian", eps=3.0, rounds=100,
+                               learning_rate=3.0, clip_norm=1.0, local_steps=1)
+    clients, size, delta = 10, 6000, 1e-5
+    plan = fedavg.Plan.of(base, size, None, delta, 50)
+    central = fp.averaged_model_eps("gaussian", "fedavg", 1, plan.per_round, base.rounds, clients, delta)
+    assert central == pytest.approx(0.835, abs=0.002)  # the silos' figure quoted in the docs
+    one = fedavg.Plan.of(dataclasses.replace(base, eps=central), clients * size, None, delta, 50)
+    assert one.scale == pytest.approx(plan.scale / math.sqrt(clients), rel=3e-3)
+    noise = fedavg.add_noise(np.zeros((clients, 20_000)), NoiseSource(8, stream=fedavg.NOISE_STREAM), "gaussian",
+                             plan.scale).mean(axis=0)
+    assert stats.kstest(noise, lambda v: stats.norm.cdf(v, scale=one.scale)).pvalue > 1e-3
+    assert stats.kstest(noise, lambda v: stats.norm.cdf(v, scale=plan.scale)).pvalue < 1e-6
+    assert fp.averaged_model_eps("gaussian", "iadmm", 3, plan.per_round, 100, clients, delta) == central
+    assert fp.averaged_model_eps("gaussian", "fedavg", 1, plan.per_round, 100, 1, delta) == pytest.approx(3.0, rel=2e-3)
+    assert fp.averaged_model_eps("laplace", "fedavg", 1, 0.01, 100, clients, delta) is None
+    assert fp.averaged_model_eps("gaussian", "fedavg", 2, plan.per_round, 100, clients, delta) is None
+
+
 # --------------------------------------------------------------------------- accounting
 
 
@@ -299,6 +355,7 @@ def test_tiny_run_through_the_cli(tiny_fedavg, ledger_dir):
     assert info["sensitivity"] / info["per_round_eps"] <= info["noise_scale"] <= \
         info["sensitivity"] / info["per_round_eps"] * 1.01 + grid["step"]
     assert info["noise"].startswith("exact discrete laplace on a grid") and "grid of" in output
+    assert info["averaged_model_eps"] is None and "carries the noise" not in output  # Laplace: no identity
     assert "per round eps" in output and "APPFL" in output
     assert (workdir / rundir.FEDAVG_DIR).is_dir() and (workdir / rundir.CONFIG_TOML).exists()
     for path in workdir.rglob("*"):
@@ -327,6 +384,9 @@ def test_tiny_run_is_charged_to_the_ledger(tmp_path):
     info = json.loads((workdir / rundir.FEDAVG_JSON).read_text())
     assert info["algorithm"] == "iadmm" and info["mechanism"] == "gaussian" and info["clients"] == 2
     assert info["accuracy"] > 0.9  # little noise: the algorithm learns
+    assert info["averaged_model_eps"] == pytest.approx(fp.averaged_model_eps(
+        "gaussian", "iadmm", 1, info["per_round_mu"], 30, 2, info["release_delta"]))
+    assert info["averaged_model_eps"] < info["release_eps"] and "carries the noise of one central" in result.output
     entries = Ledger.for_config(load_config(TINY)).entries()
     assert [e["kind"] for e in entries] == ["fedavg"]
     assert entries[0]["cost"] == {"kind": "gaussian", "mu2": pytest.approx(30 * info["per_round_mu"] ** 2)}

@@ -171,6 +171,7 @@ class FedavgResult:
     grid: fp.GridNoise | None
     wall_time_s: float
     data_set: dict | None = None  # the ledger's summary with this release (`Ledger.summary`)
+    averaged_eps: float | None = None  # fp.averaged_model_eps: the noise the global model carries
 
     def summary(self) -> str:
         what = "eps" if self.mechanism == "laplace" else "mu"
@@ -184,9 +185,18 @@ class FedavgResult:
             f"(replace-one neighbours); per round {what} {self.per_round:.4g} (per-round eps "
             f"{self.per_round_eps:.4g}: the figure per-round accounting such as APPFL's reports)",
             f"sensitivity {self.sensitivity:.4g}, noise scale {self.noise_scale:.4g} per coordinate",
+            *_averaged_lines(self.averaged_eps, self.clients, self.eps),
             _grid_line(self.grid),
             f"wall time: {self.wall_time_s:.1f} s (printed only)",
         ])
+
+
+def _averaged_lines(averaged_eps: float | None, clients: int, eps: float) -> list[str]:
+    if averaged_eps is None or clients < 2:
+        return []
+    return [f"the average of {clients} clients' noised messages carries the noise of one central full-batch "
+            f"run at eps {averaged_eps:.3g}, not {eps:.3g}: each client's noise covers its own message "
+            f"(analysis/fedavg_privacy.py, \"What the averaged model carries\")"]
 
 
 def _grid_line(grid: fp.GridNoise | None) -> str:
@@ -252,7 +262,10 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
                               eps=plan.eps, delta=delta, per_round=plan.per_round, per_round_eps=plan.per_round_eps,
                               rounds=cfg.rounds, clients=shards.shape[0], client_size=shards.shape[1],
                               sensitivity=plan.sensitivity, noise_scale=plan.scale, grid=plan.grid,
-                              wall_time_s=time.time() - start, data_set=book.summary(delta, extra=[plan.cost]))
+                              wall_time_s=time.time() - start, data_set=book.summary(delta, extra=[plan.cost]),
+                              averaged_eps=fp.averaged_model_eps(cfg.mechanism, cfg.algorithm, cfg.local_steps,
+                                                                 plan.per_round, cfg.rounds, shards.shape[0],
+                                                                 delta))
         checkpoints.save_params(door.out / rundir.FEDAVG_DIR, params, then="run `pate fedavg --overwrite` again")
         door.out.write_json(rundir.FEDAVG_JSON, _record(config, plan, result, theta, train_x, seed,
                                                         splits.num_classes, int(test_y.size)), config)
@@ -414,6 +427,11 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "clients": result.clients,
         "client_size": result.client_size,
         "partition": "teachers" if cfg.clients == 0 else "clients",
+        "averaged_model_eps": result.averaged_eps,
+        "averaged_model_note": ("the law of the global models is that of central noisy full-batch gradient descent "
+                                "at this eps (the mean of the clients' independent noises); the data set is "
+                                "charged eps, because every client's own message is released to the server; "
+                                "null where no such identity holds (Laplace, local_steps > 1)"),
         "sensitivity": plan.sensitivity,
         "sensitivity_norm": plan.norm,
         "lipschitz": plan.lipschitz,
