@@ -445,9 +445,26 @@ def release(counts, noise: Noise, source: NoiseSource) -> np.ndarray:
 # ------------------------------------------------------------------ post-processing (public)
 
 
-def smooth(noisy, graph) -> np.ndarray:
-    """Each pool point's row: the sum of the released rows of its graph neighbours,
-    ``S[j] = Σ_{l ∈ graph[j]} C̃[l]`` (int64, exact). `graph` (P, m) indexes the pool, e.g.
+#: How `smooth` weighs a point's r-th nearest neighbour (r = 1 the point itself): "uniform" 1,
+#: "harmonic" ⌊2^20 / r⌋ (1/r in integers, relative error below r 2^-20).
+SMOOTHING_WEIGHTS = ("uniform", "harmonic")
+HARMONIC_SCALE = 2**20
+
+
+def smoothing_weights(kind: str, m: int) -> np.ndarray:
+    """The integer weight of each of the m neighbours, nearest first (`SMOOTHING_WEIGHTS`)."""
+    if kind not in SMOOTHING_WEIGHTS:
+        raise PateError(f"smoothing weights must be one of {', '.join(SMOOTHING_WEIGHTS)}, got {kind!r}")
+    if kind == "uniform":
+        return np.ones(int(m), np.int64)
+    return HARMONIC_SCALE // np.arange(1, int(m) + 1, dtype=np.int64)
+
+
+def smooth(noisy, graph, weights: str = "uniform") -> np.ndarray:
+    """Each pool point's row: the weighted sum of the released rows of its graph neighbours,
+    ``S[j] = Σ_r w_r C̃[graph[j, r]]`` (int64, exact; `smoothing_weights`: 1 each, or about
+    1/r for the r-th nearest, which keeps the near neighbours' votes while the far ones average
+    the noise). `graph` (P, m) indexes the pool, nearest first, e.g.
     ``nearest_public(pool, pool, m)`` (each point among its own m). Post-processing of the
     release and public data: no privacy cost."""
     c = _released(noisy)
@@ -456,7 +473,11 @@ def smooth(noisy, graph) -> np.ndarray:
         raise PateError(f"graph must be ({c.shape[0]}, m) integer indices with m >= 1, got {g.dtype} {g.shape}")
     if g.min() < 0 or g.max() >= c.shape[0]:
         raise PateError(f"graph indices must lie in [0, {c.shape[0]}), got {g.min()}..{g.max()}")
-    return c[g].sum(axis=1)
+    w = smoothing_weights(weights, g.shape[1])
+    if c.size and int(np.abs(c).max()) * int(w.sum()) >= 2**62:
+        raise PateError("the smoothed scores would overflow int64: a released count above "
+                        f"{2**62 // int(w.sum())}")
+    return np.einsum("jrc,r->jc", c[g], w)
 
 
 def labels_and_margins(scores) -> tuple[np.ndarray, np.ndarray]:

@@ -65,8 +65,10 @@ sys.path.insert(0, str(ROOT))
 #: Tramer & Boneh (ICLR 2021), Fashion-MNIST at eps = 3, delta = 1e-5 (whole test split).
 PUBLISHED = {"cnn": 0.860, "scatternet": 0.897}
 FINE_CONFIG = ROOT / "configs" / "fashion_mnist_fine.toml"
-#: (votes per record, smoothing) the public proxy of `bench/fine_grained.py` chose per eps (Laplace).
-FINE_SETTINGS = {0.5: (2, 20), 1.0: (1, 10), 2.0: (2, 10), 3.0: (2, 10)}
+#: (votes per record, smoothing, its weights) the public proxy of `bench/fine_grained.py` chose per
+#: eps (Laplace; 2026-11-26, docs/journal/2026-11-26-silos-identity-harmonic-smoothing.md).
+FINE_SETTINGS = {0.5: (2, 40, "uniform"), 1.0: (1, 40, "harmonic"), 2.0: (2, 20, "harmonic"),
+                 3.0: (2, 10, "harmonic")}
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -230,15 +232,16 @@ def _cache_scattering() -> None:
 
 
 def train_fine(workdir: Path, eps: float, config_path=FINE_CONFIG, settings: dict | None = None) -> None:
-    """`pate run` of the fine-grained config at ``eps`` with the proxy's (k, smoothing) for that
-    eps, then ``settings`` (``section.key`` -> TOML value, e.g. the student's steps)."""
+    """`pate run` of the fine-grained config at ``eps`` with the proxy's (k, smoothing, weights)
+    for that eps, then ``settings`` (``section.key`` -> TOML value, e.g. the student's steps)."""
     from pate.config import load_config
     from pate.steps.pipeline import run
 
-    k, m = FINE_SETTINGS.get(eps, (1, 10))
+    k, m, weights = FINE_SETTINGS.get(eps, (1, 40, "harmonic"))
     config = load_config(config_path, {"fine_grained.eps": eps, "fine_grained.votes_per_record": k,
-                                       "fine_grained.smoothing": m, **(settings or {})})
-    print(f"# fine-grained at eps {eps:g} (k {k}, smoothing {m}) in {workdir}", file=sys.stderr)
+                                       "fine_grained.smoothing": m, "fine_grained.smoothing_weights": weights,
+                                       **(settings or {})})
+    print(f"# fine-grained at eps {eps:g} (k {k}, smoothing {m}, {weights}) in {workdir}", file=sys.stderr)
     run(config, workdir, show_progress=False, echo=lambda line: print(f"# {line}", file=sys.stderr))
 
 

@@ -11,13 +11,13 @@ Settings chosen on a **public proxy**: the labelled pool cut in two, its first h
 in for the private set, its second half for the pool (PCA refitted on that half). The proxy has
 one stand-in record per pool point where the real run has 60000 / 9000 ≈ 6.7, so by default
 (`--proxy-eps matched`) it runs at ε × 6.7: the expected votes per cell over the noise scale
-(∝ ε n / P) then match the real release's. For each (noise, ε) the (k, m) of the best mean
-proxy accuracy is the choice (ties: the smaller k, then m); the real figures are then
-measured at that choice. The real grid is measured too, marked hindsight: it shows how well
-the proxy chose, and is not used to choose.
+(∝ ε n / P) then match the real release's. For each (noise, ε) the (k, m, smoothing weights) of
+the best mean proxy accuracy is the choice (ties: the smaller k, then m, then uniform weights);
+the real figures are then measured at that choice. The real grid is measured too, marked
+hindsight: it shows how well the proxy chose, and is not used to choose.
 
     OPENBLAS_NUM_THREADS=1 python bench/fine_grained.py [--config configs/fashion_mnist.toml] [--eps 0.5 1 2 3]
-        [--ks 1 2 3] [--ms 5 10 20] [--draws 5] [--proxy-draws 3] [--delta 1e-5] [--pca 128]
+        [--ks 1 2 3] [--ms 5 10 20 40] [--weights uniform harmonic] [--draws 5] [--proxy-draws 3] [--delta 1e-5] [--pca 128]
         [--proxy-eps matched|same] [--cache runs/fine-grained] [--json FILE] [--seed S]
 
 Prints one JSON object. One BLAS thread: on a shared 2-core machine the threaded
@@ -81,10 +81,11 @@ class Problem:
                                                 self.num_classes)
         return self._counts[k]
 
-    def accuracy(self, k: int, m: int, noise: fg.Noise | None, source: NoiseSource) -> float:
+    def accuracy(self, k: int, m: int, noise: fg.Noise | None, source: NoiseSource,
+                 weights: str = "uniform") -> float:
         """Label accuracy over the whole pool after one release (noise None: the noiseless reference)."""
         released = self.counts(k) if noise is None else fg.release(self.counts(k), noise, source)
-        labels, _ = fg.labels_and_margins(fg.smooth(released, self.graph[:, :m]))
+        labels, _ = fg.labels_and_margins(fg.smooth(released, self.graph[:, :m], weights))
         return float(np.mean(labels == self.pool_y))
 
 
@@ -99,33 +100,37 @@ def summary(values) -> dict:
 
 
 def measure(problem: Problem, kind: str, eps: float, delta: float, k: int, m: int, draws: int,
-            source: NoiseSource) -> dict:
+            source: NoiseSource, weights: str = "uniform") -> dict:
     noise = make_noise(kind, eps, delta, k)
-    accs = [problem.accuracy(k, m, noise, source) for _ in range(draws)]
-    return {"noise": kind, "eps_target": eps, "eps": noise.eps(delta), "k": k, "m": m,
+    accs = [problem.accuracy(k, m, noise, source, weights) for _ in range(draws)]
+    return {"noise": kind, "eps_target": eps, "eps": noise.eps(delta), "k": k, "m": m, "weights": weights,
             "parameter": str(noise.parameter), **summary(accs)}
 
 
 def grid(problem: Problem, kinds, eps_list, ks, ms, draws: int, delta: float, source: NoiseSource,
-         eps_factor: float = 1.0) -> list[dict]:
+         eps_factor: float = 1.0, weights=("uniform",)) -> list[dict]:
     rows = []
     for kind in kinds:
         for eps in eps_list:
             for k in ks:
                 for m in ms:
-                    row = measure(problem, kind, eps * eps_factor, delta, k, m, draws, source)
-                    rows.append({**row, "eps_real": eps})
+                    for w in weights:
+                        row = measure(problem, kind, eps * eps_factor, delta, k, m, draws, source, w)
+                        rows.append({**row, "eps_real": eps})
     return rows
 
 
 def choose(rows) -> dict:
-    """Per (noise, real ε): the (k, m) of the best mean accuracy; ties to the smaller k, then m."""
+    """Per (noise, real ε): the (k, m, weights) of the best mean accuracy; ties to the smaller
+    k, then m, then uniform weights."""
     best = {}
+    order = lambda r: (r["mean"], -r["k"], -r["m"], r.get("weights", "uniform") == "uniform")  # noqa: E731
     for r in rows:
         key = (r["noise"], r["eps_real"])
-        if key not in best or (r["mean"], -r["k"], -r["m"]) > (best[key]["mean"], -best[key]["k"], -best[key]["m"]):
+        if key not in best or order(r) > order(best[key]):
             best[key] = r
-    return {f"{kind} {eps:g}": {"k": r["k"], "m": r["m"], "proxy_mean": r["mean"]} for (kind, eps), r in best.items()}
+    return {f"{kind} {eps:g}": {"k": r["k"], "m": r["m"], "weights": r.get("weights", "uniform"),
+                                "proxy_mean": r["mean"]} for (kind, eps), r in best.items()}
 
 
 def forward_knn(private_q, private_y, pool_q, pool_y, num_classes: int, m: int) -> float:
@@ -145,7 +150,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist.toml"))
     ap.add_argument("--eps", type=float, nargs="+", default=[0.5, 1.0, 2.0, 3.0])
     ap.add_argument("--ks", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--ms", type=int, nargs="+", default=[5, 10, 20])
+    ap.add_argument("--ms", type=int, nargs="+", default=[5, 10, 20, 40])
+    ap.add_argument("--weights", nargs="+", choices=fg.SMOOTHING_WEIGHTS, default=list(fg.SMOOTHING_WEIGHTS))
     ap.add_argument("--draws", type=int, default=5, help="noise draws per real figure")
     ap.add_argument("--proxy-draws", type=int, default=3)
     ap.add_argument("--delta", type=float, default=1e-5)
@@ -176,7 +182,8 @@ def main(argv=None) -> dict:
     factor = 1.0
     if args.proxy_eps == "matched":
         factor = (len(splits.train_y) / len(splits.pool_y)) / (half / (len(splits.pool_y) - half))
-    proxy_rows = grid(proxy, KINDS, args.eps, args.ks, args.ms, args.proxy_draws, args.delta, source, factor)
+    proxy_rows = grid(proxy, KINDS, args.eps, args.ks, args.ms, args.proxy_draws, args.delta, source, factor,
+                      args.weights)
     choice = choose(proxy_rows)
     seconds["proxy"] = time.perf_counter() - t
 
@@ -190,15 +197,18 @@ def main(argv=None) -> dict:
     for kind in KINDS:
         for eps in args.eps:
             pick = choice[f"{kind} {eps:g}"]
-            at_choice.append(measure(real, kind, eps, args.delta, pick["k"], pick["m"], args.draws, source))
+            at_choice.append(measure(real, kind, eps, args.delta, pick["k"], pick["m"], args.draws, source,
+                                     pick["weights"]))
     seconds["real_at_choice"] = time.perf_counter() - t
     t = time.perf_counter()
-    hindsight = [] if args.no_hindsight else grid(real, KINDS, args.eps, args.ks, args.ms, 3, args.delta, source)
+    hindsight = [] if args.no_hindsight else grid(real, KINDS, args.eps, args.ks, args.ms, 3, args.delta, source,
+                                                  weights=args.weights)
     seconds["real_grid"] = time.perf_counter() - t
     t = time.perf_counter()
     reference = {
         "forward_10nn_private_labels": forward_knn(priv_q, splits.train_y, pool_q, splits.pool_y, c, 10),
-        "noiseless": {f"k{k} m{m}": real.accuracy(k, m, None, source) for k in args.ks for m in args.ms},
+        "noiseless": {f"k{k} m{m} {w}": real.accuracy(k, m, None, source, w) for k in args.ks for m in args.ms
+                      for w in args.weights},
     }
     seconds["reference"] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - start

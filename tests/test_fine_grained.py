@@ -358,11 +358,29 @@ def test_smoothing_labels_and_margins_match_loops(data):
     smoothed = fg.smooth(noisy, graph)
     loop = np.array([[sum(int(noisy[g, j]) for g in graph[i]) for j in range(c)] for i in range(n)])
     np.testing.assert_array_equal(smoothed, loop)
+    harmonic = np.array([[sum(int(noisy[g, j]) * (2**20 // (r + 1)) for r, g in enumerate(graph[i]))
+                          for j in range(c)] for i in range(n)])  # the r-th nearest weighted 1/r
+    np.testing.assert_array_equal(fg.smooth(noisy, graph, "harmonic"), harmonic)
     labels, margins = fg.labels_and_margins(smoothed)
     for i, row in enumerate(loop.tolist()):
         top = max(row)
         assert labels[i] == row.index(top)  # the lowest class among the tied
         assert margins[i] == top - sorted(row)[-2]
+
+
+def test_harmonic_smoothing_keeps_a_near_neighbour_that_uniform_smoothing_outvotes():
+    """A point whose own row says class 0 while its far neighbours lean to class 1: the
+    uniform sum follows the far ones, the harmonic weights (1, 1/2, 1/3, ...) the near ones;
+    an unknown weighting and an overflowing count are refused."""
+    noisy = np.array([[6, 0], [0, 2], [0, 2], [0, 2], [0, 2]])
+    graph = np.array([[0, 1, 2, 3, 4]] * 5)
+    assert fg.labels_and_margins(fg.smooth(noisy, graph))[0][0] == 1
+    assert fg.labels_and_margins(fg.smooth(noisy, graph, "harmonic"))[0][0] == 0
+    np.testing.assert_array_equal(fg.smoothing_weights("harmonic", 4), [2**20, 2**19, 349525, 2**18])
+    with pytest.raises(PateError, match="smoothing weights must be one of"):
+        fg.smooth(noisy, graph, "cosine")
+    with pytest.raises(PateError, match="overflow"):
+        fg.smooth(noisy * 2**40, graph, "harmonic")
 
 
 # --------------------------------------------------------------------------- refusals

@@ -81,7 +81,7 @@ def test_the_release_is_the_mechanism_on_the_private_records_with_the_research_s
     noise = fine_grained.laplace_noise(cfg.eps, cfg.votes_per_record)
     noisy = fine_grained.release(counts, noise, NoiseSource(SEED, LABELS_STREAM))
     expected, _ = fine_grained.labels_and_margins(fine_grained.smooth(
-        noisy, fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)))
+        noisy, fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing), cfg.smoothing_weights))
     labels = read_labels(folder / "run" / rundir.LABELS_NPZ)
     assert np.array_equal(labels["labels"], expected)
     assert fine_release.noise_from(labels) == noise
@@ -149,6 +149,7 @@ def test_the_feature_map_is_fitted_on_the_public_pool_alone(monkeypatch):
     (["fine_grained.eps=0"], "fine_grained.eps must be a positive number"),
     (["fine_grained.votes_per_record=0"], "fine_grained.votes_per_record must be >= 1"),
     (["fine_grained.smoothing=0"], "fine_grained.smoothing must be >= 1"),
+    (['fine_grained.smoothing_weights="cosine"'], "fine_grained.smoothing_weights"),
     (["fine_grained.pca=5000"], "at most data.public_size"),
     (["privacy.target_eps=2"], "plan a teachers' release"),
 ])

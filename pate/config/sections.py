@@ -192,13 +192,15 @@ class FineGrainedConfig:
     the public pool alone, unit norm); the (point, class) histogram is released once with
     exact discrete `noise` ("laplace": pure `eps`; "gaussian": `eps` at `[privacy] delta`)
     under replace-one; each pool point's label is the argmax of the noisy rows of its
-    `smoothing` nearest pool points (post-processing). Labels every pool point.
+    `smoothing` nearest pool points (post-processing), the r-th nearest weighted 1/r
+    (`smoothing_weights = "harmonic"`) or 1 ("uniform"). Labels every pool point.
     """
 
     eps: float = 1.0
     noise: Literal["laplace", "gaussian"] = "laplace"
     votes_per_record: int = 1
     smoothing: int = 10
+    smoothing_weights: Literal["uniform", "harmonic"] = "harmonic"
     pca: int = 128
     scattering_j: int = 2
     scattering_l: int = 8

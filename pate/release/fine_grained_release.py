@@ -33,8 +33,8 @@ from pate.programs import public_features
 MECHANISM = "fine-grained"
 #: The arrays of a fine-grained release in labels.npz besides ``indices``, ``labels`` and
 #: ``mechanism`` (`pate.release.labels.RELEASED_KEYS` names them with the rest).
-ARRAY_KEYS = ("noise", "noise_parameter", "votes_per_record", "release_eps", "release_delta", "smoothing", "pca",
-              "scattering")
+ARRAY_KEYS = ("noise", "noise_parameter", "votes_per_record", "release_eps", "release_delta", "smoothing",
+              "smoothing_weights", "pca", "scattering")
 
 
 def noise_of(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
@@ -76,7 +76,7 @@ def release(config: Config, splits, source: NoiseSource, echo=print) -> FineGrai
     neighbours = fine_grained.nearest_public(fmap.rows(splits.train_x), pool_rows, cfg.votes_per_record)
     noisy = fine_grained.release(fine_grained.vote_histogram(neighbours, splits.train_y, pool_size, num_classes),
                                  noise, source)  # the PRIVATE counts live only inside this call
-    labels, margins = fine_grained.labels_and_margins(fine_grained.smooth(noisy, graph))
+    labels, margins = fine_grained.labels_and_margins(fine_grained.smooth(noisy, graph, cfg.smoothing_weights))
     eps = noise.eps(delta)
     used_delta = 0.0 if cfg.noise == "laplace" else float(delta)
     arrays = {"indices": np.arange(pool_size, dtype=np.int64), "labels": labels.astype(np.int32),
@@ -89,7 +89,8 @@ def record_arrays(cfg: FineGrainedConfig, noise: fine_grained.Noise, eps: float,
     return {"mechanism": np.array(MECHANISM), "noise": np.array(noise.kind),
             "noise_parameter": np.array(str(noise.parameter)), "votes_per_record": np.array(noise.votes),
             "release_eps": np.array(float(eps)), "release_delta": np.array(float(delta)),
-            "smoothing": np.array(cfg.smoothing), "pca": np.array(cfg.pca),
+            "smoothing": np.array(cfg.smoothing), "smoothing_weights": np.array(cfg.smoothing_weights),
+            "pca": np.array(cfg.pca),
             "scattering": np.array(f"J {cfg.scattering_j}, L {cfg.scattering_l}, groups {cfg.groups}")}
 
 
@@ -128,7 +129,7 @@ def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_
         report_mod.Item("votes_per_record", "votes per private record (k)", noise.votes, True,
                         f"L1 sensitivity {fine_grained.l1_sensitivity(noise.votes)} (replace-one)"),
         report_mod.Item("smoothing", "smoothing neighbours (public graph)", int(np.asarray(labels["smoothing"])), True,
-                        "post-processing"),
+                        f"post-processing; weights {str(np.asarray(labels.get('smoothing_weights', 'uniform')))}"),
         report_mod.Item("delta", "delta", float(delta), True),
     )
     return report_mod.PrivacyReport(mechanism=MECHANISM, items=items)

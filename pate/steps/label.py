@@ -46,7 +46,7 @@ class LabelResult:
     params: dict
 
     def summary(self) -> str:
-        params = ", ".join(f"{k} {v:g}" for k, v in self.params.items())
+        params = ", ".join(f"{k} {v}" if isinstance(v, str) else f"{k} {v:g}" for k, v in self.params.items())
         return "\n".join([
             f"mechanism: {self.mechanism} ({params})",
             f"queries: {self.num_queries}  answered: {self.num_answered}",
@@ -207,7 +207,8 @@ def label_fine_grained(config: Config, workdir, *, seed: int | None = None, over
                          label_accuracy=float(np.mean(labels == splits.pool_y)),
                          plurality_accuracy=float("nan"),
                          params={"eps": made.eps, "delta": made.delta, "votes_per_record": made.noise.votes,
-                                 "smoothing": config.fine_grained.smoothing})
+                                 "smoothing": config.fine_grained.smoothing,
+                                 "smoothing_weights": config.fine_grained.smoothing_weights})
     echo(ledger_mod.cumulative_line(book, p.delta))
     echo(result.summary())
     echo(f"wrote {door.run / rundir.LABELS_NPZ} (the release: every pool point labelled); `pate analyze` "
