@@ -117,8 +117,9 @@ def fedavg_row(workdir: Path) -> dict[str, Any] | None:
         "method": f"{info['algorithm']}-{info['mechanism']}-{info['model']}-{info['clients']}-clients",
         "eps": own, "relation": info["neighbouring_relation"], "eps_replace_one": own,
         "eps_add_remove": None, "per_round_eps": info["per_round_eps"], "target_eps": info["target_eps"],
-        "delta": info["delta"], "accuracy": info["accuracy"], "eval_points": info["eval_points"],
-        "accuracy_test": info.get("accuracy_test"), "rounds": info["rounds"], "clients": info["clients"],
+        "delta": info.get("release_delta", info["delta"]), "accuracy": info["accuracy"],
+        "eval_points": info["eval_points"], "accuracy_test": info.get("accuracy_test"), "rounds": info["rounds"],
+        "clients": info["clients"], "averaged_model_eps": info.get("averaged_model_eps"),
         "wall_time_s": None, "workdir": str(workdir),
     }
 
@@ -139,16 +140,17 @@ def train_fedavg(config_path: str, workdir: Path, algorithm: str, eps: float, cl
 
 def pate_row(workdir: Path) -> dict[str, Any]:
     """A PATE run's student accuracy and its public eps. The eps is, in this order of
-    preference: release.json's headline eps (the release-integrity issue's published
-    figure), privacy.json's public sanitised eps (plus the release's own cost when
-    reported separately), privacy.json's data-independent eps."""
+    preference: release.json's ``release_eps`` (this release's own headline: its ``eps`` is the
+    data set's cumulative figure, which grows with every other release in the same ledger),
+    older files' headline keys, privacy.json's public sanitised eps (plus the release's own
+    cost when reported separately), privacy.json's data-independent eps."""
     student = _read(workdir / "student.json") or {}
     privacy = _read(workdir / "privacy.json") or {}
     release = _read(workdir / "release.json") or {}
     teachers = _read(workdir / "teachers.json") or {}
     public = privacy.get("public", {}) if isinstance(privacy.get("public"), dict) else {}
     eps, source = None, None
-    for key in ("headline_eps", "published_eps", "eps_published", "eps"):
+    for key in ("release_eps", "headline_eps", "published_eps", "eps_published", "eps"):
         if _number(release.get(key)) is not None:
             eps, source = _number(release[key]), f"release.json:{key}"
             break
@@ -166,7 +168,8 @@ def pate_row(workdir: Path) -> dict[str, Any]:
         "eps": eps, "relation": release.get("neighbouring_relation", "replace-one"), "eps_source": source,
         "eps_replace_one": eps, "eps_add_remove": None,
         "eps_release_cost": _number(public.get("eps_release_cost")),
-        "delta": _number(public.get("delta")) or _number(release.get("delta")),
+        "delta": _number(public.get("delta")) or _number(release.get("release_delta", release.get("delta"))),
+        "data_set_eps": _number(release.get("eps")) if "release_eps" in release else None,
         "accuracy": _number(student.get("accuracy")), "eval_points": student.get("eval_points"),
         "wall_time_s": sum(w for w in walls if w is not None) if any(w is not None for w in walls) else None,
         "wall_time_parts": {"teachers": walls[0], "student": walls[1],
@@ -196,14 +199,18 @@ def pate_release(config_path: str, teachers_run: Path, workdir: Path, queries: i
 
 
 def fine_row(workdir: Path) -> dict[str, Any] | None:
-    """A fine-grained run's student and its headline (pure) eps, from public files only."""
+    """A fine-grained run's student and its release's own (pure) eps, from public files only
+    (release.json's ``eps`` is the data set's cumulative figure; older files have only it)."""
     student, release = _read(workdir / "student.json"), _read(workdir / "release.json")
     if student is None or release is None:
         return None
     details = release.get("details") or {}
+    own = _number(release.get("release_eps", release.get("eps")))
     return {
-        "method": "pate-fine-grained", "eps": _number(release.get("eps")), "relation": release.get("neighbouring_relation"),
-        "eps_replace_one": _number(release.get("eps")), "eps_add_remove": None, "delta": _number(release.get("delta")),
+        "method": "pate-fine-grained", "eps": own, "relation": release.get("neighbouring_relation"),
+        "eps_replace_one": own, "eps_add_remove": None,
+        "delta": _number(release.get("release_delta", release.get("delta"))),
+        "data_set_eps": _number(release.get("eps")) if "release_eps" in release else None,
         "accuracy": _number(student.get("accuracy")), "eval_points": student.get("eval_points"),
         "labelled": details.get("labelled_points"), "votes_per_record": details.get("votes_per_record"),
         "smoothing": details.get("smoothing"), "wall_time_s": None, "workdir": str(workdir),

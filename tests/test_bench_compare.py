@@ -30,7 +30,7 @@ def test_pate_rows_from_one_ensemble(trained_run, tmp_path, capsys):
     for r, q in zip(pate, (20, 60)):
         release = json.loads((root / f"pate-q{q}" / "release.json").read_text())
         student = json.loads((root / f"pate-q{q}" / "student.json").read_text())
-        assert r["eps"] == release["eps"] and r["eps_source"] == "release.json:eps"
+        assert r["eps"] == release["release_eps"] and r["eps_source"] == "release.json:release_eps"
         assert r["accuracy"] == student["accuracy"]
         assert r["relation"] == "replace-one" and r["eps_replace_one"] == r["eps"] and r["eps_add_remove"] is None
         assert r["wall_time_parts"]["teachers"] is not None
@@ -124,6 +124,16 @@ def test_fine_grained_rows_are_read_from_public_files(tmp_path):
     row = compare.fine_row(tmp_path)
     assert row["accuracy"] == 0.87 and row["eps_replace_one"] == 1.0 and row["labelled"] == 9000
     assert not (tmp_path / "privacy.json").exists()  # nothing private was needed
+    # A release.json that leads with its data set's cumulative eps (other releases in the same
+    # ledger): the row is the release's own figure, grouped at its own eps.
+    (tmp_path / "release.json").write_text(json.dumps({"eps": 24.97, "delta": 1e-5, "release_eps": 1.0,
+                                                       "release_delta": 0.0, "neighbouring_relation": "replace-one"}))
+    row = compare.fine_row(tmp_path)
+    assert (row["eps"], row["delta"], row["data_set_eps"]) == (1.0, 0.0, 24.97)
+    assert compare.summary([row])[0]["target_eps"] == 1.0
+    (tmp_path / "student.json").write_text(json.dumps({"method": "fixmatch", "accuracy": 0.8}))
+    pate = compare.pate_row(tmp_path)
+    assert (pate["eps"], pate["eps_source"], pate["data_set_eps"]) == (1.0, "release.json:release_eps", 24.97)
 
 
 def test_federated_rows_for_each_config_and_draw(tmp_path, capsys, monkeypatch):
