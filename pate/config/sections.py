@@ -199,7 +199,7 @@ class FineGrainedConfig:
     eps: float = 1.0
     noise: Literal["laplace", "gaussian"] = "laplace"
     votes_per_record: int = 1
-    smoothing: int = 10
+    smoothing: int = 40
     smoothing_weights: Literal["uniform", "harmonic"] = "harmonic"
     pca: int = 128
     scattering_j: int = 2
