@@ -86,6 +86,15 @@ def _number(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _own_figure(doc: dict) -> tuple[float | None, float | None, float | None]:
+    """A result file's own (eps, delta) and the data set's cumulative eps it leads with: files
+    since the trust issue lead with the data set's ``eps`` and give their own as
+    ``release_eps`` / ``release_delta``; older files have only their own ``eps`` / ``delta``."""
+    if "release_eps" in doc:
+        return _number(doc["release_eps"]), _number(doc.get("release_delta")), _number(doc.get("eps"))
+    return _number(doc.get("eps")), _number(doc.get("delta")), None
+
+
 def dpsgd_row(workdir: Path) -> dict[str, Any] | None:
     info = _read(workdir / "dpsgd.json")
     if info is None:
@@ -112,12 +121,12 @@ def fedavg_row(workdir: Path) -> dict[str, Any] | None:
     info = _read(workdir / "fedavg.json")
     if info is None:
         return None
-    own = info.get("release_eps", info["eps"])  # the model's own; "eps" is its data set's cumulative figure
+    own, own_delta, _ = _own_figure(info)
     return {
         "method": f"{info['algorithm']}-{info['mechanism']}-{info['model']}-{info['clients']}-clients",
         "eps": own, "relation": info["neighbouring_relation"], "eps_replace_one": own,
         "eps_add_remove": None, "per_round_eps": info["per_round_eps"], "target_eps": info["target_eps"],
-        "delta": info.get("release_delta", info["delta"]), "accuracy": info["accuracy"],
+        "delta": own_delta, "accuracy": info["accuracy"],
         "eval_points": info["eval_points"], "accuracy_test": info.get("accuracy_test"), "rounds": info["rounds"],
         "clients": info["clients"], "averaged_model_eps": info.get("averaged_model_eps"),
         "wall_time_s": None, "workdir": str(workdir),
@@ -149,6 +158,7 @@ def pate_row(workdir: Path) -> dict[str, Any]:
     release = _read(workdir / "release.json") or {}
     teachers = _read(workdir / "teachers.json") or {}
     public = privacy.get("public", {}) if isinstance(privacy.get("public"), dict) else {}
+    _, own_delta, data_set_eps = _own_figure(release)
     eps, source = None, None
     for key in ("release_eps", "headline_eps", "published_eps", "eps_published", "eps"):
         if _number(release.get(key)) is not None:
@@ -168,8 +178,7 @@ def pate_row(workdir: Path) -> dict[str, Any]:
         "eps": eps, "relation": release.get("neighbouring_relation", "replace-one"), "eps_source": source,
         "eps_replace_one": eps, "eps_add_remove": None,
         "eps_release_cost": _number(public.get("eps_release_cost")),
-        "delta": _number(public.get("delta")) or _number(release.get("release_delta", release.get("delta"))),
-        "data_set_eps": _number(release.get("eps")) if "release_eps" in release else None,
+        "delta": _number(public.get("delta")) or own_delta, "data_set_eps": data_set_eps,
         "accuracy": _number(student.get("accuracy")), "eval_points": student.get("eval_points"),
         "wall_time_s": sum(w for w in walls if w is not None) if any(w is not None for w in walls) else None,
         "wall_time_parts": {"teachers": walls[0], "student": walls[1],
@@ -205,12 +214,10 @@ def fine_row(workdir: Path) -> dict[str, Any] | None:
     if student is None or release is None:
         return None
     details = release.get("details") or {}
-    own = _number(release.get("release_eps", release.get("eps")))
+    own, own_delta, data_set_eps = _own_figure(release)
     return {
         "method": "pate-fine-grained", "eps": own, "relation": release.get("neighbouring_relation"),
-        "eps_replace_one": own, "eps_add_remove": None,
-        "delta": _number(release.get("release_delta", release.get("delta"))),
-        "data_set_eps": _number(release.get("eps")) if "release_eps" in release else None,
+        "eps_replace_one": own, "eps_add_remove": None, "delta": own_delta, "data_set_eps": data_set_eps,
         "accuracy": _number(student.get("accuracy")), "eval_points": student.get("eval_points"),
         "labelled": details.get("labelled_points"), "votes_per_record": details.get("votes_per_record"),
         "smoothing": details.get("smoothing"), "wall_time_s": None, "workdir": str(workdir),

@@ -6,6 +6,7 @@ through the CLI, bad input and the ledger included."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -202,8 +203,6 @@ def test_server_momentum_is_fedavgm_on_the_released_averages():
 def _rounds(algorithm: str, seed: int, rounds: int = 5, clients: int = 4):
     """`train_rounds` of a small Gaussian run on synthetic data: the final global model and
     its plan."""
-    import dataclasses
-
     rng = np.random.default_rng(6)
     x = rng.normal(size=(clients * 8, DIM)).astype(np.float32)
     y = rng.integers(0, CLASSES, clients * 8)
@@ -235,8 +234,6 @@ def test_averaged_model_carries_the_noise_of_central_gd_at_mu_over_root_p():
     `averaged_model_eps` (calibrated independently); the empirical mean of P noised zero
     messages has that law (KS), and not the law of one client's noise. No identity for
     Laplace or several local steps."""
-    import dataclasses
-
     base = dataclasses.replace(load_config(TINY).fedavg, mechanism="gaussian", eps=3.0, rounds=100,
                                learning_rate=3.0, clip_norm=1.0, local_steps=1)
     clients, size, delta = 10, 6000, 1e-5
