@@ -5,6 +5,7 @@ line on stderr (`pate.cli.options.Group`); options, their checks and defaults li
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import click
@@ -79,8 +80,8 @@ def plan(mechanism, queries, eps, config_path, target_eps, settings, delta, teac
     """Calibrate the noise so that the data-independent eps meets a budget; with --config,
     choose the queries and release settings so that the published headline meets a target
     with probability [privacy] target_probability."""
-    from analysis import plan as plan_mod
-    from analysis import votes as votes_mod
+    from analysis.planning import plan as plan_mod
+    from analysis.core import votes as votes_mod
 
     if config_path is not None or target_eps is not None or settings:
         opt.check_plan_config(config_path, mechanism, eps, threshold, answered, votes_path, teachers)
@@ -256,9 +257,11 @@ def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, n
 def ledger_command(config_path, workdir, name, import_path, delta, set_budget):
     """List every release charged to a private data set's ledger and the cumulative eps
     they spend together (composition of their data-independent costs)."""
+    from pate.steps.ledger_import import import_run
     from pate.store import ledger as ledger_mod
 
-    book, config = opt.ledger_book(config_path, workdir, name, import_path, click.echo)
+    book, config = opt.ledger_book(config_path, workdir, name, import_path,
+                                   functools.partial(import_run, echo=click.echo))
     delta = delta or (config.privacy if config is not None else opt.DEFAULTS).delta
     if set_budget is not None:
         book.set_budget(set_budget, delta)

@@ -21,17 +21,17 @@ Modules (each imported on first use):
 
 - `lnmax` — PATE 2017, Laplace noisy max: `data_independent_eps`, `data_dependent_eps`
   (private), `smooth_sensitivity`; the publishable release, `sanitized_eps`, is
-  `analysis.lnmax_release`'s.
+  `analysis.sanitised.lnmax_release`'s.
 - `gnmax` — PATE 2018, GNMax and Confident-GNMax: `data_independent_eps`,
   `data_dependent_eps` (private), `rdp`, `rdp_threshold`; `smooth_sensitivity` is
-  `analysis.gnmax_sensitivity`'s, the GNSS release `sanitized_eps` `analysis.gnss`'s.
+  `analysis.sanitised.gnmax_sensitivity`'s, the GNSS release `sanitized_eps` `analysis.sanitised.gnss`'s.
 - `pld` — the data-independent ε from dp-accounting's privacy loss distributions
   (`gnmax_eps`, `lnmax_eps`, `gaussian_events`): the tightest.
 - `rdp` — Rényi DP → (ε, δ) conversions (`eps_from_rdp`, "classic" | "improved").
 - `plan` — the least noise for a budget (`plan`, `render`; here `plan_noise`, `render_plan`).
 - `report` — the ε report (`lnmax_report`, `gnmax_report`); its table and files are
-  `analysis.report_io`'s (`render_table`, `to_json`, `write_outputs`), the data-independent
-  ε under every accountant `analysis.accountants`'s (`data_independent_items`).
+  `analysis.reporting.report_io`'s (`render_table`, `to_json`, `write_outputs`), the data-independent
+  ε under every accountant `analysis.reporting.accountants`'s (`data_independent_items`).
 - `votes` — reading and validating vote files (`load_votes`, `check_votes`,
   `labels_to_votes`).
 
@@ -43,23 +43,26 @@ from __future__ import annotations
 
 import importlib
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 
-_MODULES = ("lnmax", "gnmax", "pld", "rdp", "plan", "report", "votes")
+#: The public module names and where each lives (the rooms: `ARCHITECTURE.md`, `docs/privacy.md`).
+_MODULES = {"lnmax": "bounds.lnmax", "gnmax": "bounds.gnmax", "pld": "accounting.pld",
+            "rdp": "accounting.rdp", "plan": "planning.plan", "report": "reporting.report",
+            "votes": "core.votes"}
 # name -> (module, attribute): functions a user calls, loaded on first access.
 _FUNCTIONS = {
-    "load_votes": ("votes", "load_votes"),
-    "check_votes": ("votes", "check_votes"),
-    "labels_to_votes": ("votes", "labels_to_votes"),
-    "eps_from_rdp": ("rdp", "eps_from_rdp"),
-    "plan_noise": ("plan", "plan"),
-    "render_plan": ("plan", "render"),
-    "lnmax_report": ("report", "lnmax_report"),
-    "gnmax_report": ("report", "gnmax_report"),
-    "data_independent_items": ("accountants", "data_independent_items"),
-    "render_table": ("report_io", "render_table"),
-    "to_json": ("report_io", "to_json"),
-    "write_outputs": ("report_io", "write_outputs"),
+    "load_votes": ("core.votes", "load_votes"),
+    "check_votes": ("core.votes", "check_votes"),
+    "labels_to_votes": ("core.votes", "labels_to_votes"),
+    "eps_from_rdp": ("accounting.rdp", "eps_from_rdp"),
+    "plan_noise": ("planning.plan", "plan"),
+    "render_plan": ("planning.plan", "render"),
+    "lnmax_report": ("reporting.report", "lnmax_report"),
+    "gnmax_report": ("reporting.report", "gnmax_report"),
+    "data_independent_items": ("reporting.accountants", "data_independent_items"),
+    "render_table": ("reporting.report_io", "render_table"),
+    "to_json": ("reporting.report_io", "to_json"),
+    "write_outputs": ("reporting.report_io", "write_outputs"),
 }
 
 __all__ = ["PateError", *_MODULES, *_FUNCTIONS]
@@ -68,7 +71,7 @@ __all__ = ["PateError", *_MODULES, *_FUNCTIONS]
 def __getattr__(name):
     # PEP 562: submodules and functions load on first use, so `import analysis` is cheap.
     if name in _MODULES:
-        return importlib.import_module(f"analysis.{name}")
+        return importlib.import_module(f"analysis.{_MODULES[name]}")
     if name in _FUNCTIONS:
         module, attr = _FUNCTIONS[name]
         return getattr(importlib.import_module(f"analysis.{module}"), attr)

@@ -1,4 +1,4 @@
-"""Benchmark of the PATE 2018 analysis (analysis.gnmax) at Glyph scale. Prints JSON.
+"""Benchmark of the PATE 2018 analysis (analysis.bounds.gnmax) at Glyph scale. Prints JSON.
 
 Glyph scale (2018 paper, Section 5): 5000 teachers, 10,000 queries, 150 classes, Rényi
 orders up to 100, Confident-GNMax (threshold 1000, σ₁ = 500, σ₂ = 100). Timed: the
@@ -28,8 +28,10 @@ import numpy as np
 
 from scipy.special import log_ndtr, ndtri_exp
 
-from analysis import gnmax, gnmax_sensitivity, gnss
-from analysis.noise import NoiseSource
+from analysis.bounds import gnmax
+from analysis.sanitised import gnmax_sensitivity
+from analysis.sanitised import gnss
+from analysis.core.noise import NoiseSource
 
 
 def synthetic_votes(n, teachers, classes, seed=0):
@@ -140,7 +142,7 @@ def run(args) -> dict:
 
     vec = t2 - t0
     return {
-        "benchmark": "analysis.gnmax, Confident-GNMax data-dependent eps + smooth-sensitivity release",
+        "benchmark": "analysis.bounds.gnmax, Confident-GNMax data-dependent eps + smooth-sensitivity release",
         "queries": args.queries, "teachers": args.teachers, "classes": args.classes,
         "orders": int(orders.size), "max_order": float(orders.max()),
         "threshold": threshold, "sigma_threshold": s1, "sigma": s2, "delta": delta,

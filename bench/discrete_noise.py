@@ -1,4 +1,4 @@
-"""Samples per second of the exact discrete Laplace samplers of `analysis.noise`: the
+"""Samples per second of the exact discrete Laplace samplers of `analysis.core.noise`: the
 vectorised one (`discrete_laplace_array`, what `pate fedavg` noises its grid messages
 with) against the scalar one (`discrete_laplace`, Fraction arithmetic), and the float64
 Laplace (`NoiseSource.laplace`, the inexact sampler fedavg used before) for scale, at a
@@ -17,7 +17,7 @@ import argparse
 import json
 import time
 
-from analysis.noise import NoiseSource, discrete_laplace, discrete_laplace_array
+from analysis.core.noise import NoiseSource, discrete_laplace, discrete_laplace_array
 
 
 def rate(draw, count: int) -> float:

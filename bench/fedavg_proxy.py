@@ -62,7 +62,7 @@ def proxy_accuracy(cfg, pool_x, pool_y, eval_x, eval_y, num_classes, *, client_s
     """One `pate fedavg` training of ``cfg`` on the public proxy (inputs already features):
     the product's own rounds (`pate.baselines.fedavg.train_rounds`); the accuracy on the
     evaluation split (NaN when the rounds diverged)."""
-    from analysis.errors import PateError
+    from analysis.core.errors import PateError
     from pate.baselines import fedavg as fa
 
     x, ex = projected(pool_x, eval_x, cfg.pca)
@@ -98,7 +98,7 @@ def proxy_scale(private_clients: int, client_size: int, proxy_clients: int, prox
 
 
 def main(argv=None) -> int:
-    from analysis.noise import NoiseSource
+    from analysis.core.noise import NoiseSource
     from pate.config import load_config
     from pate.data import load_dataset, split
 

@@ -1,5 +1,5 @@
 """Fine-grained PATE on real data: the labels of every public pool point from one noisy vote
-histogram (`analysis.fine_grained`), scored against the pool's true labels.
+histogram (`analysis.mechanisms.fine_grained`), scored against the pool's true labels.
 
 The feature map: the scattering of each image (`pate.programs.scattering`, the config's [dpsgd]
 J, L and groups: per-example, no data statistics) → the top `--pca` principal directions of
@@ -39,8 +39,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis import fine_grained as fg  # noqa: E402
-from analysis.noise import NoiseSource  # noqa: E402
+from analysis.mechanisms import fine_grained as fg  # noqa: E402
+from analysis.core.noise import NoiseSource  # noqa: E402
 
 KINDS = ("laplace", "gaussian")
 

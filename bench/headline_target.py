@@ -1,5 +1,5 @@
 """Does the published headline meet its target? The release plan of a config
-(`analysis.headline_target.choose_release`: queries, release order, β and cost chosen on
+(`analysis.planning.headline_target.choose_release`: queries, release order, β and cost chosen on
 votes simulated from a public model) measured over fresh draws, next to the config's own
 fixed release settings.
 
@@ -8,7 +8,7 @@ fixed release settings.
 
 Simulated (always): each draw is a *fresh* simulated ensemble of the config's shape
 (seeds 10000 + i, never the chooser's 0..3), labelled by the config's aggregator with OS
-noise and released by the product's report (`analysis.report.gnmax_report`, an exact
+noise and released by the product's report (`analysis.reporting.report.gnmax_report`, an exact
 GNSS draw): the fraction of draws whose headline is within the target, and the exact
 P[headline <= target] over the release noise on each draw's votes (their mean is what the
 plan predicts). The same for the config's fixed `[privacy]` release settings.
@@ -47,8 +47,10 @@ def _settings(config, choice=None) -> dict:
 
 def _draw(votes, record, config, settings, target, seed):
     """(published headline, exact P[headline <= target] on these votes) of one release."""
-    from analysis import gnss, headline_target, report
-    from analysis.gnmax_sensitivity import total_profile
+    from analysis.sanitised import gnss
+    from analysis.planning import headline_target
+    from analysis.reporting import report
+    from analysis.sanitised.gnmax_sensitivity import total_profile
     from pate.release import aggregation
 
     p = config.privacy
@@ -68,7 +70,7 @@ def _draw(votes, record, config, settings, target, seed):
 
 
 def simulated(config, record, choice, target: float, draws: int, classes: int) -> dict:
-    from analysis.simulated_votes import VoteModel
+    from analysis.planning.simulated_votes import VoteModel
 
     model = VoteModel(config.teachers.num_teachers, classes, accuracy=config.privacy.target_accuracy)
     out = {"part": "simulated", "target_eps": target, "draws": draws, "plan": choice.meta()}
@@ -86,7 +88,8 @@ def simulated(config, record, choice, target: float, draws: int, classes: int) -
 
 def real_run(workdir: str, target: float, config_path: str | None) -> dict:
     """The plan of the run's config on its real (private) votes: research only."""
-    from analysis import headline_target, mechanisms
+    from analysis.planning import headline_target
+    from analysis.mechanisms import registry
     from pate.store import rundir
     from pate.config import load_config
     from pate.release.target import vote_model
@@ -94,7 +97,7 @@ def real_run(workdir: str, target: float, config_path: str | None) -> dict:
     run = rundir.RunDir(workdir)
     config = load_config(config_path) if config_path else run.read_config()
     votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"]
-    record = mechanisms.from_config(config.aggregation)
+    record = registry.from_config(config.aggregation)
     queries = min(config.aggregation.queries, votes.shape[0])
     p = config.privacy
     choice = headline_target.choose_release(record, queries, target, p.delta, conversion=p.conversion,
@@ -122,13 +125,14 @@ def main(argv=None) -> int:
     parser.add_argument("--run-config", default=None, help="with --workdir: plan from this config instead of the run's")
     args = parser.parse_args(argv)
 
-    from analysis import headline_target, mechanisms
+    from analysis.planning import headline_target
+    from analysis.mechanisms import registry
     from pate.config import load_config
     from pate.release.target import vote_model
 
     config = load_config(args.config)
     target = args.target or config.privacy.target_eps or 2.0
-    record = mechanisms.from_config(config.aggregation)
+    record = registry.from_config(config.aggregation)
     p = config.privacy
     start = time.perf_counter()
     choice = headline_target.choose_release(record, config.aggregation.queries, target, p.delta,

@@ -1,7 +1,7 @@
 """Benchmark of the privacy analysis. Prints JSON.
 
-Two parts: the PATE 2017 analysis (analysis.lnmax) at paper scale, and the PATE 2018
-analysis (analysis.gnmax) at Glyph scale (bench/analysis_gnmax.py; `--skip-glyph` leaves it
+Two parts: the PATE 2017 analysis (analysis.bounds.lnmax) at paper scale, and the PATE 2018
+analysis (analysis.bounds.gnmax) at Glyph scale (bench/analysis_gnmax.py; `--skip-glyph` leaves it
 out).
 
 Paper scale: 1000 queries, 250 teachers, 10 classes, moments 1..8, β = 0.09, smooth
@@ -26,13 +26,14 @@ import os
 import numpy as np
 
 
-from analysis import lnmax, lnmax_release
-from analysis.noise import NoiseSource
+from analysis.bounds import lnmax
+from analysis.sanitised import lnmax_release
+from analysis.core.noise import NoiseSource
 
 
 def loop_q(counts, gamma):
     """Lemma 4, as the 2017 code's compute_q_noisy_max (a loop, plain floats). Also the
-    plain-loop second implementation tests/test_lnmax.py checks analysis.lnmax against."""
+    plain-loop second implementation tests/analysis/test_lnmax.py checks analysis.bounds.lnmax against."""
     counts = [float(c) for c in counts]
     winner = max(range(len(counts)), key=lambda i: (counts[i], -i))
     q = 0.0
@@ -138,7 +139,7 @@ def main() -> None:
     check_ss = lnmax.smooth_sensitivity(sub, gamma, moments, beta).sum(axis=0)
 
     out = {"lnmax_paper_scale": {
-        "bench": "analysis.lnmax (PATE 2017) at paper scale",
+        "bench": "analysis.bounds.lnmax (PATE 2017) at paper scale",
         "queries": args.queries, "teachers": args.teachers, "classes": args.classes,
         "moments": len(moments), "beta": beta,
         "vectorised_s": round(vec_s, 4),

@@ -34,14 +34,15 @@ MODES = ("uncertain", "margin", "next")
 
 def run_mode(config, source: Path, target: Path, mode: str, seed: int) -> dict:
     """Round 2 in a copy of `source` at `target` with selection `mode`; its figures."""
-    from analysis import composition, mechanisms
-    from analysis.composition import single_eps
+    from analysis.mechanisms import composition
+    from analysis.mechanisms import registry
+    from analysis.mechanisms.composition import single_eps
     from pate.steps.label_round2 import label_round2
 
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("teachers", "stale-*", ".pate.lock*"))
     cfg = dataclasses.replace(config, rounds=dataclasses.replace(config.rounds, rounds=2, select=mode))
     result = label_round2(cfg, target, seed=seed, echo=lambda *_: None)
-    cost = composition.labels_cost(mechanisms.from_config(cfg.aggregation), result.num_queries)
+    cost = composition.labels_cost(registry.from_config(cfg.aggregation), result.num_queries)
     return {"mode": mode, **dataclasses.asdict(result),
             "eps_round2_labels_data_independent": single_eps(cost, cfg.privacy.delta)}
 

@@ -16,12 +16,12 @@ the papers did.
         --concentration 2 --confusion 0.5] [--rows ...] [--target 2.0]
 
 ``--simulate`` reads no data at all: the votes are drawn from a public model fixed before
-looking at any vote (`analysis.simulated_votes.simulate_votes`), so settings chosen on them are chosen without
+looking at any vote (`analysis.planning.simulated_votes.simulate_votes`), so settings chosen on them are chosen without
 private values — how the default release settings of configs/fashion_mnist.toml are
 justified (docs/privacy.md, threat model). With ``--target E`` the row with the most expected
 correct answers among those whose expected headline is at most E is printed last.
 
-The expectation (`analysis.release_expectation.release_expectation`) is over the release noise
+The expectation (`analysis.planning.release_expectation.release_expectation`) is over the release noise
 Z ~ N(0, 1) (Gauss-Hermite, 40 nodes) at the config's fixed release order, cost and β:
 E[min(DI route, conv(max(0, f + s Z) + cost))] with f the data-dependent RDP at that order
 and s the GNSS noise std (both private), the grid rounding ignored. One JSON object per
@@ -41,7 +41,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.simulated_votes import simulate_votes  # noqa: E402  (the public model of teacher agreement)
+from analysis.planning.simulated_votes import simulate_votes  # noqa: E402  (the public model of teacher agreement)
 
 
 def parse_row(text: str) -> tuple[float, float, float, int]:
@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="aggregator noise seed (benchmark only)")
     args = parser.parse_args(argv)
 
-    from analysis.release_expectation import release_expectation
+    from analysis.planning.release_expectation import release_expectation
     from pate.release import aggregation
     from pate.store import rundir
     from pate.config import load_config
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
 
 def report_floor(order: float, delta: float, conversion: str, cost: float) -> float:
     """The smallest headline the sanitised route can publish (released RDP 0)."""
-    from analysis.rdp import eps_from_rdp
+    from analysis.accounting.rdp import eps_from_rdp
 
     return float(eps_from_rdp([order], [cost], delta, conversion)[0]) if math.isfinite(cost) else math.inf
 

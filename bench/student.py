@@ -64,7 +64,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="override student.steps")
     args = parser.parse_args()
 
-    from analysis.noise import RELEASE_STREAM, NoiseSource
+    from analysis.core.noise import RELEASE_STREAM, NoiseSource
     from pate.release import aggregation
     from pate.store import rundir
     from pate.release.privacy_report import report_for_release

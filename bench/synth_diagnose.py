@@ -45,8 +45,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from analysis.mechanisms import GNMax
-from analysis.noise import NoiseSource
+from analysis.mechanisms.registry import GNMax
+from analysis.core.noise import NoiseSource
 from pate.release import aggregation
 from pate.config import load_config, parse_override
 from pate.data import load_dataset, partition, split

@@ -56,7 +56,7 @@ def main(out: pathlib.Path) -> dict:
 
     # 4b. Data-dependent eps: smaller when the teachers agree, but it depends on the
     #     votes and is PRIVATE — never publish it as is.
-    dependent = analysis.gnmax.data_dependent_eps(votes[release.indices], sigma, DELTA)
+    dependent = analysis.bounds.gnmax.data_dependent_eps(votes[release.indices], sigma, DELTA)
     print(f"data-dependent eps (PRIVATE): {dependent.eps:.4f}")
 
     # 4c. The full report of the run directory, with the sanitised (publishable)

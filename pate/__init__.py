@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 from importlib import metadata as _metadata
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 
 try:
     __version__ = _metadata.version("pate-jax")

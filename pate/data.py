@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.config import DataConfig
 
 #: Where the Debian package `dataset-fashion-mnist` installs Fashion-MNIST.

@@ -241,7 +241,7 @@ def leads_with_the_data_set(command: str, json_name: str, workdir) -> dict:
     figure. Returns the result file's dict for the caller's own checks."""
     import json
 
-    from analysis import composition
+    from analysis.mechanisms import composition
     from pate.config import load_config
     from pate.store.ledger import Ledger
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate import data
 from pate.config import DataConfig
 

@@ -175,7 +175,7 @@ def test_the_graph_sees_the_layers():
     assert "pate.store.rundir" in GRAPH["pate.steps.label"]
     assert "pate.programs.teacher_training" in GRAPH["pate.steps.label"]  # inside a function
     assert "pate.steps.label" in GRAPH["pate.steps.pipeline"]  # inside a function
-    assert "analysis.report" in GRAPH["analysis.report_io"]  # under TYPE_CHECKING
+    assert "analysis.reporting.report" in GRAPH["analysis.reporting.report_io"]  # under TYPE_CHECKING
     assert len(MODULES) > 30
 
 
@@ -288,3 +288,64 @@ def test_no_module_and_function_share_a_name():
         for k in node.keys if isinstance(k, ast.Constant)}
     assert "label" in api and "run" in api
     assert not {m for m in MODULES if m.rpartition(".")[0] == "pate" and m.rpartition(".")[2] in api}
+
+
+#: The layers of `pate/`, lowest first; a module imports only its own layer and the ones below
+#: (the curated `pate/__init__.py` and root `cli.py` stand outside: they name the commands).
+PATE_LAYERS = (("pate.config",), ("pate.data",), ("pate.store",), ("pate.programs", "pate.cli"),
+               ("pate.release",), ("pate.steps", "pate.baselines"))
+#: The rooms of `analysis/`, lowest first (docs/privacy.md, "room by room").
+ANALYSIS_ROOMS = (("analysis.core",), ("analysis.accounting",), ("analysis.bounds",), ("analysis.sanitised",),
+                  ("analysis.mechanisms",), ("analysis.baselines", "analysis.planning", "analysis.reporting"))
+
+
+def _rank(name: str, layers) -> tuple[int, str] | None:
+    for rank, rooms in enumerate(layers):
+        for room in rooms:
+            if _in(name, room):
+                return rank, room
+    return None
+
+
+def _upward_imports(layers) -> list[str]:
+    """``importer -> imported`` for every import of a higher layer or of a sibling room."""
+    wrong = []
+    for name, deps in GRAPH.items():
+        mine = _rank(name, layers)
+        if mine is None:
+            continue
+        for dep in deps:
+            theirs = _rank(dep, layers)
+            if theirs is not None and theirs[1] != mine[1] and theirs[0] >= mine[0]:
+                wrong.append(f"{name} -> {dep}")
+    return sorted(wrong)
+
+
+@pytest.mark.parametrize("layers", [PATE_LAYERS, ANALYSIS_ROOMS], ids=["pate", "analysis"])
+def test_every_layer_imports_downwards(layers):
+    """config < data < store < programs, cli < release < steps, baselines; and in `analysis`:
+    core < accounting < bounds < sanitised < mechanisms < baselines, planning, reporting.
+    No module imports a layer above its own or a sibling room."""
+    rooms = {room for group in layers for room in group}
+    assert all(any(_in(m, room) for m in MODULES) for room in rooms), "a layer named here no longer exists"
+    assert _upward_imports(layers) == []
+
+
+def test_the_order_checker_finds_an_upward_import():
+    """A check of the checker: a graph with store importing a step is caught."""
+    saved = dict(GRAPH)
+    try:
+        GRAPH["pate.store.ledger"] = GRAPH["pate.store.ledger"] | {"pate.steps.label"}
+        assert _upward_imports(PATE_LAYERS) == ["pate.store.ledger -> pate.steps.label"]
+    finally:
+        GRAPH.clear()
+        GRAPH.update(saved)
+
+
+def test_analysis_shows_its_rooms():
+    """`ls analysis`: folders by idea and the curated `__init__.py`, at most 10 entries, and every
+    module in a room (no loose module beside the rooms)."""
+    entries = sorted(p.name for p in (ROOT / "analysis").iterdir() if p.name != "__pycache__")
+    assert len(entries) <= 10, entries
+    assert [e for e in entries if not (ROOT / "analysis" / e).is_dir()] == ["__init__.py"]
+    assert {f"analysis.{e}" for e in entries if e != "__init__.py"} == {r for g in ANALYSIS_ROOMS for r in g}

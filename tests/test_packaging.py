@@ -46,7 +46,7 @@ def test_the_wheel_holds_every_package_and_the_bundled_configs(wheel):
 
 
 def test_a_bundled_config_by_name_and_its_refusal(tmp_path, monkeypatch):
-    from analysis.errors import PateError
+    from analysis.core.errors import PateError
     from pate.config import load_config, presets
 
     monkeypatch.chdir(tmp_path)  # no configs/ here

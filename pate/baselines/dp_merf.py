@@ -1,21 +1,21 @@
 """`pate synth --method merf`: DP-MERF (Harder, Adamczewski & Park, AISTATS 2021). The
 class-conditional mean embedding of the private train split in random Fourier features is
-released **once** with discrete Gaussian noise (`analysis.merf`); a generator is fitted to
+released **once** with discrete Gaussian noise (`analysis.baselines.merf`); a generator is fitted to
 that release (`pate.baselines.merf_generator`) and released with a synthetic data set and its
 train-on-synthetic, test-on-real scores, as the PATE-GAN method does (`pate.baselines.synth`).
 
 **Fixed before any private value is read, from public values only:** the features (D,
 the frequencies from the config seed, the length-scale from the config or the public
-pool), the noise multiplier m (`analysis.merf.calibrate_multiplier`: the least m whose one
+pool), the noise multiplier m (`analysis.baselines.merf.calibrate_multiplier`: the least m whose one
 release costs at most ``synth.eps`` at ``[privacy] delta`` by the ledger's RDP figure) and
 every generator setting. There is one release, so there is no query count to fix and no
 stopping rule.
 
 **Formal guarantee.** The integer sum S has L2 sensitivity 2B under **replace-one**
 neighbours of the private train split and the release S + N_ℤ(0, (m·2B)²)^{D×C} is
-(α, α/(2m²))-RDP for every α > 1 (`analysis.merf`, module docstring: Canonne, Kamath &
+(α, α/(2m²))-RDP for every α > 1 (`analysis.baselines.merf`, module docstring: Canonne, Kamath &
 Steinke 2020, Proposition 5; van Erven & Harremoës 2014, Theorem 28), hence (ε, δ)-DP with
-ε = `analysis.merf.release_eps` (Balle et al. 2020, Theorem 21). The noise is exact
+ε = `analysis.baselines.merf.release_eps` (Balle et al. 2020, Theorem 21). The noise is exact
 (integer, OS entropy), so no floating-point δ is added. The generator, the samples, the
 picture and the scores are post-processing of the release. Pixels are scaled by their
 public bound (/255, clamped); classes are balanced by construction (a public prior), so no
@@ -35,8 +35,9 @@ from typing import Callable
 
 import numpy as np
 
-from analysis import composition, merf
-from analysis.noise import NoiseSource, seed_record
+from analysis.mechanisms import composition
+from analysis.baselines import merf
+from analysis.core.noise import NoiseSource, seed_record
 from pate.store import checkpoints, rundir
 from pate.store import ledger as ledger_mod
 from pate.baselines import merf_generator as program
@@ -45,7 +46,7 @@ from pate.programs.progress import Progress
 from pate.baselines.synthetic_scores import public_scale, released_pixels, sample_grid, SynthesisResult, tstr
 from pate.baselines.release_step import budgeted_ledger, private_splits, release_step, result_head
 
-#: The `analysis.noise` stream of this release (labels 0, sanitised ε 1, fedavg 2, PATE-GAN 3).
+#: The `analysis.core.noise` stream of this release (labels 0, sanitised ε 1, fedavg 2, PATE-GAN 3).
 NOISE_STREAM = 4
 
 

@@ -17,7 +17,7 @@ with Poisson sampling. Step t:
    128 bits of OS entropy (`pate.programs.keys`).
 5. SGD with momentum (optax) on the noisy gradient (post-processing).
 
-Formal guarantee: with sigma from `pate.baselines.sgd_accounting.calibrate_noise`, the released
+Formal guarantee: with sigma from `analysis.baselines.sgd_accounting.calibrate_noise`, the released
 parameters (and anything computed from them) are (eps, delta)-DP with respect to
 adding or removing one example of the private training split, eps as accounted for
 ``steps`` Poisson-subsampled Gaussian steps (Abadi et al. 2016, Thm. 1, made tight by
@@ -26,7 +26,7 @@ advance (they follow from the size of the training split, taken as public). For
 replace-one neighbours, the relation PATE's ε is stated for, ``dpsgd.json`` gives
 ``release_eps`` (= ``eps_replace_one``; the add/remove figure is ``eps_add_remove``), after
 the data set's cumulative ``eps`` (`pate.baselines.release_step.result_head`)
-(`pate.baselines.sgd_accounting.epsilon_replace_one`: group privacy of
+(`analysis.baselines.sgd_accounting.epsilon_replace_one`: group privacy of
 size 2 or the RDP weak triangle inequality, the smaller); with ``[dpsgd] relation =
 "replace-one"`` the noise is calibrated so that this is at most the target. Only the
 privacy of the training split is protected; the evaluation split and the public pool are not touched in training. Nothing else that depends on the private
@@ -49,15 +49,15 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
-from pate.baselines import sgd_accounting as dpsgd_accounting
+from analysis.baselines import sgd_accounting as dpsgd_accounting
 from pate.programs import keys
 from pate.config import Config, DpsgdConfig, config_to_dict
 from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.student_training import predict
 from pate.store import ledger as ledger_mod
-from analysis import composition
+from analysis.mechanisms import composition
 from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_lines,
                                          release_step, result_head, training_loop)
 

@@ -12,16 +12,16 @@ Round t (the server's model w is public: it is computed from noisy messages only
   post-processing of released values and never needs to be sent).
 
 Formal guarantee: every message has noise calibrated to the sensitivity of
-`analysis.fedavg_privacy` (derived there: per-example clipping enforced, K local steps
+`analysis.baselines.fedavg_privacy` (derived there: per-example clipping enforced, K local steps
 counted with the change of the other examples' gradients along the trajectory, the dual
 from the transcript) at the per-round ε̄ (Laplace) or μ (Gaussian) for which R rounds
 compose to ``eps`` at ``[privacy] delta``; the released model (and anything computed from
 it) is then (eps, delta)-DP for **replace-one** neighbours of the private train split
 (the relation of PATE and of the ledger). The charge to the ledger is that composition.
-The noise draws from `analysis.noise.NoiseSource` (128-bit OS entropy, or a research
+The noise draws from `analysis.core.noise.NoiseSource` (128-bit OS entropy, or a research
 seed, never written). Laplace with ``[fedavg] grid = K`` > 0 (the default): every message
 is released exactly on a public grid, γ·(round(m/γ) + discrete Laplace), with the
-sensitivity in grid units including rounding (`analysis.fedavg_privacy`, "Messages on a
+sensitivity in grid units including rounding (`analysis.baselines.fedavg_privacy`, "Messages on a
 grid"), so no floating-point low bit carries the data (Mironov 2012). With ``grid = 0``,
 and for the Gaussian mechanism, the noise is float64 and not defended against that attack.
 
@@ -42,10 +42,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis import composition
-from analysis import fedavg_privacy as fp
-from analysis.errors import OptionError, PateError
-from analysis.noise import NoiseSource
+from analysis.mechanisms import composition
+from analysis.baselines import fedavg_privacy as fp
+from analysis.core.errors import OptionError, PateError
+from analysis.core.noise import NoiseSource
 from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import Config, config_to_dict
@@ -55,7 +55,7 @@ from pate.programs.student_training import predict
 from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_lines,
                                          release_step, result_head, training_loop)
 
-#: The `analysis.noise` stream of this step's noise (labels use 0, the sanitised release 1).
+#: The `analysis.core.noise` stream of this step's noise (labels use 0, the sanitised release 1).
 NOISE_STREAM = 2
 
 
@@ -109,7 +109,7 @@ def add_noise(messages: np.ndarray, source: NoiseSource, mechanism: str, scale: 
               grid: fp.GridNoise | None = None) -> np.ndarray:
     """Every coordinate of every message plus independent float64 Laplace (scale b) or
     Gaussian (std σ) noise; with a `grid` (Laplace), the exact grid release
-    `analysis.fedavg_privacy.grid_release` instead (each message its own d coordinates)."""
+    `analysis.baselines.fedavg_privacy.grid_release` instead (each message its own d coordinates)."""
     if grid is not None:
         return fp.grid_release(messages, source, grid)
     messages = np.asarray(messages, np.float64)

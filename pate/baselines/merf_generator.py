@@ -1,6 +1,6 @@
 """DP-MERF's training program (Harder, Adamczewski & Park, AISTATS 2021), the `merf` method
 of `pate synth`: random Fourier features of the images, the private class-conditional
-mean embedding as an exact integer sum (released with noise by `analysis.merf`), and a
+mean embedding as an exact integer sum (released with noise by `analysis.baselines.merf`), and a
 class-conditional generator fitted to the noisy embedding.
 
 - **Features (public).** ``φ(x) = [cos(ω_j·x), sin(ω_j·x)]_{j<D/2} / √(D/2)`` of the
@@ -11,8 +11,8 @@ class-conditional generator fitted to the noisy embedding.
   median pairwise distance of the **public pool** images (`median_length_scale`), never
   of the private split.
 - **Private sum.** `private_sum` computes φ of the private train split in chunks and
-  hands the rows to `analysis.merf.quantise_rows` / `embedding_sum` (exact int64); the
-  result is PRIVATE and only `analysis.merf.noisy_sum` may see it.
+  hands the rows to `analysis.baselines.merf.quantise_rows` / `embedding_sum` (exact int64); the
+  result is PRIVATE and only `analysis.baselines.merf.noisy_sum` may see it.
 - **Generator (post-processing).** `MerfGenerator` (`pate.programs.models.Generator`: latent and
   one-hot class through ReLU layers to sigmoid pixels) takes Adam steps on
   ``‖μ̃ − μ_G‖²`` with ``μ_G = (1/B) Σ_b φ(G(z_b, c_b)) ⊗ e_{c_b}`` over batches of
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from analysis.merf import embedding_sum, quantise_rows
+from analysis.baselines.merf import embedding_sum, quantise_rows
 from pate.programs import keys
 from pate.programs.models import Generator
 

@@ -16,8 +16,8 @@ One step ``s`` (`train`):
 2. **Queries.** ``batch_size`` generated (image, class) pairs; teacher t votes real when its
    logit is > 0. The vote histogram (B, 2) (column 0 fake, column 1 real; every row sums
    to T) is PRIVATE: it never leaves `train`, which hands it to the noisy aggregator
-   (`pate.release.aggregation.run`, the GNMax record of `analysis.mechanisms` with 2 classes, float64
-   noise from an `analysis.noise.NoiseSource`). Only the noisy labels go on.
+   (`pate.release.aggregation.run`, the GNMax record of `analysis.mechanisms.registry` with 2 classes, float64
+   noise from an `analysis.core.noise.NoiseSource`). Only the noisy labels go on.
 3. **Post-processing.** The student discriminator takes ``student_steps`` steps on the queried
    points and their noisy labels; the generator one step to make the student say real.
 
@@ -41,7 +41,7 @@ teacher t's vote can differ on each query: each histogram row moves by at most o
 between the two columns, L2 sensitivity √2, the setting of GNMax (Papernot et al., "Scalable
 private learning with PATE", ICLR 2018, Proposition 8: ``(λ, λ/σ²)``-RDP per answer). The
 adaptive composition of the ``steps × batch_size`` answers (fixed before training) is what
-`analysis.mechanisms.GNMax.cost` states (μ² = 2N/σ²). The noise is drawn by the aggregator
+`analysis.mechanisms.registry.GNMax.cost` states (μ² = 2N/σ²). The noise is drawn by the aggregator
 on the votes; no label any discriminator trains on is noised otherwise.
 
 The public-pool student changes none of this. Its inputs are the public pool (the same
@@ -54,7 +54,7 @@ own shard and public values only, so replacing one example still changes teacher
 and each answer is still one GNMax answer of sensitivity √2. The number of answers,
 ``steps × batch_size``, is fixed from the config before training (``warmup_steps`` and
 ``gan_steps`` add none), so the ledger's charge is the same record and cost as without it.
-Test: `tests/test_synth.py::test_the_generator_reads_the_private_data_only_through_the_votes`.
+Test: `tests/baselines/test_synth.py::test_the_generator_reads_the_private_data_only_through_the_votes`.
 """
 
 from __future__ import annotations
@@ -67,9 +67,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from analysis.errors import PateError
-from analysis.mechanisms import Mechanism
-from analysis.noise import NoiseSource
+from analysis.core.errors import PateError
+from analysis.mechanisms.registry import Mechanism
+from analysis.core.noise import NoiseSource
 from pate.release import aggregation
 from pate.programs import keys
 from pate.programs.models import Discriminator, Generator

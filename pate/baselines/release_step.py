@@ -13,9 +13,9 @@ from typing import Callable, Iterator, TypeVar
 import jax
 import numpy as np
 
-from analysis.errors import PateError
-from analysis.report_io import figure_head
-from analysis.validation import check_delta, check_positive
+from analysis.core.errors import PateError
+from analysis.reporting.report_io import figure_head
+from analysis.core.validation import check_delta, check_positive
 from pate.config import Config
 from pate.data import Splits, load_dataset, split
 from pate.programs.progress import Progress
@@ -55,7 +55,7 @@ def accuracy_fields(accuracy: float, eval_points: int, accuracy_test: float, tes
 
 def result_head(data_set: dict, eps: float, target_eps: float, delta: float, relation: str) -> dict:
     """The first keys of a baseline's result file, as release.json's
-    (`analysis.report_io.figure_head`): ``eps`` at ``delta``, what the data set has spent in all
+    (`analysis.reporting.report_io.figure_head`): ``eps`` at ``delta``, what the data set has spent in all
     (``data_set``: `pate.store.ledger.Ledger.summary` with this release counted), then
     ``release_eps`` at ``release_delta``, this release's own ε (at ``delta``); the ε asked
     for, the neighbouring relation of both, and the ledger's summary."""

@@ -1,6 +1,6 @@
 """`pate synth`: a synthetic-data generator trained on the private train split, released as
 a generator, a synthetic data set and its train-on-synthetic, test-on-real score. Two
-methods (`[synth] method`): "merf", DP-MERF (`pate.baselines.dp_merf`, `analysis.merf`:
+methods (`[synth] method`): "merf", DP-MERF (`pate.baselines.dp_merf`, `analysis.baselines.merf`:
 one noisy release of the class-conditional mean embedding, the default because it learns
 best), and "gan", the PATE-GAN below (`pate.baselines.pate_gan`): at chance on Fashion-MNIST as
 Jordon et al. built it; with the public pool's images given to its student (``public_real``,
@@ -11,15 +11,15 @@ pool is public, so reading it costs nothing.
 queries N = ``steps × batch_size`` (every step votes on ``batch_size`` generated points;
 there is no stopping rule, so the step count says nothing about the data) and the GNMax
 noise σ of the 2-class vote, the smallest for which N answers cost at most ``eps`` at
-``[privacy] delta`` as the ledger counts them (`analysis.composition.single_eps` of the
+``[privacy] delta`` as the ledger counts them (`analysis.mechanisms.composition.single_eps` of the
 record's `Cost`: μ-GDP with μ² = 2N/σ², the smaller of RDP and PLD). σ starts from the
-exact Gaussian-DP μ (Balle & Wang 2018, Theorem 8; `analysis.pld.gaussian_mu_for`) and grows
+exact Gaussian-DP μ (Balle & Wang 2018, Theorem 8; `analysis.accounting.pld.gaussian_mu_for`) and grows
 until the ledger's figure meets the budget.
 
 **Formal guarantee.** Everything released (generator, synthetic.npz, the picture,
 synth.json's scores) is post-processing of the noisy labels, so the release is
 (ε, δ + δ_s)-DP for **replace-one** neighbours of the private train split, with ε the
-planned figure and δ_s the float64 samplers' `analysis.noise.sampling_delta` (module
+planned figure and δ_s the float64 samplers' `analysis.core.noise.sampling_delta` (module
 `pate.baselines.pate_gan` for why each answer is a GNMax answer with sensitivity √2). No
 data-dependent ε is computed or reported. The pixels are scaled by the public bound of
 their type (uint8 / 255, `pate.data`) and clamped to [0, 1]: no minimum, maximum or encoder
@@ -42,12 +42,12 @@ from typing import Callable
 
 import numpy as np
 
-from analysis import composition
-from analysis.errors import PateError
-from analysis.mechanisms import GNMax
-from analysis.noise import NoiseSource, sampling_delta, sampling_tv, seed_record
-from analysis.pld import gaussian_mu_for
-from analysis.validation import check_delta, check_positive
+from analysis.mechanisms import composition
+from analysis.core.errors import PateError
+from analysis.mechanisms.registry import GNMax
+from analysis.core.noise import NoiseSource, sampling_delta, sampling_tv, seed_record
+from analysis.accounting.pld import gaussian_mu_for
+from analysis.core.validation import check_delta, check_positive
 from pate.store import checkpoints, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import Config, config_to_dict
@@ -56,7 +56,7 @@ from pate.baselines.synthetic_scores import public_scale, released_pixels, sampl
 from pate.baselines.pate_gan import GanSpec, PateGan, teacher_shards, train
 from pate.baselines.release_step import budgeted_ledger, private_splits, release_step, result_head
 
-#: The `analysis.noise` stream of this step's noise (labels 0, sanitised release 1, fedavg 2).
+#: The `analysis.core.noise` stream of this step's noise (labels 0, sanitised release 1, fedavg 2).
 NOISE_STREAM = 3
 VOTE_CLASSES = 2  # real / fake
 

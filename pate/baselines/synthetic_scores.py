@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.config import Config
 from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.student_training import predict

@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from analysis.errors import OptionError, PateError
+from analysis.core.errors import OptionError, PateError
 from pate.config import PrivacyConfig
 
 #: The library's defaults of the privacy settings an option leaves out.
@@ -140,7 +140,7 @@ threshold = _check(lambda v: 0 <= v < float("inf"), "must be a vote count >= 0, 
 
 
 def moments(ctx, param, value):
-    from analysis.lnmax import MAX_MOMENTS
+    from analysis.bounds.lnmax import MAX_MOMENTS
 
     if value is not None and not 1 <= value <= MAX_MOMENTS:
         raise click.BadParameter(f"must be between 1 and {MAX_MOMENTS}, got {value}")
@@ -357,11 +357,11 @@ def check_analyze(votes_path, workdir, mechanism, noise: dict, votes_only: dict,
 
 
 def mechanism_record(mechanism: str, noise: dict):
-    """The `analysis.mechanisms` record of --mechanism and its noise options (a usage error if not)."""
-    from analysis import mechanisms
+    """The `analysis.mechanisms.registry` record of --mechanism and its noise options (a usage error if not)."""
+    from analysis.mechanisms import registry
 
     try:
-        return mechanisms.from_options(mechanism, **noise)
+        return registry.from_options(mechanism, **noise)
     except PateError as err:
         raise click.UsageError(str(err)) from None
 
@@ -467,11 +467,11 @@ def config_with(config_path, settings, **named):
     return load_config(config_path, overrides)
 
 
-def ledger_book(config_path, workdir, name, import_path, echo):
-    """`pate ledger`: the ledger asked for (importing a run first) and the config it came with."""
+def ledger_book(config_path, workdir, name, import_path, import_run):
+    """`pate ledger`: the ledger asked for (importing a run first, with ``import_run``:
+    `pate.steps.ledger_import.import_run`) and the config it came with."""
     from pate.store import ledger as ledger_mod
     from pate.store.identity import default_directory
-    from pate.store.ledger_import import import_run
     from pate.config import load_config
     from pate.store.rundir import RunDir
 
@@ -479,7 +479,7 @@ def ledger_book(config_path, workdir, name, import_path, echo):
     if len(given) > 1 or not (given or import_path):
         raise click.UsageError("give one of --config FILE, --workdir RUN or --name NAME (or --import RUN)")
     if import_path is not None:
-        import_run(import_path, name=name, echo=echo)
+        import_run(import_path, name=name)
         workdir = workdir if given else import_path
     if config_path is not None:
         config = load_config(config_path)

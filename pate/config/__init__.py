@@ -20,7 +20,7 @@ from typing import Any, Literal, Mapping
 
 import tomli_w
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.config.sections import (  # noqa: F401  (re-exported: pate.config.TeachersConfig, ...)
     AggregationConfig,
     Config,

@@ -23,7 +23,7 @@ class DpsgdConfig:
     `[privacy] delta` under `accountant`) and takes an SGD step with `momentum`.
     `relation` names the neighbouring relation `eps` is a target for: "add-remove"
     (the DP-SGD literature's, Tramer & Boneh's included) or "replace-one" (PATE's: set it
-    to compare the two like for like; `pate.baselines.sgd_accounting.calibrate_noise`).
+    to compare the two like for like; `analysis.baselines.sgd_accounting.calibrate_noise`).
 
     `model = "cnn"`: Tramer & Boneh's end-to-end CNN (tanh): convolutions of
     `conv_features` channels, kernels `conv_kernels`, strides `conv_strides`, zero

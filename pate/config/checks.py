@@ -4,7 +4,7 @@ every section module (`pate.config.sections`, `round_sections`, `baseline_sectio
 
 from __future__ import annotations
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 
 
 def require(ok: bool, section: str, key: str, message: str) -> None:

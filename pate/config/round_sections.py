@@ -28,12 +28,12 @@ class RoundsConfig:
     With `[privacy] target_eps` and two rounds, round 1 is planned for `round1_target_eps`
     (0: the whole target, leaving round 2 what round 1's releases left), and round 2 asks at
     most `queries`, as many as keep the published headline of both rounds (the
-    data-independent composition of every release: `analysis.rounds`) within the target,
+    data-independent composition of every release: `analysis.planning.rounds`) within the target,
     exactly (`pate.release.target.choose_round2`).
     Without a target round 2 asks `queries` at most, as many as round 1 left unqueried.
 
     With `check` = "interactive" the teachers answer where they outvote the round-1 student
-    (Interactive-GNMax, the 2018 paper's Algorithm 2; `analysis.interactive`): Confident-GNMax's
+    (Interactive-GNMax, the 2018 paper's Algorithm 2; `analysis.bounds.interactive`): Confident-GNMax's
     threshold step tests max_j (n_j − ⌊T·p_j⌋) + N(0, σ₁²) ≥ threshold, p the student's
     probabilities on the query, so privacy is spent mainly where the student is wrong
     ("none": the plain threshold max_j n_j). It needs `[aggregation]` confident-gnmax and

@@ -185,7 +185,7 @@ class AggregationConfig:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FineGrainedConfig:
     """`[fine_grained]`: fine-grained PATE (`[aggregation] mechanism = "fine-grained"`;
-    `analysis.fine_grained`): each private record votes, with its label, for the
+    `analysis.mechanisms.fine_grained`): each private record votes, with its label, for the
     `votes_per_record` public pool points nearest to it in a public feature space (the
     scattering transform, `scattering_j` scales, `scattering_l` orientations, each example
     group-normalised over `groups` channel groups, then the top `pca` principal directions of
@@ -232,14 +232,14 @@ class PrivacyConfig:
     cost and the queries (at most `[aggregation] queries`) so that the headline is at
     most `target_eps` with probability `target_probability` over the release noise, on
     votes simulated from a public model with mean teacher accuracy `target_accuracy`
-    (`analysis.headline_target`); `release_order`, `release_cost` and `gnss_beta` are
+    (`analysis.planning.headline_target`); `release_order`, `release_cost` and `gnss_beta` are
     then not used. 0 = off.
     """
 
     delta: float = 1e-5
     moments: int = 8
-    lnmax_beta: float = 0.09  # = analysis.lnmax_release.DEFAULT_BETA (checked by a test)
-    gnss_beta: float = 0.0  # 0: beta = 0.1 / release order (analysis.gnss.BETA_TIMES_ORDER)
+    lnmax_beta: float = 0.09  # = analysis.sanitised.lnmax_release.DEFAULT_BETA (checked by a test)
+    gnss_beta: float = 0.0  # 0: beta = 0.1 / release order (analysis.sanitised.gnss.BETA_TIMES_ORDER)
     conversion: Literal["classic", "improved"] = "classic"
     release_order: float = 0.0
     release_cost: float = 0.2
@@ -252,7 +252,7 @@ class PrivacyConfig:
     def validate(self) -> None:
         s = "privacy"
         _require(0 < self.delta < 1, s, "delta", f"must lie strictly between 0 and 1, got {self.delta}")
-        _require(1 <= self.moments <= 64, s, "moments", f"must be between 1 and 64 (analysis.lnmax."
+        _require(1 <= self.moments <= 64, s, "moments", f"must be between 1 and 64 (analysis.bounds.lnmax."
                  f"MAX_MOMENTS), got {self.moments}")
         _require(self.lnmax_beta > 0, s, "lnmax_beta", f"must be > 0, got {self.lnmax_beta}")
         _require(self.gnss_beta >= 0, s, "gnss_beta", f"must be 0 (0.1 / release order) or > 0, got {self.gnss_beta}")

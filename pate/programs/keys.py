@@ -27,7 +27,7 @@ import os
 import jax
 import numpy as np
 
-from analysis import noise
+from analysis.core import noise
 
 #: Bits of entropy a key holds.
 KEY_BITS = 128

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.config import TeachersConfig
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 
 
 def top_directions(centred: np.ndarray, k: int) -> np.ndarray:

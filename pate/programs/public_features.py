@@ -2,7 +2,7 @@
 (`pate.release.fine_grained_release`): each image's scattering coefficients (`pate.programs.scattering`:
 fixed filters, each example group-normalised with its own statistics), projected on the top
 principal directions of the public pool's coefficients, as quantised unit rows
-(`analysis.fine_grained.quantise_rows`).
+(`analysis.mechanisms.fine_grained.quantise_rows`).
 
 Nothing private enters the fit, and each image's row is computed from that image and the fitted
 public map alone (row by row or by BLAS, whose order of operations depends on shapes, never on
@@ -15,8 +15,8 @@ import dataclasses
 
 import numpy as np
 
-from analysis import fine_grained
-from analysis.errors import PateError
+from analysis.mechanisms import fine_grained
+from analysis.core.errors import PateError
 from pate.programs import scattering
 from pate.programs.projection import top_directions
 

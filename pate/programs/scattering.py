@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 
 
 def scattering_channels(J: int, L: int) -> int:

@@ -26,7 +26,7 @@ import optax
 from pate.programs import augment, keys
 from pate.config import StudentConfig
 from pathlib import Path
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.store import checkpoints, rundir
 from pate.programs import models
 from pate.config import Config, config_from_dict

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.programs import augment, keys
 from pate.store import checkpoints, rundir
 from pate.config import Config, TeachersConfig

@@ -2,29 +2,29 @@
 (PATE 2018). Pure functions of ``(votes, parameters, noise)``.
 
 Inputs and outputs are numpy arrays. The noise is float64, drawn on the host from an
-:class:`analysis.noise.NoiseSource`: fresh OS entropy for every draw unless a seed is
+:class:`analysis.core.noise.NoiseSource`: fresh OS entropy for every draw unless a seed is
 given on purpose (research only: a 128-bit Philox key, every bit used). Anyone who knows
 the seed can remove the noise, so a seed is never written into any file.
 :func:`noise_source` makes one.
 
 Privacy (neighbouring training sets change one teacher's vote): LNMax answers are
 ``2 gamma``-DP each (PATE 2017, Section 3); GNMax and the threshold step are analysed
-with Rényi DP in ``analysis.gnmax`` (PATE 2018, Section 4). Those analyses are of the ideal
+with Rényi DP in ``analysis.bounds.gnmax`` (PATE 2018, Section 4). Those analyses are of the ideal
 continuous noise; the float64 samplers used here are within Kolmogorov distance 2^-50 of
-it, which adds at most ``analysis.noise.sampling_delta(Q, c, ε)`` to δ over Q queries of c
+it, which adds at most ``analysis.core.noise.sampling_delta(Q, c, ε)`` to δ over Q queries of c
 noise coordinates (about 4e-10 at Q = 1000, c = 11, ε = 2; the derivation is in
-``analysis.noise``).
+``analysis.core.noise``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from analysis import mechanisms
-from analysis.errors import PateError
-from analysis.interactive import check_statistic
-from analysis.noise import NoiseSource
-from analysis.validation import check_counts, check_positive
+from analysis.mechanisms import registry
+from analysis.core.errors import PateError
+from analysis.bounds.interactive import check_statistic
+from analysis.core.noise import NoiseSource
+from analysis.core.validation import check_counts, check_positive
 
 UNANSWERED = -1
 
@@ -42,7 +42,7 @@ noise_key = noise_source  # the name earlier versions used (tests and user scrip
 
 def _source(noise) -> NoiseSource:
     if not isinstance(noise, NoiseSource):
-        raise PateError("the aggregators take an analysis.noise.NoiseSource "
+        raise PateError("the aggregators take an analysis.core.noise.NoiseSource "
                         "(pate.release.aggregation.noise_source(seed)), not a JAX key")
     return noise
 
@@ -86,7 +86,7 @@ def confident_gnmax(votes, threshold, sigma_threshold, sigma, noise, offsets=Non
     """Confident-GNMax (PATE 2018, Algorithm 1): answer a query only when
     ``max_j n_j + N(0, sigma_threshold^2) >= threshold``, then with GNMax at ``sigma``.
     With the student's check ``offsets`` o (Interactive-GNMax, Algorithm 2;
-    `analysis.interactive`) the test is on ``max_j (n_j - o_j)``: the teachers answer where
+    `analysis.bounds.interactive`) the test is on ``max_j (n_j - o_j)``: the teachers answer where
     they outvote the student.
 
     Unanswered queries get label :data:`UNANSWERED` (-1). The threshold noise and the
@@ -105,17 +105,17 @@ def confident_gnmax(votes, threshold, sigma_threshold, sigma, noise, offsets=Non
     return np.where(answered, labels, UNANSWERED).astype(np.int32)
 
 
-def run(votes, mechanism: mechanisms.Mechanism, noise, offsets=None) -> np.ndarray:
-    """Runs a mechanism record (``analysis.mechanisms``) on every row of ``votes``
+def run(votes, mechanism: registry.Mechanism, noise, offsets=None) -> np.ndarray:
+    """Runs a mechanism record (``analysis.mechanisms.registry``) on every row of ``votes``
     (``offsets``: Interactive-GNMax's check, Confident-GNMax only)."""
-    if not isinstance(mechanism, mechanisms.Mechanism) or mechanism.name not in _SAMPLERS:
+    if not isinstance(mechanism, registry.Mechanism) or mechanism.name not in _SAMPLERS:
         raise PateError(f"not a mechanism record: {mechanism!r}")
     if offsets is not None and not mechanism.threshold_step:
         raise PateError("check offsets (Interactive-GNMax) apply to confident-gnmax only")
     return _SAMPLERS[mechanism.name](votes, mechanism, noise, offsets)
 
 
-#: Each record's sampler, by its name: a new mechanism is its record (`analysis.mechanisms`)
+#: Each record's sampler, by its name: a new mechanism is its record (`analysis.mechanisms.registry`)
 #: and one entry here.
 _SAMPLERS = {
     "lnmax": lambda votes, r, noise, offsets: lnmax(votes, r.gamma, noise),
@@ -128,4 +128,4 @@ _SAMPLERS = {
 def aggregate(votes, mechanism: str, noise, offsets=None, **params) -> np.ndarray:
     """Runs the named mechanism with its parameters (``gamma``; ``sigma``; ``threshold``,
     ``sigma_threshold``, ``sigma``), checked by its record."""
-    return run(votes, mechanisms.from_options(mechanism, **params), noise, offsets)
+    return run(votes, registry.from_options(mechanism, **params), noise, offsets)

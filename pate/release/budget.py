@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis import composition, mechanisms
-from analysis import plan as plan_mod
-from analysis.errors import PateError
+from analysis.mechanisms import composition
+from analysis.mechanisms import registry
+from analysis.planning import plan as plan_mod
+from analysis.core.errors import PateError
 from pate.config import AggregationConfig
 
-def resolve(record: mechanisms.Mechanism, queries: int, *, num_teachers: int, pool_size: int) -> None:
+def resolve(record: registry.Mechanism, queries: int, *, num_teachers: int, pool_size: int) -> None:
     """Checks a release of ``queries`` queries by ``record`` against the ensemble and the pool."""
     if queries > pool_size:
         raise PateError(f"aggregation.queries = {queries} is more than the {pool_size} points "
@@ -23,14 +24,14 @@ def resolve(record: mechanisms.Mechanism, queries: int, *, num_teachers: int, po
                         "teachers: no query could ever be answered; lower it")
 
 
-def accountable_record(cfg: AggregationConfig, privacy) -> mechanisms.Mechanism:
+def accountable_record(cfg: AggregationConfig, privacy) -> registry.Mechanism:
     """The mechanism record of an ``[aggregation]`` section (the one place a command builds
     it), after refusing, before any vote is computed, settings whose data-independent ε for
     ``cfg.queries`` queries is not finite (e.g. ``--sigma 1e-300`` would release the
     noiseless plurality)."""
     n = cfg.queries
     try:
-        record = mechanisms.from_config(cfg)
+        record = registry.from_config(cfg)
         eps = record.independent_eps(n, privacy.delta, moments=range(1, privacy.moments + 1),
                                      conversion=privacy.conversion).eps
         option = record.noise_options()
@@ -43,18 +44,19 @@ def accountable_record(cfg: AggregationConfig, privacy) -> mechanisms.Mechanism:
     return record
 
 
-def sanitised_cost(record: mechanisms.Mechanism, queries: int, privacy) -> composition.Cost:
+def sanitised_cost(record: registry.Mechanism, queries: int, privacy) -> composition.Cost:
     """The ledger cost of the sanitised ε `pate analyze` draws after ``queries`` queries of
     ``record`` with a ``[privacy]`` section's release settings and no target plan: what
     `pate.release.privacy_report.release_cost_of` records for the report it makes. LNMax:
     the smooth-sensitivity release's ``(2 (e^β − 1) ln(2/δ), δ)`` at the section's
-    ``lnmax_beta`` (`analysis.lnmax_release.release_eps_cost`); GNMax and Confident-GNMax:
+    ``lnmax_beta`` (`analysis.sanitised.lnmax_release.release_eps_cost`); GNMax and Confident-GNMax:
     the GNSS release at ``release_order`` (else the order of the labels' data-independent
-    optimum, as `analysis.report.gnmax_report` picks it) with its β and ``release_cost``.
+    optimum, as `analysis.reporting.report.gnmax_report` picks it) with its β and ``release_cost``.
     Public values only, so `pate run` can check its whole budget before any work."""
-    from analysis import gnss, lnmax_release
+    from analysis.sanitised import gnss
+    from analysis.sanitised import lnmax_release
 
-    if isinstance(record, mechanisms.LNMax):
+    if isinstance(record, registry.LNMax):
         beta = record.release_beta(privacy)
         values = {"eps_release_cost": lnmax_release.release_eps_cost(beta, privacy.delta), "delta": privacy.delta}
     else:
@@ -65,17 +67,17 @@ def sanitised_cost(record: mechanisms.Mechanism, queries: int, privacy) -> compo
     return record.sanitised_cost(values, privacy.release_cost)
 
 
-def release_settings(mechanism: mechanisms.Mechanism, privacy) -> dict:
+def release_settings(mechanism: registry.Mechanism, privacy) -> dict:
     """The sanitised release `pate analyze` makes after these labels with a ``[privacy]``
-    section (`analysis.plan.published_eps`'s keywords: the β of the mechanism's release,
+    section (`analysis.planning.plan.published_eps`'s keywords: the β of the mechanism's release,
     the release order and cost)."""
     beta = mechanism.release_beta(privacy)
     return dict(beta=beta, release_order=privacy.release_order or None, release_cost=privacy.release_cost)
 
 
-def budget_plan(record: mechanisms.Mechanism, queries: int, budget: float, delta: float, *, moments: int = 8,
+def budget_plan(record: registry.Mechanism, queries: int, budget: float, delta: float, *, moments: int = 8,
                 conversion: str = "classic", accountant: str = "rdp", privacy=None) -> plan_mod.BudgetPlan:
-    """`analysis.plan.budget_plan` for a mechanism record and at most ``queries`` queries.
+    """`analysis.planning.plan.budget_plan` for a mechanism record and at most ``queries`` queries.
     With ``privacy`` (a `PrivacyConfig`), the budget covers what is published: the labels
     and the sanitised ε `pate analyze` releases with those settings (`release_settings`);
     what `pate label --budget` plans."""

@@ -1,11 +1,11 @@
 """Fine-grained PATE as `pate label` releases it (`[aggregation] mechanism = "fine-grained"`):
 labels for every point of the public pool from ONE noisy release of the private records' own
-votes (`analysis.fine_grained`: the mechanism, its sensitivities, noise and proofs).
+votes (`analysis.mechanisms.fine_grained`: the mechanism, its sensitivities, noise and proofs).
 
 The steps, private values in capitals: the public map fitted on the pool
 (`pate.programs.public_features`) and the pool's smoothing graph (public); each PRIVATE
 record's `votes_per_record` nearest pool points, and the PRIVATE histogram of their votes,
-which never leaves this function's memory; the one release (`analysis.fine_grained.release`:
+which never leaves this function's memory; the one release (`analysis.mechanisms.fine_grained.release`:
 exact discrete Laplace or Gaussian noise on every cell); the labels, post-processing of the
 release. labels.npz then holds the pool's indices, its labels and this module's record of the
 release (`record_arrays`); no count, vote or feature of a private record is written.
@@ -23,10 +23,10 @@ from typing import Mapping
 
 import numpy as np
 
-from analysis import fine_grained
-from analysis import report as report_mod
-from analysis.errors import PateError
-from analysis.noise import NoiseSource
+from analysis.mechanisms import fine_grained
+from analysis.reporting import report as report_mod
+from analysis.core.errors import PateError
+from analysis.core.noise import NoiseSource
 from pate.config import Config, FineGrainedConfig
 from pate.programs import public_features
 
@@ -100,7 +100,7 @@ def is_fine_grained(labels: Mapping) -> bool:
 
 
 def noise_from(labels: Mapping, source: str = "labels.npz") -> fine_grained.Noise:
-    """The noise a fine-grained labels.npz records, checked (`analysis.fine_grained.Noise`)."""
+    """The noise a fine-grained labels.npz records, checked (`analysis.mechanisms.fine_grained.Noise`)."""
     try:
         return fine_grained.Noise(str(np.asarray(labels["noise"])), Fraction(str(np.asarray(labels["noise_parameter"]))),
                                   int(np.asarray(labels["votes_per_record"])))

@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from analysis import mechanisms
-from analysis.errors import PateError
+from analysis.mechanisms import registry
+from analysis.core.errors import PateError
 from pate.store import digests, rundir
 from pate.release import aggregation, fine_grained_release
 
 #: The array of Interactive-GNMax's check offsets o = floor(T p) in a release (round 2 with
-#: ``[rounds] check = "interactive"``; `analysis.interactive`): one row per query, public.
+#: ``[rounds] check = "interactive"``; `analysis.bounds.interactive`): one row per query, public.
 CHECK_OFFSETS = "check_offsets"
 
 
@@ -85,7 +85,7 @@ def read_run_labels(workdir: str | Path) -> dict[str, Any]:
     histogram is refused, and so is a label past its classes or an index past its rows).
     What `pate run` and `pate ledger --import` read; `pate analyze` does the same with
     the votes it loads anyway."""
-    from analysis.votes import check_votes
+    from analysis.core.votes import check_votes
 
     run = rundir.RunDir(workdir)
     num_classes = pool_size = None
@@ -195,10 +195,10 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int,
 
 #: The keys labels.npz may hold besides `meta` (config hash and package version), each named
 #: once: the queried pool indices and their labels (`released_arrays`), the mechanism record's
-#: arrays (`analysis.mechanisms.Mechanism.to_arrays`), the answer cap, the check offsets, and a
+#: arrays (`analysis.mechanisms.registry.Mechanism.to_arrays`), the answer cap, the check offsets, and a
 #: fine-grained release's record (`pate.release.fine_grained_release.record_arrays`).
 MAX_ANSWERS = "max_answers"
-RELEASED_KEYS = ("indices", "labels", *mechanisms.ARRAY_KEYS, MAX_ANSWERS, CHECK_OFFSETS,
+RELEASED_KEYS = ("indices", "labels", *registry.ARRAY_KEYS, MAX_ANSWERS, CHECK_OFFSETS,
                  *fine_grained_release.ARRAY_KEYS)
 
 
@@ -210,7 +210,7 @@ def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
     return np.where((labels >= 0) & (answered > max_answers), aggregation.UNANSWERED, labels)
 
 
-def release_labels(votes: np.ndarray, record: mechanisms.Mechanism, *, seed: int | None = None,
+def release_labels(votes: np.ndarray, record: registry.Mechanism, *, seed: int | None = None,
                    max_answers: int | None = None, offsets=None) -> np.ndarray:
     """Noisy labels for every row of ``votes``: THE one call of the aggregator.
 
@@ -222,7 +222,7 @@ def release_labels(votes: np.ndarray, record: mechanisms.Mechanism, *, seed: int
     return cap_answers(released, max_answers)
 
 
-def released_arrays(votes: np.ndarray, indices: np.ndarray, record: mechanisms.Mechanism,
+def released_arrays(votes: np.ndarray, indices: np.ndarray, record: registry.Mechanism,
                     seed: int | None, cap: int | None, offsets=None) -> dict:
     """What labels.npz holds: the queried `indices`, their noisy labels (`release_labels`
     over `votes`, their rows), the record's arrays (its name and noise), ``max_answers``
@@ -240,8 +240,8 @@ def charge_release(door, book, cost, record, labels_path, num_queries: int, priv
     """Charges a label release, written at ``labels_path`` through ``door``, to the data set's
     ledger when the door commits it (`pate.store.door.Door.charge`; refused over ``total_budget``
     or the ledger's budget), with the float64 samplers' total variation over ``num_classes``
-    classes (a threshold step is one more noise coordinate: `analysis.noise.sampling_tv`)."""
-    from analysis.noise import sampling_tv
+    classes (a threshold step is one more noise coordinate: `analysis.core.noise.sampling_tv`)."""
+    from analysis.core.noise import sampling_tv
 
     mechanism = {"name": record.name, **record.params(), "queries": int(num_queries),
                  "describe": f"labels: {num_queries} queries of {record.describe()}"}

@@ -8,12 +8,13 @@ names (no JAX).
 from __future__ import annotations
 from pathlib import Path
 import numpy as np
-from analysis import composition, mechanisms
-from analysis import report as report_mod
-from analysis.accountants import data_independent_items
-from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
-from analysis import votes as votes_mod
-from analysis.errors import OptionError, PateError
+from analysis.mechanisms import composition
+from analysis.mechanisms import registry
+from analysis.reporting import report as report_mod
+from analysis.reporting.accountants import data_independent_items
+from analysis.sanitised.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
+from analysis.core import votes as votes_mod
+from analysis.core.errors import OptionError, PateError
 from pate.store import ledger as ledger_mod
 from pate.store import rundir
 from pate.store.door import Charge
@@ -58,7 +59,7 @@ def release_cost_of(rep: report_mod.PrivacyReport, release_cost: float) -> compo
     """The data-independent cost of the sanitised ε a report released: the LNMax
     smooth-sensitivity release's (ε, δ), or the GNSS release at its order and β (the
     ledger's record of a draw)."""
-    return mechanisms.record_type(rep.mechanism).sanitised_cost({i.key: i.value for i in rep.items}, release_cost)
+    return registry.record_type(rep.mechanism).sanitised_cost({i.key: i.value for i in rep.items}, release_cost)
 
 
 def draw_charge(book: ledger_mod.Ledger, rep: report_mod.PrivacyReport, release_cost: float, *,
@@ -83,16 +84,16 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     ``check_offsets``, Interactive-GNMax). With ``sanitize=False`` only the
     data-independent and data-dependent ε are computed (no smooth-sensitivity release,
     so nothing is spent on one) — what `pate label` prints. ``noise``: an
-    ``analysis.noise.NoiseSource`` for the sanitised release (OS entropy when None).
+    ``analysis.core.noise.NoiseSource`` for the sanitised release (OS entropy when None).
     ``beta`` is the smoothness of whichever release the mechanism makes (LNMax default
-    ``analysis.lnmax_release.DEFAULT_BETA``; GNSS default 0.1 / order); ``gnss_beta``, when given,
+    ``analysis.sanitised.lnmax_release.DEFAULT_BETA``; GNSS default 0.1 / order); ``gnss_beta``, when given,
     is GNMax's alone (a config holds one β per mechanism).
     """
     indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=rundir.LABELS_NPZ)
     mask = np.asarray(labels["labels"]) >= 0
     answered = indices[mask]
-    mech = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
-    if isinstance(mech, mechanisms.LNMax):
+    mech = registry.from_arrays(labels, rundir.LABELS_NPZ)
+    if isinstance(mech, registry.LNMax):
         if answered.size == 0:
             raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
         if not sanitize:
@@ -119,7 +120,7 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
 def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float,
                                 moments: int = 8) -> tuple[report_mod.Item, ...]:
     """The data-independent ε of a release (``labels.npz`` contents) under every
-    accountant, with the headline marked (`analysis.accountants.data_independent_items`).
+    accountant, with the headline marked (`analysis.reporting.accountants.data_independent_items`).
 
     Counts exactly what `report_for_release` charges: the answered queries for LNMax and
     GNMax; every queried row for Confident-GNMax, with GNMax on ``max_answers`` of them
@@ -127,7 +128,7 @@ def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float
     """
     indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=rundir.LABELS_NPZ)
     answered = int(np.sum(np.asarray(labels["labels"]) >= 0))
-    record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+    record = registry.from_arrays(labels, rundir.LABELS_NPZ)
     cap = int(labels["max_answers"]) if "max_answers" in labels else None
     n, cap = record.charged(indices.size, answered, cap)
     return data_independent_items(record, n, delta, max_answers=cap, moments=range(1, moments + 1))

@@ -1,6 +1,6 @@
 """`pate analyze` on a run with two rounds (`pate label --round 2`): round 2's labels checked
 against its own votes, round 1's published values read back from ``release-round1.json``,
-and the headline of both rounds (`analysis.rounds.cumulative_headline`) put in the report.
+and the headline of both rounds (`analysis.planning.rounds.cumulative_headline`) put in the report.
 Called by `pate.steps.analyze`; kept apart so that it stays small."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import dataclasses
 
 import numpy as np
 
-from analysis import composition, mechanisms
-from analysis import report as report_mod
-from analysis.errors import PateError
+from analysis.mechanisms import composition
+from analysis.mechanisms import registry
+from analysis.reporting import report as report_mod
+from analysis.core.errors import PateError
 from pate.store import rundir
 from pate.release.labels import read_labels, release_subjects
 
@@ -38,7 +39,7 @@ def _round1(workdir, name: str = rundir.RELEASE_ROUND1_JSON) -> tuple[dict, comp
     raw = doc.get("details") or {}
     details = {**raw, "eps": doc.get("release_eps", doc["eps"]),  # round 1's own headline (ε, δ)
                "delta": doc.get("release_delta", doc["delta"])}
-    record = mechanisms.from_arrays(first, rundir.LABELS_NPZ)
+    record = registry.from_arrays(first, rundir.LABELS_NPZ)
     cap = int(float(first["max_answers"])) if "max_answers" in first else None
     labels_cost = composition.labels_cost(record, int(first["indices"].size), max_answers=cap)
     try:  # the release's own cost at the analysis δ, as `pate analyze` charged it (not the headline's δ)
@@ -65,14 +66,14 @@ def round1_costs(workdir, book, name: str = rundir.RELEASE_ROUND1_JSON) -> tuple
 def cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, released2: composition.Cost,
                delta: float, conversion: str) -> report_mod.PrivacyReport:
     """Round 2's report with its headline replaced by the ε of everything both rounds
-    released (`analysis.rounds.cumulative_headline`: the data-independent composition, the
+    released (`analysis.planning.rounds.cumulative_headline`: the data-independent composition, the
     only one proven); round 2's own headline is kept as ``eps_round2``, and the sums of both
-    rounds' ex-post figures (`analysis.rounds.diagnostics`) only as private, unpublished rows.
+    rounds' ex-post figures (`analysis.planning.rounds.diagnostics`) only as private, unpublished rows.
     ``released2``: the cost of round 2's sanitised release."""
-    from analysis.rounds import DIAGNOSTICS, ROUTE, cumulative_headline, diagnostics
+    from analysis.planning.rounds import DIAGNOSTICS, ROUTE, cumulative_headline, diagnostics
 
     first, earlier = round1_costs(workdir, book)
-    record = mechanisms.from_arrays(labels, rundir.LABELS_ROUND2_NPZ)
+    record = registry.from_arrays(labels, rundir.LABELS_ROUND2_NPZ)
     every = [*earlier, composition.labels_cost(record, int(np.asarray(labels["labels"]).size)), released2]
     second = {i.key: i.value for i in rep.items if i.public}
     second["delta"] = second["delta_total"]

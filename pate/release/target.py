@@ -1,7 +1,7 @@
 """A labelling run's target headline: `[privacy] target_eps` turned into the release plan
 `pate label` follows and records with its labels, and the rows the report adds for it.
 
-The plan (`analysis.headline_target.choose_release`) is made before any teacher votes,
+The plan (`analysis.planning.headline_target.choose_release`) is made before any teacher votes,
 from public values only: the config's mechanism and noise, its query count, δ and
 conversion, the ensemble's size and class count, and a public vote model. It fixes the
 queries and the GNSS release's order, β and cost; labels.npz carries it in its ``meta``
@@ -14,27 +14,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis import headline_target, mechanisms
-from analysis import plan as plan_mod
-from analysis.errors import PateError
-from analysis.report import Item
-from analysis.simulated_votes import StudentModel, VoteModel
+from analysis.planning import headline_target
+from analysis.mechanisms import registry
+from analysis.planning import plan as plan_mod
+from analysis.core.errors import PateError
+from analysis.reporting.report import Item
+from analysis.planning.simulated_votes import StudentModel, VoteModel
 from pate.release import fine_grained_release
 
 PLAN_KEY = "release_plan"  # labels.npz meta key
 
 
 def vote_model(config, num_teachers: int, num_classes: int) -> VoteModel:
-    """The public vote model of a config's ensemble (`analysis.simulated_votes`)."""
+    """The public vote model of a config's ensemble (`analysis.planning.simulated_votes`)."""
     return VoteModel(int(num_teachers), int(num_classes), accuracy=config.privacy.target_accuracy)
 
 
-def _record(config, record: mechanisms.Mechanism | None) -> mechanisms.Mechanism:
+def _record(config, record: registry.Mechanism | None) -> registry.Mechanism:
     """The release's mechanism record: the caller's (built once per command), else the config's."""
-    return mechanisms.from_config(config.aggregation) if record is None else record
+    return registry.from_config(config.aggregation) if record is None else record
 
 
-def choose(config, num_teachers: int, num_classes: int, *, record: mechanisms.Mechanism | None = None,
+def choose(config, num_teachers: int, num_classes: int, *, record: registry.Mechanism | None = None,
            budget=None, echo=print) -> headline_target.ReleaseChoice | None:
     """The release plan of ``config`` (None when ``[privacy] target_eps`` is 0), printed;
     ``record``: the config's mechanism record when the caller has built it.
@@ -74,7 +75,7 @@ def check_round2(config) -> None:
     """Refuses ``[rounds] check = "interactive"`` with a mechanism other than Confident-GNMax
     (the check is its threshold step): in `pate run`'s preflight, `pate plan --config` and
     `pate label --round 2`, before anything is computed."""
-    if config.rounds.check == "interactive" and config.aggregation.mechanism != mechanisms.ConfidentGNMax.name:
+    if config.rounds.check == "interactive" and config.aggregation.mechanism != registry.ConfidentGNMax.name:
         raise PateError(f'rounds.check = "interactive" is the threshold step of confident-gnmax, but '
                         f"aggregation.mechanism is {config.aggregation.mechanism}; use confident-gnmax")
 
@@ -85,7 +86,7 @@ def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *, e
     headline of both rounds, the data-independent composition of round 1's releases
     (``earlier``: its labels' and sanitised draw's costs, as the headline counts them,
     `pate.release.round2_report.round1_costs`), round 2's labels and round 2's sanitised
-    release (`analysis.rounds.cumulative_headline`). `analysis.rounds.plan_round2` gives the
+    release (`analysis.planning.rounds.cumulative_headline`). `analysis.planning.rounds.plan_round2` gives the
     most queries (at most ``[rounds] queries``) for which a GNSS release at round 1's order
     keeps that headline ≤ the target, then the largest release cost that still does: exact,
     public values only (no vote, no probability). Printed; recorded with the labels.
@@ -94,8 +95,8 @@ def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *, e
       PateError: round 1 published no GNSS release (LNMax, or data-independent only), or
         not even one round-2 query fits the target after round 1's releases.
     """
-    from analysis import composition
-    from analysis.rounds import plan_round2
+    from analysis.mechanisms import composition
+    from analysis.planning.rounds import plan_round2
 
     p = config.privacy
     if not p.target_eps:
@@ -135,7 +136,7 @@ def student_model(offsets: np.ndarray, eval_probs: np.ndarray, eval_y: np.ndarra
     check ``offsets`` on the candidate queries (in query order) and how often it is right at
     each confidence max_j ⌊T·p_j⌋ / T, measured on the public evaluation split (``eval_probs``,
     ``eval_y``): (right + ½)/(count + 1) per bin, the split's overall rate in an empty bin."""
-    from analysis.interactive import check_offsets
+    from analysis.bounds.interactive import check_offsets
 
     o = check_offsets(eval_probs, num_teachers)
     right = np.asarray(eval_probs).argmax(axis=1) == np.asarray(eval_y)
@@ -170,14 +171,14 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
     return choice
 
 
-def planned_release_cost(record: mechanisms.Mechanism, choice: headline_target.ReleaseChoice):
+def planned_release_cost(record: registry.Mechanism, choice: headline_target.ReleaseChoice):
     """The ledger cost of the sanitised draw `pate analyze` makes for labels planned by
     ``choice`` (it releases at the plan's order, β and cost: `release_settings`)."""
     return record.sanitised_cost({"release_order": choice.order, "beta": choice.beta}, choice.release_cost)
 
 
 def budget_plan(choice: headline_target.ReleaseChoice) -> plan_mod.BudgetPlan:
-    """The plan's queries as the `analysis.plan.BudgetPlan` `pate label` answers (no cap)."""
+    """The plan's queries as the `analysis.planning.plan.BudgetPlan` `pate label` answers (no cap)."""
     return plan_mod.BudgetPlan(choice.num_queries, None, choice.eps_data_independent,
                                choice.eps_data_independent, choice.delta)
 
@@ -223,7 +224,7 @@ def report_items(plan: headline_target.ReleaseChoice, record, report, release_co
             f"({plan.model.teachers} teachers, accuracy {plan.model.accuracy:g}); least {p_min:.4f}"
             + ("; given round 1's published RDP" if plan.offset_rdp else ""))
     # A round-2 plan made before issue 32 planned the sum of both rounds' sanitised RDPs, which the headline
-    # does not publish (`analysis.rounds`: ex-post values do not add): named as what it is.
+    # does not publish (`analysis.planning.rounds`: ex-post values do not add): named as what it is.
     what = "headline" if not plan.offset_rdp else "sanitised RDP sum of both rounds (not the headline)"
     return (Item("target_eps", f"target {what} eps (planned)", plan.target_eps, True,
                  f"P >= {plan.target_probability:g} asked for"),

@@ -16,13 +16,14 @@ import os
 
 import numpy as np
 
-from analysis import composition, mechanisms
-from analysis import report as report_mod
-from analysis.accountants import data_independent_items
-from analysis.report_io import StagedOutputs, render_table, stage_outputs
-from analysis.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
-from analysis import votes as votes_mod
-from analysis.errors import OptionError, PateError
+from analysis.mechanisms import composition
+from analysis.mechanisms import registry
+from analysis.reporting import report as report_mod
+from analysis.reporting.accountants import data_independent_items
+from analysis.reporting.report_io import StagedOutputs, render_table, stage_outputs
+from analysis.sanitised.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
+from analysis.core import votes as votes_mod
+from analysis.core.errors import OptionError, PateError
 from pate.store import ledger as ledger_mod
 from pate.store import digests, rundir
 from pate.release import target as release_target
@@ -53,7 +54,7 @@ def _uncharged_labels(book: ledger_mod.Ledger, labels: dict, subjects) -> list:
     before the ledger): the data set's figure counts them all the same, never less."""
     if any(book.find("labels", s) is not None for s in subjects):
         return []
-    record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+    record = registry.from_arrays(labels, rundir.LABELS_NPZ)
     cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
     return [composition.labels_cost(record, int(np.asarray(labels["labels"]).size), max_answers=cap)]
 
@@ -77,7 +78,7 @@ def _charge_then_commit(staged: StagedOutputs, charges: list, what: str) -> None
 def _stage(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
            labels_sha256: str | None = None, research_seed: bool = False,
            data_set: dict | None = None) -> StagedOutputs:
-    """Stages (`analysis.report_io.stage_outputs`) the report with the `meta` every JSON artifact carries (config hash when
+    """Stages (`analysis.reporting.report_io.stage_outputs`) the report with the `meta` every JSON artifact carries (config hash when
     made from a config, package version, time; for a run's labels, their sha256, which
     marks that release as made: `check_not_released`), and ``research_seed: true`` when a
     seed made any of the released noise (never the seed)."""
@@ -137,7 +138,7 @@ def analyze_workdir(workdir, **settings) -> report_mod.PrivacyReport:
       seed: seed of the release noise (research only: ``0 <= seed < 2**128``, never
         written out); OS entropy when None.
       conversion, release_order, release_cost: GNMax release settings, see
-        `analysis.report.gnmax_report`.
+        `analysis.reporting.report.gnmax_report`.
       json_path, plot_path, release_path: where to write; default
         ``workdir/privacy.json``, ``workdir/privacy.png`` and ``workdir/release.json``.
       echo: where the table goes.
@@ -159,7 +160,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
                     json_path=None, plot_path=None, release_path=None,
                     echo=print, config=None) -> report_mod.PrivacyReport:
     """The body of `analyze_workdir`, under its lock."""
-    from analysis.noise import RELEASE_STREAM, NoiseSource
+    from analysis.core.noise import RELEASE_STREAM, NoiseSource
 
     noise = NoiseSource(seed, RELEASE_STREAM)  # refuses a bad seed before anything is read or written
     workdir = os.fspath(workdir)  # an existing directory: the door's lock checked it
@@ -204,13 +205,13 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
         labels = analyze_rounds.round2_rows(inputs, votes, labels)
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
     # lnmax_beta and GNMax gnss_beta (0: 0.1 / release order), never the other's.
-    beta = gnss_beta = mechanisms.from_arrays(labels, rundir.LABELS_NPZ).release_beta(p, beta, gnss_beta)
+    beta = gnss_beta = registry.from_arrays(labels, rundir.LABELS_NPZ).release_beta(p, beta, gnss_beta)
     rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta, gnss_beta=gnss_beta,
                              conversion=conversion, release_order=release_order,
                              release_cost=release_cost, noise=noise)
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
     if plan is not None:
-        record = mechanisms.from_arrays(labels, rundir.LABELS_NPZ)
+        record = registry.from_arrays(labels, rundir.LABELS_NPZ)
         rep = report_mod.extend(rep, release_target.report_items(plan, record, rep, release_cost, delta, conversion,
                                                                  labels.get(CHECK_OFFSETS)))
     # Seeded labels (labels.npz says so) or a seeded release: release.json says so too.
@@ -268,7 +269,7 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
     return rep
 
 
-def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float | None = None,
+def analyze_votes(votes_path, mechanism: registry.Mechanism, *, delta: float | None = None,
                   moments: int | None = None, beta: float | None = None, conversion: str | None = None,
                   release_order: float | None = None, release_cost: float | None = None,
                   queries: int | None = None, indices_path=None, input_is_labels: bool = False,
@@ -276,13 +277,13 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
                   plot_path=None, release_path=None, ledger: str | None = None,
                   total_budget: float | None = None, echo=print) -> report_mod.PrivacyReport:
     """`pate analyze --votes`: the privacy report of the answers `mechanism` gave on a
-    vote file made anywhere (`analysis.votes.load_votes`), written only where asked.
+    vote file made anywhere (`analysis.core.votes.load_votes`), written only where asked.
 
     Args:
       votes_path: a vote histogram (or, with `input_is_labels`, a teachers × queries
         matrix of predicted labels over `num_classes` classes).
-      mechanism: the aggregator that answered (a validated `analysis.mechanisms` record).
-      queries, indices_path: which rows were answered (`analysis.votes.select_queries`).
+      mechanism: the aggregator that answered (a validated `analysis.mechanisms.registry` record).
+      queries, indices_path: which rows were answered (`analysis.core.votes.select_queries`).
       delta, moments, beta, conversion, release_order, release_cost, seed: as in
         `analyze_workdir` (None: δ 1e-5, 8 moments, classic, release cost 0.2).
       json_path, plot_path, release_path: the report (private), its plot (private) and
@@ -298,7 +299,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
         number of teachers.
       PateError: unreadable or invalid votes or indices.
     """
-    from analysis.noise import RELEASE_STREAM, NoiseSource
+    from analysis.core.noise import RELEASE_STREAM, NoiseSource
 
     noise = NoiseSource(seed, RELEASE_STREAM)
     defaults = PrivacyConfig()
@@ -324,7 +325,7 @@ def analyze_votes(votes_path, mechanism: mechanisms.Mechanism, *, delta: float |
     if draw:
         book = ledger_mod.Ledger.for_votes(votes_path, ledger)
         book.check_budget([], total_budget, delta, "this sanitised draw")
-    if isinstance(mechanism, mechanisms.LNMax):
+    if isinstance(mechanism, registry.LNMax):
         rep = (report_mod.lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1),
                                        DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise) if draw
                else report_mod.brief_lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1)))

@@ -1,9 +1,9 @@
 """`pate audit`: an empirical lower bound on ε for a mechanism record, beside its claim.
 
-Runs the project's own aggregator (`pate.release.aggregation.run` on `analysis.noise` samplers,
+Runs the project's own aggregator (`pate.release.aggregation.run` on `analysis.core.noise` samplers,
 exactly what `pate label` releases with) many times on the neighbouring vote histograms
-of `analysis.empirical_eps.candidate_pairs`, each query repeated ``queries`` times, counts the
-output events and hands them to `analysis.empirical_eps.audit` (Clopper–Pearson, the ε bound).
+of `analysis.reporting.empirical_eps.candidate_pairs`, each query repeated ``queries`` times, counts the
+output events and hands them to `analysis.reporting.empirical_eps.audit` (Clopper–Pearson, the ε bound).
 The claim is the record's tightest data-independent ε for the same number of queries at
 the same δ (replace-one).
 
@@ -22,11 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis import empirical_eps as stats
-from analysis import fine_grained, mechanisms
-from analysis.errors import OptionError, PateError
-from analysis.noise import check_seed
-from analysis.report_io import write_atomic
+from analysis.reporting import empirical_eps as stats
+from analysis.mechanisms import fine_grained
+from analysis.mechanisms import registry
+from analysis.core.errors import OptionError, PateError
+from analysis.core.noise import check_seed
+from analysis.core.files import write_atomic
 from pate.release import aggregation
 from pate.store import rundir
 from pate.config import PrivacyConfig, load_config
@@ -43,9 +44,9 @@ MAX_DRAWS = 2 * 10**10
 
 @dataclasses.dataclass(frozen=True)
 class Audit:
-    """What `pate audit` measured (see `analysis.empirical_eps.Bound`) and what was claimed."""
+    """What `pate audit` measured (see `analysis.reporting.empirical_eps.Bound`) and what was claimed."""
 
-    record: mechanisms.Mechanism
+    record: registry.Mechanism
     num_teachers: int
     num_classes: int
     queries: int
@@ -93,7 +94,7 @@ class Audit:
 
 
 def _side(record, row: np.ndarray, trials: int, queries: int, names, source) -> np.ndarray:
-    """The count histogram (`analysis.empirical_eps.count_histogram`) of ``trials`` runs of
+    """The count histogram (`analysis.reporting.empirical_eps.count_histogram`) of ``trials`` runs of
     ``queries`` queries of the aggregator on the histogram ``row``."""
     hist = np.zeros((len(names), queries + 1), dtype=np.int64)
     per_chunk = max(1, CHUNK_COUNTS // (queries * row.size))
@@ -107,7 +108,7 @@ def _side(record, row: np.ndarray, trials: int, queries: int, names, source) -> 
     return hist
 
 
-def run_audit(record: mechanisms.Mechanism, *, num_teachers: int, num_classes: int, queries: int = 1,
+def run_audit(record: registry.Mechanism, *, num_teachers: int, num_classes: int, queries: int = 1,
               trials: int = 100_000, confidence: float = 0.95, delta: float = 1e-5, seed: int | None = None) -> Audit:
     """Audits ``record``: ``trials`` runs of ``queries`` queries of the aggregator on each
     side of every candidate pair, the ε lower bound at ``confidence`` and the claim at
@@ -174,9 +175,9 @@ class FineGrainedAudit:
 def run_fine_grained_audit(noise: fine_grained.Noise, *, trials: int = 100_000, confidence: float = 0.95,
                            delta: float = 1e-5, seed: int | None = None,
                            claimed: float | None = None) -> FineGrainedAudit:
-    """Audits a fine-grained release's noise: ``trials`` releases (`analysis.fine_grained.release`,
-    the product's one noise call) of each side of `analysis.fine_grained.audit_pair`, sorted
-    into `audit_categories`, and the Clopper–Pearson ε lower bound (`analysis.empirical_eps.audit`).
+    """Audits a fine-grained release's noise: ``trials`` releases (`analysis.mechanisms.fine_grained.release`,
+    the product's one noise call) of each side of `analysis.mechanisms.fine_grained.audit_pair`, sorted
+    into `audit_categories`, and the Clopper–Pearson ε lower bound (`analysis.reporting.empirical_eps.audit`).
     The claim is ``noise.eps(delta)`` unless ``claimed`` is given (to show that too little noise
     for a claim is caught). δ is 0 for the exact discrete Laplace."""
     if int(trials) < 1:
@@ -224,7 +225,7 @@ def _config_record(config_path, mechanism, noise: dict):
     if stray:
         raise OptionError(stray[0], f"{', '.join(stray)} do not apply to the mechanism {effective}; drop them "
                           "or pick the mechanism they belong to with --mechanism")
-    return mechanisms.from_config(config.aggregation), config
+    return registry.from_config(config.aggregation), config
 
 
 def _record_from_run(workdir, mechanism, noise: dict):
@@ -233,7 +234,7 @@ def _record_from_run(workdir, mechanism, noise: dict):
         raise OptionError("--workdir", "with --workdir the mechanism and its noise come from the run's labels.npz; "
                           "drop --mechanism/--gamma/--sigma/--threshold/--sigma-threshold")
     path = Path(workdir) / rundir.LABELS_NPZ
-    return mechanisms.from_arrays(read_labels(path), str(path)), rundir.RunDir(workdir).stored_config()
+    return registry.from_arrays(read_labels(path), str(path)), rundir.RunDir(workdir).stored_config()
 
 
 def resolve(*, config_path=None, workdir=None, mechanism=None, noise: dict | None = None, teachers=None,
@@ -257,7 +258,7 @@ def resolve(*, config_path=None, workdir=None, mechanism=None, noise: dict | Non
             raise OptionError("--mechanism", "give the mechanism to audit: --mechanism with its noise, "
                               "--config FILE or --workdir RUN")
         try:
-            record = mechanisms.from_options(mechanism, **noise)
+            record = registry.from_options(mechanism, **noise)
         except PateError as err:
             raise OptionError("--mechanism", str(err)) from None
         config, inputs = None, []

@@ -20,13 +20,14 @@ import dataclasses
 
 import numpy as np
 
-from analysis import composition, mechanisms
-from analysis.errors import PateError
-from analysis.noise import seed_record
+from analysis.mechanisms import composition
+from analysis.mechanisms import registry
+from analysis.core.errors import PateError
+from analysis.core.noise import seed_record
 from pate.release import aggregation, target as release_target
 from pate.store import rundir
 from pate.store import ledger as ledger_mod
-from analysis.report_io import render_table
+from analysis.reporting.report_io import render_table
 from pate.config import check_config, Config
 from pate.store.door import Door, step
 from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
@@ -113,7 +114,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     return result
 
 
-def _release_from_teachers(door: Door, config: Config, record: mechanisms.Mechanism, teachers, splits, plan,
+def _release_from_teachers(door: Door, config: Config, record: registry.Mechanism, teachers, splits, plan,
                            seed, echo, planned: dict) -> LabelResult:
     """The body of `label` once its inputs are checked: the ledger's budget, the votes,
     the release, the brief report; writes votes.npz and labels.npz through `door`."""

@@ -32,10 +32,10 @@ import shutil
 
 import numpy as np
 
-from analysis import composition
-from analysis.errors import PateError
-from analysis.noise import seed_record
-from analysis.report_io import render_table
+from analysis.mechanisms import composition
+from analysis.core.errors import PateError
+from analysis.core.noise import seed_record
+from analysis.reporting.report_io import render_table
 from pate.release import aggregation, target as release_target
 from pate.store import digests, rundir
 from pate.store import ledger as ledger_mod
@@ -99,7 +99,7 @@ def round1_student(run: rundir.RunDir) -> tuple[str, str]:
 def round1_release(run: rundir.RunDir) -> tuple[dict, dict, str]:
     """Round 1's labels and release, once round 1 is finished: labels.npz, the
     release.json that publishes its sanitised ε (``release-round1.json`` once round 2 kept
-    it) and that file's name. Round 2's headline composes that published value (`analysis.rounds`), and a
+    it) and that file's name. Round 2's headline composes that published value (`analysis.planning.rounds`), and a
     target for both rounds plans round 2 from it (`pate.release.target.choose_round2`).
 
     Raises:
@@ -166,7 +166,7 @@ def label_round2(config: Config, workdir, *, queries: int | None = None, seed: i
         student, ranked, probs = _student_view(run, student_files, splits, candidates, rc)
         offsets = None  # the student's check offsets on the ranked candidates (Interactive-GNMax)
         if rc.check == "interactive":
-            from analysis.interactive import check_offsets
+            from analysis.bounds.interactive import check_offsets
 
             offsets = check_offsets(probs, config.teachers.num_teachers)
         # A target for both rounds: round 2 asks as many queries as the published headline of

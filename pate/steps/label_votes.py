@@ -14,10 +14,11 @@ import dataclasses
 
 import numpy as np
 
-from analysis import composition, mechanisms
-from analysis.errors import PateError
-from analysis.noise import seed_record
-from analysis.report_io import render_table
+from analysis.mechanisms import composition
+from analysis.mechanisms import registry
+from analysis.core.errors import PateError
+from analysis.core.noise import seed_record
+from analysis.reporting.report_io import render_table
 from pate.release import aggregation
 from pate.store import rundir
 from pate.store import ledger as ledger_mod
@@ -62,7 +63,7 @@ class VotesRelease:
 
 def noise_params(mechanism: str, *, gamma=None, sigma=None, threshold=None, sigma_threshold=None) -> dict:
     """The noise parameters ``mechanism`` needs, checked present and the rest absent."""
-    return mechanisms.from_options(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
+    return registry.from_options(mechanism, gamma=gamma, sigma=sigma, threshold=threshold,
                                    sigma_threshold=sigma_threshold).params()
 
 
@@ -75,7 +76,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
                 total_budget: float | None = None, echo=print) -> VotesRelease:
     """Releases noisy labels from votes computed elsewhere: teachers trained anywhere.
 
-    The votes are validated as `pate analyze` validates them (`analysis.votes`), the
+    The votes are validated as `pate analyze` validates them (`analysis.core.votes`), the
     queried rows are chosen from public information only (``indices``, then the first
     ``queries``, then the ``budget`` plan), the aggregator runs through `release_labels`
     and the run directory gets the same ``votes.npz`` (private: every row of the input)
@@ -145,7 +146,7 @@ def _vote_histogram(votes, num_classes: int, input_is_labels: bool) -> np.ndarra
     """The vote histogram `label_votes` was given (an array or a file), checked."""
     import os
 
-    from analysis import votes as votes_mod
+    from analysis.core import votes as votes_mod
 
     if isinstance(votes, (str, os.PathLike)):
         hist = votes_mod.load_votes(votes, input_is_labels=input_is_labels, num_classes=num_classes)
@@ -162,7 +163,7 @@ def _selected_rows(indices, queries: int | None, rows: int) -> np.ndarray:
     """The rows `label_votes` queries, in order: ``indices`` (default all), the first ``queries``."""
     import os
 
-    from analysis import votes as votes_mod
+    from analysis.core import votes as votes_mod
 
     if indices is None:
         selected = np.arange(rows)
@@ -177,11 +178,11 @@ def _selected_rows(indices, queries: int | None, rows: int) -> np.ndarray:
     return selected
 
 
-def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, record: mechanisms.Mechanism,
+def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, record: registry.Mechanism,
                         plan, book, *, seed, privacy: PrivacyConfig, total_budget, echo) -> VotesRelease:
     """The body of `label_votes` once its inputs are checked: the ledger's budget, the
     release, the report; writes votes.npz and labels.npz through `door`."""
-    from analysis import report as report_mod
+    from analysis.reporting import report as report_mod
     from pate.release.privacy_report import data_independent_comparison, report_for_release
 
     delta, moments = privacy.delta, privacy.moments

@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 
-from analysis.errors import PateError
-from analysis.mechanisms import Mechanism
+from analysis.core.errors import PateError
+from analysis.mechanisms.registry import Mechanism
 from pate.store import digests, rundir
 from pate.release.labels import read_labels, read_run_labels, release_digest, release_subjects
 from pate.config import check_config, Config, config_hash, config_to_dict
@@ -453,7 +453,7 @@ def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism | Non
     finished run's steps are skipped, not released again. Under a target
     (``privacy.target_eps``) the costs are those of the plans `label` and `label --round 2`
     will make (`_target_costs`: public values only, the same plans)."""
-    from analysis import composition
+    from analysis.mechanisms import composition
     from pate.release.budget import sanitised_cost
     from pate.store.ledger import Ledger
 
@@ -489,7 +489,7 @@ def _target_costs(config: Config, run_dir: rundir.RunDir, record: Mechanism, lab
     made) and its sanitised draw at the planned release (the labels' recorded plan when they
     exist); with two rounds, round 2's labels and draw as `choose_round2` will plan them after
     round 1's releases (a target round 2 cannot meet is refused here, before any training)."""
-    from analysis import composition
+    from analysis.mechanisms import composition
     from pate.data import load_dataset
     from pate.release import target as release_target
     from pate.release.budget import accountable_record, sanitised_cost

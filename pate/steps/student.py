@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.programs import keys, models
 from pate.release.labels import Release, read_release

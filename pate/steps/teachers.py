@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import check_config, Config

@@ -11,9 +11,7 @@ line, not a tensorstore traceback.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import logging
 import os
 import shutil
 from pathlib import Path
@@ -21,7 +19,8 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import jax
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
+from analysis.core.logs import quiet_absl
 from pate.store import digests, rundir
 from pate.config import Config
 
@@ -67,20 +66,6 @@ def _drop_closed_loop_callbacks() -> None:
 
     hook.drops_closed_loop_callbacks = True
     sys.unraisablehook = hook
-
-
-@contextlib.contextmanager
-def quiet_absl(level: int = logging.CRITICAL):
-    """Raises absl's logger (orbax's, dp_accounting's) to ``level`` for the block: orbax's
-    writer threads log each failed write with a traceback (a hundred lines on a full or
-    read-only disk) before the error reaches the caller, whose one line says it all."""
-    absl_logger = logging.getLogger("absl")
-    previous = absl_logger.level
-    absl_logger.setLevel(level)
-    try:
-        yield
-    finally:
-        absl_logger.setLevel(previous)
 
 
 def _probe(folder: Path, what: str, then: str) -> None:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.store.rundir import PIPELINE_KEY, atomic_write_bytes, open_artifact
 
 

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from analysis.errors import CommitFailed, PateError
+from analysis.core.errors import CommitFailed, PateError
 from pate.store import rundir
 from pate.config import Config
 from pate.store.runlock import depth, hold, secondary_process

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 
 LEDGER_ENV = "PATE_LEDGER_DIR"
 _KEY_FILE = ".key"
@@ -144,7 +144,7 @@ def _cached_identity(directory: Path, cache_key: str) -> str | None:
 
 
 def _cache_identity(directory: Path, cache_key: str, name: str) -> None:
-    from analysis.report_io import write_atomic
+    from analysis.core.files import write_atomic
 
     path = directory / _IDENTITY_CACHE
     try:
@@ -176,7 +176,7 @@ def legacy_identity(data) -> str:
 def votes_identity(path) -> str | None:
     """The data set a votes file (votes.npz written by pate) says its votes come from
     (``meta.data_set``), else None (an older pate's, or votes made elsewhere)."""
-    from analysis.report_io import open_plain
+    from analysis.core.files import open_plain
 
     if not os.fspath(path).endswith(".npz"):
         return None

@@ -6,9 +6,9 @@ A guarantee is about the data, not a run directory: labelling the same teachers 
 the same train split all draw on one budget. Each such release is charged here once its
 artifacts are written and right before they are put in place (`pate.store.door.publish`;
 withdrawn when that commit puts nothing in place), with its data-independent cost
-(`analysis.composition.Cost`); `total` composes them (`analysis.composition.compose`,
+(`analysis.mechanisms.composition.Cost`); `total` composes them (`analysis.mechanisms.composition.compose`,
 replace-one neighbours) and adds the float64 label samplers' δ of every label release
-(`analysis.noise.sampling_tv`).
+(`analysis.core.noise.sampling_tv`).
 
 Identity (`pate.store.identity`): a ledger is named by the private data's *content*, or by
 a name the user gives for votes made elsewhere; `Ledger.for_config`, `Ledger.for_run` and
@@ -39,8 +39,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
-from analysis import composition
-from analysis.errors import PateError
+from analysis.mechanisms import composition
+from analysis.core.errors import PateError
 from pate.store.identity import (LEDGER_ENV, data_identity, default_directory, directory_for, keyed,
                                   ledger_name, legacy_identity, prepare, run_source, votes_source)
 
@@ -228,8 +228,8 @@ class Ledger:
               conversion: str = "improved") -> composition.Total:
         """The cumulative guarantee of every recorded release (and `extra` ones, with
         `extra_tv` of float64 sampling), its δ counting the float64 label samplers' too:
-        the releases' total variations add (`analysis.noise.sampling_tv`) and give δ
-        (`analysis.noise.delta_of_sampling`)."""
+        the releases' total variations add (`analysis.core.noise.sampling_tv`) and give δ
+        (`analysis.core.noise.delta_of_sampling`)."""
         entries = self.entries()
         total = composition.compose(self.costs(extra, entries), delta, conversion=conversion)
         tv = sum(float(e.get("sampling_tv", 0.0)) for e in self.releases(entries)) + float(extra_tv)
@@ -317,7 +317,7 @@ class Ledger:
           data_digest: keyed digest of the private data's content.
           note: a few public words.
           sampling_tv: total variation between the float64 noise samplers and the ideal
-            mechanism (`analysis.noise.sampling_tv`); it adds to the cumulative δ.
+            mechanism (`analysis.core.noise.sampling_tv`); it adds to the cumulative δ.
 
         Returns:
           The entry written.
@@ -410,7 +410,7 @@ class Ledger:
             os.unlink(probe)
 
     def _write(self, data: bytes) -> None:
-        from analysis.report_io import write_atomic
+        from analysis.core.files import write_atomic
 
         for tmp in self.directory.glob(f".{self.path.name}.*.tmp"):  # a killed charge's (under the lock)
             tmp.unlink(missing_ok=True)
@@ -474,7 +474,7 @@ def _why(err: OSError, path) -> str:
 
 def _with_sampling(total: composition.Total, tv: float) -> composition.Total:
     """`total` with the float64 samplers' δ, (1 + e^ε) · tv, added (at most 1)."""
-    from analysis.noise import delta_of_sampling
+    from analysis.core.noise import delta_of_sampling
 
     if tv <= 0:
         return total

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 from pate.config import Config, config_diff, config_file_text, config_hash, config_to_dict, load_config
 
 CONFIG_TOML = "config.toml"
@@ -91,11 +91,11 @@ def _version() -> str:
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Writes `data` to `path` atomically (`analysis.report_io.write_atomic`: temp file in the
+    """Writes `data` to `path` atomically (`analysis.core.files.write_atomic`: temp file in the
     same directory, flushed, synced, renamed), creating the directory first. Files named
     in `PRIVATE_ARTIFACTS` are owner-only (0600); others get the usual umask mode.
     """
-    from analysis.report_io import write_atomic
+    from analysis.core.files import write_atomic
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -130,7 +130,7 @@ def write_json(path: str | Path, payload: Mapping[str, Any], config: Config | No
 
     numpy arrays and scalars become lists and numbers; NaN and infinities become null.
     """
-    from analysis.report_io import jsonable
+    from analysis.reporting.report_io import jsonable
 
     doc = dict(jsonable(payload))
     doc.setdefault(_META_KEY, metadata(config))
@@ -139,8 +139,8 @@ def write_json(path: str | Path, payload: Mapping[str, Any], config: Config | No
 
 def open_artifact(path: str | Path):
     """Opens a run artifact for reading, only when it is a plain file
-    (`analysis.report_io.open_plain`: never a link, a folder, a FIFO or a device)."""
-    from analysis.report_io import open_plain
+    (`analysis.core.files.open_plain`: never a link, a folder, a FIFO or a device)."""
+    from analysis.core.files import open_plain
 
     return open_plain(path, remedy=f"move it aside, then {remake_hint(path)}")
 

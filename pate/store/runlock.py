@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from analysis.errors import PateError
+from analysis.core.errors import PateError
 
 LOCK_FILE = ".pate.lock"
 LOCK_OWNER = ".pate.lock.owner"  # who holds the lock: pid, host, command (informational)

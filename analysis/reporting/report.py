@@ -1,0 +1,390 @@
+"""The ε report: data-independent, data-dependent and sanitised ε, each marked public or
+private, with the headline ε of everything released. Its table, JSON documents and plot
+are `analysis.reporting.report_io`'s; the data-independent ε under every accountant is
+`analysis.reporting.accountants`'s.
+
+What may be published: the data-independent ε, the sanitised ε and the parameters of
+its release. The raw data-dependent ε, its best order, the smooth sensitivity and the
+noise scale all depend on the private votes and are marked private.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from analysis.bounds import lnmax
+from analysis.sanitised import lnmax_release
+from analysis.mechanisms import registry
+from analysis.core.errors import PateError
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One number of the report.
+
+    Attributes:
+      key: its name in the JSON document.
+      label: its row label in the table.
+      value: the number (or a short string).
+      public: whether it may be published.
+      note: a short explanation shown in the table.
+    """
+
+    key: str
+    label: str
+    value: float | int | str
+    public: bool
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyReport:
+    """A privacy report for one labelling run.
+
+    Attributes:
+      mechanism: the name of the `analysis.mechanisms.registry` record accounted for.
+      items: the numbers, in table order.
+      warnings: lines a user must read that mention public values only.
+      private_warnings: lines that mention private values (kept out of release.json).
+      curve_queries: x-axis of the plot (number of queries charged).
+      curve_independent: data-independent ε after each query (public).
+      curve_dependent: data-dependent ε after each query (private).
+      curve_label: what the x-axis counts.
+    """
+
+    mechanism: str
+    items: tuple[Item, ...]
+    warnings: tuple[str, ...] = ()
+    curve_queries: np.ndarray | None = None
+    curve_independent: np.ndarray | None = None
+    curve_dependent: np.ndarray | None = None
+    private_warnings: tuple[str, ...] = ()
+    curve_label: str = "answered queries"
+
+    def value(self, key: str):
+        for item in self.items:
+            if item.key == key:
+                return item.value
+        raise KeyError(key)
+
+
+def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS,
+                 beta: float = lnmax_release.DEFAULT_BETA, noise=None,
+                 grid: float = lnmax_release.RELEASE_GRID) -> PrivacyReport:
+    """The PATE 2017 report for LNMax answers to every row of ``votes``.
+
+    The headline ``eps`` is the total guarantee of everything released — the labels and
+    the sanitised ε — at ``delta_total = delta + delta + delta_sampling`` (the answers' δ,
+    the release's, and the float64 label samplers', `headline_delta`): the smaller of the
+    data-independent route (ε_DI + ε_r) and the data-dependent route (the sanitised
+    value, floored at 0, + ε_r). Both are functions of published values only.
+
+    Args:
+      votes: ``(n, num_classes)`` histograms of the answered queries (private).
+      gamma: LNMax's inverse Laplace scale.
+      delta: δ of every (ε, δ) figure.
+      moments: orders of the moments accountant.
+      beta: smoothness of the smooth-sensitivity release.
+      noise: an ``analysis.core.noise.NoiseSource`` for the release; fresh OS entropy when None.
+      grid: public grid step of the published sanitised ε.
+    """
+    from analysis.core.noise import sampling_delta
+
+    votes = np.asarray(votes)
+    moments = lnmax.check_moments(moments)
+    n = votes.shape[0]
+    independent = registry.LNMax(gamma).independent_eps(n, delta, moments=moments)
+    if not math.isfinite(independent.eps):
+        raise PateError(f"the data-independent eps of {n} LNMax answers at --gamma {gamma:g} is not "
+                        "finite; lower --gamma")
+    released = lnmax_release.sanitized_eps(votes, gamma, delta, beta, moments, noise=noise, grid=grid)
+    dependent = released.data_dependent
+    di_curve, dd_curve = lnmax.cumulative_eps(votes, gamma, delta, moments)
+    routes = {"data-independent": independent.eps + released.eps_release,
+              "sanitised data-dependent": max(released.value, 0.0) + released.eps_release}
+    route = min(routes, key=routes.get)
+    warnings, private_warnings = [], []
+    extra_delta = sampling_delta(n, votes.shape[1], routes[route])
+    delta_total = headline_delta(delta + released.delta_release, extra_delta, warnings)
+    items = (
+        Item("eps", "HEADLINE eps (everything released)", routes[route], True,
+             f"at delta {delta_total:g}; {route} route, release included"),
+        Item("delta_total", "delta of the headline", delta_total, True,
+             "answers + release + float64 label noise"),
+        Item("num_queries", "answered queries", n, True),
+        Item("gamma", "gamma (Laplace noise 1/gamma)", float(gamma), True),
+        Item("delta", "delta", float(delta), True),
+        Item("eps_data_independent", "data-independent eps (labels only)", independent.eps, True,
+             f"moment {independent.moment:g}"),
+        Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
+             "depends on the votes: do not publish as is"),
+        Item("best_moment", "best moment (data-dependent)", dependent.moment, False),
+        Item("smooth_sensitivity", "smooth sensitivity of eps", released.smooth_sensitivity, False,
+             f"beta = {beta:g}"),
+        Item("noise_scale", "discrete Laplace scale of the release", released.noise_scale, False),
+        Item("eps_sanitized", "sanitised data-dependent eps", released.value, True,
+             f"on the grid {grid:g} (NRS07 with exact discrete Laplace)"),
+        Item("eps_release_cost", "eps spent by the release", released.eps_release, True,
+             f"at delta {released.delta_release:g}; beta {beta:g}"),
+        Item("beta", "beta", float(beta), True),
+        Item("grid", "grid step of the sanitised eps", float(grid), True),
+        Item("delta_sampling", "delta from float64 label noise", extra_delta, True,
+             "included in the headline delta (analysis.core.noise)"),
+    )
+    if dependent.best_is_largest:
+        private_warnings.append(
+            f"the best moment is the largest one tried ({dependent.moment:g}); "
+            "try more moments (--moments) for a lower data-dependent eps")
+    if independent.best_is_largest:
+        warnings.append(
+            f"the data-independent eps is best at the largest moment tried "
+            f"({independent.moment:g}); more moments may lower it")
+    return PrivacyReport(registry.LNMax.name, items, tuple(warnings), np.arange(1, n + 1), di_curve, dd_curve,
+                         tuple(private_warnings), "answered queries")
+
+
+def headline_delta(delta: float, sampling: float, warnings: list) -> float:
+    """The δ of the headline: the analysis δ (``delta``: the answers', plus the release's
+    for LNMax) plus the float64 label samplers' δ (``sampling``, `analysis.core.noise.sampling_delta`
+    at the headline ε: the implemented mechanism is within total variation τ of the ideal
+    one, so an (ε, δ) guarantee of the ideal one holds for it at (ε, δ + (1 + e^ε) τ), the
+    derivation in `analysis.core.noise`). The sanitised ε adds no such term: it is drawn with
+    exact discrete samplers. A δ is a probability: at 1 or above the headline guarantees
+    nothing, which is said in ``warnings`` (public: it depends on public values only) and
+    the δ reported is 1.
+    """
+    total = float(delta) + float(sampling)
+    if total >= 1.0:
+        warnings.append(f"the headline delta is at least 1 (delta {delta:g} + {sampling:.3g} from the float64 "
+                        "label noise at this eps): the headline eps guarantees NOTHING; use more noise or "
+                        "fewer queries")
+        return 1.0
+    return total
+
+
+def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None = None,
+                 sigma_threshold: float | None = None, answered=None, num_teachers: int | None = None,
+                 orders=None, conversion: str = "classic", release_order: float | None = None,
+                 beta: float | None = None, release_cost: float = 0.2,
+                 max_answers: int | None = None, noise=None, grid: float | None = None,
+                 sanitize: bool = True, offsets=None) -> PrivacyReport:
+    """The PATE 2018 report for GNMax or Confident-GNMax over the queried rows of ``votes``.
+
+    GNMax: ``votes`` are the answered queries. Confident-GNMax (``threshold`` and
+    ``sigma_threshold`` given, ``sigma`` is σ₂): ``votes`` are *all* queried rows (the
+    threshold step runs on each) and ``answered`` marks which were answered; the
+    data-dependent cost is the joint bound of ``analysis.bounds.confident.rdp_confident`` (a proven
+    bound on the release, unlike the 2018 paper's accounting that charges GNMax only on
+    the answered queries), and the data-independent cost composes the threshold step
+    and GNMax on every query — or on at most ``max_answers`` of them when the labeller
+    capped its answers in advance (``pate label --budget``). With ``offsets`` (one row per
+    queried row, `analysis.bounds.interactive`) it is Interactive-GNMax: the threshold step tests
+    max_j (n_j − o_j), the student's check, under the same bounds.
+
+    The sanitised ε is released with GNSS at ``release_order``. Every parameter of the
+    release is fixed before the votes are looked at: when ``release_order`` is None it
+    is the order of the data-independent optimum (a public quantity), not the paper's
+    data-dependent best order. The headline ``eps`` (at δ) is the smaller of the
+    sanitised route (its own cost included) and the data-independent route with the
+    release's cost composed in (`analysis.sanitised.gnss.gnss_headline_independent`), at
+    ``delta_total = delta + delta_sampling`` (`headline_delta`).
+    """
+    from analysis.bounds import gnmax
+    from analysis.sanitised import gnss
+    from analysis.accounting import rdp as rdp_mod
+    from analysis.core.noise import sampling_delta
+
+    votes = np.asarray(votes)
+    orders = rdp_mod.check_orders(rdp_mod.DEFAULT_ORDERS if orders is None else orders)
+    grid = gnss.RELEASE_GRID if grid is None else grid
+    n = votes.shape[0]
+    record = registry.from_options(gnmax.mechanism_name(threshold, sigma_threshold), sigma=sigma,
+                                     threshold=threshold, sigma_threshold=sigma_threshold)
+    confident = threshold is not None
+    num_answered = None if answered is None else int(np.sum(answered))
+    independent = record.independent_eps(n, delta, orders=orders, conversion=conversion, max_answers=max_answers)
+    if not math.isfinite(independent.eps):
+        raise PateError(f"the data-independent eps of these {n} queries is not finite at --sigma "
+                        f"{sigma:g}" + (f", --sigma-threshold {sigma_threshold:g}" if confident else "")
+                        + "; raise the noise")
+    if offsets is not None and not confident:
+        raise PateError("check offsets (Interactive-GNMax) apply to Confident-GNMax only")
+    kwargs = dict(threshold=threshold, sigma_threshold=sigma_threshold, offsets=offsets) if confident else {}
+    dependent = gnmax.data_dependent_eps(votes, sigma, delta, orders, conversion=conversion, **kwargs)
+    if not sanitize:
+        return _brief_gnmax_report(record.name, n, num_answered, delta, independent, dependent)
+    fixed = release_order is not None
+    order = float(release_order) if fixed else float(independent.order)
+    beta, sigma_ss = gnss.gnss_parameters(order, beta, release_cost)
+    released = gnss.sanitized_eps(votes, sigma, delta, order, beta, sigma_ss, conversion=conversion,
+                                  num_teachers=num_teachers, noise=noise, grid=grid, **kwargs)
+    di_route, di_route_order = gnss.gnss_headline_independent(independent, beta, sigma_ss, delta, conversion)
+    routes = {"data-independent": di_route, "sanitised data-dependent": released.eps}
+    route = min(routes, key=routes.get)
+    warnings, private_warnings = [], []
+    extra_delta = sampling_delta(n, votes.shape[1] + (1 if confident else 0), routes[route])
+    delta_total = headline_delta(delta, extra_delta, warnings)
+    di_curve, dd_curve = _gnmax_curves(votes, record, confident, orders, delta, conversion, max_answers, offsets)
+    items = [Item("eps", "HEADLINE eps (everything released)", routes[route], True,
+                  f"at delta {delta_total:g}; {route} route, release included"),
+             Item("delta_total", "delta of the headline", delta_total, True, "answers + float64 label noise"),
+             Item("num_queries", "queries", n, True)]
+    items += _gnmax_items(record, confident, num_answered, max_answers, delta, conversion, independent, dependent)
+    if offsets is not None:
+        items.append(Item("check", "threshold statistic", "max_j (n_j - o_j), o = floor(T p) of the student",
+                          True, "Interactive-GNMax (2018, Algorithm 2)"))
+    items += _gnss_items(released, fixed, di_route, di_route_order, extra_delta)
+    if n and dependent.order == orders.max():
+        private_warnings.append(f"the best order is the largest one tried ({dependent.order:g}); "
+                                "more orders may lower the data-dependent eps")
+    if independent.order == orders.max():
+        warnings.append(f"the data-independent eps is best at the largest order tried "
+                        f"({independent.order:g}); more orders may lower it")
+    return PrivacyReport(record.name, tuple(items), tuple(warnings), np.arange(1, n + 1),
+                         np.asarray(di_curve), np.asarray(dd_curve), tuple(private_warnings),
+                         "queries (threshold steps)" if confident else "answered queries")
+
+
+def _brief_gnmax_report(name: str, n: int, num_answered, delta: float, independent, dependent) -> PrivacyReport:
+    """Data-independent and data-dependent ε of GNMax / Confident-GNMax queries, without a
+    sanitised release."""
+    items = [Item("num_queries", "queries", n, True)]
+    if num_answered is not None:
+        items.append(Item("num_answered", "answered queries", num_answered, True))
+    items += [Item("delta", "delta", float(delta), True),
+              Item("eps_data_independent", "data-independent eps", independent.eps, True,
+                   f"order {independent.order:g}"),
+              Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
+                   "depends on the votes: do not publish as is")]
+    return PrivacyReport(name, tuple(items))
+
+
+def _gnmax_items(record, confident: bool, num_answered, max_answers, delta: float, conversion: str,
+                 independent, dependent) -> list:
+    """The report's rows on the noise and the labels' ε (with ``confident``, the threshold's
+    rows of Confident-GNMax too)."""
+    items = []
+    if confident:
+        if num_answered is not None:
+            items.append(Item("num_answered", "answered queries", num_answered, True))
+        if max_answers is not None:
+            items.append(Item("max_answers", "answer cap (fixed in advance)", int(max_answers), True))
+        items += [Item("threshold", "threshold T", float(record.threshold), True),
+                  Item("sigma_threshold", "sigma_1 (threshold noise)", float(record.sigma_threshold), True)]
+    items += [
+        Item("sigma", "sigma_2 (answer noise)" if confident else "sigma (Gaussian noise)", float(record.sigma), True),
+        Item("delta", "delta", float(delta), True),
+        Item("conversion", "RDP -> (eps, delta) conversion", conversion, True),
+        Item("eps_data_independent", "data-independent eps (labels only)", independent.eps, True,
+             f"order {independent.order:g}"),
+        Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
+             "depends on the votes: do not publish as is"),
+        Item("best_order", "best order (data-dependent)", dependent.order, False),
+    ]
+    if confident:
+        items.append(Item("expected_answered", "expected answers (sum Pr[answered])",
+                          float(dependent.expected_answered), False))
+    return items
+
+
+def _gnss_items(released, fixed: bool, di_route: float, di_route_order: float, extra_delta: float) -> list:
+    """The report's rows on the GNSS release (``released``, `analysis.sanitised.gnss.SanitizedEps`)
+    and the data-independent route with it."""
+    order, beta, grid = released.order, released.beta, released.grid
+    return [
+        Item("smooth_sensitivity", "smooth sensitivity of the RDP", released.smooth_sensitivity, False,
+             f"order {order:g}, beta {beta:.4g}"),
+        Item("noise_std", "discrete Gaussian std of the release", released.noise_std, False),
+        Item("rdp_sanitized", "sanitised data-dependent RDP", released.rdp_released, True,
+             f"on the grid {grid:g}, at order {order:g}"),
+        Item("eps_sanitized", "sanitised data-dependent eps", released.eps, True,
+             "GNSS release, its own cost included (2018, Sec. 4.3)"),
+        Item("eps_data_independent_with_release", "data-independent eps + release", di_route, True,
+             f"order {di_route_order:g}"),
+        Item("release_order", "release order", order, True,
+             "fixed in advance" if fixed else "data-independent best order (public)"),
+        Item("release_rdp_cost", "RDP spent by the release", released.rdp_gnss, True,
+             f"sigma_ss {released.sigma_ss:.4g}"),
+        Item("beta", "beta", float(beta), True),
+        Item("grid", "grid step of the sanitised RDP", float(grid), True),
+        Item("delta_sampling", "delta from float64 label noise", extra_delta, True,
+             "included in the headline delta (analysis.core.noise)"),
+    ]
+
+
+def _gnmax_curves(votes, record, confident: bool, orders, delta: float, conversion: str, max_answers,
+                  offsets=None):
+    """The plot's curves: data-independent and data-dependent ε after each query (each
+    per-query RDP summed up to it, converted at every prefix)."""
+    from analysis.bounds import gnmax
+    from analysis.accounting import rdp as rdp_mod
+    from analysis.bounds.confident import rdp_confident
+
+    n = votes.shape[0]
+    sigma = record.sigma
+    if confident:
+        thr, gn, w, _ = gnmax.confident_curves(votes, sigma, record.threshold, record.sigma_threshold, orders,
+                                               offsets)
+        per_query = rdp_confident(thr, gn, w, orders)
+        per_query_thr = gnmax.rdp_threshold_data_independent(record.sigma_threshold, orders)
+        per_query_di = per_query_thr + gnmax.rdp_data_independent(sigma, orders)
+    else:
+        per_query = gnmax.rdp(gnmax.log_q(votes, sigma), sigma, orders)
+        per_query_di = gnmax.rdp_data_independent(sigma, orders)
+    count = np.arange(1, n + 1, dtype=float)[:, None]
+    dd_curve, _ = rdp_mod.eps_from_rdp(orders, np.cumsum(per_query, axis=0), delta, conversion)
+    if confident and max_answers is not None:
+        di_rdp = count * per_query_thr + np.minimum(count, max_answers) * gnmax.rdp_data_independent(sigma, orders)
+    else:
+        di_rdp = count * per_query_di
+    di_curve, _ = rdp_mod.eps_from_rdp(orders, di_rdp, delta, conversion)
+    return di_curve, dd_curve
+
+
+def brief_lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS) -> PrivacyReport:
+    """Data-independent and data-dependent ε of LNMax answers, without a sanitised release."""
+    n = np.asarray(votes).shape[0]
+    independent = registry.LNMax(gamma).independent_eps(n, delta, moments=moments)
+    dependent = lnmax.data_dependent_eps(votes, gamma, delta, moments)
+    return PrivacyReport(registry.LNMax.name, (
+        Item("num_queries", "answered queries", n, True),
+        Item("delta", "delta", float(delta), True),
+        Item("eps_data_independent", "data-independent eps", independent.eps, True,
+             f"moment {independent.moment:g}"),
+        Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
+             "depends on the votes: do not publish as is"),
+    ), private_warnings=(f"the best moment is the largest one tried ({dependent.moment:g}); try more "
+                         "moments (--moments) for a lower data-dependent eps",) if dependent.best_is_largest else ())
+
+
+def extend(report: PrivacyReport, items) -> PrivacyReport:
+    """``report`` with ``items`` added after its own (keys must be new).
+
+    When the items bring a tighter data-independent ε of LNMax
+    (``eps_data_independent_headline``, e.g. the PLD), the headline ``eps`` is recomputed
+    with it: its data-independent route is that ε plus the release's own cost, at the
+    same total δ (basic composition; its float64-sampling part, computed at the larger ε,
+    still bounds that δ at the smaller one: `analysis.core.noise.sampling_delta` grows with ε).
+    For GNMax the headline keeps composing the RDP curve with the GNSS release (both in
+    RDP at one δ).
+    """
+    clash = {i.key for i in items} & {i.key for i in report.items}
+    if clash:
+        raise PateError(f"report already holds {', '.join(sorted(clash))}")
+    report = dataclasses.replace(report, items=tuple(report.items) + tuple(items))
+    keys = {i.key for i in report.items}
+    # Only a release composed by basic composition (LNMax's smooth-sensitivity release)
+    # reports its (ε, δ) as ``eps_release_cost``.
+    if {"eps", "eps_release_cost", "eps_data_independent_headline"} <= keys:
+        di_route = report.value("eps_data_independent_headline") + report.value("eps_release_cost")
+        if di_route < report.value("eps"):
+            how = report.value("data_independent_headline")
+            delta_total = report.value("delta_total")
+            report = dataclasses.replace(report, items=tuple(
+                Item("eps", item.label, di_route, True,
+                     f"at delta {delta_total:g}; data-independent route ({how}), release included")
+                if item.key == "eps" else item for item in report.items))
+    return report
