@@ -226,7 +226,9 @@ class PrivacyConfig:
     `total_budget`: the most ε (at `delta`) every release from this private data set may
     spend together, in any run directory (`pate ledger`); a release that would go over
     it is refused before anything is written (0 = no limit). `ledger`: the folder of the
-    ledgers (empty: `$PATE_LEDGER_DIR`, else the user's state folder).
+    ledgers (empty: `$PATE_LEDGER_DIR`, else the user's state folder). `new_data_set`: a
+    training split that shares most of its records with a data set of that folder is that
+    data set (its ledger, its budget); true names this split a new data set on purpose.
 
     `target_eps` > 0 (GNMax, Confident-GNMax): `pate label` chooses the release order, β,
     cost and the queries (at most `[aggregation] queries`) so that the headline is at
@@ -245,6 +247,7 @@ class PrivacyConfig:
     release_cost: float = 0.2
     total_budget: float = 0.0
     ledger: str = ""
+    new_data_set: bool = False
     target_eps: float = 0.0
     target_probability: float = 0.95
     target_accuracy: float = 0.7

@@ -108,7 +108,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
             echo(budget_line(budget, plan, accountant))
         planned = {} if target is None else {release_target.PLAN_KEY: target.meta()}
         result = _release_from_teachers(door, config, record, teachers, splits, plan, seed, echo, planned)
-    echo(ledger_mod.cumulative_line(ledger_mod.Ledger.for_config(config), config.privacy.delta))
+    echo(ledger_mod.cumulative_line(ledger_mod.Ledger.for_teachers(door.run.path, config), config.privacy.delta))
     echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze` gives the sanitised eps and the headline eps")
     return result
@@ -125,7 +125,7 @@ def _release_from_teachers(door: Door, config: Config, record: registry.Mechanis
     agg = config.aggregation
     num_queries = agg.queries if plan is None else plan.num_queries
     cost = composition.labels_cost(record, num_queries, max_answers=None if plan is None else plan.max_answers)
-    book = ledger_mod.Ledger.for_config(config)
+    book = ledger_mod.Ledger.for_teachers(door.run.path, config)  # the data the teachers saw, not the file now
     book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this label release")
 
     # Votes only for the queried points (the first ones of the pool): nothing else is

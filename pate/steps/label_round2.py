@@ -171,7 +171,7 @@ def label_round2(config: Config, workdir, *, queries: int | None = None, seed: i
             offsets = check_offsets(probs, config.teachers.num_teachers)
         # A target for both rounds: round 2 asks as many queries as the published headline of
         # both rounds leaves room for after round 1's releases.
-        book = ledger_mod.Ledger.for_config(config)
+        book = ledger_mod.Ledger.for_teachers(run.path, config)  # the data the teachers saw
         plan = None
         if config.privacy.target_eps:
             from pate.release.round2_report import round1_costs

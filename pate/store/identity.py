@@ -80,26 +80,155 @@ def directory_for(privacy=None) -> Path:
     return _absolute(where, "privacy.ledger") if where else default_directory()
 
 
-def data_identity(data, directory: str | Path | None = None) -> str:
-    """The *source* of the private data behind a `[data]` section: the data set's name and
-    the sha256 of its training split's content (`pate.data.training_digest`), as
-    ``"<name>:sha256:<digest>"``. A copy of the same files under another path, gzipped or
-    not, has the same source. The public pool and the evaluation split do not enter: they
-    are not private. A plain fingerprint of the private data: it goes into private files
-    only (votes.npz, teachers.json, the ledger folder's cache); `Ledger` names its ledger
-    by a keyed digest of it (`ledger_name`), which may be published.
+def data_identity(data, directory: str | Path | None = None, *, new: bool = False) -> str:
+    """The *source* of the private data behind a `[data]` section: the data set's name and a
+    sha256 of the multiset of its training records, as ``"<name>:sha256:<digest>"``: the
+    sorted per-record sha256s (`record_digests`) hashed together, so a copy under another
+    path, gzipped or not, or with its records in another order, has the same source. The
+    public pool and the evaluation split do not enter: they are not private. A plain
+    fingerprint of the private data: it goes into private files only (votes.npz,
+    teachers.json, the ledger folder's cache); `Ledger` names its ledger by a keyed digest
+    of it (`ledger_name`), which may be published.
 
-    The digest is cached by the training files' stat (path, size, inode, times) in the
+    A split that shares most of its records (`SAME_SHARE`) with a data set the ledger
+    folder already knows is that data set — the same people, one record added, changed or
+    removed — and its source is returned (`_same_data_set`), unless ``new`` (``[privacy]
+    new_data_set``: the user names it a new data set on purpose). The folder keeps only
+    keyed 8-byte digests of each data set's records for this (owner-only, ``.records/``).
+
+    The source is cached by the training files' stat (path, size, inode, times) in the
     ledger directory (owner-only), so a command reads the data once per change."""
     directory = Path(directory) if directory is not None else default_directory()
     from pate import data as data_mod
 
     files = data_mod.training_files(data)
     stats = [[str(Path(f).expanduser().resolve()), *_stat(f)] for f in files]
-    cache_key = hashlib.sha256(json.dumps([data.name, stats, legacy_identity(data) if not files else ""])
+    cache_key = hashlib.sha256(json.dumps(["v2", data.name, stats, legacy_identity(data) if not files else ""])
                                .encode("utf-8")).hexdigest()
     source = _IDENTITIES.get((str(directory), cache_key)) or _cached_identity(directory, cache_key)
-    if source is None or _SOURCE.fullmatch(source) is None or not source.startswith(f"{data.name}:sha256:"):
+    if (source is None or _SOURCE.fullmatch(source) is None or not source.startswith(f"{data.name}:sha256:")
+            or not _known(directory, source, new)):
+        digests = record_digests(data_mod.load_dataset(data))
+        source = f"{data.name}:sha256:{_multiset_digest(digests)}"
+        prepare(directory)
+        _remember(directory, source, digests, new)
+        _cache_identity(directory, cache_key, source)
+    _IDENTITIES[(str(directory), cache_key)] = source
+    if new or _records_path(directory, source).is_file():
+        return source
+    return _aliases(directory).get(source, {}).get("data_set", source)
+
+
+#: The share of a new training split's records that another data set of the ledger folder
+#: must hold for the split to be that data set (`data_identity`): most of them.
+SAME_SHARE = 0.5
+_RECORDS = ".records"
+_ALIASES = ".aliases.json"
+
+
+def record_digests(dataset) -> list[bytes]:
+    """sha256 of each training record (its image as loaded, float32, and its label, int32),
+    in the split's order: the multiset a data set is."""
+    x = np.ascontiguousarray(dataset.x_train, dtype=np.float32)
+    y = np.ascontiguousarray(dataset.y_train, dtype=np.int32)
+    head = b"pate-record-v1" + repr(x.shape[1:]).encode("ascii")
+    return [hashlib.sha256(head + x[i].tobytes() + y[i].tobytes()).digest() for i in range(x.shape[0])]
+
+
+def _multiset_digest(digests: list[bytes]) -> str:
+    h = hashlib.sha256(b"pate-training-split-v2")
+    h.update(len(digests).to_bytes(8, "little"))
+    for d in sorted(digests):
+        h.update(d)
+    return h.hexdigest()
+
+
+def _keyed_records(directory: Path, digests: list[bytes]) -> np.ndarray:
+    """The records' 8-byte digests under a key derived from the folder's secret key (blake2b
+    keyed): they say whether two splits share a record, and reveal no record without the key."""
+    key = bytes.fromhex(keyed(directory, b"record-digests"))
+    return np.sort(np.array([int.from_bytes(hashlib.blake2b(d, key=key, digest_size=8).digest(), "little")
+                             for d in digests], dtype=np.uint64))
+
+
+def _records_path(directory: Path, source: str) -> Path:
+    return directory / _RECORDS / f"{keyed(directory, b'records-file', source.encode('utf-8'))[:32]}.npz"
+
+
+def _aliases(directory: Path) -> dict:
+    try:
+        doc = json.loads((directory / _ALIASES).read_text())
+    except (OSError, ValueError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _known(directory: Path, source: str, new: bool) -> bool:
+    """Whether the folder has already placed `source`: its own records, or (unless `new`) an alias."""
+    return _records_path(directory, source).is_file() or (not new and source in _aliases(directory))
+
+
+def _remember(directory: Path, source: str, digests: list[bytes], new: bool) -> None:
+    """Places a source the folder has not seen: the alias of a known data set holding at
+    least `SAME_SHARE` of its records (the largest share wins), else (or when `new`) a data
+    set of its own, whose keyed record digests are kept (owner-only)."""
+    from analysis.report_io import write_atomic
+
+    mine = _keyed_records(directory, digests)
+    folder = directory / _RECORDS
+    if not new and mine.size and folder.is_dir():
+        best = None
+        for path in sorted(folder.glob("*.npz")):
+            try:
+                with np.load(path, allow_pickle=False) as f:
+                    theirs, other = f["records"], str(f["source"])
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+                continue  # damaged: that data set is still found by its exact source
+            if other == source:
+                continue
+            share = float(np.isin(mine, theirs, assume_unique=False).mean())
+            if share >= SAME_SHARE and (best is None or share > best[0]):
+                best = (share, other)
+        if best is not None:
+            import datetime
+
+            doc = _aliases(directory)
+            doc[source] = {"data_set": best[1], "shared": best[0],
+                           "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            write_atomic(directory / _ALIASES, json.dumps(doc).encode("utf-8"), private=True)
+            return
+    if not folder.is_dir():
+        folder.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(folder, 0o700)
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, records=mine, source=np.array(source))
+    write_atomic(_records_path(directory, source), buf.getvalue(), private=True)
+
+
+def same_data_set_notes(directory: Path, source: str) -> list[str]:
+    """`pate ledger`'s words for the training splits charged to `source`'s ledger because
+    they share most of its records (`data_identity`)."""
+    return [f"same data set: a training split that shares {a.get('shared', 0):.1%} of its records with this data "
+            f"set is charged here (since {a.get('time', '?')}); a split meant as another data set is named so on "
+            "purpose with [privacy] new_data_set = true"
+            for a in _aliases(Path(directory)).values()
+            if isinstance(a, dict) and a.get("data_set") == source]
+
+
+def previous_identity(data, directory: Path) -> str:
+    """The source an older pate gave the same split: the sha256 of its records in file order
+    (`pate.data.training_digest`); its ledger still counts (`Ledger.for_config`). Cached as
+    `data_identity` is."""
+    from pate import data as data_mod
+
+    files = data_mod.training_files(data)
+    stats = [[str(Path(f).expanduser().resolve()), *_stat(f)] for f in files]
+    cache_key = hashlib.sha256(json.dumps(["v1", data.name, stats, legacy_identity(data) if not files else ""])
+                               .encode("utf-8")).hexdigest()
+    source = _IDENTITIES.get((str(directory), cache_key)) or _cached_identity(directory, cache_key)
+    if source is None or _SOURCE.fullmatch(source) is None:
         source = f"{data.name}:sha256:{data_mod.training_digest(data)}"
         prepare(directory)
         _cache_identity(directory, cache_key, source)

@@ -42,7 +42,8 @@ from typing import Any, Iterable
 from analysis.mechanisms import composition
 from analysis.core.errors import PateError
 from pate.store.identity import (LEDGER_ENV, data_identity, default_directory, directory_for, keyed,
-                                  ledger_name, legacy_identity, prepare, run_source, votes_source)
+                                  ledger_name, legacy_identity, prepare, previous_identity, run_source,
+                                  same_data_set_notes, votes_source)
 
 _FORMAT = 1
 
@@ -90,9 +91,32 @@ class Ledger:
 
     @classmethod
     def for_config(cls, config) -> "Ledger":
-        """The ledger of a config's private data set (`pate.store.identity.data_identity`)."""
+        """The ledger of a config's private data set (`pate.store.identity.data_identity`: the
+        multiset of its records, or the data set a split sharing most of them belongs to,
+        unless ``[privacy] new_data_set``); the ledgers an older pate named by the files'
+        location or by the records in file order still count."""
         directory = directory_for(config.privacy)
-        return cls(data_identity(config.data, directory), directory, legacy=(legacy_identity(config.data),))
+        source = data_identity(config.data, directory, new=bool(getattr(config.privacy, "new_data_set", False)))
+        return cls(source, directory, legacy=(legacy_identity(config.data), previous_identity(config.data, directory)))
+
+    @classmethod
+    def for_teachers(cls, workdir, config) -> "Ledger":
+        """The ledger of the data set a run's teachers were trained on (the ``data_set``
+        teachers.json records), whatever the data file has become since: their votes are
+        made from that data. A run whose teachers.json records none: `for_config`."""
+        from pate.store import rundir
+
+        run = rundir.RunDir(workdir)
+        named = None
+        if run.exists(rundir.TEACHERS_JSON):
+            try:
+                named = run.read_json(rundir.TEACHERS_JSON).get("data_set")
+            except (PateError, AttributeError):
+                named = None
+        if not isinstance(named, str) or not named.strip():
+            return cls.for_config(config)
+        directory = directory_for(config.privacy)
+        return cls(named, directory, legacy=(legacy_identity(config.data),))
 
     @classmethod
     def for_run(cls, workdir, config=None) -> "Ledger":
@@ -566,6 +590,7 @@ def render(ledger: Ledger, delta: float) -> str:
                      f"(`pate ledger --set-budget EPS` raises it on purpose)")
     if any("ledger" in e for e in entries):
         lines.append("*: recorded under the name an older pate gave this data set (" + ", ".join(ledger.legacy) + ")")
+    lines += same_data_set_notes(ledger.directory, ledger.source)
     if len(data_digests) > 1:
         lines.append("note: the data's content changed between releases (keyed digests differ); they "
                      "are still composed, as releases of one data set")
