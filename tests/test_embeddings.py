@@ -116,3 +116,21 @@ def test_pate_run_on_embeddings_end_to_end(tmp_path):
     student = json.loads((run / "student.json").read_text())
     assert student["image_shape"] == [FEATURES] and student["accuracy"] > 0.8
     assert json.loads((run / "release.json").read_text())["release_eps"] > 0
+
+
+def test_dpsgd_on_embeddings_trains_a_linear_head_and_refuses_image_models(tmp_path):
+    """`pate dpsgd` on a 2-D npz: a linear head on the rows (charged to the data set's ledger);
+    the CNN and ScatterNet are refused in one line before anything is charged."""
+    path = write_embeddings(tmp_path / "e.npz")
+    common = ["--config", "configs/tiny.toml", "--no-progress", "--seed", 1, *sets_for(path),
+              "--set", "dpsgd.linear_batch_size=96", "--set", "dpsgd.linear_epochs=5",
+              "--set", "dpsgd.linear_learning_rate=2.0"]
+    for model in ("cnn", "scatternet"):
+        refused = invoke("dpsgd", "--workdir", tmp_path / model, "--model", model, *common)
+        assert "needs images but the data are embeddings" in one_line_error(refused, 1)
+        assert not (tmp_path / model / "dpsgd.json").exists()
+    result = invoke("dpsgd", "--workdir", tmp_path / "run", "--model", "linear", *common)
+    assert result.exit_code == 0, result.output
+    info = json.loads((tmp_path / "run" / "dpsgd.json").read_text())
+    assert info["input_shape"] == [FEATURES] and info["features"] == "the rows as given"
+    assert info["accuracy"] > 0.6 and info["data_set"]["releases"] == 1
