@@ -1,7 +1,9 @@
 """Data sets (IDX, SVHN .mat, .npz, synthetic), the benchmark splits, and the partition
 of the private training set into disjoint teacher shards.
 
-Every loader returns float32 images in [0, 1] shaped (N, H, W, C) and int32 labels.
+Every loader returns int32 labels and float32 images in [0, 1] shaped (N, H, W, C), or, for an
+.npz whose `x_*` arrays are 2-D, float32 rows of features shaped (N, F): a data set of
+embeddings (a foundation model's, text's, tabular records'), split and partitioned as images are.
 """
 
 from __future__ import annotations
@@ -278,12 +280,18 @@ def load_svhn(directory: str = "") -> Dataset:
 MAX_CLASSES = 10_000
 
 
+def is_embedding(x: np.ndarray) -> bool:
+    """Whether inputs `x` are rows of features (N, F) rather than images (N, H, W, C)."""
+    return np.ndim(x) == 2
+
+
 def load_npz(path: str) -> Dataset:
     """A data set from one .npz with `x_train`, `y_train`, `x_test`, `y_test`.
 
     Images may be uint8 (scaled by 1/255) or floats already in [0, 1], shaped
-    (N, H, W) or (N, H, W, C). Labels are integers 0..C-1; C is the largest label
-    in either split plus one.
+    (N, H, W) or (N, H, W, C). 2-D `x_*` arrays (N, F) are embeddings: finite numbers of
+    any range, kept as float32 (no scaling). Labels are integers 0..C-1; C is the
+    largest label in either split plus one.
     """
     p = Path(path)
     try:
@@ -301,16 +309,18 @@ def load_npz(path: str) -> Dataset:
     out = {}
     for split in ("train", "test"):
         x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if x.ndim not in (3, 4) or y.ndim != 1 or x.shape[0] != y.shape[0]:
-            raise PateError(f"{p}: x_{split} must be (N, H, W[, C]) and y_{split} (N,), got "
-                            f"{x.shape} and {y.shape}")
+        if x.ndim not in (2, 3, 4) or y.ndim != 1 or x.shape[0] != y.shape[0]:
+            raise PateError(f"{p}: x_{split} must be images (N, H, W[, C]) or embeddings (N, F), and "
+                            f"y_{split} (N,), got {x.shape} and {y.shape}")
         if not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
             raise PateError(f"{p}: y_{split} must hold non-negative integer labels")
         if y.size and int(y.max()) >= MAX_CLASSES:  # before int32: a label past 2**31 would wrap
             raise PateError(f"{p}: y_{split} holds the label {int(y.max())}, which would make "
                             f"{int(y.max()) + 1} classes; labels are 0..C-1 with C at most {MAX_CLASSES} "
                             "(is a label wrong?)")
-        if x.dtype == np.uint8:
+        if is_embedding(x):
+            x = _embeddings(x, f"{p}: x_{split}")
+        elif x.dtype == np.uint8:
             x = _images(x)
         else:
             x = np.asarray(x, dtype=np.float32)
@@ -319,10 +329,24 @@ def load_npz(path: str) -> Dataset:
                 raise PateError(f"{p}: float images in x_{split} must lie in [0, 1]")
         out[f"x_{split}"], out[f"y_{split}"] = x, y.astype(np.int32)
     if out["x_train"].shape[1:] != out["x_test"].shape[1:]:
-        raise PateError(f"{p}: train images {out['x_train'].shape[1:]} and test images "
+        kind = "embeddings" if is_embedding(out["x_train"]) else "images"
+        raise PateError(f"{p}: train {kind} {out['x_train'].shape[1:]} and test inputs "
                         f"{out['x_test'].shape[1:]} differ in shape")
     num_classes = int(max(out["y_train"].max(initial=0), out["y_test"].max(initial=0))) + 1
     return Dataset(p.stem, num_classes=max(num_classes, 2), **out)
+
+
+def _embeddings(x: np.ndarray, what: str) -> np.ndarray:
+    """Rows of features (N, F) as float32, refused when empty of features, non-numeric or not finite."""
+    if x.shape[1] < 1:
+        raise PateError(f"{what} has no features (shape {x.shape}); give rows of at least one feature")
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise PateError(f"{what} must hold numbers, found dtype {x.dtype}")
+    out = np.asarray(x, dtype=np.float32)
+    if out.size and not np.isfinite(out).all():
+        raise PateError(f"{what} holds NaN or infinite values (or values past float32's range); "
+                        "embeddings must be finite")
+    return out
 
 
 # --------------------------------------------------------------------------- synthetic

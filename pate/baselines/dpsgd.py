@@ -68,7 +68,10 @@ Params = Any
 
 def make_model(cfg: DpsgdConfig, model: str, num_classes: int, input_shape: tuple[int, ...]) -> nn.Module:
     """The network `model` names, checked against the input shape it will see."""
-    if model == "scatternet":
+    if len(input_shape) == 1 and model != "linear":
+        raise PateError(f"dpsgd.model = {model!r} needs images but the data are embeddings (rows of "
+                        f"{input_shape[0]} features); set dpsgd.model = \"linear\"")
+    if model in ("scatternet", "linear"):
         return Linear(num_classes)
     h, w = input_shape[:2]
     if min(cnn_output_side(h, cfg), cnn_output_side(w, cfg)) <= 0:
@@ -221,6 +224,8 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     with release_step("dpsgd", workdir, config, cfg.eps, overwrite=overwrite, echo=echo) as door:
         key = keys.noise_key(seed)  # checks the seed before any work
         splits = private_splits(config)
+        if cfg.model != "linear":  # refused on embeddings before anything is charged
+            make_model(cfg, cfg.model, splits.num_classes, tuple(splits.train_x.shape[1:]))
         plan = Plan.of(cfg, int(splits.train_x.shape[0]), delta)
         # The model is a release of the private train split (`pate.store.ledger`).
         book = budgeted_ledger(config, plan.cost, "this DP-SGD model")
@@ -363,7 +368,8 @@ def _record(config: Config, plan: Plan, result: DpsgdResult, params, train_x, se
         "noise_key": f"{keys.KEY_BITS}-bit {keys.KEY_IMPL} key, "
                      + ("OS entropy" if seed is None else "research seed (not recorded)"),
         "features": ("scattering J={} L={}, per-example group norm G={}".format(
-            cfg.scattering_j, cfg.scattering_l, cfg.groups) if cfg.model == "scatternet" else "pixels"),
+            cfg.scattering_j, cfg.scattering_l, cfg.groups) if cfg.model == "scatternet"
+            else "the rows as given" if train_x.ndim == 2 else "pixels"),
         "dpsgd": config_to_dict(config)["dpsgd"],
         "dataset": config.data.name,
         "num_classes": num_classes,

@@ -17,8 +17,9 @@ def dpsgd_options():
         config("TOML run config, e.g. configs/fashion_mnist.toml (its [dpsgd] section)."),
         workdir("Run directory (created if missing; a PATE run of the same data is fine)."),
         click.option("--eps", "eps", type=float, callback=positive, help="Target epsilon (overrides dpsgd.eps)."),
-        click.option("--model", type=click.Choice(["cnn", "scatternet"]),
-                     help="End-to-end tanh CNN, or ScatterNet features + linear (overrides dpsgd.model)."),
+        click.option("--model", type=click.Choice(["cnn", "scatternet", "linear"]),
+                     help="End-to-end tanh CNN, ScatterNet features + linear, or linear on the inputs as given "
+                          "(embeddings) (overrides dpsgd.model)."),
         settings(),
         seed_option("Seed (0 <= seed < 2**128) of the noise, sampling and initialisation, for reproducible "
                     "research only: whoever knows it can remove the noise. Never written. Default: fresh OS entropy."),

@@ -25,6 +25,7 @@ from pate.config.sections import (  # noqa: F401  (re-exported: pate.config.Teac
     AggregationConfig,
     Config,
     DataConfig,
+    FeaturesConfig,
     FineGrainedConfig,
     PrivacyConfig,
     StudentConfig,

@@ -31,11 +31,12 @@ class DpsgdConfig:
     layers `hidden`; a linear classifier. `model = "scatternet"`: fixed kymatio
     scattering features (`scattering_j` scales, `scattering_l` orientations), each
     example group-normalised over `groups` channel groups (no data statistics), then a
-    linear classifier. Each model has its own `*_batch_size`, `*_learning_rate` and
-    `*_epochs`. Per-example gradients are computed `microbatch` at a time.
+    linear classifier. `model = "linear"`: a linear classifier on the inputs as they are
+    (a data set of embeddings' rows, or flattened pixels). Each model has its own
+    `*_batch_size`, `*_learning_rate` and `*_epochs`. Per-example gradients are computed `microbatch` at a time.
     """
 
-    model: Literal["cnn", "scatternet"] = "scatternet"
+    model: Literal["cnn", "scatternet", "linear"] = "scatternet"
     eps: float = 3.0
     relation: Literal["add-remove", "replace-one"] = "add-remove"
     accountant: Literal["rdp", "pld"] = "rdp"
@@ -48,6 +49,9 @@ class DpsgdConfig:
     scatternet_batch_size: int = 8192
     scatternet_learning_rate: float = 8.0
     scatternet_epochs: float = 60.0
+    linear_batch_size: int = 8192
+    linear_learning_rate: float = 8.0
+    linear_epochs: float = 60.0
     conv_features: tuple[int, ...] = (16, 32)
     conv_kernels: tuple[int, ...] = (8, 4)
     conv_strides: tuple[int, ...] = (2, 2)
@@ -63,7 +67,7 @@ class DpsgdConfig:
         positive(s, self, "eps", "clip_norm")
         _require(0 <= self.momentum < 1, s, "momentum", "must be in [0, 1)")
         at_least_one(s, self, "microbatch")
-        for m in ("cnn", "scatternet"):
+        for m in ("cnn", "scatternet", "linear"):
             b, lr, ep = (getattr(self, f"{m}_{k}") for k in ("batch_size", "learning_rate", "epochs"))
             _require(b >= 1, s, f"{m}_batch_size", f"must be >= 1, got {b}")
             _require(lr > 0, s, f"{m}_learning_rate", f"must be > 0, got {lr}")

@@ -1,5 +1,5 @@
 """The config sections: one frozen dataclass per TOML table (`[data]`, `[teachers]`,
-`[aggregation]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`, `[synth]`), each with its
+`[aggregation]`, `[fine_grained]`, `[features]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`, `[synth]`), each with its
 defaults and a `validate()` that names the key at fault, and `Config`, the registry of sections
 (`[rounds]`'s `RoundsConfig` lives in `pate.config.round_sections`; the baselines' `[dpsgd]`,
 `[fedavg]` and `[synth]` in `pate.config.baseline_sections`).
@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 from typing import Literal
 
 from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
@@ -29,11 +30,18 @@ def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
     _require(all(f >= 1 for f in cfg.conv_features), s, "conv_features", "must be positive channel counts")
     for key in ("conv_kernels", "conv_strides"):
         values = getattr(cfg, key)
-        _require(cfg.model == "mlp" or len(values) == len(cfg.conv_features), s, key,
+        _require(cfg.model not in ("cnn", "wrn") or len(values) == len(cfg.conv_features), s, key,
                  f"must have one entry per layer of conv_features ({len(cfg.conv_features)}), "
                  f"got {list(values)}")
         _require(all(v >= 1 for v in values), s, key, f"must be positive, got {list(values)}")
     _require(all(h >= 1 for h in cfg.hidden), s, "hidden", "must be positive widths")
+    _require(cfg.model != "linear" or not cfg.hidden, s, "hidden",
+             f"must be empty for model = \"linear\" (a linear head), got {list(cfg.hidden)}; use model = \"mlp\"")
+    _require((cfg.model == "module") == bool(cfg.module), s, "module",
+             "must name the flax module (\"package.module:Class\") when model = \"module\"" if cfg.model == "module"
+             else f"is set ({cfg.module!r}) but model = {cfg.model!r}; set model = \"module\" or remove module")
+    _require(not cfg.module or re.fullmatch(_IMPORT_PATH, cfg.module) is not None, s, "module",
+             f"must be an import path \"package.module:Class\", got {cfg.module!r}")
     _require(0 <= cfg.dropout < 1, s, "dropout", "must be in [0, 1)")
     at_least_one(s, cfg, "batch_size")
     _require(cfg.learning_rate > 0, s, "learning_rate", "must be > 0")
@@ -42,6 +50,10 @@ def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
     _require(cfg.augment_shift >= 0, s, "augment_shift", "must be >= 0")
     _require(cfg.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
     _require(cfg.seed >= 0, s, "seed", f"must be >= 0, got {cfg.seed}")
+
+
+#: `module = "package.module:Class"`: dotted identifiers, a colon, a class name.
+_IMPORT_PATH = r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*"
 
 
 #: The most memory the synthetic data set's images may take (float32, both splits): a shape
@@ -101,7 +113,11 @@ class TeachersConfig:
     `conv_kernels[i]` and stride `conv_strides[i]` (zero padding `kernel // 2`), each
     followed by ReLU and, when `conv_pool`, a 2x2 max pool; then dense layers of widths
     `hidden`, dropout `dropout` (training only), and the classifier. `model = "mlp"`
-    uses only `hidden` and `dropout`. `conv_impl` picks how a convolution runs:
+    uses only `hidden` and `dropout`, and `model = "linear"` is a linear head (no
+    `hidden`): both flatten their input, so they are the teachers of a data set of
+    embeddings (vmapped heads on the feature rows, trained as the CNNs are). `model =
+    "module"`: the user's flax module `module` names (`"package.module:Class"`, built as
+    `Class(num_classes=C)`; `pate.programs.user_model`). `conv_impl` picks how a convolution runs:
     "patches" (strided slices + one batched matmul; fast on CPU when vmapped over
     teachers), "xla" (`lax.conv`, for GPUs), "auto" (patches on CPU, xla elsewhere).
     Both give the same function of the same parameters. `eval_flip` makes a teacher
@@ -120,7 +136,8 @@ class TeachersConfig:
     """
 
     num_teachers: int = 250
-    model: Literal["cnn", "mlp"] = "cnn"
+    model: Literal["cnn", "mlp", "linear", "module"] = "cnn"
+    module: str = ""
     gabor_orientations: int = 0
     conv_features: tuple[int, ...] = (32, 64)
     conv_kernels: tuple[int, ...] = (5, 3)
@@ -210,6 +227,32 @@ class FineGrainedConfig:
         s = "fine_grained"
         positive(s, self, "eps")
         at_least_one(s, self, "votes_per_record", "smoothing", "pca", "scattering_j", "scattering_l", "groups")
+
+
+#: The public feature maps `[features] map` may name (`pate.programs.public_features.MAPS`
+#: holds what each does), alone or joined by "+" (their concatenation).
+FEATURE_MAPS = ("scattering", "pixels", "none")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FeaturesConfig:
+    """`[features]`: the public feature map of the run (`pate.programs.public_features`), in which
+    fine-grained PATE's records vote for their nearest pool points. `map`: "scattering" (the
+    ScatterNet coefficients, `[fine_grained]`'s `scattering_j`, `scattering_l`, `groups`),
+    "pixels" (the images' pixels, flattened), "none" (the rows as they are: a data set of
+    embeddings), or maps joined by "+" ("scattering+pixels": each part scaled by its root mean
+    square norm over the public pool, then concatenated). The pool PCA and quantisation follow.
+    The map is a function of the public pool alone.
+    """
+
+    map: str = "scattering"
+
+    def validate(self) -> None:
+        parts = self.map.split("+")
+        bad = [p for p in parts if p not in FEATURE_MAPS]
+        _require(not bad and len(set(parts)) == len(parts), "features", "map",
+                 f"must be one of {', '.join(FEATURE_MAPS)} or several joined by \"+\" (each once), "
+                 f"got {self.map!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -307,11 +350,16 @@ class StudentConfig:
     `conv_features` are its groups' widths, `conv_strides` their strides, `wrn_blocks`
     the residual blocks per group (`conv_kernels`, `gabor_orientations`, `hidden` unused).
 
+    `model = "mlp"` / `"linear"` / `"module"` as in `[teachers]`. On embeddings (rows of
+    features) no augmentation applies: FixMatch's two views are then the row itself, and
+    it is confidence-thresholded pseudo-labelling of the pool (Lee 2013).
+
     The defaults are the CPU-measured Fashion-MNIST student (docs/results.md).
     """
 
     method: Literal["fixmatch", "supervised"] = "fixmatch"
-    model: Literal["cnn", "mlp", "wrn"] = "cnn"
+    model: Literal["cnn", "mlp", "wrn", "linear", "module"] = "cnn"
+    module: str = ""
     gabor_orientations: int = 8
     conv_features: tuple[int, ...] = (64,)
     conv_kernels: tuple[int, ...] = (3,)
@@ -363,6 +411,7 @@ class Config:
     teachers: TeachersConfig = TeachersConfig()
     aggregation: AggregationConfig = AggregationConfig()
     fine_grained: FineGrainedConfig = FineGrainedConfig()
+    features: FeaturesConfig = FeaturesConfig()
     privacy: PrivacyConfig = PrivacyConfig()
     student: StudentConfig = StudentConfig()
     rounds: RoundsConfig = RoundsConfig()

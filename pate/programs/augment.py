@@ -5,6 +5,10 @@ Images are float32 in [0, 1], shape ``(batch, height, width, channels)``. Every 
 takes a key and a batch, draws per-image parameters from the key, and returns a batch of
 the same shape and range: the same key gives the same output.
 
+Rows of features (N, F) (a data set of embeddings, `pate.data.is_embedding`) have no image
+augmentation: every function returns them as they are (the models' input checks,
+`pate.programs.models.check_input`, refuse image augmentation settings on them).
+
 ``weak`` (the student's): random translation by up to ``max_shift`` pixels (edge
 padding), and a horizontal flip with probability 1/2 when ``flip`` is on (off for digits).
 ``weak_zero_fill`` (the teachers'; their accuracies were measured with it): the same
@@ -43,6 +47,8 @@ def _weak_one(image, key, max_shift: int, flip: bool):
 @functools.partial(jax.jit, static_argnames=("max_shift", "flip"))
 def weak(key, images, max_shift: int = 2, flip: bool = False):
     """Random translation (and optional horizontal flip) per image."""
+    if images.ndim == 2:
+        return images
     keys = jax.random.split(key, images.shape[0])
     return jax.vmap(_weak_one, in_axes=(0, 0, None, None))(images, keys, max_shift, flip)
 
@@ -55,6 +61,8 @@ def weak_zero_fill(key, images, max_shift: int, flip: bool):
     come from one flat draw each (multi-dimensional draws compile slowly on XLA:CPU,
     and this runs vmapped over hundreds of teachers).
     """
+    if images.ndim == 2:
+        return images
     n, h, w, c = images.shape
     k_shift, k_flip = jax.random.split(key)
     if max_shift:
@@ -105,6 +113,8 @@ def strong(key, images, max_shift: int = 2, flip: bool = False, cutout: int = 8,
     batch, the noise from one normal draw, and each image is blurred once (the per-image
     version this replaced blurred twice). `cutout` 0: no cutout.
     """
+    if images.ndim == 2:
+        return images
     n, h, w, c = images.shape
     k_weak, k_affine, k_strength, k_noise, k_cut = jax.random.split(key, 5)
     out = weak(k_weak, images, max_shift=max_shift, flip=flip)

@@ -33,7 +33,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.core.errors import PateError
 from pate.config import DpsgdConfig, StudentConfig, TeachersConfig
+from pate.programs import user_model
 
 
 def lecun_normal(key: jax.Array, shape: Sequence[int], dtype=jnp.float32) -> jax.Array:
@@ -301,6 +303,10 @@ def make_model(cfg: TeachersConfig | StudentConfig, num_classes: int,
 
     Every model is called as `model.apply(params, x, train=..., rngs={"dropout": key})`
     and returns logits (log-probabilities with `eval_flip`) of shape (N, num_classes).
+    `model = "linear"` is a linear head (an `MLP` without hidden layers), `"mlp"` dense
+    layers of widths `hidden`: both flatten their input, so they run on images and on rows
+    of features (embeddings) alike; `"module"` is the user's flax module `module` names
+    (`pate.programs.user_model`).
 
     Args:
       cfg: the teachers config (model kind and sizes).
@@ -310,6 +316,10 @@ def make_model(cfg: TeachersConfig | StudentConfig, num_classes: int,
     """
     if cfg.model == "mlp":
         model = MLP(num_classes=num_classes, hidden=tuple(cfg.hidden), dropout=cfg.dropout)
+    elif cfg.model == "linear":
+        model = MLP(num_classes=num_classes, hidden=(), dropout=cfg.dropout)
+    elif cfg.model == "module":
+        model = user_model.build(cfg.module, num_classes, f"{_section(cfg)}.module")
     elif cfg.model == "wrn":
         model = WideResNet(num_classes=num_classes, widths=tuple(cfg.conv_features), strides=tuple(cfg.conv_strides),
                            blocks=cfg.wrn_blocks, dropout=cfg.dropout, impl=conv_impl(cfg.conv_impl, backend))
@@ -320,6 +330,37 @@ def make_model(cfg: TeachersConfig | StudentConfig, num_classes: int,
                     pool=cfg.conv_pool, hidden=tuple(cfg.hidden), dropout=cfg.dropout,
                     impl=conv_impl(cfg.conv_impl, backend))
     return FlipAveraged(model) if cfg.eval_flip else model
+
+
+def _section(cfg: TeachersConfig | StudentConfig) -> str:
+    return "teachers" if isinstance(cfg, TeachersConfig) else "student"
+
+
+#: The models that take rows of features (N, F): those that flatten their input first, and a
+#: user's module (its own business).
+FEATURE_MODELS = ("linear", "mlp", "module")
+
+
+def check_input(cfg: TeachersConfig | StudentConfig, input_shape: tuple[int, ...]) -> None:
+    """Refuses, in one line, a `[teachers]` or `[student]` section that cannot run on inputs of
+    `input_shape` (one example's): on rows of features (embeddings, `(F,)`), a convolutional
+    model or an image augmentation (shifts, flips, cutout, affine maps, mirrored evaluation).
+
+    Raises:
+      PateError: the setting at fault and what to set instead.
+    """
+    if len(input_shape) != 1:
+        return
+    s = _section(cfg)
+    what = f"the data are embeddings (rows of {input_shape[0]} features), not images"
+    if cfg.model not in FEATURE_MODELS:
+        raise PateError(f"{s}.model = {cfg.model!r} needs images but {what}; set {s}.model to "
+                        f"{' or '.join(repr(m) for m in FEATURE_MODELS)}")
+    image_only = {"augment_shift": 0, "augment_flip": False, "eval_flip": False, "cutout": 0, "affine_degrees": 0.0}
+    for key, off in image_only.items():
+        if getattr(cfg, key, off) != off:
+            raise PateError(f"{s}.{key} = {getattr(cfg, key)!r} augments images but {what}; set "
+                            f"{s}.{key} = {str(off).lower()}")
 
 
 # --------------------------------------------------------------------------- DP-SGD baseline

@@ -1,10 +1,12 @@
 """A feature map fitted on the **public** pool alone, for fine-grained PATE's neighbour search
-(`pate.release.fine_grained_release`): each image's scattering coefficients (`pate.programs.scattering`:
-fixed filters, each example group-normalised with its own statistics), projected on the top
-principal directions of the public pool's coefficients, as quantised unit rows
-(`analysis.mechanisms.fine_grained.quantise_rows`).
+(`pate.release.fine_grained_release`): each input's coefficients under the map `[features] map`
+names (`MAPS`: the scattering coefficients of `pate.programs.scattering`, fixed filters, each
+example group-normalised with its own statistics; an image's pixels; a row of features as it
+is; or several of them concatenated, each part scaled by its root mean square norm over the
+pool), projected on the top principal directions of the public pool's coefficients, as
+quantised unit rows (`analysis.mechanisms.fine_grained.quantise_rows`).
 
-Nothing private enters the fit, and each image's row is computed from that image and the fitted
+Nothing private enters the fit, and each input's row is computed from that input and the fitted
 public map alone (row by row or by BLAS, whose order of operations depends on shapes, never on
 values): what the release's sensitivity needs of a record's neighbours.
 """
@@ -12,6 +14,7 @@ values): what the release's sensitivity needs of a record's neighbours.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -22,34 +25,93 @@ from pate.programs.projection import top_directions
 
 
 @dataclasses.dataclass(frozen=True)
+class FeatureMap:
+    """One public map of `[features] map`: what it computes and what input it takes."""
+
+    name: str
+    images: bool  # True: it needs images (N, H, W, C); False: rows of features (N, F)
+    describe: str
+    coefficients: Callable[..., np.ndarray]  # (inputs, scattering_j, scattering_l, groups) -> (n, F)
+
+
+def _scattering(x: np.ndarray, j: int, l: int, groups: int) -> np.ndarray:
+    feats = scattering.group_normalize(scattering.scatter(x, j, l), groups)
+    return feats.reshape(feats.shape[0], -1)
+
+
+def _flat(x: np.ndarray, *_settings) -> np.ndarray:
+    return np.asarray(x, np.float32).reshape(np.shape(x)[0], -1)
+
+
+#: The maps by name (their names are `pate.config.sections.FEATURE_MAPS`).
+MAPS = {m.name: m for m in (
+    FeatureMap("scattering", True, "ScatterNet coefficients", _scattering),
+    FeatureMap("pixels", True, "pixels", _flat),
+    FeatureMap("none", False, "the rows as they are", _flat),
+)}
+
+
+def parts(name: str) -> tuple[FeatureMap, ...]:
+    """The maps a `[features] map` value names ("scattering+pixels": two)."""
+    return tuple(MAPS[p] for p in name.split("+"))
+
+
+def check_input(name: str, inputs: np.ndarray) -> None:
+    """Refuses, in one line, a map that does not take these inputs (images against embeddings)."""
+    embeddings = np.ndim(inputs) == 2
+    for part in parts(name):
+        if part.images == embeddings:
+            data = "embeddings (rows of features)" if embeddings else "images"
+            use = "\"none\"" if embeddings else "\"scattering\" or \"pixels\""
+            raise PateError(f"features.map = {name!r}: {part.name} takes {'images' if part.images else 'rows of features'} "
+                            f"but the data are {data}; set features.map = {use}")
+
+
+@dataclasses.dataclass(frozen=True)
 class PublicMap:
-    """The fitted map: the scattering settings and the pool's mean and principal directions."""
+    """The fitted map: the map's name, the scattering settings, each part's scale and the pool's
+    mean and principal directions."""
 
     scattering_j: int
     scattering_l: int
     groups: int
     mean: np.ndarray  # (F,) float64
     directions: np.ndarray  # (F, dims) float64, columns by decreasing variance
+    name: str = "scattering"
+    scales: tuple[float, ...] = (1.0,)  # one per part: 1 / its RMS norm over the pool (1 for one part)
 
-    def coefficients(self, images: np.ndarray) -> np.ndarray:
-        """(n, F) scattering features of images (n, H, W, C) in [0, 1]."""
-        feats = scattering.group_normalize(scattering.scatter(images, self.scattering_j, self.scattering_l),
-                                           self.groups)
-        return feats.reshape(feats.shape[0], -1)
+    def coefficients(self, inputs: np.ndarray) -> np.ndarray:
+        """(n, F) coefficients of inputs (images (n, H, W, C) in [0, 1], or rows (n, F))."""
+        check_input(self.name, inputs)
+        out = [scale * part.coefficients(inputs, self.scattering_j, self.scattering_l, self.groups)
+               for part, scale in zip(parts(self.name), self.scales, strict=True)]
+        return out[0] if len(out) == 1 else np.concatenate(out, axis=1)
 
     def rows(self, images: np.ndarray | None, coefficients: np.ndarray | None = None) -> np.ndarray:
-        """(n, dims) int64 quantised unit rows of images (or of their `coefficients`)."""
+        """(n, dims) int64 quantised unit rows of inputs (or of their `coefficients`)."""
         x = self.coefficients(images) if coefficients is None else coefficients
         return fine_grained.quantise_rows((np.asarray(x, np.float64) - self.mean) @ self.directions)
 
 
 def fit(pool_images: np.ndarray, dims: int, *, scattering_j: int = 2, scattering_l: int = 8,
-        groups: int = 27) -> tuple[PublicMap, np.ndarray]:
-    """The map fitted on the public pool's images, and the pool's quantised rows."""
-    base = PublicMap(scattering_j, scattering_l, groups, np.zeros(0), np.zeros((0, 0)))
-    coefficients = base.coefficients(pool_images)
+        groups: int = 27, feature_map: str = "scattering") -> tuple[PublicMap, np.ndarray]:
+    """The map `feature_map` names fitted on the public pool's inputs (images or rows of
+    features), and the pool's quantised rows.
+
+    Raises:
+      PateError: the map does not take these inputs, or ``dims`` is above what the pool gives.
+    """
+    check_input(feature_map, pool_images)
+    settings = (scattering_j, scattering_l, groups)
+    blocks = [np.asarray(part.coefficients(pool_images, *settings), np.float64) for part in parts(feature_map)]
+    scales = (1.0,)
+    if len(blocks) > 1:  # each part's mean squared norm over the pool to 1, so no part drowns the others
+        scales = tuple(1.0 / max(float(np.sqrt(np.mean(np.sum(b * b, axis=1)))), 1e-12) for b in blocks)
+        blocks = [scale * b for scale, b in zip(scales, blocks)]
+    coefficients = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
     fitted = fit_coefficients(coefficients, dims, scattering_j=scattering_j, scattering_l=scattering_l,
                               groups=groups)
+    fitted = dataclasses.replace(fitted, name=feature_map, scales=scales)
     return fitted, fitted.rows(None, coefficients)
 
 

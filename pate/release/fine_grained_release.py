@@ -34,7 +34,7 @@ MECHANISM = "fine-grained"
 #: The arrays of a fine-grained release in labels.npz besides ``indices``, ``labels`` and
 #: ``mechanism`` (`pate.release.labels.RELEASED_KEYS` names them with the rest).
 ARRAY_KEYS = ("noise", "noise_parameter", "votes_per_record", "release_eps", "release_delta", "smoothing",
-              "smoothing_weights", "pca", "scattering")
+              "smoothing_weights", "pca", "scattering", "feature_map")
 
 
 def noise_of(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
@@ -66,10 +66,12 @@ def release(config: Config, splits, source: NoiseSource, echo=print) -> FineGrai
     if cfg.votes_per_record > pool_size or cfg.smoothing > pool_size:
         raise PateError(f"fine_grained.votes_per_record ({cfg.votes_per_record}) and smoothing ({cfg.smoothing}) "
                         f"must be at most the {pool_size} points of the public pool")
-    echo(f"fine-grained: scattering (J {cfg.scattering_j}, L {cfg.scattering_l}) and a PCA to {cfg.pca} fitted on "
-         f"the {pool_size} public pool images")
+    feature_map = config.features.map
+    public_features.check_input(feature_map, splits.train_x)  # before any private value is read
+    echo(f"fine-grained: the map {feature_map!r} ({_describe(cfg, feature_map)}) and a PCA to {cfg.pca} fitted on "
+         f"the {pool_size} public pool points")
     fmap, pool_rows = public_features.fit(splits.pool_x, cfg.pca, scattering_j=cfg.scattering_j,
-                                          scattering_l=cfg.scattering_l, groups=cfg.groups)
+                                          scattering_l=cfg.scattering_l, groups=cfg.groups, feature_map=feature_map)
     graph = fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)
     echo(f"fine-grained: {splits.train_x.shape[0]} private records each vote for their {cfg.votes_per_record} "
          "nearest pool point(s)")
@@ -80,8 +82,13 @@ def release(config: Config, splits, source: NoiseSource, echo=print) -> FineGrai
     eps = noise.eps(delta)
     used_delta = 0.0 if cfg.noise == "laplace" else float(delta)
     arrays = {"indices": np.arange(pool_size, dtype=np.int64), "labels": labels.astype(np.int32),
-              **record_arrays(cfg, noise, eps, used_delta)}
+              **record_arrays(cfg, noise, eps, used_delta), "feature_map": np.array(feature_map)}
     return FineGrainedRelease(arrays, noise, eps, used_delta, margins)
+
+
+def _describe(cfg: FineGrainedConfig, feature_map: str) -> str:
+    return " + ".join(f"scattering J {cfg.scattering_j}, L {cfg.scattering_l}" if p.name == "scattering" else p.describe
+                      for p in public_features.parts(feature_map))
 
 
 def record_arrays(cfg: FineGrainedConfig, noise: fine_grained.Noise, eps: float, delta: float) -> dict:

@@ -31,7 +31,7 @@ from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import check_config, Config
 from pate.data import Partition, load_dataset, partition, split
-from pate.programs.models import conv_impl, make_model
+from pate.programs.models import check_input, conv_impl, make_model
 from pate.programs.placement import Placement, to_host, unpad
 from pate.programs.progress import Progress
 from pate.programs.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
@@ -149,6 +149,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
             raise PateError(f"each of {tc.num_teachers} teachers gets {part.shard_size} training "
                             f"points, fewer than teachers.batch_size = {tc.batch_size}; lower "
                             "teachers.batch_size or teachers.num_teachers")
+        check_input(tc, splits.train_x.shape[1:])
         placement = Placement(tc.num_teachers, devices)
         model = make_model(config.teachers, splits.num_classes, backend=placement.platform)
         tx = make_optimizer(tc, part.shard_size // tc.batch_size)

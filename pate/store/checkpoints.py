@@ -236,7 +236,7 @@ def read_record(workdir: str | Path, *, record: str, directory: str, noun: str, 
     remake = f"run `pate {command} --workdir {run.path} --overwrite` to train {pronoun} again"
     try:
         num_classes, image_shape = int(info["num_classes"]), tuple(int(d) for d in info["image_shape"])
-        if num_classes < 2 or len(image_shape) != 3 or min(image_shape) < 1:
+        if num_classes < 2 or len(image_shape) not in (1, 3) or min(image_shape) < 1:  # images or embeddings
             raise ValueError
     except (KeyError, TypeError, ValueError, AttributeError):
         num_classes, image_shape = 0, ()

@@ -39,13 +39,14 @@ def test_missing_sections_and_keys_take_defaults(tmp_path):
 
 
 def test_sections_registry_follows_config_fields():
-    from pate.config import AggregationConfig, DpsgdConfig, FineGrainedConfig, PrivacyConfig, StudentConfig
+    from pate.config import AggregationConfig, DpsgdConfig, FeaturesConfig, FineGrainedConfig, PrivacyConfig
+    from pate.config import StudentConfig
     from pate.config.baseline_sections import FedavgConfig
     from pate.config.round_sections import RoundsConfig
     from pate.config.baseline_sections import SynthConfig
 
     assert sections() == {"data": DataConfig, "teachers": TeachersConfig, "aggregation": AggregationConfig,
-                          "fine_grained": FineGrainedConfig,
+                          "fine_grained": FineGrainedConfig, "features": FeaturesConfig,
                           "privacy": PrivacyConfig, "student": StudentConfig, "rounds": RoundsConfig,
                           "dpsgd": DpsgdConfig, "fedavg": FedavgConfig, "synth": SynthConfig}
 

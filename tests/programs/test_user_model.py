@@ -1,0 +1,101 @@
+"""A user's own flax module, named in the config by import path (`model = "module"`, `module =
+"package.module:Class"`), as the teachers (vmapped) and the student; one-line refusals of a path
+that does not import or is no flax module."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from analysis.core.errors import PateError
+from conftest import ROOT, TINY, invoke
+from pate.config import StudentConfig, TeachersConfig, load_config
+from pate.programs import models, user_model
+from test_embeddings import FEATURES, sets_for, write_embeddings
+
+BROKEN = '''
+import flax.linen as nn
+
+def not_a_class(x):
+    return x
+
+class NoClasses(nn.Module):
+    width: int = 3
+
+class NeedsWidth(nn.Module):
+    num_classes: int
+    width: int
+
+raise_on_import = False
+'''
+
+
+@pytest.fixture
+def user_modules(tmp_path, monkeypatch):
+    (tmp_path / "mine.py").write_text(BROKEN)
+    (tmp_path / "explodes.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    return tmp_path
+
+
+@pytest.mark.parametrize("path, message", [
+    ("nowhere_at_all:Net", "cannot import nowhere_at_all"),
+    ("explodes:Net", "importing explodes raised RuntimeError: boom"),
+    ("mine:Missing", "mine has no Missing"),
+    ("mine:not_a_function", "mine has no not_a_function"),
+    ("mine:not_a_class", "is not a flax module"),
+    ("mine:raise_on_import", "is not a flax module"),
+    ("mine:NoClasses", "has no num_classes field"),
+    ("mine:NeedsWidth", r"NeedsWidth\(num_classes=3\) failed"),
+])
+def test_a_bad_module_is_refused_in_one_line(user_modules, path, message):
+    with pytest.raises(PateError, match=message) as err:
+        models.make_model(TeachersConfig(model="module", module=path), 3)
+    assert "\n" not in str(err.value) and str(err.value).startswith("teachers.module")
+
+
+@pytest.mark.parametrize("sets, message", [
+    ({"teachers.model": "module"}, "teachers.module must name the flax module"),
+    ({"student.module": "own_model:ResidualHead"}, "student.module is set"),
+    ({"teachers.model": "module", "teachers.module": "own model.py"}, "must be an import path"),
+    ({"teachers.model": "linear", "teachers.hidden": [8]}, "must be empty for model = \"linear\""),
+])
+def test_the_config_checks_the_module_keys(sets, message):
+    with pytest.raises(PateError, match=message):
+        load_config(TINY, sets)
+
+
+def test_the_user_module_is_built_and_called_as_the_built_in_ones(user_modules):
+    model = models.make_model(StudentConfig(model="module", module="own_model:ResidualHead"), 5)
+    x = np.ones((3, FEATURES), np.float32)
+    params = model.init(jax.random.key(0), x)
+    assert "inner" in params["params"]
+    eval_a, eval_b = model.apply(params, x), model.apply(params, x)
+    np.testing.assert_array_equal(eval_a, eval_b)
+    trained = [model.apply(params, x, train=True, rngs={"dropout": jax.random.key(k)}) for k in (1, 2)]
+    assert eval_a.shape == (3, 5) and not np.array_equal(*trained)  # its dropout runs in training only
+    with pytest.raises(PateError, match="gives no penultimate features"):
+        models.penultimate(model, params, x)
+
+
+def test_a_user_module_trains_the_teachers_and_the_student_end_to_end(user_modules, tmp_path):
+    """The end-to-end check: `pate run` with the example module for the teachers (one vmapped
+    program: every parameter stacked over the 6 teachers) and the student, on embeddings."""
+    from pate.programs.teacher_training import load_teachers
+
+    path = write_embeddings(tmp_path / "e.npz")
+    run = tmp_path / "run"
+    own = ["--set", "teachers.model=\"module\"", "--set", "teachers.module=\"own_model:ResidualHead\"",
+           "--set", "student.model=\"module\"", "--set", "student.module=\"own_model:ResidualHead\"",
+           "--set", "student.hidden=[]"]
+    result = invoke("run", "--config", TINY, "--workdir", run, "--no-progress", "--seed", 0, *sets_for(path), *own)
+    assert result.exit_code == 0, result.output
+    teachers = load_teachers(run)
+    assert all(leaf.shape[0] == 6 for leaf in jax.tree.leaves(teachers.params))
+    assert "inner" in teachers.params["params"]
+    assert json.loads((run / "teachers.json").read_text())["ensemble_accuracy"] > 0.8
+    assert json.loads((run / "student.json").read_text())["accuracy"] > 0.8
