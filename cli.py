@@ -10,6 +10,7 @@ import sys
 
 import click
 
+from analysis.mechanisms import registry
 from pate.cli import baseline_options as baseline
 from pate.cli import options as opt
 
@@ -45,7 +46,7 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
 
 
 @main.command()
-@click.option("--mechanism", type=click.Choice(opt.MECHANISMS), help="The noisy aggregator to calibrate.")
+@click.option("--mechanism", type=click.Choice(registry.TEACHER_NAMES), help="The noisy aggregator to calibrate.")
 @click.option("--queries", type=int, callback=opt.at_least_one,
               help="Number of queries the student will ask (with --config: at most this many).")
 @click.option("--eps", "eps", type=float, callback=opt.positive, help="Privacy budget epsilon.")
@@ -165,7 +166,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
     if select is not None or check is not None:
         raise click.UsageError("--select and --check apply with --round 2 only")
     if votes_path is not None:
-        if mechanism == "fine-grained" or config_path is not None:
+        if (mechanism is not None and not registry.record_type(mechanism).needs_teachers) or config_path is not None:
             raise click.UsageError("--votes releases teachers' votes; a fine-grained release reads the private data "
                                    "itself: drop --votes and give --config")
         if num_classes is None:
@@ -283,7 +284,7 @@ def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechan
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
               help="Audit this config's [aggregation] mechanism (teachers and classes from it too).")
 @opt.workdir("Audit the mechanism a run directory's labels.npz was released with (read only).", required=False)
-@click.option("--mechanism", type=click.Choice(opt.MECHANISMS),
+@click.option("--mechanism", type=click.Choice(registry.TEACHER_NAMES),
               help="The noisy aggregator (overrides the config's aggregation.mechanism).")
 @opt.noise("LNMax: Laplace noise of scale 1/gamma.", "Confident-GNMax threshold noise.")
 @click.option("--teachers", type=click.IntRange(1, 10**9), help="Number of teachers (default: the config's).")

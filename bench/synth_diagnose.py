@@ -45,7 +45,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from analysis.mechanisms.registry import GNMax
+from analysis.mechanisms.noisy_max import GNMax
 from analysis.core.noise import NoiseSource
 from pate.release import aggregation
 from pate.config import load_config, parse_override

@@ -349,3 +349,20 @@ def test_analysis_shows_its_rooms():
     assert len(entries) <= 10, entries
     assert [e for e in entries if not (ROOT / "analysis" / e).is_dir()] == ["__init__.py"]
     assert {f"analysis.{e}" for e in entries if e != "__init__.py"} == {r for g in ANALYSIS_ROOMS for r in g}
+
+
+@pytest.mark.parametrize("path", _python_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_project_import_names_a_module_that_exists(path):
+    """An import of a project module that no longer exists (a module moved to another room) is
+    caught here, not at run time inside the function that imports it."""
+    missing = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        missing += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
+                    if n.split(".")[0] in PACKAGES and n not in MODULES]
+    assert missing == []

@@ -226,12 +226,19 @@ def data_dependent_eps(votes, gamma, delta, moments=DEFAULT_MOMENTS) -> MomentsE
     publish it only through :func:`analysis.sanitised.lnmax_release.sanitized_eps`.
     """
     gamma = check_positive("gamma", gamma)
+    return eps_from_q(q_bound(flat_votes(votes), gamma), 2.0 * gamma, delta, moments)
+
+
+def eps_from_q(q, eps0, delta, moments=DEFAULT_MOMENTS) -> MomentsEps:
+    """Data-dependent ε of answers of any ``(eps0, 0)``-DP mechanism whose i-th answer differs
+    from an outcome fixed by the votes with probability at most ``q[i]``: the moments
+    accountant (Abadi et al. 2016, Theorem 2) over :func:`logmgf` (PATE 2017, Theorem 3).
+    **Private** when ``q`` comes from private votes."""
     delta = check_delta(delta)
     l = check_moments(moments)
-    flat = flat_votes(votes)
-    q = q_bound(flat, gamma)
-    total = logmgf(q, 2.0 * gamma, l).sum(axis=0)
-    return _eps_from_log_moments(total, l, delta, flat.shape[0])
+    q = np.asarray(q, dtype=np.float64).ravel()
+    total = logmgf(q, check_positive("eps0", eps0), l).sum(axis=0)
+    return _eps_from_log_moments(total, l, delta, q.size)
 
 
 def data_independent_eps(num_queries, gamma, delta, moments=DEFAULT_MOMENTS) -> MomentsEps:
@@ -257,14 +264,19 @@ def cumulative_eps(votes, gamma, delta, moments=DEFAULT_MOMENTS) -> tuple[np.nda
     is private (see :func:`data_dependent_eps`).
     """
     gamma = check_positive("gamma", gamma)
+    return cumulative_eps_from_q(q_bound(flat_votes(votes), gamma), 2.0 * gamma, delta, moments)
+
+
+def cumulative_eps_from_q(q, eps0, delta, moments=DEFAULT_MOMENTS) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`cumulative_eps` for any ``(eps0, 0)``-DP mechanism whose i-th answer differs from
+    an outcome fixed by the votes with probability at most ``q[i]`` (:func:`eps_from_q`)."""
     delta = check_delta(delta)
     l = check_moments(moments)
-    flat = flat_votes(votes)
-    n = flat.shape[0]
-    count = np.arange(1, n + 1, dtype=np.float64)[:, None]
-    per_query_di = logmgf_data_independent(2.0 * gamma, l)
-    di = np.min((count * per_query_di - math.log(delta)) / l, axis=-1)
-    cum = np.cumsum(logmgf(q_bound(flat, gamma), 2.0 * gamma, l), axis=0)
+    eps0 = check_positive("eps0", eps0)
+    q = np.asarray(q, dtype=np.float64).ravel()
+    count = np.arange(1, q.size + 1, dtype=np.float64)[:, None]
+    di = np.min((count * logmgf_data_independent(eps0, l) - math.log(delta)) / l, axis=-1)
+    cum = np.cumsum(logmgf(q, eps0, l), axis=0)
     dd = np.min((cum - math.log(delta)) / l, axis=-1)
     return di, dd
 

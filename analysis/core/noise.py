@@ -49,7 +49,6 @@ import os
 from fractions import Fraction
 
 import numpy as np
-from scipy import special
 
 from analysis.core.errors import PateError
 
@@ -147,6 +146,8 @@ class NoiseSource:
         """N(0, scale²) noise of ``shape``, float64, by CDF inversion (module docstring)."""
         shape = _shape(shape)
         sign, v = self._sign_and_grid(math.prod(shape))
+        from scipy import special  # imported on first use: `import analysis` stays light
+
         return (float(scale) * sign * -special.ndtri(0.5 * v)).reshape(shape)
 
 
@@ -403,3 +404,63 @@ def discrete_laplace_array(source: NoiseSource, scale, shape) -> np.ndarray:
         out[todo_kept[accept]] = np.where(negative, -x, x)[accept]
         todo = np.concatenate([todo[~keep], todo_kept[~accept]])
     return out.reshape(shape)
+
+
+def bernoulli_exp_gaps(source: NoiseSource, gaps, gamma) -> np.ndarray:
+    """For each integer ``g >= 0`` of `gaps`, 1 with probability ``exp(−γ g)``, exactly (bool
+    array of the shape of `gaps`), for a float ``gamma > 0`` — an exact dyadic rational
+    ``γ = a / 2^e``.
+
+    Canonne, Kamath, Steinke 2020, Algorithm 1, vectorised: ``x = γ g`` splits into its whole
+    part w and fraction f = r / 2^e (exact integers: w = ⌊a g / 2^e⌋, r = a g mod 2^e); the coin
+    is heads iff w Bernoulli(e⁻¹) coins and one Bernoulli(e^{−f}) coin are all heads (e^{−x} =
+    e^{−w} e^{−f}, independent coins). Bernoulli(e^{−y}) for y = N/D ∈ [0, 1] is the parity of the
+    first k >= 1 with Bernoulli(y/k) = 0, and Bernoulli(N/(D k)) = [R = 0 and V < N] for
+    independent uniform R in [0, k) and V in [0, D) (randbelow(D k) = D R + V, N <= D). With
+    ``e <= 63`` every draw is vectorised; a smaller γ (e > 63) takes the scalar
+    :func:`bernoulli_exp` per entry, with the same law.
+    """
+    gaps = np.asarray(gaps, dtype=np.int64)
+    if gaps.size and int(gaps.min()) < 0:
+        raise PateError("bernoulli_exp_gaps needs gaps >= 0")
+    frac = _fraction(gamma, "gamma")
+    a, d = frac.numerator, frac.denominator
+    e = d.bit_length() - 1
+    if d != 1 << e or e > 63:
+        return np.array([bernoulli_exp(source, frac * int(g)) for g in gaps.ravel()], bool).reshape(gaps.shape)
+    flat = gaps.ravel()
+    uniq, where = np.unique(flat, return_inverse=True)
+    whole = np.array([(a * int(g)) >> e for g in uniq], dtype=object)
+    if uniq.size and int(max(whole)) > 1 << 40:
+        raise PateError(f"gamma x gap is too large for an exact coin ({int(max(whole))} e^-1 factors)")
+    rest = np.array([(a * int(g)) & (d - 1) for g in uniq], dtype=np.uint64)[where]
+    out = np.ones(flat.size, bool)
+    # the whole part: w coins of Bernoulli(e^-1) each (N = D: the test V < N always holds)
+    left = np.array([int(w) for w in whole], dtype=np.int64)[where]
+    todo = np.flatnonzero(left > 0)
+    while todo.size:
+        heads = _bernoulli_exp_fraction(source, np.full(todo.size, 1, np.uint64), 0)
+        out[todo[~heads]] = False
+        left[todo] -= 1
+        todo = todo[heads & (left[todo] > 0)]
+    todo = np.flatnonzero(out & (rest > 0))
+    out[todo] = _bernoulli_exp_fraction(source, rest[todo], e)
+    return out.reshape(gaps.shape)
+
+
+def _bernoulli_exp_fraction(source: NoiseSource, numerators: np.ndarray, e: int) -> np.ndarray:
+    """Bernoulli(exp(−N/2^e)) for each N of `numerators` (uint64, 0 < N <= 2^e, e <= 63), exactly
+    (:func:`bernoulli_exp_gaps`)."""
+    n = numerators.size
+    k = np.ones(n, np.int64)
+    out = np.zeros(n, bool)
+    todo = np.arange(n)
+    while todo.size:
+        r_zero = randbelow_array(source, k[todo]) == 0
+        v = source.uint64(todo.size) >> np.uint64(64 - e) if e else np.zeros(todo.size, np.uint64)
+        more = r_zero & (v < numerators[todo])
+        stop = todo[~more]
+        out[stop] = k[stop] % 2 == 1
+        todo = todo[more]
+        k[todo] += 1
+    return out

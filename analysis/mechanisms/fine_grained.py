@@ -77,10 +77,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
+from typing import ClassVar
 
 import numpy as np
 
 from analysis.mechanisms import composition
+from analysis.mechanisms.record import Mechanism
 from analysis.core.errors import PateError
 from analysis.core.noise import (
     MAX_GRID_SCALE,
@@ -592,3 +594,67 @@ def audit_categories(released: np.ndarray, votes: int) -> np.ndarray:
     up = (z[:, :k, 0] >= 1).all(axis=1) & (z[:, k:, 1] <= 0).all(axis=1)
     down = (z[:, :k, 0] <= 0).all(axis=1) & (z[:, k:, 1] >= 1).all(axis=1)
     return np.where(up, 0, np.where(down, 1, 2)).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- the record
+
+
+@dataclasses.dataclass(frozen=True)
+class FineGrained(Mechanism):
+    """Fine-grained PATE as a mechanism record (`analysis.mechanisms.registry`): no teachers —
+    the private records' own votes, released once with exact discrete noise, label the whole
+    pool. Its one parameter is that release's `Noise`; its cost is `Noise.cost` however many
+    points are labelled; it has no data-dependent analysis and needs no sanitised release
+    (module docstring). Its settings come from the config's ``[fine_grained]`` section, not
+    from ``--gamma``/``--sigma``."""
+
+    noise: Noise
+    name: ClassVar[str] = "fine-grained"
+    summary: ClassVar[str] = ("fine-grained PATE: the private records' own votes label the whole pool in one "
+                              "exact release; no teachers")
+    needs_teachers: ClassVar[bool] = False
+    exact: ClassVar[bool] = True
+    sanitised: ClassVar[bool] = False
+
+    def params(self) -> dict:
+        return {"noise": self.noise.kind, "noise_parameter": str(self.noise.parameter), "votes": self.noise.votes}
+
+    def describe(self) -> str:
+        return (f"fine-grained ({self.noise.kind} noise {self.noise.parameter}, "
+                f"{self.noise.votes} vote(s) per record)")
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        return {"mechanism": np.array(self.name), "noise": np.array(self.noise.kind),
+                "noise_parameter": np.array(str(self.noise.parameter)), "votes_per_record": np.array(self.noise.votes)}
+
+    @classmethod
+    def option_names(cls) -> tuple[str, ...]:
+        return ()
+
+    @classmethod
+    def array_keys(cls) -> tuple[str, ...]:
+        return ("noise", "noise_parameter", "votes_per_record")
+
+    @classmethod
+    def from_arrays(cls, arrays, source: str = "labels.npz") -> "FineGrained":
+        """The record of a fine-grained labels.npz (its noise arrays), checked."""
+        try:
+            return cls(Noise(str(np.asarray(arrays["noise"])), Fraction(str(np.asarray(arrays["noise_parameter"]))),
+                             int(np.asarray(arrays["votes_per_record"]))))
+        except (KeyError, ValueError, ZeroDivisionError, TypeError) as err:
+            raise PateError(f"{source}: a fine-grained release without a readable noise record ({err})") from None
+
+    @classmethod
+    def from_options(cls, **given):
+        raise PateError("fine-grained takes its noise from the config's [fine_grained] section (eps, noise, "
+                        "votes_per_record), not from --gamma/--sigma/--threshold")
+
+    def cost(self, num_queries: int = 1, max_answers: int | None = None) -> composition.Cost:
+        """One release, whatever the number of labelled points (`Noise.cost`)."""
+        return self.noise.cost()
+
+    def independent_eps(self, num_queries: int, delta: float, **_):
+        return self.noise.eps(delta)
+
+    def charged(self, queried, answered, cap: int | None = None):
+        return 1, None

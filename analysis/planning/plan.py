@@ -106,9 +106,13 @@ def plan(
     total, delta_total, how = record.published_eps(n, delta, moments=moments, orders=orders, conversion=conversion,
                                                    max_answers=num_answered)
     notes = list(found.notes)
-    notes.append(f"the sanitised eps that `pate analyze`/`pate run` also publish comes on top: with it "
-                 f"eps {total:.4f} at delta {delta_total:g} ({how}; {record.rdp_accountant(conversion)}); "
-                 "the headline eps of release.json counts it")
+    if record.sanitised:
+        notes.append(f"the sanitised eps that `pate analyze`/`pate run` also publish comes on top: with it "
+                     f"eps {total:.4f} at delta {delta_total:g} ({how}; {record.rdp_accountant(conversion)}); "
+                     "the headline eps of release.json counts it")
+    else:
+        notes.append(f"{record.name} publishes no sanitised eps: the headline is this data-independent eps"
+                     + ("; its samplers are exact (no floating-point delta)" if record.exact else ""))
     dd_eps = dd_order = expected = None
     if votes is not None:
         votes = np.asarray(votes)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.sanitised import gnss
-from analysis.mechanisms.registry import ConfidentGNMax
+from analysis.mechanisms.noisy_max import ConfidentGNMax
 
 
 def expected_headline(f: float, s: float, cost: float, order: float, delta: float, conversion: str,

@@ -44,7 +44,7 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
-from analysis.mechanisms import registry
+from analysis.mechanisms.record import Mechanism, PureArgmax
 from analysis.core import noise
 from analysis.reporting.accountants import LABELS, data_independent_items
 from analysis.core.errors import PateError
@@ -104,7 +104,7 @@ def _histogram(top: int, num_teachers: int, num_classes: int) -> np.ndarray:
     return row
 
 
-def candidate_pairs(record: registry.Mechanism, num_teachers: int, num_classes: int) -> tuple[Pair, ...]:
+def candidate_pairs(record: Mechanism, num_teachers: int, num_classes: int) -> tuple[Pair, ...]:
     """The neighbouring histograms audited, chosen from the public noise alone.
 
     Every pair puts all ``num_teachers`` votes on classes 0 and 1, ``n = (a, T − a)`` and
@@ -123,7 +123,7 @@ def candidate_pairs(record: registry.Mechanism, num_teachers: int, num_classes: 
         raise PateError(f"the audit needs 1 to {MAX_TEACHERS} teachers, got {num_teachers}")
     if not 2 <= num_classes <= MAX_CLASSES:
         raise PateError(f"the audit needs 2 to {MAX_CLASSES} classes, got {num_classes}")
-    if isinstance(record, registry.LNMax):
+    if isinstance(record, PureArgmax):  # LNMax, permute-and-flip, the exponential mechanism: scale 1/γ
         scale, steps = 1.0 / record.gamma, LAPLACE_STEPS
     else:
         scale, steps = math.sqrt(2.0) * record.sigma, GAUSSIAN_STEPS
@@ -148,7 +148,7 @@ def candidate_pairs(record: registry.Mechanism, num_teachers: int, num_classes: 
     return tuple(pairs)
 
 
-def categories(record: registry.Mechanism, num_classes: int) -> tuple[str, ...]:
+def categories(record: Mechanism, num_classes: int) -> tuple[str, ...]:
     """The label categories counted: class 0 (loses the vote), class 1 (gains it), any other
     class when there are more than two, and unanswered for Confident-GNMax."""
     names = ["class 0", "class 1"] + (["other class"] if num_classes > 2 else [])
@@ -237,7 +237,7 @@ def audit(histograms: Sequence[tuple[np.ndarray, np.ndarray]], trials: int, delt
 
 
 @functools.lru_cache(maxsize=64)
-def claimed_eps(record: registry.Mechanism, queries: int, delta: float) -> tuple[float, str]:
+def claimed_eps(record: Mechanism, queries: int, delta: float) -> tuple[float, str]:
     """The claim the audit is held against: the tightest data-independent ε of ``queries``
     answers of ``record`` at ``delta`` over its accountants (`analysis.reporting.accountants`, the
     labels' headline; replace-one), and the accountant's name."""
@@ -245,7 +245,7 @@ def claimed_eps(record: registry.Mechanism, queries: int, delta: float) -> tuple
     return float(items["eps_data_independent_headline"]), LABELS[items["data_independent_headline"]]
 
 
-def audit_delta(record: registry.Mechanism, queries: int, num_classes: int, delta: float, eps: float) -> float:
+def audit_delta(record: Mechanism, queries: int, num_classes: int, delta: float, eps: float) -> float:
     """The δ the audit subtracts: the claim's δ plus the float64 samplers' remaining δ
     (`analysis.core.noise.sampling_delta`; a threshold step is one more noise coordinate), so
     the bound is held against the guarantee the implementation actually has."""

@@ -18,6 +18,8 @@ import numpy as np
 from analysis.bounds import lnmax
 from analysis.sanitised import lnmax_release
 from analysis.mechanisms import registry
+from analysis.mechanisms import noisy_max
+from analysis.mechanisms.record import PureArgmax
 from analysis.core.errors import PateError
 
 
@@ -96,7 +98,7 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
     votes = np.asarray(votes)
     moments = lnmax.check_moments(moments)
     n = votes.shape[0]
-    independent = registry.LNMax(gamma).independent_eps(n, delta, moments=moments)
+    independent = noisy_max.LNMax(gamma).independent_eps(n, delta, moments=moments)
     if not math.isfinite(independent.eps):
         raise PateError(f"the data-independent eps of {n} LNMax answers at --gamma {gamma:g} is not "
                         "finite; lower --gamma")
@@ -142,7 +144,7 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
         warnings.append(
             f"the data-independent eps is best at the largest moment tried "
             f"({independent.moment:g}); more moments may lower it")
-    return PrivacyReport(registry.LNMax.name, items, tuple(warnings), np.arange(1, n + 1), di_curve, dd_curve,
+    return PrivacyReport(noisy_max.LNMax.name, items, tuple(warnings), np.arange(1, n + 1), di_curve, dd_curve,
                          tuple(private_warnings), "answered queries")
 
 
@@ -347,9 +349,9 @@ def _gnmax_curves(votes, record, confident: bool, orders, delta: float, conversi
 def brief_lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS) -> PrivacyReport:
     """Data-independent and data-dependent ε of LNMax answers, without a sanitised release."""
     n = np.asarray(votes).shape[0]
-    independent = registry.LNMax(gamma).independent_eps(n, delta, moments=moments)
+    independent = noisy_max.LNMax(gamma).independent_eps(n, delta, moments=moments)
     dependent = lnmax.data_dependent_eps(votes, gamma, delta, moments)
-    return PrivacyReport(registry.LNMax.name, (
+    return PrivacyReport(noisy_max.LNMax.name, (
         Item("num_queries", "answered queries", n, True),
         Item("delta", "delta", float(delta), True),
         Item("eps_data_independent", "data-independent eps", independent.eps, True,
@@ -358,6 +360,50 @@ def brief_lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_
              "depends on the votes: do not publish as is"),
     ), private_warnings=(f"the best moment is the largest one tried ({dependent.moment:g}); try more "
                          "moments (--moments) for a lower data-dependent eps",) if dependent.best_is_largest else ())
+
+
+def pure_report(votes, record: PureArgmax, delta: float, moments=lnmax.DEFAULT_MOMENTS) -> PrivacyReport:
+    """The report of a 2γ-DP argmax with no sanitised release (``record.sanitised`` False:
+    permute-and-flip, the exponential mechanism) over the answered rows of ``votes``.
+
+    The headline is the labels' data-independent ε (``count`` answers of an ε₀ = 2γ-DP
+    mechanism: the moments accountant here, the PLD among the accountants `extend` adds) at
+    ``delta``: the samplers are exact, so no sampling δ is added, and nothing else is
+    released (``eps_release_cost`` 0). The data-dependent ε (PATE 2017, Theorem 3 with the
+    record's bound on P[answer ≠ plurality], `analysis.bounds.lnmax.eps_from_q`) is shown as a
+    **private** diagnostic only: no smooth sensitivity of it is proven, so it is never published.
+    """
+    votes = np.asarray(votes)
+    moments = lnmax.check_moments(moments)
+    n = votes.shape[0]
+    independent = record.independent_eps(n, delta, moments=moments)
+    if not math.isfinite(independent.eps):
+        raise PateError(f"the data-independent eps of {n} {record.name} answers at --gamma {record.gamma:g} is "
+                        "not finite; lower --gamma")
+    q = record.q_bound(votes)
+    dependent = lnmax.eps_from_q(q, record.eps0, delta, moments)
+    di_curve, dd_curve = lnmax.cumulative_eps_from_q(q, record.eps0, delta, moments)
+    items = (
+        Item("eps", "HEADLINE eps (everything released)", independent.eps, True,
+             f"at delta {float(delta):g}; data-independent (labels only: no sanitised eps is released)"),
+        Item("delta_total", "delta of the headline", float(delta), True, "exact sampler: no floating-point delta"),
+        Item("num_queries", "answered queries", n, True),
+        Item("gamma", f"gamma (each answer 2 gamma = {record.eps0:g}-DP)", float(record.gamma), True),
+        Item("delta", "delta", float(delta), True),
+        Item("eps_data_independent", "data-independent eps (labels only)", independent.eps, True,
+             f"moment {independent.moment:g}"),
+        Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
+             "depends on the votes: never published (no sanitised release of it exists)"),
+        Item("best_moment", "best moment (data-dependent)", dependent.moment, False),
+        Item("eps_release_cost", "eps spent by a sanitised release", 0.0, True,
+             "none is made: no smooth sensitivity of this mechanism's data-dependent eps is proven"),
+    )
+    warnings = []
+    if independent.best_is_largest:
+        warnings.append(f"the data-independent eps is best at the largest moment tried ({independent.moment:g}); "
+                        "more moments may lower it")
+    return PrivacyReport(record.name, items, tuple(warnings), np.arange(1, n + 1), di_curve, dd_curve, (),
+                         "answered queries")
 
 
 def extend(report: PrivacyReport, items) -> PrivacyReport:

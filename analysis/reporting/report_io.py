@@ -17,6 +17,7 @@ import numpy as np
 
 from analysis.core.errors import CommitFailed, PateError
 from analysis.core import files
+from analysis.mechanisms import registry
 
 if TYPE_CHECKING:
     from analysis.reporting.report import PrivacyReport
@@ -50,8 +51,8 @@ def render_table(report: PrivacyReport) -> str:
     if any(item.key == "eps" for item in report.items):
         lines.append("Publish the HEADLINE eps (it counts everything released) and only the rows "
                      "marked 'yes'; the others depend on the private votes.")
-        changes = ("that record's k votes move" if report.mechanism == "fine-grained"
-                   else "one teacher's vote changes")
+        changes = ("one teacher's vote changes" if registry.record_type(report.mechanism).needs_teachers
+                   else "that record's k votes move")
         lines.append(f"Neighbouring relation: {NEIGHBOURING_RELATION} (two training sets that differ in "
                      f"one example, replaced: {changes}).")
     else:
@@ -158,19 +159,19 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     head = figure_head(own, own_delta, (extra or {}).get("data_set"), "this release's own headline (labels and "
                        "sanitised eps): NOT what the data set has spent when it has other releases")
     first = head["eps_is"] == DATA_SET_FIGURE  # the data set's figure leads (`pate.store.ledger.Ledger.summary`)
+    record = registry.record_type(report.mechanism)
     doc = {
         **head,
         "mechanism": report.mechanism,
         "neighbouring_relation": NEIGHBOURING_RELATION,
-        "neighbouring_relation_note": (FINE_GRAINED_RELATION_NOTE if report.mechanism == "fine-grained"
-                                       else RELATION_NOTE),
+        "neighbouring_relation_note": RELATION_NOTE if record.needs_teachers else FINE_GRAINED_RELATION_NOTE,
         "details": public,
         "notes": "Everything here may be published. Publish 'eps' at 'delta' (" + (
             "the data set's: every release made from it" if first else "this release's") + "); 'release_eps' at "
                  "'release_delta' is the guarantee of this release alone: " + (
-                     "the one noisy vote histogram every label comes from."
-                     if report.mechanism == "fine-grained" else
-                     "the labels and the sanitised eps, its own cost included."),
+                     "the labels and the sanitised eps, its own cost included." if record.sanitised else
+                     "the labels (no sanitised eps is released)." if record.needs_teachers else
+                     "the one noisy vote histogram every label comes from."),
         "warnings": list(report.warnings),
     }
     if extra:

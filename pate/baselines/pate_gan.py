@@ -41,7 +41,7 @@ teacher t's vote can differ on each query: each histogram row moves by at most o
 between the two columns, L2 sensitivity √2, the setting of GNMax (Papernot et al., "Scalable
 private learning with PATE", ICLR 2018, Proposition 8: ``(λ, λ/σ²)``-RDP per answer). The
 adaptive composition of the ``steps × batch_size`` answers (fixed before training) is what
-`analysis.mechanisms.registry.GNMax.cost` states (μ² = 2N/σ²). The noise is drawn by the aggregator
+`analysis.mechanisms.noisy_max.GNMax.cost` states (μ² = 2N/σ²). The noise is drawn by the aggregator
 on the votes; no label any discriminator trains on is noised otherwise.
 
 The public-pool student changes none of this. Its inputs are the public pool (the same
@@ -68,7 +68,7 @@ import numpy as np
 import optax
 
 from analysis.core.errors import PateError
-from analysis.mechanisms.registry import Mechanism
+from analysis.mechanisms.record import Mechanism
 from analysis.core.noise import NoiseSource
 from pate.release import aggregation
 from pate.programs import keys

@@ -44,7 +44,7 @@ import numpy as np
 
 from analysis.mechanisms import composition
 from analysis.core.errors import PateError
-from analysis.mechanisms.registry import GNMax
+from analysis.mechanisms.noisy_max import GNMax
 from analysis.core.noise import NoiseSource, sampling_delta, sampling_tv, seed_record
 from analysis.accounting.pld import gaussian_mu_for
 from analysis.core.validation import check_delta, check_positive

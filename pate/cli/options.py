@@ -13,11 +13,11 @@ import sys
 import click
 
 from analysis.core.errors import OptionError, PateError
+from analysis.mechanisms import registry
 from pate.config import PrivacyConfig
 
 #: The library's defaults of the privacy settings an option leaves out.
 DEFAULTS = PrivacyConfig()
-MECHANISMS = ("lnmax", "gnmax", "confident-gnmax")
 SEED_HELP = ("Noise seed, 0 <= seed < 2**128, for reproducible research only: whoever knows it can remove "
              "the noise. Never written to any file. Default: fresh OS entropy.")
 
@@ -209,7 +209,9 @@ def seed_option(help: str):
 def noise(gamma: str, sigma_threshold: str):
     """--gamma, --sigma, --threshold, --sigma-threshold: a mechanism's noise."""
     return options(
-        click.option("--gamma", type=float, callback=positive, help=gamma),
+        click.option("--gamma", type=float, callback=positive,
+                     help=gamma + " Permute-and-flip and the exponential mechanism: the same gamma "
+                                  "(each answer 2*gamma-DP, like LNMax)."),
         click.option("--sigma", type=float, callback=positive, help="GNMax noise (sigma_2 for Confident-GNMax)."),
         click.option("--threshold", type=float, callback=threshold,
                      help="Confident-GNMax threshold on the top vote count."),
@@ -249,7 +251,7 @@ def analyze_options():
         click.option("--votes", "votes_path", type=click.Path(dir_okay=False),
                      help="Vote histogram: .npz (key 'votes') or .npy, queries × classes."),
         workdir("A run directory labelled by `pate label` (reads votes.npz and labels.npz).", required=False),
-        click.option("--mechanism", type=click.Choice(MECHANISMS), default="lnmax", show_default=True,
+        click.option("--mechanism", type=click.Choice(registry.TEACHER_NAMES), default="lnmax", show_default=True,
                      help="The aggregator that answered the queries (with --votes)."),
         noise("LNMax inverse noise scale: Laplace noise of scale 1/gamma per count.",
               "Confident-GNMax threshold noise sigma_1."),
@@ -302,9 +304,9 @@ def label_options():
         conversion(f"With --votes: RDP conversion for GNMax (default {DEFAULTS.conversion})."),
         accountant("How --budget is measured: RDP (moments accountant for LNMax) or dp-accounting's "
                    "privacy loss distributions (tighter: more queries for the same budget)."),
-        click.option("--mechanism", type=click.Choice((*MECHANISMS, "fine-grained")),
-                     help="Noisy aggregator (default: the run config's aggregation.mechanism); fine-grained: the "
-                          "private records' own votes label the whole pool in one release, no teachers needed."),
+        click.option("--mechanism", type=click.Choice(registry.NAMES),
+                     help="Noisy aggregator (default: the run config's aggregation.mechanism); "
+                          + "; ".join(f"{name}: {record.summary}" for name, record in registry.RECORDS.items()) + "."),
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
                      help="The run config (default: the run directory's config.toml); what a fine-grained release "
                           "in a new run directory starts from."),
@@ -358,8 +360,6 @@ def check_analyze(votes_path, workdir, mechanism, noise: dict, votes_only: dict,
 
 def mechanism_record(mechanism: str, noise: dict):
     """The `analysis.mechanisms.registry` record of --mechanism and its noise options (a usage error if not)."""
-    from analysis.mechanisms import registry
-
     try:
         return registry.from_options(mechanism, **noise)
     except PateError as err:
@@ -378,10 +378,12 @@ def check_plan_config(config_path, *given) -> None:
 def check_plan(mechanism: str, queries: int, eps, threshold, answered) -> None:
     if mechanism is None or queries is None or eps is None:
         raise click.UsageError("give --mechanism, --queries and --eps (or --config to plan a target headline)")
-    if mechanism == "confident-gnmax" and threshold is None:
-        raise click.UsageError("--threshold is required with --mechanism confident-gnmax")
-    if mechanism != "confident-gnmax" and (threshold is not None or answered is not None):
-        raise click.UsageError("--threshold and --answered apply to --mechanism confident-gnmax only")
+    threshold_step = registry.record_type(mechanism).threshold_step
+    if threshold_step and threshold is None:
+        raise click.UsageError(f"--threshold is required with --mechanism {mechanism}")
+    if not threshold_step and (threshold is not None or answered is not None):
+        steps = ", ".join(n for n, r in registry.RECORDS.items() if r.threshold_step)
+        raise click.UsageError(f"--threshold and --answered apply to a threshold step: --mechanism {steps} only")
     if answered is not None and answered > queries:
         raise click.BadParameter(f"must be at most --queries {queries}, got {answered}", param_hint="--answered")
 
@@ -420,9 +422,8 @@ def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, tar
         config = run_config(workdir, overrides, first="`pate train-teachers` (or, for a fine-grained release, "
                                                       "give --config)")
     effective = config.aggregation.mechanism
-    applies = {"gamma": ("lnmax",), "sigma": ("gnmax", "confident-gnmax"),
-               "threshold": ("confident-gnmax",), "sigma_threshold": ("confident-gnmax",)}
-    stray = ["--" + k.replace("_", "-") for k, v in noise.items() if v is not None and effective not in applies[k]]
+    takes = registry.record_type(effective).option_names()
+    stray = ["--" + k.replace("_", "-") for k, v in noise.items() if v is not None and k not in takes]
     if stray:
         source = "--mechanism" if mechanism else os.path.join(workdir, "config.toml")
         raise click.UsageError(f"{', '.join(stray)} do not apply to the mechanism {effective} (from {source}); "

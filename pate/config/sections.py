@@ -17,6 +17,7 @@ import os
 import re
 from typing import Literal
 
+from analysis.mechanisms.registry import NAMES as MECHANISMS
 from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
 from pate.config.round_sections import RoundsConfig
 from pate.config.checks import at_least_one, positive
@@ -176,16 +177,17 @@ class TeachersConfig:
 class AggregationConfig:
     """`[aggregation]`: the noisy aggregator `pate label` releases labels with.
 
-    `mechanism`: "lnmax" (Laplace noise of scale 1/`gamma` on every count, PATE 2017),
-    "gnmax" (Gaussian noise of std `sigma`, PATE 2018) or "confident-gnmax" (answer only
-    when the top count plus N(0, `sigma_threshold`²) reaches `threshold`, then GNMax with
-    `sigma`). The first `queries` points of the public pool are queried. The noise seed
+    `mechanism`: one of the records of `analysis.mechanisms.registry`: "lnmax" (Laplace noise of
+    scale 1/`gamma` on every count, PATE 2017), "gnmax" (Gaussian noise of std `sigma`, PATE
+    2018), "confident-gnmax" (answer only when the top count plus N(0, `sigma_threshold`²)
+    reaches `threshold`, then GNMax with `sigma`), "permute-and-flip" or "exponential" (each
+    answer 2`gamma`-DP, sampled exactly). The first `queries` points of the public pool are queried. The noise seed
     is never part of a config: `pate label --seed` only. "fine-grained" labels the whole
     pool from one release of the private records' own votes and needs no teachers: its
     settings are `[fine_grained]`'s, and the keys here do not apply.
     """
 
-    mechanism: Literal["lnmax", "gnmax", "confident-gnmax", "fine-grained"] = "lnmax"
+    mechanism: Literal[MECHANISMS] = "lnmax"
     queries: int = 100
     gamma: float = 0.05
     sigma: float = 40.0

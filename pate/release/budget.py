@@ -10,11 +10,13 @@ import numpy as np
 
 from analysis.mechanisms import composition
 from analysis.mechanisms import registry
+from analysis.mechanisms.record import Mechanism
+from analysis.mechanisms import noisy_max
 from analysis.planning import plan as plan_mod
 from analysis.core.errors import PateError
 from pate.config import AggregationConfig
 
-def resolve(record: registry.Mechanism, queries: int, *, num_teachers: int, pool_size: int) -> None:
+def resolve(record: Mechanism, queries: int, *, num_teachers: int, pool_size: int) -> None:
     """Checks a release of ``queries`` queries by ``record`` against the ensemble and the pool."""
     if queries > pool_size:
         raise PateError(f"aggregation.queries = {queries} is more than the {pool_size} points "
@@ -24,7 +26,7 @@ def resolve(record: registry.Mechanism, queries: int, *, num_teachers: int, pool
                         "teachers: no query could ever be answered; lower it")
 
 
-def accountable_record(cfg: AggregationConfig, privacy) -> registry.Mechanism:
+def accountable_record(cfg: AggregationConfig, privacy) -> Mechanism:
     """The mechanism record of an ``[aggregation]`` section (the one place a command builds
     it), after refusing, before any vote is computed, settings whose data-independent ε for
     ``cfg.queries`` queries is not finite (e.g. ``--sigma 1e-300`` would release the
@@ -44,7 +46,7 @@ def accountable_record(cfg: AggregationConfig, privacy) -> registry.Mechanism:
     return record
 
 
-def sanitised_cost(record: registry.Mechanism, queries: int, privacy) -> composition.Cost:
+def sanitised_cost(record: Mechanism, queries: int, privacy) -> composition.Cost:
     """The ledger cost of the sanitised ε `pate analyze` draws after ``queries`` queries of
     ``record`` with a ``[privacy]`` section's release settings and no target plan: what
     `pate.release.privacy_report.release_cost_of` records for the report it makes. LNMax:
@@ -56,7 +58,7 @@ def sanitised_cost(record: registry.Mechanism, queries: int, privacy) -> composi
     from analysis.sanitised import gnss
     from analysis.sanitised import lnmax_release
 
-    if isinstance(record, registry.LNMax):
+    if isinstance(record, noisy_max.LNMax):
         beta = record.release_beta(privacy)
         values = {"eps_release_cost": lnmax_release.release_eps_cost(beta, privacy.delta), "delta": privacy.delta}
     else:
@@ -67,7 +69,7 @@ def sanitised_cost(record: registry.Mechanism, queries: int, privacy) -> composi
     return record.sanitised_cost(values, privacy.release_cost)
 
 
-def release_settings(mechanism: registry.Mechanism, privacy) -> dict:
+def release_settings(mechanism: Mechanism, privacy) -> dict:
     """The sanitised release `pate analyze` makes after these labels with a ``[privacy]``
     section (`analysis.planning.plan.published_eps`'s keywords: the β of the mechanism's release,
     the release order and cost)."""
@@ -75,7 +77,7 @@ def release_settings(mechanism: registry.Mechanism, privacy) -> dict:
     return dict(beta=beta, release_order=privacy.release_order or None, release_cost=privacy.release_cost)
 
 
-def budget_plan(record: registry.Mechanism, queries: int, budget: float, delta: float, *, moments: int = 8,
+def budget_plan(record: Mechanism, queries: int, budget: float, delta: float, *, moments: int = 8,
                 conversion: str = "classic", accountant: str = "rdp", privacy=None) -> plan_mod.BudgetPlan:
     """`analysis.planning.plan.budget_plan` for a mechanism record and at most ``queries`` queries.
     With ``privacy`` (a `PrivacyConfig`), the budget covers what is published: the labels

@@ -18,7 +18,6 @@ exists, so `pate analyze` reports the release's ε as its headline and draws not
 from __future__ import annotations
 
 import dataclasses
-from fractions import Fraction
 from typing import Mapping
 
 import numpy as np
@@ -30,11 +29,10 @@ from analysis.core.noise import NoiseSource
 from pate.config import Config, FineGrainedConfig
 from pate.programs import public_features
 
-MECHANISM = "fine-grained"
-#: The arrays of a fine-grained release in labels.npz besides ``indices``, ``labels`` and
-#: ``mechanism`` (`pate.release.labels.RELEASED_KEYS` names them with the rest).
-ARRAY_KEYS = ("noise", "noise_parameter", "votes_per_record", "release_eps", "release_delta", "smoothing",
-              "smoothing_weights", "pca", "scattering", "feature_map")
+#: The arrays of a fine-grained release in labels.npz besides ``indices``, ``labels`` and the
+#: record's (`analysis.mechanisms.fine_grained.FineGrained.to_arrays`; `pate.release.labels.RELEASED_KEYS`
+#: names them with the rest).
+ARRAY_KEYS = ("release_eps", "release_delta", "smoothing", "smoothing_weights", "pca", "scattering", "feature_map")
 
 
 def noise_of(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
@@ -55,6 +53,11 @@ class FineGrainedRelease:
     eps: float
     delta: float
     margins: np.ndarray
+
+    @property
+    def record(self) -> fine_grained.FineGrained:
+        """The release's mechanism record."""
+        return fine_grained.FineGrained(self.noise)
 
 
 def release(config: Config, splits, source: NoiseSource, echo=print) -> FineGrainedRelease:
@@ -93,32 +96,17 @@ def _describe(cfg: FineGrainedConfig, feature_map: str) -> str:
 
 def record_arrays(cfg: FineGrainedConfig, noise: fine_grained.Noise, eps: float, delta: float) -> dict:
     """labels.npz's record of the release: the mechanism, its exact noise and its guarantee."""
-    return {"mechanism": np.array(MECHANISM), "noise": np.array(noise.kind),
-            "noise_parameter": np.array(str(noise.parameter)), "votes_per_record": np.array(noise.votes),
+    return {**fine_grained.FineGrained(noise).to_arrays(),
             "release_eps": np.array(float(eps)), "release_delta": np.array(float(delta)),
             "smoothing": np.array(cfg.smoothing), "smoothing_weights": np.array(cfg.smoothing_weights),
             "pca": np.array(cfg.pca),
             "scattering": np.array(f"J {cfg.scattering_j}, L {cfg.scattering_l}, groups {cfg.groups}")}
 
 
-def is_fine_grained(labels: Mapping) -> bool:
-    """Whether a labels.npz (`pate.release.labels.read_labels`'s dict) is a fine-grained release."""
-    return str(np.asarray(labels.get("mechanism", ""))) == MECHANISM
-
-
-def noise_from(labels: Mapping, source: str = "labels.npz") -> fine_grained.Noise:
-    """The noise a fine-grained labels.npz records, checked (`analysis.mechanisms.fine_grained.Noise`)."""
-    try:
-        return fine_grained.Noise(str(np.asarray(labels["noise"])), Fraction(str(np.asarray(labels["noise_parameter"]))),
-                                  int(np.asarray(labels["votes_per_record"])))
-    except (KeyError, ValueError, ZeroDivisionError, TypeError) as err:
-        raise PateError(f"{source}: a fine-grained release without a readable noise record ({err})") from None
-
-
 def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_mod.PrivacyReport:
     """`pate analyze`'s report of a fine-grained release: its ε is data-independent, computed
     from the recorded noise alone (no vote read); no data-dependent or sanitised row exists."""
-    noise = noise_from(labels, source)
+    noise = fine_grained.FineGrained.from_arrays(labels, source).noise
     gaussian = noise.kind == "gaussian"
     eps = noise.eps(delta)
     headline_delta = float(delta) if gaussian else 0.0
@@ -139,7 +127,7 @@ def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_
                         f"post-processing; weights {str(np.asarray(labels.get('smoothing_weights', 'uniform')))}"),
         report_mod.Item("delta", "delta", float(delta), True),
     )
-    return report_mod.PrivacyReport(mechanism=MECHANISM, items=items)
+    return report_mod.PrivacyReport(mechanism=fine_grained.FineGrained.name, items=items)
 
 
 def describe_plan(config: Config) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from analysis.mechanisms import registry
+from analysis.mechanisms.record import UNANSWERED, Mechanism
 from analysis.core.errors import PateError
 from pate.store import digests, rundir
 from pate.release import aggregation, fine_grained_release
@@ -195,7 +196,7 @@ def read_release(workdir: str | Path, *, pool_size: int, num_classes: int,
 
 #: The keys labels.npz may hold besides `meta` (config hash and package version), each named
 #: once: the queried pool indices and their labels (`released_arrays`), the mechanism record's
-#: arrays (`analysis.mechanisms.registry.Mechanism.to_arrays`), the answer cap, the check offsets, and a
+#: arrays (`analysis.mechanisms.Mechanism.to_arrays`), the answer cap, the check offsets, and a
 #: fine-grained release's record (`pate.release.fine_grained_release.record_arrays`).
 MAX_ANSWERS = "max_answers"
 RELEASED_KEYS = ("indices", "labels", *registry.ARRAY_KEYS, MAX_ANSWERS, CHECK_OFFSETS,
@@ -207,10 +208,10 @@ def cap_answers(labels: np.ndarray, max_answers: int | None) -> np.ndarray:
     if max_answers is None:
         return labels
     answered = np.cumsum(labels >= 0)
-    return np.where((labels >= 0) & (answered > max_answers), aggregation.UNANSWERED, labels)
+    return np.where((labels >= 0) & (answered > max_answers), UNANSWERED, labels)
 
 
-def release_labels(votes: np.ndarray, record: registry.Mechanism, *, seed: int | None = None,
+def release_labels(votes: np.ndarray, record: Mechanism, *, seed: int | None = None,
                    max_answers: int | None = None, offsets=None) -> np.ndarray:
     """Noisy labels for every row of ``votes``: THE one call of the aggregator.
 
@@ -222,7 +223,7 @@ def release_labels(votes: np.ndarray, record: registry.Mechanism, *, seed: int |
     return cap_answers(released, max_answers)
 
 
-def released_arrays(votes: np.ndarray, indices: np.ndarray, record: registry.Mechanism,
+def released_arrays(votes: np.ndarray, indices: np.ndarray, record: Mechanism,
                     seed: int | None, cap: int | None, offsets=None) -> dict:
     """What labels.npz holds: the queried `indices`, their noisy labels (`release_labels`
     over `votes`, their rows), the record's arrays (its name and noise), ``max_answers``
@@ -240,13 +241,10 @@ def charge_release(door, book, cost, record, labels_path, num_queries: int, priv
     """Charges a label release, written at ``labels_path`` through ``door``, to the data set's
     ledger when the door commits it (`pate.store.door.Door.charge`; refused over ``total_budget``
     or the ledger's budget), with the float64 samplers' total variation over ``num_classes``
-    classes (a threshold step is one more noise coordinate: `analysis.core.noise.sampling_tv`)."""
-    from analysis.core.noise import sampling_tv
-
+    classes (`Mechanism.sampling_tv`: 0 for an exact sampler; a threshold step is one more coordinate)."""
     mechanism = {"name": record.name, **record.params(), "queries": int(num_queries),
                  "describe": f"labels: {num_queries} queries of {record.describe()}"}
-    coordinates = None if num_classes is None else int(num_classes) + (1 if "threshold" in record.params() else 0)
     door.charge(book, "labels", cost, run=door.run.path, mechanism=mechanism,
                 subject=content_digest(read_labels(labels_path)), budget=privacy.total_budget,
                 delta=privacy.delta, data_digest=data_digest,
-                sampling_tv=0.0 if coordinates is None else sampling_tv(int(num_queries), coordinates))
+                sampling_tv=0.0 if num_classes is None else record.sampling_tv(int(num_queries), int(num_classes)))

@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 from analysis.mechanisms import composition
 from analysis.mechanisms import registry
+from analysis.mechanisms import noisy_max
+from analysis.mechanisms.record import Mechanism
 from analysis.reporting import report as report_mod
 from analysis.reporting.accountants import data_independent_items
 from analysis.sanitised.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
@@ -55,22 +57,28 @@ def check_outputs(outputs: dict, inputs: list, workdir=None) -> None:
         resolved[option] = target
 
 
-def release_cost_of(rep: report_mod.PrivacyReport, release_cost: float) -> composition.Cost:
+def release_cost_of(rep: report_mod.PrivacyReport, release_cost: float) -> composition.Cost | None:
     """The data-independent cost of the sanitised ε a report released: the LNMax
     smooth-sensitivity release's (ε, δ), or the GNSS release at its order and β (the
-    ledger's record of a draw)."""
-    return registry.record_type(rep.mechanism).sanitised_cost({i.key: i.value for i in rep.items}, release_cost)
+    ledger's record of a draw); None when the mechanism makes no sanitised release."""
+    record = registry.record_type(rep.mechanism)
+    if not record.sanitised:
+        return None
+    return record.sanitised_cost({i.key: i.value for i in rep.items}, release_cost)
 
 
 def draw_charge(book: ledger_mod.Ledger, rep: report_mod.PrivacyReport, release_cost: float, *,
-                subject: str | None, run=None, budget: float | None = None, delta: float = 1e-5) -> Charge:
+                subject: str | None, run=None, budget: float | None = None, delta: float = 1e-5) -> list[Charge]:
     """The charge of one sanitised draw to the data set's ledger, made when its report is
     committed (`pate.store.door.publish`); a second draw about the same `subject` (labels
-    digest, keyed votes digest) is refused whatever file was moved."""
+    digest, keyed votes digest) is refused whatever file was moved. None (an empty list) when
+    the mechanism makes no sanitised release: the report then publishes public figures only."""
     cost = release_cost_of(rep, release_cost)
-    return Charge(book, "sanitised-eps", cost, dict(
+    if cost is None:
+        return []
+    return [Charge(book, "sanitised-eps", cost, dict(
         run=run, subject=subject, once=subject is not None, budget=budget, delta=delta,
-        mechanism={"name": rep.mechanism, "describe": f"sanitised eps of {rep.mechanism}: {cost.describe()}"}))
+        mechanism={"name": rep.mechanism, "describe": f"sanitised eps of {rep.mechanism}: {cost.describe()}"}))]
 
 
 def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments: int = 8,
@@ -93,17 +101,12 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     mask = np.asarray(labels["labels"]) >= 0
     answered = indices[mask]
     mech = registry.from_arrays(labels, rundir.LABELS_NPZ)
-    if isinstance(mech, registry.LNMax):
-        if answered.size == 0:
-            raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
-        if not sanitize:
-            return report_mod.brief_lnmax_report(votes[answered], mech.gamma, delta, range(1, moments + 1))
-        return report_mod.lnmax_report(votes[answered], mech.gamma, delta, range(1, moments + 1),
-                                       DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise)
     confident = mech.threshold_step
     rows = indices if confident else answered  # the threshold step runs on every query
     if rows.size == 0:
         raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
+    if not mech.sanitised or isinstance(mech, noisy_max.LNMax):
+        return report_of(mech, votes[rows], delta, moments=moments, beta=beta, noise=noise, sanitize=sanitize)
     max_answers = None
     if "max_answers" in labels:
         max_answers = int(float(labels["max_answers"]))
@@ -115,6 +118,26 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
         max_answers=max_answers, conversion=conversion, release_order=release_order,
         beta=gnss_beta if gnss_beta is not None else beta,
         release_cost=release_cost, noise=noise, sanitize=sanitize, offsets=labels.get(CHECK_OFFSETS))
+
+
+def report_of(record: Mechanism, rows: np.ndarray, delta: float, *, moments: int = 8, beta: float | None = None,
+              noise=None, sanitize: bool = True, **gaussian) -> report_mod.PrivacyReport:
+    """The report of ``record``'s answers to ``rows`` (the answered queries' votes; every
+    queried row for a threshold step): a record without a sanitised release gets
+    `analysis.reporting.report.pure_report`; LNMax the PATE 2017 report (with its
+    smooth-sensitivity release when ``sanitize``); GNMax and Confident-GNMax the PATE 2018
+    report (``gaussian``: its keywords, `analysis.reporting.report.gnmax_report`)."""
+    if not record.sanitised:
+        return report_mod.pure_report(rows, record, delta, range(1, moments + 1))
+    if isinstance(record, noisy_max.LNMax):
+        if not sanitize:
+            return report_mod.brief_lnmax_report(rows, record.gamma, delta, range(1, moments + 1))
+        return report_mod.lnmax_report(rows, record.gamma, delta, range(1, moments + 1),
+                                       DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise)
+    params = record.params()
+    return report_mod.gnmax_report(rows, record.sigma, delta, threshold=params.get("threshold"),
+                                   sigma_threshold=params.get("sigma_threshold"), beta=beta, noise=noise,
+                                   sanitize=sanitize, **gaussian)
 
 
 def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float,

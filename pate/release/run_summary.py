@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from analysis.mechanisms import registry
 from pate.store import rundir
 from pate.config import Config
 from pate.release.labels import read_labels
@@ -51,7 +52,7 @@ class RunSummary:
 
         done = ", ".join(f"{s.name} {'ran' if s.ran else 'skipped'}" + (f" ({s.seconds:.0f} s)" if s.ran else "")
                          for s in self.steps)
-        if self.mechanism == "fine-grained":  # no teachers, no data-dependent or sanitised eps
+        if not registry.record_type(self.mechanism).needs_teachers:  # no data-dependent or sanitised eps
             return "\n".join([
                 f"pate run: {done}; total {self.wall_time_s:.0f} s",
                 f"data set: {self.dataset}; labels: fine-grained, every one of the {self.num_queries} pool points "

@@ -16,6 +16,8 @@ import numpy as np
 
 from analysis.planning import headline_target
 from analysis.mechanisms import registry
+from analysis.mechanisms.record import Mechanism
+from analysis.mechanisms import noisy_max
 from analysis.planning import plan as plan_mod
 from analysis.core.errors import PateError
 from analysis.reporting.report import Item
@@ -30,12 +32,12 @@ def vote_model(config, num_teachers: int, num_classes: int) -> VoteModel:
     return VoteModel(int(num_teachers), int(num_classes), accuracy=config.privacy.target_accuracy)
 
 
-def _record(config, record: registry.Mechanism | None) -> registry.Mechanism:
+def _record(config, record: Mechanism | None) -> Mechanism:
     """The release's mechanism record: the caller's (built once per command), else the config's."""
     return registry.from_config(config.aggregation) if record is None else record
 
 
-def choose(config, num_teachers: int, num_classes: int, *, record: registry.Mechanism | None = None,
+def choose(config, num_teachers: int, num_classes: int, *, record: Mechanism | None = None,
            budget=None, echo=print) -> headline_target.ReleaseChoice | None:
     """The release plan of ``config`` (None when ``[privacy] target_eps`` is 0), printed;
     ``record``: the config's mechanism record when the caller has built it.
@@ -75,7 +77,7 @@ def check_round2(config) -> None:
     """Refuses ``[rounds] check = "interactive"`` with a mechanism other than Confident-GNMax
     (the check is its threshold step): in `pate run`'s preflight, `pate plan --config` and
     `pate label --round 2`, before anything is computed."""
-    if config.rounds.check == "interactive" and config.aggregation.mechanism != registry.ConfidentGNMax.name:
+    if config.rounds.check == "interactive" and config.aggregation.mechanism != noisy_max.ConfidentGNMax.name:
         raise PateError(f'rounds.check = "interactive" is the threshold step of confident-gnmax, but '
                         f"aggregation.mechanism is {config.aggregation.mechanism}; use confident-gnmax")
 
@@ -153,7 +155,7 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
     count, its `[teachers]` the ensemble's size), printed."""
     from pate.data import load_dataset
 
-    if config.aggregation.mechanism == fine_grained_release.MECHANISM:
+    if not registry.record_type(config.aggregation.mechanism).needs_teachers:
         if config.privacy.target_eps:
             raise PateError("a fine-grained release's headline is fine_grained.eps itself, known before the run: "
                             "set that (--set fine_grained.eps=E) instead of a target")
@@ -171,7 +173,7 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
     return choice
 
 
-def planned_release_cost(record: registry.Mechanism, choice: headline_target.ReleaseChoice):
+def planned_release_cost(record: Mechanism, choice: headline_target.ReleaseChoice):
     """The ledger cost of the sanitised draw `pate analyze` makes for labels planned by
     ``choice`` (it releases at the plan's order, β and cost: `release_settings`)."""
     return record.sanitised_cost({"release_order": choice.order, "beta": choice.beta}, choice.release_cost)

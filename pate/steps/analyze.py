@@ -18,10 +18,10 @@ import numpy as np
 
 from analysis.mechanisms import composition
 from analysis.mechanisms import registry
+from analysis.mechanisms.record import Mechanism
 from analysis.reporting import report as report_mod
 from analysis.reporting.accountants import data_independent_items
 from analysis.reporting.report_io import StagedOutputs, render_table, stage_outputs
-from analysis.sanitised.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis.core import votes as votes_mod
 from analysis.core.errors import OptionError, PateError
 from pate.store import ledger as ledger_mod
@@ -32,7 +32,8 @@ from pate.config import check_config, PrivacyConfig
 from pate.store.door import publish, step
 from pate.release import fine_grained_release as fine_release
 from pate.release import round2_report as analyze_rounds
-from pate.release.privacy_report import check_outputs, draw_charge, data_independent_comparison, release_cost_of, report_for_release
+from pate.release.privacy_report import (check_outputs, data_independent_comparison, draw_charge, release_cost_of,
+                                         report_for_release, report_of)
 
 
 def _research(rep: report_mod.PrivacyReport, research_seed: bool) -> report_mod.PrivacyReport:
@@ -199,8 +200,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], subjects)
     book = ledger_mod.Ledger.for_run(workdir, config)
-    for subject in subjects:  # before any noise is drawn
-        book.refuse_repeat("sanitised-eps", subject)
+    for subject in subjects if registry.from_arrays(labels, rundir.LABELS_NPZ).sanitised else ():
+        book.refuse_repeat("sanitised-eps", subject)  # before any noise is drawn
     if two_rounds:
         labels = analyze_rounds.round2_rows(inputs, votes, labels)
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
@@ -221,14 +222,16 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     if two_rounds:
         rep = analyze_rounds.cumulative(workdir, rep, labels, book, release_cost_of(rep, release_cost), delta,
                                         conversion)
-    data_set = book.summary(delta, extra=[*_uncharged_labels(book, labels, subjects), release_cost_of(  # this draw
-        rep, release_cost)], release=_own_figure(rep, labels_digest))
+    draw_cost = release_cost_of(rep, release_cost)  # this draw (None: the mechanism makes none)
+    data_set = book.summary(delta, extra=[*_uncharged_labels(book, labels, subjects),
+                                          *([] if draw_cost is None else [draw_cost])],
+                            release=_own_figure(rep, labels_digest))
     # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
     staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,
                     research_seed=research, data_set=data_set)
-    _charge_then_commit(staged, [draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
-                                             budget=p.total_budget, delta=delta)], f"analyze ({release_path})")
+    _charge_then_commit(staged, draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
+                                            budget=p.total_budget, delta=delta), f"analyze ({release_path})")
     echo(_publish_line(data_set) + "\n" + render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
@@ -236,12 +239,13 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
 
 
 def _fine_grained_labels(workdir) -> dict | None:
-    """The run's labels.npz when it is a fine-grained release, else None."""
+    """The run's labels.npz when its mechanism needs no teachers (no votes to analyse: a
+    fine-grained release), else None."""
     path = os.path.join(workdir, rundir.LABELS_NPZ)
     if not os.path.exists(path):
         return None
     labels = read_labels(path)
-    return labels if fine_release.is_fine_grained(labels) else None
+    return None if registry.from_arrays(labels, path).needs_teachers else labels
 
 
 def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path, release_path,
@@ -269,7 +273,7 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
     return rep
 
 
-def analyze_votes(votes_path, mechanism: registry.Mechanism, *, delta: float | None = None,
+def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = None,
                   moments: int | None = None, beta: float | None = None, conversion: str | None = None,
                   release_order: float | None = None, release_cost: float | None = None,
                   queries: int | None = None, indices_path=None, input_is_labels: bool = False,
@@ -318,30 +322,23 @@ def analyze_votes(votes_path, mechanism: registry.Mechanism, *, delta: float | N
         raise OptionError("--threshold", f"{mechanism.threshold:g} is above the {teachers} teachers of "
                           "the votes: no query could have been answered")
     answered = votes_mod.select_queries(votes, queries=queries, indices=indices)
-    params = mechanism.params()
     # A sanitised value is drawn only for a report written to a file; each draw is charged.
     draw = any(p is not None for p in (json_path, plot_path, release_path))
     book = None
     if draw:
         book = ledger_mod.Ledger.for_votes(votes_path, ledger)
         book.check_budget([], total_budget, delta, "this sanitised draw")
-    if isinstance(mechanism, registry.LNMax):
-        rep = (report_mod.lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1),
-                                       DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise) if draw
-               else report_mod.brief_lnmax_report(answered, mechanism.gamma, delta, range(1, moments + 1)))
-    else:
-        rep = report_mod.gnmax_report(
-            answered, mechanism.sigma, delta, threshold=params.get("threshold"),
-            sigma_threshold=params.get("sigma_threshold"), conversion=conversion,
-            release_order=release_order, beta=beta, release_cost=release_cost, noise=noise, sanitize=draw)
+    rep = report_of(mechanism, answered, delta, moments=moments, beta=beta, noise=noise, sanitize=draw,
+                    conversion=conversion, release_order=release_order, release_cost=release_cost)
     rep = report_mod.extend(rep, data_independent_items(mechanism, answered.shape[0], delta,
                                                         moments=range(1, moments + 1)))
     rep = _research(rep, seed is not None)
     # The answers' own cost counts too: pate cannot tell whether they were charged when made.
+    draw_cost = release_cost_of(rep, release_cost) if draw else None
     data_set = book.summary(delta, extra=[composition.labels_cost(mechanism, int(answered.shape[0])),
-                                          release_cost_of(rep, release_cost)]) if draw else None
+                                          *([] if draw_cost is None else [draw_cost])]) if draw else None
     staged = _stage(rep, json_path, plot_path, release_path, research_seed=seed is not None, data_set=data_set)
-    charges = [draw_charge(book, rep, release_cost, subject=None, budget=total_budget, delta=delta)] if draw else []
+    charges = draw_charge(book, rep, release_cost, subject=None, budget=total_budget, delta=delta) if draw else []
     outputs = ", ".join(str(path) for path in (release_path, json_path, plot_path) if path)
     _charge_then_commit(staged, charges, f"analyze ({outputs})")
     echo(render_table(rep) if data_set is None else _publish_line(data_set) + "\n" + render_table(rep))

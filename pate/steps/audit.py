@@ -25,6 +25,7 @@ import numpy as np
 from analysis.reporting import empirical_eps as stats
 from analysis.mechanisms import fine_grained
 from analysis.mechanisms import registry
+from analysis.mechanisms.record import Mechanism
 from analysis.core.errors import OptionError, PateError
 from analysis.core.noise import check_seed
 from analysis.core.files import write_atomic
@@ -46,7 +47,7 @@ MAX_DRAWS = 2 * 10**10
 class Audit:
     """What `pate audit` measured (see `analysis.reporting.empirical_eps.Bound`) and what was claimed."""
 
-    record: registry.Mechanism
+    record: Mechanism
     num_teachers: int
     num_classes: int
     queries: int
@@ -108,7 +109,7 @@ def _side(record, row: np.ndarray, trials: int, queries: int, names, source) -> 
     return hist
 
 
-def run_audit(record: registry.Mechanism, *, num_teachers: int, num_classes: int, queries: int = 1,
+def run_audit(record: Mechanism, *, num_teachers: int, num_classes: int, queries: int = 1,
               trials: int = 100_000, confidence: float = 0.95, delta: float = 1e-5, seed: int | None = None) -> Audit:
     """Audits ``record``: ``trials`` runs of ``queries`` queries of the aggregator on each
     side of every candidate pair, the ε lower bound at ``confidence`` and the claim at
@@ -147,7 +148,7 @@ class FineGrainedAudit:
     def to_json(self) -> dict:
         b = self.bound
         return {
-            "mechanism": "fine-grained", "parameters": {"noise": self.noise.kind, "parameter": str(self.noise.parameter),
+            "mechanism": fine_grained.FineGrained.name, "parameters": {"noise": self.noise.kind, "parameter": str(self.noise.parameter),
                                                         "votes_per_record": self.noise.votes},
             "trials_per_side": b.trials, "confidence": b.confidence, "delta": b.delta,
             "neighbouring_relation": "replace-one", "eps_lower_bound": b.eps, "eps_claimed": self.claimed,
@@ -201,9 +202,6 @@ def run_fine_grained_audit(noise: fine_grained.Noise, *, trials: int = 100_000, 
 # --------------------------------------------------------------------------- the command
 
 
-#: Which noise option belongs to which mechanism (the others are refused, as by `pate label`).
-_APPLIES = {"gamma": ("lnmax",), "sigma": ("gnmax", "confident-gnmax"), "threshold": ("confident-gnmax",),
-            "sigma_threshold": ("confident-gnmax",)}
 _FIXED_CLASSES = {"fashion_mnist": 10, "mnist": 10, "svhn": 10}
 
 
@@ -221,7 +219,8 @@ def _config_record(config_path, mechanism, noise: dict):
     overrides = {f"aggregation.{k}": v for k, v in dict(mechanism=mechanism, **noise).items() if v is not None}
     config = load_config(config_path, overrides)
     effective = config.aggregation.mechanism
-    stray = ["--" + k.replace("_", "-") for k, v in noise.items() if v is not None and effective not in _APPLIES[k]]
+    takes = registry.record_type(effective).option_names()  # the others are refused, as by `pate label`
+    stray = ["--" + k.replace("_", "-") for k, v in noise.items() if v is not None and k not in takes]
     if stray:
         raise OptionError(stray[0], f"{', '.join(stray)} do not apply to the mechanism {effective}; drop them "
                           "or pick the mechanism they belong to with --mechanism")
@@ -244,7 +243,7 @@ def resolve(*, config_path=None, workdir=None, mechanism=None, noise: dict | Non
     options on top) or the options alone; teachers, classes and δ from the options, else
     the config (the run's config.toml), else δ's default. Bad or missing options raise
     `OptionError` (exit 2)."""
-    noise = {k: None for k in _APPLIES} | dict(noise or {})
+    noise = {k: None for k in ("gamma", "sigma", "threshold", "sigma_threshold")} | dict(noise or {})
     if config_path is not None and workdir is not None:
         raise OptionError("--workdir", "give --config or --workdir, not both")
     if workdir is not None:
@@ -287,13 +286,14 @@ def _fine_grained_noise(sources: dict):
         if not path.is_file():
             return None  # the teachers' path says what is missing
         labels = read_labels(path)
-        if not fine_release.is_fine_grained(labels):
+        record = registry.from_arrays(labels, str(path))
+        if record.needs_teachers:
             return None
         config = rundir.RunDir(workdir).own_config()
         delta = sources.get("delta") or (config.privacy.delta if config is not None else PrivacyConfig().delta)
-        return fine_release.noise_from(labels, str(path)), float(delta), [path]
+        return record.noise, float(delta), [path]
     config = load_config(config_path)
-    if config.aggregation.mechanism != fine_release.MECHANISM:
+    if registry.record_type(config.aggregation.mechanism).needs_teachers:
         return None
     given = [k for k in ("mechanism", "teachers", "num_classes") if sources.get(k) is not None]
     given += [k for k, v in (sources.get("noise") or {}).items() if v is not None]

@@ -22,6 +22,7 @@ import numpy as np
 
 from analysis.mechanisms import composition
 from analysis.mechanisms import registry
+from analysis.mechanisms.record import Mechanism
 from analysis.core.errors import PateError
 from analysis.core.noise import seed_record
 from pate.release import aggregation, target as release_target
@@ -82,7 +83,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     check_config(config, "pate.label")
     from pate.data import load_dataset, split
 
-    if config.aggregation.mechanism == fine_release.MECHANISM:
+    if not registry.record_type(config.aggregation.mechanism).needs_teachers:
         return label_fine_grained(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=echo)
     from pate.programs.teacher_training import load_teachers
 
@@ -109,12 +110,13 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         planned = {} if target is None else {release_target.PLAN_KEY: target.meta()}
         result = _release_from_teachers(door, config, record, teachers, splits, plan, seed, echo, planned)
     echo(ledger_mod.cumulative_line(ledger_mod.Ledger.for_teachers(door.run.path, config), config.privacy.delta))
+    gives = "the sanitised eps and the headline eps" if record.sanitised else "the headline eps (no sanitised eps)"
     echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
-         "(the release); `pate analyze` gives the sanitised eps and the headline eps")
+         f"(the release); `pate analyze` gives {gives}")
     return result
 
 
-def _release_from_teachers(door: Door, config: Config, record: registry.Mechanism, teachers, splits, plan,
+def _release_from_teachers(door: Door, config: Config, record: Mechanism, teachers, splits, plan,
                            seed, echo, planned: dict) -> LabelResult:
     """The body of `label` once its inputs are checked: the ledger's budget, the votes,
     the release, the brief report; writes votes.npz and labels.npz through `door`."""
@@ -198,12 +200,12 @@ def label_fine_grained(config: Config, workdir, *, seed: int | None = None, over
         describe = (f"labels: every pool point ({splits.pool_x.shape[0]}) from one fine-grained release, "
                     f"{made.noise.kind} noise, eps {made.eps:.6g}")
         door.charge(book, "labels", cost, run=door.run.path, budget=p.total_budget, delta=p.delta,
-                    mechanism={"name": fine_release.MECHANISM, "noise": made.noise.kind, "eps": made.eps,
+                    mechanism={"name": made.record.name, "noise": made.noise.kind, "eps": made.eps,
                                "votes_per_record": made.noise.votes, "describe": describe},
                     subject=content_digest(read_labels(door.out / rundir.LABELS_NPZ)),
                     data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
     labels = made.arrays["labels"]
-    result = LabelResult(mechanism=fine_release.MECHANISM, num_queries=int(labels.size),
+    result = LabelResult(mechanism=made.record.name, num_queries=int(labels.size),
                          num_answered=int(labels.size),
                          label_accuracy=float(np.mean(labels == splits.pool_y)),
                          plurality_accuracy=float("nan"),

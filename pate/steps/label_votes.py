@@ -16,6 +16,7 @@ import numpy as np
 
 from analysis.mechanisms import composition
 from analysis.mechanisms import registry
+from analysis.mechanisms.record import Mechanism
 from analysis.core.errors import PateError
 from analysis.core.noise import seed_record
 from analysis.reporting.report_io import render_table
@@ -178,7 +179,7 @@ def _selected_rows(indices, queries: int | None, rows: int) -> np.ndarray:
     return selected
 
 
-def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, record: registry.Mechanism,
+def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, record: Mechanism,
                         plan, book, *, seed, privacy: PrivacyConfig, total_budget, echo) -> VotesRelease:
     """The body of `label_votes` once its inputs are checked: the ledger's budget, the
     release, the report; writes votes.npz and labels.npz through `door`."""

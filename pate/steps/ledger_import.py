@@ -19,6 +19,7 @@ import numpy as np
 
 from analysis.mechanisms import composition
 from analysis.mechanisms import registry
+from analysis.mechanisms.record import Mechanism
 from analysis.core.errors import PateError
 from pate.store import digests, rundir
 from pate.store.identity import directory_for
@@ -43,27 +44,23 @@ class _Importer:
                                              sampling_tv=sampling_tv))
         self.echo(f"charged: {describe}")
 
-    def labels(self, name: str, what: str) -> tuple[dict, registry.Mechanism, str, str] | None:
+    def labels(self, name: str, what: str) -> tuple[dict, Mechanism, str, str] | None:
         """The label release in `name` (a round's labels), charged once; its labels,
         mechanism record and subjects (content digest, file digest)."""
-        from analysis.core.noise import sampling_tv
-        from pate.release import fine_grained_release
         from pate.release.labels import content_digest, read_labels, read_run_labels
 
         if not self.run.exists(name):
             return None
         labels = read_run_labels(self.run.path) if name == rundir.LABELS_NPZ else read_labels(self.run / name)
         subjects = (content_digest(labels), digests.file_digest(self.run / name))
-        if fine_grained_release.is_fine_grained(labels):  # one release, no sanitised draw
-            noise = fine_grained_release.noise_from(labels, name)
-            self.once("labels", noise.cost(), subjects,
-                      f"labels: every pool point from one fine-grained release ({noise.kind} noise)")
-            return None
         record = registry.from_arrays(labels, name)
+        if not record.needs_teachers:  # one release of the records' own votes, no sanitised draw
+            self.once("labels", record.cost(), subjects, f"labels: every pool point from one {record.describe()}")
+            return None
         cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
         n = int(labels["indices"].size)
         classes = self._classes(labels)
-        tv = 0.0 if classes is None else sampling_tv(n, classes + (1 if "threshold" in record.params() else 0))
+        tv = 0.0 if classes is None else record.sampling_tv(n, classes)
         self.once("labels", composition.labels_cost(record, n, max_answers=cap), subjects,
                   f"{what}: {n} queries of {record.describe()}", tv)
         return labels, record, subjects[0], subjects[1]
@@ -84,6 +81,8 @@ class _Importer:
         if labelled is None or not self.run.exists(name):
             return
         labels, record, subject, older = labelled
+        if not record.sanitised:
+            return  # its release.json publishes public figures only: nothing more to charge
         doc = self.run.read_json(name)
         if (doc.get("meta") or {}).get("labels_sha256") not in (subject, older):
             return  # another round's release

@@ -49,7 +49,8 @@ from typing import Callable, Iterable
 
 
 from analysis.core.errors import PateError
-from analysis.mechanisms.registry import Mechanism
+from analysis.mechanisms import registry
+from analysis.mechanisms.record import Mechanism
 from pate.store import digests, rundir
 from pate.release.labels import read_labels, read_run_labels, release_digest, release_subjects
 from pate.config import check_config, Config, config_hash, config_to_dict
@@ -195,7 +196,7 @@ def steps_of(config: Config, run_dir: rundir.RunDir) -> tuple[Step, ...]:
     has run, round 1's student and report are the copies it kept (student-round1/,
     release-round1.json): ``student/`` and ``release.json`` are then round 2's. A
     fine-grained run takes `FINE_GRAINED_STEPS`."""
-    if config.aggregation.mechanism == "fine-grained":
+    if not registry.record_type(config.aggregation.mechanism).needs_teachers:
         return FINE_GRAINED_STEPS
     if config.rounds.rounds == 1:
         return STEPS
@@ -409,7 +410,7 @@ def preflight(config: Config, seed: int | None) -> Mechanism | None:
     from pate.release.budget import accountable_record, resolve
 
     noise_source(seed)  # the same 128-bit check serves the aggregator and the release
-    if config.aggregation.mechanism == "fine-grained":
+    if not registry.record_type(config.aggregation.mechanism).needs_teachers:
         return _fine_grained_preflight(config)
     record = accountable_record(config.aggregation, config.privacy)
     resolve(record, config.aggregation.queries, num_teachers=config.teachers.num_teachers,

@@ -172,7 +172,7 @@ def _remember(directory: Path, source: str, digests: list[bytes], new: bool) -> 
     """Places a source the folder has not seen: the alias of a known data set holding at
     least `SAME_SHARE` of its records (the largest share wins), else (or when `new`) a data
     set of its own, whose keyed record digests are kept (owner-only)."""
-    from analysis.report_io import write_atomic
+    from analysis.core.files import write_atomic
 
     mine = _keyed_records(directory, digests)
     folder = directory / _RECORDS

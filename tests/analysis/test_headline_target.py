@@ -16,7 +16,7 @@ from analysis.sanitised import gnss
 from analysis.planning import headline_target
 from analysis.core.errors import PateError
 from analysis.sanitised.gnmax_sensitivity import prefix_profiles, total_profile
-from analysis.mechanisms.registry import ConfidentGNMax, GNMax, LNMax
+from analysis.mechanisms.noisy_max import ConfidentGNMax, GNMax, LNMax
 from analysis.core.noise import RELEASE_STREAM, NoiseSource
 from analysis.planning.simulated_votes import VoteModel
 

@@ -17,7 +17,7 @@ import pytest
 from scipy import optimize, stats
 
 from analysis.mechanisms import composition
-from analysis.mechanisms.registry import GNMax
+from analysis.mechanisms.noisy_max import GNMax
 from analysis.core.noise import NoiseSource
 from conftest import TINY, check_synthetic_release, invoke, spied_synth
 from pate.release import aggregation

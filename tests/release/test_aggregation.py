@@ -8,6 +8,8 @@ from scipy import stats
 
 from analysis.bounds import lnmax as lnmax_analysis
 from analysis.core.errors import PateError
+from analysis.mechanisms import noisy_max
+from analysis.mechanisms.record import UNANSWERED
 from pate.release import aggregation
 
 
@@ -26,7 +28,7 @@ def test_lnmax_disagreement_below_lemma4(counts):
 
 def test_laplace_noise_scale_ks():
     votes = tile([3, 1, 0, 6], 5000)
-    noise = (aggregation.laplace_noisy_counts(votes, 0.5, aggregation.noise_source(1)) - votes).ravel()
+    noise = (noisy_max.laplace_noisy_counts(votes, 0.5, aggregation.noise_source(1)) - votes).ravel()
     assert stats.kstest(noise, "laplace", args=(0, 2.0)).pvalue > 1e-3
     assert stats.kstest(noise, "laplace", args=(0, 4.0)).pvalue < 1e-6
 
@@ -34,7 +36,7 @@ def test_laplace_noise_scale_ks():
 def test_gaussian_noise_passes_ks_at_sigma_fails_at_2sigma():
     votes = tile([3, 1, 0, 6], 5000)
     sigma = 7.0
-    noise = (aggregation.gaussian_noisy_counts(votes, sigma, aggregation.noise_source(2)) - votes).ravel()
+    noise = (noisy_max.gaussian_noisy_counts(votes, sigma, aggregation.noise_source(2)) - votes).ravel()
     assert stats.kstest(noise, "norm", args=(0, sigma)).pvalue > 1e-3
     assert stats.kstest(noise, "norm", args=(0, 2 * sigma)).pvalue < 1e-6
 
@@ -52,7 +54,7 @@ def test_confident_gnmax_answer_rate(top, threshold):
     sigma1, n = 20.0, 100_000
     counts = [top, 250 - top]
     labels = aggregation.confident_gnmax(tile(counts, n), threshold, sigma1, 10.0, aggregation.noise_source(4))
-    rate = np.mean(labels != aggregation.UNANSWERED)
+    rate = np.mean(labels != UNANSWERED)
     expected = stats.norm.sf((threshold - max(counts)) / sigma1)
     assert abs(rate - expected) < 4 * math.sqrt(expected * (1 - expected) / n) + 1e-9
     answered = labels[labels >= 0]
@@ -124,7 +126,7 @@ def test_noise_is_float64_beyond_float32_tails():
     from analysis.core.noise import NoiseSource
 
     source = NoiseSource(5)
-    noisy = aggregation.gaussian_noisy_counts(tile([0, 0], 4), 1.0, source)
+    noisy = noisy_max.gaussian_noisy_counts(tile([0, 0], 4), 1.0, source)
     assert noisy.dtype == np.float64
     from scipy import special
 

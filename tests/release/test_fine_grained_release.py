@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from analysis.mechanisms import fine_grained
+from analysis.mechanisms import fine_grained, registry
 from analysis.core.errors import PateError
 from analysis.core.noise import LABELS_STREAM, NoiseSource
 from pate.config import load_config
@@ -61,7 +61,7 @@ def test_one_release_labels_every_pool_point_with_nothing_private_written(fine_r
     config = _config()
     assert np.array_equal(labels["indices"], np.arange(config.data.public_size))
     assert set(labels) - {"meta"} <= set(RELEASED_KEYS)
-    assert fine_release.is_fine_grained(labels) and (labels["labels"] >= 0).all()
+    assert not registry.from_arrays(labels).needs_teachers and (labels["labels"] >= 0).all()
     with np.load(run / rundir.LABELS_NPZ) as npz:  # no count, vote or feature of a private record
         assert all(npz[k].size <= config.data.public_size for k in npz.files)
     assert "fine-grained, every one of the 200 pool points from one release" in output
@@ -84,7 +84,7 @@ def test_the_release_is_the_mechanism_on_the_private_records_with_the_research_s
         noisy, fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing), cfg.smoothing_weights))
     labels = read_labels(folder / "run" / rundir.LABELS_NPZ)
     assert np.array_equal(labels["labels"], expected)
-    assert fine_release.noise_from(labels) == noise
+    assert registry.from_arrays(labels).noise == noise
     assert (labels.get("meta") or {}).get("research_seed") is True
 
 
@@ -176,7 +176,7 @@ def test_label_with_a_config_releases_in_a_new_directory_and_refuses_in_one_line
     assert not fresh.exists() or not (fresh / rundir.LABELS_NPZ).exists()
     result = invoke("label", "--workdir", fresh, "--config", TINY, "--mechanism", "fine-grained")
     assert result.exit_code == 0, result.output
-    assert fine_release.is_fine_grained(read_labels(fresh / rundir.LABELS_NPZ))
+    assert not registry.from_arrays(read_labels(fresh / rundir.LABELS_NPZ)).needs_teachers
     assert load_config(fresh / rundir.CONFIG_TOML).aggregation.mechanism == "fine-grained"
     line = one_line_error(invoke("label", "--workdir", fresh, "--config", TINY, "--mechanism", "fine-grained"), 1)
     assert "--overwrite" in line  # a finished release is never replaced by accident

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from scipy import stats as sps
 
 from analysis.reporting import empirical_eps as audit
-from analysis.mechanisms import registry as mech
+from analysis.mechanisms import noisy_max as mech
 from analysis.reporting.accountants import data_independent_items
 from analysis.core.noise import NoiseSource
 from cli import main

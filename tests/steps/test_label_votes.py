@@ -17,6 +17,7 @@ from analysis.sanitised import gnss
 from analysis.bounds import lnmax
 from analysis.sanitised import lnmax_release
 from analysis.mechanisms import registry
+from analysis.mechanisms import noisy_max
 from analysis.accounting import pld
 from analysis.planning import plan as plan_mod
 from analysis.reporting import report as report_mod
@@ -126,7 +127,7 @@ def test_label_votes_from_predicted_labels_with_indices_and_budget(tmp_path):
     order = rng.permutation(80)
     np.save(tmp_path / "order.npy", order)
     # The budget covers the labels and the sanitised eps `pate analyze` publishes with them.
-    budget = plan_mod.published_eps(registry.GNMax(sigma=8.0), 40, 1e-5)[0] + 1e-9
+    budget = plan_mod.published_eps(noisy_max.GNMax(sigma=8.0), 40, 1e-5)[0] + 1e-9
     run = tmp_path / "run"
     result = invoke("label", "--votes", tmp_path / "preds.npy", "--ledger", "preds", "--input-is-labels", "--num-classes", 6,
                     "--workdir", run, "--mechanism", "gnmax", "--sigma", 8, "--indices", tmp_path / "order.npy",

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from analysis.mechanisms import composition, registry
+from analysis.mechanisms import composition, noisy_max
 from analysis.core.errors import PateError
 from pate.store import ledger as ledger_mod
 
@@ -48,7 +48,7 @@ def _copies(tmp_path):
              "changed": _save(tmp_path / "changed.npz", changed, y, xt, yt)})
 
 
-COST = composition.labels_cost(registry.GNMax(40.0), 300)  # eps ~2.5 alone
+COST = composition.labels_cost(noisy_max.GNMax(40.0), 300)  # eps ~2.5 alone
 
 
 @pytest.mark.parametrize("kind", ["permuted", "grown", "changed"])

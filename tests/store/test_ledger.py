@@ -19,6 +19,7 @@ import pytest
 
 from analysis.mechanisms import composition
 from analysis.mechanisms import registry
+from analysis.mechanisms import noisy_max
 from analysis.core.errors import PateError
 from analysis.accounting.rdp import DEFAULT_ORDERS, eps_from_rdp
 from conftest import ROOT, TINY, invoke, snapshot
@@ -40,8 +41,8 @@ def test_rr_rdp_matches_a_plain_loop_and_the_zcdp_bound():
 
 
 def test_two_gnmax_releases_compose_by_hand():
-    a = composition.labels_cost(registry.ConfidentGNMax(375, 150, 55), 1200)
-    b = composition.labels_cost(registry.GNMax(40.0), 300)
+    a = composition.labels_cost(noisy_max.ConfidentGNMax(375, 150, 55), 1200)
+    b = composition.labels_cost(noisy_max.GNMax(40.0), 300)
     assert a.params["mu2"] == pytest.approx(1200 / 150 ** 2 + 2 * 1200 / 55 ** 2)
     total = composition.compose([a, b], 1e-5, conversion="improved")
     # RDP: the curves add (alpha mu^2 / 2 each); one conversion at the full delta.
@@ -63,17 +64,17 @@ def test_single_costs_agree_with_the_per_release_accountants():
     from analysis.bounds import lnmax
     from analysis.accounting import pld
 
-    conf = composition.labels_cost(registry.ConfidentGNMax(200, 150, 40), 500, max_answers=100)
+    conf = composition.labels_cost(noisy_max.ConfidentGNMax(200, 150, 40), 500, max_answers=100)
     assert composition.single_eps(conf, 1e-5, conversion="classic") == pytest.approx(min(
         gnmax.data_independent_eps(500, 40, 1e-5, sigma_threshold=150, num_answered=100).eps,
         pld.gnmax_eps(500, 40, 1e-5, sigma_threshold=150, num_answered=100).eps), abs=2e-3)
-    ln = composition.labels_cost(registry.LNMax(0.05), 100)
+    ln = composition.labels_cost(noisy_max.LNMax(0.05), 100)
     assert composition.single_eps(ln, 1e-5) <= lnmax.data_independent_eps(100, 0.05, 1e-5, range(1, 9)).eps
     assert composition.single_eps(ln, 1e-5) == pytest.approx(pld.lnmax_eps(100, 0.05, 1e-5).eps, abs=2e-3)
 
 
 def test_approx_and_unexpressible_costs_add_with_their_delta():
-    g = composition.labels_cost(registry.GNMax(40.0), 100)
+    g = composition.labels_cost(noisy_max.GNMax(40.0), 100)
     r = composition.approx_cost(0.5, 1e-5)
     s = composition.gnss_cost(0.1 / 12, 20.0)  # RDP only: enters the PLD route at a share of delta
     total = composition.compose([g, r, s], 1e-5)
@@ -157,7 +158,7 @@ def test_dpsgd_replace_one_rdp_bounds_the_replaced_pair(q, sigma, steps):
 
 def test_ledger_file_is_owner_only_append_only_and_refuses_damage(tmp_path):
     book = ledger_mod.Ledger("synthetic:test", tmp_path / "ledgers")
-    cost = composition.labels_cost(registry.GNMax(40.0), 100)
+    cost = composition.labels_cost(noisy_max.GNMax(40.0), 100)
     book.charge("labels", cost, subject="a")
     first = book.path.read_bytes()
     book.charge("labels", cost, subject="b")
@@ -520,7 +521,7 @@ def test_a_copy_of_the_data_elsewhere_is_the_same_data_set(tmp_path):
     assert elsewhere.source == a.source and elsewhere.name != a.name
     # An older pate's ledger of this data (named by its path) counts in the new one.
     old = ledger_mod.Ledger(legacy_identity(_npz_config(first).data), a.directory)
-    cost = composition.labels_cost(registry.GNMax(40.0), 100)
+    cost = composition.labels_cost(noisy_max.GNMax(40.0), 100)
     old.charge("labels", cost, subject="old")
     assert [e["kind"] for e in a.entries()] == ["labels"] and a.total(1e-5).count == 1
     a.charge("labels", cost, subject="new")
@@ -534,7 +535,7 @@ def test_the_budget_lives_in_the_ledger_and_holds_for_every_later_command(tmp_pa
     Now the first budget is recorded in the ledger; a lower config tightens it, a higher one
     does not raise it, only `pate ledger --set-budget` does, never below what is spent."""
     book = ledger_mod.Ledger("votes-set", default_directory())
-    cost = composition.labels_cost(registry.GNMax(40.0), 300)  # 2.5 alone; three compose to 4.69, four 5.54
+    cost = composition.labels_cost(noisy_max.GNMax(40.0), 300)  # 2.5 alone; three compose to 4.69, four 5.54
     for _ in range(3):
         book.charge("labels", cost, budget=5.0, delta=1e-5)
     with pytest.raises(PateError, match="total_budget"):

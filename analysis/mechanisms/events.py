@@ -1,0 +1,69 @@
+"""The dp-accounting event of a release's data-independent cost, so a user can compose pate's
+releases with the rest of their DP work in dp-accounting's own accountants
+(`pate ledger --export`).
+
+Each kind of `analysis.mechanisms.composition.Cost` maps to the dp-accounting event whose
+guarantee is the cost's own, or to none where dp-accounting has no event that states it:
+
+- ``"gaussian"`` (μ-GDP): ``GaussianDpEvent(noise_multiplier=1/μ)``, a Gaussian mechanism of
+  sensitivity 1 and σ = 1/μ, whose privacy profile is exactly μ-GDP's (Dong, Roth & Su 2022,
+  Theorem 2.7); both of dp-accounting's accountants read it, and the ledger's two routes compute
+  the same RDP curve (α μ²/2) and PLD.
+- ``"pure"`` (``count`` answers of an ε₀-DP mechanism): ``ZCDpEvent(ε₀²/2)`` self-composed:
+  ε₀-DP implies ½ε₀²-zCDP (Bun & Steinke 2016, Proposition 3.3). Only dp-accounting's RDP
+  accountant reads it, and it is looser than the ledger's randomized-response curve (the
+  tightest RDP of an ε₀-DP pair, `analysis.mechanisms.composition.rr_rdp`): dp-accounting has no
+  event for a generic pure-ε mechanism whose PLD is the dominating randomized response (its
+  ``RandomizedResponseDpEvent`` is read by neither accountant in dp-accounting 0.6), and its
+  ``LaplaceDpEvent`` would understate an argmax's cost.
+- ``"discrete-gaussian"`` (μ²): ``ZCDpEvent(μ²/2)`` — the discrete Gaussian is (μ²/2)-zCDP
+  (Canonne, Kamath & Steinke 2020, Proposition 5), the RDP curve the ledger composes; no PLD,
+  as in the ledger.
+- ``"gnss"``, ``"approx"``, ``"poisson-gaussian"``: ``UnsupportedDpEvent``. A GNSS release's RDP
+  curve and an (ε, δ) step have no dp-accounting event, and dp-accounting's subsampled Gaussian
+  is accounted under add/remove, not the replace-one curve the ledger charges
+  (`analysis.mechanisms.composition.dpsgd_replace_one_rdp`); exporting it would state another
+  relation's figure.
+
+`ledger_event` composes a data set's costs; an export that holds an unsupported event says so,
+and dp-accounting's accountants then refuse it rather than report a figure that is not the
+ledger's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+from analysis.mechanisms.composition import Cost, is_free
+
+
+def of_cost(cost: Cost):
+    """The dp-accounting event of one cost (module docstring)."""
+    from dp_accounting import dp_event
+
+    p = cost.params
+    if is_free(cost):
+        return dp_event.NoOpDpEvent()
+    if cost.kind == "gaussian":
+        return dp_event.GaussianDpEvent(noise_multiplier=1.0 / math.sqrt(p["mu2"]))
+    if cost.kind == "pure":
+        one = dp_event.ZCDpEvent(rho=p["eps0"] ** 2 / 2.0)
+        return one if int(p["count"]) == 1 else dp_event.SelfComposedDpEvent(one, int(p["count"]))
+    if cost.kind == "discrete-gaussian":
+        return dp_event.ZCDpEvent(rho=p["mu2"] / 2.0)
+    return dp_event.UnsupportedDpEvent()
+
+
+def ledger_event(costs: Iterable[Cost]):
+    """The composition of every cost as one dp-accounting event (``ComposedDpEvent``)."""
+    from dp_accounting import dp_event
+
+    return dp_event.ComposedDpEvent([of_cost(c) for c in costs])
+
+
+def supported(event) -> dict[str, bool]:
+    """Which of dp-accounting's accountants read ``event``: ``{"rdp": …, "pld": …}``."""
+    from dp_accounting import pld, rdp
+
+    return {"rdp": rdp.RdpAccountant().supports(event), "pld": pld.PLDAccountant().supports(event)}
