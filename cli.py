@@ -255,7 +255,10 @@ def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, n
 @click.option("--set-budget", type=float, callback=opt.positive,
               help="Record EPS (at --delta) as the data set's total budget, raising or lowering it on purpose "
                    "(never below what is spent); every later command holds to it.")
-def ledger_command(config_path, workdir, name, import_path, delta, set_budget):
+@click.option("--export", "export_path", type=click.Path(dir_okay=False),
+              help="Also write the data set's composed dp-accounting event (JSON, public) to FILE, with the "
+                   "ledger's cumulative eps and dp-accounting's own figures beside it.")
+def ledger_command(config_path, workdir, name, import_path, delta, set_budget, export_path):
     """List every release charged to a private data set's ledger and the cumulative eps
     they spend together (composition of their data-independent costs)."""
     from pate.steps.ledger_import import import_run
@@ -267,6 +270,8 @@ def ledger_command(config_path, workdir, name, import_path, delta, set_budget):
     if set_budget is not None:
         book.set_budget(set_budget, delta)
     click.echo(ledger_mod.render(book, delta))
+    if export_path is not None:
+        opt.write_export(export_path, book.export(delta), click.echo)
 
 
 @main.command("fedavg")

@@ -67,3 +67,36 @@ def supported(event) -> dict[str, bool]:
     from dp_accounting import pld, rdp
 
     return {"rdp": rdp.RdpAccountant().supports(event), "pld": pld.PLDAccountant().supports(event)}
+
+
+def to_json(event) -> dict:
+    """``event`` as JSON: dp-accounting's own named-tuple form (``module_name``, ``class_name``
+    and the fields), nested events as nested objects."""
+    def plain(value):
+        if hasattr(value, "_asdict"):
+            return {k: plain(v) for k, v in value._asdict().items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    return plain(event.to_named_tuple())
+
+
+def from_json(doc: dict):
+    """The dp-accounting event of :func:`to_json`'s form. Only classes of
+    ``dp_accounting.dp_event`` are built: a file names no other module to import."""
+    from dp_accounting import dp_event
+
+    def build(value):
+        if isinstance(value, dict) and "class_name" in value:
+            if value.get("module_name") != "dp_accounting.dp_event" or not hasattr(dp_event, value["class_name"]):
+                raise ValueError(f"not a dp-accounting event: {value.get('module_name')}.{value.get('class_name')}")
+            cls = getattr(dp_event, value["class_name"])
+            if not (isinstance(cls, type) and issubclass(cls, dp_event.DpEvent)):
+                raise ValueError(f"not a dp-accounting event: {value['class_name']}")
+            return cls(**{k: build(v) for k, v in value.items() if k not in ("module_name", "class_name")})
+        if isinstance(value, list):
+            return [build(v) for v in value]
+        return value
+
+    return build(doc)

@@ -493,6 +493,24 @@ def ledger_book(config_path, workdir, name, import_path, import_run):
     return ledger_mod.Ledger(name, default_directory()), None
 
 
+def write_export(path, doc: dict, echo) -> None:
+    """`pate ledger --export`: ``doc`` as JSON at ``path`` (atomic; refused over a run
+    directory's own files or through a link), and one line saying what dp-accounting reads."""
+    import json
+
+    from analysis.core.files import write_atomic
+    from pate.store.rundir import output_problem
+
+    problem = output_problem(path)
+    if problem is not None:
+        raise OptionError("--export", f"{problem}; write the export elsewhere")
+    write_atomic(path, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
+    got = doc["dp_accounting_eps"]
+    read = ", ".join(f"{k} {v:.4g}" for k, v in got.items() if v is not None) or "neither accountant reads it"
+    echo(f"wrote {path}: {doc['releases']} release(s) as one dp-accounting event; ledger eps {doc['ledger_eps']:.4g} "
+         f"at delta {doc['delta']:g}; dp-accounting: {read}")
+
+
 def mark_private_tuning(votes_path, on_private_votes: bool, ledger_name, note: str) -> None:
     """`pate plan --votes`: release parameters tuned on votes are chosen on private data,
     which no ε covers (the threat model assumes every parameter is public). Refused unless

@@ -445,6 +445,42 @@ class Ledger:
                             "released") from None
         os.chmod(self.path, 0o600)
 
+    def export(self, delta: float) -> dict[str, Any]:
+        """`pate ledger --export`: the data set's composed dp-accounting event
+        (`analysis.mechanisms.events.ledger_event`, in dp-accounting's own JSON form), the
+        ledger's cumulative ε beside it, and what dp-accounting's RDP and PLD accountants make
+        of the event (None where one cannot read it). Public values only: the costs are
+        data-independent. The float64 samplers' δ (``sampling_delta``) has no dp-accounting
+        event: add it to the δ of any figure composed from the event."""
+        from analysis.core.noise import delta_of_sampling
+        from analysis.mechanisms import events
+
+        entries = self.entries()
+        costs = self.costs(entries=entries)
+        total = self.total(delta)
+        event = events.ledger_event(costs)
+        readers = events.supported(event)
+        theirs: dict[str, float | None] = {}
+        for name, accountant in (("rdp", "RdpAccountant"), ("pld", "PLDAccountant")):
+            theirs[name] = None
+            if readers[name]:
+                from dp_accounting import pld, rdp
+
+                module = rdp if name == "rdp" else pld
+                theirs[name] = float(getattr(module, accountant)().compose(event).get_epsilon(delta))
+        tv = sum(float(e.get("sampling_tv", 0.0)) for e in self.releases(entries))
+        kinds = sorted({c.kind for c in costs})
+        return {"data_set": self.public_name(), "releases": len(costs), "delta": float(delta),
+                "ledger_eps": total.eps, "ledger_delta": total.delta, "ledger_route": total.route,
+                "relation": composition.RELATION, "cost_kinds": kinds,
+                "dp_accounting_eps": theirs, "sampling_delta": delta_of_sampling(tv, total.eps) if tv else 0.0,
+                "event": events.to_json(event),
+                "note": ("dp_accounting.dp_event.DpEvent.from_named_tuple-compatible; read it with "
+                         "analysis.mechanisms.events.from_json. Gaussian costs are exact; pure-eps costs are "
+                         "exported as zCDP (looser than the ledger's randomized-response curve); costs with no "
+                         "dp-accounting event (GNSS, approx, DP-SGD replace-one) are UnsupportedDpEvent, and "
+                         "the accountants then refuse the whole event rather than under-count it")}
+
     def public_name(self) -> str:
         """The name release files carry (a keyed digest, or the user's own name)."""
         return self.name

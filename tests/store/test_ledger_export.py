@@ -1,0 +1,80 @@
+"""`pate ledger --export` (issue 42): the data set's releases as one dp-accounting event, which
+dp-accounting's own accountants read back and compose — to the ledger's own cumulative ε where the
+costs have an exact event (Gaussians), to no less than it where the event is looser (pure ε as
+zCDP), and not at all where dp-accounting has no event for a cost (a GNSS release)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from analysis.mechanisms import composition, events
+from analysis.mechanisms.noisy_max import ConfidentGNMax, GNMax
+from analysis.mechanisms.permute_flip import PermuteAndFlip
+from cli import main
+from pate.store import ledger as ledger_mod
+
+
+def _book(tmp_path, costs):
+    book = ledger_mod.Ledger("data", tmp_path / "ledgers")
+    for i, cost in enumerate(costs):
+        book.charge("labels", cost, subject=f"release-{i}")
+    return book
+
+
+def test_gaussian_releases_compose_in_dp_accounting_to_the_ledgers_eps(tmp_path):
+    """GNMax and Confident-GNMax labels: dp-accounting's PLD accountant on the exported event
+    gives the ledger's PLD route (the same distributions; the ledger's discretisation), and its
+    RDP accountant the ledger's RDP route up to the orders each tries."""
+    from dp_accounting import pld, rdp
+
+    costs = [composition.labels_cost(GNMax(40.0), 300), composition.labels_cost(ConfidentGNMax(200, 150, 40), 500)]
+    book = _book(tmp_path, costs)
+    doc = json.loads(json.dumps(book.export(1e-5)))  # through JSON, as a user reads the file
+    event = events.from_json(doc["event"])
+    total = composition.compose(costs, 1e-5)
+    assert doc["releases"] == 2 and doc["ledger_eps"] == pytest.approx(total.eps)
+    assert doc["dp_accounting_eps"]["pld"] == pytest.approx(total.routes["pld"], rel=1e-2)
+    assert pld.PLDAccountant().compose(event).get_epsilon(1e-5) == pytest.approx(doc["dp_accounting_eps"]["pld"])
+    assert rdp.RdpAccountant().compose(event).get_epsilon(1e-5) == pytest.approx(total.routes["rdp"], rel=3e-2)
+
+
+def test_pure_releases_export_as_zcdp_never_below_the_ledger(tmp_path):
+    book = _book(tmp_path, [PermuteAndFlip(0.05).cost(200)])
+    doc = book.export(1e-5)
+    assert doc["dp_accounting_eps"]["pld"] is None  # no dp-accounting PLD of a generic pure-eps step
+    assert doc["dp_accounting_eps"]["rdp"] >= doc["ledger_eps"]
+    assert doc["dp_accounting_eps"]["rdp"] <= 1.5 * doc["ledger_eps"]
+
+
+def test_a_cost_without_an_event_makes_dp_accounting_refuse_the_whole_export(tmp_path):
+    """A GNSS release has no dp-accounting event: the export says so (no figure from either
+    accountant) instead of composing the rest and under-counting."""
+    book = _book(tmp_path, [composition.labels_cost(GNMax(40.0), 300), composition.gnss_cost(0.01, 10.0)])
+    doc = book.export(1e-5)
+    assert doc["dp_accounting_eps"] == {"rdp": None, "pld": None}
+    assert "gnss" in doc["cost_kinds"] and "UnsupportedDpEvent" in json.dumps(doc["event"])
+
+
+def test_from_json_builds_dp_accounting_events_only():
+    with pytest.raises(ValueError, match="not a dp-accounting event"):
+        events.from_json({"module_name": "os", "class_name": "system", "command": "true"})
+    with pytest.raises(ValueError, match="not a dp-accounting event"):
+        events.from_json({"module_name": "dp_accounting.dp_event", "class_name": "Sequence"})
+
+
+def test_the_cli_writes_the_export_and_lists_the_ledger(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "ledgers"))
+    _book(tmp_path, [composition.labels_cost(GNMax(40.0), 300)])
+    out = tmp_path / "export.json"
+    result = CliRunner().invoke(main, ["ledger", "--name", "data", "--export", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "cumulative eps" in result.output and "as one dp-accounting event" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["data_set"] == "data" and doc["event"]["class_name"] == "ComposedDpEvent"
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    refused = CliRunner().invoke(main, ["ledger", "--name", "data", "--export", str(link)])
+    assert refused.exit_code == 2 and "symbolic link" in refused.output
