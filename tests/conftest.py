@@ -1,10 +1,12 @@
 """Shared fixtures: the repository's configs and one trained tiny (synthetic) run; the helpers
-the test files share (`invoke`, `one_line`, `one_line_error`, `snapshot`, `bench_module`), imported as
+the test files share (`invoke`, `one_line`, `one_line_error`, `snapshot`, `bench_module`, `vote_neighbours`,
+`vote_histograms`), imported as
 ``from conftest import invoke`` (tests/ is on sys.path under pytest, with or without xdist)."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import pathlib
 import shutil
 
@@ -13,6 +15,24 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 TINY = CONFIGS / "tiny.toml"
+
+
+def vote_neighbours(counts):
+    """Every vote histogram one teacher's changed vote away from ``counts`` (one count −1,
+    another +1), as tuples: the replace-one neighbours of the PATE bounds' brute-force tests."""
+    for a, b in itertools.permutations(range(len(counts)), 2):
+        if counts[a] > 0:
+            other = list(counts)
+            other[a] -= 1
+            other[b] += 1
+            yield tuple(other)
+
+
+def vote_histograms(teachers: int, classes: int):
+    """Every vote histogram of ``teachers`` votes over ``classes`` classes, as tuples."""
+    for cut in itertools.combinations(range(teachers + classes - 1), classes - 1):
+        edges = (-1, *cut, teachers + classes - 1)
+        yield tuple(edges[i + 1] - edges[i] - 1 for i in range(classes))
 
 
 def bench_module(name: str):

@@ -73,6 +73,21 @@ class PrivacyReport:
         raise KeyError(key)
 
 
+def _moments_items(n: int, gamma_label: str, gamma: float, delta: float, independent, dependent,
+                   dependent_note: str) -> tuple[Item, ...]:
+    """The rows every 2γ-DP argmax's report shares: answers, γ, δ, and the data-independent and
+    data-dependent ε of the moments accountant (`analysis.bounds.lnmax.MomentsEps`)."""
+    return (
+        Item("num_queries", "answered queries", n, True),
+        Item("gamma", gamma_label, float(gamma), True),
+        Item("delta", "delta", float(delta), True),
+        Item("eps_data_independent", "data-independent eps (labels only)", independent.eps, True,
+             f"moment {independent.moment:g}"),
+        Item("eps_data_dependent", "data-dependent eps", dependent.eps, False, dependent_note),
+        Item("best_moment", "best moment (data-dependent)", dependent.moment, False),
+    )
+
+
 def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS,
                  beta: float = lnmax_release.DEFAULT_BETA, noise=None,
                  grid: float = lnmax_release.RELEASE_GRID) -> PrivacyReport:
@@ -116,14 +131,8 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
              f"at delta {delta_total:g}; {route} route, release included"),
         Item("delta_total", "delta of the headline", delta_total, True,
              "answers + release + float64 label noise"),
-        Item("num_queries", "answered queries", n, True),
-        Item("gamma", "gamma (Laplace noise 1/gamma)", float(gamma), True),
-        Item("delta", "delta", float(delta), True),
-        Item("eps_data_independent", "data-independent eps (labels only)", independent.eps, True,
-             f"moment {independent.moment:g}"),
-        Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
-             "depends on the votes: do not publish as is"),
-        Item("best_moment", "best moment (data-dependent)", dependent.moment, False),
+        *_moments_items(n, "gamma (Laplace noise 1/gamma)", gamma, delta, independent, dependent,
+                        "depends on the votes: do not publish as is"),
         Item("smooth_sensitivity", "smooth sensitivity of eps", released.smooth_sensitivity, False,
              f"beta = {beta:g}"),
         Item("noise_scale", "discrete Laplace scale of the release", released.noise_scale, False),
@@ -387,14 +396,8 @@ def pure_report(votes, record: PureArgmax, delta: float, moments=lnmax.DEFAULT_M
         Item("eps", "HEADLINE eps (everything released)", independent.eps, True,
              f"at delta {float(delta):g}; data-independent (labels only: no sanitised eps is released)"),
         Item("delta_total", "delta of the headline", float(delta), True, "exact sampler: no floating-point delta"),
-        Item("num_queries", "answered queries", n, True),
-        Item("gamma", f"gamma (each answer 2 gamma = {record.eps0:g}-DP)", float(record.gamma), True),
-        Item("delta", "delta", float(delta), True),
-        Item("eps_data_independent", "data-independent eps (labels only)", independent.eps, True,
-             f"moment {independent.moment:g}"),
-        Item("eps_data_dependent", "data-dependent eps", dependent.eps, False,
-             "depends on the votes: never published (no sanitised release of it exists)"),
-        Item("best_moment", "best moment (data-dependent)", dependent.moment, False),
+        *_moments_items(n, f"gamma (each answer 2 gamma = {record.eps0:g}-DP)", record.gamma, delta, independent,
+                        dependent, "depends on the votes: never published (no sanitised release of it exists)"),
         Item("eps_release_cost", "eps spent by a sanitised release", 0.0, True,
              "none is made: no smooth sensitivity of this mechanism's data-dependent eps is proven"),
     )

@@ -19,6 +19,7 @@ from analysis.core.noise import NoiseSource, bernoulli_exp, bernoulli_exp_gaps
 from analysis.mechanisms import exponential, permute_flip
 from analysis.mechanisms.exponential import ExponentialMechanism
 from analysis.mechanisms.permute_flip import PermuteAndFlip
+from conftest import vote_histograms, vote_neighbours
 
 
 def pf_law(counts, gamma) -> list[float]:
@@ -46,27 +47,14 @@ LAWS = {"permute-and-flip": pf_law, "exponential": em_law}
 MODULES = {"permute-and-flip": permute_flip, "exponential": exponential}
 
 
-def histograms(teachers: int, classes: int):
-    """Every vote histogram of ``teachers`` votes over ``classes`` classes."""
-    for cut in itertools.combinations(range(teachers + classes - 1), classes - 1):
-        edges = (-1, *cut, teachers + classes - 1)
-        yield [edges[i + 1] - edges[i] - 1 for i in range(classes)]
 
 
-def neighbours(counts):
-    """Every histogram one teacher's changed vote reaches (one count −1, another +1)."""
-    for a, b in itertools.permutations(range(len(counts)), 2):
-        if counts[a] > 0:
-            other = list(counts)
-            other[a] -= 1
-            other[b] += 1
-            yield other
 
 
-def test_histograms_and_neighbours_enumerate_what_they_claim():
-    assert sorted(map(tuple, histograms(3, 2))) == [(0, 3), (1, 2), (2, 1), (3, 0)]
-    assert len(list(histograms(4, 3))) == math.comb(6, 2)
-    assert sorted(map(tuple, neighbours([1, 0, 2]))) == [(0, 0, 3), (0, 1, 2), (1, 1, 1), (2, 0, 1)]
+def test_vote_histograms_and_neighbours_enumerate_what_they_claim():
+    assert sorted(map(tuple, vote_histograms(3, 2))) == [(0, 3), (1, 2), (2, 1), (3, 0)]
+    assert len(list(vote_histograms(4, 3))) == math.comb(6, 2)
+    assert sorted(map(tuple, vote_neighbours([1, 0, 2]))) == [(0, 0, 3), (0, 1, 2), (1, 1, 1), (2, 0, 1)]
 
 
 @pytest.mark.parametrize("name", sorted(LAWS))
@@ -77,9 +65,9 @@ def test_each_answer_is_2_gamma_dp_by_brute_force(name, gamma):
     is not slack by a factor of 2)."""
     law, worst = LAWS[name], 0.0
     for teachers, classes in [(1, 2), (3, 2), (5, 2), (4, 3), (3, 4)]:
-        for counts in histograms(teachers, classes):
+        for counts in vote_histograms(teachers, classes):
             p = law(counts, gamma)
-            for other in neighbours(counts):
+            for other in vote_neighbours(counts):
                 q = law(other, gamma)
                 worst = max(worst, max(abs(math.log(a / b)) for a, b in zip(p, q)))
     assert worst <= 2 * gamma + 1e-12
@@ -92,7 +80,7 @@ def test_q_bounds_hold_on_every_small_histogram(gamma):
     Σ ½ exp(−γ g) (the plurality taken as the first argmax); the exponential mechanism's equals
     its closed form."""
     for teachers, classes in [(2, 2), (6, 2), (5, 3), (6, 4), (9, 3)]:
-        rows = np.array(list(histograms(teachers, classes)))
+        rows = np.array(list(vote_histograms(teachers, classes)))
         pf_bound = permute_flip.q_bound(rows, gamma)
         em_exact = exponential.q_exact(rows, gamma)
         for row, bound, exact in zip(rows.tolist(), pf_bound, em_exact):

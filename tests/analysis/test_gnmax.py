@@ -2,7 +2,6 @@
 small mechanisms, Monte-Carlo estimates, brute force over small vote sets, dp-accounting,
 and the defects of the 2018 reference code (tensorflow/privacy research/pate_2018)."""
 
-import itertools
 import math
 
 import numpy as np
@@ -19,6 +18,7 @@ from analysis.bounds import gnmax as g
 from analysis.core.errors import PateError
 from analysis.core.noise import NoiseSource
 from analysis.accounting.rdp import DEFAULT_ORDERS
+from conftest import vote_histograms, vote_neighbours
 
 # --------------------------------------------------------------------------- plain loops
 
@@ -72,20 +72,8 @@ def renyi(p, q, lam):
     return math.log(np.sum(p**lam * q ** (1 - lam))) / (lam - 1)
 
 
-def neighbours(h):
-    """Vote sets one teacher away: one vote moved from class a to class b."""
-    for a, b in itertools.permutations(range(len(h)), 2):
-        if h[a] > 0:
-            n = list(h)
-            n[a] -= 1
-            n[b] += 1
-            yield tuple(n)
 
 
-def all_histograms(T, m):
-    for c in itertools.combinations(range(T + m - 1), m - 1):
-        b = (-1,) + c + (T + m - 1,)
-        yield tuple(b[i + 1] - b[i] - 1 for i in range(m))
 
 
 votes_st = st.integers(2, 12).flatmap(
@@ -173,7 +161,7 @@ def test_theorem6_bounds_exact_renyi_divergence(votes, sigma):
     orders = np.array([1.5, 2.0, 3.0, 5.0, 8.0])
     bound = g.rdp(g.log_q(np.array(votes), sigma), sigma, orders)
     assert np.any(bound < g.rdp_data_independent(sigma, orders))  # the data-dependent branch is exercised
-    for nb in neighbours(votes):
+    for nb in vote_neighbours(votes):
         q = gnmax_probs(nb, sigma)
         for lam, b in zip(orders, bound):
             assert renyi(p, q, lam) <= b + 1e-9
@@ -277,7 +265,7 @@ def joint_bound(h, t, s1, s2, lam):
 def test_joint_bound_is_above_exact_divergence_of_released_pair(h, t, s1, s2):
     for lam in (2.0, 5.0, 10.0):
         b = joint_bound(h, t, s1, s2, lam)
-        for hp in neighbours(h):
+        for hp in vote_neighbours(h):
             assert exact_joint(h, hp, t, s1, s2, lam) <= b + 1e-9
 
 
@@ -385,10 +373,10 @@ def test_gnss_sigma_for_cost_inverts_the_cost():
 
 def brute_force_profiles(T, m, sigma, order):
     """LS at every vote set by trying every neighbour, and its maximum over distance-d balls."""
-    H = list(all_histograms(T, m))
+    H = list(vote_histograms(T, m))
     index = {h: i for i, h in enumerate(H)}
     beta = g.rdp(g.log_q(np.array(H), sigma), sigma, [order])[:, 0]
-    adj = [[index[n] for n in neighbours(h)] for h in H]
+    adj = [[index[n] for n in vote_neighbours(h)] for h in H]
     ls = np.array([max(abs(beta[j] - beta[i]) for j in adj[i]) for i in range(len(H))])
     balls = np.zeros((len(H), T + 1))
     for i in range(len(H)):
@@ -475,10 +463,10 @@ def test_profiles_match_the_vote_moving_loop_at_mnist_scale():
 def test_largest_q_within_distance_d_is_the_greedy_move():
     """For consensus rows, the profile equals the envelope at the brute-force largest q̃."""
     T, m, sigma, order = 12, 4, 1.2, 2.5
-    H = list(all_histograms(T, m))
+    H = list(vote_histograms(T, m))
     index = {h: i for i, h in enumerate(H)}
     lq = g.log_q(np.array(H), sigma)
-    adj = [[index[n] for n in neighbours(h)] for h in H]
+    adj = [[index[n] for n in vote_neighbours(h)] for h in H]
     ls = gnmax_sensitivity._GNMaxLS(sigma, order, m, T)
     prof = gnmax_sensitivity.local_sensitivity_profile(np.array(H), T, sigma, order)
     checked = 0
@@ -565,7 +553,7 @@ def test_sanitized_confident_sensitivity_bounds_brute_force():
     """Joint Confident-GNMax: the discounted profile bounds the true local sensitivity of the
     total data-dependent RDP on a tiny vote space (two queries, every neighbour tried)."""
     T, m, sigma, s1, t, order = 6, 3, 1.0, 2.0, 5.0, 2.0
-    H = list(all_histograms(T, m))
+    H = list(vote_histograms(T, m))
     orders = [order]
 
     def total(rows):
@@ -579,8 +567,8 @@ def test_sanitized_confident_sensitivity_bounds_brute_force():
         assert f == pytest.approx(total(rows), rel=1e-12)
         # one teacher changes its vote on every query at once
         worst = 0.0
-        for n0 in list(neighbours(rows[0])) + [rows[0]]:
-            for n1 in list(neighbours(rows[1])) + [rows[1]]:
+        for n0 in list(vote_neighbours(rows[0])) + [rows[0]]:
+            for n1 in list(vote_neighbours(rows[1])) + [rows[1]]:
                 worst = max(worst, abs(total([n0, n1]) - f))
         assert worst <= F[0] * (1 + 1e-9) + 1e-15
 

@@ -13,7 +13,7 @@ from analysis.bounds import lnmax
 from analysis.sanitised import lnmax_release
 from analysis.core.errors import PateError
 from analysis.core.noise import NoiseSource
-from conftest import bench_module
+from conftest import bench_module, vote_neighbours
 
 # --------------------------------------------------------------------------- plain loops
 
@@ -33,18 +33,6 @@ def loop_data_dependent_eps(votes, gamma, delta, moments):
     return best
 
 
-def neighbours(counts):
-    """Every histogram one changed teacher vote away."""
-    c = len(counts)
-    for a in range(c):
-        if counts[a] == 0:
-            continue
-        for b in range(c):
-            if a != b:
-                d = list(counts)
-                d[a] -= 1
-                d[b] += 1
-                yield tuple(d)
 
 
 def f_loop(counts, gamma, l):
@@ -53,7 +41,7 @@ def f_loop(counts, gamma, l):
 
 def local_sensitivity(counts, gamma, l):
     v = f_loop(counts, gamma, l)
-    return max(abs(f_loop(d, gamma, l) - v) for d in neighbours(counts))
+    return max(abs(f_loop(d, gamma, l) - v) for d in vote_neighbours(counts))
 
 
 def brute_force_smooth_sensitivity(counts, gamma, l, beta):
@@ -67,7 +55,7 @@ def brute_force_smooth_sensitivity(counts, gamma, l, beta):
         k += 1
         nxt = []
         for x in frontier:
-            for d in neighbours(x):
+            for d in vote_neighbours(x):
                 if d not in seen:
                     seen.add(d)
                     nxt.append(d)
@@ -303,7 +291,7 @@ def histograms_within(counts, k):
     seen = {tuple(counts)}
     frontier = [tuple(counts)]
     for _ in range(k):
-        frontier = [d for x in frontier for d in neighbours(x) if d not in seen]
+        frontier = [d for x in frontier for d in vote_neighbours(x) if d not in seen]
         seen.update(frontier)
     return seen
 
@@ -359,7 +347,7 @@ def test_smooth_sensitivity_is_beta_smooth():
     for _ in range(30):
         counts = tuple(int(x) for x in rng.multinomial(40, rng.dirichlet(np.full(4, 0.3))))
         s = lnmax.smooth_sensitivity(np.asarray(counts), 0.1, range(1, 9), beta)
-        for d in itertools.islice(neighbours(counts), 6):
+        for d in itertools.islice(vote_neighbours(counts), 6):
             s2 = lnmax.smooth_sensitivity(np.asarray(d), 0.1, range(1, 9), beta)
             assert np.all(s <= math.exp(beta) * s2 * (1 + 1e-9) + 1e-300)
 
