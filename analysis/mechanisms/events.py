@@ -100,3 +100,10 @@ def from_json(doc: dict):
         return value
 
     return build(doc)
+
+
+def release_doc(costs: Iterable[Cost]) -> dict:
+    """A release file's ``dp_event`` entry: the event of its own costs (:func:`to_json`) and
+    which of dp-accounting's accountants read it."""
+    event = ledger_event(costs)
+    return {"event": to_json(event), "read_by": [k for k, v in supported(event).items() if v]}

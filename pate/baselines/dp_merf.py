@@ -126,7 +126,7 @@ def _record(config: Config, result: MerfResult, cost: composition.Cost, seed, sp
     cfg = config.synth
     units = merf.sensitivity(cfg.merf_features)
     return {
-        **result_head(result.data_set, result.eps, cfg.eps, result.delta, composition.RELATION),
+        **result_head(result.data_set, result.eps, cfg.eps, result.delta, composition.RELATION, cost),
         "method": "merf",
         "sampling_delta": 0.0,
         "accounting": ("data-independent: one release of the integer class-conditional feature sum, L2 "

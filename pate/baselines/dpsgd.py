@@ -344,7 +344,7 @@ def _record(config: Config, plan: Plan, result: DpsgdResult, params, train_x, se
     cfg = config.dpsgd
     return {
         **result_head(result.data_set, result.eps_replace_one, cfg.eps, result.delta,
-                      dpsgd_accounting.RELATION_REPLACE),
+                      dpsgd_accounting.RELATION_REPLACE, plan.cost),
         "target_relation": plan.relation,
         "eps_add_remove": result.eps,
         "eps_replace_one": result.eps_replace_one,

@@ -410,7 +410,7 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
     set's figure and then this model's own (`pate.baselines.release_step.result_head`)."""
     cfg = config.fedavg
     return {
-        **result_head(result.data_set, plan.eps, cfg.eps, result.delta, composition.RELATION),
+        **result_head(result.data_set, plan.eps, cfg.eps, result.delta, composition.RELATION, plan.cost),
         "algorithm": cfg.algorithm,
         "mechanism": cfg.mechanism,
         "model": cfg.model,

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 
 from analysis.core.errors import PateError
+from analysis.mechanisms import composition, events
 from analysis.reporting.report_io import figure_head
 from analysis.core.validation import check_delta, check_positive
 from pate.config import Config
@@ -53,16 +54,18 @@ def accuracy_fields(accuracy: float, eval_points: int, accuracy_test: float, tes
             "test_points": test_points}
 
 
-def result_head(data_set: dict, eps: float, target_eps: float, delta: float, relation: str) -> dict:
+def result_head(data_set: dict, eps: float, target_eps: float, delta: float, relation: str,
+                cost: composition.Cost) -> dict:
     """The first keys of a baseline's result file, as release.json's
     (`analysis.reporting.report_io.figure_head`): ``eps`` at ``delta``, what the data set has spent in all
     (``data_set``: `pate.store.ledger.Ledger.summary` with this release counted), then
     ``release_eps`` at ``release_delta``, this release's own ε (at ``delta``); the ε asked
-    for, the neighbouring relation of both, and the ledger's summary."""
+    for, the neighbouring relation of both, the ledger's summary, and this release's own
+    dp-accounting event (``cost``'s: `analysis.mechanisms.events.release_doc`)."""
     own_is = (f"this release's own figure ({relation} neighbours): NOT what the data set has spent when it has "
               "other releases")
     return {**figure_head(eps, delta, data_set, own_is), "target_eps": target_eps,
-            "neighbouring_relation": relation, "data_set": data_set}
+            "neighbouring_relation": relation, "data_set": data_set, "dp_event": events.release_doc([cost])}
 
 
 def publish_lines(data_set: dict | None, file: str) -> list[str]:

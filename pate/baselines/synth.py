@@ -180,7 +180,7 @@ def _record(config: Config, plan: Plan, result: SynthResult, seed, splits, shape
     """synth.json: public parameters and results only (no votes, no wall time, no seed)."""
     cfg = config.synth
     return {
-        **result_head(result.data_set, plan.eps, cfg.eps, result.delta, composition.RELATION),
+        **result_head(result.data_set, plan.eps, cfg.eps, result.delta, composition.RELATION, plan.cost),
         "sampling_delta": plan.sampling_delta,
         "accounting": ("data-independent: queries x GNMax answers on 2-class votes (PATE 2018, Proposition 8), "
                        "mu-GDP with mu^2 = 2 queries / sigma^2; the smaller of RDP and PLD; adaptive "

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from analysis.mechanisms import composition
+from analysis.mechanisms import composition, events
 from analysis.mechanisms import registry
 from analysis.mechanisms.record import Mechanism
 from analysis.reporting import report as report_mod
@@ -78,17 +78,20 @@ def _charge_then_commit(staged: StagedOutputs, charges: list, what: str) -> None
 
 def _stage(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
            labels_sha256: str | None = None, research_seed: bool = False,
-           data_set: dict | None = None) -> StagedOutputs:
+           data_set: dict | None = None, costs=()) -> StagedOutputs:
     """Stages (`analysis.reporting.report_io.stage_outputs`) the report with the `meta` every JSON artifact carries (config hash when
     made from a config, package version, time; for a run's labels, their sha256, which
-    marks that release as made: `check_not_released`), and ``research_seed: true`` when a
-    seed made any of the released noise (never the seed)."""
+    marks that release as made: `check_not_released`), ``research_seed: true`` when a
+    seed made any of the released noise (never the seed), and the dp-accounting event of the
+    release's own ``costs`` (`analysis.mechanisms.events.release_doc`)."""
     meta = rundir.metadata(config)
     if labels_sha256 is not None:
         meta["labels_sha256"] = labels_sha256
     extra = {"meta": meta, **({"research_seed": True} if research_seed else {})}
     if data_set is not None:
         extra["data_set"] = data_set
+    if costs:
+        extra["dp_event"] = events.release_doc(costs)
     return stage_outputs(rep, json_path, plot_path, release_path=release_path, extra=extra)
 
 
@@ -228,8 +231,12 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
                             release=_own_figure(rep, labels_digest))
     # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
+    record = registry.from_arrays(labels, rundir.LABELS_NPZ)
+    cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
+    own = [composition.labels_cost(record, int(np.asarray(labels["labels"]).size), max_answers=cap),
+           *([] if draw_cost is None else [draw_cost])]
     staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,
-                    research_seed=research, data_set=data_set)
+                    research_seed=research, data_set=data_set, costs=own)
     _charge_then_commit(staged, draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
                                             budget=p.total_budget, delta=delta), f"analyze ({release_path})")
     echo(_publish_line(data_set) + "\n" + render_table(rep))
@@ -263,7 +270,7 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     data_set = book.summary(delta, release=_own_figure(rep, content_digest(labels)))
     staged = _stage(rep, json_path, None, release_path, config, labels_sha256=content_digest(labels),
-                    research_seed=research, data_set=data_set)
+                    research_seed=research, data_set=data_set, costs=[registry.from_arrays(labels, path).cost()])
     _charge_then_commit(staged, [], f"analyze ({release_path})")
     echo(_publish_line(data_set))
     echo(render_table(rep))
@@ -337,7 +344,9 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
     draw_cost = release_cost_of(rep, release_cost) if draw else None
     data_set = book.summary(delta, extra=[composition.labels_cost(mechanism, int(answered.shape[0])),
                                           *([] if draw_cost is None else [draw_cost])]) if draw else None
-    staged = _stage(rep, json_path, plot_path, release_path, research_seed=seed is not None, data_set=data_set)
+    own = [composition.labels_cost(mechanism, int(answered.shape[0])), *([] if draw_cost is None else [draw_cost])]
+    staged = _stage(rep, json_path, plot_path, release_path, research_seed=seed is not None, data_set=data_set,
+                    costs=own)
     charges = draw_charge(book, rep, release_cost, subject=None, budget=total_budget, delta=delta) if draw else []
     outputs = ", ".join(str(path) for path in (release_path, json_path, plot_path) if path)
     _charge_then_commit(staged, charges, f"analyze ({outputs})")

@@ -168,6 +168,8 @@ def test_tiny_run_through_the_cli(tiny_dpsgd):
     for key in ("accuracy", "eps", "delta", "noise_multiplier", "clip_norm", "epochs", "steps",
                 "batch_size", "sampling", "accountant", "model", "neighbouring_relation", "eps_replace_one"):
         assert key in info, key
+    # its replace-one curve has no dp-accounting event: exported as such, never as add/remove's
+    assert "UnsupportedDpEvent" in json.dumps(info["dp_event"]) and info["dp_event"]["read_by"] == []
     # The wall times grow with the realised (private) Poisson batch sizes: printed, never written.
     assert not [key for key in info if "time" in key]
     assert "wall time" in output and "training" in output

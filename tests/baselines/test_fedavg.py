@@ -333,6 +333,7 @@ def test_tiny_run_through_the_cli(tiny_fedavg, ledger_dir):
                 "sensitivity", "algorithm", "mechanism", "data_set"):
         assert key in info, key
     assert not [key for key in info if "time" in key]
+    assert info["dp_event"]["event"]["class_name"] == "ComposedDpEvent"  # its own, for dp-accounting
     cfg = load_config(TINY)
     assert info["neighbouring_relation"] == "replace-one"
     assert info["clients"] == cfg.teachers.num_teachers  # the teachers' shards

@@ -78,3 +78,12 @@ def test_the_cli_writes_the_export_and_lists_the_ledger(tmp_path, monkeypatch):
     link.symlink_to(tmp_path / "elsewhere.json")
     refused = CliRunner().invoke(main, ["ledger", "--name", "data", "--export", str(link)])
     assert refused.exit_code == 2 and "symbolic link" in refused.output
+
+
+def test_release_json_carries_the_releases_own_event(finished_tiny):
+    """release.json of a run: the labels' and the sanitised draw's costs as dp-accounting events
+    (LNMax's pure eps as zCDP, the smooth-sensitivity release's (eps, delta) unsupported)."""
+    doc = json.loads((finished_tiny / "release.json").read_text())
+    event = events.from_json(doc["dp_event"]["event"])
+    assert [type(e).__name__ for e in event.events][0] in ("SelfComposedDpEvent", "ZCDpEvent")
+    assert doc["dp_event"]["read_by"] == [k for k, v in events.supported(event).items() if v]
