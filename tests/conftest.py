@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import pathlib
 import shutil
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -33,6 +35,33 @@ def vote_histograms(teachers: int, classes: int):
     for cut in itertools.combinations(range(teachers + classes - 1), classes - 1):
         edges = (-1, *cut, teachers + classes - 1)
         yield tuple(edges[i + 1] - edges[i] - 1 for i in range(classes))
+
+
+EMBEDDING_FEATURES, EMBEDDING_CLASSES = 16, 4
+
+#: The tiny run on embeddings (tests of a 2-D npz data set): 6 linear teachers, an MLP student, LNMax (as configs/tiny.toml's).
+EMBEDDING_SETS = ["teachers.model=\"linear\"", "teachers.conv_features=[]", "teachers.conv_kernels=[]",
+        "teachers.conv_strides=[]", "student.model=\"mlp\"", "student.hidden=[32]", "student.conv_features=[]",
+        "student.conv_kernels=[]", "student.conv_strides=[]", "student.cutout=0", "student.augment_shift=0"]
+
+
+def write_embeddings(path, train: int = 480, test: int = 300, features: int = EMBEDDING_FEATURES, seed: int = 0) -> str:
+    """Gaussian classes around random centres, in no particular range (as a model's embeddings)."""
+    rng = np.random.default_rng(seed)
+    centres = 2.0 * rng.normal(size=(EMBEDDING_CLASSES, features))
+
+    def draw(n):
+        y = rng.integers(0, EMBEDDING_CLASSES, n)
+        return (centres[y] + rng.normal(size=(n, features))).astype(np.float32), y
+
+    (xtr, ytr), (xte, yte) = draw(train), draw(test)
+    np.savez(path, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte)
+    return str(path)
+
+
+def embedding_sets(path) -> list[str]:
+    out = ["data.name=\"npz\"", f"data.path={json.dumps(str(path))}", *EMBEDDING_SETS]
+    return [a for s in out for a in ("--set", s)]
 
 
 def bench_module(name: str):

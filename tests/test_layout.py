@@ -366,3 +366,12 @@ def test_every_project_import_names_a_module_that_exists(path):
         missing += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names
                     if n.split(".")[0] in PACKAGES and n not in MODULES]
     assert missing == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests").rglob("test_*.py")), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_test_module_imports_test_helpers_from_its_own_folder_or_conftest(path):
+    """`from test_x import ...` finds test_x.py only when it lies beside the importer (pytest puts
+    each test file's own folder on sys.path); shared helpers live in tests/conftest.py."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("test_"):
+            assert (path.parent / f"{node.module}.py").exists(), f"{path.name} imports {node.module} from elsewhere"

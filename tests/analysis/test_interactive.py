@@ -21,7 +21,8 @@ from analysis.core.noise import NoiseSource
 from pate.release import aggregation
 
 from conftest import invoke, one_line
-from test_gnmax import all_histograms, gnmax_probs, neighbours
+from conftest import vote_histograms as all_histograms, vote_neighbours as neighbours
+from test_gnmax import gnmax_probs
 
 
 def loop_statistic(h, o):

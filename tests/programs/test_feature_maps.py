@@ -16,7 +16,7 @@ from pate.config.sections import FEATURE_MAPS
 from pate.data import Splits
 from pate.programs import public_features
 from pate.release import fine_grained_release
-from test_embeddings import sets_for, write_embeddings
+from conftest import embedding_sets as sets_for, write_embeddings
 
 
 def test_the_config_names_exactly_the_maps_there_are():

@@ -14,7 +14,7 @@ from analysis.core.errors import PateError
 from conftest import ROOT, TINY, invoke
 from pate.config import StudentConfig, TeachersConfig, load_config
 from pate.programs import models, user_model
-from test_embeddings import FEATURES, sets_for, write_embeddings
+from conftest import EMBEDDING_FEATURES as FEATURES, embedding_sets as sets_for, write_embeddings
 
 BROKEN = '''
 import flax.linen as nn

@@ -10,36 +10,10 @@ import numpy as np
 import pytest
 
 from analysis.core.errors import PateError
-from conftest import invoke, one_line_error
+from conftest import EMBEDDING_CLASSES as CLASSES, EMBEDDING_FEATURES as FEATURES, embedding_sets as sets_for
+from conftest import invoke, one_line_error, write_embeddings
 from pate import data
 from pate.config import DataConfig
-
-FEATURES, CLASSES = 16, 4
-
-#: The tiny run on embeddings: 6 linear teachers, an MLP student, LNMax (as configs/tiny.toml's).
-SETS = ["teachers.model=\"linear\"", "teachers.conv_features=[]", "teachers.conv_kernels=[]",
-        "teachers.conv_strides=[]", "student.model=\"mlp\"", "student.hidden=[32]", "student.conv_features=[]",
-        "student.conv_kernels=[]", "student.conv_strides=[]", "student.cutout=0", "student.augment_shift=0"]
-
-
-def write_embeddings(path, train: int = 480, test: int = 300, features: int = FEATURES, seed: int = 0) -> str:
-    """Gaussian classes around random centres, in no particular range (as a model's embeddings)."""
-    rng = np.random.default_rng(seed)
-    centres = 2.0 * rng.normal(size=(CLASSES, features))
-
-    def draw(n):
-        y = rng.integers(0, CLASSES, n)
-        return (centres[y] + rng.normal(size=(n, features))).astype(np.float32), y
-
-    (xtr, ytr), (xte, yte) = draw(train), draw(test)
-    np.savez(path, x_train=xtr, y_train=ytr, x_test=xte, y_test=yte)
-    return str(path)
-
-
-def sets_for(path) -> list[str]:
-    out = ["data.name=\"npz\"", f"data.path={json.dumps(str(path))}", *SETS]
-    return [a for s in out for a in ("--set", s)]
-
 
 def test_a_2d_npz_is_a_data_set_of_embeddings(tmp_path):
     path = write_embeddings(tmp_path / "e.npz")
