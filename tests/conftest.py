@@ -64,6 +64,25 @@ def embedding_sets(path) -> list[str]:
     return [a for s in out for a in ("--set", s)]
 
 
+def chi_square_pvalue(samples, pmf, support):
+    """Pearson's test of integer samples against a pmf over `support` (tails pooled)."""
+    samples = np.asarray(samples)
+    probs = pmf(support)
+    observed = np.array([(samples == k).sum() for k in support], dtype=float)
+    tail_p = 1.0 - probs.sum()
+    observed = np.append(observed, samples.size - observed.sum())
+    expected = np.append(probs, tail_p) * samples.size
+    keep = expected > 5
+    pooled_obs = np.append(observed[keep], observed[~keep].sum())
+    pooled_exp = np.append(expected[keep], expected[~keep].sum())
+    if pooled_exp[-1] == 0:
+        pooled_obs, pooled_exp = pooled_obs[:-1], pooled_exp[:-1]
+    pooled_exp *= pooled_obs.sum() / pooled_exp.sum()
+    from scipy import stats
+
+    return stats.chisquare(pooled_obs, pooled_exp).pvalue
+
+
 def bench_module(name: str):
     """The script ``bench/<name>.py`` imported as a module (bench/ is no package)."""
     import importlib.util

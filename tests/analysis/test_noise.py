@@ -11,6 +11,7 @@ from scipy import special, stats
 from analysis.sanitised import gnss
 from analysis.sanitised import lnmax_release
 from analysis.core.errors import PateError
+from conftest import chi_square_pvalue
 from analysis.core.noise import (
     KOLMOGOROV_BOUND,
     LABELS_STREAM,
@@ -27,23 +28,6 @@ from analysis.core.noise import (
     randbelow_array,
     sampling_delta,
 )
-
-
-def chi_square_pvalue(samples, pmf, support):
-    """Pearson's test of integer samples against a pmf over `support` (tails pooled)."""
-    samples = np.asarray(samples)
-    probs = pmf(support)
-    observed = np.array([(samples == k).sum() for k in support], dtype=float)
-    tail_p = 1.0 - probs.sum()
-    observed = np.append(observed, samples.size - observed.sum())
-    expected = np.append(probs, tail_p) * samples.size
-    keep = expected > 5
-    pooled_obs = np.append(observed[keep], observed[~keep].sum())
-    pooled_exp = np.append(expected[keep], expected[~keep].sum())
-    if pooled_exp[-1] == 0:
-        pooled_obs, pooled_exp = pooled_obs[:-1], pooled_exp[:-1]
-    pooled_exp *= pooled_obs.sum() / pooled_exp.sum()
-    return stats.chisquare(pooled_obs, pooled_exp).pvalue
 
 
 # --------------------------------------------------------------------------- sources

@@ -127,7 +127,7 @@ def test_grid_noise_is_exact_discrete_laplace_on_the_grid(scale_steps):
     """add_noise with a grid: every released value is an integer multiple of γ, and
     value/γ − round(m/γ) fits the discrete Laplace pmf of scale t (and not of 1.2 t)."""
     from analysis.core.noise import discrete_laplace_pmf
-    from test_noise import chi_square_pvalue
+    from conftest import chi_square_pvalue
 
     step = 2.0**-12
     grid = fp.GridNoise(100, step, 1000, scale_steps, 1000 / scale_steps)
