@@ -17,7 +17,6 @@ import numpy as np
 from analysis.planning import headline_target
 from analysis.mechanisms import registry
 from analysis.mechanisms.record import Mechanism
-from analysis.mechanisms import noisy_max
 from analysis.planning import plan as plan_mod
 from analysis.core.errors import PateError
 from analysis.reporting.report import Item
@@ -74,12 +73,21 @@ def round1_target(config) -> float:
 
 
 def check_round2(config) -> None:
-    """Refuses ``[rounds] check = "interactive"`` with a mechanism other than Confident-GNMax
-    (the check is its threshold step): in `pate run`'s preflight, `pate plan --config` and
-    `pate label --round 2`, before anything is computed."""
-    if config.rounds.check == "interactive" and config.aggregation.mechanism != noisy_max.ConfidentGNMax.name:
-        raise PateError(f'rounds.check = "interactive" is the threshold step of confident-gnmax, but '
-                        f"aggregation.mechanism is {config.aggregation.mechanism}; use confident-gnmax")
+    """Refuses a second round its mechanism cannot make: ``[rounds] check = "interactive"``
+    without a threshold step (the check is Confident-GNMax's), and any mechanism without a
+    sanitised release (the headline of both rounds composes round 1's published release:
+    `pate.release.round2_report`). In `pate run`'s preflight, `pate plan --config` and `pate label
+    --round 2`, before anything is computed."""
+    name = config.aggregation.mechanism
+    record = registry.record_type(name)
+    with_step = ", ".join(n for n, r in registry.RECORDS.items() if r.threshold_step)
+    if config.rounds.check == "interactive" and not record.threshold_step:
+        raise PateError(f'rounds.check = "interactive" is the threshold step of {with_step}, but '
+                        f"aggregation.mechanism is {name}; use {with_step}")
+    if not record.sanitised:
+        sanitised = ", ".join(n for n, r in registry.RECORDS.items() if r.sanitised)
+        raise PateError(f"a second round composes round 1's sanitised release, and {name} publishes none: "
+                        f"label two rounds with a mechanism that has one ({sanitised}), or one round with this one")
 
 
 def choose_round2(config, num_teachers: int, num_classes: int, first: dict, *, earlier, record=None,
