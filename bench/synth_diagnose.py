@@ -81,9 +81,9 @@ def _direct_step(gan: PateGan):
     @jax.jit
     def step(tparams, generator, s):
         gp, go = generator
-        kz, ky = jax.random.split(jax.random.fold_in(jax.random.key(spec.seed + 7), s))
-        y = jax.nn.one_hot(jax.random.randint(ky, (spec.batch_size,), 0, spec.num_classes), spec.num_classes)
-        z = jax.random.normal(kz, (spec.batch_size, spec.latent_dim))
+        kz, ky = jax.random.split(jax.random.fold_in(jax.random.key(spec.synth.seed + 7), s))
+        y = jax.nn.one_hot(jax.random.randint(ky, (spec.synth.batch_size,), 0, spec.num_classes), spec.num_classes)
+        z = jax.random.normal(kz, (spec.synth.batch_size, spec.synth.latent_dim))
 
         def loss(p):
             x = gan.gen.apply(p, z, y)
@@ -133,7 +133,7 @@ def main() -> None:
     if args.teacher_lr is None:
         gan = PateGan(spec, *shards, public_x=public_x)
     else:
-        gan = _SlowTeacherGan(_SlowTeacherSpec(**dataclasses.asdict(spec), teacher_learning_rate=args.teacher_lr),
+        gan = _SlowTeacherGan(_SlowTeacherSpec(spec.image_shape, spec.num_classes, spec.synth, teacher_learning_rate=args.teacher_lr),
                               *shards, public_x=public_x)
     trace, window = [], []
     real_run = aggregation.run

@@ -70,6 +70,7 @@ import optax
 from analysis.core.errors import PateError
 from analysis.mechanisms.record import Mechanism
 from analysis.core.noise import NoiseSource
+from pate.config.baseline_sections import SynthConfig
 from pate.release import aggregation
 from pate.programs import keys
 from pate.programs.models import Discriminator, Generator
@@ -83,30 +84,16 @@ _SAMPLES_STREAM = 3  # the released samples: fold_in(training key, 3)
 
 @dataclasses.dataclass(frozen=True)
 class GanSpec:
-    """The public settings the program is built from (`pate.config.baseline_sections.SynthConfig`)."""
+    """What the program is built from: the data's public shape and classes, and the `[synth]`
+    section itself (`pate.config.baseline_sections.SynthConfig`, frozen and hashable)."""
 
     image_shape: tuple[int, ...]
     num_classes: int
-    latent_dim: int = 64
-    generator_hidden: tuple[int, ...] = (256, 512)
-    discriminator_hidden: tuple[int, ...] = (128,)
-    learning_rate: float = 2e-4
-    batch_size: int = 64
-    real_batch_size: int = 64
-    teacher_steps: int = 1
-    student_steps: int = 1
-    seed: int = 0
-    public_real: bool = False
-    gan_steps: int = 1
-    warmup_steps: int = 0
-    teacher_fakes: str = "generated"
+    synth: SynthConfig
 
     @classmethod
-    def of(cls, cfg, image_shape: Sequence[int], num_classes: int) -> "GanSpec":
-        return cls(tuple(int(d) for d in image_shape), int(num_classes), cfg.latent_dim,
-                   tuple(cfg.generator_hidden), tuple(cfg.discriminator_hidden), cfg.learning_rate,
-                   cfg.batch_size, cfg.real_batch_size, cfg.teacher_steps, cfg.student_steps, cfg.seed,
-                   cfg.public_real, cfg.gan_steps, cfg.warmup_steps, cfg.teacher_fakes)
+    def of(cls, cfg: SynthConfig, image_shape: Sequence[int], num_classes: int) -> "GanSpec":
+        return cls(tuple(int(d) for d in image_shape), int(num_classes), cfg)
 
 
 def teacher_shards(train_x: np.ndarray, train_y: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -123,18 +110,18 @@ class PateGan:
 
     def __init__(self, spec: GanSpec, shards_x: np.ndarray, shards_y: np.ndarray,
                  placement: Placement | None = None, public_x: np.ndarray | None = None):
-        if spec.public_real and (public_x is None or len(public_x) == 0):
+        if spec.synth.public_real and (public_x is None or len(public_x) == 0):
             raise PateError("synth.public_real = true needs the public pool's images (data.public_size >= 1)")
         self.spec = spec
         self.num_teachers = int(shards_x.shape[0])
         self.placement = placement or Placement(self.num_teachers)
-        self.gen = Generator(spec.image_shape, spec.generator_hidden)
-        self.disc = Discriminator(spec.discriminator_hidden)
-        self.tx = optax.adam(spec.learning_rate, b1=0.5)
+        self.gen = Generator(spec.image_shape, spec.synth.generator_hidden)
+        self.disc = Discriminator(spec.synth.discriminator_hidden)
+        self.tx = optax.adam(spec.synth.learning_rate, b1=0.5)
         self.shards = self.placement.put((np.asarray(shards_x, np.float32), np.asarray(shards_y, np.int32)))
         self.ids = self.placement.teacher_ids()
         self.mask = self.placement.mask()
-        root = keys.training_key(spec.seed)
+        root = keys.training_key(spec.synth.seed)
         self._root = root
         self._data_key = keys.stream(root, keys.DATA_STREAM)
         self._fns = _compiled(self)
@@ -144,7 +131,7 @@ class PateGan:
         # The public-pool student (public_real): a discriminator without class input, the
         # pool's images (public) as its only real ones, and the noisy votes released so far.
         self.public_x = None if public_x is None else jnp.asarray(public_x, jnp.float32)
-        self.public_student = self._fns["init_public"](init) if spec.public_real else None
+        self.public_student = self._fns["init_public"](init) if spec.synth.public_real else None
         self.released: tuple[jax.Array, jax.Array, jax.Array] | None = None
         self.filled = 0
 
@@ -159,7 +146,7 @@ class PateGan:
 
         def init_rest(init):
             student = self.disc.init(jax.random.fold_in(init, 1), x0, c0)
-            generator = self.gen.init(jax.random.fold_in(init, 2), jnp.zeros((1, spec.latent_dim)), c0)
+            generator = self.gen.init(jax.random.fold_in(init, 2), jnp.zeros((1, spec.synth.latent_dim)), c0)
             return (student, self.tx.init(student)), (generator, self.tx.init(generator))
 
         def init_public(init):
@@ -177,7 +164,7 @@ class PateGan:
         """``n`` generated images and their classes (drawn uniformly: a public prior)."""
         kz, ky = jax.random.split(key)
         y = jax.random.randint(ky, (n,), 0, self.spec.num_classes)
-        z = jax.random.normal(kz, (n, self.spec.latent_dim))
+        z = jax.random.normal(kz, (n, self.spec.synth.latent_dim))
         return self.gen.apply(gparams, z, self._onehot(y)), y
 
     def _step_key(self, s, purpose: int) -> jax.Array:
@@ -185,8 +172,8 @@ class PateGan:
 
     def _make_teacher_round(self) -> Callable:
         spec, disc, tx = self.spec, self.disc, self.tx
-        k, r = spec.teacher_steps, spec.real_batch_size
-        generated, mismatched = spec.teacher_fakes in ("generated", "both"), spec.teacher_fakes in ("mismatched", "both")
+        k, r = spec.synth.teacher_steps, spec.synth.real_batch_size
+        generated, mismatched = spec.synth.teacher_fakes in ("generated", "both"), spec.synth.teacher_fakes in ("mismatched", "both")
 
         def one_teacher(params, opt, x, y, tid, s, fx, fy):
             """Teacher ``tid``'s Adam steps on its own shard (x, y) against the fakes."""
@@ -242,14 +229,14 @@ class PateGan:
         def post(student, generator, x, y, labels, s):
             sp, so = student
             target = labels.astype(jnp.float32)
-            for _ in range(spec.student_steps):
+            for _ in range(spec.synth.student_steps):
                 grads = jax.grad(lambda p: _bce(disc.apply(p, x, self._onehot(y)), target))(sp)
                 updates, so = tx.update(grads, so, sp)
                 sp = optax.apply_updates(sp, updates)
             gp, go = generator
             kz, ky = jax.random.split(self._step_key(s, _GENERATOR))
-            y2 = jax.random.randint(ky, (spec.batch_size,), 0, spec.num_classes)
-            z = jax.random.normal(kz, (spec.batch_size, spec.latent_dim))
+            y2 = jax.random.randint(ky, (spec.synth.batch_size,), 0, spec.num_classes)
+            z = jax.random.normal(kz, (spec.synth.batch_size, spec.synth.latent_dim))
 
             def loss(p):  # non-saturating: make the student say real
                 return _bce(disc.apply(sp, gen.apply(p, z, self._onehot(y2)), self._onehot(y2)), 1.0)
@@ -263,7 +250,7 @@ class PateGan:
         """``gan_steps`` updates of the two students and the generator (public_real): post-processing
         of the public pool and of the released labels ``(bx, by, bl)[:filled]`` only."""
         spec, disc, gen, tx = self.spec, self.disc, self.gen, self.tx
-        b = spec.batch_size
+        b = spec.synth.batch_size
         none = jnp.zeros((b, 0), jnp.float32)  # the public student's (empty) class input
 
         def post(student, public, generator, released, filled, public_x, s):
@@ -273,7 +260,7 @@ class PateGan:
             def one(carry, i):
                 (sp, so), (up, uo), (gp, go) = carry
                 key = jax.random.fold_in(self._step_key(s, _GENERATOR), i)
-                for j in range(spec.student_steps):
+                for j in range(spec.synth.student_steps):
                     kf, kp, kb = jax.random.split(jax.random.fold_in(key, j + 1), 3)
                     fx, _ = self._fake(gp, kf, b)
                     px = public_x[jax.random.randint(kp, (b,), 0, public_x.shape[0])]
@@ -287,7 +274,7 @@ class PateGan:
                     sp = optax.apply_updates(sp, updates)
                 kz, ky = jax.random.split(jax.random.fold_in(key, 0))
                 y = jax.random.randint(ky, (b,), 0, spec.num_classes)
-                z = jax.random.normal(kz, (b, spec.latent_dim))
+                z = jax.random.normal(kz, (b, spec.synth.latent_dim))
 
                 def g_loss(p):  # non-saturating: make both students say real
                     x = gen.apply(p, z, self._onehot(y))
@@ -296,7 +283,7 @@ class PateGan:
                 updates, go = tx.update(jax.grad(g_loss)(gp), go, gp)
                 return ((sp, so), (up, uo), (optax.apply_updates(gp, updates), go)), None
 
-            return jax.lax.scan(one, (student, public, generator), jnp.arange(spec.gan_steps))[0]
+            return jax.lax.scan(one, (student, public, generator), jnp.arange(spec.synth.gan_steps))[0]
 
         return post
 
@@ -313,7 +300,7 @@ class PateGan:
     def reserve(self, queries: int) -> None:
         """Room for ``queries`` released (image, class, noisy label) rows (public_real: the
         conditional student draws its batches from all of them)."""
-        if self.spec.public_real:
+        if self.spec.synth.public_real:
             self.released = (jnp.zeros((queries, *self.spec.image_shape), jnp.float32),
                              jnp.zeros((queries,), jnp.int32), jnp.zeros((queries,), jnp.int32))
             self.filled = 0
@@ -335,7 +322,7 @@ class PateGan:
 
     def queries(self, s: int) -> tuple[jax.Array, jax.Array]:
         """The ``batch_size`` generated points of step ``s`` the teachers vote on."""
-        return self._fns["generate"](self.generator[0], self._step_key(s, _QUERIES), self.spec.batch_size)
+        return self._fns["generate"](self.generator[0], self._step_key(s, _QUERIES), self.spec.synth.batch_size)
 
     def votes(self, x: jax.Array, y: jax.Array) -> np.ndarray:
         """The (B, 2) vote histogram of the teachers on the queries — PRIVATE."""
@@ -345,7 +332,7 @@ class PateGan:
         """The student on the queried points and their noisy labels, then the generator
         (public_real: the labels join the released rows, then `gan_steps` updates)."""
         labels = jnp.asarray(labels, jnp.int32)
-        if not self.spec.public_real:
+        if not self.spec.synth.public_real:
             self.student, self.generator = self._fns["post"](self.student, self.generator, x, y, labels,
                                                       jnp.int32(s))
             return
@@ -366,7 +353,7 @@ class PateGan:
         out = []
         for start in range(0, n, chunk):
             yc = jnp.asarray(y[start: start + chunk])
-            z = jax.random.normal(jax.random.fold_in(key, start), (yc.shape[0], self.spec.latent_dim))
+            z = jax.random.normal(jax.random.fold_in(key, start), (yc.shape[0], self.spec.synth.latent_dim))
             out.append(np.asarray(self._fns["apply_gen"](self.generator[0], z, self._onehot(yc))))
         return np.concatenate(out), y
 
@@ -401,8 +388,8 @@ def train(gan: PateGan, steps: int, mechanism: Mechanism, source: NoiseSource,
     docstring); both are fixed by the caller before training, from public values (no stopping
     rule reads anything). ``on_step`` gets the steps done of ``warmup_steps + steps``.
     Returns the number of queries answered: ``steps × batch_size``."""
-    answered, warmup = 0, gan.spec.warmup_steps
-    gan.reserve(steps * gan.spec.batch_size)
+    answered, warmup = 0, gan.spec.synth.warmup_steps
+    gan.reserve(steps * gan.spec.synth.batch_size)
     for s in range(warmup + steps):
         gan.update_teachers(s)
         if s < warmup:

@@ -162,7 +162,7 @@ def test_query_count_is_independent_of_the_private_data(monkeypatch):
         gan = PateGan(SPEC, *teacher_shards(x, y, partition(n, TEACHERS, seed=0).indices))
         calls.clear()
         counts.append((train(gan, 4, GNMax(3.0), NoiseSource(2)), list(calls)))
-    assert counts[0] == counts[1] == (4 * SPEC.batch_size, [SPEC.batch_size] * 4)
+    assert counts[0] == counts[1] == (4 * SPEC.synth.batch_size, [SPEC.synth.batch_size] * 4)
     assert synth.Plan.of(cfg, 1e-5) == synth.Plan.of(cfg, 1e-5)  # config and delta only
 
 
@@ -280,7 +280,8 @@ def test_bad_options_and_config_are_one_line_errors(tmp_path):
 
 # --------------------------------------------------------------------------- the public-pool student
 
-PUBLIC_SPEC = dataclasses.replace(SPEC, public_real=True, gan_steps=2, warmup_steps=1, teacher_fakes="both")
+PUBLIC_SPEC = dataclasses.replace(SPEC, synth=dataclasses.replace(SPEC.synth, public_real=True, gan_steps=2,
+                                                                      warmup_steps=1, teacher_fakes="both"))
 
 
 def test_the_generator_reads_the_private_data_only_through_the_votes(monkeypatch):
@@ -294,7 +295,7 @@ def test_the_generator_reads_the_private_data_only_through_the_votes(monkeypatch
     released, real_run = [], aggregation.run
     monkeypatch.setattr(aggregation, "run", lambda v, m, s: released.append(real_run(v, m, s)) or released[-1])
     a = PateGan(PUBLIC_SPEC, *teacher_shards(x, y, indices), public_x=public)
-    assert train(a, 3, GNMax(2.0), NoiseSource(3)) == 3 * SPEC.batch_size
+    assert train(a, 3, GNMax(2.0), NoiseSource(3)) == 3 * SPEC.synth.batch_size
     replay = iter(released)
     monkeypatch.setattr(aggregation, "run", lambda v, m, s: next(replay))
     b = PateGan(PUBLIC_SPEC, *teacher_shards(np.full_like(x, np.nan), y, indices), public_x=public)
@@ -310,7 +311,7 @@ def test_the_generator_reads_the_private_data_only_through_the_votes(monkeypatch
 def test_mismatched_teachers_change_with_their_own_shard_only():
     """teacher_fakes = "mismatched" (the teachers' own images under a wrong class as fakes):
     replacing shard J's examples still changes teacher J alone."""
-    spec = dataclasses.replace(PUBLIC_SPEC, teacher_fakes="mismatched")
+    spec = dataclasses.replace(PUBLIC_SPEC, synth=dataclasses.replace(PUBLIC_SPEC.synth, teacher_fakes="mismatched"))
     x, y = _data()
     part = partition(x.shape[0], TEACHERS, seed=0)
     x2 = x.copy()
