@@ -384,7 +384,10 @@ class Ledger:
 
     def _append(self, raw: bytes, header: dict | None, entries: list[dict], new: list[dict]) -> list[dict]:
         """Writes `new` entries after the file's `raw` bytes (under the lock); returns them numbered."""
-        seq = sum(1 for e in entries if "ledger" not in e)  # this ledger's own entries
+        # After this ledger's highest number, not its count: a withdrawn entry leaves a gap,
+        # never a number given twice.
+        own = [e for e in entries if "ledger" not in e]
+        seq = max([len(own)] + [e["seq"] for e in own if type(e.get("seq")) is int])
         written = []
         for doc in new:
             seq += 1
@@ -592,45 +595,85 @@ def cumulative_line(book: Ledger, delta: float) -> str:
             f"{total.eps:.4g} at delta {total.delta:.3g} (`pate ledger` lists them)")
 
 
-def render(ledger: Ledger, delta: float) -> str:
-    """`pate ledger`'s table: one line per entry with a release's own ε, then the cumulative ε."""
+def describe(ledger: Ledger, delta: float, *, finite: bool = False) -> dict[str, Any]:
+    """What `pate ledger` shows, as data (`render` prints it; ``pate ledger --json`` prints it as
+    JSON for scripts): every entry with its own ε at ``delta`` (None for an entry that releases
+    nothing), the cumulative ε, δ and route over the releases, the budget, and the notes. With
+    ``finite``, an infinite ε is the string "inf" (JSON has no infinity; null would read as none)."""
+    doc = _describe(ledger, delta)
+    if finite:
+        doc["entries"] = [{k: _finite(v) for k, v in e.items()} for e in doc["entries"]]
+        if doc["cumulative"] is not None:
+            doc["cumulative"] = {k: _finite(v) for k, v in doc["cumulative"].items()}
+    return doc
+
+
+def _finite(value):
+    return "inf" if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _describe(ledger: Ledger, delta: float) -> dict[str, Any]:
     entries = ledger.entries()
-    lines = [f"ledger: {ledger.name}", f"file: {ledger.path}",
-             f"neighbouring relation: {composition.RELATION_TEXT}"]
+    rows, data_digests = [], set()
+    for e in entries:
+        row = {"seq": e.get("seq"), "time": e.get("time"), "kind": e.get("kind"), "run": e.get("run"),
+               "older_name": e.get("ledger")}
+        if e.get("kind") in RELEASE_KINDS:
+            cost = composition.Cost.from_json(e["cost"])
+            row.update(own_eps=composition.single_eps(cost, delta),
+                       what=(e.get("mechanism") or {}).get("describe") or cost.describe(), cost=e["cost"])
+        elif e.get("kind") == "budget":
+            row.update(own_eps=None, what=f"budget eps {e['budget']:g} at delta {e['delta']:g} ({e.get('note', '')})",
+                       budget=e["budget"], delta=e["delta"])
+        else:
+            row.update(own_eps=None, what=f"parameters chosen on the private votes ({e.get('note', '')})")
+        rows.append(row)
+        if e.get("data_digest"):
+            data_digests.add(e["data_digest"])
+    doc: dict[str, Any] = {"ledger": ledger.name, "file": str(ledger.path), "relation": composition.RELATION,
+                           "delta": float(delta), "entries": rows, "cumulative": None, "budget": None,
+                           "older_names": list(ledger.legacy) if any("ledger" in e for e in entries) else [],
+                           "notes": [], "parameters_chosen_on_private_data": ledger.tuned_on_private_data(entries)}
     if not entries:
+        return doc
+    total = ledger.total(delta)
+    doc["cumulative"] = {"eps": total.eps, "delta": total.delta, "route": total.route,
+                         "rdp": total.routes["rdp"], "pld": total.routes["pld"], "releases": total.count}
+    budget = ledger.budget(entries)
+    if budget is not None:
+        doc["budget"] = {"eps": budget[0], "delta": budget[1]}
+    doc["notes"] = same_data_set_notes(ledger.directory, ledger.source)
+    if len(data_digests) > 1:
+        doc["notes"].append("note: the data's content changed between releases (keyed digests differ); they "
+                            "are still composed, as releases of one data set")
+    return doc
+
+
+def render(ledger: Ledger, delta: float) -> str:
+    """`pate ledger`'s table (`describe`): one line per entry with a release's own ε, then the cumulative ε."""
+    doc = describe(ledger, delta)
+    lines = [f"ledger: {doc['ledger']}", f"file: {doc['file']}",
+             f"neighbouring relation: {composition.RELATION_TEXT}"]
+    if not doc["entries"]:
         lines.append("no release recorded")
         return "\n".join(lines)
     lines.append(f"{'#':>3}  {'when':<25} {'kind':<15} {'own eps':>8}  what / run")
-    data_digests = set()
-    for e in entries:
-        seq = f"{e.get('seq', '?')}" + ("*" if "ledger" in e else "")
-        if e.get("kind") in RELEASE_KINDS:
-            cost = composition.Cost.from_json(e["cost"])
-            own, what = f"{composition.single_eps(cost, delta):>8.4g}", (e.get("mechanism") or {}).get("describe") \
-                or cost.describe()
-        else:
-            own = " " * 8
-            what = (f"budget eps {e['budget']:g} at delta {e['delta']:g} ({e.get('note', '')})"
-                    if e.get("kind") == "budget" else f"parameters chosen on the private votes ({e.get('note', '')})")
-        lines.append(f"{seq:>3}  {e.get('time', ''):<25} {e.get('kind', ''):<15} "
-                     f"{own}  {what}" + (f"  [{e['run']}]" if e.get("run") else ""))
-        if e.get("data_digest"):
-            data_digests.add(e["data_digest"])
-    total = ledger.total(delta)
-    lines.append(f"cumulative eps {total.eps:.4g} at delta {total.delta:.3g} "
-                 f"({total.route}; rdp {total.routes['rdp']:.4g}, pld {total.routes['pld']:.4g}) "
-                 f"over {total.count} releases")
-    budget = ledger.budget(entries)
-    if budget is not None:
-        lines.append(f"budget: eps {budget[0]:g} at delta {budget[1]:g} "
+    for e in doc["entries"]:
+        seq = f"{e['seq'] if e['seq'] is not None else '?'}" + ("*" if e["older_name"] else "")
+        own = " " * 8 if e["own_eps"] is None else f"{e['own_eps']:>8.4g}"
+        lines.append(f"{seq:>3}  {e['time'] or '':<25} {e['kind'] or '':<15} "
+                     f"{own}  {e['what']}" + (f"  [{e['run']}]" if e["run"] else ""))
+    total = doc["cumulative"]
+    lines.append(f"cumulative eps {total['eps']:.4g} at delta {total['delta']:.3g} "
+                 f"({total['route']}; rdp {total['rdp']:.4g}, pld {total['pld']:.4g}) "
+                 f"over {total['releases']} releases")
+    if doc["budget"] is not None:
+        lines.append(f"budget: eps {doc['budget']['eps']:g} at delta {doc['budget']['delta']:g} "
                      f"(`pate ledger --set-budget EPS` raises it on purpose)")
-    if any("ledger" in e for e in entries):
-        lines.append("*: recorded under the name an older pate gave this data set (" + ", ".join(ledger.legacy) + ")")
-    lines += same_data_set_notes(ledger.directory, ledger.source)
-    if len(data_digests) > 1:
-        lines.append("note: the data's content changed between releases (keyed digests differ); they "
-                     "are still composed, as releases of one data set")
-    if ledger.tuned_on_private_data(entries):
+    if doc["older_names"]:
+        lines.append("*: recorded under the name an older pate gave this data set (" + ", ".join(doc["older_names"]) + ")")
+    lines += doc["notes"]
+    if doc["parameters_chosen_on_private_data"]:
         lines.append("warning: release parameters were chosen on the private votes (pate plan --votes "
                      "--on-private-votes): no eps here covers that choice")
     lines.append("data-dependent (sanitised) eps values are not composed: ex-post guarantees do not add")

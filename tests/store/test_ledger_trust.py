@@ -145,3 +145,55 @@ def test_a_commit_error_no_commit_classified_keeps_the_charge_and_says_so_in_one
     assert "\n" not in str(err.value) and "Permission denied" in str(err.value)
     assert "stays charged" in str(err.value)
     assert len(book.entries()) == 1
+
+
+# --------------------------------------------------------------------------- entry numbers, --json
+
+
+def test_entry_numbers_stay_unique_after_a_withdraw(tmp_path):
+    """Entries 1, 2, 3; the 2nd withdrawn (its commit put nothing in place): the next entry is
+    4, not a second 3 (the number was the count of entries, plus one)."""
+    book = _book(tmp_path)
+    cost = composition.Cost("pure", {"eps0": 1.0, "count": 1})
+    made = [book.charge("labels", cost, subject=f"s{k}") for k in range(3)]
+    book.withdraw(made[1])
+    book.charge("labels", cost, subject="s3")
+    seqs = [e["seq"] for e in book.entries()]
+    assert seqs == [1, 3, 4]
+    assert len(set(seqs)) == len(seqs)
+
+
+def test_ledger_json_gives_scripts_what_the_table_shows(tmp_path, monkeypatch):
+    """`pate ledger --name N --json`: one JSON document on stdout with every entry (its number,
+    kind, own eps at the delta asked), the cumulative eps, delta and route, and the budget — the
+    same figures the table prints."""
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "ledgers"))
+    book = ledger_mod.Ledger("scripted data", tmp_path / "ledgers")
+    book.charge("labels", composition.Cost("pure", {"eps0": 0.5, "count": 2}), note="one")
+    book.charge("labels", composition.Cost("gaussian", {"mu2": 0.25}), note="two")
+    book.set_budget(10.0, 1e-5)
+    result = invoke("ledger", "--name", "scripted data", "--json", "--delta", "1e-5")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    total = book.total(1e-5)
+    assert doc["ledger"] == book.name and doc["delta"] == 1e-5
+    assert [e["seq"] for e in doc["entries"]] == [1, 2, 3]
+    assert [e["kind"] for e in doc["entries"]] == ["labels", "labels", "budget"]
+    own = [composition.single_eps(composition.Cost.from_json(e["cost"]), 1e-5) for e in book.releases()]
+    assert [e["own_eps"] for e in doc["entries"][:2]] == pytest.approx(own, rel=0, abs=0)
+    assert doc["entries"][2]["own_eps"] is None
+    assert doc["cumulative"]["eps"] == total.eps and doc["cumulative"]["delta"] == total.delta
+    assert doc["cumulative"]["route"] == total.route and doc["cumulative"]["releases"] == 2
+    assert doc["budget"] == {"eps": 10.0, "delta": 1e-5}
+    table = invoke("ledger", "--name", "scripted data", "--delta", "1e-5").output
+    assert f"cumulative eps {total.eps:.4g}" in table
+
+
+def test_ledger_json_keeps_stdout_json_when_it_imports(finished_tiny, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(finished_tiny, run)
+    result = invoke("ledger", "--import", run, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert [e["kind"] for e in doc["entries"]] == ["labels", "sanitised-eps"]
+    assert "charged: labels" in result.stderr
