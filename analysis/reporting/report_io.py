@@ -271,6 +271,17 @@ class StagedOutputs:
             files.unlink_quietly(aside)
         self.staged = []
 
+    def identity(self, target) -> str | None:
+        """``sanitised:`` and the sha256 of the staged file that `commit` puts at ``target``
+        (the bytes it publishes): what the ledger knows that release by."""
+        import hashlib
+
+        for tmp, path, _ in self.staged:
+            if os.path.abspath(path) == os.path.abspath(target):
+                with open(tmp, "rb") as f:
+                    return "sanitised:" + hashlib.sha256(f.read()).hexdigest()
+        return None
+
     def discard(self) -> None:
         for tmp, _, _ in self.staged:
             files.unlink_quietly(tmp)

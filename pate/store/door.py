@@ -105,6 +105,7 @@ class Staging:
         self.artifacts = tuple(artifacts)
         self.later = tuple(later)
         self.path = run.path / f"{STAGING_PREFIX}{step}"
+        self.kept: list[str] = []  # the replaced release files `commit` kept aside
         rundir.remove(self.path)
         # Owner-only: what is staged is not released yet (a release is charged only when its
         # commit is about to put it in place, and withdrawn when the commit puts nothing there).
@@ -118,7 +119,8 @@ class Staging:
         """Swaps the staged artifacts (and `extra` files, e.g. config.toml) in.
 
         All or nothing, in two phases: first every old artifact goes into
-        ``RUN/.old-<step>/`` and every later one aside, then the new ones come in. A failure
+        ``RUN/.old-<step>/`` (a replaced release file, `rundir.RELEASE_FILES`, into the
+        ``stale-`` folder, kept: `kept`) and every later one aside, then the new ones come in. A failure
         part-way (an immutable or vanished file) puts every old artifact and every later
         one back and removes the staging folder; it raises `CommitFailed` when no new
         released artifact (one not in `rundir.PRIVATE_ARTIFACTS`, not config.toml) had
@@ -138,7 +140,10 @@ class Staging:
             raise PateError(f"internal error: {self.step} left {', '.join(missing)} unwritten in "
                             f"{self.path}")
         later = [n for n in self.later if os.path.lexists(self.run / n)]
-        aside = _aside_folder(self.run, self.step) if later else None
+        # A release file replaced here is kept aside, not deleted (`rundir.RELEASE_FILES`):
+        # `pate ledger --import` still counts it.
+        replaced = [n for n in names if n in rundir.RELEASE_FILES and os.path.lexists(self.run / n)]
+        aside = _aside_folder(self.run, self.step) if later or replaced else None
         old = self.run.path / f"{OLD_PREFIX}{self.step}"
         done: list[tuple[Path, Path]] = []  # renames made, undone in reverse on failure
         placed = False  # whether a new released artifact reached its place (then it may have been read)
@@ -149,7 +154,10 @@ class Staging:
                 aside.mkdir(exist_ok=True)
                 _rename(self.run / n, aside / n, done)
             for n in names:
-                if os.path.lexists(self.run / n):
+                if n in replaced:
+                    aside.mkdir(exist_ok=True)
+                    _rename(self.run / n, aside / n, done)
+                elif os.path.lexists(self.run / n):
                     _rename(self.run / n, old / n, done)
             for n in names:
                 _rename(self.path / n, self.run / n, done)
@@ -167,6 +175,7 @@ class Staging:
             raise CommitFailed(why) from None
         rundir.remove(old)
         rundir.remove(self.path)
+        self.kept = [f"{aside.name}/{n}" for n in replaced]
         return [f"{aside.name}/{n}" for n in later]
 
     def _undo(self, done: list, old: Path, aside: Path | None) -> list:
@@ -520,3 +529,6 @@ def _commit(door: Door, staging: Staging | None, writer: Writer, echo) -> None:
     moved = publish(door.charges, lambda: staging.commit(extra=(rundir.CONFIG_TOML,)), what)
     if moved:
         echo(stale_message(moved, writer.noun))
+    if staging.kept:
+        echo(f"the replaced {', '.join(k.split('/', 1)[1] for k in staging.kept)} (a release already made, still "
+             f"counted by `pate ledger --import`) kept in {staging.kept[0].split('/', 1)[0]}")

@@ -145,22 +145,33 @@ class Ledger:
                             "is never written through a link)")
 
     @contextlib.contextmanager
-    def _lock(self):
-        """The ledger's OS file lock, held for the block; refused in one line when it cannot
-        be taken (held by another process for 60 s, or its file cannot be made)."""
+    def _lock(self, suffix: str = ".lock", timeout: float = 60):
+        """The ledger's OS file lock (``suffix``: another lock beside it), held for the block;
+        refused in one line when it cannot be taken (held by another process for ``timeout``
+        seconds, or its file cannot be made)."""
         import filelock
 
-        lock = Path(str(self.path) + ".lock")
+        lock = Path(str(self.path) + suffix)
         try:
-            with filelock.FileLock(str(lock), timeout=60, thread_local=False):
+            with filelock.FileLock(str(lock), timeout=timeout, thread_local=False):
                 yield
         except filelock.Timeout:
-            raise PateError(f"the ledger {self.path} stayed locked by another pate process for 60 s; "
+            raise PateError(f"the ledger {self.path} stayed locked by another pate process for {timeout:g} s; "
                             "try again when it has finished") from None
         except OSError as err:
             if err.filename is None or os.path.realpath(err.filename) != os.path.realpath(lock):
                 raise  # (filelock names the lock by its real path: the ledger folder may be a link)
             raise PateError(f"cannot take the ledger's lock {lock}: {_why(err, lock)}") from None
+
+    @contextlib.contextmanager
+    def importing(self):
+        """Held by `pate ledger --import` from its first look-up to its last charge (a lock of
+        its own beside the ledger's, which each charge takes inside it): two imports of one
+        run at the same time are one after the other, so the second finds the first's
+        charges and charges nothing again."""
+        self._prepare_directory()
+        with self._lock(".import.lock", timeout=600):
+            yield self
 
     def _read_raw(self) -> bytes:
         try:
@@ -324,7 +335,7 @@ class Ledger:
     def charge(self, kind: str, cost: composition.Cost, *, run: str | Path | None = None,
                mechanism: dict | None = None, subject: str | None = None, once: bool = False,
                budget: float | None = None, delta: float = 1e-5, data_digest: str | None = None,
-               note: str = "", sampling_tv: float = 0.0) -> dict:
+               note: str = "", sampling_tv: float = 0.0, release: str | None = None) -> dict:
         """Records a release, under the ledger's lock, once its artifacts are written and right
         before they are put in place (`pate.store.door.publish`).
 
@@ -342,6 +353,9 @@ class Ledger:
           note: a few public words.
           sampling_tv: total variation between the float64 noise samplers and the ideal
             mechanism (`analysis.core.noise.sampling_tv`); it adds to the cumulative δ.
+          release: what this one release is known by (`release_identity`: its published
+            file's sha256), so that `pate ledger --import` tells two separate releases with
+            equal content apart and never charges this one again.
 
         Returns:
           The entry written.
@@ -359,7 +373,8 @@ class Ledger:
             entry = {"kind": kind, "run": None if run is None else str(Path(run).resolve()),
                      "mechanism": mechanism, "cost": cost.to_json(), "subject": subject,
                      "data_digest": data_digest, "note": note,
-                     **({"sampling_tv": float(sampling_tv)} if sampling_tv else {})}
+                     **({"sampling_tv": float(sampling_tv)} if sampling_tv else {}),
+                     **({"release": release} if release else {})}
             return self._append(raw, header, entries, [record, entry] if record else [entry])[-1]
 
     def _locked(self):
@@ -515,6 +530,16 @@ class Ledger:
         if self.tuned_on_private_data(entries):
             doc["parameters_chosen_on_private_data"] = True
         return doc
+
+
+def release_identity(kind: str, path) -> str:
+    """What one release is known by in its data set's ledger: its kind and the sha256 of the
+    file it published (labels.npz, release.json, ...). Two separate releases with equal labels
+    are two (their files differ: the time written, the run's meta); a byte-identical copy of
+    the file is the same release. Public: the file is the release."""
+    from pate.store.digests import file_digest
+
+    return f"{kind}:{file_digest(path)}"
 
 
 def _why(err: OSError, path) -> str:
