@@ -80,45 +80,6 @@ def directory_for(privacy=None) -> Path:
     return _absolute(where, "privacy.ledger") if where else default_directory()
 
 
-def visible_directories(workdir=None, config=None) -> list[Path]:
-    """Every ledger folder a command on a run can see, for the "once" guard of a sanitised
-    draw: the config's ``[privacy] ledger``, the one the run's votes were labelled under
-    (votes.npz's ``meta.ledger_directory``, private), ``$PATE_LEDGER_DIR``, and the XDG and
-    home defaults; those that exist, each once."""
-    from pate.store import rundir
-
-    found: list[Path] = []
-
-    def add(where) -> None:
-        try:
-            path = Path(where).expanduser()
-        except (TypeError, ValueError):
-            return
-        if path.is_absolute() and path.is_dir() and path.resolve() not in [p.resolve() for p in found]:
-            found.append(path)
-
-    privacy = getattr(config, "privacy", None)
-    if getattr(privacy, "ledger", ""):
-        add(privacy.ledger)
-    if workdir is not None:
-        run = rundir.RunDir(workdir)
-        for name in (rundir.VOTES_NPZ, rundir.VOTES_ROUND2_NPZ):
-            if run.exists(name):
-                try:
-                    meta = run.read_npz(name).get("meta") or {}
-                except PateError:
-                    continue
-                if isinstance(meta, dict) and isinstance(meta.get("ledger_directory"), str):
-                    add(meta["ledger_directory"])
-    if os.environ.get(LEDGER_ENV):
-        add(os.environ[LEDGER_ENV])
-    state = os.environ.get("XDG_STATE_HOME") or ""
-    if os.path.isabs(state):
-        add(Path(state) / "pate" / "ledgers")
-    add(Path(os.path.expanduser("~")) / ".local" / "state" / "pate" / "ledgers")
-    return found
-
-
 def data_identity(data, directory: str | Path | None = None, *, new: bool = False) -> str:
     """The *source* of the private data behind a `[data]` section: the data set's name and a
     sha256 of the multiset of its training records, as ``"<name>:sha256:<digest>"``: the
