@@ -258,20 +258,28 @@ def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, n
 @click.option("--export", "export_path", type=click.Path(dir_okay=False),
               help="Also write the data set's composed dp-accounting event (JSON, public) to FILE, with the "
                    "ledger's cumulative eps and dp-accounting's own figures beside it.")
-def ledger_command(config_path, workdir, name, import_path, delta, set_budget, export_path):
+@click.option("--json", "as_json", is_flag=True,
+              help="Print what the table shows as one JSON document (entries with their own eps, the cumulative "
+                   "eps, delta and route, the budget), for scripts; other messages go to stderr.")
+def ledger_command(config_path, workdir, name, import_path, delta, set_budget, export_path, as_json):
     """List every release charged to a private data set's ledger and the cumulative eps
     they spend together (composition of their data-independent costs)."""
+    import json
+
     from pate.steps.ledger_import import import_run
     from pate.store import ledger as ledger_mod
 
-    book, config = opt.ledger_book(config_path, workdir, name, import_path,
-                                   functools.partial(import_run, echo=click.echo))
+    say = functools.partial(click.echo, err=as_json)  # with --json, stdout is the document alone
+    book, config = opt.ledger_book(config_path, workdir, name, import_path, functools.partial(import_run, echo=say))
     delta = delta or (config.privacy if config is not None else opt.DEFAULTS).delta
     if set_budget is not None:
         book.set_budget(set_budget, delta)
-    click.echo(ledger_mod.render(book, delta))
+    if as_json:
+        click.echo(json.dumps(ledger_mod.describe(book, delta, finite=True), indent=2, allow_nan=False))
+    else:
+        click.echo(ledger_mod.render(book, delta))
     if export_path is not None:
-        opt.write_export(export_path, book.export(delta), click.echo)
+        opt.write_export(export_path, book.export(delta), say)
 
 
 @main.command("fedavg")

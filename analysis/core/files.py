@@ -91,3 +91,22 @@ def public_mode() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask
+
+
+def undo_renames(done: list) -> list[tuple[str, str, OSError]]:
+    """Puts back the renames ``done`` (``(src, dst)`` pairs, oldest first) newest first, going
+    on past a rename that fails (a permission, a vanished file) so that every other one is
+    still undone. Returns the ones that failed, ``(src, dst, error)``: for each, what was
+    renamed to ``dst`` is still there."""
+    stuck = []
+    for src, dst in reversed(done):
+        try:
+            os.replace(dst, src)
+        except OSError as err:
+            stuck.append((str(src), str(dst), err))
+    return stuck
+
+
+def stuck_line(stuck: list[tuple[str, str, OSError]]) -> str:
+    """The words of `undo_renames`'s failures, for a one-line error."""
+    return "; ".join(f"{dst} could not go back to {src}: {err.strerror or err}" for src, dst, err in stuck)

@@ -6,6 +6,7 @@ builds one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -234,7 +235,10 @@ class StagedOutputs:
         file it replaces kept aside until the end, and a public file given its public mode
         (it was owner-only) once it is in place, last. A failure puts every file back as it
         was and deletes the temp files; it raises `CommitFailed` when no public file had
-        been opened to others (the release was never out), else a plain `PateError`.
+        been opened to others (the release was never out), else a plain `PateError`. A
+        rollback that meets an error of its own (a permission, a vanished file) goes on with
+        the other renames and is named in the same one line: whether the release was out
+        depends on what reached its place, never on whether the rollback succeeded.
         """
         done: list[tuple[str, str]] = []  # renames made, undone in reverse on failure
         kept: list[str] = []  # the files replaced, kept aside until the commit is whole
@@ -253,16 +257,30 @@ class StagedOutputs:
                     opened = True
                     os.chmod(path, files.public_mode())
         except OSError as err:
-            for src, dst in reversed(done):
-                os.replace(dst, src)
-            self.discard()
-            why = (f"cannot put {err.filename or 'a report file'} in place: {err.strerror or err}; nothing "
-                   "was changed")
+            publics = {path for _, path, private in self.staged if not private}
+            stuck = files.undo_renames(done)
+            with contextlib.suppress(OSError):  # a temp file that cannot go: never the error to report
+                self.discard()
+            opened = opened or any(dst in publics for _, dst, _ in stuck)  # a new public file left in place
+            why = f"cannot put {err.filename or 'a report file'} in place: {err.strerror or err}; " + (
+                "nothing was changed" if not stuck else
+                f"putting the files back failed too ({files.stuck_line(stuck)}), the rest was put back")
             raise (PateError(why + " (a public file was readable for a moment)") if opened
                    else CommitFailed(why)) from None
         for aside in kept:
             files.unlink_quietly(aside)
         self.staged = []
+
+    def identity(self, target) -> str | None:
+        """``sanitised:`` and the sha256 of the staged file that `commit` puts at ``target``
+        (the bytes it publishes): what the ledger knows that release by."""
+        import hashlib
+
+        for tmp, path, _ in self.staged:
+            if os.path.abspath(path) == os.path.abspath(target):
+                with open(tmp, "rb") as f:
+                    return "sanitised:" + hashlib.sha256(f.read()).hexdigest()
+        return None
 
     def discard(self) -> None:
         for tmp, _, _ in self.staged:

@@ -22,6 +22,7 @@ from analysis.mechanisms import registry
 from analysis.mechanisms.record import UNANSWERED, Mechanism
 from analysis.core.errors import PateError
 from pate.store import digests, rundir
+from pate.store import ledger as ledger_mod
 from pate.release import aggregation, fine_grained_release
 
 #: The array of Interactive-GNMax's check offsets o = floor(T p) in a release (round 2 with
@@ -247,4 +248,5 @@ def charge_release(door, book, cost, record, labels_path, num_queries: int, priv
     door.charge(book, "labels", cost, run=door.run.path, mechanism=mechanism,
                 subject=content_digest(read_labels(labels_path)), budget=privacy.total_budget,
                 delta=privacy.delta, data_digest=data_digest,
+                release=ledger_mod.release_identity("labels", labels_path),
                 sampling_tv=0.0 if num_classes is None else record.sampling_tv(int(num_queries), int(num_classes)))

@@ -68,16 +68,18 @@ def release_cost_of(rep: report_mod.PrivacyReport, release_cost: float) -> compo
 
 
 def draw_charge(book: ledger_mod.Ledger, rep: report_mod.PrivacyReport, release_cost: float, *,
-                subject: str | None, run=None, budget: float | None = None, delta: float = 1e-5) -> list[Charge]:
+                subject: str | None, run=None, budget: float | None = None, delta: float = 1e-5,
+                release: str | None = None) -> list[Charge]:
     """The charge of one sanitised draw to the data set's ledger, made when its report is
     committed (`pate.store.door.publish`); a second draw about the same `subject` (labels
     digest, keyed votes digest) is refused whatever file was moved. None (an empty list) when
-    the mechanism makes no sanitised release: the report then publishes public figures only."""
+    the mechanism makes no sanitised release: the report then publishes public figures only.
+    ``release``: the draw's own identity (`pate.store.ledger.release_identity` of its release.json)."""
     cost = release_cost_of(rep, release_cost)
     if cost is None:
         return []
     return [Charge(book, "sanitised-eps", cost, dict(
-        run=run, subject=subject, once=subject is not None, budget=budget, delta=delta,
+        run=run, subject=subject, once=subject is not None, budget=budget, delta=delta, release=release,
         mechanism={"name": rep.mechanism, "describe": f"sanitised eps of {rep.mechanism}: {cost.describe()}"}))]
 
 

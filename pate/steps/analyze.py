@@ -238,7 +238,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,
                     research_seed=research, data_set=data_set, costs=own)
     _charge_then_commit(staged, draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
-                                            budget=p.total_budget, delta=delta), f"analyze ({release_path})")
+                                            budget=p.total_budget, delta=delta, release=staged.identity(release_path)),
+                        f"analyze ({release_path})")
     echo(_publish_line(data_set) + "\n" + render_table(rep))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")

@@ -203,6 +203,7 @@ def label_fine_grained(config: Config, workdir, *, seed: int | None = None, over
                     mechanism={"name": made.record.name, "noise": made.noise.kind, "eps": made.eps,
                                "votes_per_record": made.noise.votes, "describe": describe},
                     subject=content_digest(read_labels(door.out / rundir.LABELS_NPZ)),
+                    release=ledger_mod.release_identity("labels", door.out / rundir.LABELS_NPZ),
                     data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
     labels = made.arrays["labels"]
     result = LabelResult(mechanism=made.record.name, num_queries=int(labels.size),

@@ -268,6 +268,7 @@ def _release(door, config: Config, record, votes, queried, splits, accuracies, s
     # Charged when the door commits the release (written first, renamed into place right after).
     door.charge(book, "labels", cost, run=door.run.path, mechanism=mechanism,
                 subject=digests.file_digest(door.out / rundir.LABELS_ROUND2_NPZ), budget=p.total_budget,
+                release=ledger_mod.release_identity("labels", door.out / rundir.LABELS_ROUND2_NPZ),
                 delta=p.delta, data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
     result = RoundResult(
         num_queries=int(chosen.size), num_answered=int(answered.sum()),

@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from analysis.core import files
 from analysis.core.errors import CommitFailed, PateError
 from pate.store import rundir
 from pate.config import Config
@@ -104,6 +105,7 @@ class Staging:
         self.artifacts = tuple(artifacts)
         self.later = tuple(later)
         self.path = run.path / f"{STAGING_PREFIX}{step}"
+        self.kept: list[str] = []  # the replaced release files `commit` kept aside
         rundir.remove(self.path)
         # Owner-only: what is staged is not released yet (a release is charged only when its
         # commit is about to put it in place, and withdrawn when the commit puts nothing there).
@@ -117,11 +119,15 @@ class Staging:
         """Swaps the staged artifacts (and `extra` files, e.g. config.toml) in.
 
         All or nothing, in two phases: first every old artifact goes into
-        ``RUN/.old-<step>/`` and every later one aside, then the new ones come in. A failure
+        ``RUN/.old-<step>/`` (a replaced release file, `rundir.RELEASE_FILES`, into the
+        ``stale-`` folder, kept: `kept`) and every later one aside, then the new ones come in. A failure
         part-way (an immutable or vanished file) puts every old artifact and every later
         one back and removes the staging folder; it raises `CommitFailed` when no new
-        artifact had reached its place (the release was never out: its charge is
-        withdrawn), else a plain `PateError`. A kill part-way leaves ``.old-<step>/``
+        released artifact (one not in `rundir.PRIVATE_ARTIFACTS`, not config.toml) had
+        reached its place (the release was never out: its charge is withdrawn), else a plain
+        `PateError`. A rollback that meets an error of its own goes on with the other
+        renames and is named in the same line; what decides is what reached its place, never
+        whether the rollback succeeded. A kill part-way leaves ``.old-<step>/``
         beside ``.new-<step>/``: the staged set was complete, so the next command finishes
         the swap (`sweep`).
 
@@ -134,10 +140,13 @@ class Staging:
             raise PateError(f"internal error: {self.step} left {', '.join(missing)} unwritten in "
                             f"{self.path}")
         later = [n for n in self.later if os.path.lexists(self.run / n)]
-        aside = _aside_folder(self.run, self.step) if later else None
+        # A release file replaced here is kept aside, not deleted (`rundir.RELEASE_FILES`):
+        # `pate ledger --import` still counts it.
+        replaced = [n for n in names if n in rundir.RELEASE_FILES and os.path.lexists(self.run / n)]
+        aside = _aside_folder(self.run, self.step) if later or replaced else None
         old = self.run.path / f"{OLD_PREFIX}{self.step}"
         done: list[tuple[Path, Path]] = []  # renames made, undone in reverse on failure
-        placed = False  # whether a new artifact reached its place (then it may have been read)
+        placed = False  # whether a new released artifact reached its place (then it may have been read)
         try:
             rundir.remove(old)
             old.mkdir()
@@ -145,34 +154,56 @@ class Staging:
                 aside.mkdir(exist_ok=True)
                 _rename(self.run / n, aside / n, done)
             for n in names:
-                if os.path.lexists(self.run / n):
+                if n in replaced:
+                    aside.mkdir(exist_ok=True)
+                    _rename(self.run / n, aside / n, done)
+                elif os.path.lexists(self.run / n):
                     _rename(self.run / n, old / n, done)
             for n in names:
                 _rename(self.path / n, self.run / n, done)
-                placed = True
+                placed = placed or _released(n)
         except OSError as err:
-            self._undo(done, old, aside)
+            stuck = self._undo(done, old, aside)
+            placed = placed or any(Path(dst) == self.run / n for _, dst, _ in stuck for n in names if _released(n))
             why = (f"cannot swap the new {self.step} artifacts into {self.run.path}: {err.strerror or err} "
-                   f"({err.filename}); nothing was changed, the old artifacts are in place")
+                   f"({err.filename}); " + ("nothing was changed, the old artifacts are in place" if not stuck else
+                                            f"putting them back failed too ({files.stuck_line(stuck)}), the rest "
+                                            "was put back"))
             if placed:
                 raise PateError(why + " (a new artifact was in place for a moment, so its release stays "
                                 "charged)") from None
             raise CommitFailed(why) from None
         rundir.remove(old)
         rundir.remove(self.path)
+        self.kept = [f"{aside.name}/{n}" for n in replaced]
         return [f"{aside.name}/{n}" for n in later]
 
-    def _undo(self, done: list, old: Path, aside: Path | None) -> None:
-        """Puts back every rename of a failed `commit` and removes the staging folder."""
-        for src, dst in reversed(done):
-            os.replace(dst, src)
-        for folder in (old, aside):
-            if folder is not None and folder.is_dir() and not os.listdir(folder):
-                folder.rmdir()
-        self.discard()
+    def _undo(self, done: list, old: Path, aside: Path | None) -> list:
+        """Puts back every rename of a failed `commit` it can (`analysis.core.files.undo_renames`)
+        and removes the staging folder and the empty helper folders; a folder that cannot go is
+        left (the next command's `sweep` clears it). Returns the renames that could not be undone."""
+        stuck = files.undo_renames(done)
+        with contextlib.suppress(OSError):
+            for folder in (old, aside):
+                if folder is not None and folder.is_dir() and not os.listdir(folder):
+                    folder.rmdir()
+        with contextlib.suppress(OSError):  # never left for `sweep` to finish: its charge is decided now
+            self.discard()
+        if old.is_dir():  # an old artifact that could not go back: kept aside, never swept away
+            with contextlib.suppress(OSError):
+                kept = _aside_folder(self.run, self.step)
+                os.replace(old, kept)
+                stuck = [(src, str(kept / Path(dst).name) if Path(dst).parent == old else dst, err)
+                         for src, dst, err in stuck]
+        return stuck
 
     def discard(self) -> None:
         rundir.remove(self.path)
+
+
+def _released(name: str) -> bool:
+    """Whether an artifact is something a release makes public (not a private file, not config.toml)."""
+    return name not in rundir.PRIVATE_ARTIFACTS and name != rundir.CONFIG_TOML
 
 
 def _rename(src: Path, dst: Path, done: list) -> None:
@@ -266,8 +297,9 @@ def publish(charges: Sequence[Charge], commit: Callable[[], Any], what: str = ""
     3. ``commit()`` renames the staged files into place. A commit that fails and puts every
        file back (`CommitFailed`) withdraws the charges: nothing was released, so nothing
        is spent (whether a rename fails depends on the file system, never on a private
-       value). Any other failure keeps them: a charge without its release over-counts,
-       never under-counts.
+       value) — whatever the rollback met: the commit decides by what reached its place,
+       and says so in one line. Any other failure keeps them (one line saying so): a charge
+       without its release over-counts, never under-counts.
 
     SIGINT and SIGTERM are held from the first charge to the end of the commit
     (`_deferred_signals`), so an interruption lands before the charge or after the commit.
@@ -288,10 +320,24 @@ def publish(charges: Sequence[Charge], commit: Callable[[], Any], what: str = ""
             result = commit()
         except CommitFailed as err:
             _withdraw(made, err)
+            if not made:
+                raise
+            raise CommitFailed(f"{err}; its charge was withdrawn: nothing was released") from None
+        except PateError:
             raise
+        except Exception as err:  # noqa: BLE001 - a commit's own errors are classified; any other keeps the charge
+            if not made:
+                raise
+            raise PateError(f"{_one_line(err)}; the release may have reached its place, so it stays charged "
+                            "(the ledger over-counts, never under-counts)") from None
         if what:
             _COMMITTED.append(what)
     return result
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return f"{type(err).__name__}: {text}" if not isinstance(err, (PateError, OSError)) else text
 
 
 def _withdraw(made: list, err: BaseException) -> None:
@@ -483,3 +529,6 @@ def _commit(door: Door, staging: Staging | None, writer: Writer, echo) -> None:
     moved = publish(door.charges, lambda: staging.commit(extra=(rundir.CONFIG_TOML,)), what)
     if moved:
         echo(stale_message(moved, writer.noun))
+    if staging.kept:
+        echo(f"the replaced {', '.join(k.split('/', 1)[1] for k in staging.kept)} (a release already made, still "
+             f"counted by `pate ledger --import`) kept in {staging.kept[0].split('/', 1)[0]}")

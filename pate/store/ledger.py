@@ -145,22 +145,33 @@ class Ledger:
                             "is never written through a link)")
 
     @contextlib.contextmanager
-    def _lock(self):
-        """The ledger's OS file lock, held for the block; refused in one line when it cannot
-        be taken (held by another process for 60 s, or its file cannot be made)."""
+    def _lock(self, suffix: str = ".lock", timeout: float = 60):
+        """The ledger's OS file lock (``suffix``: another lock beside it), held for the block;
+        refused in one line when it cannot be taken (held by another process for ``timeout``
+        seconds, or its file cannot be made)."""
         import filelock
 
-        lock = Path(str(self.path) + ".lock")
+        lock = Path(str(self.path) + suffix)
         try:
-            with filelock.FileLock(str(lock), timeout=60, thread_local=False):
+            with filelock.FileLock(str(lock), timeout=timeout, thread_local=False):
                 yield
         except filelock.Timeout:
-            raise PateError(f"the ledger {self.path} stayed locked by another pate process for 60 s; "
+            raise PateError(f"the ledger {self.path} stayed locked by another pate process for {timeout:g} s; "
                             "try again when it has finished") from None
         except OSError as err:
             if err.filename is None or os.path.realpath(err.filename) != os.path.realpath(lock):
                 raise  # (filelock names the lock by its real path: the ledger folder may be a link)
             raise PateError(f"cannot take the ledger's lock {lock}: {_why(err, lock)}") from None
+
+    @contextlib.contextmanager
+    def importing(self):
+        """Held by `pate ledger --import` from its first look-up to its last charge (a lock of
+        its own beside the ledger's, which each charge takes inside it): two imports of one
+        run at the same time are one after the other, so the second finds the first's
+        charges and charges nothing again."""
+        self._prepare_directory()
+        with self._lock(".import.lock", timeout=600):
+            yield self
 
     def _read_raw(self) -> bytes:
         try:
@@ -324,7 +335,7 @@ class Ledger:
     def charge(self, kind: str, cost: composition.Cost, *, run: str | Path | None = None,
                mechanism: dict | None = None, subject: str | None = None, once: bool = False,
                budget: float | None = None, delta: float = 1e-5, data_digest: str | None = None,
-               note: str = "", sampling_tv: float = 0.0) -> dict:
+               note: str = "", sampling_tv: float = 0.0, release: str | None = None) -> dict:
         """Records a release, under the ledger's lock, once its artifacts are written and right
         before they are put in place (`pate.store.door.publish`).
 
@@ -342,6 +353,9 @@ class Ledger:
           note: a few public words.
           sampling_tv: total variation between the float64 noise samplers and the ideal
             mechanism (`analysis.core.noise.sampling_tv`); it adds to the cumulative δ.
+          release: what this one release is known by (`release_identity`: its published
+            file's sha256), so that `pate ledger --import` tells two separate releases with
+            equal content apart and never charges this one again.
 
         Returns:
           The entry written.
@@ -359,7 +373,8 @@ class Ledger:
             entry = {"kind": kind, "run": None if run is None else str(Path(run).resolve()),
                      "mechanism": mechanism, "cost": cost.to_json(), "subject": subject,
                      "data_digest": data_digest, "note": note,
-                     **({"sampling_tv": float(sampling_tv)} if sampling_tv else {})}
+                     **({"sampling_tv": float(sampling_tv)} if sampling_tv else {}),
+                     **({"release": release} if release else {})}
             return self._append(raw, header, entries, [record, entry] if record else [entry])[-1]
 
     def _locked(self):
@@ -384,7 +399,10 @@ class Ledger:
 
     def _append(self, raw: bytes, header: dict | None, entries: list[dict], new: list[dict]) -> list[dict]:
         """Writes `new` entries after the file's `raw` bytes (under the lock); returns them numbered."""
-        seq = sum(1 for e in entries if "ledger" not in e)  # this ledger's own entries
+        # After this ledger's highest number, not its count: a withdrawn entry leaves a gap,
+        # never a number given twice.
+        own = [e for e in entries if "ledger" not in e]
+        seq = max([len(own)] + [e["seq"] for e in own if type(e.get("seq")) is int])
         written = []
         for doc in new:
             seq += 1
@@ -514,6 +532,16 @@ class Ledger:
         return doc
 
 
+def release_identity(kind: str, path) -> str:
+    """What one release is known by in its data set's ledger: its kind and the sha256 of the
+    file it published (labels.npz, release.json, ...). Two separate releases with equal labels
+    are two (their files differ: the time written, the run's meta); a byte-identical copy of
+    the file is the same release. Public: the file is the release."""
+    from pate.store.digests import file_digest
+
+    return f"{kind}:{file_digest(path)}"
+
+
 def _why(err: OSError, path) -> str:
     """What an OSError on a ledger file or folder means, and what to do."""
     import errno
@@ -592,45 +620,85 @@ def cumulative_line(book: Ledger, delta: float) -> str:
             f"{total.eps:.4g} at delta {total.delta:.3g} (`pate ledger` lists them)")
 
 
-def render(ledger: Ledger, delta: float) -> str:
-    """`pate ledger`'s table: one line per entry with a release's own ε, then the cumulative ε."""
+def describe(ledger: Ledger, delta: float, *, finite: bool = False) -> dict[str, Any]:
+    """What `pate ledger` shows, as data (`render` prints it; ``pate ledger --json`` prints it as
+    JSON for scripts): every entry with its own ε at ``delta`` (None for an entry that releases
+    nothing), the cumulative ε, δ and route over the releases, the budget, and the notes. With
+    ``finite``, an infinite ε is the string "inf" (JSON has no infinity; null would read as none)."""
+    doc = _describe(ledger, delta)
+    if finite:
+        doc["entries"] = [{k: _finite(v) for k, v in e.items()} for e in doc["entries"]]
+        if doc["cumulative"] is not None:
+            doc["cumulative"] = {k: _finite(v) for k, v in doc["cumulative"].items()}
+    return doc
+
+
+def _finite(value):
+    return "inf" if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def _describe(ledger: Ledger, delta: float) -> dict[str, Any]:
     entries = ledger.entries()
-    lines = [f"ledger: {ledger.name}", f"file: {ledger.path}",
-             f"neighbouring relation: {composition.RELATION_TEXT}"]
+    rows, data_digests = [], set()
+    for e in entries:
+        row = {"seq": e.get("seq"), "time": e.get("time"), "kind": e.get("kind"), "run": e.get("run"),
+               "older_name": e.get("ledger")}
+        if e.get("kind") in RELEASE_KINDS:
+            cost = composition.Cost.from_json(e["cost"])
+            row.update(own_eps=composition.single_eps(cost, delta),
+                       what=(e.get("mechanism") or {}).get("describe") or cost.describe(), cost=e["cost"])
+        elif e.get("kind") == "budget":
+            row.update(own_eps=None, what=f"budget eps {e['budget']:g} at delta {e['delta']:g} ({e.get('note', '')})",
+                       budget=e["budget"], delta=e["delta"])
+        else:
+            row.update(own_eps=None, what=f"parameters chosen on the private votes ({e.get('note', '')})")
+        rows.append(row)
+        if e.get("data_digest"):
+            data_digests.add(e["data_digest"])
+    doc: dict[str, Any] = {"ledger": ledger.name, "file": str(ledger.path), "relation": composition.RELATION,
+                           "delta": float(delta), "entries": rows, "cumulative": None, "budget": None,
+                           "older_names": list(ledger.legacy) if any("ledger" in e for e in entries) else [],
+                           "notes": [], "parameters_chosen_on_private_data": ledger.tuned_on_private_data(entries)}
     if not entries:
+        return doc
+    total = ledger.total(delta)
+    doc["cumulative"] = {"eps": total.eps, "delta": total.delta, "route": total.route,
+                         "rdp": total.routes["rdp"], "pld": total.routes["pld"], "releases": total.count}
+    budget = ledger.budget(entries)
+    if budget is not None:
+        doc["budget"] = {"eps": budget[0], "delta": budget[1]}
+    doc["notes"] = same_data_set_notes(ledger.directory, ledger.source)
+    if len(data_digests) > 1:
+        doc["notes"].append("note: the data's content changed between releases (keyed digests differ); they "
+                            "are still composed, as releases of one data set")
+    return doc
+
+
+def render(ledger: Ledger, delta: float) -> str:
+    """`pate ledger`'s table (`describe`): one line per entry with a release's own ε, then the cumulative ε."""
+    doc = describe(ledger, delta)
+    lines = [f"ledger: {doc['ledger']}", f"file: {doc['file']}",
+             f"neighbouring relation: {composition.RELATION_TEXT}"]
+    if not doc["entries"]:
         lines.append("no release recorded")
         return "\n".join(lines)
     lines.append(f"{'#':>3}  {'when':<25} {'kind':<15} {'own eps':>8}  what / run")
-    data_digests = set()
-    for e in entries:
-        seq = f"{e.get('seq', '?')}" + ("*" if "ledger" in e else "")
-        if e.get("kind") in RELEASE_KINDS:
-            cost = composition.Cost.from_json(e["cost"])
-            own, what = f"{composition.single_eps(cost, delta):>8.4g}", (e.get("mechanism") or {}).get("describe") \
-                or cost.describe()
-        else:
-            own = " " * 8
-            what = (f"budget eps {e['budget']:g} at delta {e['delta']:g} ({e.get('note', '')})"
-                    if e.get("kind") == "budget" else f"parameters chosen on the private votes ({e.get('note', '')})")
-        lines.append(f"{seq:>3}  {e.get('time', ''):<25} {e.get('kind', ''):<15} "
-                     f"{own}  {what}" + (f"  [{e['run']}]" if e.get("run") else ""))
-        if e.get("data_digest"):
-            data_digests.add(e["data_digest"])
-    total = ledger.total(delta)
-    lines.append(f"cumulative eps {total.eps:.4g} at delta {total.delta:.3g} "
-                 f"({total.route}; rdp {total.routes['rdp']:.4g}, pld {total.routes['pld']:.4g}) "
-                 f"over {total.count} releases")
-    budget = ledger.budget(entries)
-    if budget is not None:
-        lines.append(f"budget: eps {budget[0]:g} at delta {budget[1]:g} "
+    for e in doc["entries"]:
+        seq = f"{e['seq'] if e['seq'] is not None else '?'}" + ("*" if e["older_name"] else "")
+        own = " " * 8 if e["own_eps"] is None else f"{e['own_eps']:>8.4g}"
+        lines.append(f"{seq:>3}  {e['time'] or '':<25} {e['kind'] or '':<15} "
+                     f"{own}  {e['what']}" + (f"  [{e['run']}]" if e["run"] else ""))
+    total = doc["cumulative"]
+    lines.append(f"cumulative eps {total['eps']:.4g} at delta {total['delta']:.3g} "
+                 f"({total['route']}; rdp {total['rdp']:.4g}, pld {total['pld']:.4g}) "
+                 f"over {total['releases']} releases")
+    if doc["budget"] is not None:
+        lines.append(f"budget: eps {doc['budget']['eps']:g} at delta {doc['budget']['delta']:g} "
                      f"(`pate ledger --set-budget EPS` raises it on purpose)")
-    if any("ledger" in e for e in entries):
-        lines.append("*: recorded under the name an older pate gave this data set (" + ", ".join(ledger.legacy) + ")")
-    lines += same_data_set_notes(ledger.directory, ledger.source)
-    if len(data_digests) > 1:
-        lines.append("note: the data's content changed between releases (keyed digests differ); they "
-                     "are still composed, as releases of one data set")
-    if ledger.tuned_on_private_data(entries):
+    if doc["older_names"]:
+        lines.append("*: recorded under the name an older pate gave this data set (" + ", ".join(doc["older_names"]) + ")")
+    lines += doc["notes"]
+    if doc["parameters_chosen_on_private_data"]:
         lines.append("warning: release parameters were chosen on the private votes (pate plan --votes "
                      "--on-private-votes): no eps here covers that choice")
     lines.append("data-dependent (sanitised) eps values are not composed: ex-post guarantees do not add")

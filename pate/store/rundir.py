@@ -54,6 +54,12 @@ PIPELINE_JSON = "pipeline.json"  # `pate run`'s record of its finished steps
 #: The secret key of pipeline.json's digests (`digest_key`): private, like what they cover.
 PIPELINE_KEY = "pipeline.key"
 
+#: The files a release publishes and `pate ledger --import` counts: one that a command replaces
+#: is kept aside in the ``stale-<step>-<time>/`` folder (`pate.store.door.Staging.commit`), never
+#: deleted, so that every release a run made can still be counted.
+RELEASE_FILES = (LABELS_NPZ, LABELS_ROUND2_NPZ, RELEASE_JSON, RELEASE_ROUND1_JSON, DPSGD_JSON, FEDAVG_JSON,
+                 SYNTH_JSON, SYNTHETIC_NPZ)
+
 #: Files and folders that hold private values: created owner-only (0600 / 0700).
 PRIVATE_ARTIFACTS = frozenset({"teachers", "teachers.json", "votes.npz", "privacy.json", "privacy.png",
                                "dpsgd-features", PIPELINE_KEY, VOTES_ROUND2_NPZ})
