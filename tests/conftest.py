@@ -83,6 +83,25 @@ def chi_square_pvalue(samples, pmf, support):
     return stats.chisquare(pooled_obs, pooled_exp).pvalue
 
 
+def unpublished_copy(finished_tiny, tmp_path):
+    """A copy of the finished tiny run (``tmp_path / "run"``) without its report: labelled, not
+    yet analysed (its labels charged to the shared session's ledger, not the test's)."""
+    from pate.store import rundir
+
+    run = tmp_path / "run"
+    shutil.copytree(finished_tiny, run)
+    for name in (rundir.RELEASE_JSON, rundir.PRIVACY_JSON, rundir.PRIVACY_PNG):
+        (run / name).unlink()
+    return run
+
+
+def run_entries(run) -> list[dict]:
+    """The entries of the ledger a run's data set charges."""
+    from pate.store import ledger as ledger_mod
+
+    return ledger_mod.Ledger.for_run(run).entries()
+
+
 def bench_module(name: str):
     """The script ``bench/<name>.py`` imported as a module (bench/ is no package)."""
     import importlib.util

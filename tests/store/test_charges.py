@@ -19,36 +19,25 @@ import pytest
 
 from analysis.mechanisms import composition
 from analysis.core.errors import CommitFailed, OptionError, PateError
-from conftest import ROOT, TINY, invoke, one_line, small_tmpfs, snapshot
+from conftest import ROOT, TINY, invoke, one_line, small_tmpfs, snapshot, run_entries, unpublished_copy
 from pate.store import door, ledger as ledger_mod, rundir
 
 
-def _entries(run) -> list[dict]:
-    return ledger_mod.Ledger.for_run(run).entries()
-
-
-def _unpublished(finished_tiny, tmp_path):
-    """A copy of the finished tiny run without its report (labels charged elsewhere)."""
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run)
-    for name in (rundir.RELEASE_JSON, rundir.PRIVACY_JSON, rundir.PRIVACY_PNG):
-        os.unlink(run / name)
-    return run
 
 
 # --------------------------------------------------------------------------- analyze
 
 
 def test_a_folder_where_release_json_goes_charges_nothing_and_a_later_analyze_works(finished_tiny, tmp_path):
-    run = _unpublished(finished_tiny, tmp_path)
+    run = unpublished_copy(finished_tiny, tmp_path)
     (run / rundir.RELEASE_JSON).mkdir()
     before = snapshot(run)
     result = invoke("analyze", "--workdir", run)
     assert result.exit_code == 1 and "is a folder" in one_line(result), result.output
-    assert snapshot(run) == before and _entries(run) == []
+    assert snapshot(run) == before and run_entries(run) == []
     (run / rundir.RELEASE_JSON).rmdir()
     assert invoke("analyze", "--workdir", run).exit_code == 0
-    assert [e["kind"] for e in _entries(run)] == ["sanitised-eps"]
+    assert [e["kind"] for e in run_entries(run)] == ["sanitised-eps"]
 
 
 def test_a_failed_analyze_commit_puts_everything_back_and_withdraws_its_charge(finished_tiny, tmp_path,
@@ -56,7 +45,7 @@ def test_a_failed_analyze_commit_puts_everything_back_and_withdraws_its_charge(f
     """The rename of release.json fails after privacy.json and privacy.png are in place (an
     I/O error no check can foresee): they are put back, the draw's charge is withdrawn, and
     the next analyze is not refused as a second draw."""
-    run = _unpublished(finished_tiny, tmp_path)
+    run = unpublished_copy(finished_tiny, tmp_path)
     (run / rundir.PRIVACY_JSON).write_text("an older report")
     before = snapshot(run)
     real = os.replace
@@ -70,10 +59,10 @@ def test_a_failed_analyze_commit_puts_everything_back_and_withdraws_its_charge(f
     result = invoke("analyze", "--workdir", run)
     assert result.exit_code == 1 and "nothing was changed" in one_line(result), result.output
     assert snapshot(run) == before and not [n for n in os.listdir(run) if n.endswith(".tmp")]
-    assert _entries(run) == []
+    assert run_entries(run) == []
     monkeypatch.setattr(os, "replace", real)
     assert invoke("analyze", "--workdir", run).exit_code == 0
-    assert [e["kind"] for e in _entries(run)] == ["sanitised-eps"]
+    assert [e["kind"] for e in run_entries(run)] == ["sanitised-eps"]
 
 
 def test_the_staged_release_json_is_owner_only_until_it_is_in_place(finished_tiny, tmp_path, monkeypatch):
@@ -81,7 +70,7 @@ def test_the_staged_release_json_is_owner_only_until_it_is_in_place(finished_tin
     0600 until its commit, then gets the mode a plain file gets."""
     from analysis.reporting import report_io
 
-    run = _unpublished(finished_tiny, tmp_path)
+    run = unpublished_copy(finished_tiny, tmp_path)
     modes, real = [], report_io.StagedOutputs.commit
 
     def spy(self):
@@ -226,7 +215,7 @@ def test_round2_on_a_full_disk_charges_nothing(finished_tiny, tmp_path, monkeypa
     result = invoke("label", "--workdir", run, "--round", 2, "--queries", 40, "--seed", 1)
     assert result.exit_code == 1 and "free space" in one_line(result), result.output
     assert snapshot(run) == before
-    assert [e["kind"] for e in _entries(run)] == []
+    assert [e["kind"] for e in run_entries(run)] == []
 
 
 def test_a_label_release_is_charged_after_it_is_written(trained_run, monkeypatch):
@@ -355,7 +344,7 @@ def test_fedavg_json_states_exactly_what_was_charged(tmp_path):
     workdir = tmp_path / "f"
     assert invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", 1).exit_code == 0
     written = json.loads((workdir / rundir.FEDAVG_JSON).read_text())
-    (entry,) = _entries(workdir)
+    (entry,) = run_entries(workdir)
     assert written["cost"] == entry["cost"]
     cost = composition.Cost.from_json(entry["cost"])
     assert written["release_eps"] == composition.single_eps(cost, written["delta"]) <= written["target_eps"]

@@ -13,21 +13,10 @@ import pytest
 
 from analysis.core.errors import CommitFailed, PateError
 from analysis.mechanisms import composition
-from conftest import invoke, one_line
+from conftest import invoke, one_line, run_entries, unpublished_copy
 from pate.store import door, ledger as ledger_mod, rundir
 
 
-def _entries(run) -> list[dict]:
-    return ledger_mod.Ledger.for_run(run).entries()
-
-
-def _unpublished(finished_tiny, tmp_path):
-    """A copy of the finished tiny run without its report (its labels charged nowhere)."""
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run)
-    for name in (rundir.RELEASE_JSON, rundir.PRIVACY_JSON, rundir.PRIVACY_PNG):
-        os.unlink(run / name)
-    return run
 
 
 # --------------------------------------------------------------------------- a rollback that fails
@@ -38,7 +27,7 @@ def test_an_analyze_commit_whose_rollback_is_refused_withdraws_its_draw_in_one_l
     """release.json cannot be renamed into place (EIO) and putting privacy.json back meets a
     permission error: no public file was ever in place, so the draw's charge is withdrawn,
     the error is one line, and the next analyze draws (it is not refused as a second draw)."""
-    run = _unpublished(finished_tiny, tmp_path)
+    run = unpublished_copy(finished_tiny, tmp_path)
     real = os.replace
 
     def failing(src, dst):
@@ -53,12 +42,12 @@ def test_an_analyze_commit_whose_rollback_is_refused_withdraws_its_draw_in_one_l
     line = one_line(result)
     assert result.exit_code == 1 and "Input/output error" in line and "Permission denied" in line, result.output
     assert "withdrawn" in line or "nothing was released" in line, line
-    assert _entries(run) == []
+    assert run_entries(run) == []
     assert not (run / rundir.RELEASE_JSON).exists()
     monkeypatch.setattr(os, "replace", real)
     again = invoke("analyze", "--workdir", run)
     assert again.exit_code == 0, again.output
-    assert [e["kind"] for e in _entries(run)] == ["sanitised-eps"]
+    assert [e["kind"] for e in run_entries(run)] == ["sanitised-eps"]
 
 
 def _staging(tmp_path):
