@@ -18,7 +18,7 @@ hindsight: it shows how well the proxy chose, and is not used to choose.
 
     OPENBLAS_NUM_THREADS=1 python bench/fine_grained.py [--config configs/fashion_mnist.toml] [--eps 0.5 1 2 3]
         [--ks 1 2 3] [--ms 5 10 20 40] [--weights uniform harmonic] [--draws 5] [--proxy-draws 3] [--delta 1e-5] [--pca 128]
-        [--proxy-eps matched|same] [--cache runs/fine-grained] [--json FILE] [--seed S]
+        [--proxy-eps matched|same] [--cache runs/fine-grained] [--json FILE] [--seed S] [--label-eps 1 2 4 8]
 
 Prints one JSON object. One BLAS thread: on a shared 2-core machine the threaded
 eigensolver ran 6x slower than one thread. The scattering features are cached under `--cache` (git-ignored
@@ -87,6 +87,23 @@ class Problem:
         released = self.counts(k) if noise is None else fg.release(self.counts(k), noise, source)
         labels, _ = fg.labels_and_margins(fg.smooth(released, self.graph[:, :m], weights))
         return float(np.mean(labels == self.pool_y))
+
+
+def measure_rr(problem: Problem, kind: str, eps: float, delta: float, pick: dict, label_eps: float, draws: int,
+               source: NoiseSource) -> dict:
+    """The central release at the proxy's choice ``pick`` on labels each randomised at the source
+    (k-ary randomized response at ``label_eps``, `fine_grained.randomized_response`), a fresh
+    randomisation and a fresh release per draw."""
+    k, m, weights = pick["k"], pick["m"], pick["weights"]
+    noise = make_noise(kind, eps, delta, k)
+    accs = []
+    for _ in range(draws):
+        noisy_y = fg.randomized_response(problem.private_y, problem.num_classes, label_eps, source)
+        counts = fg.vote_histogram(problem.neighbours[:, :k], noisy_y, len(problem.pool_y), problem.num_classes)
+        labels, _ = fg.labels_and_margins(fg.smooth(fg.release(counts, noise, source), problem.graph[:, :m], weights))
+        accs.append(float(np.mean(labels == problem.pool_y)))
+    return {"noise": kind, "eps": noise.eps(delta), "label_eps": label_eps, "k": k, "m": m, "weights": weights,
+            "labels_kept": fg.rr_keep_probability(problem.num_classes, label_eps), **summary(accs)}
 
 
 def make_noise(kind: str, eps: float, delta: float, k: int) -> fg.Noise:
@@ -161,6 +178,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--cache", default=str(ROOT / "runs" / "fine-grained"))
     ap.add_argument("--json", default=None, help="also write the JSON object to this file")
     ap.add_argument("--seed", type=int, default=None, help="research only: reproducible noise")
+    ap.add_argument("--label-eps", type=float, nargs="*", default=[],
+                    help="also measure each --eps with every private label randomised at the source at these eps "
+                         "(randomized response, label DP), at the proxy's choice")
     args = ap.parse_args(argv)
 
     start = time.perf_counter()
@@ -201,6 +221,10 @@ def main(argv=None) -> dict:
                                      pick["weights"]))
     seconds["real_at_choice"] = time.perf_counter() - t
     t = time.perf_counter()
+    with_rr = [measure_rr(real, kind, eps, args.delta, choice[f"{kind} {eps:g}"], label_eps, args.draws, source)
+               for kind in KINDS for eps in args.eps for label_eps in args.label_eps]
+    seconds["real_label_rr"] = time.perf_counter() - t
+    t = time.perf_counter()
     hindsight = [] if args.no_hindsight else grid(real, KINDS, args.eps, args.ks, args.ms, 3, args.delta, source,
                                                   weights=args.weights)
     seconds["real_grid"] = time.perf_counter() - t
@@ -220,7 +244,7 @@ def main(argv=None) -> dict:
         "relation": "replace-one", "delta": args.delta, "research_seed": args.seed is not None,
         "proxy": {"private": half, "pool": len(splits.pool_y) - half, "eps_mode": args.proxy_eps,
                   "eps_factor": factor, "choice": choice, "grid": proxy_rows},
-        "real": {"at_choice": at_choice, "grid_hindsight": hindsight},
+        "real": {"at_choice": at_choice, "label_randomized_response": with_rr, "grid_hindsight": hindsight},
         "reference": reference, "seconds": seconds,
     }
     text = json.dumps(out)

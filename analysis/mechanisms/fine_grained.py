@@ -89,7 +89,9 @@ from analysis.core.noise import (
     NoiseSource,
     bernoulli_exp,
     bernoulli_exp_array,
+    bernoulli_exp_gaps,
     discrete_laplace_array,
+    randbelow_array,
 )
 from analysis.accounting.pld import calibrate, gaussian_mu_for
 from analysis.core.validation import check_delta
@@ -594,6 +596,67 @@ def audit_categories(released: np.ndarray, votes: int) -> np.ndarray:
     up = (z[:, :k, 0] >= 1).all(axis=1) & (z[:, k:, 1] <= 0).all(axis=1)
     down = (z[:, :k, 0] <= 0).all(axis=1) & (z[:, k:, 1] >= 1).all(axis=1)
     return np.where(up, 0, np.where(down, 1, 2)).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- randomized response at the source
+
+
+def randomized_response(labels, num_classes: int, eps: float, source: NoiseSource) -> np.ndarray:
+    """Each label replaced by k-ary randomized response at ``eps`` (Warner 1965; Kairouz, Bonawitz
+    & Ramage 2016): kept with probability ``e^ε / (e^ε + C − 1)``, else one of the other C − 1
+    classes uniformly. Exactly: the exponential mechanism with utility [j = y] and scale ε, by
+    rejection (propose a uniform class, accept it with probability exp(−ε [j ≠ y]),
+    `analysis.core.noise.bernoulli_exp_gaps`): an accepted j has probability ∝ e^{ε [j = y]}.
+
+    **Guarantee (label DP).** Two labels y, y' of one record give output laws whose ratio is at
+    most e^ε (e^ε / 1), so each record's label is ε-DP locally, whatever its feature row; the
+    whole release is a post-processing of the randomised labels and the (public-map) feature
+    rows, so it is ε-label-DP (neighbours: one record's label changed, its features kept;
+    Ghazi et al., "Deep learning with label differential privacy", NeurIPS 2021). This is NOT
+    the replace-one guarantee: a replaced record moves its k votes, and that is what the central
+    noise of `release` covers, unchanged (for every draw of the other records' responses the
+    histograms of two neighbours differ by one record's votes, so the central bound holds
+    conditionally and hence on average).
+    """
+    labels = np.asarray(labels, dtype=np.int64).ravel()
+    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
+        raise PateError(f"labels must lie in [0, {num_classes}) for randomized response")
+    eps = float(eps)
+    if not (eps > 0 and math.isfinite(eps)):
+        raise PateError(f"the randomized-response eps must be a positive number, got {eps!r}")
+    out = np.empty(labels.size, np.int64)
+    todo = np.arange(labels.size)
+    while todo.size:
+        j = randbelow_array(source, np.full(todo.size, num_classes, np.int64))
+        accept = bernoulli_exp_gaps(source, (j != labels[todo]).astype(np.int64), eps)
+        out[todo[accept]] = j[accept]
+        todo = todo[~accept]
+    return out
+
+
+def rr_keep_probability(num_classes: int, eps: float) -> float:
+    """P[a randomised label is the true one]: e^ε / (e^ε + C − 1)."""
+    return 1.0 / (1.0 + (num_classes - 1) * math.exp(-eps))
+
+
+def debias(counts, num_classes: int, eps: float) -> np.ndarray:
+    """Vote counts of randomised labels (rows: points, columns: classes) mapped to unbiased
+    estimates of the true labels' counts: E[n'_c] = p n_c + q (n − n_c), p the keep
+    probability, q = (1 − p)/(C − 1), so n_c = (n'_c − q n)/(p − q), row by row (post-processing
+    of a released histogram). An affine map with one shift per row and a positive scale: it
+    moves no row's argmax (nor a smoothed row's: smoothing is linear), so the labels are the
+    same with or without it; only margins change, by the factor :func:`debias_margins` applies."""
+    counts = np.asarray(counts, dtype=np.float64)
+    p = rr_keep_probability(num_classes, eps)
+    q = (1.0 - p) / (num_classes - 1)
+    return (counts - q * counts.sum(axis=-1, keepdims=True)) / (p - q)
+
+
+def debias_margins(margins, num_classes: int, eps: float) -> np.ndarray:
+    """Margins (top score less the runner-up) of randomised labels in units of true votes: the
+    row shift of :func:`debias` cancels in a difference, its scale 1/(p − q) stays."""
+    p = rr_keep_probability(num_classes, eps)
+    return np.asarray(margins, dtype=np.float64) / (p - (1.0 - p) / (num_classes - 1))
 
 
 # --------------------------------------------------------------------------- the record

@@ -213,6 +213,9 @@ class FineGrainedConfig:
     under replace-one; each pool point's label is the argmax of the noisy rows of its
     `smoothing` nearest pool points (post-processing), the r-th nearest weighted 1/r
     (`smoothing_weights = "harmonic"`) or 1 ("uniform"). Labels every pool point.
+    `label_noise = "randomized-response"` first replaces each private label by k-ary randomized
+    response at `label_eps` (exact; `analysis.mechanisms.fine_grained.randomized_response`): each
+    label is then `label_eps`-DP locally (label DP), on top of the central replace-one `eps`.
     """
 
     eps: float = 1.0
@@ -224,10 +227,18 @@ class FineGrainedConfig:
     scattering_j: int = 2
     scattering_l: int = 8
     groups: int = 27
+    label_noise: Literal["none", "randomized-response"] = "none"
+    label_eps: float = 0.0
 
     def validate(self) -> None:
         s = "fine_grained"
         positive(s, self, "eps")
+        if self.label_noise == "randomized-response":
+            positive(s, self, "label_eps")
+            _require(self.label_eps <= 50, s, "label_eps", f"must be at most 50 (beyond it the response is the "
+                     f"label itself up to e^-50), got {self.label_eps}")
+        else:
+            _require(self.label_eps == 0, s, "label_eps", 'applies with label_noise = "randomized-response" only')
         at_least_one(s, self, "votes_per_record", "smoothing", "pca", "scattering_j", "scattering_l", "groups")
 
 

@@ -32,7 +32,8 @@ from pate.programs import public_features
 #: The arrays of a fine-grained release in labels.npz besides ``indices``, ``labels`` and the
 #: record's (`analysis.mechanisms.fine_grained.FineGrained.to_arrays`; `pate.release.labels.RELEASED_KEYS`
 #: names them with the rest).
-ARRAY_KEYS = ("release_eps", "release_delta", "smoothing", "smoothing_weights", "pca", "scattering", "feature_map")
+ARRAY_KEYS = ("release_eps", "release_delta", "smoothing", "smoothing_weights", "pca", "scattering", "feature_map",
+              "label_noise", "label_eps")
 
 
 def noise_of(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
@@ -79,9 +80,15 @@ def release(config: Config, splits, source: NoiseSource, echo=print) -> FineGrai
     echo(f"fine-grained: {splits.train_x.shape[0]} private records each vote for their {cfg.votes_per_record} "
          "nearest pool point(s)")
     neighbours = fine_grained.nearest_public(fmap.rows(splits.train_x), pool_rows, cfg.votes_per_record)
-    noisy = fine_grained.release(fine_grained.vote_histogram(neighbours, splits.train_y, pool_size, num_classes),
+    votes_with = splits.train_y
+    if cfg.label_noise == "randomized-response":  # each label randomised before it votes (label DP)
+        echo(f"fine-grained: every private label replaced by k-ary randomized response at eps {cfg.label_eps:g}")
+        votes_with = fine_grained.randomized_response(splits.train_y, num_classes, cfg.label_eps, source)
+    noisy = fine_grained.release(fine_grained.vote_histogram(neighbours, votes_with, pool_size, num_classes),
                                  noise, source)  # the PRIVATE counts live only inside this call
     labels, margins = fine_grained.labels_and_margins(fine_grained.smooth(noisy, graph, cfg.smoothing_weights))
+    if cfg.label_noise == "randomized-response":  # debiasing moves no label; margins in true votes
+        margins = fine_grained.debias_margins(margins, num_classes, cfg.label_eps)
     eps = noise.eps(delta)
     used_delta = 0.0 if cfg.noise == "laplace" else float(delta)
     arrays = {"indices": np.arange(pool_size, dtype=np.int64), "labels": labels.astype(np.int32),
@@ -100,7 +107,8 @@ def record_arrays(cfg: FineGrainedConfig, noise: fine_grained.Noise, eps: float,
             "release_eps": np.array(float(eps)), "release_delta": np.array(float(delta)),
             "smoothing": np.array(cfg.smoothing), "smoothing_weights": np.array(cfg.smoothing_weights),
             "pca": np.array(cfg.pca),
-            "scattering": np.array(f"J {cfg.scattering_j}, L {cfg.scattering_l}, groups {cfg.groups}")}
+            "scattering": np.array(f"J {cfg.scattering_j}, L {cfg.scattering_l}, groups {cfg.groups}"),
+            "label_noise": np.array(cfg.label_noise), "label_eps": np.array(float(cfg.label_eps))}
 
 
 def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_mod.PrivacyReport:
@@ -127,6 +135,11 @@ def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_
                         f"post-processing; weights {str(np.asarray(labels.get('smoothing_weights', 'uniform')))}"),
         report_mod.Item("delta", "delta", float(delta), True),
     )
+    if str(np.asarray(labels.get("label_noise", "none"))) == "randomized-response":
+        label_eps = float(np.asarray(labels["label_eps"]))
+        items += (report_mod.Item("label_eps", "label-DP eps of randomized response at the source", label_eps, True,
+                                  "each private label randomised (k-ary RR, exact) before it voted: "
+                                  "one record's label, its features kept; not the replace-one figure"),)
     return report_mod.PrivacyReport(mechanism=fine_grained.FineGrained.name, items=items)
 
 
