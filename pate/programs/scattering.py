@@ -105,9 +105,10 @@ def features(images: np.ndarray, J: int, L: int, groups: int, cache_dir: str | P
     if path is not None:
         import io
 
-        from pate.store.rundir import atomic_write_bytes
+        from analysis.core.files import write_atomic
 
         buf = io.BytesIO()
         np.save(buf, out, allow_pickle=False)
-        atomic_write_bytes(path, buf.getvalue())
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, buf.getvalue(), private=True)  # features of private images: owner-only
     return out

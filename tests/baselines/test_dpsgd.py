@@ -144,9 +144,11 @@ def test_scattering_features_are_per_example():
 
 def test_scattering_cache(tmp_path):
     images = np.random.default_rng(0).random((3, 8, 8, 1), dtype=np.float32)
-    first = scattering.features(images, 1, 8, 9, tmp_path, "train")
-    assert len(list(tmp_path.glob("train-*.npy"))) == 1
-    np.testing.assert_array_equal(scattering.features(images, 1, 8, 9, tmp_path, "train"), first)
+    first = scattering.features(images, 1, 8, 9, tmp_path / "cache", "train")
+    (cached,) = (tmp_path / "cache").glob("train-*.npy")
+    assert cached.stat().st_mode & 0o777 == 0o600  # features of private images: owner-only
+    assert (tmp_path / "cache").stat().st_mode & 0o777 == 0o700
+    np.testing.assert_array_equal(scattering.features(images, 1, 8, 9, tmp_path / "cache", "train"), first)
 
 
 # --------------------------------------------------------------------------- the command
