@@ -37,8 +37,11 @@ def _format(value) -> str:
     return f"{value:.4g}" if abs(value) < 1 else f"{value:.3f}"
 
 
-def render_table(report: PrivacyReport) -> str:
-    """The report as a plain-text table with a 'publish?' column, then its warnings."""
+def render_table(report: PrivacyReport, data_set: Mapping | None = None) -> str:
+    """The report as a plain-text table with a 'publish?' column, then its warnings. The
+    report's ``eps`` is this release's own; the one figure called the headline is the data
+    set's (``data_set``, `pate.store.ledger.Ledger.summary`, printed before the table by
+    `pate.store.ledger.publish_line`). Without it the table says that no headline was given."""
     rows = [(item.label, _format(item.value), "yes" if item.public else "NO (private)", item.note)
             for item in report.items]
     header = ("quantity", "value", "publish?", "")
@@ -50,8 +53,14 @@ def render_table(report: PrivacyReport) -> str:
         text = "  ".join(c.ljust(w) for c, w in zip(row[:3], widths))
         lines.append((text + ("  " + row[3] if row[3] else "")).rstrip())
     if any(item.key == "eps" for item in report.items):
-        lines.append("Publish the HEADLINE eps (it counts everything released) and only the rows "
-                     "marked 'yes'; the others depend on the private votes.")
+        if data_set is not None:
+            lines.append(f"Publish the HEADLINE (the PUBLISH line: eps {data_set['eps']:.4g} at delta "
+                         f"{data_set['delta']:.3g}, every release of the data set) and only the rows marked 'yes'; "
+                         "this release's eps counts this release alone; the other rows depend on the private votes.")
+        else:
+            lines.append("No ledger was given, so there is no HEADLINE here: this release's eps counts this release "
+                         "alone, not the data set's other releases (pate ledger); publish only the rows marked "
+                         "'yes', the others depend on the private votes.")
         changes = ("one teacher's vote changes" if registry.record_type(report.mechanism).needs_teachers
                    else "that record's k votes move")
         lines.append(f"Neighbouring relation: {NEIGHBOURING_RELATION} (two training sets that differ in "
@@ -121,8 +130,8 @@ FINE_GRAINED_RELATION_NOTE = (
 
 
 #: What release.json's first figure is when a ledger gave it.
-DATA_SET_FIGURE = ("the data set's cumulative guarantee: every release recorded in its ledger, this one included "
-                   "(data_set says how it was composed); publish this one")
+DATA_SET_FIGURE = ("the HEADLINE: the data set's cumulative guarantee, every release recorded in its ledger, this one "
+                   "included (data_set says how it was composed); publish this one")
 
 
 def figure_head(own_eps: float, own_delta: float, data_set: Mapping | None, own_is: str) -> dict:
@@ -136,8 +145,8 @@ def figure_head(own_eps: float, own_delta: float, data_set: Mapping | None, own_
     return {
         "eps": jsonable(data_set["eps"]) if first else jsonable(own_eps),
         "delta": jsonable(data_set["delta"]) if first else jsonable(own_delta),
-        "eps_is": (DATA_SET_FIGURE if first else "this release's own figure (no ledger was given: it covers "
-                   "this release only)"),
+        "eps_is": (DATA_SET_FIGURE if first else "this release's eps (no ledger was given, so no headline: it "
+                   "covers this release only)"),
         "release_eps": jsonable(own_eps),
         "release_delta": jsonable(own_delta),
         "release_eps_is": own_is,
@@ -157,10 +166,11 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     if "eps" not in public:
         raise PateError("this report has no headline eps (it was built without a sanitised release)")
     own, own_delta = public.pop("eps"), public.pop("delta_total")
-    head = figure_head(own, own_delta, (extra or {}).get("data_set"), "this release's own headline (labels and "
-                       "sanitised eps): NOT what the data set has spent when it has other releases")
-    first = head["eps_is"] == DATA_SET_FIGURE  # the data set's figure leads (`pate.store.ledger.Ledger.summary`)
     record = registry.record_type(report.mechanism)
+    head = figure_head(own, own_delta, (extra or {}).get("data_set"), "this release's eps (" + (
+        "labels and sanitised eps" if record.sanitised else "labels" if record.needs_teachers else
+        "one noisy vote histogram") + "), not the headline: NOT what the data set has spent when it has other releases")
+    first = head["eps_is"] == DATA_SET_FIGURE  # the data set's figure leads (`pate.store.ledger.Ledger.summary`)
     doc = {
         **head,
         "mechanism": report.mechanism,
@@ -168,8 +178,8 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
         "neighbouring_relation_note": RELATION_NOTE if record.needs_teachers else FINE_GRAINED_RELATION_NOTE,
         "details": public,
         "notes": "Everything here may be published. Publish 'eps' at 'delta' (" + (
-            "the data set's: every release made from it" if first else "this release's") + "); 'release_eps' at "
-                 "'release_delta' is the guarantee of this release alone: " + (
+            "the headline, the data set's: every release made from it" if first else "this release's") + "); "
+                 "'release_eps' at 'release_delta' is this release's eps, the guarantee of this release alone: " + (
                      "the labels and the sanitised eps, its own cost included." if record.sanitised else
                      "the labels (no sanitised eps is released)." if record.needs_teachers else
                      "the one noisy vote histogram every label comes from."),
@@ -208,7 +218,7 @@ def plot_bytes(report: PrivacyReport) -> bytes:
         keys = {item.key for item in report.items}
         if "eps" in keys:
             ax.axhline(report.value("eps"), color="k", linestyle="--", linewidth=1,
-                       label=f"headline eps {report.value('eps'):.3g} (everything released)")
+                       label=f"this release's eps {report.value('eps'):.3g} (labels + sanitised eps)")
         ax.set_xlabel(report.curve_label)
         ax.set_ylabel("ε")
         delta = report.value("delta")

@@ -240,7 +240,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     _charge_then_commit(staged, draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
                                             budget=p.total_budget, delta=delta, release=staged.identity(release_path)),
                         f"analyze ({release_path})")
-    echo(_publish_line(data_set) + "\n" + render_table(rep))
+    echo(_publish_line(data_set) + "\n" + render_table(rep, data_set))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
@@ -274,7 +274,7 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
                     research_seed=research, data_set=data_set, costs=[registry.from_arrays(labels, path).cost()])
     _charge_then_commit(staged, [], f"analyze ({release_path})")
     echo(_publish_line(data_set))
-    echo(render_table(rep))
+    echo(render_table(rep, data_set))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable) and {json_path} (private: owner-only); a fine-grained release has "
          "no sanitised eps to draw")
@@ -351,7 +351,7 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
     charges = draw_charge(book, rep, release_cost, subject=None, budget=total_budget, delta=delta) if draw else []
     outputs = ", ".join(str(path) for path in (release_path, json_path, plot_path) if path)
     _charge_then_commit(staged, charges, f"analyze ({outputs})")
-    echo(render_table(rep) if data_set is None else _publish_line(data_set) + "\n" + render_table(rep))
+    echo(render_table(rep) if data_set is None else _publish_line(data_set) + "\n" + render_table(rep, data_set))
     for path in (release_path, json_path, plot_path):
         if path:
             echo(f"wrote {path}")
