@@ -37,13 +37,20 @@ def _format(value) -> str:
     return f"{value:.4g}" if abs(value) < 1 else f"{value:.3f}"
 
 
-def render_table(report: PrivacyReport, data_set: Mapping | None = None) -> str:
+#: The first line of a table that prints private rows without a private report file beside it.
+PRIVATE_BANNER = ("PRIVATE RESEARCH OUTPUT: the rows marked 'NO (private)' and the private warnings depend on the "
+                  "private votes; never publish them, nor choose a release's parameters from them")
+
+
+def render_table(report: PrivacyReport, data_set: Mapping | None = None, private: bool = True) -> str:
     """The report as a plain-text table with a 'publish?' column, then its warnings. The
     report's ``eps`` is this release's own; the one figure called the headline is the data
     set's (``data_set``, `pate.store.ledger.Ledger.summary`, printed before the table by
-    `pate.store.ledger.publish_line`). Without it the table says that no headline was given."""
+    `pate.store.ledger.publish_line`). Without it the table says that no headline was given.
+    ``private`` False withholds the private rows and warnings (naming them and ``--show-private``)."""
+    withheld = [item.label for item in report.items if not item.public] if not private else []
     rows = [(item.label, _format(item.value), "yes" if item.public else "NO (private)", item.note)
-            for item in report.items]
+            for item in report.items if private or item.public]
     header = ("quantity", "value", "publish?", "")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(3)]
     lines = [f"Privacy report — {report.mechanism}"]
@@ -69,7 +76,11 @@ def render_table(report: PrivacyReport, data_set: Mapping | None = None) -> str:
         lines.append("Publish only the rows marked 'yes'; the others depend on the private votes.")
     for warning in report.warnings:
         lines.append(f"warning: {warning}")
-    for warning in report.private_warnings:
+    if withheld or (not private and report.private_warnings):
+        lines.append(f"withheld, private (they depend on the private votes): {', '.join(withheld) or 'warnings'}"
+                     f"{' and their warnings' if withheld and report.private_warnings else ''}; --show-private "
+                     "prints them as research output, never to publish")
+    for warning in report.private_warnings if private else ():
         lines.append(f"warning (private, do not publish): {warning}")
     return "\n".join(lines)
 

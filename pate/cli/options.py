@@ -281,9 +281,14 @@ def analyze_options():
         click.option("--json", "json_path", type=click.Path(dir_okay=False),
                      help="Write the whole report as JSON (private: owner-only)."),
         click.option("--release-json", "release_path", type=click.Path(dir_okay=False), help="Write the publishable values "
-                     "and the headline eps as JSON (with --votes; --workdir writes RUN/release.json)."),
+                     "as JSON, the headline (the data set's eps) first (with --votes; --workdir writes "
+                     "RUN/release.json)."),
         click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
                      help="Write a PNG of cumulative eps against queries (private: owner-only)."),
+        click.option("--show-private", is_flag=True,
+                     help="With --votes: also print the private figures (data-dependent eps, smooth sensitivity, "
+                          "their warnings) as research output, never to publish. Without it they are printed only "
+                          "beside a private report file (--json, --plot)."),
         ledger())
 
 
