@@ -130,7 +130,7 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
     dependent = released.data_dependent
     di_curve, dd_curve = lnmax.cumulative_eps(votes, gamma, delta, moments)
     routes = {"data-independent": independent.eps + released.eps_release,
-              "sanitised data-dependent": max(released.value, 0.0) + released.eps_release}
+              "sanitised data-dependent": released.value + released.eps_release}  # value >= 0: clipped
     route = min(routes, key=routes.get)
     warnings, private_warnings = [], []
     extra_delta = sampling_delta(n, votes.shape[1], routes[route])
@@ -146,7 +146,7 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
              f"beta = {beta:g}"),
         Item("noise_scale", "discrete Laplace scale of the release", released.noise_scale, False),
         Item("eps_sanitized", "sanitised data-dependent eps", released.value, True,
-             f"on the grid {grid:g} (NRS07 with exact discrete Laplace)"),
+             f"on the grid {grid:g}, clipped at 0 (NRS07 with exact discrete Laplace)"),
         Item("eps_release_cost", "eps spent by the release", released.eps_release, True,
              f"at delta {released.delta_release:g}; beta {beta:g}"),
         Item("beta", "beta", float(beta), True),
