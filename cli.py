@@ -51,11 +51,11 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
 @click.option("--mechanism", type=click.Choice(registry.TEACHER_NAMES), help="The noisy aggregator to calibrate.")
 @click.option("--queries", type=int, callback=opt.at_least_one,
               help="Number of queries the student will ask (with --config: at most this many).")
-@click.option("--eps", "eps", type=float, callback=opt.positive, help="Privacy budget epsilon.")
+@click.option("--eps", "eps", type=float, callback=opt.eps_value, help="Privacy budget epsilon.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Instead of --mechanism/--eps: plan the release of this run config for a target headline "
                    "([privacy] target_eps, or --target-eps): the queries and the release order, beta and cost.")
-@click.option("--target-eps", type=float, callback=opt.positive,
+@click.option("--target-eps", type=float, callback=opt.eps_value,
               help="With --config: the headline eps to stay within (overrides [privacy] target_eps).")
 @opt.settings()
 @click.option("--delta", type=float, default=opt.DEFAULTS.delta, show_default=True, callback=opt.probability)

@@ -132,6 +132,9 @@ def _check(ok, message):
 
 positive = _check(lambda v: v > 0 and v != float("inf"), "must be a positive number, got {value}")
 probability = _check(lambda v: 0.0 < v < 1.0, "must lie strictly between 0 and 1, got {value}")
+#: An eps a command releases at or plans for: as `pate.config.checks.MAX_EPS` bounds the config's keys.
+eps_value = _check(lambda v: 0 < v <= 1000.0, "must be a positive eps of at most 1000 (an eps above it leaves no "
+                   "guarantee), got {value:g}")
 release_order = _check(lambda v: 1 < v <= 1e4, "must be a Renyi order above 1 and at most 10000, got {value}")
 #: A research seed: all 128 bits are used, so any integer 0 <= seed < 2**128.
 seed = _check(lambda v: 0 <= v < 2**128, "must satisfy 0 <= seed < 2**128, got {value}")
