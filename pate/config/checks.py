@@ -37,6 +37,9 @@ MAX_EPS = 1000.0
 #: a larger value is a typo, refused here rather than as overflow warnings mid-training.
 MAX_RATE = 1e6
 
+#: The largest float32 (the programs' precision).
+FLOAT32_MAX = 3.4028234663852886e38
+
 
 def eps(section: str, config, *keys: str) -> None:
     """Each key of ``config`` an ε in (0, `MAX_EPS`]."""

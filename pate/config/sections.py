@@ -20,7 +20,7 @@ from typing import Literal
 from analysis.mechanisms.registry import NAMES as MECHANISMS
 from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
 from pate.config.round_sections import RoundsConfig
-from pate.config.checks import MAX_EPS, at_least_one, eps, positive, rate
+from pate.config.checks import FLOAT32_MAX, MAX_EPS, at_least_one, eps, positive
 from pate.config.checks import require as _require
 
 
@@ -45,7 +45,10 @@ def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
              f"must be an import path \"package.module:Class\", got {cfg.module!r}")
     _require(0 <= cfg.dropout < 1, s, "dropout", "must be in [0, 1)")
     at_least_one(s, cfg, "batch_size")
-    rate(s, cfg, "learning_rate")
+    # Teachers and students stop with one line when training diverges (NaN), so only a rate float32
+    # cannot hold is refused here (its cast would overflow into warnings before any step).
+    _require(0 < cfg.learning_rate <= FLOAT32_MAX, s, "learning_rate",
+             f"must be a positive number a float32 holds (at most {FLOAT32_MAX:.3g}), got {cfg.learning_rate:g}")
     _require(0 <= cfg.momentum < 1, s, "momentum", "must be in [0, 1)")
     _require(cfg.weight_decay >= 0, s, "weight_decay", "must be >= 0")
     _require(cfg.augment_shift >= 0, s, "augment_shift", "must be >= 0")
