@@ -236,9 +236,9 @@ def report_items(plan: headline_target.ReleaseChoice, record, report, release_co
     # A round-2 plan made before issue 32 planned the sum of both rounds' sanitised RDPs, which the headline
     # does not publish (`analysis.planning.rounds`: ex-post values do not add): named as what it is.
     # The target is on this release's own eps (the data set's figure, the headline, also counts its other releases).
-    what = "this release's" if not plan.offset_rdp else "sanitised RDP sum of both rounds (not a guarantee)"
-    return (Item("target_eps", f"target {what} eps (planned)", plan.target_eps, True,
+    what = "this release's eps" if not plan.offset_rdp else "the sanitised RDP sum of both rounds (not a guarantee)"
+    return (Item("target_eps", f"target of {what} (planned)", plan.target_eps, True,
                  f"P >= {plan.target_probability:g} asked for"),
             Item("p_headline_within_target", f"P[{what} <= target] (planned)", p, True, note),
-            Item("expected_headline_eps", f"expected {what} eps (planned)", expected, True,
+            Item("expected_headline_eps", f"expected {what} (planned)", expected, True,
                  "same simulated votes: public"))
