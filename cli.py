@@ -26,7 +26,7 @@ def main() -> None:
 @opt.analyze_options()
 def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_threshold, conversion,
             release_order, release_cost, delta, queries, indices_path, moments, beta,
-            input_is_labels, num_classes, seed, json_path, release_path, plot_path, ledger_name):
+            input_is_labels, num_classes, seed, json_path, release_path, plot_path, show_private, ledger_name):
     """Privacy report for noisy-argmax answers: data-independent, data-dependent
     (private) and sanitised eps."""
     from pate.steps.analyze import analyze_votes, analyze_workdir
@@ -34,7 +34,8 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
     noise = dict(gamma=gamma, sigma=sigma, threshold=threshold, sigma_threshold=sigma_threshold)
     opt.check_analyze(votes_path, workdir, mechanism, noise, {
         "--queries": queries, "--indices": indices_path, "--num-classes": num_classes,
-        "--input-is-labels": input_is_labels, "--ledger": ledger_name}, input_is_labels, num_classes)
+        "--input-is-labels": input_is_labels, "--ledger": ledger_name, "--show-private": show_private},
+        input_is_labels, num_classes)
     outputs = dict(json_path=json_path, plot_path=plot_path, release_path=release_path, echo=click.echo)
     release = dict(delta=delta, moments=moments, beta=beta, seed=seed, conversion=conversion,
                    release_order=release_order, release_cost=release_cost)
@@ -42,18 +43,19 @@ def analyze(votes_path, workdir, mechanism, gamma, sigma, threshold, sigma_thres
         analyze_workdir(workdir, **release, **outputs)  # holds the run's lock (pate.store.door.step)
         return
     analyze_votes(votes_path, opt.mechanism_record(mechanism, noise), queries=queries, indices_path=indices_path,
-                  ledger=ledger_name, input_is_labels=input_is_labels, num_classes=num_classes, **release, **outputs)
+                  ledger=ledger_name, input_is_labels=input_is_labels, num_classes=num_classes, show_private=show_private,
+                  **release, **outputs)
 
 
 @main.command()
 @click.option("--mechanism", type=click.Choice(registry.TEACHER_NAMES), help="The noisy aggregator to calibrate.")
 @click.option("--queries", type=int, callback=opt.at_least_one,
               help="Number of queries the student will ask (with --config: at most this many).")
-@click.option("--eps", "eps", type=float, callback=opt.positive, help="Privacy budget epsilon.")
+@click.option("--eps", "eps", type=float, callback=opt.eps_value, help="Privacy budget epsilon.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Instead of --mechanism/--eps: plan the release of this run config for a target headline "
                    "([privacy] target_eps, or --target-eps): the queries and the release order, beta and cost.")
-@click.option("--target-eps", type=float, callback=opt.positive,
+@click.option("--target-eps", type=float, callback=opt.eps_value,
               help="With --config: the headline eps to stay within (overrides [privacy] target_eps).")
 @opt.settings()
 @click.option("--delta", type=float, default=opt.DEFAULTS.delta, show_default=True, callback=opt.probability)

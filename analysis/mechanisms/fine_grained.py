@@ -319,7 +319,8 @@ def rational_eps(eps) -> Fraction:
         if value > exact:
             value = Fraction(math.floor(exact * EPS_DENOMINATOR), EPS_DENOMINATOR)
     if value <= 0:
-        raise PateError(f"eps must be positive (at least 1e-6 as a float), got {eps}")
+        raise PateError(f"eps must be positive and more than 1e-06 (it is rounded down to a multiple of 1e-06 for exact "
+                        f"noise), got {eps}")
     return value
 
 

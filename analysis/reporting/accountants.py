@@ -50,6 +50,6 @@ def data_independent_items(mechanism, num_queries: int, delta: float, *, gamma: 
                   True) for name in values]
     best = min(values, key=lambda k: (values[k], k != "pld"))
     items.append(Item("eps_data_independent_headline", "data-independent eps, tightest (labels only)",
-                      float(values[best]), True, f"{LABELS[best]}; the HEADLINE eps also counts the release"))
+                      float(values[best]), True, f"{LABELS[best]}; a sanitised release costs more"))
     items.append(Item("data_independent_headline", "tightest data-independent accountant", best, True))
     return tuple(items)

@@ -1,5 +1,6 @@
 """The ε report: data-independent, data-dependent and sanitised ε, each marked public or
-private, with the headline ε of everything released. Its table, JSON documents and plot
+private, with this release's own ε (everything it released; the headline, what the data set has
+spent over all its releases, is the ledger's: `pate.store.ledger.publish_line`). Its table, JSON documents and plot
 are `analysis.reporting.report_io`'s; the data-independent ε under every accountant is
 `analysis.reporting.accountants`'s.
 
@@ -73,6 +74,14 @@ class PrivacyReport:
         raise KeyError(key)
 
 
+#: The row of a report's own figure. "The headline" is one figure only, the data set's (what its
+#: ledger composes over every release: `pate analyze`'s PUBLISH line, release.json's ``eps``); a
+#: report's ``eps`` is this release's alone and is named so everywhere (issue 44).
+OWN_EPS = "this release's eps"
+OWN_EPS_SANITISED = f"{OWN_EPS} (labels + sanitised eps)"
+OWN_DELTA = "delta of this release's eps"
+
+
 def _moments_items(n: int, gamma_label: str, gamma: float, delta: float, independent, dependent,
                    dependent_note: str) -> tuple[Item, ...]:
     """The rows every 2γ-DP argmax's report shares: answers, γ, δ, and the data-independent and
@@ -121,15 +130,15 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
     dependent = released.data_dependent
     di_curve, dd_curve = lnmax.cumulative_eps(votes, gamma, delta, moments)
     routes = {"data-independent": independent.eps + released.eps_release,
-              "sanitised data-dependent": max(released.value, 0.0) + released.eps_release}
+              "sanitised data-dependent": released.value + released.eps_release}  # value >= 0: clipped
     route = min(routes, key=routes.get)
     warnings, private_warnings = [], []
     extra_delta = sampling_delta(n, votes.shape[1], routes[route])
     delta_total = headline_delta(delta + released.delta_release, extra_delta, warnings)
     items = (
-        Item("eps", "HEADLINE eps (everything released)", routes[route], True,
+        Item("eps", OWN_EPS_SANITISED, routes[route], True,
              f"at delta {delta_total:g}; {route} route, release included"),
-        Item("delta_total", "delta of the headline", delta_total, True,
+        Item("delta_total", OWN_DELTA, delta_total, True,
              "answers + release + float64 label noise"),
         *_moments_items(n, "gamma (Laplace noise 1/gamma)", gamma, delta, independent, dependent,
                         "depends on the votes: do not publish as is"),
@@ -137,13 +146,13 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
              f"beta = {beta:g}"),
         Item("noise_scale", "discrete Laplace scale of the release", released.noise_scale, False),
         Item("eps_sanitized", "sanitised data-dependent eps", released.value, True,
-             f"on the grid {grid:g} (NRS07 with exact discrete Laplace)"),
+             f"on the grid {grid:g}, clipped at 0 (NRS07 with exact discrete Laplace)"),
         Item("eps_release_cost", "eps spent by the release", released.eps_release, True,
              f"at delta {released.delta_release:g}; beta {beta:g}"),
         Item("beta", "beta", float(beta), True),
         Item("grid", "grid step of the sanitised eps", float(grid), True),
         Item("delta_sampling", "delta from float64 label noise", extra_delta, True,
-             "included in the headline delta (analysis.core.noise)"),
+             "included in this release's delta (analysis.core.noise)"),
     )
     if dependent.best_is_largest:
         private_warnings.append(
@@ -169,8 +178,8 @@ def headline_delta(delta: float, sampling: float, warnings: list) -> float:
     """
     total = float(delta) + float(sampling)
     if total >= 1.0:
-        warnings.append(f"the headline delta is at least 1 (delta {delta:g} + {sampling:.3g} from the float64 "
-                        "label noise at this eps): the headline eps guarantees NOTHING; use more noise or "
+        warnings.append(f"this release's delta is at least 1 (delta {delta:g} + {sampling:.3g} from the float64 "
+                        "label noise at this eps): this release's eps guarantees NOTHING; use more noise or "
                         "fewer queries")
         return 1.0
     return total
@@ -239,9 +248,9 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     extra_delta = sampling_delta(n, votes.shape[1] + (1 if confident else 0), routes[route])
     delta_total = headline_delta(delta, extra_delta, warnings)
     di_curve, dd_curve = _gnmax_curves(votes, record, confident, orders, delta, conversion, max_answers, offsets)
-    items = [Item("eps", "HEADLINE eps (everything released)", routes[route], True,
+    items = [Item("eps", OWN_EPS_SANITISED, routes[route], True,
                   f"at delta {delta_total:g}; {route} route, release included"),
-             Item("delta_total", "delta of the headline", delta_total, True, "answers + float64 label noise"),
+             Item("delta_total", OWN_DELTA, delta_total, True, "answers + float64 label noise"),
              Item("num_queries", "queries", n, True)]
     items += _gnmax_items(record, confident, num_answered, max_answers, delta, conversion, independent, dependent)
     if offsets is not None:
@@ -322,7 +331,7 @@ def _gnss_items(released, fixed: bool, di_route: float, di_route_order: float, e
         Item("beta", "beta", float(beta), True),
         Item("grid", "grid step of the sanitised RDP", float(grid), True),
         Item("delta_sampling", "delta from float64 label noise", extra_delta, True,
-             "included in the headline delta (analysis.core.noise)"),
+             "included in this release's delta (analysis.core.noise)"),
     ]
 
 
@@ -393,9 +402,9 @@ def pure_report(votes, record: PureArgmax, delta: float, moments=lnmax.DEFAULT_M
     dependent = lnmax.eps_from_q(q, record.eps0, delta, moments)
     di_curve, dd_curve = lnmax.cumulative_eps_from_q(q, record.eps0, delta, moments)
     items = (
-        Item("eps", "HEADLINE eps (everything released)", independent.eps, True,
+        Item("eps", f"{OWN_EPS} (labels only)", independent.eps, True,
              f"at delta {float(delta):g}; data-independent (labels only: no sanitised eps is released)"),
-        Item("delta_total", "delta of the headline", float(delta), True, "exact sampler: no floating-point delta"),
+        Item("delta_total", OWN_DELTA, float(delta), True, "exact sampler: no floating-point delta"),
         *_moments_items(n, f"gamma (each answer 2 gamma = {record.eps0:g}-DP)", record.gamma, delta, independent,
                         dependent, "depends on the votes: never published (no sanitised release of it exists)"),
         Item("eps_release_cost", "eps spent by a sanitised release", 0.0, True,

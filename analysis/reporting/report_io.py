@@ -37,10 +37,20 @@ def _format(value) -> str:
     return f"{value:.4g}" if abs(value) < 1 else f"{value:.3f}"
 
 
-def render_table(report: PrivacyReport) -> str:
-    """The report as a plain-text table with a 'publish?' column, then its warnings."""
+#: The first line of a table that prints private rows without a private report file beside it.
+PRIVATE_BANNER = ("PRIVATE RESEARCH OUTPUT: the rows marked 'NO (private)' and the private warnings depend on the "
+                  "private votes; never publish them, nor choose a release's parameters from them")
+
+
+def render_table(report: PrivacyReport, data_set: Mapping | None = None, private: bool = True) -> str:
+    """The report as a plain-text table with a 'publish?' column, then its warnings. The
+    report's ``eps`` is this release's own; the one figure called the headline is the data
+    set's (``data_set``, `pate.store.ledger.Ledger.summary`, printed before the table by
+    `pate.store.ledger.publish_line`). Without it the table says that no headline was given.
+    ``private`` False withholds the private rows and warnings (naming them and ``--show-private``)."""
+    withheld = [item.label for item in report.items if not item.public] if not private else []
     rows = [(item.label, _format(item.value), "yes" if item.public else "NO (private)", item.note)
-            for item in report.items]
+            for item in report.items if private or item.public]
     header = ("quantity", "value", "publish?", "")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(3)]
     lines = [f"Privacy report — {report.mechanism}"]
@@ -50,8 +60,14 @@ def render_table(report: PrivacyReport) -> str:
         text = "  ".join(c.ljust(w) for c, w in zip(row[:3], widths))
         lines.append((text + ("  " + row[3] if row[3] else "")).rstrip())
     if any(item.key == "eps" for item in report.items):
-        lines.append("Publish the HEADLINE eps (it counts everything released) and only the rows "
-                     "marked 'yes'; the others depend on the private votes.")
+        if data_set is not None:
+            lines.append(f"Publish the HEADLINE (the PUBLISH line: eps {data_set['eps']:.4g} at delta "
+                         f"{data_set['delta']:.3g}, every release of the data set) and only the rows marked 'yes'; "
+                         "this release's eps counts this release alone; the other rows depend on the private votes.")
+        else:
+            lines.append("No ledger was given, so there is no HEADLINE here: this release's eps counts this release "
+                         "alone, not the data set's other releases (pate ledger); publish only the rows marked "
+                         "'yes', the others depend on the private votes.")
         changes = ("one teacher's vote changes" if registry.record_type(report.mechanism).needs_teachers
                    else "that record's k votes move")
         lines.append(f"Neighbouring relation: {NEIGHBOURING_RELATION} (two training sets that differ in "
@@ -60,7 +76,11 @@ def render_table(report: PrivacyReport) -> str:
         lines.append("Publish only the rows marked 'yes'; the others depend on the private votes.")
     for warning in report.warnings:
         lines.append(f"warning: {warning}")
-    for warning in report.private_warnings:
+    if withheld or (not private and report.private_warnings):
+        lines.append(f"withheld, private (they depend on the private votes): {', '.join(withheld) or 'warnings'}"
+                     f"{' and their warnings' if withheld and report.private_warnings else ''}; --show-private "
+                     "prints them as research output, never to publish")
+    for warning in report.private_warnings if private else ():
         lines.append(f"warning (private, do not publish): {warning}")
     return "\n".join(lines)
 
@@ -121,8 +141,8 @@ FINE_GRAINED_RELATION_NOTE = (
 
 
 #: What release.json's first figure is when a ledger gave it.
-DATA_SET_FIGURE = ("the data set's cumulative guarantee: every release recorded in its ledger, this one included "
-                   "(data_set says how it was composed); publish this one")
+DATA_SET_FIGURE = ("the HEADLINE: the data set's cumulative guarantee, every release recorded in its ledger, this one "
+                   "included (data_set says how it was composed); publish this one")
 
 
 def figure_head(own_eps: float, own_delta: float, data_set: Mapping | None, own_is: str) -> dict:
@@ -136,8 +156,8 @@ def figure_head(own_eps: float, own_delta: float, data_set: Mapping | None, own_
     return {
         "eps": jsonable(data_set["eps"]) if first else jsonable(own_eps),
         "delta": jsonable(data_set["delta"]) if first else jsonable(own_delta),
-        "eps_is": (DATA_SET_FIGURE if first else "this release's own figure (no ledger was given: it covers "
-                   "this release only)"),
+        "eps_is": (DATA_SET_FIGURE if first else "this release's eps (no ledger was given, so no headline: it "
+                   "covers this release only)"),
         "release_eps": jsonable(own_eps),
         "release_delta": jsonable(own_delta),
         "release_eps_is": own_is,
@@ -157,10 +177,11 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
     if "eps" not in public:
         raise PateError("this report has no headline eps (it was built without a sanitised release)")
     own, own_delta = public.pop("eps"), public.pop("delta_total")
-    head = figure_head(own, own_delta, (extra or {}).get("data_set"), "this release's own headline (labels and "
-                       "sanitised eps): NOT what the data set has spent when it has other releases")
-    first = head["eps_is"] == DATA_SET_FIGURE  # the data set's figure leads (`pate.store.ledger.Ledger.summary`)
     record = registry.record_type(report.mechanism)
+    head = figure_head(own, own_delta, (extra or {}).get("data_set"), "this release's eps (" + (
+        "labels and sanitised eps" if record.sanitised else "labels" if record.needs_teachers else
+        "one noisy vote histogram") + "), not the headline: NOT what the data set has spent when it has other releases")
+    first = head["eps_is"] == DATA_SET_FIGURE  # the data set's figure leads (`pate.store.ledger.Ledger.summary`)
     doc = {
         **head,
         "mechanism": report.mechanism,
@@ -168,8 +189,8 @@ def release_json(report: PrivacyReport, extra: dict | None = None) -> dict:
         "neighbouring_relation_note": RELATION_NOTE if record.needs_teachers else FINE_GRAINED_RELATION_NOTE,
         "details": public,
         "notes": "Everything here may be published. Publish 'eps' at 'delta' (" + (
-            "the data set's: every release made from it" if first else "this release's") + "); 'release_eps' at "
-                 "'release_delta' is the guarantee of this release alone: " + (
+            "the headline, the data set's: every release made from it" if first else "this release's") + "); "
+                 "'release_eps' at 'release_delta' is this release's eps, the guarantee of this release alone: " + (
                      "the labels and the sanitised eps, its own cost included." if record.sanitised else
                      "the labels (no sanitised eps is released)." if record.needs_teachers else
                      "the one noisy vote histogram every label comes from."),
@@ -208,7 +229,7 @@ def plot_bytes(report: PrivacyReport) -> bytes:
         keys = {item.key for item in report.items}
         if "eps" in keys:
             ax.axhline(report.value("eps"), color="k", linestyle="--", linewidth=1,
-                       label=f"headline eps {report.value('eps'):.3g} (everything released)")
+                       label=f"this release's eps {report.value('eps'):.3g} (labels + sanitised eps)")
         ax.set_xlabel(report.curve_label)
         ax.set_ylabel("ε")
         delta = report.value("delta")

@@ -30,8 +30,9 @@ class SanitizedEps:
     """The data-dependent ε released through the smooth-sensitivity mechanism.
 
     Attributes:
-      value: the released (noisy) ε, ``units * grid`` — **public**.
-      units: the released value as an integer number of grid steps — public.
+      value: the released (noisy) ε, ``units * grid``, never below 0 (a draw below is
+        published as 0: docs/privacy.md) — **public**.
+      units: the released value as an integer number of grid steps (≥ 0) — public.
       grid: the grid step (fixed before the votes are seen) — public.
       eps_release, delta_release: the privacy the release itself costs — public.
       beta: the smoothness parameter — public.
@@ -102,7 +103,7 @@ def sanitized_eps(votes, gamma, delta, beta=DEFAULT_BETA, moments=DEFAULT_MOMENT
     The release is on the public grid ``g``: ``Ẽ(d) = round(E(d)/g)`` is an integer whose
     local sensitivity is at most ``LS_E/g + 1``, so ``S̃ = S/g + 1`` (times 1 + 1e-9 for
     floating-point error) is a β-smooth upper bound on it (``S(d) ≤ e^β S(d')`` gives
-    ``S̃(d) ≤ e^β S̃(d')``). Published: ``g · (Ẽ(d) + Z)``, ``Z`` discrete Laplace of
+    ``S̃(d) ≤ e^β S̃(d')``). Published: ``g · max(0, Ẽ(d) + Z)``, ``Z`` discrete Laplace of
     scale ``t(d) = 2 S̃(d)/eps_r``, sampled exactly (``analysis.core.noise``, CKS 2020), so no
     floating-point bit of the output depends on the votes (Mironov 2012).
 
@@ -115,7 +116,8 @@ def sanitized_eps(votes, gamma, delta, beta=DEFAULT_BETA, moments=DEFAULT_MOMENT
     most ``tanh(a)/tanh(b) ≤ a/b ≤ e^β ≤ e^{eps_r/2}`` everywhere; so ``Pr[Z_t ∈ U] ≤
     e^{eps_r/2} Pr[Z_t' ∈ U] + δ``. (sliding) ``|Ẽ(d) − Ẽ(d')| ≤ S̃(d') = (eps_r/2) t'``
     gives ``p_t'(k)/p_t'(k + Δ) ≤ e^{eps_r/2}`` pointwise. Chaining both: ``Pr[M(d) ∈ A]
-    ≤ e^{eps_r} Pr[M(d') ∈ A] + δ``.
+    ≤ e^{eps_r} Pr[M(d') ∈ A] + δ``. The clipping at zero is post-processing of that draw (no
+    cost); E(d) ≥ log(1/δ)/l_max > 0, so a negative draw is further from E(d) than 0 is.
 
     Args:
       votes: the answered queries' histograms (private).
@@ -146,7 +148,9 @@ def sanitized_eps(votes, gamma, delta, beta=DEFAULT_BETA, moments=DEFAULT_MOMENT
     if not math.isfinite(scale_units):
         raise PateError(f"the release noise is not finite (grid {grid:g}, eps_r {eps_r:g}); use a larger grid")
     source = NoiseSource() if noise is None else noise
-    units = int(units_exact + discrete_laplace(source, scale_units))
+    # Clipped at zero (the 2018 paper's clipping, as `analysis.sanitised.gnss` does): post-processing
+    # of the (eps_r, δ)-DP draw, so free, and never further from E(d) > 0 than the draw itself.
+    units = max(0, int(units_exact + discrete_laplace(source, scale_units)))
     return SanitizedEps(value=units * grid, units=units, grid=grid, eps_release=eps_r,
                         delta_release=delta, beta=beta, smooth_sensitivity=ss,
                         noise_scale=scale_units * grid, data_dependent=result)

@@ -8,7 +8,7 @@ import importlib
 
 import click
 
-from pate.cli.options import config, no_progress, options, overwrite, positive, seed_option, settings, workdir
+from pate.cli.options import config, eps_value, no_progress, options, overwrite, seed_option, settings, workdir
 
 
 def dpsgd_options():
@@ -16,7 +16,7 @@ def dpsgd_options():
     return options(
         config("TOML run config, e.g. configs/fashion_mnist.toml (its [dpsgd] section)."),
         workdir("Run directory (created if missing; a PATE run of the same data is fine)."),
-        click.option("--eps", "eps", type=float, callback=positive, help="Target epsilon (overrides dpsgd.eps)."),
+        click.option("--eps", "eps", type=float, callback=eps_value, help="Target epsilon (overrides dpsgd.eps)."),
         click.option("--model", type=click.Choice(["cnn", "scatternet", "linear"]),
                      help="End-to-end tanh CNN, ScatterNet features + linear, or linear on the inputs as given "
                           "(embeddings) (overrides dpsgd.model)."),
@@ -33,7 +33,7 @@ def fedavg_options():
         config("TOML run config, e.g. configs/fashion_mnist.toml (its [fedavg] section)."),
         workdir("Run directory (created if missing; a PATE run of the same data is fine)."),
         click.option("--algorithm", type=click.Choice(["fedavg", "iadmm"]), help="Overrides fedavg.algorithm."),
-        click.option("--eps", type=float, callback=positive, help="Total eps of all rounds (overrides fedavg.eps)."),
+        click.option("--eps", type=float, callback=eps_value, help="Total eps of all rounds (overrides fedavg.eps)."),
         click.option("--rounds", type=click.IntRange(min=1), help="Overrides fedavg.rounds."),
         click.option("--clients", type=click.IntRange(min=1),
                      help="Overrides fedavg.clients (default: the teachers' shards)."),
@@ -51,7 +51,7 @@ def synth_options():
         workdir("Run directory (created if missing; a PATE run of the same data is fine)."),
         click.option("--method", type=click.Choice(["merf", "gan"]),
                      help="DP-MERF (one noisy mean-embedding release) or the PATE-GAN (overrides synth.method)."),
-        click.option("--eps", type=float, callback=positive, help="Total eps of the release (overrides synth.eps)."),
+        click.option("--eps", type=float, callback=eps_value, help="Total eps of the release (overrides synth.eps)."),
         click.option("--steps", type=click.IntRange(min=1), help="PATE-GAN steps (overrides synth.steps)."),
         click.option("--teachers", type=click.IntRange(min=1), help="PATE-GAN teachers (overrides synth.teachers)."),
         settings(),

@@ -132,6 +132,9 @@ def _check(ok, message):
 
 positive = _check(lambda v: v > 0 and v != float("inf"), "must be a positive number, got {value}")
 probability = _check(lambda v: 0.0 < v < 1.0, "must lie strictly between 0 and 1, got {value}")
+#: An eps a command releases at or plans for: as `pate.config.checks.MAX_EPS` bounds the config's keys.
+eps_value = _check(lambda v: 0 < v <= 1000.0, "must be a positive eps of at most 1000 (an eps above it leaves no "
+                   "guarantee), got {value:g}")
 release_order = _check(lambda v: 1 < v <= 1e4, "must be a Renyi order above 1 and at most 10000, got {value}")
 #: A research seed: all 128 bits are used, so any integer 0 <= seed < 2**128.
 seed = _check(lambda v: 0 <= v < 2**128, "must satisfy 0 <= seed < 2**128, got {value}")
@@ -281,9 +284,14 @@ def analyze_options():
         click.option("--json", "json_path", type=click.Path(dir_okay=False),
                      help="Write the whole report as JSON (private: owner-only)."),
         click.option("--release-json", "release_path", type=click.Path(dir_okay=False), help="Write the publishable values "
-                     "and the headline eps as JSON (with --votes; --workdir writes RUN/release.json)."),
+                     "as JSON, the headline (the data set's eps) first (with --votes; --workdir writes "
+                     "RUN/release.json)."),
         click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
                      help="Write a PNG of cumulative eps against queries (private: owner-only)."),
+        click.option("--show-private", is_flag=True,
+                     help="With --votes: also print the private figures (data-dependent eps, smooth sensitivity, "
+                          "their warnings) as research output, never to publish. Without it they are printed only "
+                          "beside a private report file (--json, --plot)."),
         ledger())
 
 

@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import tomllib
 import typing
 from pathlib import Path
@@ -160,6 +161,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         parsed = tomllib.loads(f"v = {value.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         parsed = value.strip()
+    except RecursionError:
+        raise PateError(f"override {key}: its value is nested too deeply to read; give a plain value") from None
     return key, parsed
 
 
@@ -220,6 +223,12 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
       PateError: the file is missing or not valid TOML, or a key is unknown, of the
         wrong type or out of range (the message names the file and the key).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise PateError(f"the config path must be a file name or a bundled config's name, got "
+                        f"{type(path).__name__}")
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise PateError("overrides must be a mapping of \"section.key\" to values, e.g. {\"teachers.epochs\": 5}, "
+                        f"got {type(overrides).__name__}")
     path = Path(path)
     if text is None:
         path = _bundled(path) or path
@@ -239,6 +248,9 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise PateError(f"{path}: not valid TOML: {err}") from None
+    except RecursionError:  # tomllib parses nested arrays and inline tables recursively
+        raise PateError(f"{path}: a value is nested too deeply to read (arrays or tables inside each other "
+                        "thousands of times); no pate key holds more than a flat list") from None
     if not raw:
         raise PateError(f"config file {path} is empty: give a config from configs/ (e.g. "
                         "configs/quickstart.toml); a run directory's config.toml is written by "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from pate.config.checks import at_least_one, positive
+from pate.config.checks import at_least_one, eps, positive, rate
 from pate.config.checks import require as _require
 
 
@@ -64,13 +64,14 @@ class DpsgdConfig:
 
     def validate(self) -> None:
         s = "dpsgd"
-        positive(s, self, "eps", "clip_norm")
+        eps(s, self, "eps")
+        positive(s, self, "clip_norm")
         _require(0 <= self.momentum < 1, s, "momentum", "must be in [0, 1)")
         at_least_one(s, self, "microbatch")
         for m in ("cnn", "scatternet", "linear"):
             b, lr, ep = (getattr(self, f"{m}_{k}") for k in ("batch_size", "learning_rate", "epochs"))
             _require(b >= 1, s, f"{m}_batch_size", f"must be >= 1, got {b}")
-            _require(lr > 0, s, f"{m}_learning_rate", f"must be > 0, got {lr}")
+            rate(s, self, f"{m}_learning_rate")
             _require(ep > 0, s, f"{m}_epochs", f"must be > 0, got {ep}")
         _require(len(self.conv_features) >= 1 and all(f >= 1 for f in self.conv_features), s,
                  "conv_features", "must be one or more positive channel counts")
@@ -141,7 +142,9 @@ class FedavgConfig:
                  f"must lie in [0, 1) (0: plain averaging), got {self.server_momentum}")
         _require(self.server_momentum == 0.0 or self.algorithm == "fedavg", s, "server_momentum",
                  "applies to algorithm = \"fedavg\" only (IADMM's server step is its dual update); set it to 0")
-        positive(s, self, "eps", "learning_rate", "clip_norm", "rho")
+        eps(s, self, "eps")
+        rate(s, self, "learning_rate", "rho")
+        positive(s, self, "clip_norm")
         at_least_one(s, self, "rounds")
         _require(self.clients >= 0, s, "clients", f"must be >= 0 (0: the teachers' partition), got {self.clients}")
         at_least_one(s, self, "local_steps")
@@ -222,7 +225,8 @@ class SynthConfig:
                  f"must be an even number in [2, 1048576], got {self.merf_features}")
         _synth_require(0 <= self.merf_length_scale < float("inf"), "merf_length_scale",
                  f"must be >= 0 (0: the public pool's median distance), got {self.merf_length_scale}")
-        positive("synth", self, "eps", "learning_rate", "eval_learning_rate", "merf_learning_rate")
+        eps("synth", self, "eps")
+        rate("synth", self, "learning_rate", "eval_learning_rate", "merf_learning_rate")
         _synth_require(self.teachers >= 0, "teachers", f"must be >= 0 (0: teachers.num_teachers), got {self.teachers}")
         at_least_one("synth", self, "merf_steps", "merf_batch_size", "steps", "batch_size", "real_batch_size", "teacher_steps", "student_steps", "latent_dim", "samples", "eval_epochs", "eval_batch_size")
         for key in ("generator_hidden", "discriminator_hidden"):

@@ -20,7 +20,7 @@ from typing import Literal
 from analysis.mechanisms.registry import NAMES as MECHANISMS
 from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
 from pate.config.round_sections import RoundsConfig
-from pate.config.checks import at_least_one, positive
+from pate.config.checks import FLOAT32_MAX, MAX_EPS, at_least_one, eps, positive
 from pate.config.checks import require as _require
 
 
@@ -45,7 +45,10 @@ def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
              f"must be an import path \"package.module:Class\", got {cfg.module!r}")
     _require(0 <= cfg.dropout < 1, s, "dropout", "must be in [0, 1)")
     at_least_one(s, cfg, "batch_size")
-    _require(cfg.learning_rate > 0, s, "learning_rate", "must be > 0")
+    # Teachers and students stop with one line when training diverges (NaN), so only a rate float32
+    # cannot hold is refused here (its cast would overflow into warnings before any step).
+    _require(0 < cfg.learning_rate <= FLOAT32_MAX, s, "learning_rate",
+             f"must be a positive number a float32 holds (at most {FLOAT32_MAX:.3g}), got {cfg.learning_rate:g}")
     _require(0 <= cfg.momentum < 1, s, "momentum", "must be in [0, 1)")
     _require(cfg.weight_decay >= 0, s, "weight_decay", "must be >= 0")
     _require(cfg.augment_shift >= 0, s, "augment_shift", "must be >= 0")
@@ -232,7 +235,11 @@ class FineGrainedConfig:
 
     def validate(self) -> None:
         s = "fine_grained"
-        positive(s, self, "eps")
+        eps(s, self, "eps")
+        # The release's ε is the largest multiple of 1e-6 not above it (exact noise needs a rational:
+        # `analysis.mechanisms.fine_grained.rational_eps`); 1e-6 as a float lies just below 1e-6.
+        _require(self.eps > 1e-6, s, "eps", f"must be more than 1e-06 (the release rounds eps down to a multiple "
+                 f"of 1e-06 for exact noise), got {self.eps:g}")
         if self.label_noise == "randomized-response":
             positive(s, self, "label_eps")
             _require(self.label_eps <= 50, s, "label_eps", f"must be at most 50 (beyond it the response is the "
@@ -324,8 +331,8 @@ class PrivacyConfig:
         _require(not self.ledger or os.path.isabs(os.path.expanduser(self.ledger.strip())), s, "ledger",
                  f"must be an absolute folder (or ~/...), got {self.ledger!r}: a relative one would move with the "
                  "working directory, and the data set's budget with it")
-        _require(0 <= self.target_eps < float("inf"), s, "target_eps",
-                 f"must be 0 (off) or an eps > 0, got {self.target_eps}")
+        _require(0 <= self.target_eps <= MAX_EPS, s, "target_eps",
+                 f"must be 0 (off) or an eps > 0 of at most {MAX_EPS:g}, got {self.target_eps:g}")
         _require(0.5 <= self.target_probability < 1, s, "target_probability",
                  f"must lie in [0.5, 1), got {self.target_probability}")
         _require(0 < self.target_accuracy < 1, s, "target_accuracy", f"must lie in (0, 1), got {self.target_accuracy}")

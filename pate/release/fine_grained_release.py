@@ -122,9 +122,9 @@ def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_
     kind = (f"(eps, delta) from rho-zCDP, rho {float(noise.rho):.6g} (discrete Gaussian, sigma^2 {noise.parameter})"
             if gaussian else f"pure eps (discrete Laplace, scale {noise.parameter})")
     items = (
-        report_mod.Item("eps", "HEADLINE eps (everything released)", eps, True,
+        report_mod.Item("eps", f"{report_mod.OWN_EPS} (one noisy histogram)", eps, True,
                         "data-independent: one release labels every pool point"),
-        report_mod.Item("delta_total", "delta of the headline", headline_delta, True,
+        report_mod.Item("delta_total", report_mod.OWN_DELTA, headline_delta, True,
                         "pure: no delta" if not gaussian else "the discrete Gaussian's"),
         report_mod.Item("guarantee", "kind of guarantee", kind, True,
                         "no data-dependent or smooth-sensitivity analysis: none is needed"),

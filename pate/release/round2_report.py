@@ -78,14 +78,14 @@ def cumulative(workdir, rep: report_mod.PrivacyReport, labels: dict, book, relea
     second = {i.key: i.value for i in rep.items if i.public}
     second["delta"] = second["delta_total"]
     cum = cumulative_headline(first, second, every, delta, conversion)
-    items = tuple(report_mod.Item("eps", "HEADLINE eps (both rounds, everything released)", cum.eps, True,
+    items = tuple(report_mod.Item("eps", "both rounds' eps (labels + sanitised eps of each)", cum.eps, True,
                                   f"at delta {cum.delta:g}; {ROUTE} ({cum.route.upper()})") if i.key == "eps"
                   else report_mod.Item("delta_total", i.label, cum.delta, True, "both rounds")
                   if i.key == "delta_total" else i for i in rep.items)
     items += (report_mod.Item("rounds", "rounds", 2, True, "labels.npz, then labels-round2.npz"),
-              report_mod.Item("eps_round1", "round 1's own headline eps (not composable)", float(first["eps"]), True,
+              report_mod.Item("eps_round1", "round 1's own eps (not composable)", float(first["eps"]), True,
                               "release-round1.json"),
-              report_mod.Item("eps_round2", "round 2's own headline eps (not composable)", float(second["eps"]), True,
+              report_mod.Item("eps_round2", "round 2's own eps (not composable)", float(second["eps"]), True,
                               f"at delta {second['delta']:g}"),
               *(report_mod.Item(f"eps_diagnostic_{k}", DIAGNOSTICS[k], v, False)
                 for k, v in diagnostics(first, second, delta, conversion).items()))

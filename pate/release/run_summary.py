@@ -45,11 +45,18 @@ class RunSummary:
     delta: float
     wall_time_s: float
     round2: str | None = None  # round 2's line: queries, answered, label accuracy
+    release_eps: float | None = None  # this release's own eps (release.json's release_eps): never the headline
+    release_delta: float | None = None
 
     def summary(self) -> str:
         def f(x, spec=".4f"):
             return "n/a" if x is None or (isinstance(x, float) and not np.isfinite(x)) else format(x, spec)
 
+        own = (f"this release's eps:    {f(self.release_eps, '.3f')}  at delta "
+               f"{'n/a' if self.release_delta is None else format(self.release_delta, 'g')}: "
+               + ("the one noisy histogram" if not registry.record_type(self.mechanism).needs_teachers else
+                  "labels + sanitised eps" if registry.record_type(self.mechanism).sanitised else "labels")
+               + " of this run alone (release.json's release_eps)")
         done = ", ".join(f"{s.name} {'ran' if s.ran else 'skipped'}" + (f" ({s.seconds:.0f} s)" if s.ran else "")
                          for s in self.steps)
         if not registry.record_type(self.mechanism).needs_teachers:  # no data-dependent or sanitised eps
@@ -62,6 +69,7 @@ class RunSummary:
                 f"HEADLINE eps:          {f(self.eps, '.3f')}  at delta "
                 f"{'n/a' if self.delta_total is None else format(self.delta_total, 'g')}: data-independent, what "
                 "the data set has spent in all — publish this (release.json's first figure)",
+                *([own] if self.release_eps is not None else []),
             ])
         return "\n".join([
             f"pate run: {done}; total {self.wall_time_s:.0f} s",
@@ -79,6 +87,7 @@ class RunSummary:
             f"HEADLINE eps:          {f(self.eps, '.3f')}  at delta "
             f"{'n/a' if self.delta_total is None else format(self.delta_total, 'g')}: what the data set has spent "
             "in all, this run's labels and sanitised eps included — publish this (release.json's first figure)",
+            *([own] if self.release_eps is not None else []),
         ])
 
 
@@ -110,7 +119,7 @@ def summarise(config: Config, run_dir: rundir.RunDir, manifest, records: list[St
         labels2 = read_labels(run_dir / rundir.LABELS_ROUND2_NPZ)["labels"]
         accuracy = manifest.figure("round2", "label_accuracy")
         round2 = (f"round 2: {int(np.sum(labels2 >= 0))} of {labels2.size} queries answered, label accuracy "
-                  f"{accuracy:.4f}; the student and the HEADLINE below are of both rounds")
+                  f"{accuracy:.4f}; the student and this release's eps below are of both rounds")
     return RunSummary(
         steps=tuple(records), dataset=config.data.name, mechanism=mechanism, num_queries=num_queries,
         num_answered=num_answered, teacher_ensemble_accuracy=number(teachers.get("ensemble_accuracy")),
@@ -121,4 +130,6 @@ def summarise(config: Config, run_dir: rundir.RunDir, manifest, records: list[St
         eps_sanitized=number(public["eps_sanitized"]) if "eps_sanitized" in public else None,
         eps=number(release["eps"]) if "eps" in release else None,
         delta_total=number(release["delta"]) if "delta" in release else None,
-        delta=config.privacy.delta, wall_time_s=time.time() - start, round2=round2)
+        delta=config.privacy.delta, wall_time_s=time.time() - start, round2=round2,
+        release_eps=number(release["release_eps"]) if "release_eps" in release else None,
+        release_delta=number(release["release_delta"]) if "release_delta" in release else None)

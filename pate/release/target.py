@@ -215,9 +215,9 @@ def report_items(plan: headline_target.ReleaseChoice, record, report, release_co
     ``record``, on the plan's simulated votes — public: no vote of the data set enters.
     ``offsets``: the check offsets the release recorded (a plan with a checked student)."""
     if plan.route == headline_target.DATA_INDEPENDENT:  # round 2, planned for the published headline exactly
-        return (Item("target_eps", "target headline eps of both rounds (planned)", plan.target_eps, True,
+        return (Item("target_eps", "target eps of both rounds' releases (planned)", plan.target_eps, True,
                      "data-independent: met before any vote"),
-                Item("expected_headline_eps", "planned headline eps of both rounds", plan.eps_data_independent,
+                Item("expected_headline_eps", "planned eps of both rounds' releases", plan.eps_data_independent,
                      True, "the data-independent composition of every release, as planned: public"))
     release = headline_target.release_parameters(report.value("release_order"), report.value("beta"), release_cost)
     student = None
@@ -235,9 +235,10 @@ def report_items(plan: headline_target.ReleaseChoice, record, report, release_co
             + ("; given round 1's published RDP" if plan.offset_rdp else ""))
     # A round-2 plan made before issue 32 planned the sum of both rounds' sanitised RDPs, which the headline
     # does not publish (`analysis.planning.rounds`: ex-post values do not add): named as what it is.
-    what = "headline" if not plan.offset_rdp else "sanitised RDP sum of both rounds (not the headline)"
-    return (Item("target_eps", f"target {what} eps (planned)", plan.target_eps, True,
+    # The target is on this release's own eps (the data set's figure, the headline, also counts its other releases).
+    what = "this release's eps" if not plan.offset_rdp else "the sanitised RDP sum of both rounds (not a guarantee)"
+    return (Item("target_eps", f"target of {what} (planned)", plan.target_eps, True,
                  f"P >= {plan.target_probability:g} asked for"),
             Item("p_headline_within_target", f"P[{what} <= target] (planned)", p, True, note),
-            Item("expected_headline_eps", f"expected {what} eps (planned)", expected, True,
+            Item("expected_headline_eps", f"expected {what} (planned)", expected, True,
                  "same simulated votes: public"))

@@ -21,7 +21,7 @@ from analysis.mechanisms import registry
 from analysis.mechanisms.record import Mechanism
 from analysis.reporting import report as report_mod
 from analysis.reporting.accountants import data_independent_items
-from analysis.reporting.report_io import StagedOutputs, render_table, stage_outputs
+from analysis.reporting.report_io import PRIVATE_BANNER, StagedOutputs, render_table, stage_outputs
 from analysis.core import votes as votes_mod
 from analysis.core.errors import OptionError, PateError
 from pate.store import ledger as ledger_mod
@@ -50,14 +50,17 @@ def _own_figure(rep: report_mod.PrivacyReport, subject: str) -> dict:
     return {"eps": rep.value("eps"), "delta": rep.value("delta_total"), "subject": subject}
 
 
-def _uncharged_labels(book: ledger_mod.Ledger, labels: dict, subjects) -> list:
+def _uncharged_labels(book: ledger_mod.Ledger, labels: dict, subjects, num_classes: int) -> tuple[list, float]:
     """The labels' own cost when the ledger does not record them (made by hand or by a pate
-    before the ledger): the data set's figure counts them all the same, never less."""
+    before the ledger), and the total variation of their float64 sampler
+    (`analysis.mechanisms.record.Mechanism.sampling_tv`, 0 for an exact one): the data set's
+    figure counts them all the same, its δ included, never less."""
     if any(book.find("labels", s) is not None for s in subjects):
-        return []
+        return [], 0.0
     record = registry.from_arrays(labels, rundir.LABELS_NPZ)
     cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
-    return [composition.labels_cost(record, int(np.asarray(labels["labels"]).size), max_answers=cap)]
+    n = int(np.asarray(labels["labels"]).size)
+    return [composition.labels_cost(record, n, max_answers=cap)], record.sampling_tv(n, num_classes)
 
 
 def _publish_line(data_set: dict) -> str:
@@ -226,9 +229,9 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
         rep = analyze_rounds.cumulative(workdir, rep, labels, book, release_cost_of(rep, release_cost), delta,
                                         conversion)
     draw_cost = release_cost_of(rep, release_cost)  # this draw (None: the mechanism makes none)
-    data_set = book.summary(delta, extra=[*_uncharged_labels(book, labels, subjects),
-                                          *([] if draw_cost is None else [draw_cost])],
-                            release=_own_figure(rep, labels_digest))
+    uncharged, uncharged_tv = _uncharged_labels(book, labels, subjects, votes.shape[1])
+    data_set = book.summary(delta, extra=[*uncharged, *([] if draw_cost is None else [draw_cost])],
+                            extra_tv=uncharged_tv, release=_own_figure(rep, labels_digest))
     # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
     record = registry.from_arrays(labels, rundir.LABELS_NPZ)
@@ -240,7 +243,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     _charge_then_commit(staged, draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
                                             budget=p.total_budget, delta=delta, release=staged.identity(release_path)),
                         f"analyze ({release_path})")
-    echo(_publish_line(data_set) + "\n" + render_table(rep))
+    echo(_publish_line(data_set) + "\n" + render_table(rep, data_set))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
     return rep
@@ -274,7 +277,7 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
                     research_seed=research, data_set=data_set, costs=[registry.from_arrays(labels, path).cost()])
     _charge_then_commit(staged, [], f"analyze ({release_path})")
     echo(_publish_line(data_set))
-    echo(render_table(rep))
+    echo(render_table(rep, data_set))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable) and {json_path} (private: owner-only); a fine-grained release has "
          "no sanitised eps to draw")
@@ -287,7 +290,8 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
                   queries: int | None = None, indices_path=None, input_is_labels: bool = False,
                   num_classes: int | None = None, seed: int | None = None, json_path=None,
                   plot_path=None, release_path=None, ledger: str | None = None,
-                  total_budget: float | None = None, echo=print) -> report_mod.PrivacyReport:
+                  total_budget: float | None = None, show_private: bool = False,
+                  echo=print) -> report_mod.PrivacyReport:
     """`pate analyze --votes`: the privacy report of the answers `mechanism` gave on a
     vote file made anywhere (`analysis.core.votes.load_votes`), written only where asked.
 
@@ -305,6 +309,10 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
         an output file the table shows the data-independent and (private) data-dependent ε.
         The ledger is the data set a votes.npz written by pate names, else ``ledger``
         (required then: `pate.store.ledger.Ledger.for_votes`); its recorded budget holds too.
+      show_private: print the private rows (data-dependent ε, smooth sensitivity, their
+        warnings) as research output. Without it they reach the terminal only beside a private
+        report file (``json_path``, ``plot_path``): a figure that depends on the private votes
+        is printed only where the user asked for it (docs/privacy.md).
 
     Raises:
       OptionError: an output onto an input or a run artifact, a threshold above the
@@ -343,15 +351,21 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
     rep = _research(rep, seed is not None)
     # The answers' own cost counts too: pate cannot tell whether they were charged when made.
     draw_cost = release_cost_of(rep, release_cost) if draw else None
+    # ... and their float64 sampler's δ (`Mechanism.sampling_tv`): no published δ drops it.
     data_set = book.summary(delta, extra=[composition.labels_cost(mechanism, int(answered.shape[0])),
-                                          *([] if draw_cost is None else [draw_cost])]) if draw else None
+                                          *([] if draw_cost is None else [draw_cost])],
+                            extra_tv=mechanism.sampling_tv(int(answered.shape[0]), votes.shape[1])) if draw else None
     own = [composition.labels_cost(mechanism, int(answered.shape[0])), *([] if draw_cost is None else [draw_cost])]
     staged = _stage(rep, json_path, plot_path, release_path, research_seed=seed is not None, data_set=data_set,
                     costs=own)
     charges = draw_charge(book, rep, release_cost, subject=None, budget=total_budget, delta=delta) if draw else []
     outputs = ", ".join(str(path) for path in (release_path, json_path, plot_path) if path)
     _charge_then_commit(staged, charges, f"analyze ({outputs})")
-    echo(render_table(rep) if data_set is None else _publish_line(data_set) + "\n" + render_table(rep))
+    private = show_private or json_path is not None or plot_path is not None
+    table = render_table(rep, data_set, private=private)
+    if show_private and json_path is None and plot_path is None:  # no private file to hold them: say what they are
+        table = PRIVATE_BANNER + "\n" + table
+    echo(table if data_set is None else _publish_line(data_set) + "\n" + table)
     for path in (release_path, json_path, plot_path):
         if path:
             echo(f"wrote {path}")

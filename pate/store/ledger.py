@@ -608,9 +608,9 @@ def _refuse_over_budget(name: str, spent: list, new: list, limits, what: str) ->
 def publish_line(data_set: dict, file: str, own: str) -> str:
     """The first line a release prints: the figure to publish, the data set's
     (`Ledger.summary`), which ``file`` leads with; ``own`` says where the release's own is."""
-    return (f"PUBLISH: eps {data_set['eps']:.4g} at delta {data_set['delta']:.3g}, what data set "
+    return (f"PUBLISH: eps {data_set['eps']:.4g} at delta {data_set['delta']:.3g}, the HEADLINE: what data set "
             f"{data_set['data_set']} has spent in all ({data_set['releases']} release(s), this one included; "
-            f"{file}'s first figure). This release's own figure is {own}.")
+            f"{file}'s first figure). This release's own eps is {own}.")
 
 
 def cumulative_line(book: Ledger, delta: float) -> str:

@@ -159,7 +159,7 @@ def test_analyze_workdir_writes_release_json_and_owner_only_private_files(tmp_pa
     _make_labelled_run(tmp_path, mechanism)
     result = invoke("analyze", "--workdir", tmp_path, "--seed", 7)
     assert result.exit_code == 0, result.output
-    assert "HEADLINE eps" in result.output
+    assert "the HEADLINE" in result.output.splitlines()[0]  # one headline: the data set's, leading
     release = json.loads((tmp_path / "release.json").read_text())
     private = json.loads((tmp_path / "privacy.json").read_text())
     assert release["release_eps"] == private["public"]["eps"]

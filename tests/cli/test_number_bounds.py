@@ -1,0 +1,89 @@
+"""Bounds on every number a user types (issue 44): a huge eps, a learning rate of 1e300, eps = 1e-6,
+a deeply nested TOML array and a bad `pate.load_config` argument each get one line naming the file
+and key (or the option), exit 2 for a bad option and 1 otherwise, and `pate plan --config` refuses
+what the command would refuse. Nothing here trains: every refusal comes before any data is read."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+import pate
+from analysis.core.errors import PateError
+
+from conftest import TINY, invoke, one_line_error
+
+
+@pytest.mark.parametrize("command", ["synth", "fedavg", "dpsgd"])
+def test_a_huge_eps_option_is_a_usage_error_naming_the_option(tmp_path, command):
+    result = invoke(command, "--config", TINY, "--workdir", tmp_path / "run", "--eps", "1e300", "--no-progress")
+    line = one_line_error(result, 2)
+    assert "--eps" in line and "at most 1000" in line, line
+    assert not (tmp_path / "run").exists()
+
+
+def _config_with(tmp_path, section: str, text: str):
+    """The tiny config as a file with one key of ``section`` set by ``text`` ("key = value")."""
+    import tomllib
+
+    import tomli_w
+
+    raw = tomllib.loads(TINY.read_text())
+    raw.setdefault(section, {}).update(tomllib.loads(text))
+    if section == "fine_grained":
+        raw["aggregation"]["mechanism"] = "fine-grained"
+    path = tmp_path / "bad.toml"
+    path.write_text(tomli_w.dumps(raw))
+    return path
+
+
+@pytest.mark.parametrize("section, text, key, needle", [
+    ("synth", "eps = 1e300", "synth.eps", "at most 1000"),
+    ("fedavg", "eps = 1e300", "fedavg.eps", "at most 1000"),
+    ("dpsgd", "eps = 1e300", "dpsgd.eps", "at most 1000"),
+    ("fine_grained", "eps = 1e300", "fine_grained.eps", "at most 1000"),
+    ("fine_grained", "eps = 1e-6", "fine_grained.eps", "more than 1e-06"),
+    ("fedavg", "learning_rate = 1e300", "fedavg.learning_rate", "at most 1e+06"),
+    ("fedavg", "rho = 1e300", "fedavg.rho", "at most 1e+06"),
+    ("synth", "merf_learning_rate = 1e300", "synth.merf_learning_rate", "at most 1e+06"),
+    ("synth", "learning_rate = 1e300", "synth.learning_rate", "at most 1e+06"),
+    ("dpsgd", "cnn_learning_rate = 1e300", "dpsgd.cnn_learning_rate", "at most 1e+06"),
+])
+def test_a_config_number_out_of_bounds_is_refused_naming_file_and_key_by_the_command_and_plan(
+        tmp_path, section, text, key, needle):
+    config = _config_with(tmp_path, section, text)
+    command = {"fine_grained": "run"}.get(section, section)
+    for args in ([command, "--config", config, "--workdir", tmp_path / "run"], ["plan", "--config", config]):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)
+            result = invoke(*args)
+        line = one_line_error(result, 1)
+        assert str(config) in line and key in line and needle in line, line
+        assert "internal error" not in line and "RuntimeWarning" not in result.output
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_fine_grained_eps_floor_names_what_it_is():
+    line = one_line_error(invoke("plan", "--config", TINY, "--set", 'aggregation.mechanism="fine-grained"',
+                                 "--set", "fine_grained.eps=1e-6"), 1)
+    assert "fine_grained.eps" in line and "at least 1e-6 as a float" not in line, line
+
+
+def test_a_deeply_nested_toml_array_is_one_line_naming_the_file(tmp_path):
+    config = tmp_path / "deep.toml"
+    config.write_text("[data]\nname = " + "[" * 5000 + "]" * 5000 + "\n")
+    for args in (["plan", "--config", config], ["run", "--config", config, "--workdir", tmp_path / "run"]):
+        line = one_line_error(invoke(*args), 1)
+        assert str(config) in line and "internal error" not in line and "nested" in line, line
+    # in a --set option: a bad option (exit 2)
+    line = one_line_error(invoke("plan", "--config", TINY, "--set", "data.name=" + "[" * 5000 + "]" * 5000), 2)
+    assert "internal error" not in line and "nested" in line, line
+
+
+def test_load_config_refuses_what_is_not_a_mapping_of_overrides_in_one_line():
+    with pytest.raises(PateError, match="overrides must be a mapping"):
+        pate.load_config("tiny", "x")
+    with pytest.raises(PateError, match="config path"):
+        pate.load_config(5)
+    assert pate.load_config("tiny", {"teachers.epochs": 2}).teachers.epochs == 2
