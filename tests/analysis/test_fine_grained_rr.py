@@ -47,7 +47,7 @@ def test_each_label_is_eps_label_dp_by_brute_force(eps):
 
 
 def test_debiasing_is_unbiased_and_moves_no_label():
-    """Monte Carlo: the debiased counts of 2000 randomised histograms average to the true counts;
+    """Monte Carlo: the debiased counts of 600 randomised histograms average to the true counts;
     a smoothed row of them is an increasing affine image of the randomised one (the same label)."""
     rng = np.random.default_rng(4)
     classes, eps = 4, 1.0
@@ -57,7 +57,7 @@ def test_debiasing_is_unbiased_and_moves_no_label():
     np.add.at(true, (points, labels), 1)
     source, total = NoiseSource(32), np.zeros_like(true)
     p = fg.rr_keep_probability(classes, eps)
-    for _ in range(2000):
+    for _ in range(600):
         noisy = np.zeros_like(true)
         np.add.at(noisy, (points, fg.randomized_response(labels, classes, eps, source)), 1)
         debiased = fg.debias(noisy, classes, eps)
@@ -68,7 +68,7 @@ def test_debiasing_is_unbiased_and_moves_no_label():
         moved = weights @ noisy != (weights @ noisy)[0]
         np.testing.assert_allclose(scale[moved], 1 / (p - (1 - p) / (classes - 1)), rtol=1e-9)
         total += debiased
-    np.testing.assert_allclose(total / 2000, true, atol=1.0)  # each mean's standard error is below 0.3
+    np.testing.assert_allclose(total / 600, true, atol=2.0)  # each mean's standard error is below 0.45
     margins = np.array([3.0, 7.0])
     np.testing.assert_allclose(fg.debias_margins(margins, classes, eps), margins / (p - (1 - p) / (classes - 1)))
 
