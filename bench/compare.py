@@ -352,6 +352,30 @@ def _read_or_train(workdir: Path, read, no_train: bool, train_it, what: str) -> 
     return [row]
 
 
+def check_args(args) -> str | None:
+    """What is wrong with the arguments, in one line, or None: every eps finite, positive and at
+    most 1000 (as `pate`'s options); at least one draw; client and query counts at least 1; every
+    --pate a run directory that holds a release, each named once."""
+    bad = [e for e in args.eps if not (math.isfinite(e) and 0 < e <= 1000)]
+    if bad:
+        return f"--eps must be finite, positive and at most 1000, got {bad[0]:g}"
+    if args.draws < 1:
+        return f"--draws must be at least 1, got {args.draws}"
+    if args.fedavg_clients is not None and args.fedavg_clients < 1:
+        return f"--fedavg-clients must be at least 1, got {args.fedavg_clients}"
+    if any(q < 1 for q in args.pate_queries):
+        return "--pate-queries must all be at least 1"
+    seen = set()
+    for path in args.pate:
+        run = Path(path)
+        if not (run / "release.json").is_file():
+            return f"--pate {path}: no release.json there (give a PATE run directory `pate run` finished)"
+        if run.resolve() in seen:
+            return f"--pate {path} is given twice"
+        seen.add(run.resolve())
+    return None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist.toml"))
@@ -367,7 +391,8 @@ def main(argv=None) -> int:
     parser.add_argument("--fedavg-clients", type=int, default=None,
                         help="clients for the federated rows (default: the config's, i.e. the teachers' shards)")
     parser.add_argument("--no-train", action="store_true", help="read existing DP-SGD rows only")
-    parser.add_argument("--pate", nargs="*", default=[], help="PATE run directories to read")
+    parser.add_argument("--pate", nargs="*", action="extend", default=[],
+                        help="PATE run directories to read (repeat the option or list several)")
     parser.add_argument("--pate-teachers", default=None,
                         help="a run with trained teachers: release --pate-queries settings from them")
     parser.add_argument("--pate-queries", type=int, nargs="+", default=[300, 800, 1500],
@@ -385,6 +410,9 @@ def main(argv=None) -> int:
                         help="noise draws of every DP-SGD, federated and fine-grained row")
     parser.add_argument("--plot", default=None, help="write accuracy against eps to this PNG")
     args = parser.parse_args(argv)
+    problem = check_args(args)
+    if problem:
+        parser.exit(2, f"compare.py: {problem}\n")
 
     start = time.time()
     rows = []

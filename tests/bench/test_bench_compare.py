@@ -163,3 +163,32 @@ def test_federated_rows_for_each_config_and_draw(tmp_path, capsys, monkeypatch):
     groups = {g["method"]: g for g in out if "summary_of" in g}
     assert set(groups) == {"fedavg-gaussian-linear-500-clients", "fedavg-gaussian-linear-10-clients"}
     assert all(g["draws"] == 2 for g in groups.values())
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--eps", "nan"], "--eps must be finite"),
+    (["--eps", "1", "1e300"], "--eps must be finite"),
+    (["--draws", "0"], "--draws must be at least 1"),
+    (["--fedavg-clients", "0"], "--fedavg-clients"),
+    (["--pate", "MISSING"], "no release.json"),
+])
+def test_bad_arguments_get_one_line_and_exit_2(argv, message, tmp_path, capsys):
+    argv = [a.replace("MISSING", str(tmp_path / "nowhere")) for a in argv]
+    with pytest.raises(SystemExit) as stop:
+        _compare().main(["--root", str(tmp_path), "--no-train", *argv])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and err.count("\n") == 1
+
+
+def test_a_run_named_twice_is_refused(tmp_path):
+    import argparse
+
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for run in runs:
+        run.mkdir()
+        (run / "release.json").write_text("{}")
+    parsed = argparse.Namespace(eps=[1.0], draws=1, fedavg_clients=None, pate_queries=[300],
+                                pate=[str(runs[0]), str(runs[1])])
+    assert _compare().check_args(parsed) is None
+    parsed.pate = [str(runs[0]), str(tmp_path / "." / "a")]
+    assert "given twice" in _compare().check_args(parsed)
