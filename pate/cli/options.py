@@ -430,7 +430,10 @@ def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, tar
         config = run_config(workdir, overrides, first="`pate train-teachers` (or, for a fine-grained release, "
                                                       "give --config)")
     effective = config.aggregation.mechanism
-    takes = registry.record_type(effective).option_names()
+    record = registry.record_type(effective)
+    if queries is not None and not record.needs_teachers:  # it would be ignored, and a new release charged
+        raise click.UsageError(f"--queries does not apply to {effective}: its one release labels every pool point")
+    takes = record.option_names()
     stray = ["--" + k.replace("_", "-") for k, v in noise.items() if v is not None and k not in takes]
     if stray:
         source = "--mechanism" if mechanism else os.path.join(workdir, "config.toml")

@@ -311,6 +311,9 @@ def audit_command(*, json_path=None, queries: int = 1, trials: int = 100_000, co
     private went in)."""
     fine = _fine_grained_noise(sources)
     if fine is not None:
+        if queries != 1:  # it would be ignored: the release is one draw, audited as one
+            raise OptionError("--queries", "does not apply to a fine-grained release: its one release is audited "
+                              "as one query")
         noise, delta, inputs = fine
         if json_path is not None:
             check_outputs({"--json": json_path}, inputs)
