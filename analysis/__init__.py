@@ -68,10 +68,27 @@ _FUNCTIONS = {
 __all__ = ["PateError", *_MODULES, *_FUNCTIONS]
 
 
+#: The flat module names of the analysis before its rooms (2026-11-28), still reachable as
+#: ``analysis.<name>`` attributes so that scripts written against them keep working; new code
+#: imports the room's module (``from analysis.sanitised import gnss``).
+_FORMER = {"errors": "core.errors", "validation": "core.validation", "noise": "core.noise",
+           "calibration": "accounting.calibration", "confident": "bounds.confident",
+           "interactive": "bounds.interactive", "lnmax_release": "sanitised.lnmax_release",
+           "gnmax_sensitivity": "sanitised.gnmax_sensitivity", "gnss": "sanitised.gnss",
+           "composition": "mechanisms.composition", "fine_grained": "mechanisms.fine_grained",
+           "fedavg_privacy": "baselines.fedavg_privacy", "merf": "baselines.merf",
+           "headline_target": "planning.headline_target", "release_expectation": "planning.release_expectation",
+           "simulated_votes": "planning.simulated_votes", "rounds": "planning.rounds",
+           "report_io": "reporting.report_io", "accountants": "reporting.accountants",
+           "empirical_eps": "reporting.empirical_eps"}
+
+
 def __getattr__(name):
     # PEP 562: submodules and functions load on first use, so `import analysis` is cheap.
     if name in _MODULES:
         return importlib.import_module(f"analysis.{_MODULES[name]}")
+    if name in _FORMER:
+        return importlib.import_module(f"analysis.{_FORMER[name]}")
     if name in _FUNCTIONS:
         module, attr = _FUNCTIONS[name]
         return getattr(importlib.import_module(f"analysis.{module}"), attr)

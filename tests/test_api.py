@@ -61,3 +61,15 @@ def test_walkthrough_runs(tmp_path):
     doc = json.loads((out / "privacy.json").read_text())
     assert doc["public"]["data_independent_headline"] == "pld"
     assert (out / "privacy.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_former_flat_module_names_still_reach_their_rooms():
+    """`analysis.gnss`, `analysis.lnmax_release`, ... as attributes: scripts written before the
+    rooms keep working (new code imports the room's module)."""
+    import importlib
+
+    import analysis
+
+    for name, room in analysis._FORMER.items():
+        assert getattr(analysis, name) is importlib.import_module(f"analysis.{room}")
+    assert analysis.lnmax_release.sanitized_eps.__module__ == "analysis.sanitised.lnmax_release"
