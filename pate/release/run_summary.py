@@ -71,6 +71,10 @@ class RunSummary:
                 "the data set has spent in all — publish this (release.json's first figure)",
                 *([own] if self.release_eps is not None else []),
             ])
+        sanitised = registry.record_type(self.mechanism).sanitised
+        release_line = (f"sanitised eps:         {f(self.eps_sanitized, '.3f')}  (smooth-sensitivity release: "
+                        "publishable)" if sanitised else
+                        f"sanitised eps:         none  ({self.mechanism} publishes its data-independent eps)")
         return "\n".join([
             f"pate run: {done}; total {self.wall_time_s:.0f} s",
             f"data set: {self.dataset}; labels: {self.mechanism}, {self.num_answered} of "
@@ -83,10 +87,11 @@ class RunSummary:
             f"data-independent eps:  {f(self.eps_data_independent, '.3f')}  (delta {self.delta:g})",
             f"data-dependent eps:    {f(self.eps_data_dependent, '.3f')}  PRIVATE: depends on the votes, "
             "do not publish",
-            f"sanitised eps:         {f(self.eps_sanitized, '.3f')}  (smooth-sensitivity release: publishable)",
+            release_line,
             f"HEADLINE eps:          {f(self.eps, '.3f')}  at delta "
             f"{'n/a' if self.delta_total is None else format(self.delta_total, 'g')}: what the data set has spent "
-            "in all, this run's labels and sanitised eps included — publish this (release.json's first figure)",
+            f"in all, this run's labels{' and sanitised eps' if sanitised else ''} included — publish this "
+            "(release.json's first figure)",
             *([own] if self.release_eps is not None else []),
         ])
 
