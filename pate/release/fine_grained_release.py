@@ -32,6 +32,10 @@ from pate.programs import public_features
 #: The arrays of a fine-grained release in labels.npz besides ``indices``, ``labels`` and the
 #: record's (`analysis.mechanisms.fine_grained.FineGrained.to_arrays`; `pate.release.labels.RELEASED_KEYS`
 #: names them with the rest).
+#: The settings that only post-process the release (the smoothing of its noisy rows): changing
+#: them changes no privacy, but pate keeps the labels, not the noisy histogram, so applying them
+#: to a finished release would need a new one (`pate.steps.pipeline` refuses to draw it silently).
+POST_PROCESSING = ("fine_grained.smoothing", "fine_grained.smoothing_weights")
 ARRAY_KEYS = ("release_eps", "release_delta", "smoothing", "smoothing_weights", "pca", "scattering", "feature_map",
               "label_noise", "label_eps")
 

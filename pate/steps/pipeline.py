@@ -334,6 +334,25 @@ def _refuse_replacing(run: rundir.RunDir, step: Step, reason: str) -> None:
                         "round 2 again, or use another --workdir")
 
 
+def _refuse_redrawing(run: rundir.RunDir, step: Step, config: Config, stored: Config | None) -> None:
+    """`pate run` never draws a release again for a change that is only post-processing of the
+    finished one (`pate.release.fine_grained_release.POST_PROCESSING`: the smoothing): pate keeps
+    the labels, not the noisy histogram, so it would take a new draw, charged; refused in one line."""
+    from pate.config import config_diff
+    from pate.release.fine_grained_release import POST_PROCESSING
+
+    if step.name != "label" or stored is None or not run.exists(rundir.LABELS_NPZ):
+        return
+    if registry.record_type(config.aggregation.mechanism).needs_teachers:
+        return
+    changed = config_diff(stored, config)
+    if changed and set(changed) <= set(POST_PROCESSING):
+        raise PateError(f"{', '.join(changed)} changed on a finished release ({run / rundir.LABELS_NPZ}): it is "
+                        "post-processing, but pate keeps the labels, not the noisy histogram, so applying it would "
+                        "draw and charge a new release; restore the setting, or release again on purpose with "
+                        "--overwrite")
+
+
 def _check_rounds(config: Config, run: rundir.RunDir) -> None:
     """Refuses a rounds = 1 config on a run that holds round 2: its steps would train the
     round-1 student over the student of both rounds and publish over their release."""
@@ -578,6 +597,7 @@ def _run_steps(config: Config, run_dir: rundir.RunDir, manifest: "_Manifest", ov
             continue
         if not overwrite:
             _refuse_replacing(run_dir, step_, reason)
+            _refuse_redrawing(run_dir, step_, config, stored)
         echo(f"[{step_.name}] running ({reason})")
         manifest.forget(step_.name)
         t0 = time.time()

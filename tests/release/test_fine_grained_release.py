@@ -7,6 +7,7 @@ The mechanism's own proofs and samplers: tests/analysis/test_fine_grained.py."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -120,6 +121,25 @@ def test_a_second_run_skips_every_step_and_charges_nothing(fine_run):
         {k: v for k, v in before.items() if k != rundir.PIPELINE_JSON}
     book = ledger_mod.Ledger(data_identity(_config().data, folder / "ledger"), folder / "ledger")
     assert len(book.entries()) == 1
+
+
+def test_a_smoothing_change_on_a_finished_release_is_refused_not_drawn_again(fine_run, tmp_path, monkeypatch):
+    """Smoothing is post-processing, but pate keeps the labels, not the noisy histogram: `pate run`
+    with only the smoothing changed refuses in one line, draws nothing and charges nothing (issue 44:
+    it used to draw and charge a new release silently); --overwrite releases again on purpose."""
+    folder, _ = fine_run
+    run = tmp_path / "run"
+    shutil.copytree(folder / "run", run)
+    shutil.copytree(folder / "ledger", tmp_path / "ledger")
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "ledger"))
+    before = snapshot(run)
+    book = ledger_mod.Ledger(data_identity(_config().data, tmp_path / "ledger"), tmp_path / "ledger")
+    entries = len(book.entries())
+    for change in ("fine_grained.smoothing=10", 'fine_grained.smoothing_weights="uniform"'):
+        line = one_line_error(invoke("run", "--config", TINY, *FINE, "--set", change, "--workdir", run,
+                                     "--no-progress"), 1)
+        assert "post-processing" in line and change.split("=")[0] in line and "--overwrite" in line
+    assert snapshot(run) == before and len(book.entries()) == entries
 
 
 def test_the_feature_map_is_fitted_on_the_public_pool_alone(monkeypatch):
