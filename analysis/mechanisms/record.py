@@ -26,6 +26,7 @@ PATE 2018, Section 4), which a replaced training example causes.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from typing import Callable, ClassVar, Mapping
@@ -147,8 +148,11 @@ class Mechanism:
         return 0.0 if self.exact else sampling_tv(int(num_queries), self.noise_coordinates(num_classes))
 
     def sample(self, votes, source: NoiseSource, offsets=None) -> np.ndarray:
-        """The labels of every row of ``votes`` (int32; `UNANSWERED` where not answered)."""
-        raise NotImplementedError
+        """The labels of every row of ``votes`` (int32; `UNANSWERED` where not answered). Every
+        record that aggregates teacher votes (`needs_teachers`) has its own; the others do not
+        answer votes at all."""
+        raise PateError(f"{self.name} does not answer teacher votes: its release is made from the private "
+                        "records themselves")
 
     def dp_event(self, num_queries: int, max_answers: int | None = None):
         """The dp-accounting event of ``num_queries`` answers (`analysis.mechanisms.events`)."""
@@ -172,7 +176,7 @@ def check_source(noise) -> NoiseSource:
 
 
 @dataclasses.dataclass(frozen=True)
-class PureArgmax(Mechanism):
+class PureArgmax(Mechanism, abc.ABC):
     """An argmax of the counts whose every answer is ``2 gamma``-DP: one teacher's changed vote
     moves one count down by one and another up by one, and each mechanism of the family
     (LNMax, permute-and-flip, the exponential mechanism) is ``2γ``-DP under that change.
@@ -210,9 +214,10 @@ class PureArgmax(Mechanism):
             return pld.lnmax_eps(num_queries, self.gamma, delta)
         return lnmax.data_independent_eps(num_queries, self.gamma, delta, moments)
 
+    @abc.abstractmethod
     def q_bound(self, votes) -> np.ndarray:
-        """An upper bound on P[answer ≠ the plurality] for every row of ``votes`` (private)."""
-        raise NotImplementedError
+        """An upper bound on P[answer ≠ the plurality] for every row of ``votes`` (private): each
+        member of the family states and proves its own."""
 
     def data_dependent(self, rows, delta, *, moments=lnmax.DEFAULT_MOMENTS, orders=DEFAULT_ORDERS,
                        conversion: str = "classic"):

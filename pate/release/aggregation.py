@@ -27,7 +27,7 @@ import numpy as np
 from analysis.core.errors import PateError
 from analysis.core.noise import NoiseSource
 from analysis.mechanisms import noisy_max, registry
-from analysis.mechanisms.record import Mechanism
+from analysis.mechanisms.record import Mechanism, check_source
 
 
 def noise_source(seed: int | None = None) -> NoiseSource:
@@ -64,10 +64,7 @@ def run(votes, mechanism: Mechanism, noise, offsets=None) -> np.ndarray:
         raise PateError(f"not a mechanism record that aggregates votes: {mechanism!r}")
     if offsets is not None and not mechanism.threshold_step:
         raise PateError(f"check offsets (Interactive-GNMax) apply to a threshold step only, not {mechanism.name}")
-    if not isinstance(noise, NoiseSource):
-        raise PateError("the aggregators take an analysis.core.noise.NoiseSource "
-                        "(pate.release.aggregation.noise_source(seed)), not a JAX key")
-    return mechanism.sample(votes, noise, offsets)
+    return mechanism.sample(votes, check_source(noise), offsets)
 
 
 def aggregate(votes, mechanism: str, noise, offsets=None, **params) -> np.ndarray:

@@ -50,6 +50,13 @@ def _own_figure(rep: report_mod.PrivacyReport, subject: str) -> dict:
     return {"eps": rep.value("eps"), "delta": rep.value("delta_total"), "subject": subject}
 
 
+def _labels_cost(record: Mechanism, labels: dict) -> composition.Cost:
+    """The data-independent cost of a labels.npz's release: its labels, under the answer cap it
+    records (`analysis.mechanisms.composition.labels_cost`)."""
+    cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
+    return composition.labels_cost(record, int(np.asarray(labels["labels"]).size), max_answers=cap)
+
+
 def _uncharged_labels(book: ledger_mod.Ledger, labels: dict, subjects, num_classes: int) -> tuple[list, float]:
     """The labels' own cost when the ledger does not record them (made by hand or by a pate
     before the ledger), and the total variation of their float64 sampler
@@ -58,9 +65,7 @@ def _uncharged_labels(book: ledger_mod.Ledger, labels: dict, subjects, num_class
     if any(book.find("labels", s) is not None for s in subjects):
         return [], 0.0
     record = registry.from_arrays(labels, rundir.LABELS_NPZ)
-    cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
-    n = int(np.asarray(labels["labels"]).size)
-    return [composition.labels_cost(record, n, max_answers=cap)], record.sampling_tv(n, num_classes)
+    return [_labels_cost(record, labels)], record.sampling_tv(int(np.asarray(labels["labels"]).size), num_classes)
 
 
 def _publish_line(data_set: dict) -> str:
@@ -210,15 +215,15 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
         book.refuse_repeat("sanitised-eps", subject)  # before any noise is drawn
     if two_rounds:
         labels = analyze_rounds.round2_rows(inputs, votes, labels)
+    record = registry.from_arrays(labels, rundir.LABELS_NPZ)  # the release's (round 2's with two rounds)
     # One β per mechanism: an explicit --beta serves either; else LNMax takes [privacy]
     # lnmax_beta and GNMax gnss_beta (0: 0.1 / release order), never the other's.
-    beta = gnss_beta = registry.from_arrays(labels, rundir.LABELS_NPZ).release_beta(p, beta, gnss_beta)
+    beta = gnss_beta = record.release_beta(p, beta, gnss_beta)
     rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta, gnss_beta=gnss_beta,
                              conversion=conversion, release_order=release_order,
                              release_cost=release_cost, noise=noise)
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
     if plan is not None:
-        record = registry.from_arrays(labels, rundir.LABELS_NPZ)
         rep = report_mod.extend(rep, release_target.report_items(plan, record, rep, release_cost, delta, conversion,
                                                                  labels.get(CHECK_OFFSETS)))
     # Seeded labels (labels.npz says so) or a seeded release: release.json says so too.
@@ -234,10 +239,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
                             extra_tv=uncharged_tv, release=_own_figure(rep, labels_digest))
     # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
-    record = registry.from_arrays(labels, rundir.LABELS_NPZ)
-    cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
-    own = [composition.labels_cost(record, int(np.asarray(labels["labels"]).size), max_answers=cap),
-           *([] if draw_cost is None else [draw_cost])]
+    own = [_labels_cost(record, labels), *([] if draw_cost is None else [draw_cost])]
     staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,
                     research_seed=research, data_set=data_set, costs=own)
     _charge_then_commit(staged, draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
