@@ -121,7 +121,12 @@ class TeachersConfig:
     `hidden`): both flatten their input, so they are the teachers of a data set of
     embeddings (vmapped heads on the feature rows, trained as the CNNs are). `model =
     "module"`: the user's flax module `module` names (`"package.module:Class"`, built as
-    `Class(num_classes=C)`; `pate.programs.user_model`). `conv_impl` picks how a convolution runs:
+    `Class(num_classes=C)`; `pate.programs.user_model`). `features`: "" (the teachers see the
+    inputs as they are) or a public map as `[features] map` names them ("scattering",
+    "scattering+pixels", ...; `pate.programs.public_features.InputMap`): the teachers then train
+    on, are scored on and vote with each input's coefficients under that map (no pool PCA; the
+    scattering settings are `[fine_grained]`'s), so they are heads (`linear`, `mlp`, `module`)
+    on a public representation; the student is unaffected. `conv_impl` picks how a convolution runs:
     "patches" (strided slices + one batched matmul; fast on CPU when vmapped over
     teachers), "xla" (`lax.conv`, for GPUs), "auto" (patches on CPU, xla elsewhere).
     Both give the same function of the same parameters. `eval_flip` makes a teacher
@@ -142,6 +147,7 @@ class TeachersConfig:
     num_teachers: int = 250
     model: Literal["cnn", "mlp", "linear", "module"] = "cnn"
     module: str = ""
+    features: str = ""
     gabor_orientations: int = 0
     conv_features: tuple[int, ...] = (32, 64)
     conv_kernels: tuple[int, ...] = (5, 3)
@@ -170,6 +176,10 @@ class TeachersConfig:
         s = "teachers"
         at_least_one(s, self, "num_teachers")
         _check_model_keys(self, s)
+        if self.features:
+            check_map(s, "features", self.features)
+            _require(self.model != "cnn", s, "features", f"= {self.features!r} gives the teachers rows of "
+                     'features, which a CNN cannot read; set teachers.model = "linear", "mlp" or "module"')
         at_least_one(s, self, "epochs")
         _require(0 <= self.label_smoothing < 1, s, "label_smoothing", "must be in [0, 1)")
         _require(self.checkpoint_every >= 1, s, "checkpoint_every", "must be >= 1")
@@ -268,11 +278,16 @@ class FeaturesConfig:
     map: str = "scattering"
 
     def validate(self) -> None:
-        parts = self.map.split("+")
-        bad = [p for p in parts if p not in FEATURE_MAPS]
-        _require(not bad and len(set(parts)) == len(parts), "features", "map",
-                 f"must be one of {', '.join(FEATURE_MAPS)} or several joined by \"+\" (each once), "
-                 f"got {self.map!r}")
+        check_map("features", "map", self.map)
+
+
+def check_map(section: str, key: str, value: str) -> None:
+    """Refuses a map name that is not one of `FEATURE_MAPS` or several joined by "+" (each once)."""
+    parts = value.split("+")
+    bad = [p for p in parts if p not in FEATURE_MAPS]
+    _require(not bad and len(set(parts)) == len(parts), section, key,
+             f"must be one of {', '.join(FEATURE_MAPS)} or several joined by \"+\" (each once), "
+             f"got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -14,6 +14,7 @@ values): what the release's sensitivity needs of a record's neighbours.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -31,15 +32,17 @@ class FeatureMap:
     name: str
     images: bool  # True: it needs images (N, H, W, C); False: rows of features (N, F)
     describe: str
-    coefficients: Callable[..., np.ndarray]  # (inputs, scattering_j, scattering_l, groups) -> (n, F)
+    # (inputs, scattering_j, scattering_l, groups[, cache_dir, tag]) -> (n, F); a map that costs
+    # time caches in cache_dir (private: the inputs may be private images) under tag
+    coefficients: Callable[..., np.ndarray]
 
 
-def _scattering(x: np.ndarray, j: int, l: int, groups: int) -> np.ndarray:
-    feats = scattering.group_normalize(scattering.scatter(x, j, l), groups)
+def _scattering(x: np.ndarray, j: int, l: int, groups: int, cache_dir: Path | None = None, tag: str = "") -> np.ndarray:
+    feats = scattering.features(x, j, l, groups, cache_dir, tag, section="fine_grained")
     return feats.reshape(feats.shape[0], -1)
 
 
-def _flat(x: np.ndarray, *_settings) -> np.ndarray:
+def _flat(x: np.ndarray, *_settings, **_cache) -> np.ndarray:
     return np.asarray(x, np.float32).reshape(np.shape(x)[0], -1)
 
 
@@ -56,15 +59,36 @@ def parts(name: str) -> tuple[FeatureMap, ...]:
     return tuple(MAPS[p] for p in name.split("+"))
 
 
-def check_input(name: str, inputs: np.ndarray) -> None:
-    """Refuses, in one line, a map that does not take these inputs (images against embeddings)."""
+def check_input(name: str, inputs: np.ndarray, key: str = "features.map") -> None:
+    """Refuses, in one line, a map that does not take these inputs (images against embeddings);
+    `key` is the config key that named the map."""
     embeddings = np.ndim(inputs) == 2
     for part in parts(name):
         if part.images == embeddings:
             data = "embeddings (rows of features)" if embeddings else "images"
             use = "\"none\"" if embeddings else "\"scattering\" or \"pixels\""
-            raise PateError(f"features.map = {name!r}: {part.name} takes {'images' if part.images else 'rows of features'} "
-                            f"but the data are {data}; set features.map = {use}")
+            raise PateError(f"{key} = {name!r}: {part.name} takes {'images' if part.images else 'rows of features'} "
+                            f"but the data are {data}; set {key} = {use}")
+
+
+def _scales(blocks: list[np.ndarray]) -> tuple[float, ...]:
+    """Each part's scale in a concatenation: its mean squared norm over the pool to 1, so no part
+    drowns the others (1 for a single map)."""
+    if len(blocks) == 1:
+        return (1.0,)
+    return tuple(1.0 / max(float(np.sqrt(np.mean(np.sum(np.asarray(b, np.float64) ** 2, axis=1)))), 1e-12)
+                 for b in blocks)
+
+
+def _coefficients(name: str, inputs: np.ndarray, settings: tuple[int, int, int], scales: tuple[float, ...],
+                  cache_dir: Path | None = None, tag: str = "", key: str = "features.map") -> np.ndarray:
+    """(n, F) coefficients of `inputs` under the map `name` (named by the config's `key`), each part
+    times its scale."""
+    check_input(name, inputs, key)
+    cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": tag}
+    out = [scale * part.coefficients(inputs, *settings, **cache)
+           for part, scale in zip(parts(name), scales, strict=True)]
+    return out[0] if len(out) == 1 else np.concatenate(out, axis=1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,10 +106,7 @@ class PublicMap:
 
     def coefficients(self, inputs: np.ndarray) -> np.ndarray:
         """(n, F) coefficients of inputs (images (n, H, W, C) in [0, 1], or rows (n, F))."""
-        check_input(self.name, inputs)
-        out = [scale * part.coefficients(inputs, self.scattering_j, self.scattering_l, self.groups)
-               for part, scale in zip(parts(self.name), self.scales, strict=True)]
-        return out[0] if len(out) == 1 else np.concatenate(out, axis=1)
+        return _coefficients(self.name, inputs, (self.scattering_j, self.scattering_l, self.groups), self.scales)
 
     def rows(self, images: np.ndarray | None, coefficients: np.ndarray | None = None) -> np.ndarray:
         """(n, dims) int64 quantised unit rows of inputs (or of their `coefficients`)."""
@@ -104,10 +125,8 @@ def fit(pool_images: np.ndarray, dims: int, *, scattering_j: int = 2, scattering
     check_input(feature_map, pool_images)
     settings = (scattering_j, scattering_l, groups)
     blocks = [np.asarray(part.coefficients(pool_images, *settings), np.float64) for part in parts(feature_map)]
-    scales = (1.0,)
-    if len(blocks) > 1:  # each part's mean squared norm over the pool to 1, so no part drowns the others
-        scales = tuple(1.0 / max(float(np.sqrt(np.mean(np.sum(b * b, axis=1)))), 1e-12) for b in blocks)
-        blocks = [scale * b for scale, b in zip(scales, blocks)]
+    scales = _scales(blocks)
+    blocks = [scale * b for scale, b in zip(scales, blocks)]
     coefficients = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
     fitted = fit_coefficients(coefficients, dims, scattering_j=scattering_j, scattering_l=scattering_l,
                               groups=groups)
@@ -132,3 +151,42 @@ def fit_coefficients(coefficients: np.ndarray, dims: int, *, scattering_j: int =
     x = np.asarray(coefficients, np.float64)
     mean = x.mean(axis=0)
     return PublicMap(scattering_j, scattering_l, groups, mean, top_directions(x - mean, dims))
+
+
+@dataclasses.dataclass(frozen=True)
+class InputMap:
+    """What a model sees of its inputs under `[teachers] features`: the map's coefficients, without
+    the pool PCA (a head learns its own projection), as float32 rows. Each input's row is a function
+    of that input and of public values alone (the scattering filters and per-example normalisation;
+    a concatenation's part scales, fitted on the public pool), so the private records' rows are what
+    the records are, seen through a public lens.
+
+    Calling it maps inputs (images, or rows for "none") to rows, cached by content in `cache_dir`
+    (owner-only: the inputs may be private) under `tag` (no tag: not cached)."""
+
+    name: str
+    settings: tuple[int, int, int]  # scattering_j, scattering_l, groups ([fine_grained]'s)
+    scales: tuple[float, ...]
+    cache_dir: Path | None = None
+
+    def __call__(self, inputs: np.ndarray, tag: str = "") -> np.ndarray:
+        rows = _coefficients(self.name, inputs, self.settings, self.scales, self.cache_dir if tag else None, tag,
+                             "teachers.features")
+        return np.asarray(rows, np.float32)
+
+
+def input_map(config, pool_x: np.ndarray, cache_dir: Path | None = None) -> InputMap | None:
+    """The map the teachers of `config` see their inputs through (`[teachers] features`), fitted on
+    the public pool `pool_x` (a concatenation's part scales); None when they see the inputs as
+    they are (features = "")."""
+    name = config.teachers.features
+    if not name:
+        return None
+    check_input(name, pool_x, "teachers.features")
+    fg = config.fine_grained
+    settings = (fg.scattering_j, fg.scattering_l, fg.groups)
+    scales = (1.0,)
+    if len(parts(name)) > 1:
+        cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": "pool"}
+        scales = _scales([part.coefficients(pool_x, *settings, **cache) for part in parts(name)])
+    return InputMap(name, settings, scales, cache_dir)

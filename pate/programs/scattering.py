@@ -32,7 +32,7 @@ def scattering_channels(J: int, L: int) -> int:
     return 1 + J * L + L * L * J * (J - 1) // 2
 
 
-def _transform(shape: tuple[int, int], J: int, L: int):
+def _transform(shape: tuple[int, int], J: int, L: int, section: str = "dpsgd"):
     try:
         from kymatio.scattering2d.frontend.numpy_frontend import ScatteringNumPy2D
     except ImportError as err:  # pragma: no cover - kymatio is a dependency
@@ -40,12 +40,13 @@ def _transform(shape: tuple[int, int], J: int, L: int):
     h, w = shape
     if h % (2 ** J) or w % (2 ** J):
         raise PateError(f"scattering with J = {J} needs image sides divisible by {2 ** J}, "
-                        f"got {h}x{w}; lower dpsgd.scattering_j")
+                        f"got {h}x{w}; lower {section}.scattering_j")
     return ScatteringNumPy2D(J=J, shape=(h, w), L=L)
 
 
-def scatter(images: np.ndarray, J: int = 2, L: int = 8, batch_size: int = 1000) -> np.ndarray:
-    """The scattering coefficients of images (N, H, W, C) in [0, 1].
+def scatter(images: np.ndarray, J: int = 2, L: int = 8, batch_size: int = 1000, section: str = "dpsgd") -> np.ndarray:
+    """The scattering coefficients of images (N, H, W, C) in [0, 1] (`section`: the config section
+    whose keys an error names).
 
     Returns:
       float32 (N, H / 2^J, W / 2^J, C * K) with K = `scattering_channels(J, L)`
@@ -53,7 +54,7 @@ def scatter(images: np.ndarray, J: int = 2, L: int = 8, batch_size: int = 1000) 
     """
     images = np.asarray(images, np.float32)
     n, h, w, c = images.shape
-    transform = _transform((h, w), J, L)
+    transform = _transform((h, w), J, L, section)
     out = []
     for start in range(0, n, batch_size):
         x = np.moveaxis(images[start: start + batch_size], -1, 1)  # (b, C, H, W)
@@ -64,7 +65,7 @@ def scatter(images: np.ndarray, J: int = 2, L: int = 8, batch_size: int = 1000) 
                                                     np.float32)
 
 
-def group_normalize(features: np.ndarray, groups: int, eps: float = 1e-5) -> np.ndarray:
+def group_normalize(features: np.ndarray, groups: int, eps: float = 1e-5, section: str = "dpsgd") -> np.ndarray:
     """Per-example group normalisation (GroupNorm without affine parameters).
 
     Channels (last axis) are split into `groups` contiguous groups; each example's group
@@ -73,7 +74,7 @@ def group_normalize(features: np.ndarray, groups: int, eps: float = 1e-5) -> np.
     """
     n, h, w, k = features.shape
     if groups < 1 or k % groups:
-        raise PateError(f"dpsgd.groups = {groups} must divide the {k} scattering channels")
+        raise PateError(f"{section}.groups = {groups} must divide the {k} scattering channels")
     x = features.reshape(n, h * w, groups, k // groups).astype(np.float64)
     mean = x.mean(axis=(1, 3), keepdims=True)
     var = x.var(axis=(1, 3), keepdims=True)
@@ -82,7 +83,7 @@ def group_normalize(features: np.ndarray, groups: int, eps: float = 1e-5) -> np.
 
 
 def features(images: np.ndarray, J: int, L: int, groups: int, cache_dir: str | Path | None = None,
-             name: str = "") -> np.ndarray:
+             name: str = "", section: str = "dpsgd") -> np.ndarray:
     """Normalised scattering features, cached in `cache_dir` (keyed by a digest of the
     images and the settings) so a run computes them once.
 
@@ -101,7 +102,7 @@ def features(images: np.ndarray, J: int, L: int, groups: int, cache_dir: str | P
                     return cached
             except (OSError, ValueError):
                 pass  # damaged cache: compute again
-    out = group_normalize(scatter(images, J, L), groups)
+    out = group_normalize(scatter(images, J, L, section=section), groups, section=section)
     if path is not None:
         import io
 

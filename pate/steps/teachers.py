@@ -30,7 +30,8 @@ from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import check_config, Config
-from pate.data import Partition, load_dataset, partition, split
+from pate.data import Partition, Splits, load_dataset, partition, split
+from pate.programs import public_features
 from pate.programs.models import check_input, conv_impl, make_model
 from pate.programs.placement import Placement, to_host, unpad
 from pate.programs.progress import Progress
@@ -149,6 +150,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
             raise PateError(f"each of {tc.num_teachers} teachers gets {part.shard_size} training "
                             f"points, fewer than teachers.batch_size = {tc.batch_size}; lower "
                             "teachers.batch_size or teachers.num_teachers")
+        splits = _teachers_view(config, splits, door.run)
         check_input(tc, splits.train_x.shape[1:])
         placement = Placement(tc.num_teachers, devices)
         model = make_model(config.teachers, splits.num_classes, backend=placement.platform)
@@ -163,6 +165,16 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
             manager.close()
         return _evaluate(config, door.out, params, model, placement, dataset.name, splits, part, history,
                          latest, start_time, train_time)
+
+
+def _teachers_view(config: Config, splits: Splits, run: rundir.RunDir) -> Splits:
+    """The splits as the teachers see them: under `[teachers] features`, each private training
+    and evaluation input's coefficients under that public map (cached, owner-only, in the run's
+    private feature folder); otherwise the splits as they are."""
+    view = public_features.input_map(config, splits.pool_x, rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR))
+    if view is None:
+        return splits
+    return dataclasses.replace(splits, train_x=view(splits.train_x, "train"), eval_x=view(splits.eval_x, "eval"))
 
 
 def _already_finished(door: Door, tc) -> TrainResult | None:
