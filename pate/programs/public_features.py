@@ -37,12 +37,14 @@ class FeatureMap:
     coefficients: Callable[..., np.ndarray]
 
 
-def _scattering(x: np.ndarray, j: int, l: int, groups: int, cache_dir: Path | None = None, tag: str = "") -> np.ndarray:
-    feats = scattering.features(x, j, l, groups, cache_dir, tag, section="fine_grained")
+def _scattering(x: np.ndarray, j: int, l: int, groups: int, cache_dir: Path | None = None, tag: str = "",
+                progress: bool = False) -> np.ndarray:
+    feats = scattering.features(x, j, l, groups, cache_dir, tag, section="fine_grained",
+                                progress=f"scattering ({tag})" if progress else "")
     return feats.reshape(feats.shape[0], -1)
 
 
-def _flat(x: np.ndarray, *_settings, **_cache) -> np.ndarray:
+def _flat(x: np.ndarray, *_settings, **_cache_and_progress) -> np.ndarray:
     return np.asarray(x, np.float32).reshape(np.shape(x)[0], -1)
 
 
@@ -81,11 +83,12 @@ def _scales(blocks: list[np.ndarray]) -> tuple[float, ...]:
 
 
 def _coefficients(name: str, inputs: np.ndarray, settings: tuple[int, int, int], scales: tuple[float, ...],
-                  cache_dir: Path | None = None, tag: str = "", key: str = "features.map") -> np.ndarray:
+                  cache_dir: Path | None = None, tag: str = "", key: str = "features.map",
+                  progress: bool = False) -> np.ndarray:
     """(n, F) coefficients of `inputs` under the map `name` (named by the config's `key`), each part
-    times its scale."""
+    times its scale (`progress`: a bar for the parts that take time)."""
     check_input(name, inputs, key)
-    cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": tag}
+    cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": tag, "progress": progress}
     out = [scale * part.coefficients(inputs, *settings, **cache)
            for part, scale in zip(parts(name), scales, strict=True)]
     return out[0] if len(out) == 1 else np.concatenate(out, axis=1)
@@ -168,14 +171,16 @@ class InputMap:
     settings: tuple[int, int, int]  # scattering_j, scattering_l, groups ([fine_grained]'s)
     scales: tuple[float, ...]
     cache_dir: Path | None = None
+    show_progress: bool = False
 
     def __call__(self, inputs: np.ndarray, tag: str = "") -> np.ndarray:
         rows = _coefficients(self.name, inputs, self.settings, self.scales, self.cache_dir if tag else None, tag,
-                             "teachers.features")
+                             "teachers.features", self.show_progress)
         return np.asarray(rows, np.float32)
 
 
-def input_map(config, pool_x: np.ndarray, cache_dir: Path | None = None) -> InputMap | None:
+def input_map(config, pool_x: np.ndarray, cache_dir: Path | None = None, *,
+              show_progress: bool = False) -> InputMap | None:
     """The map the teachers of `config` see their inputs through (`[teachers] features`), fitted on
     the public pool `pool_x` (a concatenation's part scales); None when they see the inputs as
     they are (features = "")."""
@@ -189,4 +194,4 @@ def input_map(config, pool_x: np.ndarray, cache_dir: Path | None = None) -> Inpu
     if len(parts(name)) > 1:
         cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": "pool"}
         scales = _scales([part.coefficients(pool_x, *settings, **cache) for part in parts(name)])
-    return InputMap(name, settings, scales, cache_dir)
+    return InputMap(name, settings, scales, cache_dir, show_progress)

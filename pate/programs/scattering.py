@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.core.errors import PateError
+from pate.programs.progress import Progress
 
 
 def scattering_channels(J: int, L: int) -> int:
@@ -44,9 +45,10 @@ def _transform(shape: tuple[int, int], J: int, L: int, section: str = "dpsgd"):
     return ScatteringNumPy2D(J=J, shape=(h, w), L=L)
 
 
-def scatter(images: np.ndarray, J: int = 2, L: int = 8, batch_size: int = 1000, section: str = "dpsgd") -> np.ndarray:
+def scatter(images: np.ndarray, J: int = 2, L: int = 8, batch_size: int = 1000, section: str = "dpsgd",
+            progress: str = "") -> np.ndarray:
     """The scattering coefficients of images (N, H, W, C) in [0, 1] (`section`: the config section
-    whose keys an error names).
+    whose keys an error names; `progress`: a bar's label, none when empty).
 
     Returns:
       float32 (N, H / 2^J, W / 2^J, C * K) with K = `scattering_channels(J, L)`
@@ -56,11 +58,13 @@ def scatter(images: np.ndarray, J: int = 2, L: int = 8, batch_size: int = 1000, 
     n, h, w, c = images.shape
     transform = _transform((h, w), J, L, section)
     out = []
-    for start in range(0, n, batch_size):
-        x = np.moveaxis(images[start: start + batch_size], -1, 1)  # (b, C, H, W)
-        s = transform(x)  # (b, C, K, h', w')
-        s = s.reshape(s.shape[0], -1, *s.shape[-2:])
-        out.append(np.moveaxis(s, 1, -1).astype(np.float32))
+    with Progress(progress, n, show=bool(progress)) as bar:
+        for start in range(0, n, batch_size):
+            x = np.moveaxis(images[start: start + batch_size], -1, 1)  # (b, C, H, W)
+            s = transform(x)  # (b, C, K, h', w')
+            s = s.reshape(s.shape[0], -1, *s.shape[-2:])
+            out.append(np.moveaxis(s, 1, -1).astype(np.float32))
+            bar.update(min(start + batch_size, n))
     return np.concatenate(out) if out else np.zeros((0, h >> J, w >> J, c * scattering_channels(J, L)),
                                                     np.float32)
 
@@ -83,7 +87,7 @@ def group_normalize(features: np.ndarray, groups: int, eps: float = 1e-5, sectio
 
 
 def features(images: np.ndarray, J: int, L: int, groups: int, cache_dir: str | Path | None = None,
-             name: str = "", section: str = "dpsgd") -> np.ndarray:
+             name: str = "", section: str = "dpsgd", progress: str = "") -> np.ndarray:
     """Normalised scattering features, cached in `cache_dir` (keyed by a digest of the
     images and the settings) so a run computes them once.
 
@@ -102,7 +106,7 @@ def features(images: np.ndarray, J: int, L: int, groups: int, cache_dir: str | P
                     return cached
             except (OSError, ValueError):
                 pass  # damaged cache: compute again
-    out = group_normalize(scatter(images, J, L, section=section), groups, section=section)
+    out = group_normalize(scatter(images, J, L, section=section, progress=progress), groups, section=section)
     if path is not None:
         import io
 

@@ -150,7 +150,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
             raise PateError(f"each of {tc.num_teachers} teachers gets {part.shard_size} training "
                             f"points, fewer than teachers.batch_size = {tc.batch_size}; lower "
                             "teachers.batch_size or teachers.num_teachers")
-        splits = _teachers_view(config, splits, door.run)
+        splits = _teachers_view(config, splits, door.run, show_progress)
         check_input(tc, splits.train_x.shape[1:])
         placement = Placement(tc.num_teachers, devices)
         model = make_model(config.teachers, splits.num_classes, backend=placement.platform)
@@ -167,11 +167,12 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
                          latest, start_time, train_time)
 
 
-def _teachers_view(config: Config, splits: Splits, run: rundir.RunDir) -> Splits:
+def _teachers_view(config: Config, splits: Splits, run: rundir.RunDir, show_progress: bool) -> Splits:
     """The splits as the teachers see them: under `[teachers] features`, each private training
     and evaluation input's coefficients under that public map (cached, owner-only, in the run's
     private feature folder); otherwise the splits as they are."""
-    view = public_features.input_map(config, splits.pool_x, rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR))
+    view = public_features.input_map(config, splits.pool_x, rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR),
+                                     show_progress=show_progress)
     if view is None:
         return splits
     return dataclasses.replace(splits, train_x=view(splits.train_x, "train"), eval_x=view(splits.eval_x, "eval"))
