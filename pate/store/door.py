@@ -4,7 +4,8 @@
 run's, asks "may I write these artifacts?" once for every command, hands the block the
 folder to write them in (a staging folder when they replace finished ones), and on
 commit writes ``config.toml``, swaps the new artifacts in and moves the later steps'
-artifacts aside with the one stale message. A block that fails leaves the run as it was.
+artifacts aside with the one stale message (what each writer writes, refuses and moves aside is
+the store's table of steps, `pate.store.stages`). A block that fails leaves the run as it was.
 
 A release is charged to its data set's ledger in one order, whoever writes it (`publish`):
 everything it publishes is written first (staged), then it is charged, then renamed into
