@@ -209,9 +209,8 @@ def steps_of(config: Config, run_dir: rundir.RunDir) -> tuple[Step, ...]:
         return FINE_GRAINED_STEPS
     if config.rounds.rounds == 1:
         return STEPS
-    kept = {"student": dict(artifacts=(rundir.STUDENT_ROUND1_DIR, rundir.STUDENT_ROUND1_JSON),
-                            main=rundir.STUDENT_ROUND1_JSON, kept=True),
-            "analyze": dict(artifacts=(rundir.RELEASE_ROUND1_JSON,), main=rundir.RELEASE_ROUND1_JSON, kept=True)}
+    kept = {name: dict(artifacts=copies, main=main, kept=True)
+            for name, copies, main in stages.STAGES["round2"].keeps}
     if not run_dir.exists(rundir.STUDENT_ROUND1_JSON):
         kept = {}
     return tuple(dataclasses.replace(s, **kept.get(s.name, {})) for s in STEPS) + ROUND2_STEPS

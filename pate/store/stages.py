@@ -33,6 +33,10 @@ class Stage:
       create: whether the lock may create the run directory.
       commits_itself: it writes and commits its files itself (`pate analyze`: its report,
         perhaps outside the run); the door only holds the lock (`writes` is empty).
+      keeps: the earlier stages whose output it reads and keeps a copy of, among its own
+        artifacts, before a new one replaces it: ``(stage, the copies, the copy that identifies
+        it)`` each. Round 2 keeps round 1's student and report; after it, ``student/`` and
+        ``release.json`` are the student and report of both rounds, made from round 2.
     """
 
     name: str
@@ -45,6 +49,7 @@ class Stage:
     again: str = ""
     create: bool = True
     commits_itself: bool = False
+    keeps: tuple[tuple[str, tuple[str, ...], str], ...] = ()
 
     @property
     def writes(self) -> tuple[str, ...]:
@@ -73,7 +78,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     # release-round1.json) and moves the ones made before it aside. Its own release marks it.
     Stage("round2", "label --round 2", rundir.ROUND2_ARTIFACTS, rundir.LABELS_ROUND2_NPZ,
           marks=(rundir.VOTES_ROUND2_NPZ, rundir.LABELS_ROUND2_NPZ), aside=("student", "analyze"),
-          noun="round-2 labels", again="label round 2 again (the old round-2 release is replaced)"),
+          noun="round-2 labels", again="label round 2 again (the old round-2 release is replaced)",
+          keeps=(("student", (rundir.STUDENT_ROUND1_DIR, rundir.STUDENT_ROUND1_JSON), rundir.STUDENT_ROUND1_JSON),
+                 ("analyze", (rundir.RELEASE_ROUND1_JSON,), rundir.RELEASE_ROUND1_JSON))),
     Stage("student", "train-student", rundir.STUDENT_ARTIFACTS, rundir.STUDENT_JSON, noun="student",
           again="train the student again"),
     Stage("analyze", "analyze", rundir.ANALYSIS_ARTIFACTS, rundir.PRIVACY_JSON, create=False,

@@ -13,10 +13,9 @@ from pate.config import Config
 from pate.steps import pipeline
 from pate.store import rundir, stages
 
-#: Round 2 reads round 1's student and report, and keeps them as student-round1/ and
-#: release-round1.json (its own artifacts): after it, student/ and release.json are the student
-#: and report of both rounds, made from round 2, so a new one leaves round 2's release in place.
-KEPT_BY_ROUND2 = {("round2", "student"), ("round2", "analyze")}
+#: What a stage reads and keeps a copy of (`Stage.keeps`: round 2, round 1's student and report)
+#: is not made again from it: a new one leaves the stage's output in place.
+KEPT = {(name, kept) for name, record in stages.STAGES.items() for kept, _, _ in record.keeps}
 
 
 def _two_rounds(run_dir: rundir.RunDir) -> tuple:
@@ -40,7 +39,7 @@ def _disagreements(table, records: dict) -> list[str]:
     found = []
     for step in table:
         for name in step.upstream:
-            if (step.name, name) in KEPT_BY_ROUND2:
+            if (by_name[step.name].stage, by_name[name].stage) in KEPT:
                 continue
             writer = records[by_name[name].stage]
             moved = {a for s in writer.aside for a in records[s].artifacts} | set(writer.writes)
@@ -56,6 +55,7 @@ def test_every_step_of_pate_run_is_a_record_of_the_store(tmp_path):
             record = stages.STAGES[step.stage]
             if step.kept:  # round 2's copies: artifacts round 2 writes
                 assert set(step.artifacts) <= set(stages.STAGES["round2"].artifacts), step.name
+                assert step.main in step.artifacts, step.name
                 continue
             assert (step.artifacts, step.main) == (record.made, record.main), step.name
 
