@@ -1,6 +1,7 @@
 """Shared fixtures: the repository's configs and one trained tiny (synthetic) run; the helpers
 the test files share (`invoke`, `one_line`, `one_line_error`, `snapshot`, `bench_module`, `vote_neighbours`,
-`vote_histograms`), imported as
+`vote_histograms`; the door's `failing_replace` and `staged_labels`; the baselines' `baseline_run`,
+`refused_before_writing`, `refused_without_overwrite`), imported as
 ``from conftest import invoke`` (tests/ is on sys.path under pytest, with or without xdist)."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import pathlib
 import shutil
 
@@ -93,6 +95,38 @@ def unpublished_copy(finished_tiny, tmp_path):
     for name in (rundir.RELEASE_JSON, rundir.PRIVACY_JSON, rundir.PRIVACY_PNG):
         (run / name).unlink()
     return run
+
+
+def failing_replace(monkeypatch, fault, module=os):
+    """Makes ``module.replace`` (`os.replace`) raise the OSError that ``fault(src, dst)`` (both
+    as strings) returns, and rename as usual where it returns None. Returns the real
+    `os.replace`, to put back."""
+    real = os.replace
+
+    def replace(src, dst):
+        err = fault(str(src), str(dst))
+        if err is not None:
+            raise err
+        return real(src, dst)
+
+    monkeypatch.setattr(module, "replace", replace)
+    return real
+
+
+def staged_labels(tmp_path, old, staged, extra=()):
+    """A run directory ``tmp_path / "run"`` holding the files `old` ("old NAME") and the label
+    step's staging folder (`pate.store.door.Staging`) of `staged`, written with `extra`
+    beside them ("new NAME"). Returns the `RunDir` and the `Staging`."""
+    from pate.store import door, rundir
+
+    run = rundir.RunDir(tmp_path / "run")
+    run.path.mkdir()
+    for name in old:
+        (run / name).write_text(f"old {name.split('.')[0]}")
+    staging = door.Staging(run, "label", staged)
+    for name in (*staged, *extra):
+        (staging / name).write_text(f"new {name.split('.')[0]}")
+    return run, staging
 
 
 def run_entries(run) -> list[dict]:
@@ -298,6 +332,42 @@ def one_line_error(result, code: int) -> str:
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1, result.output
     return lines[0]
+
+
+def baseline_run(tmp_path_factory, command: str, seed: int) -> tuple:
+    """``pate COMMAND`` (a baseline release) on the tiny config through the CLI, in a fresh run
+    directory, with the research `seed`: ``(workdir, its output, seed)``."""
+    workdir = tmp_path_factory.mktemp(command) / "run"
+    result = invoke(command, "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", seed)
+    assert result.exit_code == 0, result.output
+    return workdir, result.output, seed
+
+
+#: Bad values of what every baseline release is given (``--eps``, ``--seed``, ``[privacy] delta``):
+#: ``(args, exit code, a word of the one-line error)``, for `refused_before_writing`.
+BAD_RELEASE_OPTIONS = [
+    (["--eps", "0"], 2, "positive"),
+    (["--eps", "inf"], 2, "positive"),
+    (["--seed", str(2**128)], 2, "2**128"),
+    (["--set", "privacy.delta=0"], 1, "delta"),
+]
+
+
+def refused_before_writing(command: str, workdir, args, code: int, needle: str) -> None:
+    """``pate COMMAND`` with the bad `args` is refused in one line (exit `code`, naming `needle`)
+    and writes nothing in `workdir`."""
+    line = one_line_error(invoke(command, "--config", TINY, "--workdir", workdir, "--no-progress", *args), code)
+    assert needle in line
+    assert not workdir.exists() or not any(workdir.iterdir())
+
+
+def refused_without_overwrite(command: str, workdir, artifact: str) -> None:
+    """``pate COMMAND`` again over the result it already wrote in `workdir` (`artifact`, its
+    record) is refused in one line naming ``--overwrite``, exit 1, the result untouched."""
+    before = (workdir / artifact).read_bytes()
+    line = one_line_error(invoke(command, "--config", TINY, "--workdir", workdir, "--no-progress"), 1)
+    assert "--overwrite" in line
+    assert (workdir / artifact).read_bytes() == before
 
 
 def sigkill_while_staged(args, run, step: str, env: dict, timeout: float = 300) -> tuple[bool, int]:

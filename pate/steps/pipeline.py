@@ -2,17 +2,17 @@
 skipping every step whose artifacts are complete and were made from the same config.
 
 Which config sections each step depends on (a change re-runs that step and every step
-after it that reads its output):
+after it that reads its output); what each writes, and what marks it as made, is the store's
+table of steps (`pate.store.stages.STAGES`, which the door's writers read too):
 
-=========  ==========================================  ===========================
-step       sections                                     artifacts
-=========  ==========================================  ===========================
-teachers   data, teachers                               teachers/, teachers.json
-label      data, teachers, aggregation, privacy.target_*  votes.npz, labels.npz
-student    data, teachers, aggregation, student         student/, student.json
-analyze    data, teachers, aggregation, privacy         privacy.json, privacy.png,
-                                                        release.json
-=========  ==========================================  ===========================
+=========  ==========================================
+step       sections
+=========  ==========================================
+teachers   data, teachers
+label      data, teachers, aggregation, privacy.target_*
+student    data, teachers, aggregation, student
+analyze    data, teachers, aggregation, privacy
+=========  ==========================================
 
 How a step is known to be valid: ``pipeline.json`` (written after each step) records,
 per step, the hash of its sections (`section_hash`), the digest of its main artifact
@@ -51,7 +51,7 @@ from typing import Callable, Iterable
 from analysis.core.errors import PateError
 from analysis.mechanisms import registry
 from analysis.mechanisms.record import Mechanism
-from pate.store import digests, rundir
+from pate.store import digests, rundir, stages
 from pate.release.labels import read_labels, read_run_labels, release_digest, release_subjects
 from pate.config import check_config, Config, config_hash, config_to_dict
 from pate.store.door import step
@@ -82,6 +82,8 @@ class Step:
       upstream: the earlier steps whose output it reads.
       inputs: the files it reads from them.
       run: runs it; returns the figures `pipeline.json` keeps for the summary.
+      kept: round 1's student or release as round 2 kept them (`steps_of`).
+      stage: its record in the store's table of steps (`_step`).
     """
 
     name: str
@@ -92,6 +94,15 @@ class Step:
     inputs: tuple[str, ...]
     run: Callable[[_Context], dict]
     kept: bool = False  # round 1's student or release as round 2 kept them: never made again in place
+    stage: str = ""  # its record in `pate.store.stages.STAGES` (what it writes; the door's writer)
+
+
+def _step(stage: str, sections: tuple[str, ...], upstream: tuple[str, ...], inputs: tuple[str, ...],
+          run: Callable[[_Context], dict], name: str = "") -> Step:
+    """A step on the store's record of `stage` (`pate.store.stages.STAGES`): its artifacts are
+    the ones that mark the stage as made, its main file the stage's; named `name` (default the stage's)."""
+    record = stages.STAGES[stage]
+    return Step(name or record.name, sections, record.made, record.main, upstream, inputs, run, stage=stage)
 
 
 _TEACHER_SECTIONS = ("data", "teachers")
@@ -152,28 +163,26 @@ def _analyze(ctx: _Context) -> dict:
 
 #: The steps in order (the module docstring's table).
 STEPS: tuple[Step, ...] = (
-    Step("teachers", _TEACHER_SECTIONS, rundir.TEACHER_ARTIFACTS, rundir.TEACHERS_JSON,
-         upstream=(), inputs=(), run=_train_teachers),
-    Step("label", ("data", "teachers", "aggregation", *_TARGET_KEYS), rundir.LABEL_ARTIFACTS, rundir.LABELS_NPZ,
-         upstream=("teachers",), inputs=(rundir.TEACHERS_JSON,), run=_label),
-    Step("student", ("data", "teachers", "aggregation", "student"), rundir.STUDENT_ARTIFACTS,
-         rundir.STUDENT_JSON, upstream=("teachers", "label"), inputs=(rundir.LABELS_NPZ,),
-         run=_train_student),
+    _step("teachers", _TEACHER_SECTIONS, upstream=(), inputs=(), run=_train_teachers),
+    _step("label", ("data", "teachers", "aggregation", *_TARGET_KEYS), upstream=("teachers",),
+          inputs=(rundir.TEACHERS_JSON,), run=_label),
+    _step("student", ("data", "teachers", "aggregation", "student"), upstream=("teachers", "label"),
+          inputs=(rundir.LABELS_NPZ,), run=_train_student),
     # labels.npz is written with votes.npz: it identifies that label run too.
-    Step("analyze", ("data", "teachers", "aggregation", "privacy"), rundir.ANALYSIS_ARTIFACTS,
-         rundir.PRIVACY_JSON, upstream=("teachers", "label"), inputs=(rundir.LABELS_NPZ,), run=_analyze),
+    _step("analyze", ("data", "teachers", "aggregation", "privacy"), upstream=("teachers", "label"),
+          inputs=(rundir.LABELS_NPZ,), run=_analyze),
 )
 
 
 #: With ``[rounds] rounds = 2``: round 2 on the finished round 1, the student of both rounds, their report.
 _ROUND2_SECTIONS = ("data", "teachers", "aggregation", "student", "privacy", "rounds")
 ROUND2_STEPS: tuple[Step, ...] = (
-    Step("round2", _ROUND2_SECTIONS, (rundir.VOTES_ROUND2_NPZ, rundir.LABELS_ROUND2_NPZ), rundir.LABELS_ROUND2_NPZ,
-         upstream=("teachers", "label", "student", "analyze"), inputs=(rundir.LABELS_NPZ,), run=_round2),
-    Step("student2", _ROUND2_SECTIONS, rundir.STUDENT_ARTIFACTS, rundir.STUDENT_JSON, upstream=("round2",),
-         inputs=(rundir.LABELS_ROUND2_NPZ,), run=lambda ctx: _train_student(ctx, rounds=None)),
-    Step("analyze2", _ROUND2_SECTIONS, rundir.ANALYSIS_ARTIFACTS, rundir.PRIVACY_JSON, upstream=("round2",),
-         inputs=(rundir.LABELS_ROUND2_NPZ,), run=_analyze),
+    _step("round2", _ROUND2_SECTIONS, upstream=("teachers", "label", "student", "analyze"),
+          inputs=(rundir.LABELS_NPZ,), run=_round2),
+    _step("student", _ROUND2_SECTIONS, upstream=("round2",), inputs=(rundir.LABELS_ROUND2_NPZ,),
+          run=lambda ctx: _train_student(ctx, rounds=None), name="student2"),
+    _step("analyze", _ROUND2_SECTIONS, upstream=("round2",), inputs=(rundir.LABELS_ROUND2_NPZ,), run=_analyze,
+          name="analyze2"),
 )
 
 
@@ -182,12 +191,12 @@ ROUND2_STEPS: tuple[Step, ...] = (
 #: has no per-query curve).
 _FINE_SECTIONS = ("data", "aggregation", "fine_grained")
 FINE_GRAINED_STEPS: tuple[Step, ...] = (
-    Step("label", (*_FINE_SECTIONS, "privacy.delta"), (rundir.LABELS_NPZ,), rundir.LABELS_NPZ,
-         upstream=(), inputs=(), run=_label),
-    Step("student", (*_FINE_SECTIONS, "student"), rundir.STUDENT_ARTIFACTS, rundir.STUDENT_JSON,
-         upstream=("label",), inputs=(rundir.LABELS_NPZ,), run=_train_student),
-    Step("analyze", (*_FINE_SECTIONS, "privacy"), (rundir.PRIVACY_JSON, rundir.RELEASE_JSON), rundir.PRIVACY_JSON,
-         upstream=("label",), inputs=(rundir.LABELS_NPZ,), run=_analyze),
+    _step("label-fine-grained", (*_FINE_SECTIONS, "privacy.delta"), upstream=(), inputs=(), run=_label,
+          name="label"),
+    _step("student", (*_FINE_SECTIONS, "student"), upstream=("label",), inputs=(rundir.LABELS_NPZ,),
+          run=_train_student),
+    _step("analyze-fine-grained", (*_FINE_SECTIONS, "privacy"), upstream=("label",), inputs=(rundir.LABELS_NPZ,),
+          run=_analyze, name="analyze"),
 )
 
 
@@ -200,9 +209,8 @@ def steps_of(config: Config, run_dir: rundir.RunDir) -> tuple[Step, ...]:
         return FINE_GRAINED_STEPS
     if config.rounds.rounds == 1:
         return STEPS
-    kept = {"student": dict(artifacts=(rundir.STUDENT_ROUND1_DIR, rundir.STUDENT_ROUND1_JSON),
-                            main=rundir.STUDENT_ROUND1_JSON, kept=True),
-            "analyze": dict(artifacts=(rundir.RELEASE_ROUND1_JSON,), main=rundir.RELEASE_ROUND1_JSON, kept=True)}
+    kept = {name: dict(artifacts=copies, main=main, kept=True)
+            for name, copies, main in stages.STAGES["round2"].keeps}
     if not run_dir.exists(rundir.STUDENT_ROUND1_JSON):
         kept = {}
     return tuple(dataclasses.replace(s, **kept.get(s.name, {})) for s in STEPS) + ROUND2_STEPS

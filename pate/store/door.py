@@ -4,7 +4,8 @@
 run's, asks "may I write these artifacts?" once for every command, hands the block the
 folder to write them in (a staging folder when they replace finished ones), and on
 commit writes ``config.toml``, swaps the new artifacts in and moves the later steps'
-artifacts aside with the one stale message. A block that fails leaves the run as it was.
+artifacts aside with the one stale message (what each writer writes, refuses and moves aside is
+the store's table of steps, `pate.store.stages`). A block that fails leaves the run as it was.
 
 A release is charged to its data set's ledger in one order, whoever writes it (`publish`):
 everything it publishes is written first (staged), then it is charged, then renamed into
@@ -23,68 +24,13 @@ from typing import Any, Callable, Iterable, Sequence
 
 from analysis.core import files
 from analysis.core.errors import CommitFailed, PateError
-from pate.store import rundir
+from pate.store import rundir, stages
 from pate.config import Config
 from pate.store.runlock import depth, hold, secondary_process
 
 STAGING_PREFIX = ".new-"
 OLD_PREFIX = ".old-"  # the old artifacts during `Staging.commit`
 STALE_PREFIX = "stale-"
-
-
-@dataclasses.dataclass(frozen=True)
-class Writer:
-    """What one command writes, and how it is told apart in messages.
-
-    Attributes:
-      command: the `pate` command (lock owner, messages).
-      artifacts: what it writes (staged and swapped in together).
-      later: the later steps' artifacts, made from these, that a replacement moves aside.
-      noun: "the new {noun} replace the ones ... were made from".
-      again: "pass --overwrite to {again}" when artifacts exist.
-      guard: the artifacts whose presence refuses a write (default: all of them).
-      create: whether the lock may create the run directory.
-    """
-
-    command: str
-    artifacts: tuple[str, ...] = ()
-    later: tuple[str, ...] = ()
-    noun: str = ""
-    again: str = ""
-    guard: tuple[str, ...] | None = None
-    create: bool = True
-
-
-#: Every writer of a run directory, by the name of its step (the staging folder's suffix).
-WRITERS = {
-    "teachers": Writer("train-teachers", rundir.TEACHER_ARTIFACTS,
-                       rundir.LABEL_ARTIFACTS + rundir.ROUND2_ARTIFACTS + rundir.STUDENT_ARTIFACTS
-                       + rundir.ANALYSIS_ARTIFACTS, "teachers", "replace them or --resume to continue"),
-    "label": Writer("label", rundir.LABEL_ARTIFACTS,
-                    rundir.ROUND2_ARTIFACTS + rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS,
-                    "labels", "label again (the old release is replaced)"),
-    # A fine-grained release (no teachers, no votes file): an older release's votes.npz goes aside.
-    "label-fine-grained": Writer("label", (rundir.LABELS_NPZ,),
-                                 (rundir.VOTES_NPZ,) + rundir.ROUND2_ARTIFACTS + rundir.STUDENT_ARTIFACTS
-                                 + rundir.ANALYSIS_ARTIFACTS, "labels", "label again (the old release is replaced)",
-                                 guard=(rundir.LABELS_NPZ,)),
-    # Round 2 keeps round 1's release; the student and the report made before it are moved
-    # aside (copied first as student-round1/ and release-round1.json).
-    "round2": Writer("label --round 2", rundir.ROUND2_ARTIFACTS,
-                     rundir.STUDENT_ARTIFACTS + rundir.ANALYSIS_ARTIFACTS, "round-2 labels",
-                     "label round 2 again (the old round-2 release is replaced)",
-                     guard=(rundir.VOTES_ROUND2_NPZ, rundir.LABELS_ROUND2_NPZ)),
-    "student": Writer("train-student", rundir.STUDENT_ARTIFACTS, noun="student",
-                      again="train the student again"),
-    "analyze": Writer("analyze", create=False),
-    "dpsgd": Writer("dpsgd", rundir.DPSGD_ARTIFACTS, noun="DP-SGD model", again="train the DP-SGD model again",
-                    guard=(rundir.DPSGD_JSON,)),
-    "fedavg": Writer("fedavg", rundir.FEDAVG_ARTIFACTS, noun="federated model",
-                     again="train the federated model again", guard=(rundir.FEDAVG_JSON,)),
-    "synth": Writer("synth", rundir.SYNTH_ARTIFACTS, noun="synthetic data", again="train the PATE-GAN again",
-                    guard=(rundir.SYNTH_JSON,)),
-    "run": Writer("run"),
-}
 
 
 class Staging:
@@ -457,7 +403,7 @@ def step(name: str, workdir, *, config: Config | None = None, overwrite: bool = 
     """The door every writer of a run directory goes through (see the module docstring).
 
     Args:
-      name: the step (`WRITERS`).
+      name: the step (`pate.store.stages.STAGES`: what it writes, refuses and moves aside).
       workdir: the run directory.
       config: what config.toml gets on commit (None: left as it is). Staged, it is
         swapped in with the artifacts; in place, `Door.write_config` may write it earlier.
@@ -472,7 +418,7 @@ def step(name: str, workdir, *, config: Config | None = None, overwrite: bool = 
     Yields:
       A `Door`.
     """
-    writer = WRITERS[name]
+    writer = stages.STAGES[name]
     if workdir is None or not str(workdir).strip():  # '' would be the current directory
         raise PateError(f"{writer.command} needs a run directory (workdir), got {workdir!r}")
     with hold(workdir, writer.command, create=writer.create) as lock:
@@ -483,16 +429,16 @@ def step(name: str, workdir, *, config: Config | None = None, overwrite: bool = 
             run.check_same_config(config)
         if data is not None:
             check_same_data(run, config, **data)
-        run.prepare(writer.artifacts, overwrite=overwrite, resume=resume, command=writer.command,
-                    again=writer.again, guard=writer.guard, clear=staged is False)
+        run.prepare(writer.writes, overwrite=overwrite, resume=resume, command=writer.command,
+                    again=writer.again, guard=writer.made if writer.writes else None, clear=staged is False)
         if resume and not run.exists(rundir.CONFIG_TOML):
             raise PateError(f"cannot resume: {run / rundir.CONFIG_TOML} is missing; start again "
                             "with --overwrite")
         if keep_config and run.exists(rundir.CONFIG_TOML):
             config = None
         if staged == "when-replacing":
-            staged = overwrite and any(run.exists(a) for a in writer.artifacts)
-        staging = Staging(run, name, writer.artifacts, writer.later) if staged and writer.artifacts else None
+            staged = overwrite and any(run.exists(a) for a in writer.writes)
+        staging = Staging(run, name, writer.writes, stages.later(writer)) if staged and writer.writes else None
         door = Door(run, run if staging is None else rundir.RunDir(staging.path), staging is not None,
                     resume, config)
         try:
@@ -514,10 +460,10 @@ def _report_sweep(run: rundir.RunDir, lock, echo) -> None:
              + " (finished artifacts are kept)")
 
 
-def _commit(door: Door, staging: Staging | None, writer: Writer, echo) -> None:
+def _commit(door: Door, staging: Staging | None, writer: stages.Stage, echo) -> None:
     """Writes config.toml and swaps the staged artifacts in (`publish`: charged first), with
     the stale message."""
-    what = f"{writer.command} ({', '.join(writer.artifacts)} in {door.run.path})" if writer.artifacts else ""
+    what = f"{writer.command} ({', '.join(writer.writes)} in {door.run.path})" if writer.writes else ""
     if staging is None:
         if door.config is not None and not secondary_process():
             door.run.write_config(door.config)

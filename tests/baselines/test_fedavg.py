@@ -29,7 +29,8 @@ from pate.config import load_config
 from pate.store.ledger import Ledger
 from pate.baselines import fedavg
 
-from conftest import TINY, invoke, leads_with_the_data_set, one_line_error
+from conftest import (BAD_RELEASE_OPTIONS, TINY, baseline_run, invoke, leads_with_the_data_set, one_line_error,
+                      refused_before_writing, refused_without_overwrite)
 
 
 C, ETA, RHO = 1.0, 0.5, 2.0
@@ -319,11 +320,7 @@ def test_noise_has_the_calibrated_scale(mechanism, cdf):
 
 @pytest.fixture(scope="module")
 def tiny_fedavg(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("fedavg") / "run"
-    seed = 2**127 + 123456789123456789
-    result = invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", seed)
-    assert result.exit_code == 0, result.output
-    return workdir, result.output, seed
+    return baseline_run(tmp_path_factory, "fedavg", 2**127 + 123456789123456789)
 
 
 def test_tiny_run_through_the_cli(tiny_fedavg, ledger_dir):
@@ -411,22 +408,15 @@ def test_ledger_import_of_a_fedavg_run_charges_it_once(tiny_fedavg, ledger_dir):
 
 
 def test_existing_result_needs_overwrite(tiny_fedavg):
-    workdir, _, _ = tiny_fedavg
-    before = (workdir / rundir.FEDAVG_JSON).read_bytes()
-    line = one_line_error(invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress"), 1)
-    assert "--overwrite" in line
-    assert (workdir / rundir.FEDAVG_JSON).read_bytes() == before
+    refused_without_overwrite("fedavg", tiny_fedavg[0], rundir.FEDAVG_JSON)
 
 
 @pytest.mark.parametrize("args,code,needle", [
-    (["--eps", "0"], 2, "positive"),
-    (["--eps", "inf"], 2, "positive"),
+    *BAD_RELEASE_OPTIONS,
     (["--rounds", "0"], 2, "rounds"),
     (["--clients", "0"], 2, "clients"),
     (["--algorithm", "adam"], 2, "algorithm"),
     (["--mechanism", "exponential"], 2, "mechanism"),
-    (["--seed", str(2**128)], 2, "seed"),
-    (["--set", "privacy.delta=0"], 1, "delta"),
     (["--set", "fedavg.clip_norm=0"], 1, "clip_norm"),
     (["--set", "fedavg.local_steps=0"], 1, "local_steps"),
     (["--set", "fedavg.grid=-1"], 1, "grid"),
@@ -436,10 +426,7 @@ def test_existing_result_needs_overwrite(tiny_fedavg):
     (["--clients", "100000"], 1, "clients"),
 ])
 def test_bad_input_is_one_line_and_writes_nothing(tmp_path, args, code, needle):
-    workdir = tmp_path / "run"
-    line = one_line_error(invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", *args), code)
-    assert needle in line
-    assert not workdir.exists() or not any(workdir.iterdir())
+    refused_before_writing("fedavg", tmp_path / "run", args, code, needle)
 
 
 # --------------------------------------------------------------------------- the public projection

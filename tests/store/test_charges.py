@@ -19,7 +19,8 @@ import pytest
 
 from analysis.mechanisms import composition
 from analysis.core.errors import CommitFailed, OptionError, PateError
-from conftest import ROOT, TINY, invoke, one_line, small_tmpfs, snapshot, run_entries, unpublished_copy
+from conftest import (ROOT, TINY, failing_replace, invoke, one_line, small_tmpfs, snapshot, run_entries,
+                      staged_labels, unpublished_copy)
 from pate.store import door, ledger as ledger_mod, rundir
 
 
@@ -48,14 +49,8 @@ def test_a_failed_analyze_commit_puts_everything_back_and_withdraws_its_charge(f
     run = unpublished_copy(finished_tiny, tmp_path)
     (run / rundir.PRIVACY_JSON).write_text("an older report")
     before = snapshot(run)
-    real = os.replace
-
-    def failing(src, dst):
-        if str(dst) == str(run / rundir.RELEASE_JSON) and str(src).endswith(".tmp"):
-            raise OSError(errno.EIO, "Input/output error", str(dst))
-        return real(src, dst)
-
-    monkeypatch.setattr(os, "replace", failing)
+    real = failing_replace(monkeypatch, lambda src, dst: OSError(errno.EIO, "Input/output error", dst)
+                           if dst == str(run / rundir.RELEASE_JSON) and src.endswith(".tmp") else None)
     result = invoke("analyze", "--workdir", run)
     assert result.exit_code == 1 and "nothing was changed" in one_line(result), result.output
     assert snapshot(run) == before and not [n for n in os.listdir(run) if n.endswith(".tmp")]
@@ -137,21 +132,10 @@ def test_an_interrupt_during_the_charge_and_commit_lands_after_the_commit(tmp_pa
 
 
 def test_a_staging_commit_that_fails_before_anything_is_in_place_raises_commit_failed(tmp_path, monkeypatch):
-    run = rundir.RunDir(tmp_path / "run")
-    run.path.mkdir()
-    (run / rundir.LABELS_NPZ).write_text("old labels")
-    staging = door.Staging(run, "label", (rundir.VOTES_NPZ, rundir.LABELS_NPZ))
+    run, staging = staged_labels(tmp_path, (rundir.LABELS_NPZ,), (rundir.VOTES_NPZ, rundir.LABELS_NPZ))
     assert os.stat(staging.path).st_mode & 0o777 == 0o700
-    (staging / rundir.VOTES_NPZ).write_text("new votes")
-    (staging / rundir.LABELS_NPZ).write_text("new labels")
-    real = os.replace
-
-    def immutable_old(src, dst):
-        if str(src) == str(run / rundir.LABELS_NPZ):
-            raise OSError(errno.EPERM, "Operation not permitted", str(src))
-        return real(src, dst)
-
-    monkeypatch.setattr(os, "replace", immutable_old)
+    failing_replace(monkeypatch, lambda src, dst: OSError(errno.EPERM, "Operation not permitted", src)
+                    if src == str(run / rundir.LABELS_NPZ) else None)  # the old labels are immutable
     with pytest.raises(CommitFailed, match="nothing was changed"):
         staging.commit()
     assert sorted(os.listdir(run.path)) == [rundir.LABELS_NPZ]

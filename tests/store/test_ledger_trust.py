@@ -13,7 +13,7 @@ import pytest
 
 from analysis.core.errors import CommitFailed, PateError
 from analysis.mechanisms import composition
-from conftest import invoke, one_line, run_entries, unpublished_copy
+from conftest import failing_replace, invoke, one_line, run_entries, staged_labels, unpublished_copy
 from pate.store import door, ledger as ledger_mod, rundir
 
 
@@ -28,16 +28,15 @@ def test_an_analyze_commit_whose_rollback_is_refused_withdraws_its_draw_in_one_l
     permission error: no public file was ever in place, so the draw's charge is withdrawn,
     the error is one line, and the next analyze draws (it is not refused as a second draw)."""
     run = unpublished_copy(finished_tiny, tmp_path)
-    real = os.replace
 
-    def failing(src, dst):
-        if str(dst) == str(run / rundir.RELEASE_JSON) and str(src).endswith(".tmp"):
-            raise OSError(errno.EIO, "Input/output error", str(dst))
-        if str(src) == str(run / rundir.PRIVACY_JSON):  # the rollback of privacy.json
-            raise OSError(errno.EACCES, "Permission denied", str(src))
-        return real(src, dst)
+    def fault(src, dst):
+        if dst == str(run / rundir.RELEASE_JSON) and src.endswith(".tmp"):
+            return OSError(errno.EIO, "Input/output error", dst)
+        if src == str(run / rundir.PRIVACY_JSON):  # the rollback of privacy.json
+            return OSError(errno.EACCES, "Permission denied", src)
+        return None
 
-    monkeypatch.setattr(os, "replace", failing)
+    real = failing_replace(monkeypatch, fault)
     result = invoke("analyze", "--workdir", run)
     line = one_line(result)
     assert result.exit_code == 1 and "Input/output error" in line and "Permission denied" in line, result.output
@@ -50,33 +49,22 @@ def test_an_analyze_commit_whose_rollback_is_refused_withdraws_its_draw_in_one_l
     assert [e["kind"] for e in run_entries(run)] == ["sanitised-eps"]
 
 
-def _staging(tmp_path):
-    run = rundir.RunDir(tmp_path / "run")
-    run.path.mkdir()
-    (run / rundir.VOTES_NPZ).write_text("old votes")
-    (run / rundir.LABELS_NPZ).write_text("old labels")
-    staging = door.Staging(run, "label", (rundir.VOTES_NPZ, rundir.LABELS_NPZ))
-    (staging / rundir.VOTES_NPZ).write_text("new votes")
-    (staging / rundir.LABELS_NPZ).write_text("new labels")
-    return run, staging
-
-
 def test_a_staging_commit_whose_rollback_is_refused_is_a_commit_failed_when_no_release_was_in_place(
         tmp_path, monkeypatch):
     """The new labels.npz cannot come in (EIO) after the private votes.npz did, and moving the
     old votes back meets EPERM: labels.npz (the release) never reached its place, so the commit
     raises `CommitFailed` (its charge is withdrawn), never a plain OSError."""
-    run, staging = _staging(tmp_path)
-    real = os.replace
+    label_files = (rundir.VOTES_NPZ, rundir.LABELS_NPZ)
+    run, staging = staged_labels(tmp_path, label_files, label_files)
 
-    def failing(src, dst):
-        if str(dst) == str(run / rundir.LABELS_NPZ) and str(src).startswith(str(staging.path)):
-            raise OSError(errno.EIO, "Input/output error", str(dst))
-        if str(src) == str(run / rundir.VOTES_NPZ) and str(dst).startswith(str(staging.path)):  # the rollback
-            raise OSError(errno.EPERM, "Operation not permitted", str(src))
-        return real(src, dst)
+    def fault(src, dst):
+        if dst == str(run / rundir.LABELS_NPZ) and src.startswith(str(staging.path)):
+            return OSError(errno.EIO, "Input/output error", dst)
+        if src == str(run / rundir.VOTES_NPZ) and dst.startswith(str(staging.path)):  # the rollback
+            return OSError(errno.EPERM, "Operation not permitted", src)
+        return None
 
-    monkeypatch.setattr(os, "replace", failing)
+    real = failing_replace(monkeypatch, fault)
     with pytest.raises(CommitFailed) as err:
         staging.commit()
     message = str(err.value)
@@ -89,22 +77,16 @@ def test_a_staging_commit_whose_rollback_is_refused_is_a_commit_failed_when_no_r
 def test_a_staging_commit_whose_rollback_leaves_the_release_in_place_keeps_its_charge(tmp_path, monkeypatch):
     """labels.npz came in, the next rename failed, and taking labels.npz back out is refused:
     the release is out, so the commit raises a plain `PateError` (the charge stays), one line."""
-    run = rundir.RunDir(tmp_path / "run")
-    run.path.mkdir()
-    (run / rundir.LABELS_NPZ).write_text("old labels")
-    staging = door.Staging(run, "label", (rundir.LABELS_NPZ,))
-    (staging / rundir.LABELS_NPZ).write_text("new labels")
-    (staging / rundir.CONFIG_TOML).write_text("new config")
-    real = os.replace
+    run, staging = staged_labels(tmp_path, (rundir.LABELS_NPZ,), (rundir.LABELS_NPZ,), extra=(rundir.CONFIG_TOML,))
 
-    def failing(src, dst):
-        if str(dst) == str(run / rundir.CONFIG_TOML):
-            raise OSError(errno.EIO, "Input/output error", str(dst))
-        if str(src) == str(run / rundir.LABELS_NPZ) and str(dst).startswith(str(staging.path)):
-            raise OSError(errno.EPERM, "Operation not permitted", str(src))
-        return real(src, dst)
+    def fault(src, dst):
+        if dst == str(run / rundir.CONFIG_TOML):
+            return OSError(errno.EIO, "Input/output error", dst)
+        if src == str(run / rundir.LABELS_NPZ) and dst.startswith(str(staging.path)):
+            return OSError(errno.EPERM, "Operation not permitted", src)
+        return None
 
-    monkeypatch.setattr(os, "replace", failing)
+    failing_replace(monkeypatch, fault)
     with pytest.raises(PateError) as err:
         staging.commit(extra=(rundir.CONFIG_TOML,))
     assert not isinstance(err.value, CommitFailed) and "\n" not in str(err.value)

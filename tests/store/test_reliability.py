@@ -19,7 +19,7 @@ import pytest
 from analysis.core.errors import PateError
 from pate.store import door, rundir, runlock
 
-from conftest import ROOT, TINY, invoke, one_line, small_tmpfs, snapshot
+from conftest import ROOT, TINY, failing_replace, invoke, one_line, small_tmpfs, snapshot
 
 
 @pytest.fixture
@@ -367,14 +367,8 @@ def test_staging_commit_is_all_or_nothing(tmp_path, monkeypatch):
     (staging / "student" / "w").write_text("new weights")
     (staging / "student.json").write_text("new record")
     before = {p: p.read_text() for p in run.path.rglob("*") if p.is_file() and ".new-" not in str(p)}
-    real = os.replace
-
-    def immutable(src, dst):
-        if str(src).endswith("/run/student.json"):
-            raise PermissionError(1, "Operation not permitted", str(src))
-        return real(src, dst)
-
-    monkeypatch.setattr(door.os, "replace", immutable)
+    failing_replace(monkeypatch, lambda src, dst: PermissionError(1, "Operation not permitted", src)
+                    if src.endswith("/run/student.json") else None, module=door.os)
     with pytest.raises(PateError, match="nothing was changed"):
         staging.commit()
     assert {p: p.read_text() for p in run.path.rglob("*") if p.is_file()} == before
