@@ -35,6 +35,7 @@ from analysis.core.errors import PateError
 from analysis.mechanisms import fine_grained as fg
 from pate.config import Config, TeachersConfig
 from pate.data import PublicPool, load_public
+from pate.programs import public_features
 from pate.release import public_proxy
 
 #: The forward k-NN's neighbours (the figure the docs and issue 45 quote as "forward 10-NN").
@@ -116,11 +117,15 @@ def ceiling(config: Config, *, heads: int = HEADS, echo=print) -> Ceiling:
     seconds["data"] = time.perf_counter() - start
     n = int(pool.pool_y.shape[0])
     half = n // 2
-    biggest = max(cfg.votes_per_record, cfg.smoothing, KNN)
-    if n - half < biggest or half < KNN:
-        raise PateError(f"the public proxy cuts the {n}-point pool into {half} + {n - half} points, fewer than "
-                        f"fine_grained.votes_per_record ({cfg.votes_per_record}), smoothing ({cfg.smoothing}) or "
-                        f"the {KNN} neighbours of the k-NN; raise data.public_size or lower them")
+    too_many = [what for what, value, cap in (
+        (f"fine_grained.votes_per_record = {cfg.votes_per_record}", cfg.votes_per_record, n - half),
+        (f"fine_grained.smoothing = {cfg.smoothing}", cfg.smoothing, n - half),
+        (f"the forward k-NN's {KNN} neighbours", KNN, half)) if value > cap]
+    if too_many:
+        raise PateError(f"the public proxy cuts the {n}-point pool into {half} stand-in private records and "
+                        f"{n - half} stand-in pool points, too few for {' and '.join(too_many)}; raise "
+                        "data.public_size (or lower the setting)")
+    public_features.check_input(config.features.map, pool.pool_x)  # one line before any work
     echo(f"ceiling: the map {config.features.map!r} and a PCA to {cfg.pca} fitted on the stand-in pool "
          f"({n - half} public points)")
     t = time.perf_counter()
