@@ -6,9 +6,9 @@ PCA fitted on the second half alone) and in the rows of the config's `[features]
 (coefficients, pool PCA to `[fine_grained] pca`, unit norm), three figures, each scored
 against the stand-in pool's true labels:
 
-- **fine-grained, noiseless**: the labels a fine-grained release would give with no noise at
-  the config's `votes_per_record`, `smoothing` and `smoothing_weights` (the cap of what noise
-  can only lower);
+- **fine-grained, noiseless**: the labels a fine-grained release would give with no noise (and no
+  randomized response) at the config's `votes_per_record`, `smoothing` and `smoothing_weights`
+  (the cap of what noise can only lower);
 - **forward 10-NN**: each stand-in pool point labelled by the plurality of its 10 nearest
   stand-in private records (the non-private neighbour reference);
 - **a head at the teachers' shard size**: a linear head (the config's `[teachers]` model when it
