@@ -204,6 +204,23 @@ def test_idx_reads_the_test_files_and_the_train_header_only(tmp_path, compress):
                                                                           np.uint8).reshape(30, 28, 28)[:20], atol=1e-3)
 
 
+def test_svhn_reads_the_test_file_and_the_train_headers_only(tmp_path):
+    """SVHN: train labels out of range (the data set's loader refuses them) do not matter; the
+    count is the train .mat's X header's."""
+    import scipy.io
+
+    rng = np.random.default_rng(1)
+    scipy.io.savemat(tmp_path / "train_32x32.mat", {"X": rng.integers(0, 256, (32, 32, 3, 7), dtype=np.uint8),
+                                                     "y": np.full((7, 1), 99)})
+    scipy.io.savemat(tmp_path / "test_32x32.mat", {"X": rng.integers(0, 256, (32, 32, 3, 12), dtype=np.uint8),
+                                                    "y": rng.integers(1, 11, (12, 1))})
+    cfg = load_config(TINY, {"data.name": "svhn", "data.path": str(tmp_path), "data.public_size": 8}).data
+    with pytest.raises(PateError):
+        data.load_dataset(cfg)
+    pool = data.load_public(cfg)
+    assert pool.train_size == 7 and pool.pool_x.shape == (8, 32, 32, 3) and pool.num_classes == 10
+
+
 def test_the_pool_is_the_splits_pool():
     """`load_public` cuts the pool where `split` does."""
     cfg = load_config(TINY).data
