@@ -105,6 +105,28 @@ def plan(mechanism, queries, eps, config_path, target_eps, settings, delta, teac
     click.echo(plan_mod.render(result))
 
 
+@main.command("ceiling")
+@opt.config()
+@opt.settings()
+@click.option("--heads", type=click.IntRange(1, 64), default=5, show_default=True,
+              help="Heads to train, each on its own shard of the public proxy (fewer when the proxy holds fewer).")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the report as one JSON document; progress lines go to stderr.")
+def ceiling_command(config_path, settings, heads, as_json):
+    """What the config's [features] map can give, before any private record is read: on the
+    public proxy (the labelled public pool cut in two), the noiseless fine-grained labels, the
+    forward 10-NN and a head at the teachers' shard size. Benchmark output on public data:
+    spends no eps, charges nothing, writes nothing."""
+    import json
+
+    config = opt.config_with(config_path, settings)
+
+    from pate.release.ceiling import ceiling  # imports JAX
+
+    report = ceiling(config, heads=heads, echo=functools.partial(click.echo, err=True))
+    click.echo(json.dumps(report.to_json(), indent=2, allow_nan=False) if as_json else report.render())
+
+
 @main.command("train-teachers")
 @opt.config()
 @opt.workdir("Run directory (created if missing).")

@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from analysis.mechanisms import fine_grained as fg  # noqa: E402
 from analysis.core.noise import NoiseSource  # noqa: E402
+from pate.release.public_proxy import Problem, forward_knn  # noqa: E402  (the proxy's pieces, shared with pate ceiling)
 
 KINDS = ("laplace", "gaussian")
 
@@ -62,31 +63,6 @@ def quantised(private_feats, pool_feats, dims: int) -> tuple[np.ndarray, np.ndar
 
     fmap = public_features.fit_coefficients(pool_feats, dims)
     return fmap.rows(None, private_feats), fmap.rows(None, pool_feats)
-
-
-class Problem:
-    """One labelling problem: the private side's neighbours (up to `k_max`) and labels, the
-    pool's graph (up to `m_max`), the pool's true labels for scoring."""
-
-    def __init__(self, private_q, private_y, pool_q, pool_y, num_classes: int, k_max: int, m_max: int):
-        self.neighbours = fg.nearest_public(private_q, pool_q, k_max)
-        self.graph = fg.nearest_public(pool_q, pool_q, m_max)
-        self.private_y, self.pool_y = np.asarray(private_y), np.asarray(pool_y)
-        self.num_classes = int(num_classes)
-        self._counts = {}
-
-    def counts(self, k: int) -> np.ndarray:  # PRIVATE on the real problem: only `release` reads them
-        if k not in self._counts:
-            self._counts[k] = fg.vote_histogram(self.neighbours[:, :k], self.private_y, len(self.pool_y),
-                                                self.num_classes)
-        return self._counts[k]
-
-    def accuracy(self, k: int, m: int, noise: fg.Noise | None, source: NoiseSource,
-                 weights: str = "uniform") -> float:
-        """Label accuracy over the whole pool after one release (noise None: the noiseless reference)."""
-        released = self.counts(k) if noise is None else fg.release(self.counts(k), noise, source)
-        labels, _ = fg.labels_and_margins(fg.smooth(released, self.graph[:, :m], weights))
-        return float(np.mean(labels == self.pool_y))
 
 
 def measure_rr(problem: Problem, kind: str, eps: float, delta: float, pick: dict, label_eps: float, draws: int,
@@ -148,15 +124,6 @@ def choose(rows) -> dict:
             best[key] = r
     return {f"{kind} {eps:g}": {"k": r["k"], "m": r["m"], "weights": r.get("weights", "uniform"),
                                 "proxy_mean": r["mean"]} for (kind, eps), r in best.items()}
-
-
-def forward_knn(private_q, private_y, pool_q, pool_y, num_classes: int, m: int) -> float:
-    """Non-private reference: each pool point takes the plurality label of its m nearest
-    private records (ties to the lowest class)."""
-    idx = fg.nearest_public(pool_q, private_q, m, batch=256)
-    votes = np.zeros((len(pool_y), num_classes), np.int64)
-    np.add.at(votes, (np.arange(len(pool_y))[:, None], np.asarray(private_y)[idx]), 1)
-    return float(np.mean(votes.argmax(axis=1) == pool_y))
 
 
 def main(argv=None) -> dict:

@@ -308,32 +308,36 @@ def load_npz(path: str) -> Dataset:
         raise PateError(f"{p} lacks {', '.join(missing)} (it holds {', '.join(keys) or 'nothing'})")
     out = {}
     for split in ("train", "test"):
-        x, y = arrays[f"x_{split}"], arrays[f"y_{split}"]
-        if x.ndim not in (2, 3, 4) or y.ndim != 1 or x.shape[0] != y.shape[0]:
-            raise PateError(f"{p}: x_{split} must be images (N, H, W[, C]) or embeddings (N, F), and "
-                            f"y_{split} (N,), got {x.shape} and {y.shape}")
-        if not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
-            raise PateError(f"{p}: y_{split} must hold non-negative integer labels")
-        if y.size and int(y.max()) >= MAX_CLASSES:  # before int32: a label past 2**31 would wrap
-            raise PateError(f"{p}: y_{split} holds the label {int(y.max())}, which would make "
-                            f"{int(y.max()) + 1} classes; labels are 0..C-1 with C at most {MAX_CLASSES} "
-                            "(is a label wrong?)")
-        if is_embedding(x):
-            x = _embeddings(x, f"{p}: x_{split}")
-        elif x.dtype == np.uint8:
-            x = _images(x)
-        else:
-            x = np.asarray(x, dtype=np.float32)
-            x = x[..., None] if x.ndim == 3 else x
-            if x.size and (not np.isfinite(x).all() or x.min() < 0 or x.max() > 1):
-                raise PateError(f"{p}: float images in x_{split} must lie in [0, 1]")
-        out[f"x_{split}"], out[f"y_{split}"] = x, y.astype(np.int32)
+        out[f"x_{split}"], out[f"y_{split}"] = _npz_split(p, split, arrays[f"x_{split}"], arrays[f"y_{split}"])
     if out["x_train"].shape[1:] != out["x_test"].shape[1:]:
         kind = "embeddings" if is_embedding(out["x_train"]) else "images"
         raise PateError(f"{p}: train {kind} {out['x_train'].shape[1:]} and test inputs "
                         f"{out['x_test'].shape[1:]} differ in shape")
     num_classes = int(max(out["y_train"].max(initial=0), out["y_test"].max(initial=0))) + 1
     return Dataset(p.stem, num_classes=max(num_classes, 2), **out)
+
+
+def _npz_split(p: Path, split: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One split of an .npz data set, checked and converted (`load_npz`)."""
+    if x.ndim not in (2, 3, 4) or y.ndim != 1 or x.shape[0] != y.shape[0]:
+        raise PateError(f"{p}: x_{split} must be images (N, H, W[, C]) or embeddings (N, F), and "
+                        f"y_{split} (N,), got {x.shape} and {y.shape}")
+    if not np.issubdtype(y.dtype, np.integer) or (y.size and y.min() < 0):
+        raise PateError(f"{p}: y_{split} must hold non-negative integer labels")
+    if y.size and int(y.max()) >= MAX_CLASSES:  # before int32: a label past 2**31 would wrap
+        raise PateError(f"{p}: y_{split} holds the label {int(y.max())}, which would make "
+                        f"{int(y.max()) + 1} classes; labels are 0..C-1 with C at most {MAX_CLASSES} "
+                        "(is a label wrong?)")
+    if is_embedding(x):
+        x = _embeddings(x, f"{p}: x_{split}")
+    elif x.dtype == np.uint8:
+        x = _images(x)
+    else:
+        x = np.asarray(x, dtype=np.float32)
+        x = x[..., None] if x.ndim == 3 else x
+        if x.size and (not np.isfinite(x).all() or x.min() < 0 or x.max() > 1):
+            raise PateError(f"{p}: float images in x_{split} must lie in [0, 1]")
+    return x, y.astype(np.int32)
 
 
 def _embeddings(x: np.ndarray, what: str) -> np.ndarray:
@@ -370,6 +374,121 @@ def synthetic(train_size: int, test_size: int, shape: tuple[int, ...] = (8, 8, 1
     x_train, y_train = draw(train_size)
     x_test, y_test = draw(test_size)
     return Dataset("synthetic", x_train, y_train, x_test, y_test, num_classes)
+
+
+# --------------------------------------------------------------------------- the public pool alone
+
+
+@dataclasses.dataclass(frozen=True)
+class PublicPool:
+    """The public pool of a `[data]` section and nothing private: its inputs and labels (the
+    first `public_size` test points, as `split` cuts them), the number of classes, and the
+    private train split's record count (`train_size`, read from a file header, never a record:
+    under replace-one the count is public)."""
+
+    name: str
+    pool_x: np.ndarray
+    pool_y: np.ndarray
+    num_classes: int
+    train_size: int
+
+
+def load_public(cfg: DataConfig) -> PublicPool:
+    """The public pool of a `[data]` section, read without reading a private record.
+
+    IDX: the test files, and the train images' header (their count); SVHN: the test .mat, and
+    the train .mat's variable headers (`scipy.io.whosmat`); .npz: the `x_test` and `y_test`
+    members, and `x_train`'s array header; synthetic data (generated, nothing private) as
+    `load_dataset` makes it. The classes are the data set's (IDX, SVHN: 10; synthetic: the
+    config's); an .npz's are the pool's largest label plus one (its train labels are private).
+
+    Raises:
+      PateError: a file is missing or damaged, or the pool leaves no evaluation points.
+    """
+    if cfg.name in ("fashion_mnist", "mnist"):
+        d = _find(cfg.name, cfg.path, list(_IDX_FILES.values()))
+        x, y = (read_idx(_resolve(d, _IDX_FILES[k])) for k in ("x_test", "y_test"))
+        if x.ndim != 3 or y.ndim != 1 or x.shape[0] != y.shape[0]:
+            raise PateError(f"{d / _IDX_FILES['x_test']}: expected images (N, H, W) and as many labels, "
+                            f"got {x.shape} and {y.shape}")
+        if y.size and (y.min() < 0 or y.max() > 9):
+            raise PateError(f"{d / _IDX_FILES['y_test']}: labels must lie in 0..9, found {int(y.min())}.."
+                            f"{int(y.max())}")
+        pool = PublicPool(cfg.name, _images(x), y.astype(np.int32), 10, _idx_count(_resolve(d, _IDX_FILES["x_train"])))
+    elif cfg.name == "svhn":
+        d = _find("svhn", cfg.path, list(_SVHN_FILES.values()))
+        x, y = _read_svhn_mat(d / _SVHN_FILES["test"])
+        pool = PublicPool("svhn", x, y, 10, _svhn_count(d / _SVHN_FILES["train"]))
+    elif cfg.name == "npz":
+        pool = _npz_public(Path(cfg.path))
+    else:
+        full = load_dataset(cfg)
+        pool = PublicPool(full.name, full.x_test, full.y_test, full.num_classes, int(full.x_train.shape[0]))
+    n_test = pool.pool_x.shape[0]
+    if cfg.public_size >= n_test:
+        raise PateError(f"data.public_size = {cfg.public_size} leaves no evaluation points: the "
+                        f"{pool.name} test split has {n_test}; lower data.public_size")
+    return dataclasses.replace(pool, pool_x=pool.pool_x[: cfg.public_size], pool_y=pool.pool_y[: cfg.public_size])
+
+
+def _idx_count(path: Path) -> int:
+    """The first dimension of an IDX file, from its header alone (a gzip file decompressed only
+    that far)."""
+    try:
+        with open(path, "rb") as f:
+            zipped = f.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if zipped else open(path, "rb")) as f:
+            head = f.read(8)
+    except FileNotFoundError:
+        raise PateError(f"{path} not found") from None
+    except (EOFError, OSError, zlib.error) as err:
+        raise PateError(f"{path} is truncated or corrupt ({err}); download it again") from None
+    if len(head) < 8 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES or head[3] == 0:
+        raise PateError(f"{path} is not an IDX file (bad header {head.hex()})")
+    return int.from_bytes(head[4:8], "big")
+
+
+def _svhn_count(path: Path) -> int:
+    """The number of images in an SVHN .mat, from its variable headers (`scipy.io.whosmat`)."""
+    import scipy.io
+
+    try:
+        shapes = {name: shape for name, shape, _ in scipy.io.whosmat(path)}
+    except FileNotFoundError:
+        raise PateError(f"{path} not found") from None
+    except Exception as err:  # scipy raises several types for a damaged file
+        raise PateError(f"{path} is truncated or corrupt ({err}); download it again") from None
+    if len(shapes.get("X", ())) != 4:
+        raise PateError(f"{path}: expected a variable X of shape (32, 32, 3, N) (the SVHN format)")
+    return int(shapes["X"][3])
+
+
+def _npz_public(p: Path) -> PublicPool:
+    """An .npz's test split, and its train split's row count from `x_train`'s header."""
+    import zipfile
+
+    try:
+        with np.load(p, allow_pickle=False) as f:
+            keys = list(f.keys())
+            missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in keys]
+            if missing:
+                raise PateError(f"{p} lacks {', '.join(missing)} (it holds {', '.join(keys) or 'nothing'})")
+            x, y = _npz_split(p, "test", f["x_test"], f["y_test"])
+        with zipfile.ZipFile(p) as z, z.open("x_train.npy") as member:
+            version = np.lib.format.read_magic(member)
+            shape = (np.lib.format.read_array_header_1_0(member) if version == (1, 0)
+                     else np.lib.format.read_array_header_2_0(member))[0]
+    except FileNotFoundError:
+        raise PateError(f"{p} not found; set data.path to an .npz with x_train, y_train, "
+                        "x_test, y_test") from None
+    except PateError:
+        raise
+    except Exception as err:
+        raise PateError(f"{p} is not a readable .npz ({err})") from None
+    if len(shape) not in (2, 3, 4) or (len(shape) == 2) != is_embedding(x):
+        raise PateError(f"{p}: x_train {tuple(shape)} and x_test {x.shape} are not the same kind of input")
+    num_classes = max(int(y.max(initial=0)) + 1, 2)
+    return PublicPool(p.stem, x, y, num_classes, int(shape[0]))
 
 
 # --------------------------------------------------------------------------- entry points
