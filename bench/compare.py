@@ -30,7 +30,8 @@ but for the first row that needs it).
 DP-SGD rows: `pate dpsgd` for each model and target eps, each in its own run directory
 ``ROOT/dpsgd-MODEL-epsE`` (add/remove) or ``ROOT/dpsgd-MODEL-epsE-replace-one`` (a row
 already there is read, not trained again; `--no-train` reads only). PATE rows: run directories given with `--pate`, and, with
-`--pate-teachers RUN`, one row per `--pate-queries N`: the teachers of RUN (hard-linked,
+`--pate-teachers RUN`, one row per `--pate-queries N` (with `--pate-target-eps`: one per `--eps` E and
+draw, a release planned for a headline of E, ``ROOT/pate-qN-epsE[-dD]``): the teachers of RUN (hard-linked,
 not retrained) label N pool points and a student is trained, through the product's own
 `pate run` in ``ROOT/pate-qN`` (so a PATE row's wall time is its label + student +
 analyze steps; the teachers' own time is added from RUN's teachers.json). PATE rows are
@@ -187,16 +188,19 @@ def pate_row(workdir: Path) -> dict[str, Any]:
     }
 
 
-def pate_release(config_path: str, teachers_run: Path, workdir: Path, queries: int) -> None:
-    """Labels `queries` pool points with the teachers of `teachers_run` and trains the
-    student, in `workdir`, with `pate run` (the teachers step finds them up to date)."""
+def pate_release(config_path: str, teachers_run: Path, workdir: Path, queries: int,
+                 target: float | None = None) -> None:
+    """Labels `queries` pool points (with `target`: at most that many, planned for a headline of
+    `target`) with the teachers of `teachers_run` and trains the student, in `workdir`, with
+    `pate run` (the teachers step finds them up to date)."""
     import os
     import shutil
 
     from pate.config import load_config
     from pate.steps.pipeline import run
 
-    config = load_config(config_path, {"aggregation.queries": queries})
+    config = load_config(config_path, {"aggregation.queries": queries,
+                                       **({} if target is None else {"privacy.target_eps": target})})
     workdir.mkdir(parents=True, exist_ok=True)
     for name in ("config.toml", "teachers.json"):
         if not (workdir / name).exists():
@@ -365,6 +369,8 @@ def check_args(args) -> str | None:
         return f"--fedavg-clients must be at least 1, got {args.fedavg_clients}"
     if any(q < 1 for q in args.pate_queries):
         return "--pate-queries must all be at least 1"
+    if args.pate_target_eps and not args.pate_teachers:
+        return "--pate-target-eps needs --pate-teachers RUN (the teachers whose releases are planned)"
     seen = set()
     for path in args.pate:
         run = Path(path)
@@ -397,6 +403,9 @@ def main(argv=None) -> int:
                         help="a run with trained teachers: release --pate-queries settings from them")
     parser.add_argument("--pate-queries", type=int, nargs="+", default=[300, 800, 1500],
                         help="Confident-GNMax query counts, one PATE row each (with --pate-teachers)")
+    parser.add_argument("--pate-target-eps", action="store_true",
+                        help="with --pate-teachers: one row per --eps and draw instead, each a release planned for "
+                             "that headline ([privacy] target_eps; at most the first --pate-queries value)")
     parser.add_argument("--fine-grained", action="store_true",
                         help="fine-grained rows (configs/fashion_mnist_fine.toml) at each --eps")
     parser.add_argument("--fedavg-config", nargs="+", default=None, metavar="CONFIG",
@@ -449,15 +458,20 @@ def main(argv=None) -> int:
     if args.pate_teachers:
         teachers_run = Path(args.pate_teachers)
         teachers_wall = _number((_read(teachers_run / "teachers.json") or {}).get("wall_time_s"))
-        for queries in args.pate_queries:
-            workdir = Path(args.root) / f"pate-q{queries}"
+        # (queries, target eps, draw suffix): fixed query counts, or releases planned for each --eps
+        settings = ([(args.pate_queries[0], eps, draw) for eps in args.eps for draw in draws] if args.pate_target_eps
+                    else [(queries, None, "") for queries in args.pate_queries])
+        for queries, target, draw in settings:
+            workdir = Path(args.root) / (f"pate-q{queries}" + ("" if target is None else f"-eps{target:g}") + draw)
             if not (workdir / "release.json").exists() or not (workdir / "student.json").exists():
                 if args.no_train:
                     print(f"# no PATE result in {workdir} (run without --no-train)", file=sys.stderr)
                     continue
-                pate_release(args.config, teachers_run, workdir, queries)
+                pate_release(args.config, teachers_run, workdir, queries, target)
             row = pate_row(workdir)
             row["queries"] = queries
+            if target is not None:
+                row["target_eps"] = target
             row["wall_time_parts"]["teachers"] = teachers_wall
             if teachers_wall is not None and row["wall_time_parts"]["student"] is not None:
                 row["wall_time_s"] = teachers_wall + row["wall_time_parts"]["student"]

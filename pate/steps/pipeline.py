@@ -8,7 +8,7 @@ table of steps (`pate.store.stages.STAGES`, which the door's writers read too):
 =========  ==========================================
 step       sections
 =========  ==========================================
-teachers   data, teachers
+teachers   data, teachers, fine_grained.scattering_* and groups (a teacher map's)
 label      data, teachers, aggregation, privacy.target_*
 student    data, teachers, aggregation, student
 analyze    data, teachers, aggregation, privacy
@@ -105,7 +105,9 @@ def _step(stage: str, sections: tuple[str, ...], upstream: tuple[str, ...], inpu
     return Step(name or record.name, sections, record.made, record.main, upstream, inputs, run, stage=stage)
 
 
-_TEACHER_SECTIONS = ("data", "teachers")
+# The scattering settings are those of a teacher map (`[teachers] features`): named key by key, so
+# runs that leave them at their defaults keep their hashes.
+_TEACHER_SECTIONS = ("data", "teachers", "fine_grained.scattering_j", "fine_grained.scattering_l", "fine_grained.groups")
 _TARGET_KEYS = ("privacy.target_eps", "privacy.target_probability", "privacy.target_accuracy",
                 "rounds.round1_target_eps")  # plan the labels
 

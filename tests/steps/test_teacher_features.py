@@ -99,3 +99,15 @@ def test_the_map_is_fitted_on_the_public_pool_alone_and_maps_each_row_by_itself(
     np.testing.assert_allclose(again(changed)[:10], rows[:10], rtol=1e-5, atol=1e-6)  # FFT: batch shapes may differ
     with pytest.raises(PateError, match="teachers.features = 'scattering\\+pixels': scattering takes images"):
         view(rows)
+
+
+def test_pate_run_trains_the_teachers_again_when_their_maps_settings_change():
+    """The teacher map's scattering settings live in [fine_grained]: the teachers step's hash
+    covers them (and leaves runs at the defaults with their old hashes)."""
+    from pate.steps.pipeline import STEPS, section_hash
+
+    teachers = next(s for s in STEPS if s.name == "teachers")
+    base = load_config("tiny")
+    moved = load_config("tiny", {"fine_grained.scattering_j": 1})
+    assert section_hash(base, teachers.sections) != section_hash(moved, teachers.sections)
+    assert section_hash(base, teachers.sections) == section_hash(base, ("data", "teachers"))
