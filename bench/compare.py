@@ -239,11 +239,11 @@ def _cache_scattering() -> None:
 
     real, memo = scattering.scatter, {}
 
-    def cached(images, J=2, L=8, batch_size=1000):
+    def cached(images, J=2, L=8, batch_size=1000, **how):  # how: the error's section, a progress label
         images = np.ascontiguousarray(images, np.float32)
         key = (J, L, hashlib.sha256(images.tobytes()).hexdigest())
         if key not in memo:
-            memo[key] = real(images, J, L, batch_size)
+            memo[key] = real(images, J, L, batch_size, **how)
         return memo[key]
 
     scattering.scatter = cached
@@ -369,7 +369,7 @@ def check_args(args) -> str | None:
         return f"--fedavg-clients must be at least 1, got {args.fedavg_clients}"
     if any(q < 1 for q in args.pate_queries):
         return "--pate-queries must all be at least 1"
-    if args.pate_target_eps and not args.pate_teachers:
+    if getattr(args, "pate_target_eps", False) and not getattr(args, "pate_teachers", None):
         return "--pate-target-eps needs --pate-teachers RUN (the teachers whose releases are planned)"
     seen = set()
     for path in args.pate:

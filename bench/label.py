@@ -6,7 +6,7 @@ Teachers are freshly initialised (the cost of a forward pass does not depend on 
 weights). Timed: `predict_votes` (batched, vmapped over teachers, reduced to counts on the
 device) after one warm-up call, at a few batch sizes, and the aggregators on the votes.
 
-    python bench/label.py [--config configs/fashion_mnist.toml] [--pool 9000] [--teachers 250]
+    python bench/label.py [--config configs/fashion_mnist_cnn.toml] [--pool 9000] [--teachers 250]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist.toml"))
+    parser.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist_cnn.toml"))
     parser.add_argument("--pool", type=int, default=9000)
     parser.add_argument("--teachers", type=int, default=250)
     parser.add_argument("--batch-sizes", default="50,100,200")

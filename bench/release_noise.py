@@ -99,7 +99,8 @@ def main(argv=None) -> int:
         from pate.programs.voting import predict_votes
 
         teachers = load_teachers(run.path)
-        votes = predict_votes(teachers.params, teachers.model, splits.pool_x[:need], teachers.num_classes,
+        votes = predict_votes(teachers.params, teachers.model, teachers.inputs(splits.pool_x[:need], splits.pool_x),
+                              teachers.num_classes,
                               batch_size=stored.teachers.eval_batch_size)
     T = int(votes[0].sum())
     order = p.release_order or 12.0

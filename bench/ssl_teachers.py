@@ -13,7 +13,7 @@ per teacher), then a Markdown table.
 Research harness, not the product: it reads the private training shards and the
 evaluation labels, and releases nothing.
 
-    python bench/ssl_teachers.py [--config configs/fashion_mnist.toml] [--teachers 6]
+    python bench/ssl_teachers.py [--config configs/fashion_mnist_cnn.toml] [--teachers 6]
         [--variants "method=supervised,steps=600" "method=fixmatch,steps=2000" ...]
 
 A variant is ``key=value`` pairs over `[student]` keys (``method``, ``steps``, ``mu``,
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     from pate.data import load_dataset, partition, split
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist.toml"))
+    parser.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist_cnn.toml"))
     parser.add_argument("--teachers", type=int, default=6, help="train the first K teachers' shards")
     parser.add_argument("--variants", nargs="+", default=list(DEFAULT_VARIANTS))
     args = parser.parse_args(argv)

@@ -90,7 +90,8 @@ def main() -> None:
         from pate.programs.voting import predict_votes
 
         teachers = load_teachers(run.path)
-        votes = predict_votes(teachers.params, teachers.model, splits.pool_x[:need], teachers.num_classes,
+        votes = predict_votes(teachers.params, teachers.model, teachers.inputs(splits.pool_x[:need], splits.pool_x),
+                              teachers.num_classes,
                               batch_size=config.teachers.eval_batch_size)
     teachers_info = run.read_json(rundir.TEACHERS_JSON)
     p = config.privacy

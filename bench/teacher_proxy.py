@@ -17,7 +17,7 @@ left out), then a Markdown table. Variants run one after another in this one pro
 (compare their ratios, not absolute times, across machines). Measured: docs/journal/, "Cheaper
 teachers, measured on a public proxy".
 
-    python bench/teacher_proxy.py [--config configs/fashion_mnist.toml] [--teachers 75]
+    python bench/teacher_proxy.py [--config configs/fashion_mnist_cnn.toml] [--teachers 75]
         [--variants "" "epochs=30" "epochs=30,batch_size=24,learning_rate=0.006" ...]
 """
 
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     from pate.data import load_dataset, split
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist.toml"))
+    ap.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist_cnn.toml"))
     ap.add_argument("--teachers", type=int, default=0, help="K (default: as many shards as the pool holds)")
     ap.add_argument("--variants", nargs="+", default=["", "epochs=30"])
     args = ap.parse_args(argv)

@@ -91,7 +91,7 @@ class _Program:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist.toml"))
+    parser.add_argument("--config", default=str(ROOT / "configs" / "fashion_mnist_cnn.toml"))
     parser.add_argument("--teachers", type=int, default=20, help="teachers to train (default 20)")
     parser.add_argument("--epochs", type=int, default=2, help="epochs to time (default 2)")
     parser.add_argument("--full", action="store_true",

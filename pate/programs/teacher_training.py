@@ -163,6 +163,14 @@ class Teachers:
     def num_teachers(self) -> int:
         return int(jax.tree.leaves(self.params)[0].shape[0])
 
+    def inputs(self, x: np.ndarray, pool_x: np.ndarray, cache_dir: Path | None = None, tag: str = "") -> np.ndarray:
+        """`x` as these teachers see their inputs: through their public map (`[teachers] features`,
+        fitted on the public pool `pool_x`; cached in `cache_dir` under `tag`), else as it is."""
+        from pate.programs import public_features
+
+        view = public_features.input_map(self.config, pool_x, cache_dir)
+        return x if view is None else view(x, tag)
+
 
 def load_teachers(workdir: str | Path) -> Teachers:
     """The finished ensemble of a run directory (what `pate label` queries).

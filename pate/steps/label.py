@@ -85,7 +85,6 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
 
     if not registry.record_type(config.aggregation.mechanism).needs_teachers:
         return label_fine_grained(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=echo)
-    from pate.programs import public_features
     from pate.programs.teacher_training import load_teachers
 
     # Votes, labels and config.toml are swapped in together once all three are written.
@@ -96,11 +95,9 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         agg = config.aggregation
         splits = split(load_dataset(config.data), config.data.public_size)
         # The teachers vote on the pool as they saw their data: through their public map, if any.
-        view = public_features.input_map(teachers.config, splits.pool_x,
-                                         rundir.make_private_dir(door.run / rundir.DPSGD_FEATURES_DIR))
-        seen = splits.pool_x.shape[1:] if view is None else view(splits.pool_x[:1]).shape[1:]
+        seen = teachers.inputs(splits.pool_x[:1], splits.pool_x).shape[1:]
         if seen != tuple(teachers.image_shape):
-            raise PateError(f"the pool's {'images' if view is None else 'rows'} have shape {seen} but the teachers "
+            raise PateError(f"the pool's inputs, as the teachers see them, have shape {seen} but the teachers "
                             f"were trained on {tuple(teachers.image_shape)}: is this the same data set?")
         resolve(record, agg.queries, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
         # A target headline plans the queries and the release before any teacher votes.
@@ -113,7 +110,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
                                privacy=config.privacy)
             echo(budget_line(budget, plan, accountant))
         planned = {} if target is None else {release_target.PLAN_KEY: target.meta()}
-        result = _release_from_teachers(door, config, record, teachers, splits, plan, seed, echo, planned, view)
+        result = _release_from_teachers(door, config, record, teachers, splits, plan, seed, echo, planned)
     echo(ledger_mod.cumulative_line(ledger_mod.Ledger.for_teachers(door.run.path, config), config.privacy.delta))
     gives = "the sanitised eps and the headline eps" if record.sanitised else "the headline eps (no sanitised eps)"
     echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
@@ -122,7 +119,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
 
 
 def _release_from_teachers(door: Door, config: Config, record: Mechanism, teachers, splits, plan,
-                           seed, echo, planned: dict, view=None) -> LabelResult:
+                           seed, echo, planned: dict) -> LabelResult:
     """The body of `label` once its inputs are checked: the ledger's budget, the votes,
     the release, the brief report; writes votes.npz and labels.npz through `door`."""
     from pate.programs.voting import plurality_accuracy, predict_votes
@@ -139,7 +136,8 @@ def _release_from_teachers(door: Door, config: Config, record: Mechanism, teache
     # answered, and a vote nobody needs is private data kept for no reason.
     queried = np.arange(num_queries)
     echo(f"voting: {teachers.num_teachers} teachers on {queried.size} pool points")
-    inputs = splits.pool_x[queried] if view is None else view(splits.pool_x[queried], "queries")
+    inputs = teachers.inputs(splits.pool_x[queried], splits.pool_x,
+                             door.run / rundir.DPSGD_FEATURES_DIR, "queries")
     votes = predict_votes(teachers.params, teachers.model, inputs, teachers.num_classes,
                           batch_size=config.teachers.eval_batch_size)
     if np.any(votes.sum(axis=1) != teachers.num_teachers):

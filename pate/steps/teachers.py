@@ -171,10 +171,10 @@ def _teachers_view(config: Config, splits: Splits, run: rundir.RunDir, show_prog
     """The splits as the teachers see them: under `[teachers] features`, each private training
     and evaluation input's coefficients under that public map (cached, owner-only, in the run's
     private feature folder); otherwise the splits as they are."""
+    if not config.teachers.features:
+        return splits
     view = public_features.input_map(config, splits.pool_x, rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR),
                                      show_progress=show_progress)
-    if view is None:
-        return splits
     return dataclasses.replace(splits, train_x=view(splits.train_x, "train"), eval_x=view(splits.eval_x, "eval"))
 
 

@@ -192,3 +192,5 @@ def test_a_run_named_twice_is_refused(tmp_path):
     assert _compare().check_args(parsed) is None
     parsed.pate = [str(runs[0]), str(tmp_path / "." / "a")]
     assert "given twice" in _compare().check_args(parsed)
+    parsed.pate, parsed.pate_target_eps, parsed.pate_teachers = [], True, None
+    assert "--pate-target-eps needs --pate-teachers" in _compare().check_args(parsed)
