@@ -226,3 +226,22 @@ def test_every_message_of_a_run_is_released_on_the_grid(monkeypatch):
     for noisy in seen:
         units = noisy / plan.grid.step
         assert np.array_equal(units, np.rint(units))
+
+
+def test_ledger_import_charges_the_discrete_gaussian_cost(tmp_path, monkeypatch):
+    """`pate ledger --import` of a Gaussian run on the grid charges what `pate fedavg` charged
+    (``discrete-gaussian``, RDP), not the float64 mechanism's cheaper ``gaussian`` cost."""
+    from pate.config import load_config
+    from pate.steps.ledger_import import import_run
+    from pate.store.ledger import Ledger
+
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "charged"))
+    workdir = tmp_path / "run"
+    result = invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", "--mechanism", "gaussian",
+                    "--eps", "20", "--rounds", "5", "--seed", 3)
+    assert result.exit_code == 0, result.output
+    charged = Ledger.for_config(load_config(TINY)).entries()[0]["cost"]
+    assert charged["kind"] == "discrete-gaussian"
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "imported"))
+    written = import_run(workdir, echo=lambda *_: None)
+    assert [e["cost"] for e in written] == [charged]
