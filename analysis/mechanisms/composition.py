@@ -36,9 +36,10 @@ The kinds of cost (``Cost.kind``):
 - ``"gnss"`` (``beta``, ``sigma_ss``): one GNSS release of a sanitised RDP (PATE 2018,
   Section 4.3): `analysis.sanitised.gnss.rdp_gnss` plus the discrete-noise correction at every
   order where it is finite; no PLD.
-- ``"discrete-gaussian"`` (``mu2``): one release of integer values plus independent
-  discrete Gaussian noise (DP-MERF's mean embedding, `analysis.baselines.merf`), with μ² =
-  (L2 sensitivity/σ)² in grid units. RDP α μ²/2 exactly as the continuous Gaussian:
+- ``"discrete-gaussian"`` (``mu2``): releases of integer values plus independent
+  discrete Gaussian noise (DP-MERF's mean embedding, `analysis.baselines.merf`; the
+  fine-grained release; R rounds of Gaussian FedAvg messages on the grid, μ² summed over the
+  rounds, `analysis.baselines.fedavg_privacy`), with μ² = (L2 sensitivity/σ)² in grid units. RDP α μ²/2 exactly as the continuous Gaussian:
   for integer shifts the normalisers of the two discrete Gaussians are equal and the
   Rényi sum is at most the normaliser (Canonne, Kamath, Steinke, "The discrete Gaussian
   for differential privacy", NeurIPS 2020, Proposition 5), and Rényi divergences of

@@ -390,27 +390,30 @@ def discrete_laplace_rational(source: NoiseSource, scale, shape) -> np.ndarray:
 
 def discrete_gaussian_rational(source: NoiseSource, sigma2, shape) -> np.ndarray:
     """int64 samples of `shape`, each with probability ∝ exp(−y²/(2σ²)), exactly, for a
-    rational σ² = p/q whose constant ``2 p q t²`` (t = ⌊σ⌋ + 1) is <= 2^40 (`Noise` checks).
+    rational σ² = p/q whose constant ``den = 2 p q (t/g)²`` (t = ⌊σ⌋ + 1, g = gcd(p, t)) is
+    <= 2^40 (`Noise` checks): σ <= ~800 in general, and σ up to ~7.4e5 for σ² = t(t − 1), where
+    g = t and den = 2t(t − 1) (the variances `analysis.baselines.fedavg_privacy` takes).
 
     Canonne, Kamath, Steinke 2020, Algorithm 3, each element on its own words of `source`:
     Y ~ discrete Laplace of integer scale t (`discrete_laplace_array`), accepted with
-    probability exp(−γ), ``γ = (|Y| − σ²/t)²/(2σ²) = (|Y| q t − p)² / (2 p q t²)``: an integer
-    ratio N/den, drawn exactly as ⌊N/den⌋ Bernoulli(e⁻¹) all 1 and one Bernoulli(e^{−(N mod
-    den)/den}) (CKS 2020, Algorithm 1). Where |Y| q t + p > `INT64_SAFE` = 2^31 (so N could
-    leave int64; probability about e^{−2^31/(q t²)}) the same Bernoulli is drawn by the scalar
+    probability exp(−γ), ``γ = (|Y| − σ²/t)²/(2σ²)``; with σ²/t = a/b in lowest terms (a = p/g,
+    b = q t/g) that is ``(|Y| b − a)² / den``: an integer ratio N/den, drawn exactly as
+    ⌊N/den⌋ Bernoulli(e⁻¹) all 1 and one Bernoulli(e^{−(N mod den)/den}) (CKS 2020,
+    Algorithm 1). Where |Y| b + a > `INT64_SAFE` = 2^31 (so N could leave int64; probability
+    about e^{−2^31/(b t)}) the same Bernoulli is drawn by the scalar
     `analysis.core.noise.bernoulli_exp` on Python integers. A rejected Y is drawn again.
     """
     sigma2 = _positive_fraction(sigma2, "sigma^2")
-    p, q, t, den = _gaussian_constants(sigma2)
+    a, b, t, den = _gaussian_constants(sigma2)
     shape = _shape(shape)
     out = np.zeros(math.prod(shape), np.int64)
     todo = np.arange(out.size)
-    limit = (INT64_SAFE - p) // (q * t)
+    limit = (INT64_SAFE - a) // b
     while todo.size:
         y = discrete_laplace_array(source, t, todo.size)
         accept = np.zeros(todo.size, bool)
         small = np.abs(y) <= limit
-        num = (np.abs(y[small]) * (q * t) - p) ** 2  # < 2^62
+        num = (np.abs(y[small]) * b - a) ** 2  # < 2^62
         whole, rest = num // den, num % den
         ok = bernoulli_exp_array(source, rest, den)
         alive = np.flatnonzero(ok & (whole > 0))
@@ -421,7 +424,7 @@ def discrete_gaussian_rational(source: NoiseSource, sigma2, shape) -> np.ndarray
             alive = alive[ok[alive] & (whole[alive] >= level)]
         accept[np.flatnonzero(small)] = ok
         for i in np.flatnonzero(~small):
-            gamma = Fraction((abs(int(y[i])) * q * t - p) ** 2, den)
+            gamma = Fraction((abs(int(y[i])) * b - a) ** 2, den)
             accept[i] = bool(bernoulli_exp(source, gamma))
         out[todo[accept]] = y[accept]
         todo = todo[~accept]
@@ -528,18 +531,22 @@ def _positive_fraction(value, name: str) -> Fraction:
 
 
 def _gaussian_denominator(sigma2: Fraction) -> int:
+    """den = 2 p q (t/g)² of `discrete_gaussian_rational` for σ² = p/q, t = ⌊σ⌋ + 1, g = gcd(p, t)."""
     p, q = sigma2.numerator, sigma2.denominator
     t = math.isqrt(p // q) + 1
-    return 2 * p * q * t * t
+    return 2 * p * q * (t // math.gcd(p, t)) ** 2
 
 
 def _gaussian_constants(sigma2: Fraction) -> tuple[int, int, int, int]:
+    """(a, b, t, den) with σ²/t = a/b in lowest terms (`discrete_gaussian_rational`)."""
     den = _gaussian_denominator(sigma2)
     if den > MAX_GRID_SCALE:
         raise PateError(f"sigma^2 = {sigma2} is too fine or too large for the vectorised discrete Gaussian "
-                        f"(2 p q t^2 = {den} > 2**40); round it to a multiple of 1/64 (gaussian_noise does)")
+                        f"(2 p q (t/g)^2 = {den} > 2**40); round it to a multiple of 1/64 (gaussian_noise does)")
     p, q = sigma2.numerator, sigma2.denominator
-    return p, q, math.isqrt(p // q) + 1, den
+    t = math.isqrt(p // q) + 1
+    g = math.gcd(p, t)
+    return p // g, q * t // g, t, den
 
 
 def _float_up(value: Fraction) -> float:

@@ -19,11 +19,13 @@ compose to ``eps`` at ``[privacy] delta``; the released model (and anything comp
 it) is then (eps, delta)-DP for **replace-one** neighbours of the private train split
 (the relation of PATE and of the ledger). The charge to the ledger is that composition.
 The noise draws from `analysis.core.noise.NoiseSource` (128-bit OS entropy, or a research
-seed, never written). Laplace with ``[fedavg] grid = K`` > 0 (the default): every message
-is released exactly on a public grid, γ·(round(m/γ) + discrete Laplace), with the
-sensitivity in grid units including rounding (`analysis.baselines.fedavg_privacy`, "Messages on a
-grid"), so no floating-point low bit carries the data (Mironov 2012). With ``grid = 0``,
-and for the Gaussian mechanism, the noise is float64 and not defended against that attack.
+seed, never written). With ``[fedavg] grid = K`` > 0 (the default), every message is
+released exactly on a public grid, γ·(round(m/γ) + Y) with Y exact discrete Laplace
+(Laplace) or exact discrete Gaussian (Gaussian) noise, with the sensitivity in grid units
+including rounding (`analysis.baselines.fedavg_privacy`, "Messages on a grid" and "Gaussian
+messages on a grid"), so no floating-point low bit carries the data (Mironov 2012); the
+record `fp.GRIDS[mechanism]` builds says how. Only with ``grid = 0`` is the noise float64,
+not defended against that attack.
 
 Nothing else that depends on the private data is written: no losses, no per-round
 values, no wall times (printed only); `fedavg.json` holds the released model's accuracy on
@@ -106,12 +108,12 @@ def make_round(algorithm: str, *, clip: float, learning_rate: float, local_steps
 
 
 def add_noise(messages: np.ndarray, source: NoiseSource, mechanism: str, scale: float,
-              grid: fp.GridNoise | None = None) -> np.ndarray:
+              grid: fp.GridNoise | fp.GaussianGrid | None = None) -> np.ndarray:
     """Every coordinate of every message plus independent float64 Laplace (scale b) or
-    Gaussian (std σ) noise; with a `grid` (Laplace), the exact grid release
-    `analysis.baselines.fedavg_privacy.grid_release` instead (each message its own d coordinates)."""
+    Gaussian (std σ) noise; with a `grid`, its exact release instead (`fp.GridNoise.release`,
+    `fp.GaussianGrid.release`: each message its own d coordinates)."""
     if grid is not None:
-        return fp.grid_release(messages, source, grid)
+        return grid.release(messages, source)
     messages = np.asarray(messages, np.float64)
     draw = source.laplace if mechanism == "laplace" else source.normal
     return messages + draw(messages.shape, scale)
@@ -168,7 +170,7 @@ class FedavgResult:
     client_size: int
     sensitivity: float
     noise_scale: float
-    grid: fp.GridNoise | None
+    grid: fp.GridNoise | fp.GaussianGrid | None
     wall_time_s: float
     data_set: dict | None = None  # the ledger's summary with this release (`Ledger.summary`)
     averaged_eps: float | None = None  # fp.averaged_model_eps: the noise the global model carries
@@ -199,11 +201,10 @@ def _averaged_lines(averaged_eps: float | None, clients: int, eps: float) -> lis
             f"(analysis/fedavg_privacy.py, \"What the averaged model carries\")"]
 
 
-def _grid_line(grid: fp.GridNoise | None) -> str:
+def _grid_line(grid: fp.GridNoise | fp.GaussianGrid | None) -> str:
     if grid is None:
-        return "noise: float64, not on a grid (not defended against Mironov 2012's floating-point attack)"
-    return (f"messages on a grid of {grid.step:.4g} (K = {grid.resolution}): sensitivity {grid.sensitivity} grid "
-            f"steps (rounding included), exact discrete Laplace of scale {grid.scale} steps")
+        return "noise: float64, not on a grid (fedavg.grid = 0: not defended against Mironov 2012's floating-point attack)"
+    return grid.describe()
 
 
 def client_shards(n: int, config: Config) -> np.ndarray:
@@ -293,25 +294,27 @@ class Plan:
     scale: float
     cost: composition.Cost
     eps: float
-    grid: fp.GridNoise | None  # Laplace with [fedavg] grid > 0: the exact grid release
+    grid: fp.GridNoise | fp.GaussianGrid | None  # [fedavg] grid > 0: the exact grid release
 
     @classmethod
     def of(cls, cfg, size: int, lipschitz: float | None, delta: float, length: int) -> "Plan":
         """The plan for clients of `size` points sending messages of `length` coordinates
-        (public values only); with a grid, the per-round ε̄ is the grid's Δ_grid/t."""
+        (public values only); with a grid, the per-round ε̄ or μ̄ is the grid's own (Δ_grid/t,
+        √(S₂/σ²)), calibrated on the grid's cost."""
         norm = fp.NORMS[cfg.mechanism]
         if cfg.algorithm == "fedavg":
             sensitivity = fp.fedavg_sensitivity(cfg.clip_norm, cfg.learning_rate, size, cfg.local_steps,
                                                 norm=norm, lipschitz=lipschitz)
         else:
             sensitivity = fp.iadmm_sensitivity(cfg.clip_norm, cfg.rho, size)
-        per_round = fp.calibrate_per_round(cfg.mechanism, cfg.eps, cfg.rounds, delta)
+        exact = cfg.grid > 0
+        per_round = fp.calibrate_per_round(cfg.mechanism, cfg.eps, cfg.rounds, delta, exact=exact)
         grid = None
-        if cfg.mechanism == "laplace" and cfg.grid > 0:
-            grid = fp.grid_noise(sensitivity, length, cfg.grid, per_round)
+        if exact:
+            grid = fp.GRIDS[cfg.mechanism](sensitivity, length, cfg.grid, per_round)
             per_round = grid.per_round
-        cost = fp.round_cost(cfg.mechanism, per_round, cfg.rounds)
-        one_round = fp.round_cost(cfg.mechanism, per_round, 1)
+        cost = grid.cost(cfg.rounds) if grid else fp.round_cost(cfg.mechanism, per_round, cfg.rounds)
+        one_round = grid.cost(1) if grid else fp.round_cost(cfg.mechanism, per_round, 1)
         per_round_eps = per_round if cfg.mechanism == "laplace" else composition.single_eps(one_round, delta)
         scale = grid.noise_scale if grid else fp.noise_scale(cfg.mechanism, sensitivity, per_round)
         eps = composition.single_eps(cost, delta)
@@ -418,7 +421,8 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "cost": plan.cost.to_json(),
         "accounting": ("composition over rounds (a client's data enters only its own messages), parallel "
                        "across clients; Laplace: R x eps-DP (randomized response, PLD/RDP); Gaussian: "
-                       "R x mu-GDP"),
+                       + ("R x (mu^2/2)-zCDP of the discrete Gaussian (RDP; Canonne, Kamath, Steinke 2020, "
+                          "Proposition 5)" if plan.grid else "R x mu-GDP")),
         "per_round_eps": plan.per_round_eps,
         "per_round_mu": plan.per_round if cfg.mechanism == "gaussian" else None,
         "per_round_note": "the per-round eps is what per-round accounting (APPFL) reports; the released "
@@ -431,23 +435,20 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "averaged_model_note": ("the law of the global models is that of central noisy full-batch gradient descent "
                                 "at this eps (the mean of the clients' independent noises); the data set is "
                                 "charged eps, because every client's own message is released to the server; "
-                                "null where no such identity holds (Laplace, local_steps > 1)"),
+                                "null where no such identity holds (Laplace, local_steps > 1); on a grid, up to "
+                                "its rounding and the discreteness of the noise"),
         "sensitivity": plan.sensitivity,
         "sensitivity_norm": plan.norm,
         "lipschitz": plan.lipschitz,
         "noise_scale": plan.scale,
-        "grid": None if plan.grid is None else {
-            "resolution": plan.grid.resolution, "step": plan.grid.step, "sensitivity_steps": plan.grid.sensitivity,
-            "scale_steps": plan.grid.scale, "message_length": int(theta.size),
-            "note": "released messages are step x (round(m/step) + exact discrete Laplace of scale_steps); "
-                    "sensitivity_steps = floor(sensitivity/step) + message_length (rounding included)"},
+        "grid": None if plan.grid is None else plan.grid.to_json(theta.size),
         "clip_norm": cfg.clip_norm,
         "learning_rate": cfg.learning_rate,
         "local_steps": cfg.local_steps,
         "rho": cfg.rho,
         "optimizer": "plain full-batch gradient descent, per-example clipping",
         "num_params": int(theta.size),
-        "noise": ("exact discrete laplace on a grid (Canonne, Kamath, Steinke 2020)" if plan.grid else
+        "noise": (f"exact discrete {cfg.mechanism} on a grid (Canonne, Kamath, Steinke 2020)" if plan.grid else
                   f"float64 {cfg.mechanism}, not on a grid")
         + (", OS entropy" if seed is None else ", research seed (not recorded)"),
         "features": ("pixels clamped to [0, 1]" if cfg.model == "linear" else "scattering (the [dpsgd] settings)")

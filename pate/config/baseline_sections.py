@@ -114,8 +114,9 @@ class FedavgConfig:
     `scattering_l`, `groups`). `pca` > 0 projects those inputs onto the top `pca`
     principal directions of the *public pool* (centred at the pool's mean, divided by the
     pool's mean l1 norm: public values only; the projection is saved with the model).
-    `grid = K` > 0 (Laplace): messages released exactly on a public grid of Δ/(K d) with
-    discrete Laplace noise; 0: float64 Laplace. `analysis/fedavg_privacy.py` derives all that.
+    `grid = K` > 0: messages released exactly on a public grid of Δ₁/(K d) with discrete
+    Laplace noise (Laplace) or of Δ₂/(K √d) with discrete Gaussian noise (Gaussian); 0: float64
+    noise. `analysis/baselines/fedavg_privacy.py` derives all that.
     `server_momentum = β` in [0, 1) (FedAvg only): the server moves by v ← βv + (w − mean of
     the noisy messages), w ← w − v (FedAvgM, Hsu, Qi & Brown 2019); post-processing of the
     released messages, so the cost is the same for every β; 0: plain averaging.
@@ -149,7 +150,7 @@ class FedavgConfig:
         _require(self.clients >= 0, s, "clients", f"must be >= 0 (0: the teachers' partition), got {self.clients}")
         at_least_one(s, self, "local_steps")
         _require(self.pca >= 0, s, "pca", f"must be >= 0 (0: no projection), got {self.pca}")
-        _require(self.grid >= 0, s, "grid", f"must be >= 0 (0: float64 Laplace, no grid), got {self.grid}")
+        _require(self.grid >= 0, s, "grid", f"must be >= 0 (0: float64 noise, no grid), got {self.grid}")
         _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
 
 

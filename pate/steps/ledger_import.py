@@ -158,10 +158,10 @@ class _Importer:
             self.once("dpsgd", cost, subject, (subject,), f"DP-SGD {doc.get('model', '?')}: {cost.describe()}")
         if run.exists(rundir.FEDAVG_JSON):
             doc = run.read_json(rundir.FEDAVG_JSON)
-            cost = _cost(lambda: fedavg_privacy.round_cost(
+            cost = _cost(lambda: fedavg_privacy.round_cost(  # on a grid, Gaussian rounds are discrete Gaussians
                 doc["mechanism"], doc["per_round_mu"] if doc["mechanism"] == "gaussian" else doc["per_round_eps"],
-                doc["rounds"]), run / rundir.FEDAVG_JSON, "mechanism, per_round_eps / per_round_mu or rounds",
-                "pate fedavg")
+                doc["rounds"], exact=doc.get("grid") is not None), run / rundir.FEDAVG_JSON,
+                "mechanism, per_round_eps / per_round_mu or rounds", "pate fedavg")
             subject = "fedavg:" + digests.file_digest(run / rundir.FEDAVG_JSON)
             self.once("fedavg", cost, subject, (subject,), f"{doc.get('algorithm', '?')} {doc['mechanism']}: "
                       f"{cost.describe()}")

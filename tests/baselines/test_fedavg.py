@@ -201,15 +201,15 @@ def test_server_momentum_is_fedavgm_on_the_released_averages():
                 np.testing.assert_allclose(theta, avg)
 
 
-def _rounds(algorithm: str, seed: int, rounds: int = 5, clients: int = 4):
+def _rounds(algorithm: str, seed: int, rounds: int = 5, clients: int = 4, grid: int = 0):
     """`train_rounds` of a small Gaussian run on synthetic data: the final global model and
-    its plan."""
+    its plan (float64 noise, or with `grid` > 0 the exact grid release)."""
     rng = np.random.default_rng(6)
     x = rng.normal(size=(clients * 8, DIM)).astype(np.float32)
     y = rng.integers(0, CLASSES, clients * 8)
     cfg = dataclasses.replace(load_config(TINY).fedavg, algorithm=algorithm, mechanism="gaussian", eps=5.0,
                               rounds=rounds, learning_rate=2.0, rho=0.5, local_steps=1, clip_norm=C,
-                              server_momentum=0.0)
+                              server_momentum=0.0, grid=grid)
     plan = fedavg.Plan.of(cfg, 8, None, 1e-5, (DIM + 1) * CLASSES)
     shards = np.arange(clients * 8).reshape(clients, 8)
     theta, _ = fedavg.train_rounds(cfg, plan, shards, x, y, CLASSES, NoiseSource(seed, stream=fedavg.NOISE_STREAM),
@@ -221,7 +221,7 @@ def test_iadmm_global_model_is_fedavg_at_learning_rate_one_over_rho_draw_for_dra
     """The duals sum to zero after every round, so IADMM's global model is FedAvg's with
     η = 1/ρ, the same Δ and the same noise (analysis.baselines.fedavg_privacy, "What the averaged model
     carries"): with the same noise draws the two runs end at the same model, and a different
-    draw does not."""
+    draw does not (float64 noise: on a grid the two messages round differently)."""
     theta_admm, plan_admm = _rounds("iadmm", 11)
     theta_avg, plan_avg = _rounds("fedavg", 11)
     assert plan_admm.sensitivity == plan_avg.sensitivity and plan_admm.scale == plan_avg.scale
@@ -234,13 +234,17 @@ def test_averaged_model_carries_the_noise_of_central_gd_at_mu_over_root_p():
     step of all N = P·I points (sensitivity 2Cη/N) is the noise of a central plan at
     `averaged_model_eps` (calibrated independently); the empirical mean of P noised zero
     messages has that law (KS), and not the law of one client's noise. No identity for
-    Laplace or several local steps."""
+    Laplace or several local steps. Float64 noise (grid = 0) for the exact law; on the silos'
+    grid (K = 50, messages of 39 700) the per-round μ̄ is the discrete Gaussian's, smaller."""
     base = dataclasses.replace(load_config(TINY).fedavg, mechanism="gaussian", eps=3.0, rounds=100,
-                               learning_rate=3.0, clip_norm=1.0, local_steps=1)
+                               learning_rate=3.0, clip_norm=1.0, local_steps=1, grid=0)
     clients, size, delta = 10, 6000, 1e-5
     plan = fedavg.Plan.of(base, size, None, delta, 50)
     central = fp.averaged_model_eps("gaussian", "fedavg", 1, plan.per_round, base.rounds, clients, delta)
-    assert central == pytest.approx(0.835, abs=0.002)  # the silos' figure quoted in the docs
+    assert central == pytest.approx(0.835, abs=0.002)  # float64 noise: the figure before the grid
+    silos = fedavg.Plan.of(dataclasses.replace(base, grid=50), size, None, delta, 3970 * clients)
+    on_grid = fp.averaged_model_eps("gaussian", "fedavg", 1, silos.per_round, base.rounds, clients, delta)
+    assert on_grid == pytest.approx(0.772, abs=0.002)  # the silos' figure quoted in the docs
     one = fedavg.Plan.of(dataclasses.replace(base, eps=central), clients * size, None, delta, 50)
     assert one.scale == pytest.approx(plan.scale / math.sqrt(clients), rel=3e-3)
     noise = fedavg.add_noise(np.zeros((clients, 20_000)), NoiseSource(8, stream=fedavg.NOISE_STREAM), "gaussian",
@@ -382,9 +386,20 @@ def test_tiny_run_is_charged_to_the_ledger(tmp_path):
     assert info["averaged_model_eps"] == pytest.approx(fp.averaged_model_eps(
         "gaussian", "iadmm", 1, info["per_round_mu"], 30, 2, info["release_delta"]))
     assert info["averaged_model_eps"] < info["release_eps"] and "carries the noise of one central" in result.output
+    # the Gaussian messages too are released exactly on the grid (analysis.baselines.fedavg_privacy,
+    # "Gaussian messages on a grid"): S₂ in grid steps², σ² = t(t − 1), μ̄² >= S₂/σ², zCDP rounds
+    grid = info["grid"]
+    assert info["noise"].startswith("exact discrete gaussian on a grid") and "not defended" not in result.output
+    assert grid["sensitivity2_steps"] == fp.gaussian_grid_sensitivity(info["sensitivity"], grid["step"],
+                                                                     grid["message_length"])
+    t = round((1 + math.sqrt(1 + 4 * grid["sigma2_steps"])) / 2)
+    assert grid["sigma2_steps"] == t * (t - 1) and info["noise_scale"] == math.sqrt(t * (t - 1)) * grid["step"]
+    assert info["per_round_mu"] ** 2 >= grid["sensitivity2_steps"] / grid["sigma2_steps"]
+    assert "discrete Gaussian" in info["accounting"] and "exact discrete Gaussian of sigma" in result.output
+    assert 39.0 < info["release_eps"] <= 40.0
     entries = Ledger.for_config(load_config(TINY)).entries()
     assert [e["kind"] for e in entries] == ["fedavg"]
-    assert entries[0]["cost"] == {"kind": "gaussian", "mu2": pytest.approx(30 * info["per_round_mu"] ** 2)}
+    assert entries[0]["cost"] == {"kind": "discrete-gaussian", "mu2": pytest.approx(30 * info["per_round_mu"] ** 2)}
     assert info["data_set"]["cumulative_eps"] == pytest.approx(info["release_eps"], rel=1e-6)
     # over the budget: refused before anything is written
     other = tmp_path / "other"
