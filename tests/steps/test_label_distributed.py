@@ -1,0 +1,128 @@
+"""`pate label --distributed` on real local processes (JAX's multi-controller runtime, gloo
+collectives on CPU): two processes release what one does, and a process that fails stops
+both with one line and nothing charged. Each launch starts two JAX processes (about 10 s of
+CPU, 15-25 s on the shared 2-core machine), so those tests are slow (`pytest -m slow`);
+tests/programs/test_cluster.py keeps the reduction and the agreement in the fast suite."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, invoke, run_entries
+from pate.store import rundir
+
+SEED = 7
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(workdirs, *extra, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """``pate label --distributed`` as len(workdirs) local processes, process p on
+    ``workdirs[p]`` (the same run directory for a real cluster); their results by process id."""
+    port = free_port()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env.pop("XLA_FLAGS", None)
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(w), "--seed", str(SEED),
+                               *map(str, extra), "--distributed", "--coordinator", f"127.0.0.1:{port}",
+                               "--num-processes", str(len(workdirs)), "--process-id", str(p)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for p, w in enumerate(workdirs)]
+    done = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return done
+
+
+def released(path) -> dict:
+    """An npz's arrays (dtype, shape, bytes) and its meta without the time it was written:
+    two writes of the same release differ in nothing else."""
+    with np.load(path, allow_pickle=False) as f:
+        out = {k: (f[k].dtype.str, f[k].shape, f[k].tobytes()) for k in f.files if k != "meta"}
+        meta = json.loads(str(f["meta"]))
+    meta.pop("written_at")
+    return {**out, "meta": meta}
+
+
+@pytest.mark.slow  # two launches of JAX processes: 25-40 s on the shared 2-core machine
+def test_two_processes_release_what_one_process_does(trained_run, tmp_path):
+    run, _ = trained_run
+    one, two = tmp_path / "one", tmp_path / "two"
+    shutil.copytree(run, one)
+    shutil.copytree(run, two)
+    alone = invoke("label", "--workdir", one, "--seed", SEED)
+    assert alone.exit_code == 0, alone.output
+
+    first, second = launch([two, two])
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert "voting: 6 teachers on 100 pool points (2 processes" in first.stdout
+    assert "process 1 of 2: teachers 3-5 voted on 100 pool points" in second.stdout
+    assert "wrote" not in second.stdout and not second.stderr.strip()
+    # The same votes and (seeded) labels, whichever processes counted them.
+    for name in (rundir.VOTES_NPZ, rundir.LABELS_NPZ):
+        assert released(one / name) == released(two / name), name
+    assert (two / rundir.VOTES_NPZ).stat().st_mode & 0o077 == 0  # private, as one process writes it
+    # Charged once by the cluster (process 0), as once by the one process: two releases in all.
+    entries = run_entries(two)
+    assert [e["kind"] for e in entries] == ["labels", "labels"]
+    assert sorted(os.listdir(two)) == sorted(os.listdir(one))  # no staging or lock left behind
+
+
+@pytest.mark.slow  # two launches of two JAX processes each: 20-40 s
+def test_a_process_that_fails_stops_every_process_with_one_line_and_nothing_charged(trained_run, tmp_path):
+    run, _ = trained_run
+    nowhere = tmp_path / "no-teachers"
+    nowhere.mkdir()
+    config = run / rundir.CONFIG_TOML
+
+    # Process 1 cannot see the teachers (a host without the shared file system).
+    first, second = launch([run, nowhere], "--config", config)
+    assert first.returncode == 1 and second.returncode == 1
+    assert second.stderr.strip().splitlines() == [
+        f"pate: {nowhere} holds no trained teachers (teachers.json and teachers/); run `pate train-teachers` first"]
+    assert first.stderr.strip().splitlines() == [
+        "pate: process 1 of 2 failed, so every process stopped (nothing was charged or written): "
+        f"{nowhere} holds no trained teachers (teachers.json and teachers/); run `pate train-teachers` first"]
+    assert not (run / rundir.VOTES_NPZ).exists() and not (run / rundir.LABELS_NPZ).exists()
+    assert run_entries(run) == []
+
+    # Process 0 refuses in its door (a release is there already): process 1 stops too.
+    assert invoke("label", "--workdir", run, "--seed", SEED).exit_code == 0
+    before = {name: (run / name).read_bytes() for name in (rundir.VOTES_NPZ, rundir.LABELS_NPZ)}
+    first, second = launch([run, run])
+    assert first.returncode == 1 and second.returncode == 1
+    (line,) = first.stderr.strip().splitlines()
+    assert "pass --overwrite" in line
+    assert second.stderr.strip().splitlines() == [
+        "pate: process 0 of 2 failed, so every process stopped (nothing was charged or written): "
+        + line.removeprefix("pate: ")]
+    assert {name: (run / name).read_bytes() for name in before} == before
+    assert [e["kind"] for e in run_entries(run)] == ["labels"]
+
+
+def test_distributed_is_refused_where_it_does_not_apply(trained_run):
+    run, _ = trained_run
+    for extra, message in ((["--votes", run / "v.npy", "--num-classes", 4], "drop it with --votes"),
+                           (["--round", 2], "drop it with --round 2")):
+        result = invoke("label", "--workdir", run, "--distributed", *extra)
+        assert result.exit_code == 2 and message in result.output, result.output
+    result = invoke("label", "--workdir", run, "--process-id", 1)
+    assert result.exit_code == 2 and "need --distributed" in result.output
