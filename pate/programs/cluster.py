@@ -136,7 +136,7 @@ class Cluster:
         Raises:
           Stopped: another process failed (this one says which and why).
         """
-        words = self._gather(status(failure, value))
+        words = self._collective(status(failure, value))
         try:
             return decide(words, self.index)
         except Stopped:
@@ -157,7 +157,17 @@ class Cluster:
             raise PateError(f"internal error: vote counts travel as int32, got {counts.dtype}")
         self.agree()
         teachers = [len(block(num_teachers, self.count, p)) for p in range(self.count)]
-        return exact_sum(self._gather(counts), teachers)
+        return exact_sum(self._collective(counts), teachers)
+
+    def _collective(self, x: np.ndarray) -> np.ndarray:
+        """`gather`, where a process that died (killed, its host lost) ends in one line."""
+        try:
+            return self._gather(x)
+        except Exception as err:  # noqa: BLE001 - gloo, NCCL and the coordination service raise several types
+            self._stopped = True  # nobody left to tell
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            raise PateError(f"lost the other processes of the cluster ({first}); see their output, then start "
+                            "them all again") from None
 
     @contextlib.contextmanager
     def together(self):

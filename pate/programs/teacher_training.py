@@ -201,13 +201,24 @@ class Ensemble:
                                                                sharding=sharding), like)
             strict = False  # the padding rows past the last teacher are zeros, dropped below
 
-        def restore():
+        def read():
             manager = checkpoints.open_manager(self.run / rundir.TEACHERS_DIR, create=False)
             try:
                 return checkpoints.restore_step(manager, self.step, {"params": like}, ("progress",),
                                                 strict=strict)
             finally:
                 manager.close()
+
+        def restore():
+            if strict:
+                return read()
+            try:
+                return read()
+            except Exception as err:  # noqa: BLE001 - tensorstore/orbax raise many types
+                # Orbax's manager and sharded restore run collectives: a process that died fails them.
+                raise PateError(f"cannot read the teacher checkpoint of epoch {self.step} with the other "
+                                f"processes ({checkpoints.short_error(err)}); nothing was charged or written: "
+                                f"if one of them stopped, start them all again, else {self.remake}") from None
 
         restored = checkpoints.verified_restore(f"teacher checkpoint of epoch {self.step}",
                                                 self.run / rundir.TEACHERS_DIR / str(self.step), self.digest,

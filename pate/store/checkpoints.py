@@ -272,5 +272,7 @@ def verified_restore(what: str, path: Path, digest: str | None, remake: str,
         raise PateError(f"{path} is missing: the run records the {what}; {remake}")
     try:
         return restore()
+    except PateError:  # `restore` said what went wrong itself
+        raise
     except Exception as err:  # noqa: BLE001 - tensorstore/orbax raise many types
         raise PateError(f"cannot read the {what} in {path} ({short_error(err)}); {remake}") from None

@@ -142,3 +142,18 @@ def test_when_another_process_fails_this_one_stops_without_a_second_word():
 def test_counts_must_travel_as_int32():
     with pytest.raises(PateError, match="int32"):
         cl.Cluster(0, 1).sum_counts(np.zeros((2, 2), np.int64), 0)
+
+
+def test_a_collective_that_fails_ends_in_one_line_and_tells_no_one():
+    calls = []
+
+    def broken(x):
+        calls.append(x)
+        raise RuntimeError("Gloo AllGather failed: Connection closed by peer\n(more lines)")
+
+    me = cl.Cluster(0, 2, broken)
+    with pytest.raises(PateError, match=r"^lost the other processes of the cluster \(Gloo AllGather failed: "
+                                        r"Connection closed by peer\); see their output"):
+        with me.together():
+            me.agree()
+    assert len(calls) == 1  # no second word into a broken collective
