@@ -13,7 +13,10 @@ sum made on the host in int64 is exact whatever the layout.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import os
+import sys
 from typing import Callable
 
 import numpy as np
@@ -45,6 +48,34 @@ def status(failure: str | None = None, value: int = 0) -> np.ndarray:
     out[:_HEADER] = (failure is not None, value, len(text))
     out[_HEADER:_HEADER + len(text)] = np.frombuffer(text, np.uint8)
     return out
+
+
+#: Whether a collective with the other processes failed here (one of them died): this process
+#: then leaves without JAX's shutdown barrier (`leave_quickly_when_lost`).
+_LOST = False
+
+
+def lost() -> bool:
+    """Whether this process lost the other processes of its cluster."""
+    return _LOST
+
+
+def leave_quickly_when_lost() -> None:
+    """Registers the exit hook of a process that lost its cluster (`initialize_distributed`
+    calls it right after JAX's start, so it runs before JAX's own exit hook): JAX's shutdown
+    barrier would wait for a dead process until the coordination service's heartbeat timeout
+    (100 s) and then abort with a C++ trace; the hook flushes what was printed (the one line)
+    and exits with status 1 at once. Nothing is left to do by then: a release is written,
+    charged and renamed into place before the last agreement, or not at all."""
+    atexit.register(_leave_if_lost)
+
+
+def _leave_if_lost() -> None:
+    if _LOST:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(1)
 
 
 class Stopped(PateError):
@@ -164,10 +195,17 @@ class Cluster:
         try:
             return self._gather(x)
         except Exception as err:  # noqa: BLE001 - gloo, NCCL and the coordination service raise several types
-            self._stopped = True  # nobody left to tell
+            self.abandon()
             first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
             raise PateError(f"lost the other processes of the cluster ({first}); see their output, then start "
                             "them all again") from None
+
+    def abandon(self) -> None:
+        """A collective failed (here or in a library's, such as orbax's restore): the cluster's
+        sequence of collectives is broken, so this process tells no one and, at exit, leaves
+        without JAX's shutdown barrier (`leave_quickly_when_lost`)."""
+        global _LOST
+        self._stopped, _LOST = True, True
 
     @contextlib.contextmanager
     def together(self):

@@ -134,3 +134,6 @@ def initialize_distributed(coordinator_address: str | None = None,
         raise PateError(f"jax.distributed.initialize() failed: {str(err).rstrip('.')}. Pass "
                         "--coordinator HOST:PORT, --num-processes and --process-id (or run under "
                         "a cluster manager JAX detects, such as SLURM) on every host") from None
+    from pate.programs.cluster import leave_quickly_when_lost
+
+    leave_quickly_when_lost()

@@ -216,6 +216,7 @@ class Ensemble:
                 return read()
             except Exception as err:  # noqa: BLE001 - tensorstore/orbax raise many types
                 # Orbax's manager and sharded restore run collectives: a process that died fails them.
+                cluster.abandon()
                 raise PateError(f"cannot read the teacher checkpoint of epoch {self.step} with the other "
                                 f"processes ({checkpoints.short_error(err)}); nothing was charged or written: "
                                 f"if one of them stopped, start them all again, else {self.remake}") from None

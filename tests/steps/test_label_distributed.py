@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -28,17 +29,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch(workdirs, *extra, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+def start(workdirs, *extra) -> list[subprocess.Popen]:
     """``pate label --distributed`` as len(workdirs) local processes, process p on
-    ``workdirs[p]`` (the same run directory for a real cluster); their results by process id."""
+    ``workdirs[p]`` (the same run directory for a real cluster), by process id."""
     port = free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
     env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(w), "--seed", str(SEED),
-                               *map(str, extra), "--distributed", "--coordinator", f"127.0.0.1:{port}",
-                               "--num-processes", str(len(workdirs)), "--process-id", str(p)],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for p, w in enumerate(workdirs)]
+    return [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(w), "--seed", str(SEED),
+                              *map(str, extra), "--distributed", "--coordinator", f"127.0.0.1:{port}",
+                              "--num-processes", str(len(workdirs)), "--process-id", str(p)],
+                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for p, w in enumerate(workdirs)]
+
+
+def launch(workdirs, *extra, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """`start`, and wait for every process: their results by process id."""
+    procs = start(workdirs, *extra)
     done = []
     try:
         for proc in procs:
@@ -115,6 +121,36 @@ def test_a_process_that_fails_stops_every_process_with_one_line_and_nothing_char
         "pate: process 0 of 2 failed, so every process stopped (nothing was charged or written): "
         + line.removeprefix("pate: ")]
     assert {name: (run / name).read_bytes() for name in before} == before
+    assert [e["kind"] for e in run_entries(run)] == ["labels"]
+
+
+@pytest.mark.slow  # one launch of two JAX processes, one of them killed: 15-30 s
+def test_a_killed_process_stops_the_other_at_once_with_nothing_charged(trained_run):
+    run, _ = trained_run
+    first, second = start([run, run])
+    try:
+        for line in first.stdout:  # process 0 passed its checks: both go on to their teachers
+            if line.startswith("voting:"):
+                break
+        second.kill()
+        began = time.monotonic()
+        _, err = first.communicate(timeout=90)
+        waited = time.monotonic() - began
+    finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    # One line at once, not JAX's shutdown barrier waiting 100 s for the dead process and aborting.
+    assert first.returncode == 1 and waited < 60, (waited, err[-2000:])
+    (line,) = [line for line in err.splitlines() if line.startswith("pate: ")]
+    assert "with the other processes" in line or "lost the other processes" in line, line
+    assert "Traceback" not in err and "Check failure stack trace" not in err
+    assert not (run / rundir.VOTES_NPZ).exists() and not (run / rundir.LABELS_NPZ).exists()
+    assert run_entries(run) == []
+    # The next command finds the run as it was and releases once.
+    again = invoke("label", "--workdir", run, "--seed", SEED)
+    assert again.exit_code == 0, again.output
     assert [e["kind"] for e in run_entries(run)] == ["labels"]
 
 
