@@ -165,8 +165,11 @@ def _vote_for_process_0(config: Config, workdir, cluster, echo) -> None:
     num_queries = cluster.agree()  # process 0's checks passed: it says how many points
     rows = cluster.rows(ensemble.num_teachers)
     _votes(config, ensemble, pool_x[:num_queries], cluster)
+    import jax
+
     echo(f"process {cluster.index} of {cluster.count}: teachers {rows.start}-{rows.stop - 1} voted on "
-         f"{num_queries} pool points; process 0 draws the release and writes it" if rows else
+         f"{num_queries} pool points ({jax.local_device_count()} device(s)); process 0 draws the release "
+         "and writes it" if rows else
          f"process {cluster.index} of {cluster.count}: no teachers of the {ensemble.num_teachers} to vote with")
 
 

@@ -29,12 +29,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(workdirs, *extra) -> list[subprocess.Popen]:
-    """``pate label --distributed`` as len(workdirs) local processes, process p on
-    ``workdirs[p]`` (the same run directory for a real cluster), by process id."""
+def start(workdirs, *extra, devices: int = 1) -> list[subprocess.Popen]:
+    """``pate label --distributed`` as len(workdirs) local processes of `devices` CPU devices
+    each, process p on ``workdirs[p]`` (the same run directory for a real cluster), by process id."""
     port = free_port()
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
     env.pop("XLA_FLAGS", None)
+    if devices > 1:
+        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     return [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(w), "--seed", str(SEED),
                               *map(str, extra), "--distributed", "--coordinator", f"127.0.0.1:{port}",
                               "--num-processes", str(len(workdirs)), "--process-id", str(p)],
@@ -42,9 +44,9 @@ def start(workdirs, *extra) -> list[subprocess.Popen]:
             for p, w in enumerate(workdirs)]
 
 
-def launch(workdirs, *extra, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+def launch(workdirs, *extra, devices: int = 1, timeout: float = 240) -> list[subprocess.CompletedProcess]:
     """`start`, and wait for every process: their results by process id."""
-    procs = start(workdirs, *extra)
+    procs = start(workdirs, *extra, devices=devices)
     done = []
     try:
         for proc in procs:
@@ -68,8 +70,9 @@ def released(path) -> dict:
     return {**out, "meta": meta}
 
 
-@pytest.mark.slow  # two launches of JAX processes: 25-40 s on the shared 2-core machine
-def test_two_processes_release_what_one_process_does(trained_run, tmp_path):
+@pytest.mark.slow  # one label in-process, one launch of two JAX processes: 15-40 s on the shared 2-core machine
+@pytest.mark.parametrize("devices", [1, 2])  # CPU devices per process (2: the block sharded again on them)
+def test_two_processes_release_what_one_process_does(trained_run, tmp_path, devices):
     run, _ = trained_run
     one, two = tmp_path / "one", tmp_path / "two"
     shutil.copytree(run, one)
@@ -77,10 +80,10 @@ def test_two_processes_release_what_one_process_does(trained_run, tmp_path):
     alone = invoke("label", "--workdir", one, "--seed", SEED)
     assert alone.exit_code == 0, alone.output
 
-    first, second = launch([two, two])
+    first, second = launch([two, two], devices=devices)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     assert "voting: 6 teachers on 100 pool points (2 processes" in first.stdout
-    assert "process 1 of 2: teachers 3-5 voted on 100 pool points" in second.stdout
+    assert f"process 1 of 2: teachers 3-5 voted on 100 pool points ({devices} device(s))" in second.stdout
     assert "wrote" not in second.stdout and not second.stderr.strip()
     # The same votes and (seeded) labels, whichever processes counted them.
     for name in (rundir.VOTES_NPZ, rundir.LABELS_NPZ):
