@@ -191,6 +191,9 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
         "--num-classes": num_classes, "--indices": indices_path, "--delta": delta, "--conversion": conversion,
         "--input-is-labels": input_is_labels or None, "--ledger": ledger_name}, target_eps, config_path)
 
+    if distributed and not registry.record_type(config.aggregation.mechanism).needs_teachers:
+        raise click.UsageError("--distributed shares the teachers' votes; a fine-grained release reads the private "
+                               "records in one process: drop --distributed")
     start_cluster(distributed, coordinator, num_processes, process_id)
     from pate.steps.label import label  # imports JAX
 
