@@ -82,13 +82,15 @@ class Stopped(PateError):
     """Another process failed: this one stops too (its line names the process and why)."""
 
 
-def decide(words: np.ndarray, index: int) -> int:
+def decide(words: np.ndarray, index: int, last: bool = False) -> int:
     """What an agreement decides from every process's `status` (rows by process id): process
     0's value when none failed.
 
     Raises:
       Stopped: another process failed (its line, naming the first that did); this
-        process's own failure is its own error and is raised by the caller, not here.
+        process's own failure is its own error and is raised by the caller, not here. Before
+        the `last` agreement nothing can have been charged or written (process 0 commits
+        between the counts and the last agreement), and the line says so.
     """
     words = np.asarray(words)
     failed = [p for p in range(words.shape[0]) if words[p, 0] and p != index]
@@ -96,8 +98,8 @@ def decide(words: np.ndarray, index: int) -> int:
         p = failed[0]
         length = int(words[p, 2])
         text = bytes(words[p, _HEADER:_HEADER + length].astype(np.uint8)).decode("utf-8", "replace")
-        raise Stopped(f"process {p} of {words.shape[0]} failed, so every process stopped (nothing was "
-                      f"charged or written): {text}")
+        nothing = "" if last else " (nothing was charged or written)"
+        raise Stopped(f"process {p} of {words.shape[0]} failed, so every process stopped{nothing}: {text}")
     return int(words[0, 1])
 
 
@@ -161,15 +163,16 @@ class Cluster:
         """This process's block of a stacked axis of `num_rows` (`block`)."""
         return block(num_rows, self.count, self.index)
 
-    def agree(self, value: int = 0, failure: str | None = None) -> int:
-        """Waits for every process; returns process 0's `value` when none failed.
+    def agree(self, value: int = 0, failure: str | None = None, last: bool = False) -> int:
+        """Waits for every process; returns process 0's `value` when none failed (`last`: the
+        agreement that ends `together`).
 
         Raises:
           Stopped: another process failed (this one says which and why).
         """
         words = self._collective(status(failure, value))
         try:
-            return decide(words, self.index)
+            return decide(words, self.index, last)
         except Stopped:
             self._stopped = True
             raise
@@ -211,7 +214,8 @@ class Cluster:
     def together(self):
         """The block every process runs: a failure here is told to the others at the next
         agreement (they stop with one line naming this process and its line), and a block
-        that ends well waits for the others to end well too (a last `agree`)."""
+        that ends well waits for the others to end well too (the last agreement, after the
+        block: a process 0 that fails there may have committed, so that line claims nothing)."""
         try:
             yield self
         except BaseException as err:
@@ -220,4 +224,4 @@ class Cluster:
                 with contextlib.suppress(Exception):
                     self.agree(failure=line)
             raise
-        self.agree()
+        self.agree(last=True)

@@ -159,3 +159,16 @@ def test_a_collective_that_fails_ends_in_one_line_and_tells_no_one(monkeypatch):
             me.agree()
     assert len(calls) == 1  # no second word into a broken collective
     assert cl.lost()  # so the process leaves without JAX's shutdown barrier
+
+
+def test_a_failure_told_at_the_last_agreement_claims_nothing_about_charges():
+    # Process 0 fails in its commit (after the counts): it may have charged, so process 1's
+    # line says only that it stopped, and why.
+    theirs = np.array([[3, 0]], np.int32)
+    gather = Others(cl.status(), cl.status(), theirs, cl.status("cannot swap the new label artifacts in"), index=1)
+    me = cl.Cluster(1, 2, gather)
+    with pytest.raises(cl.Stopped) as err:
+        with me.together():
+            me.agree()
+            me.sum_counts(np.array([[0, 3]], np.int32), 6)
+    assert str(err.value) == "process 0 of 2 failed, so every process stopped: cannot swap the new label artifacts in"
