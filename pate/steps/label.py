@@ -153,14 +153,15 @@ def _votes(config: Config, ensemble, images: np.ndarray, cluster) -> np.ndarray:
 
 
 def _vote_for_process_0(config: Config, workdir, cluster, echo) -> None:
-    """`label` on a process other than 0 of a distributed run: it votes with its own block of
-    teachers on the points process 0 queries and sends it the counts; it takes no lock, draws no
-    noise, charges nothing and writes nothing (process 0 does, once)."""
-    from pate.data import load_dataset, split
+    """`label` on a process other than 0 of a distributed run: it reads the public pool (not the
+    private train split) and its own block of teachers, votes on the points process 0 queries
+    and sends it the counts; it takes no lock, draws no noise, charges nothing and writes
+    nothing (process 0 does, once)."""
+    from pate.data import load_pool
     from pate.programs.teacher_training import read_ensemble
 
     ensemble = read_ensemble(workdir)
-    pool_x = split(load_dataset(config.data), config.data.public_size).pool_x
+    pool_x = load_pool(config.data, config.data.public_size)  # the public pool only: no private record
     _check_pool(pool_x, ensemble)
     num_queries = cluster.agree()  # process 0's checks passed: it says how many points
     rows = cluster.rows(ensemble.num_teachers)
