@@ -1,5 +1,5 @@
 """`pate label --distributed` on real local processes (JAX's multi-controller runtime, gloo
-collectives on CPU): two processes release what one does, and a process that fails stops
+collectives on CPU): two and four processes release what one does, and a process that fails stops
 both with one line and nothing charged. Each launch starts two JAX processes (about 10 s of
 CPU, 15-25 s on the shared 2-core machine), so those tests are slow (`pytest -m slow`);
 tests/programs/test_cluster.py keeps the reduction and the agreement in the fast suite."""
@@ -70,29 +70,36 @@ def released(path) -> dict:
     return {**out, "meta": meta}
 
 
-@pytest.mark.slow  # one label in-process, one launch of two JAX processes: 15-40 s on the shared 2-core machine
-@pytest.mark.parametrize("devices", [1, 2])  # CPU devices per process (2: the block sharded again on them)
-def test_two_processes_release_what_one_process_does(trained_run, tmp_path, devices):
+#: What processes 1.. print for 6 teachers: their blocks of ceil(6 / P) (the last may be empty).
+BLOCKS = {2: ["teachers 3-5 voted"], 4: ["teachers 2-3 voted", "teachers 4-5 voted", "no teachers of the 6"]}
+
+
+@pytest.mark.slow  # one label in-process, one launch of 2 or 4 JAX processes: 15-40 s on the shared 2-core machine
+@pytest.mark.parametrize("processes, devices", [(2, 1), (2, 2), (4, 1)])  # devices: CPU devices per process
+def test_processes_release_what_one_process_does(trained_run, tmp_path, processes, devices):
     run, _ = trained_run
-    one, two = tmp_path / "one", tmp_path / "two"
+    one, many = tmp_path / "one", tmp_path / "many"
     shutil.copytree(run, one)
-    shutil.copytree(run, two)
+    shutil.copytree(run, many)
     alone = invoke("label", "--workdir", one, "--seed", SEED)
     assert alone.exit_code == 0, alone.output
 
-    first, second = launch([two, two], devices=devices)
-    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
-    assert "voting: 6 teachers on 100 pool points (2 processes" in first.stdout
-    assert f"process 1 of 2: teachers 3-5 voted on 100 pool points ({devices} device(s))" in second.stdout
-    assert "wrote" not in second.stdout and not second.stderr.strip()
+    first, *others = launch([many] * processes, devices=devices)
+    assert all(r.returncode == 0 for r in (first, *others)), "".join(r.stderr for r in (first, *others))
+    assert f"voting: 6 teachers on 100 pool points ({processes} processes" in first.stdout
+    for p, (other, block) in enumerate(zip(others, BLOCKS[processes]), start=1):
+        assert f"process {p} of {processes}: {block}" in other.stdout, other.stdout
+        assert "wrote" not in other.stdout and not other.stderr.strip()
+    if devices > 1:
+        assert f"({devices} device(s))" in others[0].stdout  # each block sharded again over its devices
     # The same votes and (seeded) labels, whichever processes counted them.
     for name in (rundir.VOTES_NPZ, rundir.LABELS_NPZ):
-        assert released(one / name) == released(two / name), name
-    assert (two / rundir.VOTES_NPZ).stat().st_mode & 0o077 == 0  # private, as one process writes it
+        assert released(one / name) == released(many / name), name
+    assert (many / rundir.VOTES_NPZ).stat().st_mode & 0o077 == 0  # private, as one process writes it
     # Charged once by the cluster (process 0), as once by the one process: two releases in all.
-    entries = run_entries(two)
+    entries = run_entries(many)
     assert [e["kind"] for e in entries] == ["labels", "labels"]
-    assert sorted(os.listdir(two)) == sorted(os.listdir(one))  # no staging or lock left behind
+    assert sorted(os.listdir(many)) == sorted(os.listdir(one))  # no staging or lock left behind
 
 
 @pytest.mark.slow  # two launches of two JAX processes each: 20-40 s
