@@ -157,6 +157,8 @@ def _vote_for_process_0(config: Config, workdir, cluster, echo) -> None:
     private train split) and its own block of teachers, votes on the points process 0 queries
     and sends it the counts; it takes no lock, draws no noise, charges nothing and writes
     nothing (process 0 does, once)."""
+    import jax
+
     from pate.data import load_pool
     from pate.programs.teacher_training import read_ensemble
 
@@ -166,12 +168,12 @@ def _vote_for_process_0(config: Config, workdir, cluster, echo) -> None:
     num_queries = cluster.agree()  # process 0's checks passed: it says how many points
     rows = cluster.rows(ensemble.num_teachers)
     _votes(config, ensemble, pool_x[:num_queries], cluster)
-    import jax
-
-    echo(f"process {cluster.index} of {cluster.count}: teachers {rows.start}-{rows.stop - 1} voted on "
-         f"{num_queries} pool points ({jax.local_device_count()} device(s)); process 0 draws the release "
-         "and writes it" if rows else
-         f"process {cluster.index} of {cluster.count}: no teachers of the {ensemble.num_teachers} to vote with")
+    me = f"process {cluster.index} of {cluster.count}"
+    if not rows:
+        echo(f"{me}: no teachers of the {ensemble.num_teachers} to vote with")
+        return
+    echo(f"{me}: teachers {rows.start}-{rows.stop - 1} voted on {num_queries} pool points "
+         f"({jax.local_device_count()} device(s)); process 0 draws the release and writes it")
 
 
 def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemble, splits, plan,
