@@ -15,6 +15,16 @@ from pate.cli import baseline_options as baseline
 from pate.cli import options as opt
 
 
+def start_cluster(distributed: bool, coordinator, num_processes, process_id) -> None:
+    """Joins the cluster the `opt.cluster` options name (`jax.distributed.initialize`, before
+    any JAX computation); nothing without --distributed."""
+    opt.check_cluster(distributed, coordinator, num_processes, process_id)
+    if distributed:
+        from pate.programs import placement  # imports JAX: keep `pate --help` fast
+
+        placement.initialize_distributed(coordinator, num_processes, process_id)
+
+
 @click.group(cls=opt.Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version=opt.version(), prog_name="pate")
 def main() -> None:
@@ -135,14 +145,7 @@ def ceiling_command(config_path, settings, heads, as_json):
 @opt.settings()
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --workdir.")
 @opt.overwrite("Replace teachers already in --workdir.")
-@click.option("--distributed", is_flag=True, help="Call jax.distributed.initialize() first (multi-host; same "
-              "command on every host).")
-@click.option("--coordinator", metavar="HOST:PORT", help="With --distributed: process 0's address (default: "
-              "detected by JAX).")
-@click.option("--num-processes", type=click.IntRange(min=1),
-              help="With --distributed: how many processes (default: detected by JAX).")
-@click.option("--process-id", type=click.IntRange(min=0),
-              help="With --distributed: this process's id (default: detected by JAX).")
+@opt.cluster()
 @opt.no_progress()
 def train_teachers_command(config_path, workdir, num_teachers, epochs, settings, resume,
                            overwrite, distributed, coordinator, num_processes, process_id, no_progress):
@@ -150,16 +153,10 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
     teachers.json into the run directory."""
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other; pick one")
-    cluster = (coordinator, num_processes, process_id)
-    if not distributed and any(v is not None for v in cluster):
-        raise click.UsageError("--coordinator, --num-processes and --process-id need --distributed")
     config = opt.config_with(config_path, settings, teachers__num_teachers=num_teachers, teachers__epochs=epochs)
+    start_cluster(distributed, coordinator, num_processes, process_id)
+    from pate.steps import teachers  # imports JAX: keep `pate --help` fast
 
-    from pate.programs import placement  # imports JAX: keep `pate --help` fast
-    from pate.steps import teachers
-
-    if distributed:
-        placement.initialize_distributed(*cluster)
     # Multi-host: every host runs this command on the shared run directory; process 0
     # holds the lock for all of them (pate.store.door.step).
     result = teachers.train_teachers(config, workdir, resume=resume, overwrite=overwrite,
@@ -171,11 +168,17 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 @opt.label_options()
 def label_command(workdir, votes_path, num_classes, input_is_labels, indices_path, delta, conversion,
                   accountant, mechanism, config_path, gamma, sigma, threshold, sigma_threshold, queries, round_, select,
-                  check, budget, target_eps, seed, overwrite, ledger_name):
+                  check, budget, target_eps, seed, overwrite, ledger_name, distributed, coordinator, num_processes,
+                  process_id):
     """Let the teachers vote on the public pool and release noisy labels (labels.npz);
     the votes (votes.npz) stay private. With --votes, release labels from votes of
     teachers trained anywhere (no pate teachers, no config). With --round 2, a second
-    release (labels-round2.npz) on a finished round 1."""
+    release (labels-round2.npz) on a finished round 1. With --distributed, every process votes
+    with its own block of teachers and process 0 releases (docs/scale.md)."""
+    opt.check_cluster(distributed, coordinator, num_processes, process_id)
+    if distributed and (votes_path is not None or round_ == 2):
+        raise click.UsageError("--distributed votes with the run's teachers (round 1); drop it with "
+                               + ("--votes" if votes_path is not None else "--round 2"))
     noise = dict(gamma=gamma, sigma=sigma, threshold=threshold, sigma_threshold=sigma_threshold)
     if round_ == 2:
         config = opt.round2_config(workdir, queries, select, check, {
@@ -210,6 +213,10 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
         "--num-classes": num_classes, "--indices": indices_path, "--delta": delta, "--conversion": conversion,
         "--input-is-labels": input_is_labels or None, "--ledger": ledger_name}, target_eps, config_path)
 
+    if distributed and not registry.record_type(config.aggregation.mechanism).needs_teachers:
+        raise click.UsageError("--distributed shares the teachers' votes; a fine-grained release reads the private "
+                               "records in one process: drop --distributed")
+    start_cluster(distributed, coordinator, num_processes, process_id)
     from pate.steps.label import label  # imports JAX
 
     label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, accountant=accountant, echo=click.echo)

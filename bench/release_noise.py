@@ -95,11 +95,13 @@ def main(argv=None) -> int:
         pool_y = splits.pool_y
         votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
     if votes is None or votes.shape[0] < need:
+        from pate.programs import public_features
         from pate.programs.teacher_training import load_teachers
         from pate.programs.voting import predict_votes
 
         teachers = load_teachers(run.path)
-        votes = predict_votes(teachers.params, teachers.model, teachers.inputs(splits.pool_x[:need], splits.pool_x),
+        votes = predict_votes(teachers.params, teachers.model, public_features.teacher_inputs(teachers.config, splits.pool_x[:need],
+                                                             splits.pool_x),
                               teachers.num_classes,
                               batch_size=stored.teachers.eval_batch_size)
     T = int(votes[0].sum())

@@ -86,11 +86,13 @@ def main() -> None:
     splits = split(load_dataset(config.data), config.data.public_size)
     votes = run.read_npz(rundir.VOTES_NPZ, required=("votes",))["votes"] if run.exists(rundir.VOTES_NPZ) else None
     if need and (votes is None or votes.shape[0] < need):
+        from pate.programs import public_features
         from pate.programs.teacher_training import load_teachers
         from pate.programs.voting import predict_votes
 
         teachers = load_teachers(run.path)
-        votes = predict_votes(teachers.params, teachers.model, teachers.inputs(splits.pool_x[:need], splits.pool_x),
+        votes = predict_votes(teachers.params, teachers.model, public_features.teacher_inputs(teachers.config, splits.pool_x[:need],
+                                                             splits.pool_x),
                               teachers.num_classes,
                               batch_size=config.teachers.eval_batch_size)
     teachers_info = run.read_json(rundir.TEACHERS_JSON)

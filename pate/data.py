@@ -328,16 +328,21 @@ def _npz_split(p: Path, split: str, x: np.ndarray, y: np.ndarray) -> tuple[np.nd
         raise PateError(f"{p}: y_{split} holds the label {int(y.max())}, which would make "
                         f"{int(y.max()) + 1} classes; labels are 0..C-1 with C at most {MAX_CLASSES} "
                         "(is a label wrong?)")
+    return _npz_inputs(x, p, split), y.astype(np.int32)
+
+
+def _npz_inputs(x: np.ndarray, p: Path, split: str) -> np.ndarray:
+    """An .npz's ``x_{split}`` as the models read it: embeddings as float32, uint8 images
+    scaled by 1/255, float images checked to lie in [0, 1]; images shaped (N, H, W, C)."""
     if is_embedding(x):
-        x = _embeddings(x, f"{p}: x_{split}")
-    elif x.dtype == np.uint8:
-        x = _images(x)
-    else:
-        x = np.asarray(x, dtype=np.float32)
-        x = x[..., None] if x.ndim == 3 else x
-        if x.size and (not np.isfinite(x).all() or x.min() < 0 or x.max() > 1):
-            raise PateError(f"{p}: float images in x_{split} must lie in [0, 1]")
-    return x, y.astype(np.int32)
+        return _embeddings(x, f"{p}: x_{split}")
+    if x.dtype == np.uint8:
+        return _images(x)
+    x = np.asarray(x, dtype=np.float32)
+    x = x[..., None] if x.ndim == 3 else x
+    if x.size and (not np.isfinite(x).all() or x.min() < 0 or x.max() > 1):
+        raise PateError(f"{p}: float images in x_{split} must lie in [0, 1]")
+    return x
 
 
 def _embeddings(x: np.ndarray, what: str) -> np.ndarray:
@@ -505,6 +510,41 @@ def load_dataset(cfg: DataConfig) -> Dataset:
     return synthetic(cfg.synthetic_train_size, cfg.synthetic_test_size,
                      tuple(cfg.synthetic_shape), cfg.synthetic_classes,
                      cfg.synthetic_noise, cfg.synthetic_seed)
+
+
+def load_pool(cfg: DataConfig, public_size: int) -> np.ndarray:
+    """The public pool's inputs (the first `public_size` test points, as `split` cuts them),
+    read without opening the private train split: all that a process which only votes needs
+    (`pate label --distributed` on every process but 0). Synthetic data is drawn whole (its
+    test points follow its train points in one random stream; it is nobody's data).
+
+    Raises:
+      PateError: the test inputs are missing or malformed.
+    """
+    if cfg.name in ("fashion_mnist", "mnist"):
+        stem = _IDX_FILES["x_test"]
+        path = _resolve(_find(cfg.name, cfg.path, [stem]), stem)
+        x = read_idx(path)
+        if x.ndim != 3:
+            raise PateError(f"{path}: expected images (N, H, W), got {x.shape}")
+        return _images(x[:public_size])
+    if cfg.name == "svhn":
+        name = _SVHN_FILES["test"]
+        return _read_svhn_mat(_find("svhn", cfg.path, [name]) / name)[0][:public_size]
+    if cfg.name == "npz":
+        p = Path(cfg.path)
+        try:
+            with np.load(p, allow_pickle=False) as f:  # reads x_test alone
+                x = f["x_test"] if "x_test" in f else None
+        except FileNotFoundError:
+            raise PateError(f"{p} not found; set data.path to an .npz with x_train, y_train, "
+                            "x_test, y_test") from None
+        except Exception as err:
+            raise PateError(f"{p} is not a readable .npz ({err})") from None
+        if x is None or x.ndim not in (2, 3, 4):
+            raise PateError(f"{p}: x_test must be images (N, H, W[, C]) or embeddings (N, F)")
+        return _npz_inputs(x, p, "test")[:public_size]
+    return split(load_dataset(cfg), public_size).pool_x
 
 
 def split(dataset: Dataset, public_size: int) -> Splits:

@@ -201,6 +201,26 @@ def no_progress(help: str = "Do not draw the progress bar."):
     return click.option("--no-progress", is_flag=True, help=help)
 
 
+def cluster():
+    """`--distributed` and the three options that place this process in the cluster (every
+    command that runs on several processes takes these; root cli.py's `start_cluster` reads them)."""
+    return options(
+        click.option("--distributed", is_flag=True, help="Call jax.distributed.initialize() first (several "
+                     "processes or hosts; the same command on every one, one run directory they all see)."),
+        click.option("--coordinator", metavar="HOST:PORT", help="With --distributed: process 0's address "
+                     "(default: detected by JAX)."),
+        click.option("--num-processes", type=click.IntRange(min=1),
+                     help="With --distributed: how many processes (default: detected by JAX)."),
+        click.option("--process-id", type=click.IntRange(min=0),
+                     help="With --distributed: this process's id (default: detected by JAX)."))
+
+
+def check_cluster(distributed: bool, *place) -> None:
+    """Refuses a `cluster` option without --distributed (a usage error)."""
+    if not distributed and any(v is not None for v in place):
+        raise click.UsageError("--coordinator, --num-processes and --process-id need --distributed")
+
+
 def overwrite(help: str):
     return click.option("--overwrite", is_flag=True, help=help)
 
@@ -338,7 +358,8 @@ def label_options():
                           "(sets privacy.target_eps; `pate plan --config` shows the choice)."),
         seed_option(SEED_HELP),
         overwrite("Replace an existing release in --workdir."),
-        ledger())
+        ledger(),
+        cluster())
 
 
 # --------------------------------------------------------------------------- checks

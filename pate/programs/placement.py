@@ -1,8 +1,8 @@
 """Where the stacked teachers live: one device, or the teacher axis sharded over a
 ("teacher",) mesh of every device of every host, padded to a multiple of the device
 count; how many of them run together on a device (`teacher_chunk`); moving trees between
-the host and that placement; and joining several hosts (`initialize_distributed`,
-`pate train-teachers --distributed`)."""
+the host and that placement; one block of the teacher axis per process (`process_blocks`);
+and joining several hosts (`initialize_distributed`, `--distributed`)."""
 
 from __future__ import annotations
 
@@ -81,8 +81,10 @@ def teacher_chunk(cfg: TeachersConfig | int, platform: str) -> int:
 
 
 def to_host(x: jax.Array) -> np.ndarray:
-    """A (possibly sharded, possibly multi-host) array as one numpy array."""
-    if jax.process_count() > 1:  # pragma: no cover - needs several hosts
+    """A (possibly sharded, possibly multi-host) array as one numpy array. An array on this
+    process's devices alone (a process's own block of teachers) is read here, without a
+    collective: the other processes may be computing something else."""
+    if jax.process_count() > 1 and not getattr(x, "is_fully_addressable", True):
         from jax.experimental import multihost_utils
 
         return np.asarray(multihost_utils.process_allgather(x, tiled=True))
@@ -104,6 +106,18 @@ def unpad(tree: Any, num_teachers: int) -> Any:
     return jax.tree.map(lambda x: to_host(x)[:num_teachers], tree)
 
 
+def process_blocks(num_rows: int) -> tuple[int, jax.sharding.NamedSharding]:
+    """A stacked axis of `num_rows` as one block per process (`pate.programs.cluster.block`):
+    its length padded to a multiple of the process count, and its sharding over one device
+    per process (each one's first), in process order. A checkpoint restored with it is read
+    block by block: each process reads only the rows of its own device."""
+    count = jax.process_count()
+    firsts = [min((d for d in jax.devices() if d.process_index == p), key=lambda d: d.id)
+              for p in range(count)]
+    mesh = jax.make_mesh((count,), ("teacher",), axis_types=(jax.sharding.AxisType.Auto,), devices=firsts)
+    return -(-num_rows // count) * count, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("teacher"))
+
+
 def initialize_distributed(coordinator_address: str | None = None,
                            num_processes: int | None = None,
                            process_id: int | None = None) -> None:
@@ -120,3 +134,6 @@ def initialize_distributed(coordinator_address: str | None = None,
         raise PateError(f"jax.distributed.initialize() failed: {str(err).rstrip('.')}. Pass "
                         "--coordinator HOST:PORT, --num-processes and --process-id (or run under "
                         "a cluster manager JAX detects, such as SLURM) on every host") from None
+    from pate.programs.cluster import leave_quickly_when_lost
+
+    leave_quickly_when_lost()

@@ -195,3 +195,11 @@ def input_map(config, pool_x: np.ndarray, cache_dir: Path | None = None, *,
         cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": "pool"}
         scales = _scales([part.coefficients(pool_x, *settings, **cache) for part in parts(name)])
     return InputMap(name, settings, scales, cache_dir, show_progress)
+
+
+def teacher_inputs(config, x: np.ndarray, pool_x: np.ndarray, cache_dir: Path | None = None,
+                   tag: str = "") -> np.ndarray:
+    """`x` as the teachers of `config` see their inputs: through their public map (`[teachers]
+    features`, fitted on the public pool `pool_x`; cached in `cache_dir` under `tag`), else as it is."""
+    view = input_map(config, pool_x, cache_dir)
+    return x if view is None else view(x, tag)

@@ -1,7 +1,7 @@
 """The teachers' training program: all teachers as one stacked pytree, one jitted epoch vmapped
 over the teacher axis (sharded over a ("teacher",) mesh when there are several devices), their
-optimizer and initialisation, and `load_teachers`, which reads a trained ensemble back from a
-run directory. `pate.steps.teachers` (the command) runs it; `pate.programs.voting` turns its
+optimizer and initialisation, and `read_ensemble` / `load_teachers`, which read a trained
+ensemble back from a run directory (all of it, or one process's block of it). `pate.steps.teachers` (the command) runs it; `pate.programs.voting` turns its
 predictions into vote histograms.
 
 Randomness is explicit (`pate.programs.keys`): teacher t is initialised from
@@ -23,7 +23,8 @@ from pate.programs import augment, keys
 from pate.store import checkpoints, rundir
 from pate.config import Config, TeachersConfig
 from pate.programs.models import make_model
-from pate.programs.placement import Placement, teacher_chunk
+from pate.programs.cluster import Cluster
+from pate.programs.placement import Placement, process_blocks, teacher_chunk
 
 Params = Any
 
@@ -151,9 +152,9 @@ def state_shapes(model, tx, image_shape: Sequence[int], num_teachers: int):
 
 @dataclasses.dataclass(frozen=True)
 class Teachers:
-    """A trained ensemble loaded from a run directory."""
+    """A trained ensemble loaded from a run directory (all of it, or one process's block)."""
 
-    params: Params  # stacked, leading axis T, host arrays
+    params: Params  # stacked, leading axis: the teachers loaded, host arrays
     model: Any
     config: Config
     num_classes: int
@@ -161,19 +162,77 @@ class Teachers:
 
     @property
     def num_teachers(self) -> int:
+        """How many teachers were loaded (a process's block holds fewer than the ensemble)."""
         return int(jax.tree.leaves(self.params)[0].shape[0])
 
-    def inputs(self, x: np.ndarray, pool_x: np.ndarray, cache_dir: Path | None = None, tag: str = "") -> np.ndarray:
-        """`x` as these teachers see their inputs: through their public map (`[teachers] features`,
-        fitted on the public pool `pool_x`; cached in `cache_dir` under `tag`), else as it is."""
-        from pate.programs import public_features
 
-        view = public_features.input_map(self.config, pool_x, cache_dir)
-        return x if view is None else view(x, tag)
+@dataclasses.dataclass(frozen=True)
+class Ensemble:
+    """What a finished `train-teachers` run records about its ensemble, before any parameter
+    is read: its size, classes, input shape and model, and which checkpoint holds it."""
+
+    run: rundir.RunDir
+    config: Config
+    model: Any
+    num_teachers: int
+    num_classes: int
+    image_shape: tuple[int, ...]
+    step: int
+    digest: str | None
+    remake: str
+
+    def load(self, cluster: Cluster | None = None) -> Teachers:
+        """The teachers' parameters, once the checkpoint is the one recorded (its sha256,
+        streamed). With a `cluster` of several processes, only this process's block of the
+        teacher axis (`Cluster.rows`): the checkpoint is restored sharded over one device per
+        process (`placement.process_blocks`), so each process reads and holds its own
+        teachers only. Every process of a cluster calls it at the same point.
+
+        Raises:
+          PateError: the checkpoint is missing, changed or unreadable.
+        """
+        tx = make_optimizer(self.config.teachers, 1)
+        like, _ = state_shapes(self.model, tx, self.image_shape, self.num_teachers)
+        strict, rows = True, range(self.num_teachers)
+        if cluster is not None and cluster.count > 1:
+            rows = cluster.rows(self.num_teachers)
+            padded, sharding = process_blocks(self.num_teachers)
+            like = jax.tree.map(lambda s: jax.ShapeDtypeStruct((padded, *s.shape[1:]), s.dtype,
+                                                               sharding=sharding), like)
+            strict = False  # the padding rows past the last teacher are zeros, dropped below
+
+        def read():
+            manager = checkpoints.open_manager(self.run / rundir.TEACHERS_DIR, create=False)
+            try:
+                return checkpoints.restore_step(manager, self.step, {"params": like}, ("progress",),
+                                                strict=strict)
+            finally:
+                manager.close()
+
+        def restore():
+            if strict:
+                return read()
+            try:
+                return read()
+            except Exception as err:  # noqa: BLE001 - tensorstore/orbax raise many types
+                # Orbax's manager and sharded restore run collectives: a process that died fails them.
+                cluster.abandon()
+                raise PateError(f"cannot read the teacher checkpoint of epoch {self.step} with the other "
+                                f"processes ({checkpoints.short_error(err)}); nothing was charged or written: "
+                                f"if one of them stopped, start them all again, else {self.remake}") from None
+
+        restored = checkpoints.verified_restore(f"teacher checkpoint of epoch {self.step}",
+                                                self.run / rundir.TEACHERS_DIR / str(self.step), self.digest,
+                                                self.remake, restore)
+        if strict:
+            params = jax.tree.map(np.asarray, restored["params"])
+        else:
+            params = jax.tree.map(lambda a: np.asarray(a.addressable_data(0))[: len(rows)], restored["params"])
+        return Teachers(params, self.model, self.config, self.num_classes, self.image_shape)
 
 
-def load_teachers(workdir: str | Path) -> Teachers:
-    """The finished ensemble of a run directory (what `pate label` queries).
+def read_ensemble(workdir: str | Path) -> Ensemble:
+    """The record of the finished ensemble of a run directory (no parameter read yet).
 
     Raises:
       PateError: the directory holds no finished `train-teachers` run.
@@ -193,17 +252,14 @@ def load_teachers(workdir: str | Path) -> Teachers:
         raise PateError(f"{record.path} records {info.get('num_teachers')} teachers but "
                         f"{run / rundir.CONFIG_TOML} says {config.teachers.num_teachers}; {remake}")
     model = make_model(config.teachers, record.num_classes)
-    tx = make_optimizer(config.teachers, 1)
-    params_like, _ = state_shapes(model, tx, record.image_shape, config.teachers.num_teachers)
+    return Ensemble(run, config, model, config.teachers.num_teachers, record.num_classes, record.image_shape,
+                    step, digest, remake)
 
-    def restore():
-        manager = checkpoints.open_manager(run / rundir.TEACHERS_DIR, create=False)
-        try:
-            return checkpoints.restore_step(manager, step, {"params": params_like}, ("progress",))
-        finally:
-            manager.close()
 
-    restored = checkpoints.verified_restore(f"teacher checkpoint of epoch {step}",
-                                            run / rundir.TEACHERS_DIR / str(step), digest, remake, restore)
-    params = jax.tree.map(np.asarray, restored["params"])
-    return Teachers(params, model, config, record.num_classes, record.image_shape)
+def load_teachers(workdir: str | Path) -> Teachers:
+    """The finished ensemble of a run directory, all of it (`read_ensemble`, `Ensemble.load`).
+
+    Raises:
+      PateError: the directory holds no finished `train-teachers` run.
+    """
+    return read_ensemble(workdir).load()

@@ -123,6 +123,23 @@ def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
     return np.concatenate(out, axis=0).astype(np.int32)
 
 
+def block_votes(params: Params, model, images: np.ndarray, num_classes: int,
+                batch_size: int = 100, chunk: int = 0) -> np.ndarray:
+    """The vote counts of the teachers this process holds (all of them, or its block of a
+    distributed ensemble), on this process's devices only: no collective, so the processes
+    of a cluster vote independently and `pate.programs.cluster.Cluster.sum_counts` adds the
+    counts up. An empty block (more processes than teachers) counts zeros.
+
+    Returns:
+      int32 (n, C); every row sums to the number of teachers in `params`.
+    """
+    held = int(jax.tree.leaves(params)[0].shape[0])
+    if held == 0:
+        return np.zeros((len(images), num_classes), np.int32)
+    placement = Placement(held, jax.local_devices())
+    return predict_votes(placement.put(params), model, images, num_classes, batch_size, placement, chunk)
+
+
 def votes_from_predictions(preds: np.ndarray, num_classes: int) -> np.ndarray:
     """(T, n) class predictions → (n, C) int32 vote histogram."""
     preds = np.asarray(preds)

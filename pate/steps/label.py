@@ -8,6 +8,9 @@ queries, the mechanism and its noise parameters — nothing else; no votes, no n
 values, no seed; ``meta.research_seed`` is true when a ``--seed`` made the noise). Both
 are computed before either is written, and written atomically.
 
+`pate label --distributed` runs it on several processes (JAX's multi-controller runtime), each
+with its own block of teachers; process 0 alone writes (docs/scale.md).
+
 `pate.steps.label_votes` does the same from a vote histogram computed elsewhere (`pate
 label --votes FILE`); both draw and charge the release through `pate.release.labels`
 (`released_arrays`, `charge_release`), and every release goes through its `release_labels`,
@@ -34,6 +37,7 @@ from pate.store.door import Door, step
 from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
 from pate.release import fine_grained_release as fine_release
 from pate.release.labels import charge_release, content_digest, read_labels, released_arrays
+from pate.programs.public_features import teacher_inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,8 +63,15 @@ class LabelResult:
 
 
 def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
-          budget: float | None = None, accountant: str = "rdp", echo=print) -> LabelResult:
+          budget: float | None = None, accountant: str = "rdp", echo=print) -> LabelResult | None:
     """Computes the votes on the pool, releases noisy labels and writes both files.
+
+    In a distributed run (`jax.distributed` started: `pate label --distributed`) every process
+    calls it with the same arguments: each loads and runs only its own block of teachers, the
+    vote counts are summed exactly across processes (`pate.programs.cluster`), and process 0
+    alone holds the run's lock, draws the noise, charges the ledger and writes; the others
+    return None. A process that fails stops every process, each with one line, before
+    anything is charged.
 
     Args:
       config: the run's config with the `[aggregation]` section to use.
@@ -78,39 +89,45 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     own votes label the whole pool in one release (`label_fine_grained`).
 
     Raises:
-      PateError: no teachers; labels exist and not `overwrite`; bad parameters.
+      PateError: no teachers; labels exist and not `overwrite`; bad parameters; another
+        process of a distributed run failed (`pate.programs.cluster.Stopped`).
     """
     check_config(config, "pate.label")
     from pate.data import load_dataset, split
+    from pate.programs.cluster import Cluster
 
+    cluster = Cluster()
     if not registry.record_type(config.aggregation.mechanism).needs_teachers:
+        if cluster.count > 1:
+            raise PateError("a fine-grained release reads the private records in one process: drop --distributed "
+                            "(--distributed shares the teachers' votes)")
         return label_fine_grained(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=echo)
-    from pate.programs.teacher_training import load_teachers
+    from pate.programs.teacher_training import read_ensemble
 
-    # Votes, labels and config.toml are swapped in together once all three are written.
-    with step("label", workdir, config=config, overwrite=overwrite, echo=echo) as door:
-        aggregation.noise_source(seed)  # refuses a bad seed before any vote is computed
-        record = accountable_record(config.aggregation, config.privacy)
-        teachers = load_teachers(door.run.path)
-        agg = config.aggregation
-        splits = split(load_dataset(config.data), config.data.public_size)
-        # The teachers vote on the pool as they saw their data: through their public map, if any.
-        seen = teachers.inputs(splits.pool_x[:1], splits.pool_x).shape[1:]
-        if seen != tuple(teachers.image_shape):
-            raise PateError(f"the pool's inputs, as the teachers see them, have shape {seen} but the teachers "
-                            f"were trained on {tuple(teachers.image_shape)}: is this the same data set?")
-        resolve(record, agg.queries, num_teachers=teachers.num_teachers, pool_size=splits.pool_x.shape[0])
-        # A target headline plans the queries and the release before any teacher votes.
-        target = release_target.choose(config, teachers.num_teachers, teachers.num_classes, record=record,
-                                       budget=budget, echo=echo)
-        plan = None if target is None else release_target.budget_plan(target)
-        if budget is not None:
-            plan = budget_plan(record, agg.queries, budget, config.privacy.delta, moments=config.privacy.moments,
-                               conversion=config.privacy.conversion, accountant=accountant,
-                               privacy=config.privacy)
-            echo(budget_line(budget, plan, accountant))
-        planned = {} if target is None else {release_target.PLAN_KEY: target.meta()}
-        result = _release_from_teachers(door, config, record, teachers, splits, plan, seed, echo, planned)
+    with cluster.together():  # one failure stops every process, each with one line
+        if not cluster.leader:
+            return _vote_for_process_0(config, workdir, cluster, echo)
+        # Votes, labels and config.toml are swapped in together once all three are written.
+        with step("label", workdir, config=config, overwrite=overwrite, echo=echo) as door:
+            aggregation.noise_source(seed)  # refuses a bad seed before any vote is computed
+            record = accountable_record(config.aggregation, config.privacy)
+            ensemble = read_ensemble(door.run.path)
+            agg = config.aggregation
+            splits = split(load_dataset(config.data), config.data.public_size)
+            _check_pool(splits.pool_x, ensemble)
+            resolve(record, agg.queries, num_teachers=ensemble.num_teachers, pool_size=splits.pool_x.shape[0])
+            # A target headline plans the queries and the release before any teacher votes.
+            target = release_target.choose(config, ensemble.num_teachers, ensemble.num_classes, record=record,
+                                           budget=budget, echo=echo)
+            plan = None if target is None else release_target.budget_plan(target)
+            if budget is not None:
+                plan = budget_plan(record, agg.queries, budget, config.privacy.delta, moments=config.privacy.moments,
+                                   conversion=config.privacy.conversion, accountant=accountant,
+                                   privacy=config.privacy)
+                echo(budget_line(budget, plan, accountant))
+            planned = {} if target is None else {release_target.PLAN_KEY: target.meta()}
+            result = _release_from_teachers(door, config, record, ensemble, splits, plan, seed, echo, planned,
+                                            cluster)
     echo(ledger_mod.cumulative_line(ledger_mod.Ledger.for_teachers(door.run.path, config), config.privacy.delta))
     gives = "the sanitised eps and the headline eps" if record.sanitised else "the headline eps (no sanitised eps)"
     echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
@@ -118,11 +135,56 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     return result
 
 
-def _release_from_teachers(door: Door, config: Config, record: Mechanism, teachers, splits, plan,
-                           seed, echo, planned: dict) -> LabelResult:
+def _check_pool(pool_x: np.ndarray, ensemble) -> None:
+    """The pool's inputs, as the teachers see them (through their public map, if any), have the
+    shape they were trained on."""
+    seen = teacher_inputs(ensemble.config, pool_x[:1], pool_x).shape[1:]
+    if seen != tuple(ensemble.image_shape):
+        raise PateError(f"the pool's inputs, as the teachers see them, have shape {seen} but the teachers "
+                        f"were trained on {tuple(ensemble.image_shape)}: is this the same data set?")
+
+
+def _votes(config: Config, ensemble, images: np.ndarray, cluster) -> np.ndarray:
+    """The ensemble's vote histogram on `images`: each process counts its own block of teachers
+    (all of them in one process) and the counts are summed exactly across processes
+    (`pate.programs.cluster.Cluster.sum_counts`). Every process calls it at the same point."""
+    from pate.programs.voting import block_votes
+
+    teachers = ensemble.load(cluster)
+    counts = block_votes(teachers.params, teachers.model, images, ensemble.num_classes,
+                         batch_size=config.teachers.eval_batch_size)
+    return cluster.sum_counts(counts, ensemble.num_teachers)
+
+
+def _vote_for_process_0(config: Config, workdir, cluster, echo) -> None:
+    """`label` on a process other than 0 of a distributed run: it reads the public pool (not the
+    private train split) and its own block of teachers, votes on the points process 0 queries
+    and sends it the counts; it takes no lock, draws no noise, charges nothing and writes
+    nothing (process 0 does, once)."""
+    import jax
+
+    from pate.data import load_pool
+    from pate.programs.teacher_training import read_ensemble
+
+    ensemble = read_ensemble(workdir)
+    pool_x = load_pool(config.data, config.data.public_size)  # the public pool only: no private record
+    _check_pool(pool_x, ensemble)
+    num_queries = cluster.agree()  # process 0's checks passed: it says how many points
+    rows = cluster.rows(ensemble.num_teachers)
+    _votes(config, ensemble, teacher_inputs(ensemble.config, pool_x[:num_queries], pool_x), cluster)
+    me = f"process {cluster.index} of {cluster.count}"
+    if not rows:
+        echo(f"{me}: no teachers of the {ensemble.num_teachers} to vote with")
+        return
+    echo(f"{me}: teachers {rows.start}-{rows.stop - 1} voted on {num_queries} pool points "
+         f"({jax.local_device_count()} device(s)); process 0 draws the release and writes it")
+
+
+def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemble, splits, plan,
+                           seed, echo, planned: dict, cluster) -> LabelResult:
     """The body of `label` once its inputs are checked: the ledger's budget, the votes,
     the release, the brief report; writes votes.npz and labels.npz through `door`."""
-    from pate.programs.voting import plurality_accuracy, predict_votes
+    from pate.programs.voting import plurality_accuracy
 
     # The ledger of the private data set refuses a release over its total budget before
     # any teacher votes (`pate.store.ledger`).
@@ -134,13 +196,14 @@ def _release_from_teachers(door: Door, config: Config, record: Mechanism, teache
 
     # Votes only for the queried points (the first ones of the pool): nothing else is
     # answered, and a vote nobody needs is private data kept for no reason.
+    cluster.agree(num_queries)  # every process is ready: they vote on these points
     queried = np.arange(num_queries)
-    echo(f"voting: {teachers.num_teachers} teachers on {queried.size} pool points")
-    inputs = teachers.inputs(splits.pool_x[queried], splits.pool_x,
-                             door.run / rundir.DPSGD_FEATURES_DIR, "queries")
-    votes = predict_votes(teachers.params, teachers.model, inputs, teachers.num_classes,
-                          batch_size=config.teachers.eval_batch_size)
-    if np.any(votes.sum(axis=1) != teachers.num_teachers):
+    echo(f"voting: {ensemble.num_teachers} teachers on {queried.size} pool points"
+         + (f" ({cluster.count} processes, each its own block of teachers)" if cluster.count > 1 else ""))
+    inputs = teacher_inputs(ensemble.config, splits.pool_x[queried], splits.pool_x,
+                            door.run / rundir.DPSGD_FEATURES_DIR, "queries")
+    votes = _votes(config, ensemble, inputs, cluster)
+    if np.any(votes.sum(axis=1) != ensemble.num_teachers):
         raise PateError("internal error: a vote row does not count every teacher once")
 
     cap = None if plan is None else plan.max_answers
@@ -167,7 +230,7 @@ def _release_from_teachers(door: Door, config: Config, record: Mechanism, teache
     # Charged when the door commits the release (written first, renamed into place right after).
     charge_release(door, book, cost, record, door.out / rundir.LABELS_NPZ, num_queries, config.privacy,
                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()),
-                   num_classes=teachers.num_classes)
+                   num_classes=ensemble.num_classes)
     echo(result.summary())
     echo(table)
     return result

@@ -90,6 +90,11 @@ def abstract(tree: Any) -> Any:
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
 
 
+def _target(x: Any) -> jax.ShapeDtypeStruct:
+    """What a restore fills in for one leaf: its shape and dtype, and its sharding if it has one."""
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=getattr(x, "sharding", None))
+
+
 # --------------------------------------------------------------------------- numbered steps
 
 
@@ -134,11 +139,18 @@ def save_step(manager, step: int, trees: Mapping[str, Any], records: Mapping[str
                         f"{short_error(err)}; free space or make it writable, then {then}") from None
 
 
-def restore_step(manager, step: int, like: Mapping[str, Any], records: Sequence[str] = ()) -> dict:
-    """Step `step`'s trees shaped like `like` (by name) and its JSON `records`."""
+def restore_step(manager, step: int, like: Mapping[str, Any], records: Sequence[str] = (), *,
+                 strict: bool = True) -> dict:
+    """Step `step`'s trees shaped like `like` (by name) and its JSON `records`.
+
+    A leaf of `like` that carries a sharding is restored as a `jax.Array` of it: each process
+    reads the rows of its own devices only. With ``strict=False`` a leaf longer than the
+    stored array is padded with zeros (orbax's padding), for a sharding that needs it.
+    """
     import orbax.checkpoint as ocp
 
-    items = {name: ocp.args.StandardRestore(abstract(tree)) for name, tree in like.items()}
+    items = {name: ocp.args.StandardRestore(jax.tree.map(_target, tree), strict=strict)
+             for name, tree in like.items()}
     items.update({name: ocp.args.JsonRestore() for name in records})
     return manager.restore(step, args=ocp.args.Composite(**items))
 
@@ -260,5 +272,7 @@ def verified_restore(what: str, path: Path, digest: str | None, remake: str,
         raise PateError(f"{path} is missing: the run records the {what}; {remake}")
     try:
         return restore()
+    except PateError:  # `restore` said what went wrong itself
+        raise
     except Exception as err:  # noqa: BLE001 - tensorstore/orbax raise many types
         raise PateError(f"cannot read the {what} in {path} ({short_error(err)}); {remake}") from None

@@ -1,0 +1,227 @@
+"""The processes of one distributed command (`--distributed`, JAX's multi-controller runtime):
+which block of the teacher axis each process owns, the agreement every process reaches before
+it goes on (a process that fails stops every process, each with one line), and the exact,
+integer sum of the processes' vote counts.
+
+Every process runs the same sequence of collectives (`agree`, `sum_counts`): a process that
+fails between two of them tells the others at the next one (`together`), so none waits for
+ever on a process that has given up, and every process learns why in the same words.
+The collectives are `jax.experimental.multihost_utils.process_allgather` of small int32
+arrays (gloo on CPU, NCCL on GPUs): an all-gather moves integers, it never adds them, so the
+sum made on the host in int64 is exact whatever the layout.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+from typing import Callable
+
+import numpy as np
+
+from analysis.core.errors import PateError
+
+#: The longest failure line an agreement carries (UTF-8 bytes; longer ones are cut).
+MESSAGE_BYTES = 480
+
+#: The status words of an agreement: [failed, value, length of the message, message bytes...].
+_HEADER = 3
+
+
+def block(num_rows: int, count: int, index: int) -> range:
+    """The rows of a stacked axis of `num_rows` that process `index` of `count` owns: the
+    `index`-th of `count` blocks of ``ceil(num_rows / count)`` rows (the last ones shorter or
+    empty). The blocks are those of the axis sharded over one device per process, so each
+    process reads only its own rows of a checkpoint (`pate.programs.teacher_training`)."""
+    per = -(-num_rows // count)
+    return range(min(index * per, num_rows), min((index + 1) * per, num_rows))
+
+
+def status(failure: str | None = None, value: int = 0) -> np.ndarray:
+    """One process's word in an agreement: whether it failed (and its line, cut to
+    `MESSAGE_BYTES`), and a value (process 0's is the one every process gets)."""
+    text = (failure or "").encode("utf-8")[:MESSAGE_BYTES]
+    text = text.decode("utf-8", "ignore").encode("utf-8")  # no character cut in two
+    out = np.zeros(_HEADER + MESSAGE_BYTES, np.int32)
+    out[:_HEADER] = (failure is not None, value, len(text))
+    out[_HEADER:_HEADER + len(text)] = np.frombuffer(text, np.uint8)
+    return out
+
+
+#: Whether a collective with the other processes failed here (one of them died): this process
+#: then leaves without JAX's shutdown barrier (`leave_quickly_when_lost`).
+_LOST = False
+
+
+def lost() -> bool:
+    """Whether this process lost the other processes of its cluster."""
+    return _LOST
+
+
+def leave_quickly_when_lost() -> None:
+    """Registers the exit hook of a process that lost its cluster (`initialize_distributed`
+    calls it right after JAX's start, so it runs before JAX's own exit hook): JAX's shutdown
+    barrier would wait for a dead process until the coordination service's heartbeat timeout
+    (100 s) and then abort with a C++ trace; the hook flushes what was printed (the one line)
+    and exits with status 1 at once. Nothing is left to do by then: a release is written,
+    charged and renamed into place before the last agreement, or not at all."""
+    atexit.register(_leave_if_lost)
+
+
+def _leave_if_lost() -> None:
+    if _LOST:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(1)
+
+
+class Stopped(PateError):
+    """Another process failed: this one stops too (its line names the process and why)."""
+
+
+def decide(words: np.ndarray, index: int, last: bool = False) -> int:
+    """What an agreement decides from every process's `status` (rows by process id): process
+    0's value when none failed.
+
+    Raises:
+      Stopped: another process failed (its line, naming the first that did); this
+        process's own failure is its own error and is raised by the caller, not here. Before
+        the `last` agreement nothing can have been charged or written (process 0 commits
+        between the counts and the last agreement), and the line says so.
+    """
+    words = np.asarray(words)
+    failed = [p for p in range(words.shape[0]) if words[p, 0] and p != index]
+    if failed:
+        p = failed[0]
+        length = int(words[p, 2])
+        text = bytes(words[p, _HEADER:_HEADER + length].astype(np.uint8)).decode("utf-8", "replace")
+        nothing = "" if last else " (nothing was charged or written)"
+        raise Stopped(f"process {p} of {words.shape[0]} failed, so every process stopped{nothing}: {text}")
+    return int(words[0, 1])
+
+
+def exact_sum(counts: np.ndarray, teachers: list[int]) -> np.ndarray:
+    """The vote histogram of the whole ensemble from each process's counts (P, n, C): summed
+    as integers (int64 on the host, so no sum can wrap), after checking that every row of
+    process p counts each of its `teachers[p]` teachers once.
+
+    Raises:
+      PateError: a process's counts do not add up to its teachers (an internal error).
+    """
+    counts = np.asarray(counts)
+    if counts.dtype.kind not in "iu":
+        raise PateError(f"internal error: vote counts must be integers, got {counts.dtype}")
+    counts = counts.astype(np.int64)
+    for p, expected in enumerate(teachers):
+        rows = counts[p].sum(axis=-1)
+        if np.any(rows != expected) or np.any(counts[p] < 0):
+            raise PateError(f"internal error: process {p}'s vote rows do not count its {expected} teachers once")
+    total = counts.sum(axis=0)
+    if total.size and total.max() > np.iinfo(np.int32).max:
+        raise PateError("internal error: a vote count does not fit in int32")
+    return total.astype(np.int32)
+
+
+def _allgather(x: np.ndarray) -> np.ndarray:
+    """Every process's `x` (the same shape on each), stacked by process id."""
+    import jax
+
+    if jax.process_count() == 1:
+        return np.asarray(x)[None]
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(np.asarray(x), tiled=False))
+
+
+class Cluster:
+    """This process's place in a distributed command: `index` of `count` (one process: 0 of 1,
+    and every collective is the identity).
+
+    Args:
+      index, count: default: `jax.process_index()`, `jax.process_count()`.
+      gather: the all-gather (tests pass their own).
+    """
+
+    def __init__(self, index: int | None = None, count: int | None = None,
+                 gather: Callable[[np.ndarray], np.ndarray] = _allgather):
+        if index is None or count is None:
+            import jax
+
+            index, count = jax.process_index(), jax.process_count()
+        self.index, self.count, self._gather = index, count, gather
+        self._stopped = False  # an agreement stopped this process (the others know)
+
+    @property
+    def leader(self) -> bool:
+        """Process 0: holds the run's lock, draws the noise, charges the ledger, writes."""
+        return self.index == 0
+
+    def rows(self, num_rows: int) -> range:
+        """This process's block of a stacked axis of `num_rows` (`block`)."""
+        return block(num_rows, self.count, self.index)
+
+    def agree(self, value: int = 0, failure: str | None = None, last: bool = False) -> int:
+        """Waits for every process; returns process 0's `value` when none failed (`last`: the
+        agreement that ends `together`).
+
+        Raises:
+          Stopped: another process failed (this one says which and why).
+        """
+        words = self._collective(status(failure, value))
+        try:
+            return decide(words, self.index, last)
+        except Stopped:
+            self._stopped = True
+            raise
+
+    def sum_counts(self, counts: np.ndarray, num_teachers: int) -> np.ndarray:
+        """The vote histogram of all `num_teachers` teachers from this process's int32 counts
+        (n, C) of its own (`rows`): once every process has counted (an `agree`: one that
+        failed stops them all), gathered from every process and summed exactly (`exact_sum`).
+        Every process calls it at the same point.
+
+        Raises:
+          Stopped: another process failed before it counted.
+        """
+        counts = np.asarray(counts)
+        if counts.dtype != np.int32:
+            raise PateError(f"internal error: vote counts travel as int32, got {counts.dtype}")
+        self.agree()
+        teachers = [len(block(num_teachers, self.count, p)) for p in range(self.count)]
+        return exact_sum(self._collective(counts), teachers)
+
+    def _collective(self, x: np.ndarray) -> np.ndarray:
+        """`gather`, where a process that died (killed, its host lost) ends in one line."""
+        try:
+            return self._gather(x)
+        except Exception as err:  # noqa: BLE001 - gloo, NCCL and the coordination service raise several types
+            self.abandon()
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            raise PateError(f"lost the other processes of the cluster ({first}); see their output, then start "
+                            "them all again") from None
+
+    def abandon(self) -> None:
+        """A collective failed (here or in a library's, such as orbax's restore): the cluster's
+        sequence of collectives is broken, so this process tells no one and, at exit, leaves
+        without JAX's shutdown barrier (`leave_quickly_when_lost`)."""
+        global _LOST
+        self._stopped, _LOST = True, True
+
+    @contextlib.contextmanager
+    def together(self):
+        """The block every process runs: a failure here is told to the others at the next
+        agreement (they stop with one line naming this process and its line), and a block
+        that ends well waits for the others to end well too (the last agreement, after the
+        block: a process 0 that fails there may have committed, so that line claims nothing)."""
+        try:
+            yield self
+        except BaseException as err:
+            if not self._stopped and self.count > 1:
+                line = " ".join(str(err).split()) or type(err).__name__
+                with contextlib.suppress(Exception):
+                    self.agree(failure=line)
+            raise
+        self.agree(last=True)
