@@ -122,16 +122,22 @@ def bench_module(name: str):
 @pytest.fixture(scope="session", autouse=True)
 def _session_ledgers(tmp_path_factory):
     """Privacy ledgers of the session's shared runs go to a temporary folder, never to the
-    user's state folder (`pate.store.ledger`)."""
+    user's state folder (`pate.store.ledger`); ``$XDG_STATE_HOME`` too, so that the "once"
+    guard, which also reads the default folder (`pate.store.identity.visible_directories`),
+    never sees the user's own ledgers (a `pate run configs/tiny.toml --seed 0` of theirs
+    would refuse the tests' draws of the same labels)."""
     import os
 
-    old = os.environ.get("PATE_LEDGER_DIR")
+    names = ("PATE_LEDGER_DIR", "XDG_STATE_HOME")
+    old = {name: os.environ.get(name) for name in names}
     os.environ["PATE_LEDGER_DIR"] = str(tmp_path_factory.mktemp("ledgers"))
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
     yield
-    if old is None:
-        os.environ.pop("PATE_LEDGER_DIR", None)
-    else:
-        os.environ["PATE_LEDGER_DIR"] = old
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

@@ -102,7 +102,8 @@ def visible_directories(workdir=None, config=None) -> list[Path]:
     """Every ledger folder a command on a run can see, for the "once" guard of a sanitised
     draw (`pate.store.ledger.Ledger.refuse_drawn_elsewhere`): the config's ``[privacy]
     ledger``, the one the run was labelled under (`labelled_under`), ``$PATE_LEDGER_DIR``,
-    and the XDG and home defaults; those that exist, each once."""
+    and the default without it (``$XDG_STATE_HOME/pate/ledgers`` when that is absolute, else
+    ``~/.local/state/pate/ledgers``, as `default_directory` picks); those that exist, each once."""
     found: list[Path] = []
 
     def add(where) -> None:
@@ -123,9 +124,9 @@ def visible_directories(workdir=None, config=None) -> list[Path]:
     if os.environ.get(LEDGER_ENV):
         add(os.environ[LEDGER_ENV])
     state = os.environ.get("XDG_STATE_HOME") or ""
-    if os.path.isabs(state):
-        add(Path(state) / "pate" / "ledgers")
-    add(Path(os.path.expanduser("~")) / ".local" / "state" / "pate" / "ledgers")
+    if not os.path.isabs(state):
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
+    add(Path(state) / "pate" / "ledgers")
     return found
 
 
