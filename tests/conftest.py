@@ -85,16 +85,23 @@ def chi_square_pvalue(samples, pmf, support):
     return stats.chisquare(pooled_obs, pooled_exp).pvalue
 
 
-def unpublished_copy(finished_tiny, tmp_path):
-    """A copy of the finished tiny run (``tmp_path / "run"``) without its report: labelled, not
-    yet analysed (its labels charged to the shared session's ledger, not the test's)."""
-    from pate.store import rundir
+def own_copy(shared_run, target, **copytree_options) -> pathlib.Path:
+    """A copy of a shared session run (`labelled_tiny`, `finished_tiny`) at ``target``, and of
+    the ledger folder that run's labels were charged to into this test's own ledger folder
+    (``$PATE_LEDGER_DIR``, the `ledger_dir` fixture): a run belongs to one ledger
+    (`pate.store.ledger.Ledger.check_holds_run`), so commands on the copy charge the run's
+    own ledger, as they would on the machine that labelled it, and never the session's."""
+    import os
 
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run)
-    for name in (rundir.RELEASE_JSON, rundir.PRIVACY_JSON, rundir.PRIVACY_PNG):
-        (run / name).unlink()
-    return run
+    shutil.copytree(shared_run, target, **copytree_options)
+    shutil.copytree(pathlib.Path(shared_run).parent / "ledgers", os.environ["PATE_LEDGER_DIR"], dirs_exist_ok=True)
+    return pathlib.Path(target)
+
+
+def unpublished_copy(labelled_tiny, tmp_path):
+    """An own copy (`own_copy`) of the labelled tiny run at ``tmp_path / "run"``: labelled, not
+    yet analysed; its labels charged to the test's own ledger (its one entry, "labels")."""
+    return own_copy(labelled_tiny, tmp_path / "run")
 
 
 def failing_replace(monkeypatch, fault, module=os):
@@ -149,16 +156,22 @@ def bench_module(name: str):
 @pytest.fixture(scope="session", autouse=True)
 def _session_ledgers(tmp_path_factory):
     """Privacy ledgers of the session's shared runs go to a temporary folder, never to the
-    user's state folder (`pate.store.ledger`)."""
+    user's state folder (`pate.store.ledger`); ``$XDG_STATE_HOME`` too, so that the "once"
+    guard, which also reads the default folder (`pate.store.identity.visible_directories`),
+    never sees the user's own ledgers (a `pate run configs/tiny.toml --seed 0` of theirs
+    would refuse the tests' draws of the same labels)."""
     import os
 
-    old = os.environ.get("PATE_LEDGER_DIR")
+    names = ("PATE_LEDGER_DIR", "XDG_STATE_HOME")
+    old = {name: os.environ.get(name) for name in names}
     os.environ["PATE_LEDGER_DIR"] = str(tmp_path_factory.mktemp("ledgers"))
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
     yield
-    if old is None:
-        os.environ.pop("PATE_LEDGER_DIR", None)
-    else:
-        os.environ["PATE_LEDGER_DIR"] = old
+    for name, value in old.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)
@@ -228,16 +241,58 @@ def trained_run(_trained_tiny, tmp_path):
     return copy, result
 
 
+@contextlib.contextmanager
+def _ledger_folder(folder):
+    """``$PATE_LEDGER_DIR`` set to ``folder`` for the block (a session run's own ledgers)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATE_LEDGER_DIR", str(folder))
+        yield mp
+
+
 @pytest.fixture(scope="session")
-def finished_tiny(_trained_tiny, tmp_path_factory, tiny_config):
-    """A complete tiny run (teachers, labels, student, privacy report), made once per test
-    session (shared by the xdist workers: read it, copy it, never write into it)."""
+def labelled_tiny(_trained_tiny, tmp_path_factory, tiny_config):
+    """The tiny run labelled and its student trained, not analysed (no sanitised draw yet),
+    made once per test session (shared by the xdist workers: read it, never write into it;
+    `own_copy` copies it with its ledgers). Its labels are charged to a ledger folder of its
+    own beside it (``labelled_tiny.parent / "ledgers"``)."""
+
+    import dataclasses
+
+    class Labelled(BaseException):
+        """`pate run` stopped where its analyze step would start (teachers, labels, student recorded)."""
+
+    def stop(_ctx):
+        raise Labelled
+
+    def build(folder):
+        from pate.steps import pipeline
+
+        shutil.copytree(_trained_tiny[0], folder / "run")
+        with _ledger_folder(folder / "ledgers") as mp:
+            mp.setattr(pipeline, "STEPS", tuple(dataclasses.replace(s, run=stop) if s.name == "analyze" else s
+                                                for s in pipeline.STEPS))
+            with contextlib.suppress(Labelled):
+                pipeline.run(tiny_config, folder / "run", seed=0, show_progress=False, echo=lambda *_: None)
+        assert (folder / "run" / "student.json").exists() and not (folder / "run" / "release.json").exists()
+
+    return _built_once(tmp_path_factory, "shared-tiny-labelled", build) / "run"
+
+
+@pytest.fixture(scope="session")
+def finished_tiny(labelled_tiny, tmp_path_factory, tiny_config):
+    """A complete tiny run (teachers, labels, student, privacy report): `labelled_tiny`
+    analysed under a copy of its ledger folder (``finished_tiny.parent / "ledgers"``, which
+    holds its labels and their sanitised draw), made once per test session (shared by the
+    xdist workers: read it, copy it, never write into it). A plain copy is a run from another
+    machine (`pate ledger --import` counts it in the test's ledger); `own_copy` brings its ledger."""
 
     def build(folder):
         from pate.steps.pipeline import run
 
-        shutil.copytree(_trained_tiny[0], folder / "run")
-        run(tiny_config, folder / "run", seed=0, show_progress=False, echo=lambda *_: None)
+        shutil.copytree(labelled_tiny, folder / "run")
+        shutil.copytree(labelled_tiny.parent / "ledgers", folder / "ledgers")
+        with _ledger_folder(folder / "ledgers"):
+            run(tiny_config, folder / "run", seed=0, show_progress=False, echo=lambda *_: None)
 
     return _built_once(tmp_path_factory, "shared-tiny-finished", build) / "run"
 

@@ -26,6 +26,7 @@ from analysis.core import votes as votes_mod
 from analysis.core.errors import OptionError, PateError
 from pate.store import ledger as ledger_mod
 from pate.store import digests, rundir
+from pate.store.identity import visible_directories
 from pate.release import target as release_target
 from pate.release.labels import CHECK_OFFSETS, content_digest, read_labels
 from pate.config import check_config, PrivacyConfig
@@ -211,8 +212,11 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], subjects)
     book = ledger_mod.Ledger.for_run(workdir, config)
-    for subject in subjects if registry.from_arrays(labels, rundir.LABELS_NPZ).sanitised else ():
-        book.refuse_repeat("sanitised-eps", subject)  # before any noise is drawn
+    book.check_holds_run(os.path.join(workdir, rundir.LABELS_NPZ), subjects)  # a run belongs to one ledger
+    if registry.from_arrays(labels, rundir.LABELS_NPZ).sanitised:  # before any noise is drawn
+        for subject in subjects:
+            book.refuse_repeat("sanitised-eps", subject)
+        book.refuse_drawn_elsewhere(subjects, visible_directories(workdir, config))
     if two_rounds:
         labels = analyze_rounds.round2_rows(inputs, votes, labels)
     record = registry.from_arrays(labels, rundir.LABELS_NPZ)  # the release's (round 2's with two rounds)

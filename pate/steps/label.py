@@ -224,7 +224,8 @@ def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemb
     p = config.privacy
     table = render_table(report_for_release(votes, labels, delta=p.delta, moments=p.moments,
                                             conversion=p.conversion, sanitize=False))
-    door.out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config, meta={"data_set": book.source})
+    door.out.write_npz(rundir.VOTES_NPZ, {"votes": votes.astype(np.int32)}, config,
+                       meta={"data_set": book.source, "ledger_directory": str(book.directory)})
     door.out.write_npz(rundir.LABELS_NPZ, labels, config,
                        meta={"ledger": book.public_name(), **seed_record(seed), **planned})
     # Charged when the door commits the release (written first, renamed into place right after).

@@ -172,6 +172,8 @@ def label_round2(config: Config, workdir, *, queries: int | None = None, seed: i
         # A target for both rounds: round 2 asks as many queries as the published headline of
         # both rounds leaves room for after round 1's releases.
         book = ledger_mod.Ledger.for_teachers(run.path, config)  # the data the teachers saw
+        # A run belongs to one ledger: round 2 composes with round 1's releases, charged there.
+        book.check_holds_run(run / rundir.LABELS_NPZ, release_subjects(run / rundir.LABELS_NPZ))
         plan = None
         if config.privacy.target_eps:
             from pate.release.round2_report import round1_costs
@@ -258,7 +260,8 @@ def _release(door, config: Config, record, votes, queried, splits, accuracies, s
     brief = dict(labels, indices=np.arange(chosen.size))  # rows of the round-2 votes
     table = render_table(report_for_release(votes, brief, delta=p.delta, moments=p.moments,
                                             conversion=p.conversion, sanitize=False))
-    door.out.write_npz(rundir.VOTES_ROUND2_NPZ, {"votes": votes.astype(np.int32)}, config)
+    door.out.write_npz(rundir.VOTES_ROUND2_NPZ, {"votes": votes.astype(np.int32)}, config,
+                       meta={"ledger_directory": str(book.directory)})
     door.out.write_npz(rundir.LABELS_ROUND2_NPZ, labels, config,
                        meta={"ledger": book.name, "round": 2, **seed_record(seed), **planned})
     check = ", the teachers checking the round-1 student (Interactive-GNMax)" if interactive else ""

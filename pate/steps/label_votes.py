@@ -197,7 +197,8 @@ def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, reco
     brief = report_mod.extend(brief, data_independent_comparison(hist, labels, delta=delta, moments=moments))
     # Votes and labels are swapped in together, the old release and what was made from it
     # moved aside, once both are written and the release is charged.
-    door.out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)}, meta={"data_set": book.source})
+    door.out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)},
+                       meta={"data_set": book.source, "ledger_directory": str(book.directory)})
     door.out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.public_name(), **seed_record(seed)})
     charge_release(door, book, cost, record, door.out / rundir.LABELS_NPZ, int(selected.size),
                    privacy, data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()), num_classes=hist.shape[1])

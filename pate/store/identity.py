@@ -80,6 +80,56 @@ def directory_for(privacy=None) -> Path:
     return _absolute(where, "privacy.ledger") if where else default_directory()
 
 
+def labelled_under(workdir) -> Path | None:
+    """The ledger folder a run's votes were labelled under (votes.npz's, else round 2's votes'
+    private ``meta.ledger_directory``), or None when no votes file names one (labelled by
+    an older pate, or damaged: the command's own reading refuses that)."""
+    from pate.store import rundir
+
+    run = rundir.RunDir(workdir)
+    for name in (rundir.VOTES_NPZ, rundir.VOTES_ROUND2_NPZ):
+        try:
+            meta = run.read_npz(name).get("meta") if run.exists(name) else None
+        except PateError:
+            continue
+        where = meta.get("ledger_directory") if isinstance(meta, dict) else None
+        if isinstance(where, str) and os.path.isabs(where):
+            return Path(where)
+    return None
+
+
+def visible_directories(workdir=None, config=None) -> list[Path]:
+    """Every ledger folder a command on a run can see, for the "once" guard of a sanitised
+    draw (`pate.store.ledger.Ledger.refuse_drawn_elsewhere`): the config's ``[privacy]
+    ledger``, the one the run was labelled under (`labelled_under`), ``$PATE_LEDGER_DIR``,
+    and the default without it (``$XDG_STATE_HOME/pate/ledgers`` when that is absolute, else
+    ``~/.local/state/pate/ledgers``, as `default_directory` picks); those that exist, each once."""
+    found: list[Path] = []
+
+    def add(where) -> None:
+        try:
+            path = Path(where).expanduser()
+            if path.is_absolute() and path.is_dir() and path.resolve() not in [p.resolve() for p in found]:
+                found.append(path)
+        except (TypeError, ValueError, OSError):
+            return
+
+    privacy = getattr(config, "privacy", None)
+    if getattr(privacy, "ledger", ""):
+        add(privacy.ledger)
+    if workdir is not None:
+        where = labelled_under(workdir)
+        if where is not None:
+            add(where)
+    if os.environ.get(LEDGER_ENV):
+        add(os.environ[LEDGER_ENV])
+    state = os.environ.get("XDG_STATE_HOME") or ""
+    if not os.path.isabs(state):
+        state = os.path.join(os.path.expanduser("~"), ".local", "state")
+    add(Path(state) / "pate" / "ledgers")
+    return found
+
+
 def data_identity(data, directory: str | Path | None = None, *, new: bool = False) -> str:
     """The *source* of the private data behind a `[data]` section: the data set's name and a
     sha256 of the multiset of its training records, as ``"<name>:sha256:<digest>"``: the

@@ -315,6 +315,58 @@ class Ledger:
                      "mechanism": mechanism, "note": note}
             return self._append(raw, header, entries, [entry])[-1]
 
+    def check_holds_run(self, labels_path, subjects: tuple) -> None:
+        """A run belongs to one ledger: refuses, in one line and before anything is drawn or
+        charged, a run whose labels (``labels_path``, known by ``subjects``) were charged to a
+        ledger (their ``meta.ledger``) that this ledger folder does not hold, unless this
+        ledger records those labels (`pate ledger --import` counted them here on purpose).
+        Otherwise the run's next release would go to a fresh, empty ledger (another HOME,
+        another ``$PATE_LEDGER_DIR`` or ``[privacy] ledger``): another budget, no record of the
+        labels nor of their sanitised draw. The line names the folder the run was labelled
+        under when its votes say (`pate.store.identity.labelled_under`). It never charges that
+        folder instead: the config and the environment name where charges go, and a run file
+        silently overriding them would split a data set's ledger the other way."""
+        from pate.store import rundir
+        from pate.store.identity import labelled_under
+
+        try:
+            meta = rundir.read_npz(labels_path).get("meta") or {}
+        except PateError:
+            return  # the command's own reading of the labels refuses them
+        named = meta.get("ledger") if isinstance(meta, dict) else None
+        if not isinstance(named, str) or not named or named == self.name or Ledger(named, self.directory).exists():
+            return
+        release = release_identity("labels", labels_path)
+        if any(e.get("kind") == "labels" and (e.get("release") == release or e.get("subject") in subjects)
+               for e in self.entries()):
+            return
+        run = Path(labels_path).parent
+        where = labelled_under(run)
+        home = (f"the ledger folder {where}" if where is not None and where.resolve() != self.directory.resolve()
+                else "another ledger folder")
+        point = f"set ${LEDGER_ENV} or [privacy] ledger to {where}" if where is not None else (
+            f"set ${LEDGER_ENV} or [privacy] ledger to the folder it was labelled under")
+        raise PateError(f"{labels_path} belongs to the ledger {named!r} in {home}, which the ledger folder "
+                        f"{self.directory} does not hold (another HOME, ${LEDGER_ENV} or [privacy] ledger?); nothing "
+                        f"was drawn or charged: {point}, or count its releases here on purpose first with "
+                        f"`pate ledger --import {run}`")
+
+    def refuse_drawn_elsewhere(self, subjects: tuple, directories) -> None:
+        """The "once" guard across ledger folders: refuses a sanitised draw of labels (known
+        by ``subjects``) whose draw a ledger in another of ``directories`` (the folders this
+        run can name, `pate.store.identity.visible_directories`) already records. Reads those
+        folders only; a ledger there that cannot be read is passed over."""
+        for directory in directories:
+            if Path(directory).resolve() == self.directory.resolve():
+                continue
+            found = _drawn_in(Path(directory), subjects)
+            if found is not None:
+                path, entry = found
+                raise PateError(f"the ledger {path} (another ledger folder) already records a sanitised eps release "
+                                f"of these labels (entry {entry.get('seq')}, {entry.get('time')}, run "
+                                f"{entry.get('run')}); a second noisy draw would let an attacker average the noise "
+                                "away. Publish the first one; for a new release, label again")
+
     def find(self, kind: str, subject: str, entries: list[dict] | None = None) -> dict | None:
         """The first entry of `kind` about `subject` (a labels digest, a keyed votes digest)."""
         for entry in self.entries() if entries is None else entries:
@@ -530,6 +582,28 @@ class Ledger:
         if self.tuned_on_private_data(entries):
             doc["parameters_chosen_on_private_data"] = True
         return doc
+
+
+def _drawn_in(directory: Path, subjects: tuple) -> tuple[Path, dict] | None:
+    """The first sanitised-eps entry about one of ``subjects`` in any ledger of ``directory``."""
+    wanted = {s for s in subjects if s}
+    try:
+        files = sorted(p for p in directory.glob("*.jsonl") if p.is_file() and not p.is_symlink())
+    except OSError:
+        return None
+    for path in files:
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("kind") == "sanitised-eps" and entry.get("subject") in wanted:
+                return path, entry
+    return None
 
 
 def release_identity(kind: str, path) -> str:

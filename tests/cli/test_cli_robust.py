@@ -5,7 +5,6 @@ directory exactly as it was (no half-written artifact, nothing deleted)."""
 
 from __future__ import annotations
 
-import shutil
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ from click.testing import CliRunner
 from cli import main
 
 from analysis.core.errors import PateError
-from conftest import TINY, invoke, snapshot
+from conftest import TINY, invoke, own_copy, snapshot
 
 VALUES = ("0", "-1", "nan", "inf", "-inf", "1e308", "5e-324", "1" + "0" * 29)
 
@@ -89,8 +88,7 @@ def inputs(finished_tiny, tmp_path_factory):
 
 @pytest.mark.parametrize("command,base,option,extra,value", list(_cases()))
 def test_hostile_number(command, base, option, extra, value, finished_tiny, inputs, tmp_path):
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run)
+    run = own_copy(finished_tiny, tmp_path / "run")  # with its ledger
     subst = {"RUN": str(run), "VOTES": str(inputs / "votes.npz"), "PREDS": str(inputs / "preds.npy")}
     args = [subst.get(a, a) for a in base]
     extra = [subst.get(a, a) for a in extra]

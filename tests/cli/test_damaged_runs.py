@@ -9,7 +9,6 @@ The module shares the session's finished tiny run and copies it per case."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 
 import numpy as np
@@ -18,7 +17,7 @@ from click.testing import CliRunner
 
 from cli import main
 
-from conftest import TINY, snapshot
+from conftest import TINY, own_copy, snapshot
 
 #: The commands that read a run directory, with the arguments that make them read it.
 COMMANDS = {
@@ -130,12 +129,9 @@ def alarm():
 
 @pytest.mark.parametrize("name,kind,command", list(_cases()))
 def test_damaged_file_is_refused_in_one_line(name, kind, command, finished_tiny, tmp_path, alarm):
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run, symlinks=True)
+    run = own_copy(finished_tiny, tmp_path / "run", symlinks=True)  # its releases in this test's ledger
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    if name == "release.json":  # the run's releases, in this test's (fresh) ledger
-        assert CliRunner().invoke(main, ["ledger", "--import", str(run)]).exit_code == 0
     damage(run, name, kind, elsewhere)
     before = snapshot(run)
     args = [str(run) if a == "RUN" else a for a in COMMANDS[command]]

@@ -21,7 +21,7 @@ from pate.steps import ledger_import
 from pate.store import ledger, rundir
 from pate.release.selection import select
 
-from conftest import ROOT, invoke, one_line, sigkill_while_staged
+from conftest import ROOT, invoke, one_line, own_copy, sigkill_while_staged
 
 
 QUERIES = 40
@@ -294,8 +294,7 @@ def test_round2_queries_default_to_what_the_pool_has_left():
 def test_round2_without_options_fits_the_tiny_pool(finished_tiny, tmp_path):
     """`pate label --round 2` with no option on configs/tiny.toml: round 1 left 100 of the 200
     pool points and rounds.queries is 800 by default, so round 2 asks those 100."""
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run)
+    run = own_copy(finished_tiny, tmp_path / "run")
     r = invoke("label", "--round", 2, "--workdir", run)
     assert r.exit_code == 0, r.output
     second = np.load(run / rundir.LABELS_ROUND2_NPZ)
@@ -315,8 +314,7 @@ def test_round2_twice_needs_overwrite(two_rounds, tmp_path):
 def test_round2_target_on_an_lnmax_round1_is_refused_in_one_line(finished_tiny, tmp_path):
     """A target for both rounds needs round 1's sanitised RDP at one order (tests/release/test_rounds_target.py
     tests the plan itself)."""
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run)
+    run = own_copy(finished_tiny, tmp_path / "run")
     text = (run / rundir.CONFIG_TOML).read_text()
     (run / rundir.CONFIG_TOML).write_text(text.replace("target_eps = 0.0", "target_eps = 3.0"))
     assert "target_eps = 3.0" in (run / rundir.CONFIG_TOML).read_text()

@@ -19,7 +19,7 @@ import pytest
 
 from analysis.mechanisms import composition
 from analysis.core.errors import CommitFailed, OptionError, PateError
-from conftest import (ROOT, TINY, failing_replace, invoke, one_line, small_tmpfs, snapshot, run_entries,
+from conftest import (ROOT, TINY, failing_replace, invoke, one_line, own_copy, small_tmpfs, snapshot, run_entries,
                       staged_labels, unpublished_copy)
 from pate.store import door, ledger as ledger_mod, rundir
 
@@ -29,24 +29,24 @@ from pate.store import door, ledger as ledger_mod, rundir
 # --------------------------------------------------------------------------- analyze
 
 
-def test_a_folder_where_release_json_goes_charges_nothing_and_a_later_analyze_works(finished_tiny, tmp_path):
-    run = unpublished_copy(finished_tiny, tmp_path)
+def test_a_folder_where_release_json_goes_charges_nothing_and_a_later_analyze_works(labelled_tiny, tmp_path):
+    run = unpublished_copy(labelled_tiny, tmp_path)
     (run / rundir.RELEASE_JSON).mkdir()
     before = snapshot(run)
     result = invoke("analyze", "--workdir", run)
     assert result.exit_code == 1 and "is a folder" in one_line(result), result.output
-    assert snapshot(run) == before and run_entries(run) == []
+    assert snapshot(run) == before and [e["kind"] for e in run_entries(run)] == ["labels"]
     (run / rundir.RELEASE_JSON).rmdir()
     assert invoke("analyze", "--workdir", run).exit_code == 0
-    assert [e["kind"] for e in run_entries(run)] == ["sanitised-eps"]
+    assert [e["kind"] for e in run_entries(run)] == ["labels", "sanitised-eps"]
 
 
-def test_a_failed_analyze_commit_puts_everything_back_and_withdraws_its_charge(finished_tiny, tmp_path,
+def test_a_failed_analyze_commit_puts_everything_back_and_withdraws_its_charge(labelled_tiny, tmp_path,
                                                                               monkeypatch):
     """The rename of release.json fails after privacy.json and privacy.png are in place (an
     I/O error no check can foresee): they are put back, the draw's charge is withdrawn, and
     the next analyze is not refused as a second draw."""
-    run = unpublished_copy(finished_tiny, tmp_path)
+    run = unpublished_copy(labelled_tiny, tmp_path)
     (run / rundir.PRIVACY_JSON).write_text("an older report")
     before = snapshot(run)
     real = failing_replace(monkeypatch, lambda src, dst: OSError(errno.EIO, "Input/output error", dst)
@@ -54,18 +54,18 @@ def test_a_failed_analyze_commit_puts_everything_back_and_withdraws_its_charge(f
     result = invoke("analyze", "--workdir", run)
     assert result.exit_code == 1 and "nothing was changed" in one_line(result), result.output
     assert snapshot(run) == before and not [n for n in os.listdir(run) if n.endswith(".tmp")]
-    assert run_entries(run) == []
+    assert [e["kind"] for e in run_entries(run)] == ["labels"]
     monkeypatch.setattr(os, "replace", real)
     assert invoke("analyze", "--workdir", run).exit_code == 0
-    assert [e["kind"] for e in run_entries(run)] == ["sanitised-eps"]
+    assert [e["kind"] for e in run_entries(run)] == ["labels", "sanitised-eps"]
 
 
-def test_the_staged_release_json_is_owner_only_until_it_is_in_place(finished_tiny, tmp_path, monkeypatch):
+def test_the_staged_release_json_is_owner_only_until_it_is_in_place(labelled_tiny, tmp_path, monkeypatch):
     """A charge withdrawn must be of a release no one could read: the staged public file is
     0600 until its commit, then gets the mode a plain file gets."""
     from analysis.reporting import report_io
 
-    run = unpublished_copy(finished_tiny, tmp_path)
+    run = unpublished_copy(labelled_tiny, tmp_path)
     modes, real = [], report_io.StagedOutputs.commit
 
     def spy(self):
@@ -192,14 +192,13 @@ def test_round2_on_a_full_disk_charges_nothing(finished_tiny, tmp_path, monkeypa
     disk there used to leave the round-2 release charged."""
     from pate.steps import label_round2
 
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run)
+    run = own_copy(finished_tiny, tmp_path / "run")
     before = snapshot(run)
     monkeypatch.setattr(label_round2.shutil, "copy2", _full_disk_on(rundir.STUDENT_ROUND1_JSON))
     result = invoke("label", "--workdir", run, "--round", 2, "--queries", 40, "--seed", 1)
     assert result.exit_code == 1 and "free space" in one_line(result), result.output
     assert snapshot(run) == before
-    assert [e["kind"] for e in run_entries(run)] == []
+    assert [e["kind"] for e in run_entries(run)] == ["labels", "sanitised-eps"]  # round 1's, nothing more
 
 
 def test_a_label_release_is_charged_after_it_is_written(trained_run, monkeypatch):

@@ -22,7 +22,7 @@ from analysis.mechanisms import registry
 from analysis.mechanisms import noisy_max
 from analysis.core.errors import PateError
 from analysis.accounting.rdp import DEFAULT_ORDERS, eps_from_rdp
-from conftest import ROOT, TINY, invoke, snapshot
+from conftest import ROOT, TINY, invoke, own_copy, snapshot, unpublished_copy
 from pate.store import ledger as ledger_mod
 from pate.store.identity import default_directory, legacy_identity
 
@@ -363,7 +363,7 @@ def test_pate_run_refuses_over_budget_before_training(tiny_config, tmp_path):
 # --------------------------------------------------------------------------- second hunt (issue 21)
 
 
-def test_the_same_labels_written_again_are_the_same_release(finished_tiny, tmp_path):
+def test_the_same_labels_written_again_are_the_same_release(labelled_tiny, tmp_path):
     """The ledger keys a sanitised draw on what the labels say, not on the bytes of
     labels.npz: the same labels written again (another `meta`, other zip timestamps, as
     when the same teachers are labelled with the same research --seed seconds later, in
@@ -372,9 +372,7 @@ def test_the_same_labels_written_again_are_the_same_release(finished_tiny, tmp_p
 
     runs = []
     for k, when in enumerate(("2020-01-01T00:00:00+00:00", "2020-01-01T00:00:09+00:00")):
-        run = tmp_path / f"run{k}"
-        shutil.copytree(finished_tiny, run)
-        os.unlink(run / "release.json")
+        run = own_copy(labelled_tiny, tmp_path / f"run{k}")
         arrays = dict(np.load(run / "labels.npz", allow_pickle=False))
         meta = json.loads(str(arrays.pop("meta")))
         np.savez(run / "labels.npz", **arrays, meta=np.array(json.dumps({**meta, "written_at": when})))
@@ -386,17 +384,15 @@ def test_the_same_labels_written_again_are_the_same_release(finished_tiny, tmp_p
     result = invoke("analyze", "--workdir", runs[1], "--seed", 3)
     assert result.exit_code == 1 and "already records" in result.output, result.output
     assert not (runs[1] / "release.json").exists()
-    assert [e["kind"] for e in ledger_mod.Ledger.for_run(runs[1]).entries()] == ["sanitised-eps"]
+    assert [e["kind"] for e in ledger_mod.Ledger.for_run(runs[1]).entries()] == ["labels", "sanitised-eps"]
 
 
-def test_a_failed_report_write_charges_nothing_and_leaves_nothing(finished_tiny, tmp_path, monkeypatch):
+def test_a_failed_report_write_charges_nothing_and_leaves_nothing(labelled_tiny, tmp_path, monkeypatch):
     """A failed analyze (issue 21) leaves none of its outputs and no temp file, and charges
     no draw (the report is staged before the charge): the next attempt is not refused."""
     from analysis.core import files
 
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run)
-    os.unlink(run / "release.json")
+    run = unpublished_copy(labelled_tiny, tmp_path)
     before = snapshot(run)
     real, calls = files.write_temp, []
 
@@ -410,7 +406,7 @@ def test_a_failed_report_write_charges_nothing_and_leaves_nothing(finished_tiny,
     result = invoke("analyze", "--workdir", run)
     assert result.exit_code == 1 and "No space left" in result.output, result.output
     assert snapshot(run) == before and not [p for p in os.listdir(run) if p.endswith(".tmp")]
-    assert ledger_mod.Ledger.for_run(run).entries() == []
+    assert [e["kind"] for e in ledger_mod.Ledger.for_run(run).entries()] == ["labels"]
     monkeypatch.setattr(files, "write_temp", real)
     assert invoke("analyze", "--workdir", run).exit_code == 0
 

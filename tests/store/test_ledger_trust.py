@@ -22,12 +22,12 @@ from pate.store import door, ledger as ledger_mod, rundir
 # --------------------------------------------------------------------------- a rollback that fails
 
 
-def test_an_analyze_commit_whose_rollback_is_refused_withdraws_its_draw_in_one_line(finished_tiny, tmp_path,
+def test_an_analyze_commit_whose_rollback_is_refused_withdraws_its_draw_in_one_line(labelled_tiny, tmp_path,
                                                                                    monkeypatch):
     """release.json cannot be renamed into place (EIO) and putting privacy.json back meets a
     permission error: no public file was ever in place, so the draw's charge is withdrawn,
     the error is one line, and the next analyze draws (it is not refused as a second draw)."""
-    run = unpublished_copy(finished_tiny, tmp_path)
+    run = unpublished_copy(labelled_tiny, tmp_path)
 
     def fault(src, dst):
         if dst == str(run / rundir.RELEASE_JSON) and src.endswith(".tmp"):
@@ -41,12 +41,12 @@ def test_an_analyze_commit_whose_rollback_is_refused_withdraws_its_draw_in_one_l
     line = one_line(result)
     assert result.exit_code == 1 and "Input/output error" in line and "Permission denied" in line, result.output
     assert "withdrawn" in line or "nothing was released" in line, line
-    assert run_entries(run) == []
+    assert [e["kind"] for e in run_entries(run)] == ["labels"]
     assert not (run / rundir.RELEASE_JSON).exists()
     monkeypatch.setattr(os, "replace", real)
     again = invoke("analyze", "--workdir", run)
     assert again.exit_code == 0, again.output
-    assert [e["kind"] for e in run_entries(run)] == ["sanitised-eps"]
+    assert [e["kind"] for e in run_entries(run)] == ["labels", "sanitised-eps"]
 
 
 def test_a_staging_commit_whose_rollback_is_refused_is_a_commit_failed_when_no_release_was_in_place(
