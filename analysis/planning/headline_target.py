@@ -67,7 +67,7 @@ COSTS = (0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.8)  # RDP a release may spend a
 BETA_TIMES_ORDER = (0.1, 0.2, 0.3, 0.4)  # β · λ tried (the 2018 paper's choice: 0.1)
 ENSEMBLES = 4  # simulated ensembles the probability averages over
 SEED = 0  # the first simulated ensemble's seed (public, no release noise)
-PROBABILITY = 0.95  # default P[headline ≤ target]
+PROBABILITY = 0.95  # default P[this release's eps ≤ target]
 PREFIXES = 40  # query counts tried: multiples of ceil(max_queries / PREFIXES)
 _REACH = 12.0  # the discrete Gaussian is summed out to this many std
 _MAX_SUPPORT = 4_000_000  # refuse a release noise whose support is wider (grid units)
@@ -269,14 +269,14 @@ class ReleaseChoice:
         m = self.model
         return "\n".join([
             f"target eps        {self.target_eps:g} at delta {self.delta:g} ({self.conversion} conversion), "
-            f"P[headline <= target] >= {self.target_probability:g}"
+            f"P[this release's eps <= target] >= {self.target_probability:g}"
             + (f", with RDP {self.offset_rdp:.4g} at order {self.order:g} published by round 1"
                if self.offset_rdp else ""),
             f"queries           {self.num_queries} (of at most {self.max_queries})",
             f"release           order {self.order:g}, beta {self.beta:.4g}, RDP cost {self.release_cost:g} "
             f"(sigma_ss {self.sigma_ss:.4g})",
-            f"P[headline <= {self.target_eps:g}] {self.probability:.4f} (least over the simulated ensembles "
-            f"{self.probability_min:.4f}); expected headline {self.expected_eps:.3f}; "
+            f"P[this release's eps <= {self.target_eps:g}] {self.probability:.4f} (least over the simulated "
+            f"ensembles {self.probability_min:.4f}); expected {self.expected_eps:.3f}; "
             f"data-independent cap {self.eps_data_independent:.3f}",
             f"over the release noise, on {self.ensembles} ensembles simulated from a public model "
             f"({m.teachers} teachers, {m.classes} classes, accuracy {m.accuracy:g}, concentration "

@@ -173,7 +173,7 @@ def test_label_plans_before_any_vote_and_analyze_reports_the_probability(trained
         "label", "--workdir", str(run), "--mechanism", "confident-gnmax", "--threshold", "4", "--sigma-threshold",
         "2", "--sigma", "2", "--target-eps", "20", "--seed", "1"])
     assert labelled.exit_code == 0, labelled.output
-    assert calls == ["choose", "votes"] and "P[headline <= 20]" in labelled.output
+    assert calls == ["choose", "votes"] and "P[this release's eps <= 20]" in labelled.output
     labels = read_labels(run / "labels.npz")
     plan = release_target.planned(labels)
     assert plan is not None and labels["indices"].size == plan.num_queries and plan.target_eps == 20.0
@@ -197,11 +197,11 @@ def test_pate_plan_prints_the_choice_and_refuses_mixed_options():
              "--set", "aggregation.sigma_threshold=2.0", "--set", "aggregation.sigma=2.0"]
     result = CliRunner().invoke(cli.main, ["plan", "--config", str(TINY), *noise, "--target-eps", "20"])
     assert result.exit_code == 0, result.output
-    assert "P[headline <= 20]" in result.output and "no vote of this data set was read" in result.output
+    assert "P[this release's eps <= 20]" in result.output and "no vote of this data set was read" in result.output
     assert "round 2 is planned" not in result.output
     two = CliRunner().invoke(cli.main, ["plan", "--config", str(TINY), *noise, "--set", "rounds.rounds=2",
                                         "--set", "rounds.round1_target_eps=15", "--target-eps", "20"])
-    assert two.exit_code == 0 and "P[headline <= 15]" in two.output, two.output  # round 1's part
+    assert two.exit_code == 0 and "P[this release's eps <= 15]" in two.output, two.output  # round 1's part
     assert "round 2 is planned when it starts" in two.output
     mixed = CliRunner().invoke(cli.main, ["plan", "--config", str(TINY), "--eps", "2", "--target-eps", "20"])
     assert mixed.exit_code == 2 and "come from the config" in mixed.output
