@@ -174,7 +174,8 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
     the votes (votes.npz) stay private. With --votes, release labels from votes of
     teachers trained anywhere (no pate teachers, no config). With --round 2, a second
     release (labels-round2.npz) on a finished round 1. With --distributed, every process votes
-    with its own block of teachers and process 0 releases (docs/scale.md)."""
+    with its own block of teachers (a fine-grained release: counts its own slice of the private
+    records) and process 0 releases (docs/scale.md)."""
     opt.check_cluster(distributed, coordinator, num_processes, process_id)
     if distributed and (votes_path is not None or round_ == 2):
         raise click.UsageError("--distributed votes with the run's teachers (round 1); drop it with "
@@ -213,9 +214,6 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
         "--num-classes": num_classes, "--indices": indices_path, "--delta": delta, "--conversion": conversion,
         "--input-is-labels": input_is_labels or None, "--ledger": ledger_name}, target_eps, config_path)
 
-    if distributed and not registry.record_type(config.aggregation.mechanism).needs_teachers:
-        raise click.UsageError("--distributed shares the teachers' votes; a fine-grained release reads the private "
-                               "records in one process: drop --distributed")
     start_cluster(distributed, coordinator, num_processes, process_id)
     from pate.steps.label import label  # imports JAX
 

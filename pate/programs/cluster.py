@@ -1,7 +1,8 @@
 """The processes of one distributed command (`--distributed`, JAX's multi-controller runtime):
 which block of the teacher axis each process owns, the agreement every process reaches before
 it goes on (a process that fails stops every process, each with one line), and the exact,
-integer sum of the processes' vote counts.
+integer sum of the processes' vote counts (the teachers' votes, `sum_counts`; a fine-grained
+release's histogram of the private records, `sum_histograms`).
 
 Every process runs the same sequence of collectives (`agree`, `sum_counts`): a process that
 fails between two of them tells the others at the next one (`together`), so none waits for
@@ -125,6 +126,25 @@ def exact_sum(counts: np.ndarray, teachers: list[int]) -> np.ndarray:
     return total.astype(np.int32)
 
 
+def exact_histogram_sum(counts: np.ndarray, totals: list[int]) -> np.ndarray:
+    """A vote histogram of every private record from each process's counts (P, points, C) of
+    its own records (a fine-grained release): summed as integers in int64 after checking that
+    process p's counts are non-negative and add up to `totals[p]` (its records times their
+    votes each). Returns int64 (the release's noise is added to int64 counts).
+
+    Raises:
+      PateError: a process's counts do not add up to its records' votes (an internal error).
+    """
+    counts = np.asarray(counts)
+    if counts.dtype.kind not in "iu":
+        raise PateError(f"internal error: vote counts must be integers, got {counts.dtype}")
+    counts = counts.astype(np.int64)
+    for p, expected in enumerate(totals):
+        if int(counts[p].sum()) != int(expected) or np.any(counts[p] < 0):
+            raise PateError(f"internal error: process {p}'s histogram does not count its {expected} votes once")
+    return counts.sum(axis=0)
+
+
 def _allgather(x: np.ndarray) -> np.ndarray:
     """Every process's `x` (the same shape on each), stacked by process id."""
     import jax
@@ -192,6 +212,22 @@ class Cluster:
         self.agree()
         teachers = [len(block(num_teachers, self.count, p)) for p in range(self.count)]
         return exact_sum(self._collective(counts), teachers)
+
+    def sum_histograms(self, counts: np.ndarray, totals: list[int]) -> np.ndarray:
+        """The (points, classes) vote histogram of every private record from this process's
+        int64 counts of its own records: once every process has counted (an `agree`), sent as
+        int32 (each cell counts at most this process's records), gathered from every process
+        and summed exactly in int64 (`exact_histogram_sum`; `totals[p]`: process p's votes).
+        Every process calls it at the same point.
+
+        Raises:
+          Stopped: another process failed before it counted.
+        """
+        counts = np.asarray(counts)
+        if counts.dtype.kind not in "iu" or (counts.size and counts.max() > np.iinfo(np.int32).max):
+            raise PateError("internal error: a process's vote counts do not fit in int32")
+        self.agree()
+        return exact_histogram_sum(self._collective(counts.astype(np.int32)), totals)
 
     def _collective(self, x: np.ndarray) -> np.ndarray:
         """`gather`, where a process that died (killed, its host lost) ends in one line."""

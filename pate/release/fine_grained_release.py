@@ -10,6 +10,14 @@ exact discrete Laplace or Gaussian noise on every cell); the labels, post-proces
 release. labels.npz then holds the pool's indices, its labels and this module's record of the
 release (`record_arrays`); no count, vote or feature of a private record is written.
 
+Under `pate label --distributed` every process fits the same public map (a function of the pool
+alone), counts the votes of its own contiguous slice of the private records (`own_records`,
+`slice_counts`), and the (point, class) histograms are summed exactly as integers across
+processes (`pate.programs.cluster.Cluster.sum_histograms`) before process 0 alone draws the
+noise (`release`; the others: `contribute`). The summed histogram is the one process's, record
+for record (`private_rows`), so a seeded release's labels are the same in any layout
+(randomized response aside: each process randomises its own records, `slice_counts`).
+
 The guarantee is data-independent: pure ε (Laplace) or (ε, δ) from ρ-zCDP (Gaussian) under
 replace-one, the same however many points are labelled; no data-dependent or sanitised ε
 exists, so `pate analyze` reports the release's ε as its headline and draws nothing.
@@ -18,7 +26,7 @@ exists, so `pate analyze` reports the release's ε as its headline and draws not
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -28,6 +36,7 @@ from analysis.core.errors import PateError
 from analysis.core.noise import NoiseSource
 from pate.config import Config, FineGrainedConfig
 from pate.programs import public_features
+from pate.programs.cluster import block
 
 #: The arrays of a fine-grained release in labels.npz besides ``indices``, ``labels`` and the
 #: record's (`analysis.mechanisms.fine_grained.FineGrained.to_arrays`; `pate.release.labels.RELEASED_KEYS`
@@ -65,39 +74,207 @@ class FineGrainedRelease:
         return fine_grained.FineGrained(self.noise)
 
 
-def release(config: Config, splits, source: NoiseSource, echo=print) -> FineGrainedRelease:
-    """The labels of every pool point of ``splits`` from one release of the private train
-    split's votes (module docstring). ``source``: OS entropy for a real release."""
-    cfg, delta = config.fine_grained, config.privacy.delta
-    noise = noise_of(cfg, delta)  # refuses bad settings before any private value is read
-    pool_size, num_classes = int(splits.pool_x.shape[0]), int(splits.num_classes)
+#: Private records are mapped to their quantised rows in chunks of this many, each chunk the
+#: same global records whatever the layout (`private_rows`).
+ROW_CHUNK = 1000
+
+#: With a research seed, randomized response of process p draws from the seed's stream
+#: ``RR_STREAMS + p`` (disjoint from the central noise's `LABELS_STREAM`: `NoiseSource`).
+RR_STREAMS = 1 << 32
+
+#: Tests only: called on every process with the exact PRIVATE histogram (all records, summed
+#: across processes) just before the noise; None in every real run. Nothing else sees it.
+on_histogram: Callable[[np.ndarray], None] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class PublicSide:
+    """What every process computes identically from public values alone: the release's noise,
+    the map fitted on the pool, the pool's quantised rows and its smoothing graph."""
+
+    noise: fine_grained.Noise
+    fmap: public_features.PublicMap
+    pool_rows: np.ndarray
+    graph: np.ndarray
+    num_classes: int
+
+    @property
+    def pool_size(self) -> int:
+        return int(self.pool_rows.shape[0])
+
+
+def check_settings(config: Config, pool_size: int, private_x: np.ndarray) -> fine_grained.Noise:
+    """The section's noise after refusing, in one line, settings the pool or the private
+    inputs cannot take; reads no private value (only the inputs' shape)."""
+    cfg = config.fine_grained
+    noise = noise_of(cfg, config.privacy.delta)
     if cfg.votes_per_record > pool_size or cfg.smoothing > pool_size:
         raise PateError(f"fine_grained.votes_per_record ({cfg.votes_per_record}) and smoothing ({cfg.smoothing}) "
                         f"must be at most the {pool_size} points of the public pool")
-    feature_map = config.features.map
-    public_features.check_input(feature_map, splits.train_x)  # before any private value is read
+    public_features.check_input(config.features.map, private_x)
+    return noise
+
+
+def public_side(config: Config, pool_x: np.ndarray, num_classes: int, noise: fine_grained.Noise,
+                echo=print) -> PublicSide:
+    """The map `[features] map` names fitted on the public pool, the pool's rows and graph: a
+    function of the pool and the config alone, so every process of a distributed release
+    computes the same (`pate.programs.public_features`: no private value enters the fit)."""
+    cfg, feature_map = config.fine_grained, config.features.map
     echo(f"fine-grained: the map {feature_map!r} ({_describe(cfg, feature_map)}) and a PCA to {cfg.pca} fitted on "
-         f"the {pool_size} public pool points")
-    fmap, pool_rows = public_features.fit(splits.pool_x, cfg.pca, scattering_j=cfg.scattering_j,
+         f"the {pool_x.shape[0]} public pool points")
+    fmap, pool_rows = public_features.fit(pool_x, cfg.pca, scattering_j=cfg.scattering_j,
                                           scattering_l=cfg.scattering_l, groups=cfg.groups, feature_map=feature_map)
     graph = fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)
-    echo(f"fine-grained: {splits.train_x.shape[0]} private records each vote for their {cfg.votes_per_record} "
-         "nearest pool point(s)")
-    neighbours = fine_grained.nearest_public(fmap.rows(splits.train_x), pool_rows, cfg.votes_per_record)
-    votes_with = splits.train_y
+    return PublicSide(noise, fmap, pool_rows, graph, int(num_classes))
+
+
+def private_rows(fmap: public_features.PublicMap, records: np.ndarray, start: int) -> np.ndarray:
+    """The quantised rows of the private records ``start, start + 1, ...`` (`records`, a
+    contiguous slice of the train split) under the public map, each computed exactly as in
+    any other layout: the map runs on chunks of `ROW_CHUNK` records aligned on the whole
+    split's record numbers, each padded with zero inputs to the full chunk, so every record
+    is mapped at the same place of an input of the same shape (the scattering transform and
+    BLAS order their operations by shapes, never by values: `pate.programs.public_features`),
+    whichever process holds it. A zero input maps to a zero row, and padding is dropped."""
+    records = np.asarray(records)
+    stop = start + records.shape[0]
+    parts = []
+    for first in range(start - start % ROW_CHUNK, stop, ROW_CHUNK):
+        lo, hi = max(first, start), min(first + ROW_CHUNK, stop)
+        chunk = np.zeros((ROW_CHUNK, *records.shape[1:]), records.dtype)
+        chunk[lo - first:hi - first] = records[lo - start:hi - start]
+        parts.append(fmap.rows(chunk)[lo - first:hi - first])
+    return np.concatenate(parts) if parts else np.zeros((0, fmap.directions.shape[1]), np.int64)
+
+
+def slice_counts(side: PublicSide, cfg: FineGrainedConfig, records_x: np.ndarray, records_y: np.ndarray,
+                 start: int, rr_source: NoiseSource | None) -> np.ndarray:
+    """The PRIVATE (pool point, class) vote counts of the records ``start, start + 1, ...``
+    alone (int64): each votes, with its label (randomised first when `cfg.label_noise` says
+    so, from `rr_source`), for its `votes_per_record` nearest pool points. The histogram of
+    every record is the sum of its slices' counts (`vote_histogram` adds one per record).
+
+    Randomized response, record by record: `fine_grained.randomized_response` draws each
+    record's response from its own proposals and coins, so given the labels the responses are
+    independent, each with the law of k-ary RR of its own label. A distributed release
+    randomises each record once, on the process that holds it, from that process's source
+    (independent OS entropy per process): the joint law of all the responses is the same
+    product of per-record laws as in one process, so the label-DP guarantee (each record's
+    response, locally) and the central one (for every draw of the responses the neighbouring
+    histograms differ by one record's votes) are those of one process, unchanged."""
+    neighbours = fine_grained.nearest_public(private_rows(side.fmap, records_x, start), side.pool_rows,
+                                             cfg.votes_per_record)
+    votes_with = records_y
     if cfg.label_noise == "randomized-response":  # each label randomised before it votes (label DP)
-        echo(f"fine-grained: every private label replaced by k-ary randomized response at eps {cfg.label_eps:g}")
-        votes_with = fine_grained.randomized_response(splits.train_y, num_classes, cfg.label_eps, source)
-    noisy = fine_grained.release(fine_grained.vote_histogram(neighbours, votes_with, pool_size, num_classes),
-                                 noise, source)  # the PRIVATE counts live only inside this call
-    labels, margins = fine_grained.labels_and_margins(fine_grained.smooth(noisy, graph, cfg.smoothing_weights))
+        votes_with = fine_grained.randomized_response(records_y, side.num_classes, cfg.label_eps, rr_source)
+    return fine_grained.vote_histogram(neighbours, votes_with, side.pool_size, side.num_classes)
+
+
+def rr_source(seed: int | None, index: int = 0) -> NoiseSource:
+    """Randomized response's source on process `index`: its own OS entropy (a real release), or
+    with a research seed the seed's stream ``RR_STREAMS + index``: reproducible for one layout,
+    and never the central noise's stream (a seeded release's noise is then the same whatever
+    the layout; its randomised labels are not, since each process draws for its own records)."""
+    return NoiseSource() if seed is None else NoiseSource(seed, stream=RR_STREAMS + int(index))
+
+
+def publish(side: PublicSide, cfg: FineGrainedConfig, delta: float, counts: np.ndarray,
+            source: NoiseSource) -> FineGrainedRelease:
+    """The one release of the PRIVATE `counts` (every record's) and the labels it gives."""
+    noisy = fine_grained.release(counts, side.noise, source)  # the PRIVATE counts end here
+    labels, margins = fine_grained.labels_and_margins(fine_grained.smooth(noisy, side.graph, cfg.smoothing_weights))
     if cfg.label_noise == "randomized-response":  # debiasing moves no label; margins in true votes
-        margins = fine_grained.debias_margins(margins, num_classes, cfg.label_eps)
-    eps = noise.eps(delta)
+        margins = fine_grained.debias_margins(margins, side.num_classes, cfg.label_eps)
+    eps = side.noise.eps(delta)
     used_delta = 0.0 if cfg.noise == "laplace" else float(delta)
-    arrays = {"indices": np.arange(pool_size, dtype=np.int64), "labels": labels.astype(np.int32),
-              **record_arrays(cfg, noise, eps, used_delta), "feature_map": np.array(feature_map)}
-    return FineGrainedRelease(arrays, noise, eps, used_delta, margins)
+    arrays = {"indices": np.arange(side.pool_size, dtype=np.int64), "labels": labels.astype(np.int32),
+              **record_arrays(cfg, side.noise, eps, used_delta), "feature_map": np.array(side.fmap.name)}
+    return FineGrainedRelease(arrays, side.noise, eps, used_delta, margins)
+
+
+def release(config: Config, splits, source: NoiseSource, echo=print, *, cluster=None,
+            seed: int | None = None) -> FineGrainedRelease:
+    """The labels of every pool point of ``splits`` from one release of the private train
+    split's votes (module docstring). ``source``: OS entropy for a real release; `seed`: the
+    research seed `source` was made from, if any (randomized response's own stream, `rr_source`).
+
+    `cluster` (`pate.programs.cluster.Cluster`, process 0 of a distributed release): this
+    process counts only its own slice of the records, the other processes theirs
+    (`contribute`), and the counts are summed exactly before the noise, drawn here alone.
+    """
+    from pate.programs.cluster import Cluster
+
+    cluster = cluster or Cluster(0, 1, gather=lambda x: np.asarray(x)[None])
+    if not cluster.leader:
+        raise PateError("internal error: only process 0 draws a fine-grained release")
+    cfg = config.fine_grained
+    noise = check_settings(config, int(splits.pool_x.shape[0]), splits.train_x)  # before any private value
+    total = int(splits.train_x.shape[0])
+    cluster.agree(total)  # process 0 passed its checks: every process maps its own slice
+    side = public_side(config, splits.pool_x, splits.num_classes, noise, echo)
+    counts = _summed_counts(side, config, splits.train_x, splits.train_y, total, cluster, rr_source(seed), echo)
+    return publish(side, cfg, config.privacy.delta, counts, source)
+
+
+def contribute(config: Config, cluster, seed: int | None = None, echo=print) -> None:
+    """A process other than 0 of a distributed fine-grained release: it reads its own slice of
+    the private records (`own_records`), counts their votes and sends the counts to process
+    0; it takes no lock, draws no noise (randomized response aside: its own records' labels,
+    from its own source), charges nothing and writes nothing."""
+    pool_x, num_classes, x, y, start, total = own_records(config, cluster)
+    noise = check_settings(config, int(pool_x.shape[0]), x)
+    expected = cluster.agree()  # process 0's checks passed: it says how many records it holds
+    if expected != total:
+        raise PateError(f"process {cluster.index} sees {total} private records but process 0 sees {expected}: "
+                        "every process must read the same data set (data.path on a shared file system)")
+    side = public_side(config, pool_x, num_classes, noise, echo=lambda _line: None)
+    _summed_counts(side, config, x, y, total, cluster, rr_source(seed, cluster.index), echo, start=start)
+    stop = start + x.shape[0]
+    echo(f"process {cluster.index} of {cluster.count}: "
+         + (f"private records {start}-{stop - 1} voted" if stop > start else "no private record to vote with")
+         + f" ({total} in all); process 0 draws the release and writes it")
+
+
+def own_records(config: Config, cluster) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, int, int]:
+    """This process's view of the data: the public pool's inputs, the number of classes, its own
+    slice of the private records (`pate.programs.cluster.block` of the train split: rows
+    ``[p ceil(N/P), (p + 1) ceil(N/P))``) with their labels, the slice's first record number and N.
+
+    The loaders read whole files (IDX, .mat, .npz), so the whole data set is read; only the
+    slice is kept (copied) and the rest is dropped before any record is mapped or counted."""
+    from pate.data import load_dataset, split
+
+    splits = split(load_dataset(config.data), config.data.public_size)
+    total = int(splits.train_x.shape[0])
+    rows = cluster.rows(total)
+    x, y = splits.train_x[rows.start:rows.stop].copy(), splits.train_y[rows.start:rows.stop].copy()
+    pool_x, num_classes = splits.pool_x.copy(), int(splits.num_classes)
+    del splits  # the other processes' records: read, not kept
+    return pool_x, num_classes, x, y, rows.start, total
+
+
+def _summed_counts(side: PublicSide, config: Config, x: np.ndarray, y: np.ndarray, total: int, cluster,
+                   source: NoiseSource, echo, start: int | None = None) -> np.ndarray:
+    """Every record's vote counts: this process's slice counted (process 0 is given the whole
+    split and keeps its own slice), then summed exactly across processes."""
+    cfg = config.fine_grained
+    rows = cluster.rows(total)
+    if start is None:  # process 0 holds every record: its own slice only
+        x, y, start = x[rows.start:rows.stop], y[rows.start:rows.stop], rows.start
+    if cluster.leader:
+        spread = f" ({cluster.count} processes, each its own slice)" if cluster.count > 1 else ""
+        echo(f"fine-grained: {total} private records each vote for their {cfg.votes_per_record} nearest pool "
+             f"point(s){spread}")
+        if cfg.label_noise == "randomized-response":
+            echo(f"fine-grained: every private label replaced by k-ary randomized response at eps {cfg.label_eps:g}"
+                 + (" (by the process that holds it)" if cluster.count > 1 else ""))
+    counts = slice_counts(side, cfg, x, y, start, source)
+    records = [len(block(total, cluster.count, p)) for p in range(cluster.count)]
+    total_counts = cluster.sum_histograms(counts, [r * cfg.votes_per_record for r in records])
+    if on_histogram is not None:
+        on_histogram(total_counts)
+    return total_counts
 
 
 def _describe(cfg: FineGrainedConfig, feature_map: str) -> str:

@@ -98,10 +98,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
 
     cluster = Cluster()
     if not registry.record_type(config.aggregation.mechanism).needs_teachers:
-        if cluster.count > 1:
-            raise PateError("a fine-grained release reads the private records in one process: drop --distributed "
-                            "(--distributed shares the teachers' votes)")
-        return label_fine_grained(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=echo)
+        return label_fine_grained(config, workdir, seed=seed, overwrite=overwrite, budget=budget, echo=echo,
+                                  cluster=cluster)
     from pate.programs.teacher_training import read_ensemble
 
     with cluster.together():  # one failure stops every process, each with one line
@@ -240,30 +238,51 @@ def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemb
 
 
 def label_fine_grained(config: Config, workdir, *, seed: int | None = None, overwrite: bool = False,
-                       budget: float | None = None, echo=print) -> LabelResult:
+                       budget: float | None = None, echo=print, cluster=None) -> LabelResult | None:
     """`pate label` with ``mechanism = "fine-grained"``: one release labels every pool point
     (`pate.release.fine_grained_release`); needs no teachers. Writes labels.npz only (no vote file: the
     private histogram never leaves memory) and charges the release's data-independent cost,
     ``[fine_grained] eps``, to the data set's ledger.
 
+    In a distributed run (`cluster` of several processes, `pate label --distributed`) each
+    process counts the votes of its own slice of the private records, the histograms are
+    summed exactly across processes, and process 0 alone holds the run's lock, draws the
+    noise, charges the ledger and writes; the others return None. A process that fails stops
+    every process, each with one line, before anything is charged (docs/scale.md).
+
     Raises:
       PateError: a budget or target plan (the release spends ``fine_grained.eps`` once; set
         that), over the ledger's total budget, bad settings or data; labels exist and not
-        `overwrite`.
+        `overwrite`; another process of a distributed run failed.
     """
-    from pate.data import load_dataset, split
+    from pate.programs.cluster import Cluster
 
-    if budget is not None or config.privacy.target_eps:
+    if budget is not None or config.privacy.target_eps:  # the same line on every process: the config's
         raise PateError("--budget and privacy.target_eps plan a teachers' release; a fine-grained release "
                         "spends fine_grained.eps once, whatever it labels: set that instead")
+    cluster = cluster or Cluster(0, 1, gather=lambda x: np.asarray(x)[None])
+    with cluster.together():  # one failure stops every process, each with one line
+        if not cluster.leader:
+            aggregation.noise_source(seed)  # refuses a bad seed as process 0 does
+            fine_release.contribute(config, cluster, seed, echo)
+            return None
+        return _release_fine_grained(config, workdir, seed, overwrite, echo, cluster)
+
+
+def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, cluster) -> LabelResult:
+    """`label_fine_grained` on process 0 (the only process of a run that is not distributed)."""
+    from pate.data import load_dataset, split
+
     with step("label-fine-grained", workdir, config=config, overwrite=overwrite, echo=echo) as door:
         source = aggregation.noise_source(seed)  # refuses a bad seed before any private value is read
         p = config.privacy
         cost = fine_release.noise_of(config.fine_grained, p.delta).cost()
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([cost], p.total_budget, p.delta, "this fine-grained release")
+        # Process 0 reads the whole private split (the ledger's keyed digest of it), but counts the
+        # votes of its own slice only; the other processes count theirs (`fine_release.release`).
         splits = split(load_dataset(config.data), config.data.public_size)
-        made = fine_release.release(config, splits, source, echo)
+        made = fine_release.release(config, splits, source, echo, cluster=cluster, seed=seed)
         door.out.write_npz(rundir.LABELS_NPZ, made.arrays, config, meta={"ledger": book.public_name(), **seed_record(seed)})
         describe = (f"labels: every pool point ({splits.pool_x.shape[0]}) from one fine-grained release, "
                     f"{made.noise.kind} noise, eps {made.eps:.6g}")
