@@ -14,6 +14,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -238,3 +239,40 @@ def test_randomized_response_and_a_failing_process(tmp_path):
     assert stopped.startswith("pate: process 1 of 2 failed, so every process stopped (nothing was charged or "
                               "written): ") and line in stopped
     assert not (fresh / rundir.LABELS_NPZ).exists() and run_entries(fresh) == []
+
+
+@pytest.mark.slow  # one launch of 2 JAX processes, one of them killed: 10-20 s
+def test_a_killed_process_stops_the_other_at_once_with_nothing_charged(tmp_path):
+    config = _fine_toml(tmp_path)
+    run = tmp_path / "run"
+    port = free_port()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    env.pop("XLA_FLAGS", None)
+    first, second = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(run),
+                                       "--config", config, "--distributed", "--coordinator", f"127.0.0.1:{port}",
+                                       "--num-processes", "2", "--process-id", str(p)],
+                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                     for p in (0, 1)]
+    try:
+        for line in first.stdout:  # past the first agreement: both map their records
+            if line.startswith("fine-grained: the map"):
+                break
+        second.kill()
+        began = time.monotonic()
+        _, err = first.communicate(timeout=90)
+        waited = time.monotonic() - began
+    finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    # One line at once, not JAX's shutdown barrier waiting 100 s for the dead process.
+    assert first.returncode == 1 and waited < 60, (waited, err[-2000:])
+    (line,) = [line for line in err.splitlines() if line.startswith("pate: ")]
+    print(f"process 0 left {waited:.1f} s after the kill: {line}")
+    assert "lost the other processes" in line, line
+    assert "Traceback" not in err and "Check failure stack trace" not in err
+    assert not (run / rundir.LABELS_NPZ).exists() and run_entries(run) == []
+    again = invoke("label", "--workdir", run, "--config", config)  # the next command releases once
+    assert again.exit_code == 0, again.output
+    assert [e["kind"] for e in run_entries(run)] == ["labels"]
