@@ -163,6 +163,8 @@ def slice_counts(side: PublicSide, cfg: FineGrainedConfig, records_x: np.ndarray
     product of per-record laws as in one process, so the label-DP guarantee (each record's
     response, locally) and the central one (for every draw of the responses the neighbouring
     histograms differ by one record's votes) are those of one process, unchanged."""
+    if not len(records_x):  # an empty slice (more processes than records) counts nothing
+        return np.zeros((side.pool_size, side.num_classes), np.int64)
     neighbours = fine_grained.nearest_public(private_rows(side.fmap, records_x, start), side.pool_rows,
                                              cfg.votes_per_record)
     votes_with = records_y

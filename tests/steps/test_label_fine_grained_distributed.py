@@ -76,6 +76,18 @@ def test_every_layout_sums_to_the_one_process_histogram(tiny_side, monkeypatch, 
         assert total.dtype == np.int64 and np.array_equal(total, plain), processes
 
 
+def test_more_processes_than_records_leave_the_last_ones_nothing_to_count(tiny_side):
+    config, splits, side = tiny_side
+    x, y, k = splits.train_x[:5], splits.train_y[:5], config.fine_grained.votes_per_record
+    blocks = [cluster_mod.block(5, 7, p) for p in range(7)]  # 1, 1, 1, 1, 1, 0, 0 records
+    assert [len(b) for b in blocks] == [1, 1, 1, 1, 1, 0, 0]
+    counts = np.stack([fine_release.slice_counts(side, config.fine_grained, x[b.start:b.stop], y[b.start:b.stop],
+                                                 b.start, None) for b in blocks])
+    assert not counts[5:].any()
+    total = cluster_mod.exact_histogram_sum(counts, [len(b) * k for b in blocks])
+    assert np.array_equal(total, fine_release.slice_counts(side, config.fine_grained, x, y, 0, None))
+
+
 def test_a_record_maps_to_the_same_row_in_any_slice(tiny_side, monkeypatch):
     config, splits, side = tiny_side
     monkeypatch.setattr(fine_release, "ROW_CHUNK", 64)
