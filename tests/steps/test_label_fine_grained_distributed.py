@@ -2,7 +2,7 @@
 slice of the private records, the histograms are summed exactly, and process 0 alone draws,
 charges and writes. The fast tests hold the slicing and the sum without processes (every layout
 gives the one-process histogram, record rows computed alike in any slice); the slow ones launch
-two real local JAX processes (gloo on CPU; 15-25 s each on the shared 2-core machine) and compare
+two real local JAX processes (gloo on CPU; 2-20 s each on the shared 2-core machine, by its load) and compare
 the histogram's digest (through the test hook `fine_grained_release.on_histogram`) and the
 seeded labels with one process's."""
 
@@ -203,7 +203,7 @@ def _fine_toml(tmp_path, name="fine.toml", **sections) -> str:
     return str(path)
 
 
-@pytest.mark.slow  # one release in-process, one launch of 2 JAX processes: 15-30 s on the shared 2-core machine
+@pytest.mark.slow  # one release in-process, one launch of 2 JAX processes: 5-15 s on the shared 2-core machine
 def test_two_processes_release_what_one_process_does(tmp_path, monkeypatch):
     config = _fine_toml(tmp_path)
     one, many = tmp_path / "one", tmp_path / "many"
@@ -227,7 +227,7 @@ def test_two_processes_release_what_one_process_does(tmp_path, monkeypatch):
     assert sorted(os.listdir(many)) == sorted(os.listdir(one))  # no staging or lock left behind
 
 
-@pytest.mark.slow  # two launches of 2 JAX processes: 30-50 s
+@pytest.mark.slow  # two launches of 2 JAX processes: 6-20 s
 def test_randomized_response_and_a_failing_process(tmp_path):
     """With randomized response each process randomises its own records (the histogram still
     counts every record's k votes once); a process that sees other data stops both, nothing
@@ -253,7 +253,7 @@ def test_randomized_response_and_a_failing_process(tmp_path):
     assert not (fresh / rundir.LABELS_NPZ).exists() and run_entries(fresh) == []
 
 
-@pytest.mark.slow  # one launch of 2 JAX processes, one of them killed: 10-20 s
+@pytest.mark.slow  # one launch of 2 JAX processes, one of them killed: 2-12 s
 def test_a_killed_process_stops_the_other_at_once_with_nothing_charged(tmp_path):
     config = _fine_toml(tmp_path)
     run = tmp_path / "run"
