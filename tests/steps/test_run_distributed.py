@@ -110,3 +110,47 @@ def test_process_0_refusing_the_run_stops_the_other_with_its_line(tmp_path):
         "pate: process 0 of 2 failed, so every process stopped (nothing was charged or written): "
         + line.removeprefix("pate: ")]
     assert sorted(os.listdir(other)) == before  # nothing written, no lock left
+
+
+@pytest.mark.slow  # a launch killed while the teachers train, then a whole run: 30-60 s
+def test_a_process_killed_while_the_teachers_train_stops_the_other_and_pate_run_resumes(finished_tiny, tmp_path):
+    import time
+
+    run = tmp_path / "run"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    env.pop("XLA_FLAGS", None)
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "run", "--config", str(TINY), "--workdir",
+                               str(run), "--seed", "0", "--no-progress", "--distributed", "--coordinator",
+                               f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(p)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for p in range(2)]
+    try:
+        out = ""
+        while "[teachers] running" not in out:  # process 0 has told process 1 to train with it
+            line = procs[0].stdout.readline()
+            assert line, procs[0].stderr.read()
+            out += line
+        time.sleep(1.0)
+        procs[1].kill()
+        killed = time.monotonic()
+        _, err = procs[0].communicate(timeout=90)
+        waited = time.monotonic() - killed
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+    assert procs[0].returncode == 1 and waited < 30, err  # not JAX's 100 s heartbeat timeout and abort
+    (line,) = err.strip().splitlines()
+    assert line.startswith("pate: the teachers' training across the processes failed (") or \
+        line.startswith("pate: lost the other processes"), line
+    assert run_entries(run) == []  # nothing released, nothing charged
+
+    first, second = launch(run)  # pate run resumes: the same job as one process's
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    for name in (rundir.VOTES_NPZ, rundir.LABELS_NPZ):
+        assert released(finished_tiny / name) == released(run / name), name
+    assert len(run_entries(run)) == 2
