@@ -249,17 +249,27 @@ def train_student_command(workdir, method, steps, epochs, settings, overwrite, n
 @opt.seed_option("Noise seed of the aggregator and the sanitised release, 0 <= seed < 2**128, for reproducible "
                  "research only; never written. Default: fresh OS entropy.")
 @opt.overwrite("Run every step again from scratch.")
+@opt.cluster()
 @opt.no_progress("Do not draw progress bars.")
-def run_command(config_path, workdir, settings, seed, overwrite, no_progress):
+def run_command(config_path, workdir, settings, seed, overwrite, distributed, coordinator, num_processes,
+                process_id, no_progress):
     """Run the whole job: train-teachers, label, train-student, analyze. Steps whose
-    artifacts are complete and made from the same config sections are skipped."""
+    artifacts are complete and made from the same config sections are skipped. With
+    --distributed, every process trains its part of the teachers and votes with its block;
+    process 0 alone releases, then trains the student and writes the report (docs/scale.md)."""
+    opt.check_cluster(distributed, coordinator, num_processes, process_id)
     config = opt.config_with(config_path, settings)
+    if distributed and not registry.record_type(config.aggregation.mechanism).needs_teachers:
+        raise click.UsageError("--distributed shares the teachers' training and votes; a fine-grained run reads "
+                               "the private records in one process: drop --distributed")
 
     from pate.steps.pipeline import preflight, run  # imports JAX
 
     preflight(config, seed)  # before the lock creates the run directory
+    start_cluster(distributed, coordinator, num_processes, process_id)
     summary = run(config, workdir, overwrite=overwrite, seed=seed, show_progress=not no_progress, echo=click.echo)
-    click.echo(summary.summary())
+    if summary is not None:  # None: a process other than 0 of a distributed run (it printed its line)
+        click.echo(summary.summary())
 
 
 @main.command("dpsgd")

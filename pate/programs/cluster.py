@@ -239,6 +239,42 @@ class Cluster:
             raise PateError(f"lost the other processes of the cluster ({first}); see their output, then start "
                             "them all again") from None
 
+    def dissolve(self) -> None:
+        """Every process leaves JAX's cluster together (`jax.distributed.shutdown`: a barrier of
+        all of them, reached at once when they call it at the same point): then a process may
+        exit while another goes on alone (`pate run --distributed`: process 0 trains the
+        student), with no shutdown barrier left to wait for it at exit (which would time out,
+        300 s, and abort both). JAX's backends are then made again for this process alone
+        (`jax.extend.backend.clear_backends`: arrays and compiled programs of the cluster are
+        gone, so no step may hold one across it): `jax.process_count()` is 1 afterwards.
+
+        Raises:
+          PateError: the others could not be reached (this process then leaves as `abandon` says).
+        """
+        if self.count == 1:
+            return
+        import jax
+
+        from jax.extend import backend
+
+        try:
+            jax.distributed.shutdown()
+        except Exception as err:  # noqa: BLE001 - the coordination service raises several types
+            self.abandon()
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+            raise PateError(f"lost the other processes of the cluster as they left it ({first})") from None
+        # The backend made for the cluster still counts every process (orbax would wait for the
+        # others at each checkpoint): the next computation makes a backend of this process alone.
+        backend.clear_backends()
+        # Orbax keeps the signalling client of the cluster it first saw (an lru_cache): forgotten,
+        # it picks the one-process client at the next checkpoint. Tested with real processes
+        # (tests/steps/test_run_distributed.py): an orbax that moves it fails there, loudly.
+        with contextlib.suppress(ImportError, AttributeError):
+            from orbax.checkpoint._src.futures import signaling_client
+
+            signaling_client.get_signaling_client.cache_clear()
+        self.index, self.count = 0, 1
+
     def abandon(self) -> None:
         """A collective failed (here or in a library's, such as orbax's restore): the cluster's
         sequence of collectives is broken, so this process tells no one and, at exit, leaves

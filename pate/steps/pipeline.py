@@ -36,6 +36,11 @@ step returned (the label accuracy `label` measured; n/a for labels made elsewher
 
 A run directory whose ``config.toml`` has another ``[data]`` section (another data set,
 another pool) is refused: nothing is deleted unless ``overwrite``.
+
+Distributed (`pate run --distributed`, docs/scale.md): process 0 decides as above; the
+teachers and label steps (`SHARED`) run on every process by their own distributed paths,
+each told by process 0 at an agreement (`_Crew`, `_follow`); then every process leaves the
+cluster together and process 0 trains the student and writes the report alone.
 """
 
 from __future__ import annotations
@@ -112,14 +117,19 @@ _TARGET_KEYS = ("privacy.target_eps", "privacy.target_probability", "privacy.tar
                 "rounds.round1_target_eps")  # plan the labels
 
 
+def _resumes_teachers(run_dir: rundir.RunDir, config: Config, stored: Config | None, overwrite: bool) -> bool:
+    """Whether the teachers step continues a killed training (its checkpoint there, no
+    teachers.json, the same teacher sections in config.toml) rather than starting afresh."""
+    return (not overwrite and run_dir.exists(rundir.TEACHERS_DIR)
+            and not run_dir.exists(rundir.TEACHERS_JSON) and stored is not None
+            and section_hash(stored, _TEACHER_SECTIONS) == section_hash(config, _TEACHER_SECTIONS))
+
+
 def _train_teachers(ctx: _Context) -> dict:
     from pate.steps.teachers import train_teachers
 
     run_dir, stored, config = ctx.run_dir, ctx.stored, ctx.config
-    resume = (not ctx.overwrite and run_dir.exists(rundir.TEACHERS_DIR)
-              and not run_dir.exists(rundir.TEACHERS_JSON) and stored is not None
-              and section_hash(stored, _TEACHER_SECTIONS) == section_hash(config, _TEACHER_SECTIONS))
-    if resume:
+    if _resumes_teachers(run_dir, config, stored, ctx.overwrite):
         ctx.echo(f"[teachers] resuming from the checkpoint in {run_dir / rundir.TEACHERS_DIR}")
         # Resume with the stored config (train_teachers checks it is unchanged); its
         # [data] and [teachers] equal the current ones.
@@ -550,9 +560,101 @@ def _target_costs(config: Config, run_dir: rundir.RunDir, record: Mechanism, lab
     return costs
 
 
+#: The steps every process of a distributed `pate run` takes (`--distributed`: their own
+#: distributed paths); the later ones run on process 0 alone.
+SHARED = ("teachers", "label")
+#: Process 0's word to the other processes before each shared step (`_Crew`): skip it, run it,
+#: continue a killed training; and "done": the shared steps are over, leave.
+_SKIP, _RUN, _RESUME = 0, 1, 2
+_DONE = -1
+
+
+class _Crew:
+    """Process 0's side of a distributed `pate run` (`pate.programs.cluster.Cluster`): before
+    each shared step it tells the other processes, at an agreement, whether to run it, and
+    then that the shared steps are over. It alone decides (from the run directory, under its
+    lock), so every process takes the same steps in the same order. One process: no words.
+
+    A failure of process 0 while the others wait for its word (its checks, its decisions,
+    between the shared steps) is told to them in that agreement: each stops with one line.
+    A failure inside a shared step is that step's own (`pate label --distributed` stops every
+    process with one line)."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.waiting = cluster.count > 1  # the others wait in an agreement for process 0's word
+        self.done = False  # the shared steps are over
+
+    def tell(self, name: str, word: int) -> None:
+        """Tells the others what to do about shared step `name` (`_SKIP`, `_RUN`, `_RESUME`)."""
+        if self.waiting:
+            self.cluster.agree(SHARED.index(name) * 4 + word)
+            self.waiting = word == _SKIP  # a step that runs: they are in it with process 0
+
+    def back(self) -> None:
+        """A shared step ended on process 0: the others wait for the next word."""
+        if self.cluster.count > 1 and not self.done:
+            self.waiting = True
+
+    def finish(self) -> None:
+        """The shared steps are over: every process leaves JAX's cluster (`Cluster.dissolve`),
+        the others exit and process 0 goes on alone."""
+        if self.waiting:
+            self.cluster.agree(_DONE)
+            self.waiting = False
+            self.cluster.dissolve()
+        self.done = True
+
+    def fail(self, err: BaseException) -> None:
+        """Tells the waiting others that process 0 failed (they stop with its line)."""
+        if self.waiting:
+            self.waiting = False
+            line = " ".join(str(err).split()) or type(err).__name__
+            try:
+                self.cluster.agree(failure=line)
+            except Exception:  # noqa: BLE001 - they are gone already: nothing more to tell
+                pass
+
+
+def _follow(config: Config, workdir: str | Path, cluster, seed: int | None, echo) -> None:
+    """A distributed `pate run` on a process other than 0: it takes the shared steps process 0
+    names (`_Crew`), each by its own distributed path (training its part of the teachers,
+    voting with its block), takes no lock and writes nothing of its own, and leaves when
+    process 0 says the shared steps are over, with one line."""
+    from pate.steps.label import label
+    from pate.steps.teachers import train_teachers
+
+    run_dir, did, me = rundir.RunDir(workdir), [], f"process {cluster.index} of {cluster.count}"
+    while True:
+        value = cluster.agree()  # process 0's word (its failure stops this process here)
+        if value == _DONE:
+            cluster.dissolve()  # with process 0, which goes on alone
+            break
+        name, word = SHARED[value // 4], value % 4
+        if word == _SKIP:
+            continue
+        if name == "teachers":
+            stored = run_dir.stored_config() if word == _RESUME else None
+            train_teachers(stored or config, workdir, resume=word == _RESUME, overwrite=word != _RESUME,
+                           show_progress=False, echo=lambda _line: None)
+            did.append("trained its part of the teachers")
+        else:
+            label(config, workdir, seed=seed, overwrite=True, echo=lambda _line: None)
+            rows = cluster.rows(config.teachers.num_teachers)
+            did.append(f"voted with teachers {rows.start}-{rows.stop - 1}" if rows else "voted with no teacher")
+    done = ", ".join(did) if did else "had nothing to do (the teachers and labels are up to date)"
+    echo(f"{me}: {done}; process 0 trains the student and writes the report alone")
+
+
 def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: int | None = None,
-        show_progress: bool = True, echo: Callable[[str], None] = print) -> RunSummary:
+        show_progress: bool = True, echo: Callable[[str], None] = print) -> RunSummary | None:
     """Runs the whole job over one run directory, skipping what is up to date.
+
+    In a distributed run (`jax.distributed` started: `pate run --distributed`) every process
+    calls it with the same arguments: process 0 decides, under the run's lock, which steps
+    run; the teachers and the labels (`SHARED`) run on every process by their own distributed
+    paths; then the other processes return None with one line and process 0 trains the
+    student and writes the report alone (`_Crew`, `_follow`).
 
     Args:
       config: the resolved config.
@@ -564,26 +666,40 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
       echo: where status lines go.
 
     Returns:
-      A `RunSummary` (its `summary()` is what `pate run` prints).
+      A `RunSummary` (its `summary()` is what `pate run` prints); None on a process other
+      than 0 of a distributed run.
 
     Raises:
       PateError: the run directory belongs to another data set (nothing is touched), or
         any step's own error (the artifacts of earlier steps are kept).
     """
+    from pate.programs.cluster import Cluster
+
     check_config(config, "pate.run")
-    start = time.time()
-    record = preflight(config, seed)
-    # Nothing is touched in the run directory of another data set unless `overwrite`.
-    data = None if overwrite else DATA_CHECK
-    with step("run", workdir, config=config, data=data, echo=echo) as door:
-        run_dir = door.run
-        check_budget(config, run_dir, record)
-        if not overwrite:
-            _check_rounds(config, run_dir)
-        manifest = _Manifest(run_dir)
-        records = _run_steps(config, run_dir, manifest, overwrite, seed, show_progress, echo)
-        door.write_config()
-        return summarise(config, run_dir, manifest, records, start)
+    cluster = Cluster()
+    if cluster.count > 1 and not registry.record_type(config.aggregation.mechanism).needs_teachers:
+        raise PateError("a fine-grained run reads the private records in one process: drop --distributed "
+                        "(--distributed shares the teachers' training and votes)")
+    if not cluster.leader:
+        return _follow(config, workdir, cluster, seed, echo)
+    crew = _Crew(cluster)
+    try:
+        start = time.time()
+        record = preflight(config, seed)
+        # Nothing is touched in the run directory of another data set unless `overwrite`.
+        data = None if overwrite else DATA_CHECK
+        with step("run", workdir, config=config, data=data, echo=echo) as door:
+            run_dir = door.run
+            check_budget(config, run_dir, record)
+            if not overwrite:
+                _check_rounds(config, run_dir)
+            manifest = _Manifest(run_dir)
+            records = _run_steps(config, run_dir, manifest, overwrite, seed, show_progress, echo, crew)
+            door.write_config()
+            return summarise(config, run_dir, manifest, records, start)
+    except BaseException as err:
+        crew.fail(err)
+        raise
 
 
 #: The door's data check of `run`: the run's config must be readable and of this data set.
@@ -592,8 +708,9 @@ DATA_CHECK = dict(unreadable="use another --workdir, or --overwrite to replace t
 
 
 def _run_steps(config: Config, run_dir: rundir.RunDir, manifest: "_Manifest", overwrite: bool,
-               seed: int | None, show_progress: bool, echo) -> list[StepRecord]:
-    """Runs every step that is not up to date (`_check_state`), recording each in the manifest."""
+               seed: int | None, show_progress: bool, echo, crew: _Crew) -> list[StepRecord]:
+    """Runs every step that is not up to date (`_check_state`), recording each in the manifest;
+    tells the other processes of a distributed run which shared steps to take (`crew`)."""
     stored = run_dir.stored_config()
     records: list[StepRecord] = []
     ran: set[str] = set()
@@ -601,19 +718,30 @@ def _run_steps(config: Config, run_dir: rundir.RunDir, manifest: "_Manifest", ov
         step_ = steps_of(config, run_dir)[i]  # asked again: a step run again moves round 2's copies aside
         reason = "--overwrite" if overwrite else _check_state(run_dir, manifest, step_, config, stored,
                                                               bool(ran & set(step_.upstream)))
+        shared = step_.name in SHARED and not crew.done
+        if not shared:
+            crew.finish()  # the other processes leave: process 0 goes on alone
         if reason is None:
+            if shared:
+                crew.tell(step_.name, _SKIP)
             echo(f"[{step_.name}] up to date: skipped")
             records.append(StepRecord(step_.name, False, 0.0, "up to date"))
             continue
         if not overwrite:
             _refuse_replacing(run_dir, step_, reason)
             _refuse_redrawing(run_dir, step_, config, stored)
+        if shared:
+            resume = step_.name == "teachers" and _resumes_teachers(run_dir, config, stored, overwrite)
+            crew.tell(step_.name, _RESUME if resume else _RUN)
         echo(f"[{step_.name}] running ({reason})")
         manifest.forget(step_.name)
         t0 = time.time()
         figures = step_.run(_Context(config, run_dir, stored, overwrite, seed, show_progress, echo))
+        if shared:
+            crew.back()
         manifest.record(step_, config, figures)
         stored = run_dir.stored_config()
         records.append(StepRecord(step_.name, True, time.time() - t0, reason))
         ran.add(step_.name)
+    crew.finish()
     return records

@@ -17,6 +17,7 @@ the JSON artifacts; the run directory must be on a file system every host sees.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from pathlib import Path
@@ -158,13 +159,38 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
         door.write_config()
         # The teachers are private: their folder is owner-only.
         manager = checkpoints.open_manager(door.out / rundir.TEACHERS_DIR, private=True)
-        try:
-            params, history, latest, train_time = _train(config, door, manager, placement, model, tx, splits,
-                                                         part, show_progress, on_epoch)
-        finally:
-            manager.close()
-        return _evaluate(config, door.out, params, model, placement, dataset.name, splits, part, history,
-                         latest, start_time, train_time)
+        with _across_processes():
+            try:
+                params, history, latest, train_time = _train(config, door, manager, placement, model, tx, splits,
+                                                             part, show_progress, on_epoch)
+            finally:
+                manager.close()
+            return _evaluate(config, door.out, params, model, placement, dataset.name, splits, part, history,
+                             latest, start_time, train_time)
+
+
+@contextlib.contextmanager
+def _across_processes():
+    """The training and scoring of a multi-process run (`--distributed`), whose every step is a
+    collective of all processes: a failure other than pate's own (a peer killed or lost: gloo's
+    "Connection closed by peer", NCCL's errors) ends in one line, and this process leaves at exit
+    without JAX's shutdown barrier (`pate.programs.cluster.Cluster.abandon`), which would wait
+    for the dead peer until its heartbeat timeout (100 s) and abort with a C++ trace. The
+    checkpoints written so far are kept: `--resume` (or `pate run`) continues from them."""
+    try:
+        yield
+    except PateError:
+        raise
+    except Exception as err:  # noqa: BLE001 - XLA, gloo and NCCL raise several types
+        if jax.process_count() == 1:
+            raise
+        from pate.programs.cluster import Cluster
+
+        Cluster().abandon()
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+        raise PateError(f"the teachers' training across the processes failed ({first}); if one of them stopped, "
+                        "start them all again: `pate train-teachers --resume` (or `pate run`) continues from the "
+                        "last checkpoint") from None
 
 
 def _teachers_view(config: Config, splits: Splits, run: rundir.RunDir, show_progress: bool) -> Splits:

@@ -1,0 +1,156 @@
+"""`pate run --distributed` on real local processes (JAX's multi-controller runtime, gloo on
+CPU): the teachers and the labels on every process, by their own distributed paths; the
+student and the report on process 0 alone, the other process leaving after the labels with
+one line. Each launch starts two JAX processes and trains the tiny teachers (30-50 s on the
+shared 2-core machine), so these tests are slow (`pytest -m slow`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, TINY, run_entries
+from pate.store import rundir
+
+GLOO = "[Gloo] Rank"  # gloo's own line on stdout when the processes connect
+
+
+def launch(workdir, *extra, processes: int = 2, timeout: float = 300) -> list[subprocess.CompletedProcess]:
+    """``pate run --distributed`` as `processes` local processes on one run directory; their
+    results by process id."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    env.pop("XLA_FLAGS", None)
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "run", "--config", str(TINY), "--workdir",
+                               str(workdir), "--seed", "0", "--no-progress", *map(str, extra), "--distributed",
+                               "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(processes),
+                               "--process-id", str(p)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for p in range(processes)]
+    done = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return done
+
+
+def lines(result) -> list[str]:
+    return [line for line in result.stdout.splitlines() if not line.startswith(GLOO)]
+
+
+def released(path) -> dict:
+    """An npz's arrays (dtype, shape, bytes) and its meta, less the time it was written and the
+    ledger's keyed name (each test's ledger folder has its own key: the same data set is named
+    differently in two folders by design)."""
+    with np.load(path, allow_pickle=False) as f:
+        out = {k: (f[k].dtype.str, f[k].shape, f[k].tobytes()) for k in f.files if k != "meta"}
+        meta = json.loads(str(f["meta"]))
+    meta.pop("written_at")
+    meta.pop("ledger", None)
+    return {**out, "meta": meta}
+
+
+@pytest.mark.slow  # two JAX processes train the tiny teachers, then process 0 the student: 30-50 s
+def test_two_processes_run_the_job_one_process_runs(finished_tiny, tmp_path):
+    many = tmp_path / "many"
+    first, second = launch(many)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert not first.stderr.strip() and not second.stderr.strip()
+    # Process 1 took the teachers and the labels with process 0, then left with one line.
+    assert lines(second) == ["process 1 of 2: trained its part of the teachers, voted with teachers 3-5; "
+                             "process 0 trains the student and writes the report alone"]
+    out = first.stdout
+    for name in ("teachers", "label", "student", "analyze"):
+        assert f"[{name}] running" in out
+    assert "voting: 6 teachers on 100 pool points (2 processes" in out
+    assert "pate run: teachers ran" in out and "HEADLINE eps" in out
+    # The same votes, byte for byte, and the same seeded labels as one process's `pate run --seed 0`
+    # (the session's finished tiny run: its teachers trained from the same config, one process).
+    for name in (rundir.VOTES_NPZ, rundir.LABELS_NPZ):
+        assert released(finished_tiny / name) == released(many / name), name
+    assert sorted(os.listdir(many)) == sorted(os.listdir(finished_tiny))  # no staging or lock left
+    # Each release charged once, by process 0: the labels and the report's sanitised eps.
+    kinds = [e["kind"] for e in run_entries(many)]
+    assert kinds == [e["kind"] for e in run_entries(finished_tiny)] and len(kinds) == 2
+
+    # Run again: every step is up to date; process 1 is told so and leaves; nothing is charged.
+    first, second = launch(many)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert lines(second) == ["process 1 of 2: had nothing to do (the teachers and labels are up to date); "
+                             "process 0 trains the student and writes the report alone"]
+    assert all(f"[{n}] up to date: skipped" in first.stdout for n in ("teachers", "label", "student", "analyze"))
+    assert [e["kind"] for e in run_entries(many)] == kinds
+
+
+@pytest.mark.slow  # one launch of two JAX processes that stop before any training: 10-20 s
+def test_process_0_refusing_the_run_stops_the_other_with_its_line(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / rundir.CONFIG_TOML).write_text("# pate config\n[data]\nname = \"mnist\"\n")  # another data set's run
+    before = sorted(os.listdir(other))
+    first, second = launch(other)
+    assert first.returncode == 1 and second.returncode == 1
+    (line,) = first.stderr.strip().splitlines()
+    assert line.startswith("pate: ")
+    assert second.stderr.strip().splitlines() == [
+        "pate: process 0 of 2 failed, so every process stopped (nothing was charged or written): "
+        + line.removeprefix("pate: ")]
+    assert sorted(os.listdir(other)) == before  # nothing written, no lock left
+
+
+@pytest.mark.slow  # a launch killed while the teachers train, then a whole run: 30-60 s
+def test_a_process_killed_while_the_teachers_train_stops_the_other_and_pate_run_resumes(finished_tiny, tmp_path):
+    import time
+
+    run = tmp_path / "run"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
+    env.pop("XLA_FLAGS", None)
+    procs = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "run", "--config", str(TINY), "--workdir",
+                               str(run), "--seed", "0", "--no-progress", "--distributed", "--coordinator",
+                               f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(p)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for p in range(2)]
+    try:
+        out = ""
+        while "[teachers] running" not in out:  # process 0 has told process 1 to train with it
+            line = procs[0].stdout.readline()
+            assert line, procs[0].stderr.read()
+            out += line
+        time.sleep(1.0)
+        procs[1].kill()
+        killed = time.monotonic()
+        _, err = procs[0].communicate(timeout=90)
+        waited = time.monotonic() - killed
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+    assert procs[0].returncode == 1 and waited < 30, err  # not JAX's 100 s heartbeat timeout and abort
+    (line,) = err.strip().splitlines()
+    assert line.startswith("pate: the teachers' training across the processes failed (") or \
+        line.startswith("pate: lost the other processes"), line
+    assert run_entries(run) == []  # nothing released, nothing charged
+
+    first, second = launch(run)  # pate run resumes: the same job as one process's
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    for name in (rundir.VOTES_NPZ, rundir.LABELS_NPZ):
+        assert released(finished_tiny / name) == released(run / name), name
+    assert len(run_entries(run)) == 2
