@@ -13,12 +13,22 @@ id from `--coordinator`, `--num-processes`, `--process-id`, or detected by JAX u
 SLURM, Open MPI and the like). Every host loads the data, the teacher axis is sharded over all
 devices of all hosts, orbax writes the checkpoint collectively, and process 0 writes
 the JSON artifacts; the run directory must be on a file system every host sees.
+
+The processes agree (`pate.programs.cluster.Cluster`) twice before they commit to anything:
+once their data and config checks have passed (each says its fingerprint of the data and the
+settings that shape the training, `fingerprint`; a process whose differs from process 0's
+fails), before config.toml or any checkpoint is written; and once the teachers are trained
+and scored, before process 0 writes teachers.json. A process that fails before an agreement
+(pate's own error: bad data, a shard smaller than a batch, a config that differs) stops every
+process there, each with one line naming it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -33,6 +43,7 @@ from pate.store import ledger as ledger_mod
 from pate.config import check_config, Config
 from pate.data import Partition, Splits, load_dataset, partition, split
 from pate.programs import public_features
+from pate.programs.cluster import Cluster
 from pate.programs.models import check_input, conv_impl, make_model
 from pate.programs.placement import Placement, to_host, unpad
 from pate.programs.progress import Progress
@@ -99,7 +110,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
                    overwrite: bool = False, show_progress: bool = True,
                    devices: Sequence[jax.Device] | None = None,
                    on_epoch: Callable[[int, float], None] | None = None,
-                   echo: Callable[[str], None] = print) -> TrainResult:
+                   echo: Callable[[str], None] = print, cluster: Cluster | None = None) -> TrainResult:
     """Trains the teacher ensemble of `config` and writes it into the run directory.
 
     Writes `config.toml`, `teachers/` (orbax checkpoints of the stacked params and
@@ -116,6 +127,8 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
       on_epoch: called as `on_epoch(epochs_done, mean_loss)` after each epoch (and
         after its checkpoint, if one is due).
       echo: where the line about replaced artifacts goes.
+      cluster: the processes of a distributed run (default: `Cluster()`, JAX's processes;
+        tests pass one with their own all-gather).
 
     With `overwrite` over finished teachers, the new ensemble is trained in
     ``RUN/.new-teachers/`` and swapped in only once complete (`pate.store.door.step`): a
@@ -128,7 +141,9 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
     Raises:
       PateError: bad data or config (more teachers than points, shards smaller than a
         batch), artifacts present without `--overwrite`/`--resume`, a config differing
-        from the one being resumed, or NaN/inf loss (the last good checkpoint is kept).
+        from the one being resumed, or NaN/inf loss (the last good checkpoint is kept);
+        another process of a distributed run failed (`pate.programs.cluster.Stopped`), or
+        its data or settings differ from process 0's.
     """
     check_config(config, "pate.train_teachers")
     start_time = time.time()
@@ -136,8 +151,11 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
     # Keep the finished teachers until the new ones are complete. (Multi-host runs
     # replace them up front: the staging folder would need a barrier.)
     staged = "when-replacing" if jax.process_count() == 1 else False
-    with step("teachers", workdir, config=config, overwrite=overwrite, resume=resume, staged=staged,
-              echo=echo) as door:
+    cluster = cluster or Cluster()
+    # One failure stops every process, each with one line (`Cluster.together`): it is told at
+    # the next agreement, the first of which comes before anything is written.
+    with cluster.together(), step("teachers", workdir, config=config, overwrite=overwrite, resume=resume,
+                                  staged=staged, echo=echo) as door:
         done = _already_finished(door, tc) if door.resuming else None
         if done is not None:  # nothing to resume: nothing written (a later `pate run` labels nothing again)
             door.config = None
@@ -156,21 +174,56 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
         placement = Placement(tc.num_teachers, devices)
         model = make_model(config.teachers, splits.num_classes, backend=placement.platform)
         tx = make_optimizer(tc, part.shard_size // tc.batch_size)
-        door.write_config()
-        # The teachers are private: their folder is owner-only.
-        manager = checkpoints.open_manager(door.out / rundir.TEACHERS_DIR, private=True)
-        with _across_processes():
+        _agree_to_train(cluster, config, splits)
+        with _across_processes(cluster):  # from here every process is in the same collectives
+            door.write_config()
+            # The teachers are private: their folder is owner-only.
+            manager = checkpoints.open_manager(door.out / rundir.TEACHERS_DIR, private=True)
             try:
                 params, history, latest, train_time = _train(config, door, manager, placement, model, tx, splits,
                                                              part, show_progress, on_epoch)
             finally:
                 manager.close()
             return _evaluate(config, door.out, params, model, placement, dataset.name, splits, part, history,
-                             latest, start_time, train_time)
+                             latest, start_time, train_time, cluster)
+
+
+def fingerprint(config: Config, splits: Splits) -> int:
+    """A 31-bit digest of what every process of a distributed training must share: the
+    `[teachers]` settings, the `[data]` section (less its path: hosts may mount the data in
+    different places) and the training split itself (shape, dtype and bytes of the records and
+    their labels, as the teachers see them). Not a privacy release: it never leaves the
+    cluster, and the agreement carries only process 0's."""
+    h = hashlib.sha256()
+    data = {k: v for k, v in dataclasses.asdict(config.data).items() if k != "path"}
+    h.update(json.dumps([data, dataclasses.asdict(config.teachers)], sort_keys=True, default=str).encode())
+    for array in (splits.train_x, splits.train_y):
+        array = np.ascontiguousarray(array)
+        h.update(f"{array.dtype.str}{array.shape}".encode())
+        h.update(memoryview(array).cast("B"))
+    return int.from_bytes(h.digest()[:4], "big") & 0x7FFFFFFF
+
+
+def _agree_to_train(cluster: Cluster, config: Config, splits: Splits) -> None:
+    """The agreements before training (nothing written yet): every process passed its own
+    data and config checks, and has process 0's `fingerprint`. A process whose fingerprint
+    differs raises here, and the others stop at the second agreement with its line.
+
+    Raises:
+      PateError: this process's data or settings differ from process 0's.
+      Stopped: another process failed its checks, or its data or settings differ.
+    """
+    if cluster.count == 1:
+        return
+    mine = fingerprint(config, splits)
+    if cluster.agree(mine) != mine:
+        raise PateError(f"process {cluster.index}'s training data or [data]/[teachers] settings differ from "
+                        "process 0's: give every process the same config and the same data set")
+    cluster.agree()  # every process has the same data and settings: they train together
 
 
 @contextlib.contextmanager
-def _across_processes():
+def _across_processes(cluster: Cluster):
     """The training and scoring of a multi-process run (`--distributed`), whose every step is a
     collective of all processes: a failure other than pate's own (a peer killed or lost: gloo's
     "Connection closed by peer", NCCL's errors) ends in one line, and this process leaves at exit
@@ -182,11 +235,9 @@ def _across_processes():
     except PateError:
         raise
     except Exception as err:  # noqa: BLE001 - XLA, gloo and NCCL raise several types
-        if jax.process_count() == 1:
+        if cluster.count == 1:
             raise
-        from pate.programs.cluster import Cluster
-
-        Cluster().abandon()
+        cluster.abandon()
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
         raise PateError(f"the teachers' training across the processes failed ({first}); if one of them stopped, "
                         "start them all again: `pate train-teachers --resume` (or `pate run`) continues from the "
@@ -276,8 +327,11 @@ def _train(config: Config, door: Door, manager, placement: Placement, model, tx,
 
 
 def _evaluate(config: Config, out: rundir.RunDir, params, model, placement: Placement, dataset_name: str,
-              splits, part, history, latest, start_time: float, train_time: float) -> TrainResult:
-    """Scores the trained teachers on the evaluation split and writes teachers.json into `out`."""
+              splits, part, history, latest, start_time: float, train_time: float,
+              cluster: Cluster) -> TrainResult:
+    """Scores the trained teachers on the evaluation split and writes teachers.json into `out`
+    once every process has scored them (an agreement: one that failed stops them all before
+    process 0 writes)."""
     tc = config.teachers
     image_shape = splits.train_x.shape[1:]
     preds = teacher_predictions(params, model, splits.eval_x, tc.eval_batch_size, placement,
@@ -291,7 +345,8 @@ def _evaluate(config: Config, out: rundir.RunDir, params, model, placement: Plac
         devices=[d.device_kind for d in placement.devices], shard_size=part.shard_size,
         left_out=int(part.left_out.size), resumed_from=latest)
     final = out / rundir.TEACHERS_DIR / str(tc.epochs)
-    if jax.process_index() == 0:
+    cluster.agree()  # every process trained and scored its teachers: process 0 writes teachers.json
+    if cluster.leader:
         out.write_json(rundir.TEACHERS_JSON, {
             "checkpoint": {"step": tc.epochs, "sha256": digests.tree_digest(final)},
             "num_teachers": tc.num_teachers,

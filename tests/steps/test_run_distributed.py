@@ -54,13 +54,14 @@ def lines(result) -> list[str]:
 
 def released(path) -> dict:
     """An npz's arrays (dtype, shape, bytes) and its meta, less the time it was written and the
-    ledger's keyed name (each test's ledger folder has its own key: the same data set is named
-    differently in two folders by design)."""
+    ledger's keyed name and folder (each test's ledger folder has its own key: the same data set
+    is named differently in two folders by design)."""
     with np.load(path, allow_pickle=False) as f:
         out = {k: (f[k].dtype.str, f[k].shape, f[k].tobytes()) for k in f.files if k != "meta"}
         meta = json.loads(str(f["meta"]))
     meta.pop("written_at")
     meta.pop("ledger", None)
+    meta.pop("ledger_directory", None)  # the folder each test's ledger is in (issue 44), not the release
     return {**out, "meta": meta}
 
 
