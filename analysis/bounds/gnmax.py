@@ -125,10 +125,14 @@ def log_q(votes, sigma):
     votes = check_counts(votes)
     sigma = check_sigma(sigma)
     m = votes.shape[-1]
-    srt = np.sort(votes, axis=-1)
-    gaps = srt[..., -1:] - srt[..., :-1]
-    logub = logsumexp(log_ndtr(-gaps / (_SQRT2 * sigma)), axis=-1)
-    return np.minimum(logub, math.log1p(-1.0 / m))
+    flat = votes.reshape(-1, m)
+    logub = np.empty(flat.shape[0])
+    for rows in row_blocks(flat, ()):  # a row's bound is its own: the same numbers, a block's memory
+        srt = np.sort(flat[rows], axis=-1)
+        gaps = srt[:, -1:] - srt[:, :-1]
+        logub[rows] = logsumexp(log_ndtr(-gaps / (_SQRT2 * sigma)), axis=-1)
+    out = np.minimum(logub, math.log1p(-1.0 / m)).reshape(votes.shape[:-1])
+    return out[()] if out.ndim == 0 else out
 
 
 def theorem6(logq, sigma: float, orders: np.ndarray) -> np.ndarray:
@@ -361,22 +365,70 @@ def data_dependent_eps(
     if threshold is None:  # GNMax (`mechanism_name` checked: both threshold parameters or neither)
         if answered_mask is not None or offsets is not None:
             raise PateError("answered_mask and check offsets apply to Confident-GNMax only")
-        curve = rdp(log_q(votes, sigma), sigma, orders).sum(axis=0)
-        eps, order = eps_from_rdp(orders, curve, delta, conversion)
-        return EpsResult(float(eps), float(order), delta, orders, curve, mech, conversion, n, private=True)
-    thr, gn, w, logp = confident_curves(votes, sigma, threshold, sigma_threshold, orders, offsets)
-    if accounting == "joint":
-        curve = rdp_confident(thr, gn, w, orders).sum(axis=0)
-    elif accounting == "realised":
-        mask = check_answered_mask(answered_mask, n)
-        curve = thr.sum(axis=0) + gn[mask].sum(axis=0)
-    else:
+        curve = QuerySum()
+        for rows in row_blocks(votes, orders):
+            curve.add(rdp(log_q(votes[rows], sigma), sigma, orders))
+        eps, order = eps_from_rdp(orders, curve.total, delta, conversion)
+        return EpsResult(float(eps), float(order), delta, orders, curve.total, mech, conversion, n, private=True)
+    if accounting not in ("joint", "realised"):
         raise PateError(f"accounting must be 'joint' or 'realised', got {accounting!r}")
-    eps, order = eps_from_rdp(orders, curve, delta, conversion)
+    mask = check_answered_mask(answered_mask, n) if accounting == "realised" else None
+    if offsets is not None:
+        offsets = np.asarray(offsets)
+        if offsets.shape != votes.shape:  # the same check `check_statistic` makes, before the blocks cut it
+            raise PateError(f"check offsets must have the votes' shape {votes.shape}, got {offsets.shape}")
+    curve, thr_sum, gn_sum = QuerySum(), QuerySum(), QuerySum()
+    logp = np.empty(n)
+    for rows in row_blocks(votes, orders):
+        thr, gn, w, logp[rows] = confident_curves(votes[rows], sigma, threshold, sigma_threshold, orders,
+                                                  None if offsets is None else offsets[rows])
+        if accounting == "joint":
+            curve.add(rdp_confident(thr, gn, w, orders))
+        else:
+            thr_sum.add(thr)
+            gn_sum.add(gn[mask[rows]])
+    if accounting == "realised":
+        curve.total = thr_sum.total + (gn_sum.total if gn_sum.total is not None else np.zeros(len(orders)))
+    eps, order = eps_from_rdp(orders, curve.total, delta, conversion)
     return EpsResult(
-        float(eps), float(order), delta, orders, curve, mech, conversion, n, private=True,
+        float(eps), float(order), delta, orders, curve.total, mech, conversion, n, private=True,
         accounting=accounting, expected_answered=float(np.exp(logp).sum()),
     )
+
+
+#: How many floats one block of per-query bounds holds at once (`row_blocks`): every
+#: temporary of a block (a dozen arrays of rows × classes or rows × orders) stays a few MiB,
+#: whatever the number of queries.
+CURVE_BLOCK = 1 << 17
+
+
+def row_blocks(votes, orders, block: int | None = None):
+    """Slices of consecutive rows of ``votes``, in order, each of at most ``block`` floats of
+    rows × max(classes, orders) (default `CURVE_BLOCK`): the per-query bounds are functions of their own row, so
+    computed block by block they are the same numbers."""
+    width = max(int(np.shape(votes)[-1]), int(np.size(orders)), 1)
+    rows = max(1, int(CURVE_BLOCK if block is None else block) // width)
+    for start in range(0, np.shape(votes)[0], rows):
+        yield slice(start, min(start + rows, np.shape(votes)[0]))
+
+
+class QuerySum:
+    """The sum over queries of per-query curves (queries, orders) given block by block, in
+    row order: each block is added onto the running total row after row, as numpy sums a
+    whole (queries, orders) array along its first axis, so the total is what one sum of all
+    the rows would give."""
+
+    def __init__(self):
+        self.total = None
+
+    def add(self, rows: np.ndarray) -> None:
+        rows = np.asarray(rows, dtype=float)
+        if not rows.shape[0]:
+            return
+        if self.total is None:
+            self.total = rows.sum(axis=0)
+        else:
+            self.total = np.add.reduce(np.concatenate([self.total[None], rows]), axis=0)
 
 
 def check_answered_mask(answered_mask, n) -> np.ndarray:

@@ -76,7 +76,7 @@ def check_counts(votes, num_teachers: int | None = None) -> np.ndarray:
             raise PateError("votes must be whole, finite vote counts")
     if np.any(arr < 0):
         raise PateError("votes must be non-negative counts")
-    arr = arr.astype(np.int64)
+    arr = arr.astype(np.int64, copy=False)  # no copy of an int64 histogram: callers only read it
     if num_teachers is not None:
         sums = arr.sum(axis=-1)
         if np.any(sums != num_teachers):

@@ -178,6 +178,18 @@ def check_indices(indices, num_queries: int, *, name: str = "indices") -> np.nda
     return idx
 
 
+def rows_of(votes: np.ndarray, indices) -> np.ndarray:
+    """``votes[indices]``, a view when ``indices`` are consecutive rows in order (``a, a+1, …,
+    b−1``: the usual case, every pool point queried), a copy otherwise: the same values
+    either way, without a second copy of a large histogram. Read-only use."""
+    idx = np.asarray(indices)
+    if (idx.ndim == 1 and idx.size and np.issubdtype(idx.dtype, np.integer)
+            and 0 <= int(idx[0]) and int(idx[-1]) < len(votes)
+            and int(idx[-1]) - int(idx[0]) == idx.size - 1 and (idx.size == 1 or np.all(np.diff(idx) == 1))):
+        return votes[int(idx[0]):int(idx[-1]) + 1]
+    return votes[idx]
+
+
 def select_queries(votes: np.ndarray, *, queries: int | None = None,
                    indices: np.ndarray | None = None) -> np.ndarray:
     """The rows of ``votes`` that were answered: ``indices`` if given, then the first

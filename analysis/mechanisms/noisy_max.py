@@ -32,6 +32,12 @@ from analysis.mechanisms.record import UNANSWERED, Mechanism, PureArgmax, check_
 from analysis.sanitised import gnss, lnmax_release
 
 
+#: How many counts the noisy argmaxes draw noise for at once (`noisy_argmax`): each draw's
+#: float64 temporaries (about a dozen arrays of this many values) stay a few MiB, whatever
+#: the number of queries.
+NOISE_BLOCK = 1 << 17
+
+
 def laplace_noisy_counts(votes, gamma, noise) -> np.ndarray:
     """``votes + Lap(1/gamma)`` on every count, float64."""
     votes = check_votes(votes).astype(np.float64)
@@ -42,6 +48,26 @@ def gaussian_noisy_counts(votes, sigma, noise) -> np.ndarray:
     """``votes + N(0, sigma^2)`` on every count, float64."""
     votes = check_votes(votes).astype(np.float64)
     return votes + check_source(noise).normal(votes.shape, check_positive("sigma", sigma))
+
+
+def noisy_argmax(votes, draw: Callable[[tuple[int, int]], np.ndarray], block: int | None = None) -> np.ndarray:
+    """``argmax_j n_j + Z_j`` per row, the noise ``Z = draw(shape)`` drawn for blocks of rows
+    of about ``block`` counts each (default `NOISE_BLOCK`; at least one row), in row order;
+    int32 (one label per row).
+
+    The same law as one draw for every count: ``draw`` (`NoiseSource.laplace`, `.normal`)
+    makes one uint64 word per count, in row-major order, so successive blocks take the
+    words of one draw of the whole array, in the same order — for a seeded source the very
+    same words (Philox's stream is sequential), so the same labels; from OS entropy fresh,
+    independent words either way. Only the memory changes: a few float64 arrays of one
+    block, not of every count of every query."""
+    votes = check_votes(votes)
+    rows = max(1, int(NOISE_BLOCK if block is None else block) // votes.shape[1])
+    out = np.empty(votes.shape[0], np.int32)
+    for start in range(0, votes.shape[0], rows):
+        part = votes[start:start + rows]
+        out[start:start + part.shape[0]] = np.argmax(part.astype(np.float64) + draw(part.shape), axis=-1)
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +106,9 @@ class LNMax(PureArgmax):
 
     def sample(self, votes, source: NoiseSource, offsets=None) -> np.ndarray:
         """``argmax_j n_j + Lap(1/gamma)`` per row (float64 noise, `analysis.core.noise`); int32."""
-        return np.argmax(laplace_noisy_counts(votes, self.gamma, source), axis=-1).astype(np.int32)
+        scale = 1.0 / check_positive("gamma", self.gamma)
+        source = check_source(source)
+        return noisy_argmax(votes, lambda shape: source.laplace(shape, scale))
 
 
 class _Gaussian(Mechanism):
@@ -151,7 +179,8 @@ class GNMax(_Gaussian):
 
     def sample(self, votes, source: NoiseSource, offsets=None) -> np.ndarray:
         """``argmax_j n_j + N(0, sigma^2)`` per row (float64 noise, `analysis.core.noise`); int32."""
-        return np.argmax(gaussian_noisy_counts(votes, self.sigma, source), axis=-1).astype(np.int32)
+        source = check_source(source)
+        return noisy_argmax(votes, lambda shape: source.normal(shape, self.sigma))
 
     def data_dependent(self, rows, delta, *, moments=lnmax.DEFAULT_MOMENTS, orders=DEFAULT_ORDERS,
                        conversion: str = "classic"):
@@ -255,7 +284,7 @@ class ConfidentGNMax(_Gaussian):
         votes = check_votes(votes)
         source = check_source(source)
         noisy_top = check_statistic(votes, offsets) + source.normal(votes.shape[0], self.sigma_threshold)
-        labels = np.argmax(gaussian_noisy_counts(votes, self.sigma, source), axis=-1)
+        labels = noisy_argmax(votes, lambda shape: source.normal(shape, self.sigma))  # after the threshold noise
         return np.where(noisy_top >= self.threshold, labels, UNANSWERED).astype(np.int32)
 
     def data_dependent(self, rows, delta, *, moments=lnmax.DEFAULT_MOMENTS, orders=DEFAULT_ORDERS,

@@ -165,7 +165,7 @@ def check_votes(votes) -> np.ndarray:
     """A queries × classes histogram of counts, as int64."""
     if np.ndim(votes) != 2 or np.shape(votes)[0] == 0:
         raise PateError(f"votes must be a non-empty queries × classes histogram, got shape {np.shape(votes)}")
-    return check_counts(votes).astype(np.int64)
+    return check_counts(votes)  # int64; the caller's own array when it is one (read, never written)
 
 
 def check_source(noise) -> NoiseSource:

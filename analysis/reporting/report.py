@@ -346,21 +346,34 @@ def _gnmax_curves(votes, record, confident: bool, orders, delta: float, conversi
     n = votes.shape[0]
     sigma = record.sigma
     if confident:
-        thr, gn, w, _ = gnmax.confident_curves(votes, sigma, record.threshold, record.sigma_threshold, orders,
-                                               offsets)
-        per_query = rdp_confident(thr, gn, w, orders)
         per_query_thr = gnmax.rdp_threshold_data_independent(record.sigma_threshold, orders)
         per_query_di = per_query_thr + gnmax.rdp_data_independent(sigma, orders)
     else:
-        per_query = gnmax.rdp(gnmax.log_q(votes, sigma), sigma, orders)
         per_query_di = gnmax.rdp_data_independent(sigma, orders)
-    count = np.arange(1, n + 1, dtype=float)[:, None]
-    dd_curve, _ = rdp_mod.eps_from_rdp(orders, np.cumsum(per_query, axis=0), delta, conversion)
-    if confident and max_answers is not None:
-        di_rdp = count * per_query_thr + np.minimum(count, max_answers) * gnmax.rdp_data_independent(sigma, orders)
-    else:
-        di_rdp = count * per_query_di
-    di_curve, _ = rdp_mod.eps_from_rdp(orders, di_rdp, delta, conversion)
+    # Block by block of queries (`analysis.bounds.gnmax.row_blocks`): each query's bound is a
+    # function of its own row, and the running sum carries over the blocks as one cumsum
+    # along the queries would (row after row), so the curves are those of the whole array
+    # while only one block's (rows, orders) arrays are held.
+    di_curve, dd_curve, carry = np.empty(n), np.empty(n), None
+    for rows in gnmax.row_blocks(votes, orders):
+        if confident:
+            thr, gn, w, _ = gnmax.confident_curves(votes[rows], sigma, record.threshold, record.sigma_threshold,
+                                                   orders, None if offsets is None else np.asarray(offsets)[rows])
+            per_query = rdp_confident(thr, gn, w, orders)
+        else:
+            per_query = gnmax.rdp(gnmax.log_q(votes[rows], sigma), sigma, orders)
+        if carry is None:
+            running = np.cumsum(per_query, axis=0)
+        else:
+            running = np.cumsum(np.concatenate([carry[None], per_query]), axis=0)[1:]
+        carry = running[-1]
+        dd_curve[rows], _ = rdp_mod.eps_from_rdp(orders, running, delta, conversion)
+        count = np.arange(rows.start + 1, rows.stop + 1, dtype=float)[:, None]
+        if confident and max_answers is not None:
+            di_rdp = count * per_query_thr + np.minimum(count, max_answers) * gnmax.rdp_data_independent(sigma, orders)
+        else:
+            di_rdp = count * per_query_di
+        di_curve[rows], _ = rdp_mod.eps_from_rdp(orders, di_rdp, delta, conversion)
     return di_curve, dd_curve
 
 

@@ -108,12 +108,13 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     if rows.size == 0:
         raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
     if not mech.sanitised or isinstance(mech, noisy_max.LNMax):
-        return report_of(mech, votes[rows], delta, moments=moments, beta=beta, noise=noise, sanitize=sanitize)
+        return report_of(mech, votes_mod.rows_of(votes, rows), delta, moments=moments, beta=beta, noise=noise,
+                         sanitize=sanitize)
     max_answers = None
     if "max_answers" in labels:
         max_answers = int(float(labels["max_answers"]))
     return report_mod.gnmax_report(
-        votes[rows], mech.sigma, delta,
+        votes_mod.rows_of(votes, rows), mech.sigma, delta,
         threshold=mech.threshold if confident else None,
         sigma_threshold=mech.sigma_threshold if confident else None,
         answered=mask if confident else None, num_teachers=int(votes[0].sum()),

@@ -190,7 +190,9 @@ def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, reco
     cap = None if plan is None else plan.max_answers
     cost = composition.labels_cost(record, int(selected.size), max_answers=cap)
     book.check_budget([cost], total_budget, delta, "this label release")
-    labels = released_arrays(hist[selected], selected, record, seed, cap)
+    from analysis.core.votes import rows_of
+
+    labels = released_arrays(rows_of(hist, selected), selected, record, seed, cap)
     # The table is computed before anything is written: a failure leaves no release.
     brief = report_for_release(hist, labels, delta=delta, moments=moments, conversion=privacy.conversion,
                                sanitize=False)
@@ -201,10 +203,16 @@ def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, reco
                        meta={"data_set": book.source, "ledger_directory": str(book.directory)})
     door.out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.public_name(), **seed_record(seed)})
     charge_release(door, book, cost, record, door.out / rundir.LABELS_NPZ, int(selected.size),
-                   privacy, data_digest=book.keyed_digest(hist.astype(np.int64).tobytes()), num_classes=hist.shape[1])
+                   privacy, data_digest=book.keyed_digest(_int64_bytes(hist)), num_classes=hist.shape[1])
     params = {**record.params(), **({} if cap is None else {"max_answers": cap})}
     result = VotesRelease(record.name, params, selected, labels["labels"],
                           None if plan is None else plan.eps)
     echo(result.summary())
     echo(render_table(brief))
     return result
+
+
+def _int64_bytes(hist: np.ndarray) -> memoryview:
+    """The histogram's bytes as int64 (what the ledger's keyed digest of the votes has always
+    covered), without a copy when it is a C-ordered int64 array already."""
+    return memoryview(np.ascontiguousarray(hist, dtype=np.int64)).cast("B")
