@@ -124,7 +124,8 @@ def public_side(config: Config, pool_x: np.ndarray, num_classes: int, noise: fin
     echo(f"fine-grained: the map {feature_map!r} ({_describe(cfg, feature_map)}) and a PCA to {cfg.pca} fitted on "
          f"the {pool_x.shape[0]} public pool points")
     fmap, pool_rows = public_features.fit(pool_x, cfg.pca, scattering_j=cfg.scattering_j,
-                                          scattering_l=cfg.scattering_l, groups=cfg.groups, feature_map=feature_map)
+                                          scattering_l=cfg.scattering_l, groups=cfg.groups, feature_map=feature_map,
+                                          weights=config.features.weights)
     graph = fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)
     return PublicSide(noise, fmap, pool_rows, graph, int(num_classes))
 
@@ -330,6 +331,7 @@ def describe_plan(config: Config) -> str:
     """`pate plan --config` of a fine-grained config: the release's noise and its ε, fixed by
     the config alone (public values; no vote or private record is read)."""
     cfg, delta = config.fine_grained, config.privacy.delta
+    public_features.check_ready(config.features.map, config.features.weights)
     noise = noise_of(cfg, delta)
     k = noise.votes
     guarantee = (f"pure eps {noise.eps():.6g} (delta 0)" if noise.kind == "laplace"
