@@ -139,9 +139,7 @@ def train(pool_x: np.ndarray, recipe: Recipe, *, show_progress: bool = True) -> 
     """
     import jax
     import jax.numpy as jnp
-    import optax
 
-    from pate.programs import augment
     from pate.programs.progress import Progress
 
     recipe.check()
@@ -151,26 +149,10 @@ def train(pool_x: np.ndarray, recipe: Recipe, *, show_progress: bool = True) -> 
     if batch < 2:
         raise PateError(f"the public pool holds {n} image(s); a learned map needs at least 2")
     shift, cutout = min(recipe.shift, h // 4), min(recipe.cutout, h // 3)
-    model = encoder_class()(recipe.widths, recipe.strides, recipe.projection)
+    model, tx, step = _program(dataclasses.replace(recipe, epochs=1, seed=0, shift=shift, cutout=cutout))
     key = jax.random.PRNGKey(recipe.seed)
     params = model.init(jax.random.fold_in(key, 0), jnp.zeros((1, *pool_x.shape[1:]), jnp.float32), True)["params"]
-    tx = optax.adam(recipe.learning_rate)
     opt_state = tx.init(params)
-
-    @jax.jit
-    def step(params, opt_state, images, key):
-        k1, k2 = jax.random.split(key)
-        v1 = augment.strong(k1, images, max_shift=shift, flip=recipe.flip, cutout=cutout, degrees=recipe.degrees)
-        v2 = augment.strong(k2, images, max_shift=shift, flip=recipe.flip, cutout=cutout, degrees=recipe.degrees)
-
-        def loss_fn(p):
-            _, z = model.apply({"params": p}, jnp.concatenate([v1, v2]), True)
-            return nt_xent(z[:images.shape[0]], z[images.shape[0]:], recipe.temperature)
-
-        loss, grads = jax.value_and_grad(loss_fn)(params)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
     x = jnp.asarray(pool_x, jnp.float32)
     steps = n // batch
     losses = []
@@ -194,6 +176,36 @@ def train(pool_x: np.ndarray, recipe: Recipe, *, show_progress: bool = True) -> 
               "seconds": round(time.perf_counter() - start, 1), "loss": [round(v, 5) for v in losses],
               "steps_per_epoch": steps, "batch_size": batch, "shift": shift, "cutout": cutout}
     return params, record
+
+
+@functools.lru_cache(maxsize=2)
+def _program(recipe: Recipe):
+    """The encoder, its optimiser and the jitted SimCLR step of a recipe (its training settings;
+    cached, so a second training of the same recipe compiles nothing)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from pate.programs import augment
+
+    model = encoder_class()(recipe.widths, recipe.strides, recipe.projection)
+    tx = optax.adam(recipe.learning_rate)
+    views = dict(max_shift=recipe.shift, flip=recipe.flip, cutout=recipe.cutout, degrees=recipe.degrees)
+
+    @jax.jit
+    def step(params, opt_state, images, key):
+        k1, k2 = jax.random.split(key)
+        both = jnp.concatenate([augment.strong(k1, images, **views), augment.strong(k2, images, **views)])
+
+        def loss_fn(p):
+            _, z = model.apply({"params": p}, both, True)
+            return nt_xent(z[:images.shape[0]], z[images.shape[0]:], recipe.temperature)
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    return model, tx, step
 
 
 def _check_images(pool_x: np.ndarray) -> None:

@@ -46,7 +46,7 @@ from pate.programs.cluster import block
 #: to a finished release would need a new one (`pate.steps.pipeline` refuses to draw it silently).
 POST_PROCESSING = ("fine_grained.smoothing", "fine_grained.smoothing_weights")
 ARRAY_KEYS = ("release_eps", "release_delta", "smoothing", "smoothing_weights", "pca", "scattering", "feature_map",
-              "label_noise", "label_eps")
+              "label_noise", "label_eps", "feature_weights_sha256")
 
 
 def noise_of(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
@@ -193,6 +193,10 @@ def publish(side: PublicSide, cfg: FineGrainedConfig, delta: float, counts: np.n
     used_delta = 0.0 if cfg.noise == "laplace" else float(delta)
     arrays = {"indices": np.arange(side.pool_size, dtype=np.int64), "labels": labels.astype(np.int32),
               **record_arrays(cfg, side.noise, eps, used_delta), "feature_map": np.array(side.fmap.name)}
+    if side.fmap.weights:  # a learned map: the digest of the public weights it was loaded by
+        from pate.programs.learned_map import check_weights
+
+        arrays["feature_weights_sha256"] = np.array(check_weights(side.fmap.weights))
     return FineGrainedRelease(arrays, side.noise, eps, used_delta, margins)
 
 
