@@ -230,3 +230,18 @@ def test_pate_run_makes_the_release_again_when_the_map_or_its_weights_change(tin
     hashes = {pipeline.section_hash(c, label) for c in (base, learned, elsewhere)}
     assert len(hashes) == 3
     assert pipeline.section_hash(base, label) == pipeline.section_hash(base, ("data", "aggregation", "fine_grained"))
+
+
+def test_nt_xent_is_the_plain_loop_of_simclr_eq_1():
+    """ℓ(i, j) = -log(exp(sim(z_i, z_j)/τ) / Σ_{k≠i} exp(sim(z_i, z_k)/τ)), averaged over the 2B views."""
+    rng = np.random.default_rng(5)
+    z1, z2, tau = rng.normal(size=(3, 4)), rng.normal(size=(3, 4)), 0.3
+    z = np.concatenate([z1, z2])
+    z = z / np.linalg.norm(z, axis=1, keepdims=True)
+    total = 0.0
+    for i in range(6):
+        j = (i + 3) % 6
+        den = sum(np.exp(z[i] @ z[k] / tau) for k in range(6) if k != i)
+        total += -np.log(np.exp(z[i] @ z[j] / tau) / den)
+    got = float(learned_map.nt_xent(z1.astype(np.float32), z2.astype(np.float32), tau))
+    assert abs(got - total / 6) < 1e-5  # float32 arithmetic on values of order 1
