@@ -3,8 +3,8 @@
 names (`MAPS`: the scattering coefficients of `pate.programs.scattering`, fixed filters, each
 example group-normalised with its own statistics; an image's pixels; a row of features as it
 is; the last spatial map of an encoder learned from the pool's images alone,
-`pate.programs.learned_map`; or several of them concatenated, each part scaled by its root mean square norm over the
-pool), projected on the top principal directions of the public pool's coefficients, as
+`pate.programs.learned_map`; or several of them concatenated, each part scaled by its root
+mean square norm over the pool), projected on the top principal directions of the public pool's coefficients, as
 quantised unit rows (`analysis.mechanisms.fine_grained.quantise_rows`).
 
 Nothing private enters the fit, and each input's row is computed from that input and the fitted
