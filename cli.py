@@ -137,6 +137,31 @@ def ceiling_command(config_path, settings, heads, as_json):
     click.echo(json.dumps(report.to_json(), indent=2, allow_nan=False) if as_json else report.render())
 
 
+@main.command("features")
+@opt.config()
+@opt.settings()
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False),
+              help="Folder to write the encoder into (encoder.npz and recipe.json).")
+@click.option("--epochs", type=click.IntRange(1, 10000), help="Training epochs (default: the recipe's, 30).")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), help="Training seed (default 0).")
+@click.option("--widths", callback=opt.int_list, help="The convolutions' widths, e.g. 32,64,64 (the default).")
+@click.option("--strides", callback=opt.int_list, help="Their strides, one per width, e.g. 1,2,2 (the default).")
+@click.option("--degrees", type=click.FloatRange(0, 90), help="The views' random rotation (and half as much shear) "
+              "in degrees (default 10; 0: no affine map).")
+@opt.overwrite("Replace an encoder already in --out.")
+@opt.no_progress()
+def features_command(config_path, settings, out, epochs, seed, widths, strides, degrees, overwrite, no_progress):
+    """Train a learned feature map from the config's public pool alone: a small SimCLR encoder
+    on the pool's images (no private record, no label), written with its recipe and digest
+    into --out for [features] map = "learned", weights = "OUT"."""
+    config = opt.config_with(config_path, settings)
+
+    from pate.programs.learned_map import make  # imports JAX
+
+    make(config, out, overwrite=overwrite, show_progress=not no_progress, echo=click.echo, epochs=epochs,
+         seed=seed, widths=widths, strides=strides, degrees=degrees)
+
+
 @main.command("train-teachers")
 @opt.config()
 @opt.workdir("Run directory (created if missing).")

@@ -142,6 +142,19 @@ at_least_one = _check(lambda v: v >= 1, "must be at least 1, got {value}")
 threshold = _check(lambda v: 0 <= v < float("inf"), "must be a vote count >= 0, got {value}")
 
 
+def int_list(ctx, param, value):
+    """A comma-separated list of positive integers ("32,64,64") as a tuple; None when not given."""
+    if value is None:
+        return None
+    try:
+        items = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        items = ()
+    if not items or min(items) < 1 or max(items) > 4096:
+        raise click.BadParameter(f"expected positive integers up to 4096 joined by commas, e.g. 32,64,64; got {value!r}")
+    return items
+
+
 def moments(ctx, param, value):
     from analysis.bounds.lnmax import MAX_MOMENTS
 

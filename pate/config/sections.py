@@ -261,7 +261,7 @@ class FineGrainedConfig:
 
 #: The public feature maps `[features] map` may name (`pate.programs.public_features.MAPS`
 #: holds what each does), alone or joined by "+" (their concatenation).
-FEATURE_MAPS = ("scattering", "pixels", "none")
+FEATURE_MAPS = ("scattering", "pixels", "none", "learned")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -271,14 +271,21 @@ class FeaturesConfig:
     ScatterNet coefficients, `[fine_grained]`'s `scattering_j`, `scattering_l`, `groups`),
     "pixels" (the images' pixels, flattened), "none" (the rows as they are: a data set of
     embeddings), or maps joined by "+" ("scattering+pixels": each part scaled by its root mean
-    square norm over the public pool, then concatenated). The pool PCA and quantisation follow.
-    The map is a function of the public pool alone.
+    square norm over the public pool, then concatenated), or "learned" (a self-supervised
+    encoder trained on the public pool's images alone by `pate features --out DIR`; `weights`
+    names DIR, its weights checked against their recipe's digest: `pate.programs.learned_map`;
+    also the teachers' `[teachers] features = "learned"`).
+    The pool PCA and quantisation follow. The map is a function of the public pool alone.
     """
 
     map: str = "scattering"
+    weights: str = ""
 
     def validate(self) -> None:
         check_map("features", "map", self.map)
+        _require(bool(self.weights) or "learned" not in self.map.split("+"), "features", "weights",
+                 f"is empty but map = {self.map!r} names \"learned\"; set it to the folder "
+                 "`pate features --out DIR` wrote")
 
 
 def check_map(section: str, key: str, value: str) -> None:

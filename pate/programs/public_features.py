@@ -2,8 +2,9 @@
 (`pate.release.fine_grained_release`): each input's coefficients under the map `[features] map`
 names (`MAPS`: the scattering coefficients of `pate.programs.scattering`, fixed filters, each
 example group-normalised with its own statistics; an image's pixels; a row of features as it
-is; or several of them concatenated, each part scaled by its root mean square norm over the
-pool), projected on the top principal directions of the public pool's coefficients, as
+is; the last spatial map of an encoder learned from the pool's images alone,
+`pate.programs.learned_map`; or several of them concatenated, each part scaled by its root
+mean square norm over the pool), projected on the top principal directions of the public pool's coefficients, as
 quantised unit rows (`analysis.mechanisms.fine_grained.quantise_rows`).
 
 Nothing private enters the fit, and each input's row is computed from that input and the fitted
@@ -32,13 +33,15 @@ class FeatureMap:
     name: str
     images: bool  # True: it needs images (N, H, W, C); False: rows of features (N, F)
     describe: str
-    # (inputs, scattering_j, scattering_l, groups[, cache_dir, tag]) -> (n, F); a map that costs
-    # time caches in cache_dir (private: the inputs may be private images) under tag
+    # (inputs, scattering_j, scattering_l, groups, weights[, cache_dir, tag]) -> (n, F); a map that
+    # costs time caches in cache_dir (private: the inputs may be private images) under tag
     coefficients: Callable[..., np.ndarray]
+    # (weights) -> None: refuses, in one line, public inputs the map lacks (read before any data)
+    ready: Callable[[str], None] | None = None
 
 
-def _scattering(x: np.ndarray, j: int, l: int, groups: int, cache_dir: Path | None = None, tag: str = "",
-                progress: bool = False) -> np.ndarray:
+def _scattering(x: np.ndarray, j: int, l: int, groups: int, weights: str = "", cache_dir: Path | None = None,
+                tag: str = "", progress: bool = False) -> np.ndarray:
     feats = scattering.features(x, j, l, groups, cache_dir, tag, section="fine_grained",
                                 progress=f"scattering ({tag})" if progress else "")
     return feats.reshape(feats.shape[0], -1)
@@ -48,17 +51,39 @@ def _flat(x: np.ndarray, *_settings, **_cache_and_progress) -> np.ndarray:
     return np.asarray(x, np.float32).reshape(np.shape(x)[0], -1)
 
 
+def _learned(x: np.ndarray, j: int, l: int, groups: int, weights: str = "", *_cache,
+             **_cache_and_progress) -> np.ndarray:
+    from pate.programs import learned_map  # imports JAX
+
+    return learned_map.features(learned_map.load(weights), x)
+
+
+def _learned_ready(weights: str) -> None:
+    from pate.programs import learned_map
+
+    learned_map.check_weights(weights)
+
+
 #: The maps by name (their names are `pate.config.sections.FEATURE_MAPS`).
 MAPS = {m.name: m for m in (
     FeatureMap("scattering", True, "ScatterNet coefficients", _scattering),
     FeatureMap("pixels", True, "pixels", _flat),
     FeatureMap("none", False, "the rows as they are", _flat),
+    FeatureMap("learned", True, "a SimCLR encoder learned from the public pool", _learned, _learned_ready),
 )}
 
 
 def parts(name: str) -> tuple[FeatureMap, ...]:
     """The maps a `[features] map` value names ("scattering+pixels": two)."""
     return tuple(MAPS[p] for p in name.split("+"))
+
+
+def check_ready(name: str, weights: str) -> None:
+    """Refuses, in one line and before any data is read, a map whose public inputs are missing
+    or damaged (a learned map's weights, checked against their recipe's digest)."""
+    for part in parts(name):
+        if part.ready is not None:
+            part.ready(weights)
 
 
 def check_input(name: str, inputs: np.ndarray, key: str = "features.map") -> None:
@@ -82,7 +107,7 @@ def _scales(blocks: list[np.ndarray]) -> tuple[float, ...]:
                  for b in blocks)
 
 
-def _coefficients(name: str, inputs: np.ndarray, settings: tuple[int, int, int], scales: tuple[float, ...],
+def _coefficients(name: str, inputs: np.ndarray, settings: tuple[int, int, int, str], scales: tuple[float, ...],
                   cache_dir: Path | None = None, tag: str = "", key: str = "features.map",
                   progress: bool = False) -> np.ndarray:
     """(n, F) coefficients of `inputs` under the map `name` (named by the config's `key`), each part
@@ -106,10 +131,12 @@ class PublicMap:
     directions: np.ndarray  # (F, dims) float64, columns by decreasing variance
     name: str = "scattering"
     scales: tuple[float, ...] = (1.0,)  # one per part: 1 / its RMS norm over the pool (1 for one part)
+    weights: str = ""  # a learned map's folder ([features] weights)
 
     def coefficients(self, inputs: np.ndarray) -> np.ndarray:
         """(n, F) coefficients of inputs (images (n, H, W, C) in [0, 1], or rows (n, F))."""
-        return _coefficients(self.name, inputs, (self.scattering_j, self.scattering_l, self.groups), self.scales)
+        return _coefficients(self.name, inputs, (self.scattering_j, self.scattering_l, self.groups, self.weights),
+                             self.scales)
 
     def rows(self, images: np.ndarray | None, coefficients: np.ndarray | None = None) -> np.ndarray:
         """(n, dims) int64 quantised unit rows of inputs (or of their `coefficients`)."""
@@ -118,22 +145,24 @@ class PublicMap:
 
 
 def fit(pool_images: np.ndarray, dims: int, *, scattering_j: int = 2, scattering_l: int = 8,
-        groups: int = 27, feature_map: str = "scattering") -> tuple[PublicMap, np.ndarray]:
+        groups: int = 27, feature_map: str = "scattering", weights: str = "") -> tuple[PublicMap, np.ndarray]:
     """The map `feature_map` names fitted on the public pool's inputs (images or rows of
-    features), and the pool's quantised rows.
+    features), and the pool's quantised rows (`weights`: a learned map's folder).
 
     Raises:
-      PateError: the map does not take these inputs, or ``dims`` is above what the pool gives.
+      PateError: the map does not take these inputs, its weights are missing or damaged, or
+        ``dims`` is above what the pool gives.
     """
+    check_ready(feature_map, weights)
     check_input(feature_map, pool_images)
-    settings = (scattering_j, scattering_l, groups)
+    settings = (scattering_j, scattering_l, groups, weights)
     blocks = [np.asarray(part.coefficients(pool_images, *settings), np.float64) for part in parts(feature_map)]
     scales = _scales(blocks)
     blocks = [scale * b for scale, b in zip(scales, blocks)]
     coefficients = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
     fitted = fit_coefficients(coefficients, dims, scattering_j=scattering_j, scattering_l=scattering_l,
                               groups=groups)
-    fitted = dataclasses.replace(fitted, name=feature_map, scales=scales)
+    fitted = dataclasses.replace(fitted, name=feature_map, scales=scales, weights=weights)
     return fitted, fitted.rows(None, coefficients)
 
 
@@ -168,7 +197,7 @@ class InputMap:
     (owner-only: the inputs may be private) under `tag` (no tag: not cached)."""
 
     name: str
-    settings: tuple[int, int, int]  # scattering_j, scattering_l, groups ([fine_grained]'s)
+    settings: tuple[int, int, int, str]  # scattering_j, scattering_l, groups ([fine_grained]'s), [features] weights
     scales: tuple[float, ...]
     cache_dir: Path | None = None
     show_progress: bool = False
@@ -187,9 +216,10 @@ def input_map(config, pool_x: np.ndarray, cache_dir: Path | None = None, *,
     name = config.teachers.features
     if not name:
         return None
+    check_ready(name, config.features.weights)
     check_input(name, pool_x, "teachers.features")
     fg = config.fine_grained
-    settings = (fg.scattering_j, fg.scattering_l, fg.groups)
+    settings = (fg.scattering_j, fg.scattering_l, fg.groups, config.features.weights)
     scales = (1.0,)
     if len(parts(name)) > 1:
         cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": "pool"}

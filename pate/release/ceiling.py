@@ -110,6 +110,7 @@ def ceiling(config: Config, *, heads: int = HEADS, echo=print) -> Ceiling:
     """
     if heads < 1:
         raise PateError(f"heads = {heads}: train at least one head")
+    public_features.check_ready(config.features.map, config.features.weights)  # before any data
     start = time.perf_counter()
     seconds = {}
     cfg = config.fine_grained
@@ -130,7 +131,7 @@ def ceiling(config: Config, *, heads: int = HEADS, echo=print) -> Ceiling:
          f"({n - half} public points)")
     t = time.perf_counter()
     proxy = public_proxy.cut(pool.pool_x, pool.pool_y, config.features.map, cfg.pca, scattering_j=cfg.scattering_j,
-                             scattering_l=cfg.scattering_l, groups=cfg.groups)
+                             scattering_l=cfg.scattering_l, groups=cfg.groups, weights=config.features.weights)
     seconds["map"] = time.perf_counter() - t
     t = time.perf_counter()
     problem = public_proxy.Problem(proxy.private_rows, proxy.private_y, proxy.pool_rows, proxy.pool_y,

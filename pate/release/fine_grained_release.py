@@ -46,7 +46,7 @@ from pate.programs.cluster import block
 #: to a finished release would need a new one (`pate.steps.pipeline` refuses to draw it silently).
 POST_PROCESSING = ("fine_grained.smoothing", "fine_grained.smoothing_weights")
 ARRAY_KEYS = ("release_eps", "release_delta", "smoothing", "smoothing_weights", "pca", "scattering", "feature_map",
-              "label_noise", "label_eps")
+              "label_noise", "label_eps", "feature_weights_sha256")
 
 
 def noise_of(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
@@ -124,7 +124,8 @@ def public_side(config: Config, pool_x: np.ndarray, num_classes: int, noise: fin
     echo(f"fine-grained: the map {feature_map!r} ({_describe(cfg, feature_map)}) and a PCA to {cfg.pca} fitted on "
          f"the {pool_x.shape[0]} public pool points")
     fmap, pool_rows = public_features.fit(pool_x, cfg.pca, scattering_j=cfg.scattering_j,
-                                          scattering_l=cfg.scattering_l, groups=cfg.groups, feature_map=feature_map)
+                                          scattering_l=cfg.scattering_l, groups=cfg.groups, feature_map=feature_map,
+                                          weights=config.features.weights)
     graph = fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)
     return PublicSide(noise, fmap, pool_rows, graph, int(num_classes))
 
@@ -192,6 +193,10 @@ def publish(side: PublicSide, cfg: FineGrainedConfig, delta: float, counts: np.n
     used_delta = 0.0 if cfg.noise == "laplace" else float(delta)
     arrays = {"indices": np.arange(side.pool_size, dtype=np.int64), "labels": labels.astype(np.int32),
               **record_arrays(cfg, side.noise, eps, used_delta), "feature_map": np.array(side.fmap.name)}
+    if side.fmap.weights:  # a learned map: the digest of the public weights it was loaded by
+        from pate.programs.learned_map import check_weights
+
+        arrays["feature_weights_sha256"] = np.array(check_weights(side.fmap.weights))
     return FineGrainedRelease(arrays, side.noise, eps, used_delta, margins)
 
 
@@ -330,6 +335,7 @@ def describe_plan(config: Config) -> str:
     """`pate plan --config` of a fine-grained config: the release's noise and its ε, fixed by
     the config alone (public values; no vote or private record is read)."""
     cfg, delta = config.fine_grained, config.privacy.delta
+    public_features.check_ready(config.features.map, config.features.weights)
     noise = noise_of(cfg, delta)
     k = noise.votes
     guarantee = (f"pure eps {noise.eps():.6g} (delta 0)" if noise.kind == "laplace"

@@ -33,7 +33,7 @@ class Halves:
 
 
 def cut(pool_x: np.ndarray, pool_y: np.ndarray, feature_map: str, dims: int, *, scattering_j: int = 2,
-        scattering_l: int = 8, groups: int = 27) -> Halves:
+        scattering_l: int = 8, groups: int = 27, weights: str = "") -> Halves:
     """The proxy of a pool: the map `feature_map` (`pate.programs.public_features.fit`) and its
     PCA to ``dims`` fitted on the second half alone, as a real release fits them on the pool
     alone; the first half's rows through that map, as a private record's are.
@@ -47,7 +47,8 @@ def cut(pool_x: np.ndarray, pool_y: np.ndarray, feature_map: str, dims: int, *, 
                         "raise data.public_size")
     half = n // 2
     fitted, pool_rows = public_features.fit(pool_x[half:], dims, scattering_j=scattering_j,
-                                            scattering_l=scattering_l, groups=groups, feature_map=feature_map)
+                                            scattering_l=scattering_l, groups=groups, feature_map=feature_map,
+                                            weights=weights)
     return Halves(fitted.rows(pool_x[:half]), np.asarray(pool_y[:half]), pool_rows, np.asarray(pool_y[half:]),
                   fitted)
 

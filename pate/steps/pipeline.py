@@ -110,9 +110,10 @@ def _step(stage: str, sections: tuple[str, ...], upstream: tuple[str, ...], inpu
     return Step(name or record.name, sections, record.made, record.main, upstream, inputs, run, stage=stage)
 
 
-# The scattering settings are those of a teacher map (`[teachers] features`): named key by key, so
-# runs that leave them at their defaults keep their hashes.
-_TEACHER_SECTIONS = ("data", "teachers", "fine_grained.scattering_j", "fine_grained.scattering_l", "fine_grained.groups")
+# The scattering settings and a learned map's weights are those of a teacher map (`[teachers]
+# features`): named key by key, so runs that leave them at their defaults keep their hashes.
+_TEACHER_SECTIONS = ("data", "teachers", "fine_grained.scattering_j", "fine_grained.scattering_l", "fine_grained.groups",
+                     "features.weights")
 _TARGET_KEYS = ("privacy.target_eps", "privacy.target_probability", "privacy.target_accuracy",
                 "rounds.round1_target_eps")  # plan the labels
 
@@ -201,7 +202,7 @@ ROUND2_STEPS: tuple[Step, ...] = (
 #: With ``[aggregation] mechanism = "fine-grained"``: no teachers; one release of the private
 #: records' own votes labels the whole pool, then the student and the report (no plot: its ε
 #: has no per-query curve).
-_FINE_SECTIONS = ("data", "aggregation", "fine_grained")
+_FINE_SECTIONS = ("data", "aggregation", "fine_grained", "features.map", "features.weights")
 FINE_GRAINED_STEPS: tuple[Step, ...] = (
     _step("label-fine-grained", (*_FINE_SECTIONS, "privacy.delta"), upstream=(), inputs=(), run=_label,
           name="label"),
