@@ -466,3 +466,62 @@ def leads_with_the_data_set(command: str, json_name: str, workdir) -> dict:
     summary = result.output[result.output.index("PUBLISH: eps"):]
     assert summary.startswith(f"PUBLISH: eps {info['eps']:.4g} at delta")
     return info
+
+
+# --------------------------------------------------------------------------- local clusters
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (a local cluster's coordinator)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_processes(commands, *, devices: int = 1, env: dict | None = None):
+    """One local JAX cluster on CPU: process p runs ``python COMMANDS[p]...`` (a script and its
+    options) with the cluster options of process p of len(commands) appended, each with
+    `devices` CPU devices; ``env`` is added to the environment. Their Popen objects by process id."""
+    import subprocess
+    import sys
+
+    port = free_port()
+    environ = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", **(env or {})}
+    environ.pop("XLA_FLAGS", None)
+    if devices > 1:
+        environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    return [subprocess.Popen([sys.executable, *map(str, argv), "--distributed", "--coordinator", f"127.0.0.1:{port}",
+                              "--num-processes", str(len(commands)), "--process-id", str(p)],
+                             cwd=ROOT, env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for p, argv in enumerate(commands)]
+
+
+def finish_processes(procs, timeout: float):
+    """Waits for every process of `start_processes` (killing what is left if one times out):
+    their CompletedProcess results by process id."""
+    import subprocess
+
+    done = []
+    try:
+        for proc in procs:
+            out, err = proc.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return done
+
+
+def released(path, drop=()) -> dict:
+    """An npz's arrays (dtype, shape, bytes) and its meta without the time it was written (two
+    writes of the same release differ in nothing else) and the meta keys `drop`."""
+    with np.load(path, allow_pickle=False) as f:
+        out = {k: (f[k].dtype.str, f[k].shape, f[k].tobytes()) for k in f.files if k != "meta"}
+        meta = json.loads(str(f["meta"]))
+    for key in ("written_at", *drop):
+        meta.pop(key, None)
+    return {**out, "meta": meta}

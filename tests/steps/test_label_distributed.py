@@ -6,68 +6,28 @@ tests/programs/test_cluster.py keeps the reduction and the agreement in the fast
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 
-import numpy as np
 import pytest
 
-from conftest import ROOT, invoke, run_entries
+from conftest import ROOT, finish_processes, invoke, released, run_entries, start_processes
 from pate.store import rundir
 
 SEED = 7
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(workdirs, *extra, devices: int = 1) -> list[subprocess.Popen]:
+def start(workdirs, *extra, devices: int = 1):
     """``pate label --distributed`` as len(workdirs) local processes of `devices` CPU devices
     each, process p on ``workdirs[p]`` (the same run directory for a real cluster), by process id."""
-    port = free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
-    env.pop("XLA_FLAGS", None)
-    if devices > 1:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
-    return [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(w), "--seed", str(SEED),
-                              *map(str, extra), "--distributed", "--coordinator", f"127.0.0.1:{port}",
-                              "--num-processes", str(len(workdirs)), "--process-id", str(p)],
-                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            for p, w in enumerate(workdirs)]
+    return start_processes([[ROOT / "cli.py", "label", "--workdir", w, "--seed", SEED, *extra] for w in workdirs],
+                           devices=devices)
 
 
-def launch(workdirs, *extra, devices: int = 1, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+def launch(workdirs, *extra, devices: int = 1, timeout: float = 240):
     """`start`, and wait for every process: their results by process id."""
-    procs = start(workdirs, *extra, devices=devices)
-    done = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return done
-
-
-def released(path) -> dict:
-    """An npz's arrays (dtype, shape, bytes) and its meta without the time it was written:
-    two writes of the same release differ in nothing else."""
-    with np.load(path, allow_pickle=False) as f:
-        out = {k: (f[k].dtype.str, f[k].shape, f[k].tobytes()) for k in f.files if k != "meta"}
-        meta = json.loads(str(f["meta"]))
-    meta.pop("written_at")
-    return {**out, "meta": meta}
+    return finish_processes(start(workdirs, *extra, devices=devices), timeout)
 
 
 #: What processes 1.. print for 6 teachers: their blocks of ceil(6 / P) (the last may be empty).

@@ -9,11 +9,7 @@ seeded labels with one process's."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import socket
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -27,7 +23,7 @@ from pate.programs import cluster as cluster_mod
 from pate.release import fine_grained_release as fine_release
 from pate.store import rundir
 
-from conftest import ROOT, TINY, invoke, run_entries
+from conftest import ROOT, TINY, finish_processes, invoke, released, run_entries, start_processes
 
 SEED = 11
 
@@ -154,45 +150,13 @@ runpy.run_path({cli!r}, run_name="__main__")
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(workdir, configs, digest_to, *extra, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+def launch(workdir, configs, digest_to, *extra, timeout: float = 240):
     """``pate label --distributed`` of `workdir` as len(configs) local processes (process p
     reads ``configs[p]``), each with one CPU device; their results by process id."""
-    port = free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1", "DIGEST_TO": str(digest_to)}
-    env.pop("XLA_FLAGS", None)
     script = HOOKED.format(root=str(ROOT), cli=str(ROOT / "cli.py"))
-    procs = [subprocess.Popen([sys.executable, "-c", script, "label", "--workdir", str(workdir), "--config", str(c),
-                               "--seed", str(SEED), *map(str, extra), "--distributed",
-                               "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(len(configs)),
-                               "--process-id", str(p)],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for p, c in enumerate(configs)]
-    done = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return done
-
-
-def released(path) -> dict:
-    """An npz's arrays and its meta without the time it was written."""
-    with np.load(path, allow_pickle=False) as f:
-        out = {k: (f[k].dtype.str, f[k].shape, f[k].tobytes()) for k in f.files if k != "meta"}
-        meta = json.loads(str(f["meta"]))
-    meta.pop("written_at")
-    return {**out, "meta": meta}
+    procs = start_processes([["-c", script, "label", "--workdir", workdir, "--config", c, "--seed", SEED, *extra]
+                             for c in configs], env={"DIGEST_TO": str(digest_to)})
+    return finish_processes(procs, timeout)
 
 
 def _fine_toml(tmp_path, name="fine.toml", **sections) -> str:
@@ -257,14 +221,7 @@ def test_randomized_response_and_a_failing_process(tmp_path):
 def test_a_killed_process_stops_the_other_at_once_with_nothing_charged(tmp_path):
     config = _fine_toml(tmp_path)
     run = tmp_path / "run"
-    port = free_port()
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
-    env.pop("XLA_FLAGS", None)
-    first, second = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(run),
-                                       "--config", config, "--distributed", "--coordinator", f"127.0.0.1:{port}",
-                                       "--num-processes", "2", "--process-id", str(p)],
-                                      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                     for p in (0, 1)]
+    first, second = start_processes([[ROOT / "cli.py", "label", "--workdir", run, "--config", config]] * 2)
     try:
         for line in first.stdout:  # past the first agreement: both map their records
             if line.startswith("fine-grained: the map"):

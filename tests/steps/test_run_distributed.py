@@ -6,46 +6,23 @@ shared 2-core machine), so these tests are slow (`pytest -m slow`)."""
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import subprocess
-import sys
 
-import numpy as np
 import pytest
 
-from conftest import ROOT, TINY, run_entries
+from conftest import ROOT, TINY, finish_processes, run_entries, start_processes
+from conftest import released as released_npz
 from pate.store import rundir
 
 GLOO = "[Gloo] Rank"  # gloo's own line on stdout when the processes connect
 
 
-def launch(workdir, *extra, processes: int = 2, timeout: float = 300) -> list[subprocess.CompletedProcess]:
+def launch(workdir, *extra, processes: int = 2, timeout: float = 300):
     """``pate run --distributed`` as `processes` local processes on one run directory; their
     results by process id."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
-    env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "run", "--config", str(TINY), "--workdir",
-                               str(workdir), "--seed", "0", "--no-progress", *map(str, extra), "--distributed",
-                               "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(processes),
-                               "--process-id", str(p)],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for p in range(processes)]
-    done = []
-    try:
-        for proc in procs:
-            out, err = proc.communicate(timeout=timeout)
-            done.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    return done
+    return finish_processes(start_processes(
+        [[ROOT / "cli.py", "run", "--config", TINY, "--workdir", workdir, "--seed", "0", "--no-progress", *extra]]
+        * processes), timeout)
 
 
 def lines(result) -> list[str]:
@@ -53,16 +30,10 @@ def lines(result) -> list[str]:
 
 
 def released(path) -> dict:
-    """An npz's arrays (dtype, shape, bytes) and its meta, less the time it was written and the
-    ledger's keyed name and folder (each test's ledger folder has its own key: the same data set
-    is named differently in two folders by design)."""
-    with np.load(path, allow_pickle=False) as f:
-        out = {k: (f[k].dtype.str, f[k].shape, f[k].tobytes()) for k in f.files if k != "meta"}
-        meta = json.loads(str(f["meta"]))
-    meta.pop("written_at")
-    meta.pop("ledger", None)
-    meta.pop("ledger_directory", None)  # the folder each test's ledger is in (issue 44), not the release
-    return {**out, "meta": meta}
+    """An npz's arrays and meta (`conftest.released`), less the ledger's keyed name and folder
+    (each test's ledger folder has its own key: the same data set is named differently in two
+    folders by design; the folder each test's ledger is in (issue 44) is not the release)."""
+    return released_npz(path, drop=("ledger", "ledger_directory"))
 
 
 @pytest.mark.slow  # two JAX processes train the tiny teachers, then process 0 the student: 30-50 s
@@ -118,16 +89,8 @@ def test_a_process_killed_while_the_teachers_train_stops_the_other_and_pate_run_
     import time
 
     run = tmp_path / "run"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
-    env.pop("XLA_FLAGS", None)
-    procs = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "run", "--config", str(TINY), "--workdir",
-                               str(run), "--seed", "0", "--no-progress", "--distributed", "--coordinator",
-                               f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(p)],
-                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for p in range(2)]
+    procs = start_processes([[ROOT / "cli.py", "run", "--config", TINY, "--workdir", run, "--seed", "0",
+                               "--no-progress"]] * 2)
     try:
         out = ""
         while "[teachers] running" not in out:  # process 0 has told process 1 to train with it

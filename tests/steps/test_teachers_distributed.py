@@ -90,32 +90,12 @@ def test_a_process_that_fails_after_training_stops_process_0_before_teachers_jso
 
 @pytest.mark.slow  # two launches of two JAX processes that stop before training: 20-40 s
 def test_real_processes_stop_together_when_one_sees_other_data_or_a_bad_setting(tmp_path):
-    import subprocess
-    import sys
-
-    from conftest import ROOT
-    from test_label_distributed import free_port
+    from conftest import ROOT, finish_processes, start_processes
 
     def launch(workdir, configs):
-        port = free_port()
-        env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONUNBUFFERED": "1"}
-        env.pop("XLA_FLAGS", None)
-        procs = [subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "train-teachers", "--config", str(c),
-                                   "--workdir", str(workdir), "--no-progress", "--distributed", "--coordinator",
-                                   f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(p)],
-                                  cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                 for p, c in enumerate(configs)]
-        done = []
-        try:
-            for proc in procs:
-                out, err = proc.communicate(timeout=180)
-                done.append((proc.returncode, err.strip().splitlines()))
-        finally:
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        return done
+        procs = start_processes([[ROOT / "cli.py", "train-teachers", "--config", c, "--workdir", workdir,
+                                  "--no-progress"] for c in configs])
+        return [(r.returncode, r.stderr.strip().splitlines()) for r in finish_processes(procs, 180)]
 
     text = TINY.read_text()
     other_data, big_batch = tmp_path / "other-data.toml", tmp_path / "big-batch.toml"
