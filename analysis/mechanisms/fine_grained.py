@@ -368,7 +368,7 @@ def variance_on_grid(sigma2: float) -> Fraction:
         if _gaussian_denominator(candidate) <= MAX_GRID_SCALE:
             return candidate
         if q == 1:
-            raise PateError(f"sigma^2 {sigma2:.6g} is beyond the vectorised discrete Gaussian "
+            raise PateError(f"sigma^2 {float(sigma2):.6g} is beyond the vectorised discrete Gaussian "
                             f"(sigma <= ~800); use the Laplace noise")
         q //= 2
 
