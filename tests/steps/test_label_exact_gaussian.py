@@ -76,3 +76,21 @@ def test_audit_takes_the_exact_gaussian_record(exact_gaussian_runs):
     audit = invoke("audit", "--workdir", run, "--trials", 500, "--seed", 1)
     assert audit.exit_code == 0, audit.output
     assert "gnmax-exact" in audit.output and "no violation found" in audit.output
+
+
+@pytest.mark.parametrize("mechanism", ["gnmax-exact", "permute-and-flip"])
+def test_a_budget_check_counts_no_sanitised_draw_for_a_record_without_one(mechanism, tmp_path, monkeypatch):
+    """`pate run`'s budget check before any work counts the labels alone for a record that makes
+    no sanitised release (it asked that record for a sanitised cost, which it refuses)."""
+    from pate.config import load_config
+    from pate.steps.pipeline import check_budget
+    from pate.store import rundir
+    from analysis.mechanisms import registry
+
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "ledgers"))
+    config = load_config("tiny", {"aggregation.mechanism": mechanism, "aggregation.sigma": 40.0,
+                                  "aggregation.gamma": 0.05, "privacy.total_budget": 1000.0})
+    check_budget(config, rundir.RunDir(tmp_path / "run"), registry.from_config(config.aggregation))
+    tight = load_config("tiny", {"aggregation.mechanism": mechanism, "privacy.total_budget": 0.01})
+    with pytest.raises(Exception, match="budget"):
+        check_budget(tight, rundir.RunDir(tmp_path / "run"), registry.from_config(tight.aggregation))
