@@ -129,6 +129,9 @@ def log_pr_bounds(threshold, variance, votes, offsets=None) -> tuple[np.ndarray,
 #: How far the pmf table of :func:`log_tail_bound` reaches, in σ: e^{−R²/(2V)} = e^{−450} is
 #: still a normal float64, so no term of the table rounds to zero.
 TAIL_REACH = 30
+#: Above this √V the pmf tables (tens of √V entries) are not built and the subgaussian bounds
+#: alone are used (valid, looser): a table stays a few MiB.
+MAX_TABLE_ROOT = 20_000
 #: The relative slack of the table against float64 rounding (module docstring of
 #: :func:`log_tail_bound`: the rounding is below 1e-11).
 TAIL_ROUNDING = 1e-9
@@ -149,11 +152,14 @@ def log_tail_bound(k, variance) -> np.ndarray:
        error, so the numerator is multiplied by 1 + `TAIL_ROUNDING` and the denominator by
        1 − `TAIL_ROUNDING` (1e-9). Beyond the table (|k| > R) the table's bound is B over the
        denominator for k > R and 1 for k < −R.
+    Above √V = `MAX_TABLE_ROOT` the first bound alone.
     """
     k = np.asarray(k, dtype=np.float64)
     variance = check_variance(variance)
     with np.errstate(divide="ignore"):
         sub = np.where(k >= 1, -k * k / (2.0 * variance), 0.0)
+    if math.sqrt(variance) > MAX_TABLE_ROOT:
+        return sub
     reach, log_upper, log_beyond = _tail_table(variance)
     idx = np.clip(k, -reach, reach + 1).astype(np.int64) + reach  # reach + 1: past the table
     table = np.append(log_upper, log_beyond)[np.minimum(idx, 2 * reach + 1)]
@@ -161,7 +167,7 @@ def log_tail_bound(k, variance) -> np.ndarray:
     return np.minimum(np.minimum(sub, table), 0.0)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=4)
 def _tail_table(variance: float) -> tuple[int, np.ndarray, float]:
     """(R, log of the bound of :func:`log_tail_bound` at k = −R … R, its log beyond R)."""
     reach = int(math.ceil(TAIL_REACH * math.sqrt(variance))) + 1
@@ -194,7 +200,8 @@ def log_pair_tail_bound(gaps, variance) -> np.ndarray:
        θ₀ and θ₁ from above, N from below (the partial sum), E and O from above. Every term is
        positive, so float64 rounding (each exponential within 400 · 2^-52 relative, sums of at
        most 10^5 terms within 10^-11) is covered by the relative slack `TAIL_ROUNDING` (1e-9)
-       on the numerator and on N. Past the tail table (d > 40 √V + 1) the first bound alone.
+       on the numerator and on N. Past the tail table (d > 40 √V + 1), and above
+       √V = `MAX_TABLE_ROOT`, the first bound alone.
     Shape of `gaps`; finite log values (the subgaussian bound is finite).
     """
     gaps = np.asarray(gaps)
@@ -203,6 +210,8 @@ def log_pair_tail_bound(gaps, variance) -> np.ndarray:
     if d.size and float(d.min()) < 0:
         raise PateError("gaps must be >= 0")
     sub = -d * d / (4.0 * variance)
+    if math.sqrt(variance) > MAX_TABLE_ROOT:
+        return sub
     table = _pair_table(variance)
     idx = np.minimum(gaps.astype(np.int64), table.size - 1)
     return np.minimum(sub, np.where(gaps < table.size, table[idx], 0.0))
@@ -213,7 +222,7 @@ def _mills(a: float, c: float) -> float:
     return c / (2.0 * a) * math.exp(-a * a / c)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=4)
 def _pair_table(variance: float) -> np.ndarray:
     """log of the closed-form bound of :func:`log_pair_tail_bound` at d = 0 … L (read-only)."""
     up, down = 1.0 + TAIL_ROUNDING, 1.0 - TAIL_ROUNDING

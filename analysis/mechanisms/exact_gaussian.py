@@ -14,7 +14,8 @@ lowest class index (a public rule; ``np.argmax``). Confident-GNMax-exact answers
 when ``s + Z ≥ T`` (s = max_j n_j, or max_j (n_j − o_j) with Interactive-GNMax's integer
 offsets; Z ~ N_Z(0, V₁) independent of the rest), then with GNMax-exact. The variances V, V₁
 the sampler uses are the least values ≥ σ², σ₁² on the vectorised sampler's grid (multiples
-of 1/64, coarser for σ above ~300: :func:`sampler_variance`; more noise, never less).
+of 1/64, coarser for σ above ~300, t(t − 1) above ~800: :func:`sampler_variance`; more noise,
+never less).
 
 Privacy (replace-one teacher: the vote vector moves by +1/−1 in two coordinates, L2² = 2; s
 by at most 1), proofs in `analysis.bounds.discrete_gnmax`:
@@ -58,14 +59,28 @@ RDP_ACCOUNTANTS: Mapping[str, Mapping[str, str]] = {"classic": {"conversion": "c
                                                      "improved": {"conversion": "improved"}}
 
 
+#: The largest t of a variance t(t − 1) the vectorised sampler takes (its constant 2t(t − 1) <= 2^40).
+LARGEST_T = 741_455
+
+
 def sampler_variance(sigma: float, name: str = "sigma") -> Fraction:
-    """V: the least variance on the vectorised discrete Gaussian's grid at or above σ² (σ the
-    float as given, squared exactly). Refused (one line) when σ is beyond the sampler (~800)."""
+    """V >= σ² (σ the float as given, squared exactly) that the vectorised discrete Gaussian
+    takes: the least multiple of 1/64 (or of a coarser 1/2^j; `analysis.mechanisms.fine_grained.
+    variance_on_grid`) for σ up to ~800, else the least t(t − 1) >= σ² (then ⌊√V⌋ + 1 = t divides
+    V and the sampler's constant is 2t(t − 1); V − σ² < 2σ, under 0.3% of σ² past σ = 800), up to
+    σ ~ 7.4e5. Beyond it, refused in one line."""
+    exact = Fraction(float(sigma)) ** 2
     try:
-        return variance_on_grid(Fraction(float(sigma)) ** 2)
+        return variance_on_grid(exact)
     except PateError:
-        raise PateError(f"{name} = {sigma:g} is beyond the exact discrete Gaussian sampler (sigma <= ~800); "
-                        "use the float64 record or less noise") from None
+        pass
+    t = (1 + math.isqrt(4 * math.ceil(exact))) // 2  # about the root of t(t − 1) = σ²
+    while t * (t - 1) < exact:
+        t += 1
+    if t > LARGEST_T:
+        raise PateError(f"{name} = {sigma:g} is beyond the exact discrete Gaussian sampler (sigma <= ~7.4e5); "
+                        "use the float64 record or less noise")
+    return Fraction(t * (t - 1))
 
 
 def float_up(value: Fraction) -> float:
