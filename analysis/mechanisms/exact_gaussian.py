@@ -84,7 +84,9 @@ def sampler_variance(sigma: float, name: str = "sigma") -> Fraction:
 
 
 def float_up(value: Fraction) -> float:
-    """The least float >= a rational (a variance that enters a tail bound never rounds down)."""
+    """The least float >= a rational (a variance that enters a tail bound never rounds down).
+    A :func:`sampler_variance` is a multiple of 1/2^j (j <= 6) below 2^32, or an integer below
+    2^40, so its float is the variance itself, exactly."""
     x = float(value)
     return math.nextafter(x, math.inf) if Fraction(x) < value else x
 

@@ -233,11 +233,12 @@ def test_the_sampler_variance_is_on_the_grid_and_never_below_sigma_squared():
         v = sampler_variance(sigma)
         assert Fraction(sigma) ** 2 <= v
         assert v - Fraction(sigma) ** 2 <= (Fraction(1, 64) if sigma < 250 else 1)
-        assert float_up(v) >= v
+        assert Fraction(float_up(v)) == v  # a dyadic V of few bits: the bounds read V itself
     for sigma in (900.0, 2191.72, 1e5, 7.4e5):  # past the 1/2^j grid: V = t(t − 1) >= σ², t = ⌊√V⌋ + 1
         v = sampler_variance(sigma)
         t = math.isqrt(v.numerator) + 1
         assert v.denominator == 1 and v == t * (t - 1) and Fraction(sigma) ** 2 <= v < Fraction(sigma) ** 2 + 2 * sigma
+        assert Fraction(float_up(v)) == v
     z = GNMaxExact(2191.72).sample(np.zeros((4000, 5), np.int64), NoiseSource(3))  # the sampler takes it
     assert set(np.unique(z)) <= set(range(5))
     with pytest.raises(PateError, match="beyond the exact discrete Gaussian sampler"):
