@@ -94,3 +94,13 @@ def test_a_budget_check_counts_no_sanitised_draw_for_a_record_without_one(mechan
     tight = load_config("tiny", {"aggregation.mechanism": mechanism, "privacy.total_budget": 0.01})
     with pytest.raises(Exception, match="budget"):
         check_budget(tight, rundir.RunDir(tmp_path / "run"), registry.from_config(tight.aggregation))
+
+
+def test_ledger_import_counts_the_exact_release_once(exact_gaussian_runs, tmp_path, monkeypatch):
+    run = exact_gaussian_runs[1]["a"][0]
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "other"))
+    imported = invoke("ledger", "--import", run)
+    assert imported.exit_code == 0, imported.output
+    assert imported.output.count("charged:") == 1 and "over 1 releases" in imported.output  # no sanitised draw
+    again = invoke("ledger", "--import", run)
+    assert again.exit_code == 0 and "already" in again.output
