@@ -923,6 +923,59 @@ def split(dataset: Dataset, public_size: int) -> Splits:
         num_classes=dataset.num_classes)
 
 
+def dataset_name(cfg: DataConfig) -> str:
+    """The name `load_dataset(cfg)` gives its data set (an .npz's: its file's stem), read from no file."""
+    return Path(cfg.path).stem if cfg.name == "npz" else cfg.name
+
+
+def split_rows(cfg: DataConfig, public_size: int, rows) -> Splits:
+    """`split(load_dataset(cfg), public_size)` with the private train split cut to its records
+    `rows` (`load_train_rows`; ``train_x[i]`` is record ``rows[i]``): the public pool and the
+    evaluation split as `split` makes them (the test files read whole), and the data set's
+    classes (IDX, SVHN: 10; synthetic: the config's; an .npz's: its largest label plus one, of
+    both splits: its `y_train` member is read whole for that, four or eight bytes a record, and
+    dropped).
+
+    Raises:
+      PateError: a file is missing or damaged, or the pool leaves no evaluation points.
+    """
+    x_train, y_train = load_train_rows(cfg, rows)
+    if cfg.name in ("fashion_mnist", "mnist"):
+        d = _find(cfg.name, cfg.path, list(_IDX_FILES.values()))
+        x, y = (read_idx(_resolve(d, _IDX_FILES[k])) for k in ("x_test", "y_test"))
+        xs, ys = _IDX_FILES["x_test"], _IDX_FILES["y_test"]
+        if x.ndim != 3 or y.ndim != 1:
+            raise PateError(f"{d / xs}: expected images (N, H, W) and labels (N,), got {x.shape} and {y.shape}")
+        if x.shape[0] != y.shape[0]:
+            raise PateError(f"{d}: {xs} holds {x.shape[0]} images but {ys} holds {y.shape[0]} labels")
+        if y.size and (y.min() < 0 or y.max() > 9):
+            raise PateError(f"{d / ys}: labels must lie in 0..9, found {int(y.min())}..{int(y.max())}")
+        test = Dataset(cfg.name, x_train, y_train, _images(x), y.astype(np.int32), 10)
+    elif cfg.name == "svhn":
+        x, y = _read_svhn_mat(_find("svhn", cfg.path, list(_SVHN_FILES.values())) / _SVHN_FILES["test"])
+        test = Dataset("svhn", x_train, y_train, x, y, 10)
+    elif cfg.name == "npz":
+        p = Path(cfg.path)
+        x_shape, _ = _npz_train_shapes(p)
+        try:
+            with np.load(p, allow_pickle=False) as f:
+                x, y = f["x_test"], f["y_test"]
+        except Exception as err:
+            raise PateError(f"{p} is not a readable .npz ({err})") from None
+        x, y = _npz_split(p, "test", x, y)
+        if x.shape[1:] != x_train.shape[1:]:
+            kind = "embeddings" if is_embedding(x_train) else "images"
+            raise PateError(f"{p}: train {kind} {x_train.shape[1:]} and test inputs {x.shape[1:]} differ in shape")
+        labels = _npz_read_rows(p, "y_train", np.arange(x_shape[0]))
+        _npz_split(p, "train", np.zeros((labels.shape[0], 1), np.float32), labels)  # load_npz's label checks
+        num_classes = int(max(labels.max(initial=0), y.max(initial=0))) + 1
+        test = Dataset(p.stem, x_train, y_train, x, y, max(num_classes, 2))
+    else:
+        full = load_dataset(cfg)
+        test = dataclasses.replace(full, x_train=x_train, y_train=y_train)
+    return split(test, public_size)
+
+
 def partition(num_points: int, num_teachers: int, seed: int) -> Partition:
     """Splits `range(num_points)` into `num_teachers` disjoint, equal shards.
 

@@ -163,3 +163,37 @@ def test_every_call_reports_the_rows_it_holds(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "on_rows_loaded", lambda x, y: seen.append((x.shape, y.shape)))
     data.load_train_rows(DataConfig(name="mnist", path=str(tmp_path / "fm")), [4, 9])
     assert seen == [((2, 28, 28, 1), (2,))]
+
+
+@pytest.mark.parametrize("name", ["mnist", "svhn", "npz", "synthetic"])
+def test_split_rows_is_split_with_the_train_rows_cut(tmp_path, name):
+    import scipy.io
+
+    if name == "mnist":
+        write_idx_dir(tmp_path, n_train=50, n_test=12)
+        cfg = DataConfig(name="mnist", path=str(tmp_path))
+    elif name == "svhn":
+        rng = np.random.default_rng(1)
+        for split, n in (("train", 50), ("test", 12)):
+            scipy.io.savemat(tmp_path / f"{split}_32x32.mat", {"X": rng.integers(0, 256, (32, 32, 3, n)).astype(np.uint8),
+                                                               "y": rng.integers(1, 11, (n, 1)).astype(np.uint8)})
+        cfg = DataConfig(name="svhn", path=str(tmp_path))
+    elif name == "npz":
+        rng = np.random.default_rng(3)
+        y = rng.integers(0, 3, 50)
+        y[17] = 6  # the largest label lies in the train split, outside the rows asked for
+        np.savez(tmp_path / "d.npz", x_train=rng.normal(size=(50, 4)), y_train=y, x_test=rng.normal(size=(12, 4)),
+                 y_test=np.arange(12) % 3)
+        cfg = DataConfig(name="npz", path=str(tmp_path / "d.npz"))
+    else:
+        cfg = DataConfig(name="synthetic", synthetic_train_size=50, synthetic_test_size=12,
+                         synthetic_shape=[5, 5, 1], synthetic_classes=3)
+    whole = data.split(data.load_dataset(cfg), 5)
+    cut = data.split_rows(cfg, 5, ROWS)
+    assert cut.train_x.tobytes() == whole.train_x[ROWS].tobytes()
+    assert cut.train_y.tobytes() == whole.train_y[ROWS].tobytes()
+    for key in ("pool_x", "pool_y", "eval_x", "eval_y"):
+        assert getattr(cut, key).tobytes() == getattr(whole, key).tobytes(), key
+    assert cut.num_classes == whole.num_classes
+    with pytest.raises(PateError, match="leaves no evaluation points"):
+        data.split_rows(cfg, 12, ROWS)

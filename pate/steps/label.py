@@ -280,10 +280,16 @@ def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, 
         cost = fine_release.noise_of(config.fine_grained, p.delta).cost()
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([cost], p.total_budget, p.delta, "this fine-grained release")
-        # Process 0 reads the whole private split (the ledger's keyed digest of it), but counts the
-        # votes of its own slice only; the other processes count theirs (`fine_release.release`).
-        splits = split(load_dataset(config.data), config.data.public_size)
-        made = fine_release.release(config, splits, source, echo, cluster=cluster, seed=seed)
+        # In a distributed release each process (this one too) reads and counts its own slice of
+        # the private records only (`fine_release.own_records`); the ledger's keyed digest of the
+        # whole split is then read as a stream (`Ledger.keyed_split_digest`).
+        if cluster.count > 1:
+            splits, _start, total = fine_release.own_records(config, cluster)
+            data_digest = book.keyed_split_digest(config.data)
+        else:
+            splits, total = split(load_dataset(config.data), config.data.public_size), None
+            data_digest = book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes())
+        made = fine_release.release(config, splits, source, echo, cluster=cluster, seed=seed, total=total)
         door.out.write_npz(rundir.LABELS_NPZ, made.arrays, config, meta={"ledger": book.public_name(), **seed_record(seed)})
         describe = (f"labels: every pool point ({splits.pool_x.shape[0]}) from one fine-grained release, "
                     f"{made.noise.kind} noise, eps {made.eps:.6g}")
@@ -292,7 +298,7 @@ def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, 
                                "votes_per_record": made.noise.votes, "describe": describe},
                     subject=content_digest(read_labels(door.out / rundir.LABELS_NPZ)),
                     release=ledger_mod.release_identity("labels", door.out / rundir.LABELS_NPZ),
-                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+                    data_digest=data_digest)
     labels = made.arrays["labels"]
     result = LabelResult(mechanism=made.record.name, num_queries=int(labels.size),
                          num_answered=int(labels.size),
