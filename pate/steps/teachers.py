@@ -226,6 +226,14 @@ def _private_data(config: Config, placement: Placement, cluster: Cluster, echo) 
     return part, splits, Shards(teachers, np.arange(rows.size, dtype=np.int64).reshape(rows.shape))
 
 
+def _by_teacher(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``rows[positions]``: a view when `rows` are already the shards in order (a distributed
+    process's own records), so they are not copied once more."""
+    if positions.size == rows.shape[0] and np.array_equal(positions.reshape(-1), np.arange(rows.shape[0])):
+        return rows.reshape(*positions.shape, *rows.shape[1:])
+    return rows[positions]
+
+
 def _ranges(teachers: np.ndarray, num_teachers: int) -> str:
     """The real teachers among `teachers` as ranges ("0-3, 8"), padding teachers left out."""
     real = [int(t) for t in teachers if t < num_teachers]
@@ -345,8 +353,8 @@ def _train(config: Config, door: Door, manager, placement: Placement, model, tx,
     else:
         params, opt_state = init_teachers(model, tx, image_shape, tc.seed, placement)
 
-    x = placement.put_local(splits.train_x[shards.positions], shards.teachers)
-    y = placement.put_local(splits.train_y[shards.positions], shards.teachers)
+    x = placement.put_local(_by_teacher(splits.train_x, shards.positions), shards.teachers)
+    y = placement.put_local(_by_teacher(splits.train_y, shards.positions), shards.teachers)
     ids = placement.teacher_ids()
     epoch_fn = make_epoch_fn(model, tx, tc, part.shard_size, placement)
 
