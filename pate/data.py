@@ -1,6 +1,10 @@
 """Data sets (IDX, SVHN .mat, .npz, synthetic), the benchmark splits, and the partition
 of the private training set into disjoint teacher shards.
 
+A process of a distributed command reads only the private records it needs, by index
+(`load_train_rows`, `split_rows`), and the split's digests are computed from a stream of it
+(`train_chunks`): neither holds the whole split.
+
 Every loader returns int32 labels and float32 images in [0, 1] shaped (N, H, W, C), or, for an
 .npz whose `x_*` arrays are 2-D, float32 rows of features shaped (N, F): a data set of
 embeddings (a foundation model's, text's, tabular records'), split and partitioned as images are.

@@ -175,8 +175,8 @@ def test_split_rows_is_split_with_the_train_rows_cut(tmp_path, name):
     elif name == "svhn":
         rng = np.random.default_rng(1)
         for split, n in (("train", 50), ("test", 12)):
-            scipy.io.savemat(tmp_path / f"{split}_32x32.mat", {"X": rng.integers(0, 256, (32, 32, 3, n)).astype(np.uint8),
-                                                               "y": rng.integers(1, 11, (n, 1)).astype(np.uint8)})
+            images = rng.integers(0, 256, (32, 32, 3, n)).astype(np.uint8)
+            scipy.io.savemat(tmp_path / f"{split}_32x32.mat", {"X": images, "y": rng.integers(1, 11, (n, 1)).astype(np.uint8)})
         cfg = DataConfig(name="svhn", path=str(tmp_path))
     elif name == "npz":
         rng = np.random.default_rng(3)

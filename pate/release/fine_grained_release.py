@@ -12,9 +12,9 @@ release (`record_arrays`); no count, vote or feature of a private record is writ
 
 Under `pate label --distributed` every process (process 0 too) reads only its own contiguous
 slice of the private records (`own_records`), fits the same public map (a function of the pool
-alone), counts the votes of that slice (`slice_counts`), and the (point, class) histograms are summed exactly as integers across
-processes (`pate.programs.cluster.Cluster.sum_histograms`) before process 0 alone draws the
-noise (`release`; the others: `contribute`). The summed histogram is the one process's, record
+alone), counts the votes of that slice (`slice_counts`), and the (point, class) histograms
+are summed exactly as integers across processes (`pate.programs.cluster.Cluster.sum_histograms`)
+before process 0 alone draws the noise (`release`; the others: `contribute`). The summed histogram is the one process's, record
 for record (`private_rows`), so a seeded release's labels are the same in any layout
 (randomized response aside: each process randomises its own records, `slice_counts`).
 

@@ -116,8 +116,8 @@ def test_two_processes_train_one_process_teachers_each_reading_its_own_shards(tm
     alone = invoke("train-teachers", "--config", toml, "--workdir", one, "--no-progress")
     assert alone.exit_code == 0, alone.output
     script = HOOKED.format(root=str(ROOT), cli=str(ROOT / "cli.py"))
-    procs = start_processes([["-c", script, "train-teachers", "--config", toml, "--workdir", many, "--no-progress"]] * 2,
-                            env={"ROWS_TO": str(rows)})
+    command = ["-c", script, "train-teachers", "--config", toml, "--workdir", many, "--no-progress"]
+    procs = start_processes([command] * 2, env={"ROWS_TO": str(rows)})
     first, second = finish_processes(procs, 300)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
     # 480 records, 6 teachers of 80: process p holds teachers 3p..3p+2, 240 records, and no other
