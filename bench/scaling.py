@@ -3,7 +3,9 @@ multi-controller runtime; gloo on CPU), in one run: the teachers' training, the 
 and a fine-grained release's histogram, each as the whole command's wall time, its ratio to
 one process, each process's peak resident memory, and the bytes of private training records
 each process loaded (measured inside it: every call of `pate.data.split` records the size of
-the train split it returned; a process that reads only the public pool records 0).
+the train split it returned, and every call of `pate.data.load_train_rows` the rows it read by
+index (the distributed paths: a process's own shards or block); a process that reads only the
+public pool records 0).
 
 The data are synthetic 28x28 images (`pate.data.synthetic`, `--train-size` of them: 60 000 are
 188 MB of float32, as MNIST) written to an npz (`[data] name = "npz"`: a process that votes
@@ -36,18 +38,25 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Runs the CLI in a process that records, in $SCALING_PRIVATE_BYTES/<pid>.json, the most bytes
-#: of private training records (train_x and train_y of `pate.data.split`) it held at once.
+#: of private training records it held at once: the train_x and train_y of `pate.data.split` (a
+#: whole split), or of every call of `pate.data.load_train_rows` (the rows a process reads by
+#: index: `pate.data.on_rows_loaded`), whichever is larger.
 WRAPPER = """
 import json, os, sys
 import pate.data as data
-plain, most = data.split, [0]
+plain, most, rows = data.split, [0], [0]
+def record():
+    with open(os.path.join(os.environ["SCALING_PRIVATE_BYTES"], f"{os.getpid()}.json"), "w") as f:
+        json.dump({"private_bytes": max(most[0], rows[0])}, f)
 def split(*a, **k):
     out = plain(*a, **k)
     most[0] = max(most[0], int(out.train_x.nbytes + out.train_y.nbytes))
-    with open(os.path.join(os.environ["SCALING_PRIVATE_BYTES"], f"{os.getpid()}.json"), "w") as f:
-        json.dump({"private_bytes": most[0]}, f)
+    record()
     return out
-data.split = split
+def loaded(x, y):
+    rows[0] += int(x.nbytes + y.nbytes)
+    record()
+data.split, data.on_rows_loaded = split, loaded
 sys.argv = ["cli.py", *sys.argv[1:]]
 sys.path.insert(0, os.getcwd())
 import runpy

@@ -1,6 +1,10 @@
 """Data sets (IDX, SVHN .mat, .npz, synthetic), the benchmark splits, and the partition
 of the private training set into disjoint teacher shards.
 
+A process of a distributed command reads only the private records it needs, by index
+(`load_train_rows`, `split_rows`), and the split's digests are computed from a stream of it
+(`train_chunks`): neither holds the whole split.
+
 Every loader returns int32 labels and float32 images in [0, 1] shaped (N, H, W, C), or, for an
 .npz whose `x_*` arrays are 2-D, float32 rows of features shaped (N, F): a data set of
 embeddings (a foundation model's, text's, tabular records'), split and partitioned as images are.
@@ -8,11 +12,13 @@ embeddings (a foundation model's, text's, tabular records'), split and partition
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import os
 import zlib
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 
@@ -189,16 +195,27 @@ def training_files(cfg: DataConfig) -> list[Path]:
 def training_digest(cfg: DataConfig) -> str:
     """sha256 of the private training split's content (images and labels as loaded, with
     their shapes): the same data under another path, gzipped or not, has the same digest.
-    A plain fingerprint of private data: it goes into private files only (the ledger,
-    votes.npz, teachers.json), never into a released one."""
+    Read as a stream (`train_chunks`): the images in the memory of a chunk, the labels (four
+    bytes a record) kept until the images are hashed. A plain fingerprint of private data: it
+    goes into private files only (the ledger, votes.npz, teachers.json), never into a released
+    one, and the agreement of a distributed training (`pate.steps.teachers.fingerprint`)."""
     import hashlib
 
-    dataset = load_dataset(cfg)
     h = hashlib.sha256(b"pate-training-split-v1")
-    for array in (np.ascontiguousarray(dataset.x_train, dtype=np.float32),
-                  np.ascontiguousarray(dataset.y_train, dtype=np.int32)):
-        h.update(repr((array.dtype.str, array.shape)).encode("ascii"))
-        h.update(memoryview(array).cast("B"))
+    labels, row_shape = [], None
+    for x, y in train_chunks(cfg):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if row_shape is None:
+            row_shape = x.shape[1:]
+            h.update(repr((x.dtype.str, (train_count(cfg), *row_shape))).encode("ascii"))
+        h.update(memoryview(x).cast("B"))
+        labels.append(np.ascontiguousarray(y, dtype=np.int32))
+    if row_shape is None:  # an empty split: its shape as the loader gives it
+        x = load_train_rows(cfg, [])[0]
+        h.update(repr((np.dtype(np.float32).str, x.shape)).encode("ascii"))
+    y = np.concatenate(labels) if labels else np.zeros(0, np.int32)
+    h.update(repr((y.dtype.str, y.shape)).encode("ascii"))
+    h.update(memoryview(y).cast("B"))
     return h.hexdigest()
 
 
@@ -244,6 +261,12 @@ def load_idx(name: str, directory: str = "") -> Dataset:
 
 
 def _read_svhn_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    x, y = _svhn_raw(path)
+    return _images(np.transpose(x, (3, 0, 1, 2))), y
+
+
+def _svhn_raw(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """An SVHN .mat's X as stored (uint8, (32, 32, 3, N)) and its labels (label 10 → 0), checked."""
     import scipy.io
 
     try:
@@ -260,8 +283,7 @@ def _read_svhn_mat(path: Path) -> tuple[np.ndarray, np.ndarray]:
                         f"{x.shape} and {y.shape}")
     if y.size and (y.min() < 1 or y.max() > 10):
         raise PateError(f"{path}: SVHN labels must lie in 1..10, found {y.min()}..{y.max()}")
-    y = np.where(y == 10, 0, y).astype(np.int32)
-    return _images(np.transpose(x, (3, 0, 1, 2))), y
+    return x, np.where(y == 10, 0, y).astype(np.int32)
 
 
 def load_svhn(directory: str = "") -> Dataset:
@@ -496,6 +518,347 @@ def _npz_public(p: Path) -> PublicPool:
     return PublicPool(p.stem, x, y, num_classes, int(shape[0]))
 
 
+# --------------------------------------------------------------------------- private rows by index
+
+
+#: Rows read at once when private records are streamed (a gzip file or a compressed npz member
+#: decompressed this many rows at a time; raw files seek to each run of wanted rows).
+ROW_CHUNK = 4096
+
+#: Tests and the scaling bench: called with the (x, y) of every call of `load_train_rows` (what
+#: this process holds of the private split). None in every real run.
+on_rows_loaded: Callable[[np.ndarray, np.ndarray], None] | None = None
+
+
+def train_count(cfg: DataConfig) -> int:
+    """The number of records of the private train split, from a file header, never a record
+    (IDX: the images' header; SVHN: the .mat's variable headers; .npz: `x_train`'s array header;
+    synthetic: the config)."""
+    if cfg.name in ("fashion_mnist", "mnist"):
+        d = _find(cfg.name, cfg.path, list(_IDX_FILES.values()))
+        return _idx_count(_resolve(d, _IDX_FILES["x_train"]))
+    if cfg.name == "svhn":
+        return _svhn_count(_find("svhn", cfg.path, list(_SVHN_FILES.values())) / _SVHN_FILES["train"])
+    if cfg.name == "npz":
+        p = Path(cfg.path)
+        with _npz_member(p, "x_train") as (_f, _dtype, shape, _size):
+            return int(shape[0])
+    return int(cfg.synthetic_train_size)
+
+
+def load_train_rows(cfg: DataConfig, rows) -> tuple[np.ndarray, np.ndarray]:
+    """``(x_train[rows], y_train[rows])`` of `load_dataset(cfg)`, byte for byte, read without
+    holding the whole split: what one process of a distributed command needs of the private
+    records (its teachers' shards, its block of a fine-grained release).
+
+    IDX: the rows read at their offsets (a raw file seeks; a gzip file is decompressed in
+    `ROW_CHUNK`-row pieces, the wanted rows kept, and read to its end to check its length).
+    .npz: the `x_train` / `y_train` members read the same way (a stored member seeks; a
+    compressed one is decompressed as a stream). SVHN: scipy reads a .mat's variable whole (it
+    cannot read part of one), so the train images are read as uint8 and only the wanted rows
+    converted and kept. Synthetic data (nobody's) are drawn whole. The checks are the loaders'
+    (a truncated or damaged file, a bad magic number, labels out of range — of the rows read),
+    each one line.
+
+    Args:
+      cfg: the `[data]` section.
+      rows: record numbers (any order, repeats allowed), each in ``[0, train_count(cfg))``.
+
+    Raises:
+      PateError: a file is missing, truncated or damaged, a row is out of range, or a label read is.
+    """
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    wanted = np.unique(rows)
+    if cfg.name in ("fashion_mnist", "mnist"):
+        x, y = _idx_train_rows(cfg, wanted)
+    elif cfg.name == "svhn":
+        x, y = _svhn_train_rows(cfg, wanted)
+    elif cfg.name == "npz":
+        x, y = _npz_train_rows(Path(cfg.path), wanted)
+    else:
+        full = load_dataset(cfg)
+        _check_rows(wanted, full.x_train.shape[0], "the synthetic train split")
+        x, y = full.x_train[wanted], full.y_train[wanted]
+        del full
+    at = np.searchsorted(wanted, rows)
+    x, y = (x, y) if np.array_equal(wanted, rows) else (x[at], y[at])
+    if on_rows_loaded is not None:
+        on_rows_loaded(x, y)
+    return x, y
+
+
+def train_chunks(cfg: DataConfig, chunk: int = ROW_CHUNK) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The private train split of `load_dataset(cfg)` in order, `chunk` records at a time (each
+    (x, y) as `load_train_rows` gives them, one pass over each file): a digest of the whole
+    split in the memory of a chunk (`training_digest`). SVHN's arrays are read whole (scipy),
+    synthetic data drawn whole (nobody's)."""
+    if cfg.name in ("fashion_mnist", "mnist"):
+        fx, fy = _idx_train_files(cfg)
+        with _idx_stream(fx) as xs, _idx_stream(fy) as ys:
+            for first in range(0, fx.dims[0], chunk):
+                wanted = np.arange(first, min(first + chunk, fx.dims[0]))
+                yield _idx_checked(fy, _idx_read_rows(fx, wanted, xs), _idx_read_rows(fy, wanted, ys))
+            _idx_end(fx, xs)
+            _idx_end(fy, ys)
+        return
+    if cfg.name == "npz":
+        p = Path(cfg.path)
+        x_shape, _ = _npz_train_shapes(p)
+        with _npz_member(p, "x_train") as xm, _npz_member(p, "y_train") as ym:
+            for first in range(0, x_shape[0], chunk):
+                wanted = np.arange(first, min(first + chunk, x_shape[0]))
+                yield _npz_split(p, "train", _npz_read_rows(p, "x_train", wanted, xm),
+                                 _npz_read_rows(p, "y_train", wanted, ym))
+        return
+    if cfg.name == "svhn":
+        x, y = _svhn_train_rows(cfg, None)
+    else:
+        full = load_dataset(cfg)
+        x, y = full.x_train, full.y_train
+    for first in range(0, x.shape[0], chunk):
+        yield x[first:first + chunk], y[first:first + chunk]
+
+
+def _check_rows(wanted: np.ndarray, total: int, what: str) -> None:
+    if wanted.size and (wanted[0] < 0 or wanted[-1] >= total):
+        raise PateError(f"internal error: private rows {int(wanted[0])}..{int(wanted[-1])} asked of {what}, "
+                        f"which has {total}")
+
+
+def _read_runs(f, data_start: int, row_bytes: int, wanted: np.ndarray, chunk: int = ROW_CHUNK) -> bytes:
+    """The bytes of rows `wanted` (sorted, unique) of a file of rows of `row_bytes` from
+    `data_start`, in order: each run of wanted rows within `chunk` rows is read in one piece
+    (a seek forward and a read; a gzip file or compressed zip member decompresses what it
+    skips, as a stream). Raises EOFError when the file ends before a row."""
+    out = bytearray()
+    i = 0
+    while i < wanted.size:
+        first = int(wanted[i])
+        j = int(np.searchsorted(wanted, first + chunk))
+        last = int(wanted[j - 1])
+        f.seek(data_start + first * row_bytes)
+        need = (last - first + 1) * row_bytes
+        piece = f.read(need)
+        if len(piece) != need:
+            raise EOFError(f"the file ends before row {last}")
+        if j - i == last - first + 1:
+            out += piece
+        else:
+            block = np.frombuffer(piece, np.uint8).reshape(last - first + 1, row_bytes)
+            out += block[wanted[i:j] - first].tobytes()
+        i = j
+    return bytes(out)
+
+
+@dataclasses.dataclass(frozen=True)
+class _IdxFile:
+    path: Path
+    zipped: bool
+    dtype: np.dtype
+    dims: tuple[int, ...]
+    header: int
+
+
+def _idx_header(path: Path) -> _IdxFile:
+    """An IDX file's header (magic number, dims), read alone; a raw file's length checked."""
+    try:
+        with open(path, "rb") as f:
+            zipped = f.read(2) == b"\x1f\x8b"
+        with (gzip.open(path, "rb") if zipped else open(path, "rb")) as f:
+            head = f.read(4)
+            if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES or head[3] == 0:
+                raise PateError(f"{path} is not an IDX file (bad magic number {head[:4].hex()})")
+            raw_dims = f.read(4 * head[3])
+    except FileNotFoundError:
+        raise PateError(f"{path} not found") from None
+    except (EOFError, gzip.BadGzipFile, OSError, zlib.error) as err:
+        raise PateError(f"{path} is truncated or corrupt ({err}); download it again") from None
+    ndim = head[3]
+    if len(raw_dims) < 4 * ndim:
+        raise PateError(f"{path} is truncated (header cut short); download it again")
+    dims = tuple(int.from_bytes(raw_dims[4 * i: 4 * i + 4], "big") for i in range(ndim))
+    out = _IdxFile(path, zipped, np.dtype(_IDX_TYPES[head[2]]), dims, 4 + 4 * ndim)
+    if not zipped:
+        size, expected = path.stat().st_size, _idx_expected(out)
+        if size != expected:
+            raise PateError(f"{path} is truncated or corrupt: {size} bytes, header {list(dims)} "
+                            f"needs {expected}; download it again")
+    return out
+
+
+def _idx_expected(f: _IdxFile) -> int:
+    return f.header + int(np.prod(f.dims)) * f.dtype.itemsize
+
+
+_IDX_ERRORS = (EOFError, gzip.BadGzipFile, OSError, zlib.error)
+
+
+@contextlib.contextmanager
+def _idx_stream(f: _IdxFile):
+    """An IDX file opened for `_idx_read_rows` (a damaged one: one line)."""
+    try:
+        with (gzip.open(f.path, "rb") if f.zipped else open(f.path, "rb")) as stream:
+            yield stream
+    except _IDX_ERRORS as err:
+        raise PateError(f"{f.path} is truncated or corrupt ({err}); download it again") from None
+
+
+def _idx_read_rows(f: _IdxFile, wanted: np.ndarray, stream) -> np.ndarray:
+    """Rows `wanted` (sorted, unique, past those read before from a gzip `stream`) of an IDX file."""
+    row_bytes = int(np.prod(f.dims[1:], dtype=np.int64)) * f.dtype.itemsize
+    _check_rows(wanted, f.dims[0], str(f.path))
+    try:
+        raw = _read_runs(stream, f.header, row_bytes, wanted)
+    except _IDX_ERRORS as err:
+        raise PateError(f"{f.path} is truncated or corrupt ({err}); header {list(f.dims)}; "
+                        "download it again") from None
+    return np.frombuffer(raw, dtype=f.dtype).reshape(wanted.size, *f.dims[1:])
+
+
+def _idx_end(f: _IdxFile, stream) -> None:
+    """`read_idx`'s length check of a gzip file, read to its end as a stream (a raw file's
+    length was checked from its size)."""
+    if not f.zipped:
+        return
+    expected = _idx_expected(f)
+    try:
+        stream.seek(expected)
+        short = stream.tell() != expected
+        longer = bool(stream.read(1))
+    except _IDX_ERRORS as err:
+        raise PateError(f"{f.path} is truncated or corrupt ({err}); download it again") from None
+    if short or longer:
+        raise PateError(f"{f.path} is truncated or corrupt: its payload is {'shorter' if short else 'longer'} "
+                        f"than its header {list(f.dims)} needs ({expected} bytes); download it again")
+
+
+def _idx_train_files(cfg: DataConfig) -> tuple[_IdxFile, _IdxFile]:
+    """The train images' and labels' headers, checked as `load_idx` checks the arrays' shapes."""
+    d = _find(cfg.name, cfg.path, list(_IDX_FILES.values()))
+    xs, ys = _IDX_FILES["x_train"], _IDX_FILES["y_train"]
+    fx, fy = _idx_header(_resolve(d, xs)), _idx_header(_resolve(d, ys))
+    if len(fx.dims) != 3 or len(fy.dims) != 1:
+        raise PateError(f"{d / xs}: expected images (N, H, W) and labels (N,), got {fx.dims} and {fy.dims}")
+    if fx.dims[0] != fy.dims[0]:
+        raise PateError(f"{d}: {xs} holds {fx.dims[0]} images but {ys} holds {fy.dims[0]} labels")
+    return fx, fy
+
+
+def _idx_checked(fy: _IdxFile, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    if y.size and (y.min() < 0 or y.max() > 9):
+        raise PateError(f"{fy.path.parent / _IDX_FILES['y_train']}: labels must lie in 0..9, found "
+                        f"{int(y.min())}..{int(y.max())}")
+    return _images(x), y.astype(np.int32)
+
+
+def _idx_train_rows(cfg: DataConfig, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    fx, fy = _idx_train_files(cfg)
+    with _idx_stream(fx) as xs, _idx_stream(fy) as ys:
+        x, y = _idx_read_rows(fx, wanted, xs), _idx_read_rows(fy, wanted, ys)
+        _idx_end(fx, xs)
+        _idx_end(fy, ys)
+    return _idx_checked(fy, x, y)
+
+
+def _svhn_train_rows(cfg: DataConfig, wanted: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """SVHN's train rows `wanted` (None: all): the .mat's X and y are read whole (scipy reads a
+    variable whole), checked as `load_svhn` checks them, and only the wanted images converted."""
+    path = _find("svhn", cfg.path, list(_SVHN_FILES.values())) / _SVHN_FILES["train"]
+    x, y = _svhn_raw(path)
+    if wanted is not None:
+        _check_rows(wanted, x.shape[3], str(path))
+        x, y = x[..., wanted], y[wanted]
+    return _images(np.transpose(x, (3, 0, 1, 2))), y
+
+
+@contextlib.contextmanager
+def _npz_member(p: Path, key: str):
+    """An .npz member opened as a stream after its .npy header: ``(file, dtype, shape,
+    data size)``. One line for a missing file or member, a damaged archive, object arrays or
+    Fortran order (pate writes neither; `load_npz` then reads the whole member)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(p) as z:
+            names = z.namelist()
+            if f"{key}.npy" not in names:
+                keys = [n[:-4] for n in names if n.endswith(".npy")]
+                raise PateError(f"{p} lacks {key} (it holds {', '.join(keys) or 'nothing'})")
+            info = z.getinfo(f"{key}.npy")
+            with z.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                shape, fortran, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                                         else np.lib.format.read_array_header_2_0(f))
+                if dtype.hasobject:
+                    raise PateError(f"{p} is not a readable .npz ({key} holds Python objects, which are "
+                                    "not loaded: allow_pickle=False)")
+                if fortran and len(shape) > 1:
+                    raise PateError(f"{p}: {key} is stored in Fortran order; save it in C order "
+                                    "(np.ascontiguousarray) to read it by rows")
+                start = f.tell()
+                size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                if info.file_size != start + size:
+                    raise PateError(f"{p} is not a readable .npz ({key} is truncated: {info.file_size} bytes, "
+                                    f"its header {tuple(shape)} needs {start + size})")
+                yield _Offset(f, start), dtype, tuple(shape), size
+    except FileNotFoundError:
+        raise PateError(f"{p} not found; set data.path to an .npz with x_train, y_train, "
+                        "x_test, y_test") from None
+    except PateError:
+        raise
+    except Exception as err:  # zipfile, zlib and numpy's header reader raise several types
+        raise PateError(f"{p} is not a readable .npz ({err})") from None
+
+
+class _Offset:
+    """A member stream whose positions count from its .npy data (so `_read_runs` seeks from 0)."""
+
+    def __init__(self, f, start: int):
+        self.f, self.start = f, start
+
+    def seek(self, pos: int) -> None:
+        self.f.seek(self.start + pos)
+
+    def read(self, n: int) -> bytes:
+        return self.f.read(n)
+
+
+def _npz_read_rows(p: Path, key: str, wanted: np.ndarray, member=None) -> np.ndarray:
+    """Rows `wanted` (sorted, unique, past those read before from an open `member`) of an .npz member."""
+    if member is None:
+        with _npz_member(p, key) as opened:
+            return _npz_read_rows(p, key, wanted, opened)
+    f, dtype, shape, _size = member
+    if len(shape) < 1:
+        raise PateError(f"{p}: {key} must be an array of rows, got shape {shape}")
+    _check_rows(wanted, shape[0], f"{p}: {key}")
+    row_bytes = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+    try:
+        raw = _read_runs(f, 0, row_bytes, wanted) if row_bytes else b""
+    except PateError:
+        raise
+    except Exception as err:  # a damaged member: zlib, zipfile (bad CRC) and EOF raise several types
+        raise PateError(f"{p} is not a readable .npz ({key}: {err})") from None
+    return np.frombuffer(raw, dtype=dtype).reshape(wanted.size, *shape[1:])
+
+
+def _npz_train_shapes(p: Path) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shapes of an .npz's `x_train` and `y_train` from their headers, checked as `load_npz` checks them."""
+    with _npz_member(p, "x_train") as xm, _npz_member(p, "y_train") as ym:
+        x_shape, y_shape = xm[2], ym[2]
+    if len(x_shape) not in (2, 3, 4) or len(y_shape) != 1 or x_shape[0] != y_shape[0]:
+        raise PateError(f"{p}: x_train must be images (N, H, W[, C]) or embeddings (N, F), and "
+                        f"y_train (N,), got {x_shape} and {y_shape}")
+    return x_shape, y_shape
+
+
+def _npz_train_rows(p: Path, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An .npz's train rows `wanted`, checked and converted as `load_npz` does (its checks of
+    the labels and inputs see the rows read)."""
+    _npz_train_shapes(p)
+    return _npz_split(p, "train", _npz_read_rows(p, "x_train", wanted), _npz_read_rows(p, "y_train", wanted))
+
+
 # --------------------------------------------------------------------------- entry points
 
 
@@ -562,6 +925,59 @@ def split(dataset: Dataset, public_size: int) -> Splits:
         pool_x=dataset.x_test[:public_size], pool_y=dataset.y_test[:public_size],
         eval_x=dataset.x_test[public_size:], eval_y=dataset.y_test[public_size:],
         num_classes=dataset.num_classes)
+
+
+def dataset_name(cfg: DataConfig) -> str:
+    """The name `load_dataset(cfg)` gives its data set (an .npz's: its file's stem), read from no file."""
+    return Path(cfg.path).stem if cfg.name == "npz" else cfg.name
+
+
+def split_rows(cfg: DataConfig, public_size: int, rows) -> Splits:
+    """`split(load_dataset(cfg), public_size)` with the private train split cut to its records
+    `rows` (`load_train_rows`; ``train_x[i]`` is record ``rows[i]``): the public pool and the
+    evaluation split as `split` makes them (the test files read whole), and the data set's
+    classes (IDX, SVHN: 10; synthetic: the config's; an .npz's: its largest label plus one, of
+    both splits: its `y_train` member is read whole for that, four or eight bytes a record, and
+    dropped).
+
+    Raises:
+      PateError: a file is missing or damaged, or the pool leaves no evaluation points.
+    """
+    x_train, y_train = load_train_rows(cfg, rows)
+    if cfg.name in ("fashion_mnist", "mnist"):
+        d = _find(cfg.name, cfg.path, list(_IDX_FILES.values()))
+        x, y = (read_idx(_resolve(d, _IDX_FILES[k])) for k in ("x_test", "y_test"))
+        xs, ys = _IDX_FILES["x_test"], _IDX_FILES["y_test"]
+        if x.ndim != 3 or y.ndim != 1:
+            raise PateError(f"{d / xs}: expected images (N, H, W) and labels (N,), got {x.shape} and {y.shape}")
+        if x.shape[0] != y.shape[0]:
+            raise PateError(f"{d}: {xs} holds {x.shape[0]} images but {ys} holds {y.shape[0]} labels")
+        if y.size and (y.min() < 0 or y.max() > 9):
+            raise PateError(f"{d / ys}: labels must lie in 0..9, found {int(y.min())}..{int(y.max())}")
+        test = Dataset(cfg.name, x_train, y_train, _images(x), y.astype(np.int32), 10)
+    elif cfg.name == "svhn":
+        x, y = _read_svhn_mat(_find("svhn", cfg.path, list(_SVHN_FILES.values())) / _SVHN_FILES["test"])
+        test = Dataset("svhn", x_train, y_train, x, y, 10)
+    elif cfg.name == "npz":
+        p = Path(cfg.path)
+        x_shape, _ = _npz_train_shapes(p)
+        try:
+            with np.load(p, allow_pickle=False) as f:
+                x, y = f["x_test"], f["y_test"]
+        except Exception as err:
+            raise PateError(f"{p} is not a readable .npz ({err})") from None
+        x, y = _npz_split(p, "test", x, y)
+        if x.shape[1:] != x_train.shape[1:]:
+            kind = "embeddings" if is_embedding(x_train) else "images"
+            raise PateError(f"{p}: train {kind} {x_train.shape[1:]} and test inputs {x.shape[1:]} differ in shape")
+        labels = _npz_read_rows(p, "y_train", np.arange(x_shape[0]))
+        _npz_split(p, "train", np.zeros((labels.shape[0], 1), np.float32), labels)  # load_npz's label checks
+        num_classes = int(max(labels.max(initial=0), y.max(initial=0))) + 1
+        test = Dataset(p.stem, x_train, y_train, x, y, max(num_classes, 2))
+    else:
+        full = load_dataset(cfg)
+        test = dataclasses.replace(full, x_train=x_train, y_train=y_train)
+    return split(test, public_size)
 
 
 def partition(num_points: int, num_teachers: int, seed: int) -> Partition:

@@ -54,6 +54,26 @@ class Placement:
 
         return jax.tree.map(one, tree)
 
+    def local_teachers(self) -> np.ndarray:
+        """The rows of the padded teacher axis on this process's own devices (all of them in a
+        one-process run), in order: the teachers whose shards this process reads."""
+        index_map = self.sharding.addressable_devices_indices_map((self.padded,))
+        return np.array(sorted({int(t) for index in index_map.values() for t in range(self.padded)[index[0]]}),
+                        dtype=np.int64)
+
+    def put_local(self, x: np.ndarray, teachers: np.ndarray) -> jax.Array:
+        """The padded teacher axis of which this process holds only rows `teachers`
+        (`local_teachers`; ``x[i]`` is teacher ``teachers[i]``), placed: each device gets its
+        block from this process's rows (`jax.make_array_from_callback` asks only for the
+        blocks of this process's devices), so no process needs another's data."""
+        at = {int(t): i for i, t in enumerate(teachers)}
+
+        def block(index):
+            mine = [at[t] for t in range(self.padded)[index[0]]]
+            return x[mine][(slice(None), *index[1:])]
+
+        return jax.make_array_from_callback((self.padded, *x.shape[1:]), self.sharding, block)
+
     def teacher_ids(self) -> jax.Array:
         return self.put(np.arange(self.padded, dtype=np.int32))
 

@@ -10,11 +10,11 @@ exact discrete Laplace or Gaussian noise on every cell); the labels, post-proces
 release. labels.npz then holds the pool's indices, its labels and this module's record of the
 release (`record_arrays`); no count, vote or feature of a private record is written.
 
-Under `pate label --distributed` every process fits the same public map (a function of the pool
-alone), counts the votes of its own contiguous slice of the private records (`own_records`,
-`slice_counts`), and the (point, class) histograms are summed exactly as integers across
-processes (`pate.programs.cluster.Cluster.sum_histograms`) before process 0 alone draws the
-noise (`release`; the others: `contribute`). The summed histogram is the one process's, record
+Under `pate label --distributed` every process (process 0 too) reads only its own contiguous
+slice of the private records (`own_records`), fits the same public map (a function of the pool
+alone), counts the votes of that slice (`slice_counts`), and the (point, class) histograms
+are summed exactly as integers across processes (`pate.programs.cluster.Cluster.sum_histograms`)
+before process 0 alone draws the noise (`release`; the others: `contribute`). The summed histogram is the one process's, record
 for record (`private_rows`), so a seeded release's labels are the same in any layout
 (randomized response aside: each process randomises its own records, `slice_counts`).
 
@@ -201,7 +201,7 @@ def publish(side: PublicSide, cfg: FineGrainedConfig, delta: float, counts: np.n
 
 
 def release(config: Config, splits, source: NoiseSource, echo=print, *, cluster=None,
-            seed: int | None = None) -> FineGrainedRelease:
+            seed: int | None = None, total: int | None = None) -> FineGrainedRelease:
     """The labels of every pool point of ``splits`` from one release of the private train
     split's votes (module docstring). ``source``: OS entropy for a real release; `seed`: the
     research seed `source` was made from, if any (randomized response's own stream, `rr_source`).
@@ -209,6 +209,8 @@ def release(config: Config, splits, source: NoiseSource, echo=print, *, cluster=
     `cluster` (`pate.programs.cluster.Cluster`, process 0 of a distributed release): this
     process counts only its own slice of the records, the other processes theirs
     (`contribute`), and the counts are summed exactly before the noise, drawn here alone.
+    `total`: the split's record count when ``splits`` holds process 0's slice alone
+    (`own_records`), its first records; None when it holds the whole split.
     """
     from pate.programs.cluster import Cluster
 
@@ -217,10 +219,12 @@ def release(config: Config, splits, source: NoiseSource, echo=print, *, cluster=
         raise PateError("internal error: only process 0 draws a fine-grained release")
     cfg = config.fine_grained
     noise = check_settings(config, int(splits.pool_x.shape[0]), splits.train_x)  # before any private value
-    total = int(splits.train_x.shape[0])
+    start = None if total is None else 0
+    total = int(splits.train_x.shape[0]) if total is None else int(total)
     cluster.agree(total)  # process 0 passed its checks: every process maps its own slice
     side = public_side(config, splits.pool_x, splits.num_classes, noise, echo)
-    counts = _summed_counts(side, config, splits.train_x, splits.train_y, total, cluster, rr_source(seed), echo)
+    counts = _summed_counts(side, config, splits.train_x, splits.train_y, total, cluster, rr_source(seed), echo,
+                            start=start)
     return publish(side, cfg, config.privacy.delta, counts, source)
 
 
@@ -229,7 +233,8 @@ def contribute(config: Config, cluster, seed: int | None = None, echo=print) -> 
     the private records (`own_records`), counts their votes and sends the counts to process
     0; it takes no lock, draws no noise (randomized response aside: its own records' labels,
     from its own source), charges nothing and writes nothing."""
-    pool_x, num_classes, x, y, start, total = own_records(config, cluster)
+    splits, start, total = own_records(config, cluster)
+    pool_x, num_classes, x, y = splits.pool_x, splits.num_classes, splits.train_x, splits.train_y
     noise = check_settings(config, int(pool_x.shape[0]), x)
     expected = cluster.agree()  # process 0's checks passed: it says how many records it holds
     if expected != total:
@@ -243,22 +248,18 @@ def contribute(config: Config, cluster, seed: int | None = None, echo=print) -> 
          + f" ({total} in all); process 0 draws the release and writes it")
 
 
-def own_records(config: Config, cluster) -> tuple[np.ndarray, int, np.ndarray, np.ndarray, int, int]:
-    """This process's view of the data: the public pool's inputs, the number of classes, its own
-    slice of the private records (`pate.programs.cluster.block` of the train split: rows
-    ``[p ceil(N/P), (p + 1) ceil(N/P))``) with their labels, the slice's first record number and N.
+def own_records(config: Config, cluster):
+    """This process's view of the data: the splits (`pate.data.split_rows`) whose private train
+    split is its own slice alone (`pate.programs.cluster.block` of the train split: records
+    ``[p ceil(N/P), (p + 1) ceil(N/P))``), the slice's first record number, and N (from a file
+    header, `pate.data.train_count`). Only the slice's records are read and held (an SVHN .mat
+    is read whole by scipy, its other images dropped unconverted)."""
+    from pate.data import split_rows, train_count
 
-    The loaders read whole files (IDX, .mat, .npz), so the whole data set is read; only the
-    slice is kept (copied) and the rest is dropped before any record is mapped or counted."""
-    from pate.data import load_dataset, split
-
-    splits = split(load_dataset(config.data), config.data.public_size)
-    total = int(splits.train_x.shape[0])
+    total = train_count(config.data)
     rows = cluster.rows(total)
-    x, y = splits.train_x[rows.start:rows.stop].copy(), splits.train_y[rows.start:rows.stop].copy()
-    pool_x, num_classes = splits.pool_x.copy(), int(splits.num_classes)
-    del splits  # the other processes' records: read, not kept
-    return pool_x, num_classes, x, y, rows.start, total
+    splits = split_rows(config.data, config.data.public_size, np.arange(rows.start, rows.stop))
+    return splits, rows.start, total
 
 
 def _summed_counts(side: PublicSide, config: Config, x: np.ndarray, y: np.ndarray, total: int, cluster,
@@ -267,7 +268,7 @@ def _summed_counts(side: PublicSide, config: Config, x: np.ndarray, y: np.ndarra
     split and keeps its own slice), then summed exactly across processes."""
     cfg = config.fine_grained
     rows = cluster.rows(total)
-    if start is None:  # process 0 holds every record: its own slice only
+    if start is None:  # process 0 was given every record: its own slice only
         x, y, start = x[rows.start:rows.stop], y[rows.start:rows.stop], rows.start
     if cluster.leader:
         spread = f" ({cluster.count} processes, each its own slice)" if cluster.count > 1 else ""

@@ -93,7 +93,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         process of a distributed run failed (`pate.programs.cluster.Stopped`).
     """
     check_config(config, "pate.label")
-    from pate.data import load_dataset, split
+    from pate.data import load_dataset, load_public, split
     from pate.programs.cluster import Cluster
 
     cluster = Cluster()
@@ -111,9 +111,17 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
             record = accountable_record(config.aggregation, config.privacy)
             ensemble = read_ensemble(door.run.path)
             agg = config.aggregation
-            splits = split(load_dataset(config.data), config.data.public_size)
-            _check_pool(splits.pool_x, ensemble)
-            resolve(record, agg.queries, num_teachers=ensemble.num_teachers, pool_size=splits.pool_x.shape[0])
+            if cluster.count > 1:  # the public pool alone; the split's keyed digest is read as a stream
+                public = load_public(config.data)
+                pool_x, pool_y = public.pool_x, public.pool_y
+                data_digest = lambda book: book.keyed_split_digest(config.data)
+            else:
+                splits = split(load_dataset(config.data), config.data.public_size)
+                pool_x, pool_y = splits.pool_x, splits.pool_y
+                data_digest = lambda book: book.keyed_digest(splits.train_x.tobytes(),
+                                                             splits.train_y.tobytes())
+            _check_pool(pool_x, ensemble)
+            resolve(record, agg.queries, num_teachers=ensemble.num_teachers, pool_size=pool_x.shape[0])
             # A target headline plans the queries and the release before any teacher votes.
             target = release_target.choose(config, ensemble.num_teachers, ensemble.num_classes, record=record,
                                            budget=budget, echo=echo)
@@ -124,7 +132,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
                                    privacy=config.privacy)
                 echo(budget_line(budget, plan, accountant))
             planned = {} if target is None else {release_target.PLAN_KEY: target.meta()}
-            result = _release_from_teachers(door, config, record, ensemble, splits, plan, seed, echo, planned,
+            result = _release_from_teachers(door, config, record, ensemble, (pool_x, pool_y, data_digest), plan,
+                                            seed, echo, planned,
                                             cluster)
     echo(ledger_mod.cumulative_line(ledger_mod.Ledger.for_teachers(door.run.path, config), config.privacy.delta))
     gives = "the sanitised eps and the headline eps" if record.sanitised else "the headline eps (no sanitised eps)"
@@ -178,10 +187,13 @@ def _vote_for_process_0(config: Config, workdir, cluster, echo) -> None:
          f"({jax.local_device_count()} device(s)); process 0 draws the release and writes it")
 
 
-def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemble, splits, plan,
+def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemble, public, plan,
                            seed, echo, planned: dict, cluster) -> LabelResult:
     """The body of `label` once its inputs are checked: the ledger's budget, the votes,
-    the release, the brief report; writes votes.npz and labels.npz through `door`."""
+    the release, the brief report; writes votes.npz and labels.npz through `door`. `public`:
+    the pool's inputs and labels, and the ledger's keyed digest of the private split (a
+    function of the ledger: process 0 of a distributed run reads the split as a stream)."""
+    pool_x, pool_y, data_digest = public
     from pate.programs.voting import plurality_accuracy
 
     # The ledger of the private data set refuses a release over its total budget before
@@ -198,7 +210,7 @@ def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemb
     queried = np.arange(num_queries)
     echo(f"voting: {ensemble.num_teachers} teachers on {queried.size} pool points"
          + (f" ({cluster.count} processes, each its own block of teachers)" if cluster.count > 1 else ""))
-    inputs = teacher_inputs(ensemble.config, splits.pool_x[queried], splits.pool_x,
+    inputs = teacher_inputs(ensemble.config, pool_x[queried], pool_x,
                             door.run / rundir.DPSGD_FEATURES_DIR, "queries")
     votes = _votes(config, ensemble, inputs, cluster)
     if np.any(votes.sum(axis=1) != ensemble.num_teachers):
@@ -207,7 +219,7 @@ def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemb
     cap = None if plan is None else plan.max_answers
     labels = released_arrays(votes[queried], queried, record, seed, cap)
     params = {**record.params(), **({} if cap is None else {"max_answers": cap})}
-    released, truth = labels["labels"], splits.pool_y[queried]
+    released, truth = labels["labels"], pool_y[queried]
     answered = released >= 0
     result = LabelResult(
         mechanism=agg.mechanism, num_queries=int(queried.size), num_answered=int(answered.sum()),
@@ -228,7 +240,7 @@ def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemb
                        meta={"ledger": book.public_name(), **seed_record(seed), **planned})
     # Charged when the door commits the release (written first, renamed into place right after).
     charge_release(door, book, cost, record, door.out / rundir.LABELS_NPZ, num_queries, config.privacy,
-                   data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()),
+                   data_digest=data_digest(book),
                    num_classes=ensemble.num_classes)
     echo(result.summary())
     echo(table)
@@ -280,10 +292,16 @@ def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, 
         cost = fine_release.noise_of(config.fine_grained, p.delta).cost()
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([cost], p.total_budget, p.delta, "this fine-grained release")
-        # Process 0 reads the whole private split (the ledger's keyed digest of it), but counts the
-        # votes of its own slice only; the other processes count theirs (`fine_release.release`).
-        splits = split(load_dataset(config.data), config.data.public_size)
-        made = fine_release.release(config, splits, source, echo, cluster=cluster, seed=seed)
+        # In a distributed release each process (this one too) reads and counts its own slice of
+        # the private records only (`fine_release.own_records`); the ledger's keyed digest of the
+        # whole split is then read as a stream (`Ledger.keyed_split_digest`).
+        if cluster.count > 1:
+            splits, _start, total = fine_release.own_records(config, cluster)
+            data_digest = book.keyed_split_digest(config.data)
+        else:
+            splits, total = split(load_dataset(config.data), config.data.public_size), None
+            data_digest = book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes())
+        made = fine_release.release(config, splits, source, echo, cluster=cluster, seed=seed, total=total)
         door.out.write_npz(rundir.LABELS_NPZ, made.arrays, config, meta={"ledger": book.public_name(), **seed_record(seed)})
         describe = (f"labels: every pool point ({splits.pool_x.shape[0]}) from one fine-grained release, "
                     f"{made.noise.kind} noise, eps {made.eps:.6g}")
@@ -292,7 +310,7 @@ def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, 
                                "votes_per_record": made.noise.votes, "describe": describe},
                     subject=content_digest(read_labels(door.out / rundir.LABELS_NPZ)),
                     release=ledger_mod.release_identity("labels", door.out / rundir.LABELS_NPZ),
-                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+                    data_digest=data_digest)
     labels = made.arrays["labels"]
     result = LabelResult(mechanism=made.record.name, num_queries=int(labels.size),
                          num_answered=int(labels.size),

@@ -10,13 +10,16 @@ so a run resumed from a checkpoint, or sharded differently, sees the same batche
 Multi-host: run the same command on every host with `--distributed`, which calls
 `jax.distributed.initialize()` (coordinator address, process count and this process's
 id from `--coordinator`, `--num-processes`, `--process-id`, or detected by JAX under
-SLURM, Open MPI and the like). Every host loads the data, the teacher axis is sharded over all
-devices of all hosts, orbax writes the checkpoint collectively, and process 0 writes
+SLURM, Open MPI and the like). The teacher axis is sharded over all devices of all hosts; every
+process makes the same partition from the split's record count (a file header) and reads only
+the records of the teachers on its own devices (`pate.data.split_rows`, placed with
+`Placement.put_local`); orbax writes the checkpoint collectively, and process 0 writes
 the JSON artifacts; the run directory must be on a file system every host sees.
 
 The processes agree (`pate.programs.cluster.Cluster`) twice before they commit to anything:
 once their data and config checks have passed (each says its fingerprint of the data and the
-settings that shape the training, `fingerprint`; a process whose differs from process 0's
+settings that shape the training, `fingerprint`: the split's digest, read as a stream, and the
+settings; a process whose differs from process 0's
 fails), before config.toml or any checkpoint is written; and once the teachers are trained
 and scored, before process 0 writes teachers.json. A process that fails before an agreement
 (pate's own error: bad data, a shard smaller than a batch, a config that differs) stops every
@@ -41,7 +44,8 @@ from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import check_config, Config
-from pate.data import Partition, Splits, load_dataset, partition, split
+from pate.data import (Partition, Splits, dataset_name, load_dataset, partition, split, split_rows, train_count,
+                       training_digest)
 from pate.programs import public_features
 from pate.programs.cluster import Cluster
 from pate.programs.models import check_input, conv_impl, make_model
@@ -162,49 +166,104 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
             echo(f"teachers: {door.run / rundir.TEACHERS_JSON} already records all {tc.epochs} epochs and its "
                  "checkpoint is intact; nothing to resume, nothing written")
             return done
-        dataset = load_dataset(config.data)
-        splits = split(dataset, config.data.public_size)
-        part: Partition = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
-        if part.shard_size < tc.batch_size:
-            raise PateError(f"each of {tc.num_teachers} teachers gets {part.shard_size} training "
-                            f"points, fewer than teachers.batch_size = {tc.batch_size}; lower "
-                            "teachers.batch_size or teachers.num_teachers")
+        placement = Placement(tc.num_teachers, devices)
+        part, splits, shards = _private_data(config, placement, cluster, echo)
         splits = _teachers_view(config, splits, door.run, show_progress)
         check_input(tc, splits.train_x.shape[1:])
-        placement = Placement(tc.num_teachers, devices)
         model = make_model(config.teachers, splits.num_classes, backend=placement.platform)
         tx = make_optimizer(tc, part.shard_size // tc.batch_size)
-        _agree_to_train(cluster, config, splits)
+        _agree_to_train(cluster, config)
         with _across_processes(cluster):  # from here every process is in the same collectives
             door.write_config()
             # The teachers are private: their folder is owner-only.
             manager = checkpoints.open_manager(door.out / rundir.TEACHERS_DIR, private=True)
             try:
                 params, history, latest, train_time = _train(config, door, manager, placement, model, tx, splits,
-                                                             part, show_progress, on_epoch)
+                                                             part, shards, show_progress, on_epoch)
             finally:
                 manager.close()
-            return _evaluate(config, door.out, params, model, placement, dataset.name, splits, part, history,
-                             latest, start_time, train_time, cluster)
+            return _evaluate(config, door.out, params, model, placement, dataset_name(config.data), splits, part,
+                             history, latest, start_time, train_time, cluster)
 
 
-def fingerprint(config: Config, splits: Splits) -> int:
+@dataclasses.dataclass(frozen=True)
+class Shards:
+    """This process's teachers' shards: the rows of the padded teacher axis on its own devices
+    (`Placement.local_teachers`) and, for each, the positions in ``splits.train_x`` of its
+    records (``positions[i]``: teacher ``teachers[i]``'s shard)."""
+
+    teachers: np.ndarray  # (L,) int64
+    positions: np.ndarray  # (L, shard_size) int64
+
+
+def _private_data(config: Config, placement: Placement, cluster: Cluster, echo) -> tuple[Partition, Splits, Shards]:
+    """The public partition, the splits and this process's shards. One process reads the whole
+    split (`load_dataset`). In a distributed run (`cluster` of several processes) each process
+    makes the same partition from the split's record count (a file header, `train_count`) and
+    reads only the records of its own teachers (`split_rows`): ``splits.train_x`` then holds
+    those rows alone, teacher by teacher (a padding teacher's are teacher 0's).
+
+    Raises:
+      PateError: more teachers than records, or a shard smaller than a batch.
+    """
+    tc = config.teachers
+    distributed = cluster.count > 1
+    total = train_count(config.data) if distributed else None
+    splits = None if distributed else split(load_dataset(config.data), config.data.public_size)
+    part: Partition = partition(total if distributed else splits.train_x.shape[0], tc.num_teachers, tc.seed)
+    if part.shard_size < tc.batch_size:
+        raise PateError(f"each of {tc.num_teachers} teachers gets {part.shard_size} training "
+                        f"points, fewer than teachers.batch_size = {tc.batch_size}; lower "
+                        "teachers.batch_size or teachers.num_teachers")
+    padded = np.concatenate([part.indices, np.repeat(part.indices[:1], placement.padded - tc.num_teachers, axis=0)])
+    teachers = placement.local_teachers()
+    if not distributed:
+        return part, splits, Shards(teachers, padded[teachers])
+    rows = padded[teachers]
+    splits = split_rows(config.data, config.data.public_size, rows.reshape(-1))
+    echo(f"process {cluster.index} of {cluster.count}: teachers {_ranges(teachers, tc.num_teachers)}, "
+         f"{rows.size} private records read of {total}")
+    return part, splits, Shards(teachers, np.arange(rows.size, dtype=np.int64).reshape(rows.shape))
+
+
+def _by_teacher(rows: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """``rows[positions]``: a view when `rows` are already the shards in order (a distributed
+    process's own records), so they are not copied once more."""
+    if positions.size == rows.shape[0] and np.array_equal(positions.reshape(-1), np.arange(rows.shape[0])):
+        return rows.reshape(*positions.shape, *rows.shape[1:])
+    return rows[positions]
+
+
+def _ranges(teachers: np.ndarray, num_teachers: int) -> str:
+    """The real teachers among `teachers` as ranges ("0-3, 8"), padding teachers left out."""
+    real = [int(t) for t in teachers if t < num_teachers]
+    if not real:
+        return "none (padding only)"
+    parts, first = [], real[0]
+    for a, b in zip(real, real[1:] + [None]):
+        if b != a + 1:
+            parts.append(f"{first}-{a}" if a > first else f"{a}")
+            first = b
+    return ", ".join(parts)
+
+
+def fingerprint(config: Config) -> int:
     """A 31-bit digest of what every process of a distributed training must share: the
-    `[teachers]` settings, the `[data]` section (less its path: hosts may mount the data in
-    different places) and the training split itself (shape, dtype and bytes of the records and
-    their labels, as the teachers see them). Not a privacy release: it never leaves the
-    cluster, and the agreement carries only process 0's."""
+    `[teachers]` settings and those of the public map they may see their inputs through
+    (`[features]`, `[fine_grained]`), the `[data]` section (less its path: hosts may mount the
+    data in different places) and the training split itself (`pate.data.training_digest`: the
+    records and labels as loaded, read as a stream, so no process holds the split for it). Not
+    a privacy release: it never leaves the cluster, and the agreement carries only process 0's."""
     h = hashlib.sha256()
     data = {k: v for k, v in dataclasses.asdict(config.data).items() if k != "path"}
-    h.update(json.dumps([data, dataclasses.asdict(config.teachers)], sort_keys=True, default=str).encode())
-    for array in (splits.train_x, splits.train_y):
-        array = np.ascontiguousarray(array)
-        h.update(f"{array.dtype.str}{array.shape}".encode())
-        h.update(memoryview(array).cast("B"))
+    settings = [data, dataclasses.asdict(config.teachers), dataclasses.asdict(config.features),
+                dataclasses.asdict(config.fine_grained)]
+    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
+    h.update(training_digest(config.data).encode("ascii"))
     return int.from_bytes(h.digest()[:4], "big") & 0x7FFFFFFF
 
 
-def _agree_to_train(cluster: Cluster, config: Config, splits: Splits) -> None:
+def _agree_to_train(cluster: Cluster, config: Config) -> None:
     """The agreements before training (nothing written yet): every process passed its own
     data and config checks, and has process 0's `fingerprint`. A process whose fingerprint
     differs raises here, and the others stop at the second agreement with its line.
@@ -215,7 +274,7 @@ def _agree_to_train(cluster: Cluster, config: Config, splits: Splits) -> None:
     """
     if cluster.count == 1:
         return
-    mine = fingerprint(config, splits)
+    mine = fingerprint(config)
     if cluster.agree(mine) != mine:
         raise PateError(f"process {cluster.index}'s training data or [data]/[teachers] settings differ from "
                         "process 0's: give every process the same config and the same data set")
@@ -275,7 +334,7 @@ def _already_finished(door: Door, tc) -> TrainResult | None:
 
 
 def _train(config: Config, door: Door, manager, placement: Placement, model, tx, splits, part,
-           show_progress: bool, on_epoch):
+           shards: Shards, show_progress: bool, on_epoch):
     """The training loop of `train_teachers`: from the last checkpoint when resuming, else
     from `init_teachers`; checkpoints into `door.out` (the run directory, or its staging
     folder when replacing finished teachers). Returns (params, loss history, epoch
@@ -294,10 +353,8 @@ def _train(config: Config, door: Door, manager, placement: Placement, model, tx,
     else:
         params, opt_state = init_teachers(model, tx, image_shape, tc.seed, placement)
 
-    shards = np.concatenate([part.indices, np.repeat(part.indices[:1],
-                             placement.padded - tc.num_teachers, axis=0)])
-    x = placement.put(splits.train_x[shards])
-    y = placement.put(splits.train_y[shards])
+    x = placement.put_local(_by_teacher(splits.train_x, shards.positions), shards.teachers)
+    y = placement.put_local(_by_teacher(splits.train_y, shards.positions), shards.teachers)
     ids = placement.teacher_ids()
     epoch_fn = make_epoch_fn(model, tx, tc, part.shard_size, placement)
 
@@ -355,7 +412,7 @@ def _evaluate(config: Config, out: rundir.RunDir, params, model, placement: Plac
             "dataset": dataset_name,
             # PRIVATE file: the data set's source (sha256 of the training split), which names its ledger
             "data_set": ledger_mod.Ledger.for_config(config).source,
-            "train_points": int(splits.train_x.shape[0]),
+            "train_points": int(part.indices.size + part.left_out.size),
             "shard_size": part.shard_size,
             "left_out": int(part.left_out.size),
             "eval_points": int(splits.eval_x.shape[0]),

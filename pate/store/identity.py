@@ -158,7 +158,7 @@ def data_identity(data, directory: str | Path | None = None, *, new: bool = Fals
     source = _IDENTITIES.get((str(directory), cache_key)) or _cached_identity(directory, cache_key)
     if (source is None or _SOURCE.fullmatch(source) is None or not source.startswith(f"{data.name}:sha256:")
             or not _known(directory, source, new)):
-        digests = record_digests(data_mod.load_dataset(data))
+        digests = [d for x, y in data_mod.train_chunks(data) for d in record_digests(x, y)]
         source = f"{data.name}:sha256:{_multiset_digest(digests)}"
         prepare(directory)
         _remember(directory, source, digests, new)
@@ -176,11 +176,12 @@ _RECORDS = ".records"
 _ALIASES = ".aliases.json"
 
 
-def record_digests(dataset) -> list[bytes]:
+def record_digests(x_train: np.ndarray, y_train: np.ndarray) -> list[bytes]:
     """sha256 of each training record (its image as loaded, float32, and its label, int32),
-    in the split's order: the multiset a data set is."""
-    x = np.ascontiguousarray(dataset.x_train, dtype=np.float32)
-    y = np.ascontiguousarray(dataset.y_train, dtype=np.int32)
+    in the split's order: the multiset a data set is (read in chunks, `pate.data.train_chunks`:
+    32 bytes a record are kept, never the split)."""
+    x = np.ascontiguousarray(x_train, dtype=np.float32)
+    y = np.ascontiguousarray(y_train, dtype=np.int32)
     head = b"pate-record-v1" + repr(x.shape[1:]).encode("ascii")
     return [hashlib.sha256(head + x[i].tobytes() + y[i].tobytes()).digest() for i in range(x.shape[0])]
 
@@ -443,6 +444,35 @@ def keyed(directory: Path, *parts: bytes) -> str:
     for part in parts:
         mac.update(len(part).to_bytes(8, "little"))
         mac.update(part)
+    return mac.hexdigest()
+
+
+def keyed_split(directory: Path, data) -> str:
+    """`keyed` of a `[data]` section's whole private train split as ``(train_x.tobytes(),
+    train_y.tobytes())`` (float32 records, int32 labels) without holding it: the records are
+    read as a stream (`pate.data.train_chunks`), the labels (four bytes a record) kept until
+    the records are hashed. The same value as `keyed` of the bytes in memory."""
+    import numpy as np
+
+    from pate import data as data_mod
+
+    prepare(directory)
+    mac = hmac.new(_key(directory), digestmod=hashlib.sha256)
+    chunks = data_mod.train_chunks(data)
+    total = data_mod.train_count(data)
+    labels, started = [], False
+    for x, y in chunks:
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if not started:
+            mac.update((total * (x.nbytes // max(x.shape[0], 1))).to_bytes(8, "little"))
+            started = True
+        mac.update(memoryview(x).cast("B"))
+        labels.append(np.ascontiguousarray(y, dtype=np.int32))
+    if not started:  # an empty split: no record bytes
+        mac.update((0).to_bytes(8, "little"))
+    y = np.concatenate(labels) if labels else np.zeros(0, np.int32)
+    mac.update(y.nbytes.to_bytes(8, "little"))
+    mac.update(memoryview(y).cast("B"))
     return mac.hexdigest()
 
 

@@ -41,7 +41,7 @@ from typing import Any, Iterable
 
 from analysis.mechanisms import composition
 from analysis.core.errors import PateError
-from pate.store.identity import (LEDGER_ENV, data_identity, default_directory, directory_for, keyed,
+from pate.store.identity import (LEDGER_ENV, data_identity, default_directory, directory_for, keyed, keyed_split,
                                   ledger_name, legacy_identity, prepare, previous_identity, run_source,
                                   same_data_set_notes, votes_source)
 
@@ -252,6 +252,13 @@ class Ledger:
         whether two inputs are the same without being a public fingerprint of either."""
         self._prepare_directory()
         return keyed(self.directory, *parts)
+
+    def keyed_split_digest(self, data) -> str:
+        """`keyed_digest(train_x.tobytes(), train_y.tobytes())` of a `[data]` section's whole
+        private train split, read as a stream (`pate.store.identity.keyed_split`): what a
+        distributed command's process 0 charges with, holding only its own records."""
+        self._prepare_directory()
+        return keyed_split(self.directory, data)
 
     # ------------------------------------------------------------------ accounting
 

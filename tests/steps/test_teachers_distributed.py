@@ -61,13 +61,23 @@ def test_a_process_whose_data_differ_says_so_and_tells_the_others(tiny_config, t
     assert not run.exists() or os.listdir(run) == []
 
 
-def test_the_fingerprint_sees_the_data_and_the_settings_not_the_path(tiny_config):
-    from pate.data import load_dataset, split
+def test_the_fingerprint_sees_the_data_and_the_settings_not_the_path(tiny_config, tmp_path):
+    from pate.data import load_dataset
 
-    def of(config):
-        return fingerprint(config, split(load_dataset(config.data), config.data.public_size))
-
+    of = fingerprint
     base = of(tiny_config)
+    # the files' content, not where they lie: a copy elsewhere agrees, one changed record does not
+    made = load_dataset(tiny_config.data)
+    arrays = {"x_train": made.x_train, "y_train": made.y_train, "x_test": made.x_test, "y_test": made.y_test}
+    np.savez(tmp_path / "a.npz", **arrays)
+    np.savez_compressed(tmp_path / "b.npz", **arrays)
+    arrays["x_train"] = made.x_train.copy()
+    arrays["x_train"][5, 0, 0, 0] = 1.0 - arrays["x_train"][5, 0, 0, 0]
+    np.savez(tmp_path / "c.npz", **arrays)
+    npz = {name: of(dataclasses.replace(tiny_config, data=dataclasses.replace(tiny_config.data, name="npz",
+                                                                               path=str(tmp_path / name))))
+           for name in ("a.npz", "b.npz", "c.npz")}
+    assert npz["a.npz"] == npz["b.npz"] != npz["c.npz"]
     assert of(dataclasses.replace(tiny_config, data=dataclasses.replace(tiny_config.data, path="/elsewhere"))) == base
     other_data = dataclasses.replace(tiny_config.data, synthetic_seed=1)
     assert of(dataclasses.replace(tiny_config, data=other_data)) != base
