@@ -190,11 +190,19 @@ def save_params(directory: Path, params: Any, *, then: str = "train again") -> N
 
 
 def restore_params(directory: Path, like: Any) -> Any:
-    """The parameter tree `save_params` wrote, shaped like `like`."""
+    """The parameter tree `save_params` wrote, shaped like `like`, on this process's first
+    device. This process reads it alone: in a cluster (`--distributed`) orbax waits at no
+    barrier for the others, so one process may read the tree while another does something
+    else (`pate label --round 2 --distributed`: every process reads the round-1 student, and
+    one that fails before reading it must not leave the others waiting in orbax's barrier)."""
     import orbax.checkpoint as ocp
 
-    with ocp.StandardCheckpointer() as ckptr:
-        return ckptr.restore(directory.resolve(), abstract(like))
+    me = jax.process_index()
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), like)
+    alone = ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
+    with ocp.StandardCheckpointer(multiprocessing_options=alone) as ckptr:
+        return ckptr.restore(directory.resolve(), target)
 
 
 # --------------------------------------------------------------------------- reading back
