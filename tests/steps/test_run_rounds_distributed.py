@@ -60,3 +60,42 @@ def test_two_processes_run_both_rounds_as_one_process_does(finished_tiny, tmp_pa
     assert first.returncode == 0 and second.returncode == 0, first.stderr[-3000:] + second.stderr[-3000:]
     assert "had nothing to do" in second.stdout
     assert [e["kind"] for e in run_entries(many)] == kinds
+
+
+@pytest.mark.slow  # two JAX processes train the tiny teachers, then two launches more: 2-3 min
+def test_a_process_killed_while_process_0_trains_round_1s_student_stops_it_before_round_2(tmp_path):
+    """Process 1 waits for process 0's word while process 0 trains round 1's student; killed
+    there, process 0 finishes its own steps (the student, round 1's report: its own release,
+    charged once), then stops at round 2's word with one line, round 2 neither drawn nor
+    charged; the next `pate run --distributed` makes round 2 and the rest, each release once."""
+    import time
+
+    run = tmp_path / "run"
+    command = [ROOT / "cli.py", "run", "--config", TINY, "--workdir", run, "--seed", "0", "--no-progress", *ROUNDS]
+    first, second = start_processes([command] * 2)
+    try:
+        for line in first.stdout:  # process 1 voted with process 0 and now waits for its word
+            if line.startswith("[student] running"):
+                break
+        second.kill()
+        began = time.monotonic()
+        out, err = first.communicate(timeout=240)
+        waited = time.monotonic() - began
+    finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    assert first.returncode == 1, (out[-2000:], err[-2000:])
+    assert "[analyze] running" in out and "[round2] running" not in out, out[-2000:]
+    (line,) = [line for line in err.splitlines() if line.startswith("pate: ")]
+    assert "lost the other processes" in line, line
+    assert "Traceback" not in err and "Check failure stack trace" not in err and waited < 200
+    assert not (run / rundir.LABELS_ROUND2_NPZ).exists() and not (run / rundir.VOTES_ROUND2_NPZ).exists()
+    assert [e["kind"] for e in run_entries(run)] == ["labels", "sanitised-eps"], run_entries(run)
+
+    again = finish_processes(start_processes([command] * 2), timeout=300)
+    assert all(r.returncode == 0 for r in again), again[0].stderr[-3000:] + again[1].stderr[-3000:]
+    assert "[round2] running" in again[0].stdout and "voted with round-2 heads 3-5" in again[1].stdout
+    kinds = [e["kind"] for e in run_entries(run)]
+    assert kinds == ["labels", "sanitised-eps", "labels", "sanitised-eps"], kinds
