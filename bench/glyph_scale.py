@@ -26,7 +26,12 @@ Each step runs as the user runs it, one `pate` subprocess each (`cli.py label --
 (os.wait4's ru_maxrss). The ledger lives in a temporary folder ($PATE_LEDGER_DIR) under the
 name `glyph-sim`; a research `--seed` makes the noise (never for a real release).
 
+With ``--coins exact`` the release is Confident-GNMax with exact discrete Gaussian coins
+(`confident-gnmax-exact`, `analysis.mechanisms.exact_gaussian`): the same σ₁, σ₂ and threshold,
+no float64 sampling δ, and no sanitised release (its headline is the data-independent ε).
+
     python bench/glyph_scale.py [--points 1000 10000] [--teachers 5000] [--classes 150] [--seed 0]
+                                [--coins float64|exact]
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ CONFUSABLE = 4  # classes each class is confused with
 CONFUSED_SHARE = 0.8  # of the wrong votes, the share that goes to a confusable class
 CONFUSED_WEIGHTS = (0.55, 0.25, 0.12, 0.08)  # how a class's confusable classes share those votes
 GLYPH = dict(mechanism="confident-gnmax", threshold=1000.0, sigma_threshold=500.0, sigma=100.0, delta=1e-8)
+#: The record each kind of coins releases with (the same noise, threshold and δ).
+MECHANISM_OF_COINS = {"float64": "confident-gnmax", "exact": "confident-gnmax-exact"}
 
 
 def simulate_votes(points: int, teachers: int = 5000, classes: int = 150, seed: int = 0,
@@ -93,7 +100,7 @@ def _pate(args: list[str], env: dict, logs: Path) -> tuple[float, float, str]:
     return wall, usage.ru_maxrss / 1024, out_path.read_text()
 
 
-def run(points: int, teachers: int, classes: int, seed: int, tmp: Path) -> dict:
+def run(points: int, teachers: int, classes: int, seed: int, tmp: Path, coins: str = "float64") -> dict:
     """Simulates, writes the vote file, labels and analyses; one JSON row."""
     start = time.perf_counter()
     votes, truth = simulate_votes(points, teachers, classes, seed)
@@ -102,7 +109,7 @@ def run(points: int, teachers: int, classes: int, seed: int, tmp: Path) -> dict:
     np.savez(votes_file, votes=votes)
     env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
            "PATE_LEDGER_DIR": str(tmp / f"ledgers-{points}")}
-    g = GLYPH
+    g = {**GLYPH, "mechanism": MECHANISM_OF_COINS[coins]}
     label_s, label_rss, _ = _pate([
         "label", "--votes", str(votes_file), "--num-classes", str(classes), "--workdir", str(workdir),
         "--mechanism", g["mechanism"], "--threshold", str(g["threshold"]), "--sigma-threshold",
@@ -115,7 +122,7 @@ def run(points: int, teachers: int, classes: int, seed: int, tmp: Path) -> dict:
     answered = labels >= 0
     release = json.loads((workdir / "release.json").read_text())
     return {
-        "points": points, "teachers": teachers, "classes": classes, **g,
+        "points": points, "teachers": teachers, "classes": classes, "coins": coins, **g,
         "votes_file_mib": round(votes_file.stat().st_size / 2**20, 2),
         "simulate_s": round(simulate_s, 2),
         "label_s": round(label_s, 2), "label_peak_rss_mib": round(label_rss, 1),
@@ -137,11 +144,13 @@ def main(argv=None) -> list[dict]:
     parser.add_argument("--teachers", type=int, default=5000)
     parser.add_argument("--classes", type=int, default=150)
     parser.add_argument("--seed", type=int, default=0, help="Simulation and research noise seed.")
+    parser.add_argument("--coins", choices=tuple(MECHANISM_OF_COINS), default="float64",
+                        help="float64 noise (confident-gnmax) or exact discrete Gaussian coins (confident-gnmax-exact).")
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="pate-glyph-") as tmp:
         for points in args.points:
-            row = run(points, args.teachers, args.classes, args.seed, Path(tmp))
+            row = run(points, args.teachers, args.classes, args.seed, Path(tmp), args.coins)
             row.update(load_average=[round(x, 1) for x in os.getloadavg()], cpus=os.cpu_count())
             print(json.dumps(row), flush=True)
             rows.append(row)

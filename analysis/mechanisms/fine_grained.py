@@ -352,14 +352,14 @@ def gaussian_noise(eps, delta, votes: int, relation: str = "replace-one") -> Noi
     while forward(high) > eps:
         high *= 2.0
     sigma = low if forward(low) <= eps else calibrate(forward, high, low, eps)
-    sigma2 = _variance_on_grid(sigma * sigma)
+    sigma2 = variance_on_grid(sigma * sigma)
     step = Fraction(1, sigma2.denominator)
     while Noise.gaussian(sigma2, votes, relation).eps(delta) > eps:  # the claim is checked on the
-        sigma2 = _variance_on_grid(float(sigma2 + step))  # exact σ² (ulps of float rounding)
+        sigma2 = variance_on_grid(float(sigma2 + step))  # exact σ² (ulps of float rounding)
     return Noise.gaussian(sigma2, votes, relation)
 
 
-def _variance_on_grid(sigma2: float) -> Fraction:
+def variance_on_grid(sigma2: float) -> Fraction:
     """The least multiple of 1/q at or above σ² for the finest q = 2^j <= 64 the sampler takes."""
     exact = Fraction(sigma2)
     q = VARIANCE_DENOMINATOR
@@ -368,7 +368,7 @@ def _variance_on_grid(sigma2: float) -> Fraction:
         if _gaussian_denominator(candidate) <= MAX_GRID_SCALE:
             return candidate
         if q == 1:
-            raise PateError(f"sigma^2 {sigma2:.6g} is beyond the vectorised discrete Gaussian "
+            raise PateError(f"sigma^2 {float(sigma2):.6g} is beyond the vectorised discrete Gaussian "
                             f"(sigma <= ~800); use the Laplace noise")
         q //= 2
 

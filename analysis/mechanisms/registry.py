@@ -12,6 +12,8 @@ entry in `RECORDS`.
 | ``lnmax`` | yes | no (float64 Laplace) | smooth sensitivity | `analysis.mechanisms.noisy_max` |
 | ``gnmax`` | yes | no (float64 Gaussian) | GNSS | `analysis.mechanisms.noisy_max` |
 | ``confident-gnmax`` | yes | no (float64 Gaussian) | GNSS | `analysis.mechanisms.noisy_max` |
+| ``gnmax-exact`` | yes | yes (discrete Gaussian, CKS 2020) | none: data-independent headline | `analysis.mechanisms.exact_gaussian` |
+| ``confident-gnmax-exact`` | yes | yes (discrete Gaussian, CKS 2020) | none: data-independent headline | `analysis.mechanisms.exact_gaussian` |
 | ``permute-and-flip`` | yes | yes (Bernoulli(e^−x) coins) | none: data-independent headline | `analysis.mechanisms.permute_flip` |
 | ``exponential`` | yes | yes (rejection with Bernoulli(e^−x)) | none: data-independent headline | `analysis.mechanisms.exponential` |
 | ``fine-grained`` | no: the records vote | yes (discrete Laplace / Gaussian) | none needed: data-independent | `analysis.mechanisms.fine_grained` |
@@ -24,13 +26,15 @@ from typing import Mapping
 import numpy as np
 
 from analysis.core.errors import PateError
+from analysis.mechanisms.exact_gaussian import ConfidentGNMaxExact, GNMaxExact
 from analysis.mechanisms.exponential import ExponentialMechanism
 from analysis.mechanisms.fine_grained import FineGrained
 from analysis.mechanisms.noisy_max import ConfidentGNMax, GNMax, LNMax
 from analysis.mechanisms.permute_flip import PermuteAndFlip
 from analysis.mechanisms.record import Mechanism
 
-RECORDS: dict[str, type[Mechanism]] = {r.name: r for r in (LNMax, GNMax, ConfidentGNMax, PermuteAndFlip,
+RECORDS: dict[str, type[Mechanism]] = {r.name: r for r in (LNMax, GNMax, ConfidentGNMax, GNMaxExact,
+                                                              ConfidentGNMaxExact, PermuteAndFlip,
                                                               ExponentialMechanism, FineGrained)}
 NAMES = tuple(RECORDS)
 #: The mechanisms that aggregate teacher votes (`Mechanism.needs_teachers`): `--mechanism`'s

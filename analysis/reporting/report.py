@@ -336,9 +336,10 @@ def _gnss_items(released, fixed: bool, di_route: float, di_route_order: float, e
 
 
 def _gnmax_curves(votes, record, confident: bool, orders, delta: float, conversion: str, max_answers,
-                  offsets=None):
+                  offsets=None, per_query_rdp=None):
     """The plot's curves: data-independent and data-dependent ε after each query (each
-    per-query RDP summed up to it, converted at every prefix)."""
+    per-query RDP summed up to it, converted at every prefix). ``per_query_rdp(rows, offsets)``:
+    each query's data-dependent RDP (default: the float64 records' bounds)."""
     from analysis.bounds import gnmax
     from analysis.accounting import rdp as rdp_mod
     from analysis.bounds.confident import rdp_confident
@@ -356,7 +357,9 @@ def _gnmax_curves(votes, record, confident: bool, orders, delta: float, conversi
     # while only one block's (rows, orders) arrays are held.
     di_curve, dd_curve, carry = np.empty(n), np.empty(n), None
     for rows in gnmax.row_blocks(votes, orders):
-        if confident:
+        if per_query_rdp is not None:
+            per_query = per_query_rdp(votes[rows], None if offsets is None else np.asarray(offsets)[rows])
+        elif confident:
             thr, gn, w, _ = gnmax.confident_curves(votes[rows], sigma, record.threshold, record.sigma_threshold,
                                                    orders, None if offsets is None else np.asarray(offsets)[rows])
             per_query = rdp_confident(thr, gn, w, orders)
@@ -375,6 +378,66 @@ def _gnmax_curves(votes, record, confident: bool, orders, delta: float, conversi
             di_rdp = count * per_query_di
         di_curve[rows], _ = rdp_mod.eps_from_rdp(orders, di_rdp, delta, conversion)
     return di_curve, dd_curve
+
+
+def exact_gnmax_report(votes, record, delta: float, *, answered=None, max_answers: int | None = None,
+                       orders=None, conversion: str = "classic", offsets=None) -> PrivacyReport:
+    """The report of GNMax or Confident-GNMax drawn with exact coins (``record`` an
+    `analysis.mechanisms.exact_gaussian` record; ``votes`` the answered rows, every queried row
+    for Confident-GNMax, ``answered`` marking the answers; ``offsets`` Interactive-GNMax's check).
+
+    The headline is the labels' data-independent ε at ``delta`` (the continuous GNMax's RDP
+    curve, CKS20 Proposition 5; `analysis.bounds.gnmax.data_independent_eps`): the samplers are
+    exact, so no sampling δ is added, and no sanitised release exists (``eps_release_cost`` 0).
+    The data-dependent ε (`analysis.bounds.discrete_gnmax`: Theorem 6 with the discrete
+    Gaussian's tails) is a **private** diagnostic only.
+    """
+    from analysis.accounting import rdp as rdp_mod
+    from analysis.bounds import discrete_gnmax
+    from analysis.mechanisms.exact_gaussian import float_up
+
+    votes = np.asarray(votes)
+    orders = rdp_mod.check_orders(rdp_mod.DEFAULT_ORDERS if orders is None else orders)
+    confident = record.threshold_step
+    if offsets is not None and not confident:
+        raise PateError("check offsets (Interactive-GNMax) apply to Confident-GNMax only")
+    n = votes.shape[0]
+    num_answered = None if answered is None else int(np.sum(answered))
+    independent = record.independent_eps(n, delta, orders=orders, conversion=conversion, max_answers=max_answers)
+    if not math.isfinite(independent.eps):
+        raise PateError(f"the data-independent eps of these {n} queries is not finite at {record.noise_options()}; "
+                        "raise the noise")
+    noise = dict(threshold=record.threshold, sigma_threshold=record.sigma_threshold,
+                 variance_threshold=float_up(record.variance_threshold)) if confident else {}
+    variance = float_up(record.variance)
+    dependent = discrete_gnmax.data_dependent_eps(votes, record.sigma, variance, delta, orders,
+                                                  conversion=conversion, offsets=offsets, **noise)
+
+    def per_query_rdp(rows, rows_offsets):
+        return discrete_gnmax.query_rdp(rows, record.sigma, variance, orders, offsets=rows_offsets, **noise)[0]
+
+    di_curve, dd_curve = _gnmax_curves(votes, record, confident, orders, delta, conversion, max_answers, offsets,
+                                       per_query_rdp)
+    items = [Item("eps", f"{OWN_EPS} (labels only)", independent.eps, True,
+                  f"at delta {float(delta):g}; data-independent (labels only: no sanitised eps is released)"),
+             Item("delta_total", OWN_DELTA, float(delta), True, "exact discrete Gaussian coins: no floating-point delta"),
+             Item("num_queries", "queries", n, True)]
+    items += _gnmax_items(record, confident, num_answered, max_answers, delta, conversion, independent, dependent)
+    if offsets is not None:
+        items.append(Item("check", "threshold statistic", "max_j (n_j - o_j), o = floor(T p) of the student",
+                          True, "Interactive-GNMax (2018, Algorithm 2)"))
+    items.append(Item("eps_release_cost", "eps spent by a sanitised release", 0.0, True,
+                      "none is made: no smooth sensitivity of the exact coins' data-dependent eps is proven"))
+    warnings, private_warnings = [], []
+    if n and dependent.order == orders.max():
+        private_warnings.append(f"the best order is the largest one tried ({dependent.order:g}); "
+                                "more orders may lower the data-dependent eps")
+    if independent.order == orders.max():
+        warnings.append(f"the data-independent eps is best at the largest order tried "
+                        f"({independent.order:g}); more orders may lower it")
+    return PrivacyReport(record.name, tuple(items), tuple(warnings), np.arange(1, n + 1),
+                         np.asarray(di_curve), np.asarray(dd_curve), tuple(private_warnings),
+                         "queries (threshold steps)" if confident else "answered queries")
 
 
 def brief_lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS) -> PrivacyReport:

@@ -193,8 +193,10 @@ class AggregationConfig:
     `mechanism`: one of the records of `analysis.mechanisms.registry`: "lnmax" (Laplace noise of
     scale 1/`gamma` on every count, PATE 2017), "gnmax" (Gaussian noise of std `sigma`, PATE
     2018), "confident-gnmax" (answer only when the top count plus N(0, `sigma_threshold`²)
-    reaches `threshold`, then GNMax with `sigma`), "permute-and-flip" or "exponential" (each
-    answer 2`gamma`-DP, sampled exactly). The first `queries` points of the public pool are queried. The noise seed
+    reaches `threshold`, then GNMax with `sigma`), "gnmax-exact" and "confident-gnmax-exact"
+    (the same with exact discrete Gaussian noise: no float64 δ, no sanitised release, the
+    headline data-independent), "permute-and-flip" or "exponential" (each answer 2`gamma`-DP,
+    sampled exactly). The first `queries` points of the public pool are queried. The noise seed
     is never part of a config: `pate label --seed` only. "fine-grained" labels the whole
     pool from one release of the private records' own votes and needs no teachers: its
     settings are `[fine_grained]`'s, and the keys here do not apply.

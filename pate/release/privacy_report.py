@@ -11,7 +11,7 @@ import numpy as np
 from analysis.mechanisms import composition
 from analysis.mechanisms import registry
 from analysis.mechanisms import noisy_max
-from analysis.mechanisms.record import Mechanism
+from analysis.mechanisms.record import Mechanism, PureArgmax
 from analysis.reporting import report as report_mod
 from analysis.reporting.accountants import data_independent_items
 from analysis.sanitised.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
@@ -107,12 +107,16 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     rows = indices if confident else answered  # the threshold step runs on every query
     if rows.size == 0:
         raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
-    if not mech.sanitised or isinstance(mech, noisy_max.LNMax):
+    if isinstance(mech, PureArgmax):
         return report_of(mech, votes_mod.rows_of(votes, rows), delta, moments=moments, beta=beta, noise=noise,
                          sanitize=sanitize)
     max_answers = None
     if "max_answers" in labels:
         max_answers = int(float(labels["max_answers"]))
+    if not mech.sanitised:  # exact coins: the data-independent headline, nothing drawn
+        return report_mod.exact_gnmax_report(
+            votes_mod.rows_of(votes, rows), mech, delta, answered=mask if confident else None,
+            max_answers=max_answers, conversion=conversion, offsets=labels.get(CHECK_OFFSETS))
     return report_mod.gnmax_report(
         votes_mod.rows_of(votes, rows), mech.sigma, delta,
         threshold=mech.threshold if confident else None,
@@ -130,8 +134,11 @@ def report_of(record: Mechanism, rows: np.ndarray, delta: float, *, moments: int
     `analysis.reporting.report.pure_report`; LNMax the PATE 2017 report (with its
     smooth-sensitivity release when ``sanitize``); GNMax and Confident-GNMax the PATE 2018
     report (``gaussian``: its keywords, `analysis.reporting.report.gnmax_report`)."""
-    if not record.sanitised:
+    if not record.sanitised and isinstance(record, PureArgmax):
         return report_mod.pure_report(rows, record, delta, range(1, moments + 1))
+    if not record.sanitised:  # GNMax, Confident-GNMax with exact coins
+        kept = {k: gaussian[k] for k in ("answered", "max_answers", "conversion", "offsets") if k in gaussian}
+        return report_mod.exact_gnmax_report(rows, record, delta, **kept)
     if isinstance(record, noisy_max.LNMax):
         if not sanitize:
             return report_mod.brief_lnmax_report(rows, record.gamma, delta, range(1, moments + 1))

@@ -214,6 +214,15 @@ def _classes_of(config) -> int | None:
     return _FIXED_CLASSES.get(data.name)
 
 
+def _classes_of_run(workdir) -> int | None:
+    """The number of classes a run's teachers were trained for (its ``teachers.json``, public
+    metadata): what an ``npz`` data set's config does not say."""
+    try:
+        return int(json.loads((Path(workdir) / rundir.TEACHERS_JSON).read_text())["num_classes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _config_record(config_path, mechanism, noise: dict):
     """The `[aggregation]` record of a config, with --mechanism and the noise options on top."""
     overrides = {f"aggregation.{k}": v for k, v in dict(mechanism=mechanism, **noise).items() if v is not None}
@@ -263,6 +272,8 @@ def resolve(*, config_path=None, workdir=None, mechanism=None, noise: dict | Non
         config, inputs = None, []
     teachers = teachers if teachers is not None else (None if config is None else config.teachers.num_teachers)
     classes = num_classes if num_classes is not None else (None if config is None else _classes_of(config))
+    if classes is None and workdir is not None:
+        classes = _classes_of_run(workdir)
     if teachers is None:
         raise OptionError("--teachers", "give the number of teachers (no config says it)")
     if classes is None:

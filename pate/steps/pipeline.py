@@ -522,7 +522,8 @@ def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism | Non
         if config.rounds.rounds == 2:
             rounds.append(min(config.rounds.queries, _left_for_round2(config)))
         costs = [] if labelled else [composition.labels_cost(record, n) for n in rounds]
-        costs += [sanitised_cost(record, n, p) for n in rounds]
+        if record.sanitised:  # a record without a sanitised release draws nothing after its labels
+            costs += [sanitised_cost(record, n, p) for n in rounds]
     book.check_budget(costs, p.total_budget, p.delta, "this run's releases (labels and sanitised eps)")
 
 

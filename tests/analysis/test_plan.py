@@ -196,7 +196,7 @@ def test_plan_on_private_votes_is_refused_unless_recorded(cli_main, tmp_path):
     "args, code, message",
     [
         (["--mechanism", "confident-gnmax", "--queries", "10", "--eps", "1"], 2, "--threshold is required"),
-        (["--mechanism", "gnmax", "--queries", "10", "--eps", "1", "--threshold", "5"], 2, "confident-gnmax only"),
+        (["--mechanism", "gnmax", "--queries", "10", "--eps", "1", "--threshold", "5"], 2, "apply to a threshold step"),
         (["--mechanism", "gnmax", "--queries", "0", "--eps", "1"], 2, "at least 1"),
         (["--mechanism", "gnmax", "--queries", "10", "--eps", "-1"], 2, "positive"),
         (["--mechanism", "lnmax", "--queries", "10", "--eps", "1"], 1, "no LNMax noise"),

@@ -90,6 +90,15 @@ def test_pate_run_on_embeddings_end_to_end(tmp_path):
     student = json.loads((run / "student.json").read_text())
     assert student["image_shape"] == [FEATURES] and student["accuracy"] > 0.8
     assert json.loads((run / "release.json").read_text())["release_eps"] > 0
+    # the run's other readers: the audit (its classes from teachers.json: the npz config names
+    # none), the ledger, and a plan on the same data set
+    audit = invoke("audit", "--workdir", run, "--trials", 500, "--seed", 0)
+    assert audit.exit_code == 0 and f"{CLASSES} classes" in audit.output, audit.output
+    ledger = invoke("ledger", "--workdir", run)
+    assert ledger.exit_code == 0 and "2 releases" in ledger.output, ledger.output
+    plan = invoke("plan", "--config", "configs/tiny.toml", *sets_for(path), "--target-eps", 3,
+                  "--set", "aggregation.mechanism=\"confident-gnmax\"")
+    assert plan.exit_code == 0 and "P[this release's eps <= 3]" in plan.output, plan.output
 
 
 def test_dpsgd_on_embeddings_trains_a_linear_head_and_refuses_image_models(tmp_path):
