@@ -199,12 +199,11 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
     the votes (votes.npz) stay private. With --votes, release labels from votes of
     teachers trained anywhere (no pate teachers, no config). With --round 2, a second
     release (labels-round2.npz) on a finished round 1. With --distributed, every process votes
-    with its own block of teachers (a fine-grained release: counts its own slice of the private
-    records) and process 0 releases (docs/scale.md)."""
+    with its own block of teachers (round 2: fits and runs their heads; a fine-grained release:
+    counts its own slice of the private records) and process 0 releases (docs/scale.md)."""
     opt.check_cluster(distributed, coordinator, num_processes, process_id)
-    if distributed and (votes_path is not None or round_ == 2):
-        raise click.UsageError("--distributed votes with the run's teachers (round 1); drop it with "
-                               + ("--votes" if votes_path is not None else "--round 2"))
+    if distributed and votes_path is not None:
+        raise click.UsageError("--distributed votes with the run's teachers; drop it with --votes")
     noise = dict(gamma=gamma, sigma=sigma, threshold=threshold, sigma_threshold=sigma_threshold)
     if round_ == 2:
         config = opt.round2_config(workdir, queries, select, check, {
@@ -212,6 +211,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
             "--input-is-labels": input_is_labels, "--indices": indices_path, "--delta": delta,
             "--conversion": conversion, "--ledger": ledger_name, "--target-eps": target_eps, "--config": config_path,
             **{"--" + k.replace("_", "-"): v for k, v in noise.items()}})
+        start_cluster(distributed, coordinator, num_processes, process_id)
         from pate.steps.label_round2 import label_round2  # imports JAX
 
         label_round2(config, workdir, queries=queries, seed=seed, overwrite=overwrite, echo=click.echo)

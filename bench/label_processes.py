@@ -1,6 +1,8 @@
 """`pate label` on 1 process and on N local processes (`--distributed`, JAX's multi-controller
 runtime; gloo on CPU): the wall time of the whole command, each process's peak resident
-memory, and whether the votes and the seeded labels are those of one process.
+memory, and whether the votes and the seeded labels are those of one process. With
+`--round 2`, `pate label --round 2` on a finished round 1 (`pate run`'s run and the ledger
+folder its releases were charged to, `--ledgers`: round 2 composes with them there).
 
 Each configuration labels a fresh copy of a trained run (`--workdir`, not touched) with a
 research `--seed` (never for a real release) and its own ledger folder, one after another.
@@ -8,6 +10,7 @@ On a shared machine with fewer cores than processes the times measure the machin
 much as the program: read them as what this machine did, not as a speed-up.
 
     python bench/label_processes.py --workdir RUN [--processes 1 2] [--repeats 1]
+    python bench/label_processes.py --workdir RUN --round 2 --ledgers LEDGERS [--queries 40]
 
 One JSON object per (processes, repeat), then the ratio of the median wall times.
 """
@@ -37,10 +40,11 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def label_once(run: Path, processes: int, ledger: Path, seed: int) -> dict:
-    """Labels `run` with `processes` processes; wall time and peak RSS (MiB) per process."""
+def label_once(run: Path, processes: int, ledger: Path, seed: int, extra: list[str] = ()) -> dict:
+    """Labels `run` with `processes` processes (`extra`: more options of `pate label`); wall time
+    and peak RSS (MiB) per process."""
     env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "PATE_LEDGER_DIR": str(ledger)}
-    base = [sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(run), "--seed", str(seed)]
+    base = [sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(run), "--seed", str(seed), *extra]
     port = _port()
     commands = [base] if processes == 1 else [
         base + ["--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(processes),
@@ -71,18 +75,30 @@ def main(argv=None) -> None:
     parser.add_argument("--processes", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0, help="Research noise seed (the labels are compared).")
+    parser.add_argument("--round", type=int, choices=[1, 2], default=1,
+                        help="2: `pate label --round 2` on a finished round 1 (needs --ledgers).")
+    parser.add_argument("--queries", type=int, help="Round 2's --queries (default: the config's).")
+    parser.add_argument("--ledgers", type=Path, help="The ledger folder the run's round 1 was charged to "
+                        "(copied for each configuration, never written).")
     args = parser.parse_args(argv)
+    if args.round == 2 and args.ledgers is None:
+        parser.error("--round 2 needs --ledgers (round 2 composes with round 1's charges there)")
+    files = ("votes.npz", "labels.npz") if args.round == 1 else ("votes-round2.npz", "labels-round2.npz")
+    extra = [] if args.round == 1 else ["--round", "2", *([] if args.queries is None else ["--queries", str(args.queries)])]
     walls, first = {}, None
     with tempfile.TemporaryDirectory(prefix="pate-bench-") as tmp:
         for processes in args.processes:
             for repeat in range(args.repeats):
                 run = Path(tmp) / f"run-{processes}-{repeat}"
                 shutil.copytree(args.workdir, run)
-                for name in ("votes.npz", "labels.npz"):
+                for name in files:
                     (run / name).unlink(missing_ok=True)
-                row = {"processes": processes, "repeat": repeat,
-                       **label_once(run, processes, Path(tmp) / f"ledger-{processes}-{repeat}", args.seed)}
-                made = {n: arrays(run / n) for n in ("votes.npz", "labels.npz")}
+                ledger = Path(tmp) / f"ledger-{processes}-{repeat}"
+                if args.ledgers is not None:
+                    shutil.copytree(args.ledgers, ledger)
+                row = {"processes": processes, "repeat": repeat, "round": args.round,
+                       **label_once(run, processes, ledger, args.seed, extra)}
+                made = {n: arrays(run / n) for n in files}
                 first = first or made
                 row["same_votes_and_labels_as_first"] = made == first
                 walls.setdefault(processes, []).append(row["wall_s"])

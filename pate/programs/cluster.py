@@ -229,6 +229,21 @@ class Cluster:
         self.agree()
         return exact_histogram_sum(self._collective(counts.astype(np.int32)), totals)
 
+    def share(self, values: np.ndarray) -> np.ndarray:
+        """Process 0's int32 `values` on every process (the others pass an array of the same
+        shape, which an `agree` has told them: round 2's queries, chosen by process 0 from its
+        student). Every process calls it at the same point.
+
+        Raises:
+          PateError: the values are not integers that fit in int32 (an internal error), or the
+            other processes were lost.
+        """
+        values = np.asarray(values)
+        if values.dtype.kind not in "iu" or (values.size and (values.min() < np.iinfo(np.int32).min
+                                                              or values.max() > np.iinfo(np.int32).max)):
+            raise PateError("internal error: shared values travel as int32")
+        return np.asarray(self._collective(values.astype(np.int32))[0])
+
     def _collective(self, x: np.ndarray) -> np.ndarray:
         """`gather`, where a process that died (killed, its host lost) ends in one line."""
         try:

@@ -5,9 +5,15 @@ The feature map is the round-1 student's penultimate layer (`pate.programs.model
 reduced by a PCA fitted on the **public pool only** (`fit_pca`). Both are public: the
 student is post-processing of round 1's release and the pool is public. Teacher t's head
 is the closed-form ridge regression of the one-hot labels of its own shard on those
-features (`fit_heads`, vmapped over the teachers like the round-1 ensemble), so head t
+features (`fit_heads`, one program mapped over the teachers), so head t
 is a function of shard t and public values only: replacing one private example changes
 one head, hence one vote — the replace-one relation of every PATE bound here.
+
+Every head is fitted, and votes, by the same program whatever the number of heads beside it
+(`jax.lax.map` over the teacher axis, and each shard's features computed in batches of that
+shard alone: `features`' ``group``), so a process holding one block of the teachers (`pate
+label --round 2 --distributed`, `pate.programs.cluster`) makes the same heads and votes, bit for
+bit, as one process holding them all.
 """
 
 from __future__ import annotations
@@ -22,15 +28,23 @@ import numpy as np
 from pate.programs.models import penultimate
 
 
-def features(model, params, images: np.ndarray, batch_size: int = 500, project=None) -> np.ndarray:
+def features(model, params, images: np.ndarray, batch_size: int = 500, project=None,
+             group: int | None = None) -> np.ndarray:
     """The student's penultimate features of `images` (N, D), float32, in batches; with
     `project` (a `Pca`), projected on the fly (N, k), so the full features of a large
-    split are never held at once."""
+    split are never held at once. With `group` (N a multiple of it: the rows of consecutive
+    shards), no batch crosses a group: each group's rows are computed by the same calls
+    whichever groups come before or after it (a process's block of shards or all of them)."""
     fn = jax.jit(lambda p, x: penultimate(model, p, x))
+    group = group or max(images.shape[0], 1)
+    if images.shape[0] % group:
+        raise ValueError(f"internal error: {images.shape[0]} rows are not groups of {group}")
     out = []
-    for start in range(0, images.shape[0], batch_size):
-        f = np.asarray(fn(params, jnp.asarray(images[start: start + batch_size], jnp.float32)))
-        out.append(f if project is None else project(f))
+    for first in range(0, images.shape[0], group):
+        for start in range(first, first + group, batch_size):
+            rows = images[start: min(start + batch_size, first + group)]
+            f = np.asarray(fn(params, jnp.asarray(rows, jnp.float32)))
+            out.append(f if project is None else project(f))
     return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
 
 
@@ -65,7 +79,7 @@ def fit_pca(public: np.ndarray, dim: int) -> Pca:
 
 @functools.partial(jax.jit, static_argnames=("num_classes",))
 def fit_heads(z: jax.Array, y: jax.Array, ridge: float, *, num_classes: int) -> tuple[jax.Array, jax.Array]:
-    """Closed-form ridge heads, one per teacher, vmapped over the teacher axis.
+    """Closed-form ridge heads, one per teacher, mapped over the teacher axis.
 
     Args:
       z: (T, n, k) the features of each teacher's shard.
@@ -79,7 +93,8 @@ def fit_heads(z: jax.Array, y: jax.Array, ridge: float, *, num_classes: int) -> 
       shard: ``w = (Z̄ᵀZ̄ + λI)⁻¹ Z̄ᵀȲ`` with Z̄, Ȳ centred on the shard, ``b = ȳ − z̄ w``.
     """
 
-    def one(zt, yt):
+    def one(shard):
+        zt, yt = shard
         targets = jax.nn.one_hot(yt, num_classes, dtype=jnp.float32)
         zm, ym = zt.mean(axis=0), targets.mean(axis=0)
         zc, yc = zt - zm, targets - ym
@@ -87,17 +102,22 @@ def fit_heads(z: jax.Array, y: jax.Array, ridge: float, *, num_classes: int) -> 
         w = jnp.linalg.solve(gram, zc.T @ yc)
         return w, ym - zm @ w
 
-    return jax.vmap(one)(z, y)
+    return jax.lax.map(one, (z, y))  # one head's program, however many heads (module docstring)
 
 
 @functools.partial(jax.jit, static_argnames=("num_classes",))
 def head_votes(w: jax.Array, b: jax.Array, z: jax.Array, *, num_classes: int) -> jax.Array:
     """The vote histogram (Q, C) of the heads ``(w, b)`` on query features z (Q, k):
-    each teacher votes for its highest score."""
-    scores = jnp.einsum("qk,tkc->tqc", z, w) + b[:, None, :]
-    return jax.nn.one_hot(jnp.argmax(scores, axis=-1), num_classes, dtype=jnp.int32).sum(axis=0)
+    each teacher votes for its highest score. No heads: a histogram of zeros."""
+    return jax.nn.one_hot(_predictions(w, b, z), num_classes, dtype=jnp.int32).sum(axis=0)
+
+
+@jax.jit
+def _predictions(w: jax.Array, b: jax.Array, z: jax.Array) -> jax.Array:
+    """Each head's top class on z, head by head (the same program however many heads)."""
+    return jax.lax.map(lambda head: jnp.argmax(z @ head[0] + head[1], axis=-1), (w, b))
 
 
 def head_predictions(w: jax.Array, b: jax.Array, z: jax.Array) -> np.ndarray:
     """Each teacher's predicted class on features z: (T, Q) (benchmarks: per-teacher accuracy)."""
-    return np.asarray(jnp.argmax(jnp.einsum("qk,tkc->tqc", z, w) + b[:, None, :], axis=-1))
+    return np.asarray(_predictions(w, b, z))

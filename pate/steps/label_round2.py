@@ -132,8 +132,16 @@ def round2_queries(configured: int, asked: int | None, left: int) -> int:
 
 
 def label_round2(config: Config, workdir, *, queries: int | None = None, seed: int | None = None,
-                 overwrite: bool = False, echo=print) -> RoundResult:
+                 overwrite: bool = False, echo=print) -> RoundResult | None:
     """Releases round 2's labels (module docstring) with ``config.rounds``.
+
+    In a distributed run (`jax.distributed` started: `pate label --round 2 --distributed`) every
+    process calls it with the same arguments: each fits and runs the heads of its own block of
+    teachers on their own shards, the vote counts are summed exactly across processes
+    (`pate.programs.cluster`), and process 0 alone holds the run's lock, chooses the queries
+    (from its student, which every process then gets), draws the noise, charges the ledger and
+    writes; the others return None. A process that fails stops every process, each with one
+    line, before anything is charged.
 
     Args:
       config: the run's config (its ``[data]``, ``[teachers]`` partition, ``[rounds]``).
@@ -146,8 +154,27 @@ def label_round2(config: Config, workdir, *, queries: int | None = None, seed: i
 
     Raises:
       PateError: no finished round 1, ``queries`` above what round 1 left, a release over
-        the ledger's budget, a round 2 already there without ``overwrite``.
+        the ledger's budget, a round 2 already there without ``overwrite``; another process
+        of a distributed run failed (`pate.programs.cluster.Stopped`).
     """
+    from pate.programs.cluster import Cluster
+
+    cluster = Cluster()
+    with cluster.together():  # one failure stops every process, each with one line
+        if not cluster.leader:
+            return _heads_for_process_0(config, workdir, seed, cluster, echo)
+        door, book, result = _release_round2(config, workdir, queries, seed, overwrite, echo, cluster)
+    echo(ledger_mod.cumulative_line(book, config.privacy.delta))
+    echo(f"wrote {door.run / rundir.VOTES_ROUND2_NPZ} (private: never publish) and "
+         f"{door.run / rundir.LABELS_ROUND2_NPZ} (the round-2 release); `pate train-student` learns from both "
+         "rounds, `pate analyze` publishes the headline eps of both")
+    return result
+
+
+def _release_round2(config: Config, workdir, queries, seed, overwrite: bool, echo, cluster):
+    """`label_round2` on process 0 (the only process of a run that is not distributed): the
+    door, the checks, the queries, the votes of every process's heads, the release. Returns
+    the door, the ledger and the result."""
     from pate.data import load_dataset, split
 
     with step("round2", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
@@ -185,16 +212,47 @@ def label_round2(config: Config, workdir, *, queries: int | None = None, seed: i
         cost = composition.labels_cost(record, queries)
         book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this round-2 release")
         chosen, probs = ranked[:queries], probs[:queries]
-        votes, accuracies = _round2_votes(config, student, splits, chosen, echo)
+        # Every process is ready: they fit their heads and vote on these points (process 0's).
+        cluster.agree(int(chosen.size))
+        cluster.share(chosen)
+        votes, accuracies = _round2_votes(config, student, splits, chosen, echo, cluster)
         planned = {} if plan is None else {release_target.PLAN_KEY: plan.meta()}
         result = _release(door, config, record, votes, (chosen, probs, None if offsets is None else offsets[:queries]),
                           splits, accuracies, seed, book, cost, planned, echo)
         _keep_round1(run, door.out, student_files, release_name)
-    echo(ledger_mod.cumulative_line(book, config.privacy.delta))
-    echo(f"wrote {door.run / rundir.VOTES_ROUND2_NPZ} (private: never publish) and "
-         f"{door.run / rundir.LABELS_ROUND2_NPZ} (the round-2 release); `pate train-student` learns from both "
-         "rounds, `pate analyze` publishes the headline eps of both")
-    return result
+    return door, book, result
+
+
+def _heads_for_process_0(config: Config, workdir, seed, cluster, echo) -> None:
+    """`label --round 2` on a process other than 0 of a distributed run: it reads the round-1
+    student (public) and the data, fits the heads of its own block of teachers on their own
+    shards, votes with them on the points process 0 chose and sends it the counts; it takes no
+    lock, draws no noise, charges nothing and writes nothing (process 0 does, once).
+
+    It loads the whole private split, as process 0 does, and uses only its own shards' rows
+    (a loader of rows by index would let it read only those: docs/scale.md)."""
+    from pate.data import load_dataset, split
+    from pate.programs.student_training import load_student
+
+    aggregation.noise_source(seed)  # refuses a bad seed as process 0 does
+    run = rundir.RunDir(workdir)
+    round1_release(run)  # round 1 finished, as process 0 checks it (the same line if not)
+    student_files = round1_student(run)
+    student = load_student(run.path, record=student_files[0], directory=student_files[1])
+    splits = split(load_dataset(config.data), config.data.public_size)
+    count = cluster.agree()  # process 0's checks passed: it says how many queries
+    chosen = cluster.share(np.zeros(count, np.int32))
+    if np.any(chosen < 0) or np.any(chosen >= splits.pool_x.shape[0]):
+        raise PateError(f"process 0 chose round-2 queries outside this process's pool of {splits.pool_x.shape[0]} "
+                        "points: give every process the same data set")
+    _round2_votes(config, student, splits, chosen, lambda _line: None, cluster)
+    rows = cluster.rows(config.teachers.num_teachers)
+    me = f"process {cluster.index} of {cluster.count}"
+    if not rows:
+        echo(f"{me}: no teachers of the {config.teachers.num_teachers} to fit a round-2 head for")
+        return
+    echo(f"{me}: round-2 heads {rows.start}-{rows.stop - 1} fitted on their own shards voted on {count} queries; "
+         "process 0 draws the release and writes it")
 
 
 def _student_view(run, student_files, splits, candidates, rc):
@@ -211,35 +269,46 @@ def _student_view(run, student_files, splits, candidates, rc):
     return student, ranked, probs[np.searchsorted(candidates, ranked)]  # candidates are sorted (np.setdiff1d)
 
 
-def _round2_votes(config: Config, student, splits, chosen, echo):
+def _round2_votes(config: Config, student, splits, chosen, echo, cluster):
     """The private part of round 2: heads on the shards (on the student's features and a PCA
-    of the public pool) and their votes on the ``chosen`` pool points. Returns the votes and
-    the heads' accuracy on the evaluation split (mean, plurality)."""
+    of the public pool) and their votes on the ``chosen`` pool points. Each process fits and
+    runs the heads of its own block of teachers (all of them in one process) and their counts,
+    on the queries and on the evaluation split, are summed exactly across processes
+    (`pate.programs.cluster.Cluster.sum_counts`); every process calls it at the same point.
+    Returns the votes and the heads' accuracy on the evaluation split (mean, plurality)."""
     import jax.numpy as jnp
 
     from pate.programs import heads
     from pate.data import partition
-    from pate.programs.voting import plurality_accuracy, votes_from_predictions
+    from pate.programs.voting import plurality_accuracy
 
     rc, tc = config.rounds, config.teachers
     batch = student.config.student.eval_batch_size
-    queries = chosen.size
+    queries, classes = chosen.size, splits.num_classes
     pca = heads.fit_pca(heads.features(student.model, student.params, splits.pool_x, batch), rc.pca_dim)
     part = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
+    spread = f" ({cluster.count} processes, each its own block of heads)" if cluster.count > 1 else ""
     echo(f"round 2: {tc.num_teachers} ridge heads on the round-1 student's features ({pca.components.shape[0]} "
-         f"-> {pca.components.shape[1]} by a PCA of the pool), {queries} queries chosen by rounds.select = {rc.select}")
-    z = heads.features(student.model, student.params, splits.train_x[part.indices.ravel()], batch, project=pca)
-    z = jnp.asarray(z.reshape(tc.num_teachers, part.shard_size, -1))
-    w, b = heads.fit_heads(z, jnp.asarray(splits.train_y[part.indices]), rc.ridge, num_classes=splits.num_classes)
-    votes = np.asarray(heads.head_votes(w, b, jnp.asarray(heads.features(
-        student.model, student.params, splits.pool_x[chosen], batch, project=pca)), num_classes=splits.num_classes))
+         f"-> {pca.components.shape[1]} by a PCA of the pool), {queries} queries chosen by rounds.select = "
+         f"{rc.select}{spread}")
+    rows = cluster.rows(tc.num_teachers)
+    counts = np.zeros((queries + splits.eval_y.size, classes), np.int32)  # no heads here: no votes
+    if rows:
+        own = part.indices[rows.start:rows.stop]  # this process's shards, teacher by teacher
+        z = heads.features(student.model, student.params, splits.train_x[own.ravel()], batch, project=pca,
+                           group=part.shard_size)
+        z = jnp.asarray(z.reshape(len(rows), part.shard_size, -1))
+        w, b = heads.fit_heads(z, jnp.asarray(splits.train_y[own]), rc.ridge, num_classes=classes)
+        for start, images in ((0, splits.pool_x[chosen]), (queries, splits.eval_x)):
+            points = jnp.asarray(heads.features(student.model, student.params, images, batch, project=pca))
+            counts[start:start + images.shape[0]] = np.asarray(heads.head_votes(w, b, points, num_classes=classes))
+    total = cluster.sum_counts(counts, tc.num_teachers)
+    votes, on_eval = total[:queries], total[queries:]
     if np.any(votes.sum(axis=1) != tc.num_teachers):
         raise PateError("internal error: a round-2 vote row does not count every head once")
-    preds = heads.head_predictions(w, b, jnp.asarray(heads.features(
-        student.model, student.params, splits.eval_x, batch, project=pca)))
-    mean = float(np.mean(preds == splits.eval_y[None, :]))
-    ensemble = plurality_accuracy(votes_from_predictions(preds, splits.num_classes), splits.eval_y)
-    return votes, (mean, ensemble)
+    # A head's vote for the true class is a correct prediction: their mean over heads and points.
+    mean = float(on_eval[np.arange(on_eval.shape[0]), splits.eval_y].sum() / max(on_eval.sum(), 1))
+    return votes, (mean, plurality_accuracy(on_eval, splits.eval_y))
 
 
 def _release(door, config: Config, record, votes, queried, splits, accuracies, seed, book, cost, planned: dict,

@@ -38,9 +38,11 @@ A run directory whose ``config.toml`` has another ``[data]`` section (another da
 another pool) is refused: nothing is deleted unless ``overwrite``.
 
 Distributed (`pate run --distributed`, docs/scale.md): process 0 decides as above; the
-teachers and label steps (`SHARED`) run on every process by their own distributed paths,
-each told by process 0 at an agreement (`_Crew`, `_follow`); then every process leaves the
-cluster together and process 0 trains the student and writes the report alone.
+teachers, label and round-2 steps (`SHARED`) run on every process by their own distributed
+paths, each told by process 0 at an agreement (`_Crew`, `_follow`); the others wait for its
+word while it trains round 1's student and writes its report alone (with ``[rounds] rounds =
+2``); after the last shared step every process leaves the cluster together and process 0
+trains the student and writes the report alone.
 """
 
 from __future__ import annotations
@@ -563,8 +565,8 @@ def _target_costs(config: Config, run_dir: rundir.RunDir, record: Mechanism, lab
 
 
 #: The steps every process of a distributed `pate run` takes (`--distributed`: their own
-#: distributed paths); the later ones run on process 0 alone.
-SHARED = ("teachers", "label")
+#: distributed paths); the others run on process 0 alone.
+SHARED = ("teachers", "label", "round2")
 #: Process 0's word to the other processes before each shared step (`_Crew`): skip it, run it,
 #: continue a killed training; and "done": the shared steps are over, leave.
 _SKIP, _RUN, _RESUME = 0, 1, 2
@@ -600,7 +602,8 @@ class _Crew:
 
     def finish(self) -> None:
         """The shared steps are over: every process leaves JAX's cluster (`Cluster.dissolve`),
-        the others exit and process 0 goes on alone."""
+        the others exit and process 0 goes on alone. Until then a step of process 0 alone (round
+        1's student and report before round 2) runs while the others wait for its word."""
         if self.waiting:
             self.cluster.agree(_DONE)
             self.waiting = False
@@ -621,9 +624,10 @@ class _Crew:
 def _follow(config: Config, workdir: str | Path, cluster, seed: int | None, echo) -> None:
     """A distributed `pate run` on a process other than 0: it takes the shared steps process 0
     names (`_Crew`), each by its own distributed path (training its part of the teachers,
-    voting with its block), takes no lock and writes nothing of its own, and leaves when
-    process 0 says the shared steps are over, with one line."""
+    voting with its block, fitting its block's round-2 heads), takes no lock and writes nothing
+    of its own, and leaves when process 0 says the shared steps are over, with one line."""
     from pate.steps.label import label
+    from pate.steps.label_round2 import label_round2
     from pate.steps.teachers import train_teachers
 
     run_dir, did, me = rundir.RunDir(workdir), [], f"process {cluster.index} of {cluster.count}"
@@ -640,10 +644,15 @@ def _follow(config: Config, workdir: str | Path, cluster, seed: int | None, echo
             train_teachers(stored or config, workdir, resume=word == _RESUME, overwrite=word != _RESUME,
                            show_progress=False, echo=lambda _line: None)
             did.append("trained its part of the teachers")
-        else:
+        elif name == "label":
             label(config, workdir, seed=seed, overwrite=True, echo=lambda _line: None)
             rows = cluster.rows(config.teachers.num_teachers)
             did.append(f"voted with teachers {rows.start}-{rows.stop - 1}" if rows else "voted with no teacher")
+        else:
+            label_round2(config, workdir, seed=seed, overwrite=True, echo=lambda _line: None)
+            rows = cluster.rows(config.teachers.num_teachers)
+            did.append(f"voted with round-2 heads {rows.start}-{rows.stop - 1}" if rows else
+                       "fitted no round-2 head")
     done = ", ".join(did) if did else "had nothing to do (the teachers and labels are up to date)"
     echo(f"{me}: {done}; process 0 trains the student and writes the report alone")
 
@@ -654,9 +663,10 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
 
     In a distributed run (`jax.distributed` started: `pate run --distributed`) every process
     calls it with the same arguments: process 0 decides, under the run's lock, which steps
-    run; the teachers and the labels (`SHARED`) run on every process by their own distributed
-    paths; then the other processes return None with one line and process 0 trains the
-    student and writes the report alone (`_Crew`, `_follow`).
+    run; the teachers, the labels and round 2's labels (`SHARED`) run on every process by their
+    own distributed paths (the others waiting while process 0 trains round 1's student and
+    writes its report); then the other processes return None with one line and process 0
+    trains the student and writes the report alone (`_Crew`, `_follow`).
 
     Args:
       config: the resolved config.
@@ -717,12 +727,14 @@ def _run_steps(config: Config, run_dir: rundir.RunDir, manifest: "_Manifest", ov
     records: list[StepRecord] = []
     ran: set[str] = set()
     for i in range(len(steps_of(config, run_dir))):
-        step_ = steps_of(config, run_dir)[i]  # asked again: a step run again moves round 2's copies aside
+        steps = steps_of(config, run_dir)  # asked again: a step run again moves round 2's copies aside
+        step_ = steps[i]
         reason = "--overwrite" if overwrite else _check_state(run_dir, manifest, step_, config, stored,
                                                               bool(ran & set(step_.upstream)))
         shared = step_.name in SHARED and not crew.done
-        if not shared:
+        if not shared and not any(later.name in SHARED for later in steps[i + 1:]):
             crew.finish()  # the other processes leave: process 0 goes on alone
+        # (a step of process 0 alone before a shared one: the others wait for its word)
         if reason is None:
             if shared:
                 crew.tell(step_.name, _SKIP)

@@ -167,7 +167,8 @@ def save_params(directory: Path, params: Any, *, then: str = "train again") -> N
 
     Orbax's success marker names the absolute path it was written to (a user name, a
     home folder); the student and the DP-SGD model are released, so the marker is kept
-    without the path.
+    without the path. This process writes it alone (`_alone`: in a cluster, process 0 trains
+    the student while the others wait for its word, `pate run --distributed`).
 
     Raises:
       PateError: the write failed; the message ends with `then`.
@@ -177,7 +178,7 @@ def save_params(directory: Path, params: Any, *, then: str = "train again") -> N
     _probe(directory.parent, f"cannot write the checkpoint {directory}", then)
     _drop_closed_loop_callbacks()
     try:
-        with quiet_absl(), ocp.StandardCheckpointer() as ckptr:
+        with quiet_absl(), ocp.StandardCheckpointer(multiprocessing_options=_alone()) as ckptr:
             ckptr.save(directory.resolve(), params, force=True)
             ckptr.wait_until_finished()
     except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
@@ -190,11 +191,26 @@ def save_params(directory: Path, params: Any, *, then: str = "train again") -> N
 
 
 def restore_params(directory: Path, like: Any) -> Any:
-    """The parameter tree `save_params` wrote, shaped like `like`."""
+    """The parameter tree `save_params` wrote, shaped like `like`, on this process's first
+    device. This process reads it alone: in a cluster (`--distributed`) orbax waits at no
+    barrier for the others, so one process may read the tree while another does something
+    else (`pate label --round 2 --distributed`: every process reads the round-1 student, and
+    one that fails before reading it must not leave the others waiting in orbax's barrier)."""
     import orbax.checkpoint as ocp
 
-    with ocp.StandardCheckpointer() as ckptr:
-        return ckptr.restore(directory.resolve(), abstract(like))
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=device), like)
+    with ocp.StandardCheckpointer(multiprocessing_options=_alone()) as ckptr:
+        return ckptr.restore(directory.resolve(), target)
+
+
+def _alone():
+    """Orbax's options for this process alone: its own primary host, no barrier with the
+    other processes of a cluster (none without one)."""
+    import orbax.checkpoint as ocp
+
+    me = jax.process_index()
+    return ocp.options.MultiprocessingOptions(primary_host=me, active_processes={me})
 
 
 # --------------------------------------------------------------------------- reading back

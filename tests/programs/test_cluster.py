@@ -172,3 +172,15 @@ def test_a_failure_told_at_the_last_agreement_claims_nothing_about_charges():
             me.agree()
             me.sum_counts(np.array([[0, 3]], np.int32), 6)
     assert str(err.value) == "process 0 of 2 failed, so every process stopped: cannot swap the new label artifacts in"
+
+
+def test_every_process_gets_process_0s_shared_values():
+    chosen = np.array([17, 3, 250_000, 9], np.int64)  # round 2's queries, as process 0 chose them
+    gather = Others(np.zeros(4, np.int32), index=0)
+    assert cl.Cluster(0, 2, gather).share(chosen).tolist() == chosen.tolist()
+    gather = Others(chosen.astype(np.int32), index=1)  # process 1 sends zeros of the same shape
+    assert cl.Cluster(1, 2, gather).share(np.zeros(4, np.int32)).tolist() == chosen.tolist()
+    assert cl.Cluster(0, 1).share(chosen).dtype == np.int32
+    for bad in (np.array([2.0**31]), np.array([2**31], np.int64), np.array([0.5])):
+        with pytest.raises(PateError, match="int32"):
+            cl.Cluster(0, 1).share(bad)

@@ -29,6 +29,21 @@ class FakeCluster:
         return range(min(self.index * per, num_rows), min((self.index + 1) * per, num_rows))
 
 
+def test_round_2_is_a_shared_step_after_round_1s_student_and_report():
+    """With two rounds the others wait (no "done") while process 0 trains round 1's student and
+    writes its report, then take round 2 with it, then leave."""
+    assert pipeline.SHARED.index("round2") == 2
+    cluster = FakeCluster()
+    crew = pipeline._Crew(cluster)
+    crew.tell("label", pipeline._RUN)
+    crew.back()
+    assert crew.waiting and not crew.done  # process 0 alone: the student, the report
+    crew.tell("round2", pipeline._RUN)
+    crew.back()
+    crew.finish()
+    assert cluster.said == [(5, None), (9, None), (pipeline._DONE, None)] and cluster.dissolved == 1
+
+
 def test_process_0_names_each_shared_step_then_says_done_once():
     cluster = FakeCluster()
     crew = pipeline._Crew(cluster)
@@ -71,14 +86,19 @@ def test_one_process_says_nothing():
     ([1, 5, pipeline._DONE], [("teachers", False, True), ("label",)],
      "trained its part of the teachers, voted with teachers 3-5"),
     ([2, 4, pipeline._DONE], [("teachers", True, False)], "trained its part of the teachers"),
+    # [rounds] rounds = 2: round 2 after process 0 trained round 1's student and wrote its report alone
+    ([0, 4, 9, pipeline._DONE], [("round2",)], "voted with round-2 heads 3-5"),
+    ([1, 5, 8, pipeline._DONE], [("teachers", False, True), ("label",)],
+     "trained its part of the teachers, voted with teachers 3-5"),
 ])
 def test_another_process_takes_the_steps_process_0_names(monkeypatch, tiny_config, tmp_path, words, calls, line):
-    from pate.steps import label, teachers
+    from pate.steps import label, label_round2, teachers
 
     made = []
     monkeypatch.setattr(teachers, "train_teachers", lambda config, workdir, *, resume, overwrite, **_:
                         made.append(("teachers", resume, overwrite)))
     monkeypatch.setattr(label, "label", lambda config, workdir, **_: made.append(("label",)))
+    monkeypatch.setattr(label_round2, "label_round2", lambda config, workdir, **_: made.append(("round2",)))
     cluster, said = FakeCluster(index=1, words=words), []
     assert pipeline._follow(tiny_config, tmp_path, cluster, 0, said.append) is None
     assert made == calls and cluster.dissolved == 1
