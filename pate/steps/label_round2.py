@@ -175,15 +175,13 @@ def _release_round2(config: Config, workdir, queries, seed, overwrite: bool, ech
     """`label_round2` on process 0 (the only process of a run that is not distributed): the
     door, the checks, the queries, the votes of every process's heads, the release. Returns
     the door, the ledger and the result."""
-    from pate.data import load_dataset, split
-
     with step("round2", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
         aggregation.noise_source(seed)  # refuses a bad seed before anything is computed
         release_target.check_round2(config)
         run = door.run
         first, released1, release_name = round1_release(run)
         student_files = round1_student(run)
-        splits = split(load_dataset(config.data), config.data.public_size)
+        splits, shards = _own_data(config, cluster)
         candidates = np.setdiff1d(np.arange(splits.pool_x.shape[0]), first["indices"])
         rc = dataclasses.replace(config.rounds, queries=round2_queries(config.rounds.queries, queries, candidates.size))
         from pate.release.budget import accountable_record, resolve
@@ -215,10 +213,13 @@ def _release_round2(config: Config, workdir, queries, seed, overwrite: bool, ech
         # Every process is ready: they fit their heads and vote on these points (process 0's).
         cluster.agree(int(chosen.size))
         cluster.share(chosen)
-        votes, accuracies = _round2_votes(config, student, splits, chosen, echo, cluster)
+        votes, accuracies = _round2_votes(config, student, splits, shards, chosen, echo, cluster)
         planned = {} if plan is None else {release_target.PLAN_KEY: plan.meta()}
+        # the whole split's digest: from memory, or read as a stream where this process holds its own shards
+        digest = (book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()) if cluster.count == 1
+                  else book.keyed_split_digest(config.data))
         result = _release(door, config, record, votes, (chosen, probs, None if offsets is None else offsets[:queries]),
-                          splits, accuracies, seed, book, cost, planned, echo)
+                          splits, accuracies, seed, book, (cost, digest), planned, echo)
         _keep_round1(run, door.out, student_files, release_name)
     return door, book, result
 
@@ -229,9 +230,7 @@ def _heads_for_process_0(config: Config, workdir, seed, cluster, echo) -> None:
     shards, votes with them on the points process 0 chose and sends it the counts; it takes no
     lock, draws no noise, charges nothing and writes nothing (process 0 does, once).
 
-    It loads the whole private split, as process 0 does, and uses only its own shards' rows
-    (a loader of rows by index would let it read only those: docs/scale.md)."""
-    from pate.data import load_dataset, split
+    It reads only its own shards' private records (`_own_data`)."""
     from pate.programs.student_training import load_student
 
     aggregation.noise_source(seed)  # refuses a bad seed as process 0 does
@@ -239,13 +238,13 @@ def _heads_for_process_0(config: Config, workdir, seed, cluster, echo) -> None:
     round1_release(run)  # round 1 finished, as process 0 checks it (the same line if not)
     student_files = round1_student(run)
     student = load_student(run.path, record=student_files[0], directory=student_files[1])
-    splits = split(load_dataset(config.data), config.data.public_size)
+    splits, shards = _own_data(config, cluster)
     count = cluster.agree()  # process 0's checks passed: it says how many queries
     chosen = cluster.share(np.zeros(count, np.int32))
     if np.any(chosen < 0) or np.any(chosen >= splits.pool_x.shape[0]):
         raise PateError(f"process 0 chose round-2 queries outside this process's pool of {splits.pool_x.shape[0]} "
                         "points: give every process the same data set")
-    _round2_votes(config, student, splits, chosen, lambda _line: None, cluster)
+    _round2_votes(config, student, splits, shards, chosen, lambda _line: None, cluster)
     rows = cluster.rows(config.teachers.num_teachers)
     me = f"process {cluster.index} of {cluster.count}"
     if not rows:
@@ -269,7 +268,28 @@ def _student_view(run, student_files, splits, candidates, rc):
     return student, ranked, probs[np.searchsorted(candidates, ranked)]  # candidates are sorted (np.setdiff1d)
 
 
-def _round2_votes(config: Config, student, splits, chosen, echo, cluster):
+def _own_data(config: Config, cluster):
+    """``(splits, shards)``: the data a process of round 2 reads, and its teachers' shards as
+    positions in ``splits.train_x`` (one row of positions per teacher of its block,
+    `pate.programs.cluster.Cluster.rows`). One process reads the whole split (its digest is
+    charged from memory). A process of a distributed run makes the partition from the split's
+    record count (a file header, `pate.data.train_count`) and reads only the records of its own
+    teachers' shards (`pate.data.split_rows`, rows by index): ``splits.train_x`` then holds
+    those records alone, in teacher order, and process 0 charges the digest of the whole split
+    read as a stream (`pate.store.ledger.Ledger.keyed_split_digest`)."""
+    from pate.data import load_dataset, partition, split, split_rows, train_count
+
+    tc = config.teachers
+    if cluster.count == 1:
+        splits = split(load_dataset(config.data), config.data.public_size)
+        return splits, partition(splits.train_x.shape[0], tc.num_teachers, tc.seed).indices
+    part = partition(train_count(config.data), tc.num_teachers, tc.seed)
+    own = part.indices[cluster.rows(tc.num_teachers)]
+    splits = split_rows(config.data, config.data.public_size, own.reshape(-1))
+    return splits, np.arange(own.size).reshape(own.shape)
+
+
+def _round2_votes(config: Config, student, splits, shards, chosen, echo, cluster):
     """The private part of round 2: heads on the shards (on the student's features and a PCA
     of the public pool) and their votes on the ``chosen`` pool points. Each process fits and
     runs the heads of its own block of teachers (all of them in one process) and their counts,
@@ -279,14 +299,12 @@ def _round2_votes(config: Config, student, splits, chosen, echo, cluster):
     import jax.numpy as jnp
 
     from pate.programs import heads
-    from pate.data import partition
     from pate.programs.voting import plurality_accuracy
 
     rc, tc = config.rounds, config.teachers
     batch = student.config.student.eval_batch_size
     queries, classes = chosen.size, splits.num_classes
     pca = heads.fit_pca(heads.features(student.model, student.params, splits.pool_x, batch), rc.pca_dim)
-    part = partition(splits.train_x.shape[0], tc.num_teachers, tc.seed)
     spread = f" ({cluster.count} processes, each its own block of heads)" if cluster.count > 1 else ""
     echo(f"round 2: {tc.num_teachers} ridge heads on the round-1 student's features ({pca.components.shape[0]} "
          f"-> {pca.components.shape[1]} by a PCA of the pool), {queries} queries chosen by rounds.select = "
@@ -294,10 +312,12 @@ def _round2_votes(config: Config, student, splits, chosen, echo, cluster):
     rows = cluster.rows(tc.num_teachers)
     counts = np.zeros((queries + splits.eval_y.size, classes), np.int32)  # no heads here: no votes
     if rows:
-        own = part.indices[rows.start:rows.stop]  # this process's shards, teacher by teacher
+        # this process's shards, teacher by teacher (positions in splits.train_x: `_own_data`)
+        own = shards if cluster.count > 1 else shards[rows.start:rows.stop]
+        shard_size = own.shape[1]
         z = heads.features(student.model, student.params, splits.train_x[own.ravel()], batch, project=pca,
-                           group=part.shard_size)
-        z = jnp.asarray(z.reshape(len(rows), part.shard_size, -1))
+                           group=shard_size)
+        z = jnp.asarray(z.reshape(len(rows), shard_size, -1))
         w, b = heads.fit_heads(z, jnp.asarray(splits.train_y[own]), rc.ridge, num_classes=classes)
         for start, images in ((0, splits.pool_x[chosen]), (queries, splits.eval_x)):
             points = jnp.asarray(heads.features(student.model, student.params, images, batch, project=pca))
@@ -311,16 +331,18 @@ def _round2_votes(config: Config, student, splits, chosen, echo, cluster):
     return votes, (mean, plurality_accuracy(on_eval, splits.eval_y))
 
 
-def _release(door, config: Config, record, votes, queried, splits, accuracies, seed, book, cost, planned: dict,
+def _release(door, config: Config, record, votes, queried, splits, accuracies, seed, book, charge, planned: dict,
              echo) -> RoundResult:
     """The noisy release of round 2, its brief report, the files and the ledger's charge.
     ``queried``: the chosen pool points, the round-1 student's probabilities on them and its
-    check offsets (None unless ``[rounds] check = "interactive"``)."""
+    check offsets (None unless ``[rounds] check = "interactive"``). ``charge``: the release's cost and
+    the keyed digest of the private split it is charged with."""
     from pate.release.privacy_report import report_for_release
     from pate.release.labels import released_arrays
     from pate.programs.voting import plurality_accuracy
 
     chosen, probs, offsets = queried
+    cost, data_digest = charge
     interactive = offsets is not None
     labels = released_arrays(votes, chosen, record, seed, None, offsets)
     released, truth = labels["labels"], splits.pool_y[chosen]
@@ -341,7 +363,7 @@ def _release(door, config: Config, record, votes, queried, splits, accuracies, s
     door.charge(book, "labels", cost, run=door.run.path, mechanism=mechanism,
                 subject=digests.file_digest(door.out / rundir.LABELS_ROUND2_NPZ), budget=p.total_budget,
                 release=ledger_mod.release_identity("labels", door.out / rundir.LABELS_ROUND2_NPZ),
-                delta=p.delta, data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+                delta=p.delta, data_digest=data_digest)
     result = RoundResult(
         num_queries=int(chosen.size), num_answered=int(answered.sum()),
         label_accuracy=float(np.mean(released[answered] == truth[answered])) if answered.any() else float("nan"),

@@ -75,6 +75,28 @@ def test_a_fine_grained_process_reads_its_own_block_only(tmp_path, monkeypatch):
     assert splits.pool_x.tobytes() == made.x_test[:config.data.public_size].tobytes()
 
 
+def test_a_round2_process_reads_the_shards_of_its_own_heads_only(tmp_path, monkeypatch):
+    from pate.steps import label_round2
+
+    config, made = _npz_config(tmp_path)
+    loaded = []
+    monkeypatch.setattr(data, "on_rows_loaded", lambda x, y: loaded.append(x.shape[0]))
+    teachers = config.teachers.num_teachers
+    cluster = cl.Cluster(1, 2, gather=lambda x: np.asarray(x)[None])
+    splits, shards = label_round2._own_data(config, cluster)
+    block = cluster.rows(teachers)
+    part = data.partition(made.x_train.shape[0], teachers, config.teachers.seed)
+    assert loaded == [len(block) * part.shard_size]  # its heads' shards, nothing else
+    whole = data.split(made, config.data.public_size)
+    for i, t in enumerate(block):
+        assert splits.train_x[shards[i]].tobytes() == whole.train_x[part.indices[t]].tobytes()
+        assert splits.train_y[shards[i]].tobytes() == whole.train_y[part.indices[t]].tobytes()
+    assert splits.pool_x.tobytes() == whole.pool_x.tobytes()
+    # one process reads the whole split; its shards are the partition's own record numbers
+    splits, shards = label_round2._own_data(config, cl.Cluster(0, 1, gather=lambda x: np.asarray(x)[None]))
+    assert splits.train_x.tobytes() == whole.train_x.tobytes() and np.array_equal(shards, part.indices)
+
+
 # ------------------------------------------------------------------ slow: real processes
 
 #: The CLI with `pate.data.on_rows_loaded` recording, in $ROWS_TO.<process id>, the number of
