@@ -19,7 +19,7 @@ def dpsgd_options():
         click.option("--eps", "eps", type=float, callback=eps_value, help="Target epsilon (overrides dpsgd.eps)."),
         click.option("--model", type=click.Choice(["cnn", "scatternet", "linear"]),
                      help="End-to-end tanh CNN, ScatterNet features + linear, or linear on the inputs as given "
-                          "(embeddings) (overrides dpsgd.model)."),
+                          "(embeddings) or on --features MAP (overrides dpsgd.model)."),
         click.option("--features", metavar="MAP", callback=feature_map,
                      help="With --model linear: train on each input's row under this public map, as [features] map "
                           "names them (scattering, learned, learned+scattering, ...; overrides dpsgd.features)."),

@@ -124,3 +124,34 @@ def test_a_bad_map_is_one_line_and_writes_nothing(tmp_path, args, code, needle):
     line = one_line_error(invoke("dpsgd", "--config", TINY, "--workdir", workdir, "--no-progress", *args), code)
     assert needle in line
     assert not workdir.exists() or not any(workdir.iterdir())
+
+
+@pytest.mark.parametrize("shape", [(12,), (3, 3, 2)])
+def test_the_linear_models_closed_form_is_the_per_example_clipped_sum(shape):
+    """`linear_clipped_gradient_sum` against `clipped_gradient_sum` (vmapped per-example
+    gradients, itself tested against a plain loop), at clip norms that clip every, some and no
+    example, padding rows counting for nothing."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from pate.programs.models import Linear
+
+    rng = np.random.default_rng(3)
+    model = Linear(5)
+    x = rng.normal(size=(16, *shape)).astype(np.float32)
+    y = rng.integers(0, 5, 16).astype(np.int32)
+    params = model.init(jax.random.key(0), jnp.zeros((1, *shape)))
+    params = jax.tree.map(lambda p: p + 0.3 * rng.normal(size=p.shape).astype(np.float32), params)
+    valid = np.ones(16, np.float32)
+    valid[-3:] = 0.0
+
+    def loss_one(p, xi, yi):
+        return optax.softmax_cross_entropy_with_integer_labels(model.apply(p, xi[None]), yi[None])[0]
+
+    for clip in (1e-3, 1.0, 1e3):
+        want = dpsgd.clipped_gradient_sum(loss_one, params, x, y, valid, clip)
+        got = dpsgd.linear_clipped_gradient_sum(params, x, y, valid, clip)
+        assert jax.tree.structure(got) == jax.tree.structure(want)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-7)  # float32 sums
