@@ -299,10 +299,10 @@ def run_command(config_path, workdir, settings, seed, overwrite, distributed, co
 
 @main.command("dpsgd")
 @baseline.dpsgd_options()
-def dpsgd_command(config_path, workdir, eps, model, settings, seed, overwrite, no_progress):
+def dpsgd_command(config_path, workdir, eps, model, features, settings, seed, overwrite, no_progress):
     """Train the DP-SGD baseline on the same private train split as the teachers,
     calibrated to eps at [privacy] delta; write dpsgd.json and dpsgd/."""
-    config = opt.config_with(config_path, settings, dpsgd__eps=eps, dpsgd__model=model)
+    config = opt.config_with(config_path, settings, dpsgd__eps=eps, dpsgd__model=model, dpsgd__features=features)
     baseline.train_and_print("dpsgd", config, workdir, seed, overwrite, no_progress)
 
 

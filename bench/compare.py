@@ -24,6 +24,19 @@ process computes the scattering transform of each image set once, for these rows
 ScatterNet rows alike (the product computes it in each run; a row's wall time then leaves it out,
 but for the first row that needs it).
 
+Rows per public feature map (``--maps MAP ...``, each as ``[features] map`` names it: ``scattering``,
+``learned``, ``learned+scattering``, ...): for each map and target eps, DP-SGD on the map (`pate
+dpsgd` with ``dpsgd.model = "linear"``, ``dpsgd.features = MAP``: a linear classifier on each image's
+row under the map, `--config`'s ``[dpsgd]`` settings, in ``ROOT/dpsgd-linear-MAP-epsE[-replace-one]``)
+and fine-grained PATE on the map (the fine-grained rows above with ``features.map = MAP``, in
+``ROOT/fine-MAP-epsE``); ``--map-set SECTION.KEY=VALUE`` sets both, e.g. ``features.weights="DIR"``
+for a learned map. Their methods are ``dpsgd-linear-on-MAP`` and ``pate-fine-grained-on-MAP``.
+Teacher-head rows on a map come from teachers trained on it: ``pate train-teachers --config
+configs/fashion_mnist.toml --workdir T --set teachers.features='"MAP"'`` (its heads are linear;
+``--set features.weights='"DIR"'`` for a learned map), then ``--pate-teachers T --pate-target-eps``
+gives one row per ``--eps`` and draw (in a ROOT of their own per map: the rows are named by
+queries and eps, not by map).
+
 ``--draws N`` repeats every DP-SGD, federated and fine-grained row N times (fresh noise each, run directories
 ``...-dD`` for draws after the first), and the table ends with each method's mean and spread per eps.
 
@@ -43,7 +56,8 @@ private (votes, privacy.json) is opened.
         [--fedavg fedavg iadmm] [--fedavg-clients P] [--fedavg-config CONFIG ...]
         [--no-train] [--pate RUN ...]
         [--pate-teachers RUN --pate-queries 300 800 1500] [--fine-grained] [--fine-config F]
-        [--fine-set SECTION.KEY=VALUE ...] [--draws N] [--plot compare.png]
+        [--fine-set SECTION.KEY=VALUE ...] [--maps MAP ...] [--map-set SECTION.KEY=VALUE ...]
+        [--draws N] [--plot compare.png]
 
 Both sides evaluate on the same split: data.public_size onwards of the test split
 (``accuracy``); DP-SGD rows also give the whole test split (``accuracy_test``, what
@@ -62,6 +76,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from pate.config.checks import FEATURE_MAPS  # noqa: E402  (after the path)
 
 #: Tramer & Boneh (ICLR 2021), Fashion-MNIST at eps = 3, delta = 1e-5 (whole test split).
 PUBLISHED = {"cnn": 0.860, "scatternet": 0.897}
@@ -104,8 +120,9 @@ def dpsgd_row(workdir: Path) -> dict[str, Any] | None:
     # The model's own figures: dpsgd.json's first "eps" is its data set's cumulative one; a file
     # written before it led with that had the add/remove figure there.
     add_remove = info["eps_add_remove"] if "eps_add_remove" in info else info["eps"]
+    on = f"-on-{info['features_map']}" if info.get("features_map") else ""
     return {
-        "method": f"dpsgd-{info['model']}",
+        "method": f"dpsgd-{info['model']}{on}",
         "eps": replace, "relation": "replace-one", "eps_replace_one": replace, "eps_add_remove": add_remove,
         "target_eps": info.get("target_eps"), "target_relation": info.get("target_relation", "add/remove-one"),
         "delta": info["delta"],
@@ -114,7 +131,7 @@ def dpsgd_row(workdir: Path) -> dict[str, Any] | None:
         "published_accuracy_eps3": PUBLISHED.get(info["model"]),
         "wall_time_s": info.get("wall_time_s"), "noise_multiplier": info["noise_multiplier"],
         "epochs": info["epochs"], "batch_size": info["batch_size"], "accountant": info["accountant"],
-        "workdir": str(workdir),
+        "features_map": info.get("features_map") or None, "workdir": str(workdir),
     }
 
 
@@ -211,20 +228,22 @@ def pate_release(config_path: str, teachers_run: Path, workdir: Path, queries: i
     run(config, workdir, show_progress=False, echo=lambda line: print(f"# {line}", file=sys.stderr))
 
 
-def fine_row(workdir: Path) -> dict[str, Any] | None:
+def fine_row(workdir: Path, feature_map: str | None = None) -> dict[str, Any] | None:
     """A fine-grained run's student and its release's own (pure) eps, from public files only
-    (release.json's ``eps`` is the data set's cumulative figure; older files have only it)."""
+    (release.json's ``eps`` is the data set's cumulative figure; older files have only it);
+    ``feature_map``: the map of a row of ``--maps`` (its method ``pate-fine-grained-on-MAP``)."""
     student, release = _read(workdir / "student.json"), _read(workdir / "release.json")
     if student is None or release is None:
         return None
     details = release.get("details") or {}
     own, own_delta, data_set_eps = _own_figure(release)
     return {
-        "method": "pate-fine-grained", "eps": own, "relation": release.get("neighbouring_relation"),
+        "method": "pate-fine-grained" + (f"-on-{feature_map}" if feature_map else ""), "eps": own, "relation": release.get("neighbouring_relation"),
         "eps_replace_one": own, "eps_add_remove": None, "delta": own_delta, "data_set_eps": data_set_eps,
         "accuracy": _number(student.get("accuracy")), "eval_points": student.get("eval_points"),
         "labelled": details.get("labelled_points"), "votes_per_record": details.get("votes_per_record"),
-        "smoothing": details.get("smoothing"), "wall_time_s": None, "workdir": str(workdir),
+        "smoothing": details.get("smoothing"), "wall_time_s": None, "features_map": feature_map,
+        "workdir": str(workdir),
     }
 
 
@@ -318,12 +337,19 @@ def plot(rows: list[dict[str, Any]], path: str) -> None:
     plt.close(fig)
 
 
-def train(config_path: str, workdir: Path, model: str, eps: float, relation: str) -> None:
+def train(config_path: str, workdir: Path, model: str, eps: float, relation: str, feature_map: str = "",
+          settings: dict | None = None) -> None:
+    """`pate dpsgd` of ``config_path`` with ``model`` at target ``eps`` under ``relation``; with
+    ``feature_map``, a linear model on the rows of that public map (``dpsgd.features``), then
+    ``settings`` (``section.key`` -> TOML value, e.g. ``features.weights``)."""
     from pate.config import load_config
     from pate.baselines.dpsgd import train_dpsgd
 
-    config = load_config(config_path, {"dpsgd.model": model, "dpsgd.eps": eps, "dpsgd.relation": relation})
-    print(f"# training dpsgd {model} at eps {eps:g} ({relation}) in {workdir}", file=sys.stderr)
+    config = load_config(config_path, {"dpsgd.model": model, "dpsgd.eps": eps, "dpsgd.relation": relation,
+                                       **({"dpsgd.features": feature_map} if feature_map else {}),
+                                       **(settings or {})})
+    on = f" on the map {feature_map}" if feature_map else ""
+    print(f"# training dpsgd {model}{on} at eps {eps:g} ({relation}) in {workdir}", file=sys.stderr)
     train_dpsgd(config, workdir, show_progress=False, echo=lambda s: print(f"# {s}", file=sys.stderr))
 
 
@@ -369,6 +395,13 @@ def check_args(args) -> str | None:
         return f"--fedavg-clients must be at least 1, got {args.fedavg_clients}"
     if any(q < 1 for q in args.pate_queries):
         return "--pate-queries must all be at least 1"
+    for feature_map in getattr(args, "maps", None) or []:
+        names = feature_map.split("+")
+        if not all(n in FEATURE_MAPS for n in names) or len(set(names)) != len(names):
+            return (f"--maps {feature_map}: a map is one of {', '.join(FEATURE_MAPS)} or several joined by \"+\" "
+                    "(each once)")
+    if len(set(getattr(args, "maps", None) or [])) != len(getattr(args, "maps", None) or []):
+        return "--maps names a map twice"
     if getattr(args, "pate_target_eps", False) and not getattr(args, "pate_teachers", None):
         return "--pate-target-eps needs --pate-teachers RUN (the teachers whose releases are planned)"
     seen = set()
@@ -415,6 +448,12 @@ def main(argv=None) -> int:
                         help="the fine-grained rows' config (e.g. configs/fashion_mnist_fine_gpu.toml)")
     parser.add_argument("--fine-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                         help="override of the fine-grained rows' config (TOML value), repeatable")
+    parser.add_argument("--maps", nargs="+", default=[], metavar="MAP",
+                        help="rows per public feature map at each --eps: DP-SGD on the map (a linear model, "
+                             "dpsgd.features = MAP) and fine-grained PATE on it (features.map = MAP)")
+    parser.add_argument("--map-set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                        help="override of the --maps rows' configs (both kinds; TOML value), repeatable, e.g. "
+                             "features.weights='\"DIR\"' for a learned map")
     parser.add_argument("--draws", type=int, default=1,
                         help="noise draws of every DP-SGD, federated and fine-grained row")
     parser.add_argument("--plot", default=None, help="write accuracy against eps to this PNG")
@@ -431,6 +470,7 @@ def main(argv=None) -> int:
     from pate.config import parse_override
 
     fine_settings = dict(parse_override(item) for item in args.fine_set)
+    map_settings = dict(parse_override(item) for item in args.map_set)
     if args.fine_grained:
         for eps in args.eps:
             for draw in draws:
@@ -443,6 +483,19 @@ def main(argv=None) -> int:
                 rows += _read_or_train(Path(args.root) / f"dpsgd-{model}-eps{eps:g}{suffix}{draw}", dpsgd_row,
                                        args.no_train, lambda w: train(args.config, w, model, eps, args.relation),
                                        "DP-SGD")
+    for feature_map in args.maps:
+        for eps in args.eps:
+            for draw in draws:
+                rows += _read_or_train(
+                    Path(args.root) / f"fine-{feature_map}-eps{eps:g}{draw}",
+                    lambda w: fine_row(w, feature_map), args.no_train,
+                    lambda w: train_fine(w, eps, args.fine_config,
+                                         {**fine_settings, "features.map": feature_map, **map_settings}),
+                    "fine-grained")
+                rows += _read_or_train(
+                    Path(args.root) / f"dpsgd-linear-{feature_map}-eps{eps:g}{suffix}{draw}", dpsgd_row, args.no_train,
+                    lambda w: train(args.config, w, "linear", eps, args.relation, feature_map, map_settings),
+                    "DP-SGD")
     clients = f"-p{args.fedavg_clients}" if args.fedavg_clients else ""
     for fed_config in args.fedavg_config or [args.config]:
         stem = "" if fed_config == args.config else f"{Path(fed_config).stem}-"

@@ -190,6 +190,21 @@ def tiny_config():
     return load_config(TINY)
 
 
+#: `pate features` options of a 2-layer encoder, one epoch, no affine views (its compilation alone takes 9 s;
+#: tests/programs/test_augment.py tests it): seconds on 8 x 8 images.
+SMALL_ENCODER = ["--widths", "4,8", "--strides", "2,2", "--degrees", 0, "--epochs", 1, "--seed", 3, "--no-progress"]
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tmp_path_factory):
+    """An encoder trained on the tiny config's synthetic pool (200 images of 8 x 8) by `pate
+    features` (tests of the learned map, its teachers and DP-SGD on it)."""
+    out = tmp_path_factory.mktemp("encoder") / "enc"
+    result = invoke("features", "--config", TINY, "--out", out, *SMALL_ENCODER)
+    assert result.exit_code == 0, result.output
+    return out
+
+
 def _built_once(tmp_path_factory, name: str, build) -> pathlib.Path:
     """``name`` in the folder every worker of this test session shares, made by ``build(path)``
     once per session, not once per xdist worker (``make test`` runs two).

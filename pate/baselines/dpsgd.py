@@ -54,6 +54,7 @@ from pate.store import checkpoints, digests, rundir
 from analysis.baselines import sgd_accounting as dpsgd_accounting
 from pate.programs import keys
 from pate.config import Config, DpsgdConfig, config_to_dict
+from pate.programs import learned_map, public_features
 from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.student_training import predict
 from pate.store import ledger as ledger_mod
@@ -101,6 +102,25 @@ def clipped_gradient_sum(loss_one: Callable, params: Params, x: jax.Array, y: ja
     return jax.tree.map(lambda g: jnp.tensordot(scale, g, axes=1), grads)
 
 
+def linear_clipped_gradient_sum(params: Params, x: jax.Array, y: jax.Array, valid: jax.Array,
+                                clip_norm: float) -> Params:
+    """`clipped_gradient_sum` of the softmax cross-entropy of `Linear` (one dense layer on the
+    flattened inputs), in closed form: example i's gradient is ``x_i (p_i - e_{y_i})^T`` for the
+    kernel and ``p_i - e_{y_i}`` for the bias (p_i the softmax of its logits), so its L2 norm is
+    ``sqrt(||x_i||^2 + 1) ||p_i - e_{y_i}||`` and the clipped sum is ``X^T diag(s) (P - E)`` and
+    ``sum_i s_i (p_i - e_{y_i})`` with ``s_i = valid_i min(1, C / norm_i)``: the same sum, each
+    example's part of norm at most C, without holding a (batch, features, classes) array of
+    per-example gradients (tested against `clipped_gradient_sum`)."""
+    dense = params["params"]["Dense_0"]
+    rows = x.reshape(x.shape[0], -1)
+    logits = rows @ dense["kernel"] + dense["bias"]
+    residual = jax.nn.softmax(logits) - jax.nn.one_hot(y, logits.shape[-1], dtype=logits.dtype)
+    norms = jnp.sqrt(jnp.sum(rows ** 2, axis=1) + 1.0) * jnp.sqrt(jnp.sum(residual ** 2, axis=1))
+    scale = jnp.minimum(1.0, clip_norm / jnp.maximum(norms, 1e-12)) * valid
+    weighted = residual * scale[:, None]
+    return {"params": {"Dense_0": {"kernel": rows.T @ weighted, "bias": jnp.sum(weighted, axis=0)}}}
+
+
 def noisy_mean(grad_sum: Params, key: jax.Array, noise_std: float, denominator: float) -> Params:
     """``(grad_sum + N(0, noise_std^2 I)) / denominator``, independent noise per
     coordinate, one subkey per parameter array (split from `key`).
@@ -120,7 +140,9 @@ def make_step(model: nn.Module, tx: optax.GradientTransformation, clip_norm: flo
     """The jitted DP-SGD step ``step(params, opt_state, x, y, idx, valid, key)``.
 
     `idx` (K, M) holds the batch's row indices in `x`/`y` cut into K microbatches of M
-    (padding rows have ``valid == 0``); `key` is this step's noise key.
+    (padding rows have ``valid == 0``); `key` is this step's noise key. A `Linear` model's clipped
+    sum is computed in closed form (`linear_clipped_gradient_sum`), any other by
+    `clipped_gradient_sum`'s vmapped per-example gradients.
     """
 
     def loss_one(params, x, y):
@@ -130,7 +152,10 @@ def make_step(model: nn.Module, tx: optax.GradientTransformation, clip_norm: flo
     def step(params, opt_state, x, y, idx, valid, key):
         def body(acc, chunk):
             i, v = chunk
-            g = clipped_gradient_sum(loss_one, params, x[i], y[i], v, clip_norm)
+            if isinstance(model, Linear):
+                g = linear_clipped_gradient_sum(params, x[i], y[i], v, clip_norm)
+            else:
+                g = clipped_gradient_sum(loss_one, params, x[i], y[i], v, clip_norm)
             return jax.tree.map(jnp.add, acc, g), None
 
         zero = jax.tree.map(jnp.zeros_like, params)
@@ -178,11 +203,13 @@ class DpsgdResult:
     eps_replace_one: float = math.nan
     target_relation: str = "add/remove-one"
     data_set: dict | None = None  # the ledger's summary with this release (`Ledger.summary`)
+    features: str = ""  # the public map the model saw its inputs through ([dpsgd] features), or ""
 
     def summary(self) -> str:
+        on = f" on the public map {self.features!r}" if self.features else ""
         return "\n".join([
             *publish_lines(self.data_set, rundir.DPSGD_JSON),
-            f"dpsgd: {self.model}, {self.steps} steps (expected batch {self.batch_size}, "
+            f"dpsgd: {self.model}{on}, {self.steps} steps (expected batch {self.batch_size}, "
             f"{self.epochs:.1f} epochs), noise multiplier {self.noise_multiplier:.4f}",
             f"dpsgd accuracy on the evaluation split ({self.eval_points} points): {self.accuracy:.4f} "
             f"(whole test split, {self.test_points} points: {self.accuracy_test:.4f})",
@@ -202,7 +229,8 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     evaluation split (and the public pool, scored as part of the whole test split);
     writes ``dpsgd.json`` and ``dpsgd/`` (orbax checkpoint of the parameters) into
     `workdir`, and ``config.toml`` when the directory has none (an existing run's config
-    is left alone). ScatterNet features are cached in ``dpsgd-features/`` (private).
+    is left alone). ScatterNet features, and the rows of a public map (``[dpsgd] features``),
+    are cached in ``dpsgd-features/`` (private).
 
     Args:
       config: the resolved config.
@@ -216,33 +244,39 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     Raises:
       PateError: bad eps/delta/seed, missing data, an existing result without
         `overwrite`, a run directory of another data set, an image too small for the
-        CNN, a non-finite parameter after training.
+        CNN, a map whose weights are missing or that does not take the data's inputs,
+        a non-finite parameter after training.
     """
     start = time.time()
     cfg = config.dpsgd
     delta = config.privacy.delta
     with release_step("dpsgd", workdir, config, cfg.eps, overwrite=overwrite, echo=echo) as door:
         key = keys.noise_key(seed)  # checks the seed before any work
+        if cfg.features:  # a learned map's weights, before any data is read
+            public_features.check_ready(cfg.features, config.features.weights)
         splits = private_splits(config)
-        if cfg.model != "linear":  # refused on embeddings before anything is charged
+        if cfg.features:  # images against embeddings, before anything is written
+            public_features.check_input(cfg.features, splits.pool_x, "dpsgd.features")
+        elif cfg.model != "linear":  # refused on embeddings before anything is charged
             make_model(cfg, cfg.model, splits.num_classes, tuple(splits.train_x.shape[1:]))
         plan = Plan.of(cfg, int(splits.train_x.shape[0]), delta)
         # The model is a release of the private train split (`pate.store.ledger`).
         book = budgeted_ledger(config, plan.cost, "this DP-SGD model")
         feature_start = time.time()
-        train_x, test_x, test_y = _features(cfg, splits, door.run)
+        train_x, test_x, test_y, scale = _features(config, splits, door.run, show_progress)
         feature_time = time.time() - feature_start
         model = make_model(cfg, cfg.model, splits.num_classes, tuple(train_x.shape[1:]))
         params, train_time = _fit(model, cfg, plan, train_x, splits.train_y, key, delta, show_progress, echo)
         result = dataclasses.replace(
             _score(model, params, cfg, plan, test_x, test_y, splits.pool_x.shape[0], delta, start),
-            data_set=book.summary(delta, extra=[plan.cost]))
+            data_set=book.summary(delta, extra=[plan.cost]), features=cfg.features)
         checkpoints.save_params(door.out / rundir.DPSGD_DIR, params, then="run `pate dpsgd --overwrite` again")
         door.out.write_json(rundir.DPSGD_JSON, _record(config, plan, result, params, train_x, seed,
-                                                       splits.num_classes), config)
+                                                       splits.num_classes, scale), config)
         door.charge(book, "dpsgd", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="dpsgd:" + digests.file_digest(door.out / rundir.DPSGD_JSON),
-                    mechanism={"name": "dpsgd", "model": cfg.model, "describe": f"DP-SGD {cfg.model}: "
+                    mechanism={"name": "dpsgd", "model": cfg.model, "describe": f"DP-SGD {cfg.model}"
+                               + (f" on the public map {cfg.features}" if cfg.features else "") + f": "
                                f"{plan.steps} steps, q {plan.rate:.4g}, sigma {plan.noise_multiplier:.4g}"},
                     data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
     echo(ledger_mod.cumulative_line(book, delta))
@@ -277,19 +311,45 @@ class Plan:
                    composition.dpsgd_cost(rate, noise_multiplier, steps), relation)
 
 
-def _features(cfg: DpsgdConfig, splits, run: rundir.RunDir):
-    """(train_x, test_x, test_y): pixels, or ScatterNet features cached (private) in the run.
-    The test split is the pool and the evaluation split together."""
-    test_x = np.concatenate([splits.pool_x, splits.eval_x])
+def _features(config: Config, splits, run: rundir.RunDir, show_progress: bool = False):
+    """(train_x, test_x, test_y, scale): pixels (or rows) as given, ScatterNet features, or each
+    input's row under the public map ``[dpsgd] features`` times `scale` (`public_scale` of the
+    pool's rows; 1 otherwise); maps and features cached (private) in the run. The test split is
+    the pool and the evaluation split together."""
+    cfg = config.dpsgd
     test_y = np.concatenate([splits.pool_y, splits.eval_y])
+    if cfg.features:
+        cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # rows of private data
+        view = public_features.map_view(config, cfg.features, splits.pool_x, cache, key="dpsgd.features",
+                                        show_progress=show_progress)
+        pool = view(splits.pool_x, "pool")
+        scale = public_scale(pool)  # the public pool's alone
+        train_x = view(splits.train_x, "train")
+        train_x *= scale
+        test_x = np.concatenate([pool, view(splits.eval_x, "eval")])
+        test_x *= scale
+        return train_x, test_x, test_y, scale
+    test_x = np.concatenate([splits.pool_x, splits.eval_x])
     if cfg.model != "scatternet":
-        return splits.train_x, test_x, test_y
+        return splits.train_x, test_x, test_y, 1.0
     from pate.programs import scattering
 
     cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # features of private data
     train_x = scattering.features(splits.train_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "train")
     test_x = scattering.features(test_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "test")
-    return train_x, test_x, test_y
+    return train_x, test_x, test_y, 1.0
+
+
+def public_scale(pool_rows: np.ndarray) -> np.float32:
+    """The one factor that brings the public pool's rows (n, F) to a mean squared coordinate of 1:
+    ``(mean_i ||x_i||^2 / F)^(-1/2)``. The group-normalised ScatterNet features have that scale by
+    construction (each group of each example standardised), and `[dpsgd]`'s `clip_norm` and learning
+    rates were set for it; a map's rows (a concatenation's parts of norm ~1, an encoder's
+    activations) would otherwise be clipped and stepped at an arbitrary scale. A function of
+    the public pool alone: every private row is then multiplied by a public constant."""
+    x = np.asarray(pool_rows, np.float64).reshape(len(pool_rows), -1)
+    mean_square = float(np.mean(np.square(x))) if x.size else 0.0
+    return np.float32(1.0 / np.sqrt(mean_square) if mean_square > 0 else 1.0)
 
 
 def _fit(model, cfg: DpsgdConfig, plan: Plan, train_x, train_y, key, delta: float, show_progress: bool,
@@ -337,7 +397,8 @@ def _score(model, params, cfg: DpsgdConfig, plan: Plan, test_x, test_y, pool: in
                        batch_size=plan.batch_size, wall_time_s=time.time() - start, eps_replace_one=eps_replace)
 
 
-def _record(config: Config, plan: Plan, result: DpsgdResult, params, train_x, seed, num_classes: int) -> dict:
+def _record(config: Config, plan: Plan, result: DpsgdResult, params, train_x, seed, num_classes: int,
+            scale: float = 1.0) -> dict:
     """dpsgd.json: nothing that depends on the private data but the model's figures. It leads
     with the data set's replace-one figure, then this model's own (replace-one, the relation
     PATE's ε is stated for); the add/remove figure DP-SGD papers report is ``eps_add_remove``."""
@@ -367,12 +428,29 @@ def _record(config: Config, plan: Plan, result: DpsgdResult, params, train_x, se
         "num_params": int(sum(p.size for p in jax.tree.leaves(params))),
         "noise_key": f"{keys.KEY_BITS}-bit {keys.KEY_IMPL} key, "
                      + ("OS entropy" if seed is None else "research seed (not recorded)"),
-        "features": ("scattering J={} L={}, per-example group norm G={}".format(
-            cfg.scattering_j, cfg.scattering_l, cfg.groups) if cfg.model == "scatternet"
-            else "the rows as given" if train_x.ndim == 2 else "pixels"),
+        "features": (_map_description(config, scale) if cfg.features
+                     else "scattering J={} L={}, per-example group norm G={}".format(
+                         cfg.scattering_j, cfg.scattering_l, cfg.groups) if cfg.model == "scatternet"
+                     else "the rows as given" if train_x.ndim == 2 else "pixels"),
+        "features_map": cfg.features,
+        "features_scale": float(scale),
         "dpsgd": config_to_dict(config)["dpsgd"],
         "dataset": config.data.name,
         "num_classes": num_classes,
         "input_shape": list(train_x.shape[1:]),
         "backend": jax.default_backend(),
     }
+
+
+def _map_description(config: Config, scale: float) -> str:
+    """dpsgd.json's account of a public map (public values only: the map, its settings, the
+    pool's scale)."""
+    fg = config.fine_grained
+    described = " + ".join(part.describe for part in public_features.parts(config.dpsgd.features))
+    settings = []
+    if "scattering" in config.dpsgd.features.split("+"):
+        settings.append(f"scattering J={fg.scattering_j} L={fg.scattering_l}, per-example group norm G={fg.groups}")
+    if "learned" in config.dpsgd.features.split("+"):
+        settings.append(f"learned weights sha256 {learned_map.check_weights(config.features.weights)[:12]}")
+    return (f"the public map {config.dpsgd.features!r} ({described}{'; ' if settings else ''}{'; '.join(settings)}), "
+            f"each row times {scale:.6g} (fitted on the public pool)")

@@ -8,7 +8,7 @@ import importlib
 
 import click
 
-from pate.cli.options import config, eps_value, no_progress, options, overwrite, seed_option, settings, workdir
+from pate.cli.options import config, eps_value, feature_map, no_progress, options, overwrite, seed_option, settings, workdir
 
 
 def dpsgd_options():
@@ -19,7 +19,10 @@ def dpsgd_options():
         click.option("--eps", "eps", type=float, callback=eps_value, help="Target epsilon (overrides dpsgd.eps)."),
         click.option("--model", type=click.Choice(["cnn", "scatternet", "linear"]),
                      help="End-to-end tanh CNN, ScatterNet features + linear, or linear on the inputs as given "
-                          "(embeddings) (overrides dpsgd.model)."),
+                          "(embeddings) or on --features MAP (overrides dpsgd.model)."),
+        click.option("--features", metavar="MAP", callback=feature_map,
+                     help="With --model linear: train on each input's row under this public map, as [features] map "
+                          "names them (scattering, learned, learned+scattering, ...; overrides dpsgd.features)."),
         settings(),
         seed_option("Seed (0 <= seed < 2**128) of the noise, sampling and initialisation, for reproducible "
                     "research only: whoever knows it can remove the noise. Never written. Default: fresh OS entropy."),

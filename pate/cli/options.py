@@ -15,6 +15,7 @@ import click
 from analysis.core.errors import OptionError, PateError
 from analysis.mechanisms import registry
 from pate.config import PrivacyConfig
+from pate.config.checks import FEATURE_MAPS
 
 #: The library's defaults of the privacy settings an option leaves out.
 DEFAULTS = PrivacyConfig()
@@ -140,6 +141,16 @@ release_order = _check(lambda v: 1 < v <= 1e4, "must be a Renyi order above 1 an
 seed = _check(lambda v: 0 <= v < 2**128, "must satisfy 0 <= seed < 2**128, got {value}")
 at_least_one = _check(lambda v: v >= 1, "must be at least 1, got {value}")
 threshold = _check(lambda v: 0 <= v < float("inf"), "must be a vote count >= 0, got {value}")
+
+
+def _is_map(value: str) -> bool:
+    names = value.split("+")
+    return all(n in FEATURE_MAPS for n in names) and len(set(names)) == len(names)
+
+
+#: A public feature map's name, as `pate.config.checks.check_map` takes it.
+feature_map = _check(_is_map, f"must be one of {', '.join(FEATURE_MAPS)} or several joined by \"+\" (each once), "
+                     "got {value!r}")
 
 
 def int_list(ctx, param, value):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from pate.config.checks import at_least_one, eps, positive, rate
+from pate.config.checks import at_least_one, check_map, eps, positive, rate
 from pate.config.checks import require as _require
 
 
@@ -34,9 +34,20 @@ class DpsgdConfig:
     linear classifier. `model = "linear"`: a linear classifier on the inputs as they are
     (a data set of embeddings' rows, or flattened pixels). Each model has its own
     `*_batch_size`, `*_learning_rate` and `*_epochs`. Per-example gradients are computed `microbatch` at a time.
+
+    `features`: "" (the model sees the inputs as they are) or a public map as `[features] map`
+    names them ("scattering", "learned+scattering", ...), as `[teachers] features` does: with
+    `model = "linear"`, DP-SGD then trains a linear classifier on each input's coefficients under
+    that map (`pate.programs.public_features.InputMap`, the teachers' view: no pool PCA; the
+    scattering settings are `[fine_grained]`'s, a learned map's weights `[features] weights`),
+    times one scale fitted on the public pool (its rows' mean squared coordinate to 1, the
+    scale of the group-normalised ScatterNet features `clip_norm` and the learning rates were
+    set for). The map and the scale are public, so each private example's row is a function of
+    that example alone and the accounting is the same per-example clipping on the mapped rows.
     """
 
     model: Literal["cnn", "scatternet", "linear"] = "scatternet"
+    features: str = ""
     eps: float = 3.0
     relation: Literal["add-remove", "replace-one"] = "add-remove"
     accountant: Literal["rdp", "pld"] = "rdp"
@@ -65,6 +76,11 @@ class DpsgdConfig:
     def validate(self) -> None:
         s = "dpsgd"
         eps(s, self, "eps")
+        if self.features:
+            check_map(s, "features", self.features)
+            _require(self.model == "linear", s, "features", f"= {self.features!r} gives DP-SGD rows of features for a "
+                     f"linear classifier, but dpsgd.model = {self.model!r}; set dpsgd.model = \"linear\" (or "
+                     "dpsgd.features = \"\" for the model's own inputs)")
         positive(s, self, "clip_norm")
         _require(0 <= self.momentum < 1, s, "momentum", "must be in [0, 1)")
         at_least_one(s, self, "microbatch")

@@ -55,3 +55,18 @@ def rate(section: str, config, *keys: str) -> None:
         value = getattr(config, key)
         require(0 < value <= MAX_RATE, section, key, f"must be a positive number of at most {MAX_RATE:g} "
                 f"(larger steps overflow the float32 training), got {value:g}")
+
+
+#: The public feature maps `[features] map`, `[teachers] features` and `[dpsgd] features` may name
+#: (`pate.programs.public_features.MAPS` holds what each does), alone or joined by "+" (their
+#: concatenation).
+FEATURE_MAPS = ("scattering", "pixels", "none", "learned")
+
+
+def check_map(section: str, key: str, value: str) -> None:
+    """Refuses a map name that is not one of `FEATURE_MAPS` or several joined by "+" (each once)."""
+    parts = value.split("+")
+    bad = [p for p in parts if p not in FEATURE_MAPS]
+    require(not bad and len(set(parts)) == len(parts), section, key,
+            f"must be one of {', '.join(FEATURE_MAPS)} or several joined by \"+\" (each once), "
+            f"got {value!r}")

@@ -20,7 +20,7 @@ from typing import Literal
 from analysis.mechanisms.registry import NAMES as MECHANISMS
 from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
 from pate.config.round_sections import RoundsConfig
-from pate.config.checks import FLOAT32_MAX, MAX_EPS, at_least_one, eps, positive
+from pate.config.checks import FLOAT32_MAX, MAX_EPS, at_least_one, check_map, eps, positive
 from pate.config.checks import require as _require
 
 
@@ -261,11 +261,6 @@ class FineGrainedConfig:
         at_least_one(s, self, "votes_per_record", "smoothing", "pca", "scattering_j", "scattering_l", "groups")
 
 
-#: The public feature maps `[features] map` may name (`pate.programs.public_features.MAPS`
-#: holds what each does), alone or joined by "+" (their concatenation).
-FEATURE_MAPS = ("scattering", "pixels", "none", "learned")
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FeaturesConfig:
     """`[features]`: the public feature map of the run (`pate.programs.public_features`), in which
@@ -288,15 +283,6 @@ class FeaturesConfig:
         _require(bool(self.weights) or "learned" not in self.map.split("+"), "features", "weights",
                  f"is empty but map = {self.map!r} names \"learned\"; set it to the folder "
                  "`pate features --out DIR` wrote")
-
-
-def check_map(section: str, key: str, value: str) -> None:
-    """Refuses a map name that is not one of `FEATURE_MAPS` or several joined by "+" (each once)."""
-    parts = value.split("+")
-    bad = [p for p in parts if p not in FEATURE_MAPS]
-    _require(not bad and len(set(parts)) == len(parts), section, key,
-             f"must be one of {', '.join(FEATURE_MAPS)} or several joined by \"+\" (each once), "
-             f"got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -348,8 +348,9 @@ def _apply_fn(widths: tuple[int, ...], strides: tuple[int, ...]):
     return jax.jit(lambda params, x: model.apply({"params": params}, x))
 
 
-def features(encoder: Encoder, inputs: np.ndarray, key: str = "features.weights") -> np.ndarray:
-    """(n, F) float32: each input's last spatial map, flattened, in batches of one shape (`BATCH`).
+def features(encoder: Encoder, inputs: np.ndarray, key: str = "features.weights", progress: str = "") -> np.ndarray:
+    """(n, F) float32: each input's last spatial map, flattened, in batches of one shape (`BATCH`)
+    (`progress`: a bar's label, none when empty).
 
     Raises:
       PateError: the inputs' image shape is not the one the encoder was trained on.
@@ -362,10 +363,14 @@ def features(encoder: Encoder, inputs: np.ndarray, key: str = "features.weights"
     arch = encoder.recipe["architecture"]
     apply = _apply_fn(tuple(arch["widths"]), tuple(arch["strides"]))
     out = []
-    for first in range(0, x.shape[0], BATCH):
-        block = x[first:first + BATCH]
-        padded = np.concatenate([block, np.zeros((BATCH - len(block), *x.shape[1:]), np.float32)])
-        out.append(np.asarray(apply(encoder.params, padded))[:len(block)].reshape(len(block), -1))
+    from pate.programs.progress import Progress
+
+    with Progress(progress, x.shape[0], show=bool(progress)) as bar:
+        for first in range(0, x.shape[0], BATCH):
+            block = x[first:first + BATCH]
+            padded = np.concatenate([block, np.zeros((BATCH - len(block), *x.shape[1:]), np.float32)])
+            out.append(np.asarray(apply(encoder.params, padded))[:len(block)].reshape(len(block), -1))
+            bar.update(first + len(block))
     if out:
         return np.concatenate(out)
     import jax

@@ -15,6 +15,8 @@ values): what the release's sensitivity needs of a record's neighbours.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import io
 from pathlib import Path
 from typing import Callable
 
@@ -22,6 +24,7 @@ import numpy as np
 
 from analysis.mechanisms import fine_grained
 from analysis.core.errors import PateError
+from analysis.core.files import write_atomic
 from pate.programs import scattering
 from pate.programs.projection import top_directions
 
@@ -51,11 +54,30 @@ def _flat(x: np.ndarray, *_settings, **_cache_and_progress) -> np.ndarray:
     return np.asarray(x, np.float32).reshape(np.shape(x)[0], -1)
 
 
-def _learned(x: np.ndarray, j: int, l: int, groups: int, weights: str = "", *_cache,
-             **_cache_and_progress) -> np.ndarray:
+def _learned(x: np.ndarray, j: int, l: int, groups: int, weights: str = "", cache_dir: Path | None = None,
+             tag: str = "", progress: bool = False) -> np.ndarray:
     from pate.programs import learned_map  # imports JAX
 
-    return learned_map.features(learned_map.load(weights), x)
+    encoder = learned_map.load(weights)
+    if cache_dir is None:
+        return learned_map.features(encoder, x, progress=f"learned map ({tag})" if progress else "")
+    x = np.ascontiguousarray(x, np.float32)
+    # keyed by the inputs' content (shape included) and the weights' digest, as the scattering cache
+    inputs = hashlib.sha256(repr(x.shape).encode() + x.tobytes()).hexdigest()[:16]
+    path = Path(cache_dir) / f"{tag}-learned-{encoder.sha256[:16]}-{inputs}.npy"
+    if path.exists():
+        try:
+            cached = np.load(path, allow_pickle=False)
+            if cached.shape[0] == x.shape[0]:
+                return cached
+        except (OSError, ValueError):
+            pass  # damaged cache: compute again
+    out = learned_map.features(encoder, x, progress=f"learned map ({tag})" if progress else "")
+    buf = io.BytesIO()
+    np.save(buf, out, allow_pickle=False)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(path, buf.getvalue(), private=True)  # rows of private images: owner-only
+    return out
 
 
 def _learned_ready(weights: str) -> None:
@@ -64,7 +86,7 @@ def _learned_ready(weights: str) -> None:
     learned_map.check_weights(weights)
 
 
-#: The maps by name (their names are `pate.config.sections.FEATURE_MAPS`).
+#: The maps by name (their names are `pate.config.checks.FEATURE_MAPS`).
 MAPS = {m.name: m for m in (
     FeatureMap("scattering", True, "ScatterNet coefficients", _scattering),
     FeatureMap("pixels", True, "pixels", _flat),
@@ -194,18 +216,41 @@ class InputMap:
     the records are, seen through a public lens.
 
     Calling it maps inputs (images, or rows for "none") to rows, cached by content in `cache_dir`
-    (owner-only: the inputs may be private) under `tag` (no tag: not cached)."""
+    (owner-only: the inputs may be private) under `tag` (no tag: not cached). `key` is the config key
+    that named the map (`[teachers] features`, `[dpsgd] features`), which its errors name."""
 
     name: str
     settings: tuple[int, int, int, str]  # scattering_j, scattering_l, groups ([fine_grained]'s), [features] weights
     scales: tuple[float, ...]
     cache_dir: Path | None = None
     show_progress: bool = False
+    key: str = "teachers.features"
 
     def __call__(self, inputs: np.ndarray, tag: str = "") -> np.ndarray:
         rows = _coefficients(self.name, inputs, self.settings, self.scales, self.cache_dir if tag else None, tag,
-                             "teachers.features", self.show_progress)
+                             self.key, self.show_progress)
         return np.asarray(rows, np.float32)
+
+
+def map_view(config, name: str, pool_x: np.ndarray, cache_dir: Path | None = None, *, key: str,
+             show_progress: bool = False) -> InputMap:
+    """The public map `name` (named by the config's `key`) as a model sees its inputs through it,
+    fitted on the public pool `pool_x` (a concatenation's part scales), with `config`'s scattering
+    settings (`[fine_grained]`) and learned weights (`[features] weights`).
+
+    Raises:
+      PateError: the map's weights are missing or damaged (before any input is read), or the map
+        does not take the pool's inputs.
+    """
+    check_ready(name, config.features.weights)
+    check_input(name, pool_x, key)
+    fg = config.fine_grained
+    settings = (fg.scattering_j, fg.scattering_l, fg.groups, config.features.weights)
+    scales = (1.0,)
+    if len(parts(name)) > 1:
+        cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": "pool"}
+        scales = _scales([part.coefficients(pool_x, *settings, **cache) for part in parts(name)])
+    return InputMap(name, settings, scales, cache_dir, show_progress, key)
 
 
 def input_map(config, pool_x: np.ndarray, cache_dir: Path | None = None, *,
@@ -216,15 +261,7 @@ def input_map(config, pool_x: np.ndarray, cache_dir: Path | None = None, *,
     name = config.teachers.features
     if not name:
         return None
-    check_ready(name, config.features.weights)
-    check_input(name, pool_x, "teachers.features")
-    fg = config.fine_grained
-    settings = (fg.scattering_j, fg.scattering_l, fg.groups, config.features.weights)
-    scales = (1.0,)
-    if len(parts(name)) > 1:
-        cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": "pool"}
-        scales = _scales([part.coefficients(pool_x, *settings, **cache) for part in parts(name)])
-    return InputMap(name, settings, scales, cache_dir, show_progress)
+    return map_view(config, name, pool_x, cache_dir, key="teachers.features", show_progress=show_progress)
 
 
 def teacher_inputs(config, x: np.ndarray, pool_x: np.ndarray, cache_dir: Path | None = None,

@@ -194,3 +194,50 @@ def test_a_run_named_twice_is_refused(tmp_path):
     assert "given twice" in _compare().check_args(parsed)
     parsed.pate, parsed.pate_target_eps, parsed.pate_teachers = [], True, None
     assert "--pate-target-eps needs --pate-teachers" in _compare().check_args(parsed)
+
+
+def test_rows_per_map_train_dpsgd_on_the_map_and_fine_grained_on_it(tmp_path, capsys, monkeypatch):
+    """`--maps pixels --map-set ...`: for each eps, DP-SGD on the map through `pate dpsgd` (a linear
+    model, dpsgd.features = the map; its row named by the map) and a fine-grained run with
+    features.map = the map (stood in for here: its own tests run it), both given the --map-set
+    overrides; a second call reads the rows instead of training again."""
+    compare = _compare()
+    root = tmp_path / "compare"
+    fine_calls = []
+
+    def fake_fine(workdir, eps, config_path, settings):
+        fine_calls.append((workdir.name, eps, settings))
+        workdir.mkdir(parents=True)
+        (workdir / "student.json").write_text(json.dumps({"accuracy": 0.7, "eval_points": 100}))
+        (workdir / "release.json").write_text(json.dumps({"eps": eps, "release_eps": eps, "release_delta": 0.0,
+                                                          "neighbouring_relation": "replace-one"}))
+
+    monkeypatch.setattr(compare, "train_fine", fake_fine)
+    argv = ["--config", str(TINY), "--root", str(root), "--models", "--maps", "pixels", "--eps", "3",
+            "--map-set", "dpsgd.linear_epochs=2.0", "--fine-set", "fine_grained.pca=8"]
+    assert compare.main(argv) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert fine_calls == [("fine-pixels-eps3", 3.0, {"fine_grained.pca": 8, "features.map": "pixels",
+                                                     "dpsgd.linear_epochs": 2.0})]
+    methods = {r["method"]: r for r in rows if "method" in r and "summary_of" not in r}
+    assert set(methods) == {"pate-fine-grained-on-pixels", "dpsgd-linear-on-pixels"}
+    dpsgd = methods["dpsgd-linear-on-pixels"]
+    info = json.loads((root / "dpsgd-linear-pixels-eps3-replace-one" / "dpsgd.json").read_text())
+    assert info["features_map"] == "pixels" and info["epochs"] == pytest.approx(2.0, rel=0.05)
+    assert dpsgd["eps"] == info["release_eps"] <= 3.0 + 1e-9 and dpsgd["accuracy"] == info["accuracy"]
+    assert dpsgd["features_map"] == "pixels" and methods["pate-fine-grained-on-pixels"]["features_map"] == "pixels"
+    groups = {r["summary_of"] for r in rows if "summary_of" in r}
+    assert groups == set(methods)
+    mtime = (root / "dpsgd-linear-pixels-eps3-replace-one" / "dpsgd.json").stat().st_mtime_ns
+    assert compare.main(argv + ["--no-train"]) == 0 and len(fine_calls) == 1
+    assert (root / "dpsgd-linear-pixels-eps3-replace-one" / "dpsgd.json").stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize("maps, message", [(["wavelets"], "--maps wavelets: a map is one of scattering"),
+                                           (["pixels", "pixels"], "--maps names a map twice"),
+                                           (["learned+learned"], "--maps learned+learned")])
+def test_a_bad_map_is_refused_in_one_line(maps, message, tmp_path, capsys):
+    with pytest.raises(SystemExit) as stop:
+        _compare().main(["--root", str(tmp_path), "--no-train", "--maps", *maps])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and message in err and err.count("\n") == 1

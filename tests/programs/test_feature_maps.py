@@ -12,7 +12,7 @@ from analysis.core.errors import PateError
 from analysis.core.noise import NoiseSource
 from conftest import TINY, invoke
 from pate.config import load_config
-from pate.config.sections import FEATURE_MAPS
+from pate.config.checks import FEATURE_MAPS
 from pate.data import Splits
 from pate.programs import public_features
 from pate.release import fine_grained_release

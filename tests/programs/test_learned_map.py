@@ -12,16 +12,13 @@ import numpy as np
 import pytest
 
 from analysis.core.errors import PateError
+from conftest import SMALL_ENCODER as SMALL
 from conftest import TINY, invoke, one_line_error
 from pate import data
 from pate.config import load_config
 from pate.programs import learned_map, public_features
 from pate.release import ceiling as ceiling_mod
 from pate.store import rundir
-
-#: A 2-layer encoder, one epoch, no affine views (its compilation alone takes 9 s; tests/programs/test_augment.py
-#: tests it): seconds on 8 x 8 images.
-SMALL = ["--widths", "4,8", "--strides", "2,2", "--degrees", 0, "--epochs", 1, "--seed", 3, "--no-progress"]
 
 
 def write_images(path, train: int = 120, test: int = 260, seed: int = 0) -> str:
@@ -51,15 +48,6 @@ def npz_sets(path, public_size: int = 200) -> list[str]:
     """The pool the size of the tiny config's (200 images of 8 x 8): the same training program."""
     return ["--set", 'data.name="npz"', "--set", f"data.path={json.dumps(str(path))}",
             "--set", f"data.public_size={public_size}"]
-
-
-@pytest.fixture(scope="module")
-def tiny_encoder(tmp_path_factory):
-    """An encoder trained on the tiny config's synthetic pool (200 images of 8 x 8)."""
-    out = tmp_path_factory.mktemp("encoder") / "enc"
-    result = invoke("features", "--config", TINY, "--out", out, *SMALL)
-    assert result.exit_code == 0, result.output
-    return out
 
 
 # --------------------------------------------------------------------------- the command
