@@ -531,6 +531,31 @@ def finish_processes(procs, timeout: float):
     return done
 
 
+def kill_one_after(procs, marker: str, timeout: float):
+    """The kill test of a local cluster of two (`start_processes`): reads process 0's output up to
+    its first line starting with `marker`, kills process 1 there, and waits for process 0 to end
+    (every process is killed and reaped whatever happens). Returns process 0's CompletedProcess
+    (its stdout after the marker) and the seconds it took to leave after the kill."""
+    import subprocess
+    import time
+
+    first, second = procs
+    try:
+        for line in first.stdout:
+            if line.startswith(marker):
+                break
+        second.kill()
+        began = time.monotonic()
+        out, err = first.communicate(timeout=timeout)
+        waited = time.monotonic() - began
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(first.args, first.returncode, out, err), waited
+
+
 def released(path, drop=()) -> dict:
     """An npz's arrays (dtype, shape, bytes) and its meta without the time it was written (two
     writes of the same release differ in nothing else) and the meta keys `drop`."""

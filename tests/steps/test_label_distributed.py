@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import time
 
 import pytest
 
-from conftest import ROOT, finish_processes, invoke, released, run_entries, start_processes
+from conftest import kill_one_after, ROOT, finish_processes, invoke, released, run_entries, start_processes
 from pate.store import rundir
 
 SEED = 7
@@ -97,20 +96,9 @@ def test_a_process_that_fails_stops_every_process_with_one_line_and_nothing_char
 @pytest.mark.slow  # one launch of two JAX processes, one of them killed: 15-30 s
 def test_a_killed_process_stops_the_other_at_once_with_nothing_charged(trained_run):
     run, _ = trained_run
-    first, second = start([run, run])
-    try:
-        for line in first.stdout:  # process 0 passed its checks: both go on to their teachers
-            if line.startswith("voting:"):
-                break
-        second.kill()
-        began = time.monotonic()
-        _, err = first.communicate(timeout=90)
-        waited = time.monotonic() - began
-    finally:
-        for proc in (first, second):
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+    # process 0 passed its checks: both go on to their teachers
+    first, waited = kill_one_after(start([run, run]), "voting:", timeout=90)
+    _, err = first.stdout, first.stderr
     # One line at once, not JAX's shutdown barrier waiting 100 s for the dead process and aborting.
     assert first.returncode == 1 and waited < 60, (waited, err[-2000:])
     (line,) = [line for line in err.splitlines() if line.startswith("pate: ")]

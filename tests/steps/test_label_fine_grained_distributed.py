@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ from pate.programs import cluster as cluster_mod
 from pate.release import fine_grained_release as fine_release
 from pate.store import rundir
 
-from conftest import ROOT, TINY, finish_processes, invoke, released, run_entries, start_processes
+from conftest import kill_one_after, ROOT, TINY, finish_processes, invoke, released, run_entries, start_processes
 
 SEED = 11
 
@@ -221,20 +220,9 @@ def test_randomized_response_and_a_failing_process(tmp_path):
 def test_a_killed_process_stops_the_other_at_once_with_nothing_charged(tmp_path):
     config = _fine_toml(tmp_path)
     run = tmp_path / "run"
-    first, second = start_processes([[ROOT / "cli.py", "label", "--workdir", run, "--config", config]] * 2)
-    try:
-        for line in first.stdout:  # past the first agreement: both map their records
-            if line.startswith("fine-grained: the map"):
-                break
-        second.kill()
-        began = time.monotonic()
-        _, err = first.communicate(timeout=90)
-        waited = time.monotonic() - began
-    finally:
-        for proc in (first, second):
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+    # past the first agreement: both map their records
+    first, waited = kill_one_after(start_processes([[ROOT / "cli.py", "label", "--workdir", run, "--config", config]] * 2), "fine-grained: the map", timeout=90)
+    _, err = first.stdout, first.stderr
     # One line at once, not JAX's shutdown barrier waiting 100 s for the dead process.
     assert first.returncode == 1 and waited < 60, (waited, err[-2000:])
     (line,) = [line for line in err.splitlines() if line.startswith("pate: ")]

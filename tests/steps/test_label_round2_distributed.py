@@ -9,12 +9,11 @@ tests are slow (`pytest -m slow`); the heads' layout independence is in the fast
 from __future__ import annotations
 
 import os
-import time
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, finish_processes, invoke, own_copy, released, run_entries, start_processes
+from conftest import kill_one_after, ROOT, finish_processes, invoke, own_copy, released, run_entries, start_processes
 from pate.store import rundir
 
 SEED, QUERIES = 5, 40
@@ -105,20 +104,9 @@ def test_a_process_that_fails_stops_every_process_with_one_line_and_nothing_char
 def test_a_killed_process_stops_the_other_at_once_with_nothing_charged(finished_tiny, tmp_path):
     run = own_copy(finished_tiny, tmp_path / "run")
     before = labels_kinds(run)
-    first, second = start([run, run])
-    try:
-        for line in first.stdout:  # process 0 chose the queries: both go on to their heads
-            if line.startswith("round 2:"):
-                break
-        second.kill()
-        began = time.monotonic()
-        _, err = first.communicate(timeout=90)
-        waited = time.monotonic() - began
-    finally:
-        for proc in (first, second):
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+    # process 0 chose the queries: both go on to their heads
+    first, waited = kill_one_after(start([run, run]), "round 2:", timeout=90)
+    _, err = first.stdout, first.stderr
     # One line at once, not JAX's shutdown barrier waiting 100 s for the dead process and aborting.
     assert first.returncode == 1 and waited < 60, (waited, err[-2000:])
     (line,) = [line for line in err.splitlines() if line.startswith("pate: ")]

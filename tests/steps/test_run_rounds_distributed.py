@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ROOT, TINY, finish_processes, invoke, own_copy, run_entries, start_processes
+from conftest import kill_one_after, ROOT, TINY, finish_processes, invoke, own_copy, run_entries, start_processes
 from conftest import released as released_npz
 from pate.store import rundir
 
@@ -68,24 +68,11 @@ def test_a_process_killed_while_process_0_trains_round_1s_student_stops_it_befor
     there, process 0 finishes its own steps (the student, round 1's report: its own release,
     charged once), then stops at round 2's word with one line, round 2 neither drawn nor
     charged; the next `pate run --distributed` makes round 2 and the rest, each release once."""
-    import time
-
     run = tmp_path / "run"
     command = [ROOT / "cli.py", "run", "--config", TINY, "--workdir", run, "--seed", "0", "--no-progress", *ROUNDS]
-    first, second = start_processes([command] * 2)
-    try:
-        for line in first.stdout:  # process 1 voted with process 0 and now waits for its word
-            if line.startswith("[student] running"):
-                break
-        second.kill()
-        began = time.monotonic()
-        out, err = first.communicate(timeout=240)
-        waited = time.monotonic() - began
-    finally:
-        for proc in (first, second):
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait()
+    # process 1 voted with process 0 and now waits for its word
+    first, waited = kill_one_after(start_processes([command] * 2), "[student] running", timeout=240)
+    out, err = first.stdout, first.stderr
     assert first.returncode == 1, (out[-2000:], err[-2000:])
     assert "[analyze] running" in out and "[round2] running" not in out, out[-2000:]
     (line,) = [line for line in err.splitlines() if line.startswith("pate: ")]
