@@ -531,6 +531,19 @@ def finish_processes(procs, timeout: float):
     return done
 
 
+class Others:
+    """The all-gather of process `index` of a played 2-process cluster: the other process's words
+    given in advance, one per collective; records what this process sent."""
+
+    def __init__(self, *theirs, index: int = 0):
+        self.theirs, self.sent, self.index = list(theirs), [], index
+
+    def __call__(self, mine):
+        self.sent.append(np.asarray(mine))
+        both = [np.asarray(mine), self.theirs.pop(0)]
+        return np.stack(both if self.index == 0 else both[::-1])
+
+
 def kill_one_after(procs, marker: str, timeout: float):
     """The kill test of a local cluster of two (`start_processes`): reads process 0's output up to
     its first line starting with `marker`, kills process 1 there, and waits for process 0 to end

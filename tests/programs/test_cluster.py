@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from analysis.core.errors import PateError
+from conftest import Others
 from pate.programs import cluster as cl
 
 
@@ -83,19 +84,6 @@ def test_a_long_line_is_cut_on_a_character():
         cl.decide(words, 0)
     said = str(err.value).split(": ", 1)[1]
     assert said == "é" * (cl.MESSAGE_BYTES // 2)
-
-
-class Others:
-    """The all-gather of process `index` of a 2-process cluster, the other process's words
-    given in advance, one per collective; records what this process sent."""
-
-    def __init__(self, *theirs, index: int = 0):
-        self.theirs, self.sent, self.index = list(theirs), [], index
-
-    def __call__(self, mine):
-        self.sent.append(np.asarray(mine))
-        both = [np.asarray(mine), self.theirs.pop(0)]
-        return np.stack(both if self.index == 0 else both[::-1])
 
 
 def test_one_process_is_a_cluster_of_one():

@@ -14,23 +14,10 @@ import numpy as np
 import pytest
 
 from analysis.core.errors import PateError
-from conftest import TINY
+from conftest import TINY, Others
 from pate.programs import cluster as cl
 from pate.store import rundir
 from pate.steps.teachers import fingerprint, train_teachers
-
-
-class Others:
-    """The all-gather of process `index` of a 2-process cluster: the other process's words
-    given in advance, one per agreement; records what this process sent."""
-
-    def __init__(self, *theirs, index: int = 0):
-        self.theirs, self.sent, self.index = list(theirs), [], index
-
-    def __call__(self, mine):
-        self.sent.append(np.asarray(mine))
-        both = [np.asarray(mine), self.theirs.pop(0)]
-        return np.stack(both if self.index == 0 else both[::-1])
 
 
 def told(word) -> str:
