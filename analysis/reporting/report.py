@@ -257,15 +257,8 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
         items.append(Item("check", "threshold statistic", "max_j (n_j - o_j), o = floor(T p) of the student",
                           True, "Interactive-GNMax (2018, Algorithm 2)"))
     items += _gnss_items(released, fixed, di_route, di_route_order, extra_delta)
-    if n and dependent.order == orders.max():
-        private_warnings.append(f"the best order is the largest one tried ({dependent.order:g}); "
-                                "more orders may lower the data-dependent eps")
-    if independent.order == orders.max():
-        warnings.append(f"the data-independent eps is best at the largest order tried "
-                        f"({independent.order:g}); more orders may lower it")
-    return PrivacyReport(record.name, tuple(items), tuple(warnings), np.arange(1, n + 1),
-                         np.asarray(di_curve), np.asarray(dd_curve), tuple(private_warnings),
-                         "queries (threshold steps)" if confident else "answered queries")
+    return _gaussian_report(record, items, (warnings, private_warnings), (independent, dependent, orders, n),
+                            (di_curve, dd_curve), confident)
 
 
 def _brief_gnmax_report(name: str, n: int, num_answered, delta: float, independent, dependent) -> PrivacyReport:
@@ -429,15 +422,8 @@ def exact_gnmax_report(votes, record, delta: float, *, answered=None, max_answer
     items.append(Item("eps_release_cost", "eps spent by a sanitised release", 0.0, True,
                       "none is made: no smooth sensitivity of the exact coins' data-dependent eps is proven"))
     warnings, private_warnings = [], []
-    if n and dependent.order == orders.max():
-        private_warnings.append(f"the best order is the largest one tried ({dependent.order:g}); "
-                                "more orders may lower the data-dependent eps")
-    if independent.order == orders.max():
-        warnings.append(f"the data-independent eps is best at the largest order tried "
-                        f"({independent.order:g}); more orders may lower it")
-    return PrivacyReport(record.name, tuple(items), tuple(warnings), np.arange(1, n + 1),
-                         np.asarray(di_curve), np.asarray(dd_curve), tuple(private_warnings),
-                         "queries (threshold steps)" if confident else "answered queries")
+    return _gaussian_report(record, items, (warnings, private_warnings), (independent, dependent, orders, n),
+                            (di_curve, dd_curve), confident)
 
 
 def brief_lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS) -> PrivacyReport:
@@ -522,3 +508,22 @@ def extend(report: PrivacyReport, items) -> PrivacyReport:
                      f"at delta {delta_total:g}; data-independent route ({how}), release included")
                 if item.key == "eps" else item for item in report.items))
     return report
+
+
+def _gaussian_report(record, items, said, orders_used, curves, confident: bool) -> PrivacyReport:
+    """The report of a Gaussian argmax (float64 or exact coins): its items, the warnings ``said``
+    (public, private) with those of an order at the end of the grid added, its curves per
+    query. ``orders_used``: the data-independent and data-dependent results, the orders tried
+    and the number of queries."""
+    warnings, private_warnings = said
+    independent, dependent, orders, n = orders_used
+    if n and dependent.order == orders.max():
+        private_warnings.append(f"the best order is the largest one tried ({dependent.order:g}); "
+                                "more orders may lower the data-dependent eps")
+    if independent.order == orders.max():
+        warnings.append(f"the data-independent eps is best at the largest order tried "
+                        f"({independent.order:g}); more orders may lower it")
+    di_curve, dd_curve = curves
+    return PrivacyReport(record.name, tuple(items), tuple(warnings), np.arange(1, n + 1),
+                         np.asarray(di_curve), np.asarray(dd_curve), tuple(private_warnings),
+                         "queries (threshold steps)" if confident else "answered queries")
