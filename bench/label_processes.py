@@ -21,12 +21,9 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -34,10 +31,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _scaling():
+    """bench/scaling.py, whose `run_cluster` launches and measures a local cluster."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_scaling", ROOT / "bench" / "scaling.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def label_once(run: Path, processes: int, ledger: Path, seed: int, extra: list[str] = ()) -> dict:
@@ -45,22 +46,7 @@ def label_once(run: Path, processes: int, ledger: Path, seed: int, extra: list[s
     and peak RSS (MiB) per process."""
     env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "PATE_LEDGER_DIR": str(ledger)}
     base = [sys.executable, str(ROOT / "cli.py"), "label", "--workdir", str(run), "--seed", str(seed), *extra]
-    port = _port()
-    commands = [base] if processes == 1 else [
-        base + ["--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(processes),
-                "--process-id", str(p)] for p in range(processes)]
-    start = time.perf_counter()
-    procs = [subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-             for c in commands]
-    peaks, codes = {}, {}
-    while len(codes) < len(procs):
-        pid, status, usage = os.wait4(-1, 0)
-        codes[pid], peaks[pid] = os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024
-    wall = time.perf_counter() - start
-    for proc in procs:
-        proc.returncode = codes[proc.pid]
-        if proc.returncode != 0:
-            raise SystemExit(f"process {procs.index(proc)} of {processes} failed: {proc.stderr.read().decode()[-500:]}")
+    wall, procs, peaks = _scaling().run_cluster(base, processes, env, "label")
     return {"wall_s": round(wall, 2), "peak_rss_mib": [round(peaks[p.pid], 1) for p in procs]}
 
 

@@ -108,13 +108,11 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def launch(args: list[str], processes: int, ledger: Path, tmp: Path) -> dict:
-    """``pate ARGS`` as `processes` local processes: wall time, peak RSS (MiB) and the private
-    bytes each process loaded, by process id."""
-    probe = Path(tempfile.mkdtemp(dir=tmp, prefix="probe-"))
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PATE_LEDGER_DIR": str(ledger), "SCALING_PRIVATE_BYTES": str(probe)}
-    env.pop("XLA_FLAGS", None)
-    base = [sys.executable, "-c", WRAPPER, *args]
+def run_cluster(base: list[str], processes: int, env: dict, what: str) -> tuple[float, list, dict]:
+    """Runs the command `base` as `processes` local processes of one cluster (the cluster options
+    of each appended; one process: as it is) and waits for all: wall time (s), the Popen objects
+    by process id, and each one's peak RSS (MiB, `os.wait4`) by pid. Exits with the first failing
+    process's stderr tail, under the name `what`."""
     port = _port()
     commands = [base] if processes == 1 else [
         base + ["--distributed", "--coordinator", f"127.0.0.1:{port}", "--num-processes", str(processes),
@@ -128,8 +126,20 @@ def launch(args: list[str], processes: int, ledger: Path, tmp: Path) -> dict:
         codes[pid], peaks[pid] = os.waitstatus_to_exitcode(status), usage.ru_maxrss / 1024
     wall = time.perf_counter() - start
     for p, proc in enumerate(procs):
-        if codes[proc.pid] != 0:
-            raise SystemExit(f"{args[0]}: process {p} of {processes} failed: {proc.stderr.read().decode()[-800:]}")
+        proc.returncode = codes[proc.pid]
+        if proc.returncode != 0:
+            raise SystemExit(f"{what}: process {p} of {processes} failed: "
+                             f"{proc.stderr.read().decode()[-800:]}")
+    return wall, procs, peaks
+
+
+def launch(args: list[str], processes: int, ledger: Path, tmp: Path) -> dict:
+    """``pate ARGS`` as `processes` local processes: wall time, peak RSS (MiB) and the private
+    bytes each process loaded, by process id."""
+    probe = Path(tempfile.mkdtemp(dir=tmp, prefix="probe-"))
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PATE_LEDGER_DIR": str(ledger), "SCALING_PRIVATE_BYTES": str(probe)}
+    env.pop("XLA_FLAGS", None)
+    wall, procs, peaks = run_cluster([sys.executable, "-c", WRAPPER, *args], processes, env, args[0])
     private = []
     for proc in procs:
         f = probe / f"{proc.pid}.json"
