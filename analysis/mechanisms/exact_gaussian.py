@@ -51,7 +51,7 @@ from analysis.core.noise import NoiseSource
 from analysis.mechanisms import noisy_max
 from analysis.mechanisms.composition import Cost
 from analysis.mechanisms.fine_grained import discrete_gaussian_rational, variance_on_grid
-from analysis.mechanisms.record import UNANSWERED, check_source, check_votes
+from analysis.mechanisms.record import UNANSWERED, NoSanitisedRelease, check_source, check_votes
 
 #: The data-independent accountants of the exact records: the RDP curve, converted two ways
 #: (no PLD: the module docstring).
@@ -107,11 +107,10 @@ def discrete_noisy_argmax(votes, variance: Fraction, source: NoiseSource, block:
     return out
 
 
-class _ExactCoins:
+class _ExactCoins(NoSanitisedRelease):
     """What the exact-coin records share (mixed in before their float64 parents)."""
 
     exact: ClassVar[bool] = True
-    sanitised: ClassVar[bool] = False
     accountants: ClassVar[Mapping[str, Mapping[str, str]]] = RDP_ACCOUNTANTS
 
     @property
@@ -136,13 +135,6 @@ class _ExactCoins:
         labels = self.independent_eps(num_queries, delta, orders=orders, conversion=conversion,
                                       max_answers=max_answers)
         return labels.eps, delta, "no sanitised release: the data-independent eps is the headline"
-
-    @classmethod
-    def sanitised_cost(cls, values: Mapping, release_cost: float) -> Cost:
-        raise PateError(f"{cls.name} has no sanitised release: its headline is the data-independent eps")
-
-    def release_beta(self, privacy, beta=None, gnss_beta=None):
-        return None
 
     def rdp_accountant(self, conversion: str) -> str:
         return conversion + " RDP conversion (discrete Gaussian)"

@@ -175,8 +175,22 @@ def check_source(noise) -> NoiseSource:
     return noise
 
 
+class NoSanitisedRelease:
+    """What a record without a sanitised release shares (mixed in before its parents): no
+    sanitised draw, so no GNSS cost nor β; its headline is the data-independent ε."""
+
+    sanitised: ClassVar[bool] = False
+
+    @classmethod
+    def sanitised_cost(cls, values: Mapping, release_cost: float) -> Cost:
+        raise PateError(f"{cls.name} has no sanitised release: its headline is the data-independent eps")
+
+    def release_beta(self, privacy, beta=None, gnss_beta=None):
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
-class PureArgmax(Mechanism, abc.ABC):
+class PureArgmax(NoSanitisedRelease, Mechanism, abc.ABC):
     """An argmax of the counts whose every answer is ``2 gamma``-DP: one teacher's changed vote
     moves one count down by one and another up by one, and each mechanism of the family
     (LNMax, permute-and-flip, the exponential mechanism) is ``2γ``-DP under that change.
@@ -189,7 +203,6 @@ class PureArgmax(Mechanism, abc.ABC):
     """
 
     gamma: float
-    sanitised: ClassVar[bool] = False
     accountants: ClassVar[Mapping[str, Mapping[str, str]]] = {"moments": {}, "pld": {"accountant": "pld"}}
 
     def __post_init__(self):
@@ -235,13 +248,6 @@ class PureArgmax(Mechanism, abc.ABC):
         ε at δ (`sanitised` records override this)."""
         labels = self.independent_eps(num_queries, delta, accountant=accountant, moments=moments)
         return labels.eps, delta, "no sanitised release: the data-independent eps is the headline"
-
-    @classmethod
-    def sanitised_cost(cls, values: Mapping, release_cost: float) -> Cost:
-        raise PateError(f"{cls.name} has no sanitised release: its headline is the data-independent eps")
-
-    def release_beta(self, privacy, beta=None, gnss_beta=None):
-        return None
 
     def noise_options(self) -> str:
         return f"--gamma {self.gamma:g}"
