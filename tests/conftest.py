@@ -531,6 +531,17 @@ def finish_processes(procs, timeout: float):
     return done
 
 
+def assert_imported_once(run, monkeypatch, ledgers) -> None:
+    """`pate ledger --import RUN` into the ledger folder `ledgers` charges the run's one release
+    (no sanitised draw), and a second import charges nothing."""
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(ledgers))
+    imported = invoke("ledger", "--import", run)
+    assert imported.exit_code == 0, imported.output
+    assert imported.output.count("charged:") == 1 and "over 1 releases" in imported.output  # no sanitised draw
+    again = invoke("ledger", "--import", run)
+    assert again.exit_code == 0 and "already" in again.output
+
+
 class Others:
     """The all-gather of process `index` of a played 2-process cluster: the other process's words
     given in advance, one per collective; records what this process sent."""

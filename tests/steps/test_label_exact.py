@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from analysis.core.errors import PateError
-from conftest import invoke, one_line_error
+from conftest import assert_imported_once, invoke, one_line_error
 from pate.config import load_config
 from pate.store import ledger as ledger_mod
 
@@ -58,12 +58,7 @@ def test_label_and_analyze_publish_the_data_independent_headline(exact_run, monk
 
 def test_import_audit_and_plan_take_the_mechanism(exact_run, tmp_path, monkeypatch):
     run = exact_run[0]
-    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "other"))
-    imported = invoke("ledger", "--import", run)
-    assert imported.exit_code == 0, imported.output
-    assert imported.output.count("charged:") == 1 and "over 1 releases" in imported.output  # no sanitised draw
-    again = invoke("ledger", "--import", run)
-    assert again.exit_code == 0 and "already" in again.output
+    assert_imported_once(run, monkeypatch, tmp_path / "other")
     audit = invoke("audit", "--workdir", run, "--trials", 2000, "--seed", 1)
     assert audit.exit_code == 0, audit.output
     assert "permute-and-flip" in audit.output and "no violation found" in audit.output

@@ -13,7 +13,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import invoke
+from conftest import assert_imported_once, invoke
 from pate.store import ledger as ledger_mod
 
 CONFIDENT = ("--mechanism", "confident-gnmax-exact", "--threshold", 3, "--sigma-threshold", 2, "--sigma", 1.5)
@@ -98,9 +98,4 @@ def test_a_budget_check_counts_no_sanitised_draw_for_a_record_without_one(mechan
 
 def test_ledger_import_counts_the_exact_release_once(exact_gaussian_runs, tmp_path, monkeypatch):
     run = exact_gaussian_runs[1]["a"][0]
-    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "other"))
-    imported = invoke("ledger", "--import", run)
-    assert imported.exit_code == 0, imported.output
-    assert imported.output.count("charged:") == 1 and "over 1 releases" in imported.output  # no sanitised draw
-    again = invoke("ledger", "--import", run)
-    assert again.exit_code == 0 and "already" in again.output
+    assert_imported_once(run, monkeypatch, tmp_path / "other")
