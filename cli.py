@@ -299,10 +299,15 @@ def run_command(config_path, workdir, settings, seed, overwrite, distributed, co
 
 @main.command("dpsgd")
 @baseline.dpsgd_options()
-def dpsgd_command(config_path, workdir, eps, model, features, settings, seed, overwrite, no_progress):
+def dpsgd_command(config_path, workdir, eps, model, features, settings, seed, overwrite, distributed, coordinator,
+                  num_processes, process_id, no_progress):
     """Train the DP-SGD baseline on the same private train split as the teachers,
-    calibrated to eps at [privacy] delta; write dpsgd.json and dpsgd/."""
+    calibrated to eps at [privacy] delta; write dpsgd.json and dpsgd/. With --distributed,
+    every process adds the clipped gradients of its own slice of the records and process 0
+    alone draws the noise and writes."""
+    opt.check_cluster(distributed, coordinator, num_processes, process_id)
     config = opt.config_with(config_path, settings, dpsgd__eps=eps, dpsgd__model=model, dpsgd__features=features)
+    start_cluster(distributed, coordinator, num_processes, process_id)
     baseline.train_and_print("dpsgd", config, workdir, seed, overwrite, no_progress)
 
 

@@ -59,6 +59,7 @@ from pate.programs.models import Linear, TanhCNN, cnn_output_side
 from pate.programs.student_training import predict
 from pate.store import ledger as ledger_mod
 from analysis.mechanisms import composition
+from pate.baselines import cluster_step
 from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_lines,
                                          release_step, result_head, training_loop)
 
@@ -135,21 +136,18 @@ def noisy_mean(grad_sum: Params, key: jax.Array, noise_std: float, denominator: 
     return jax.tree.unflatten(treedef, noisy)
 
 
-def make_step(model: nn.Module, tx: optax.GradientTransformation, clip_norm: float,
-              noise_std: float, denominator: float) -> Callable:
-    """The jitted DP-SGD step ``step(params, opt_state, x, y, idx, valid, key)``.
-
-    `idx` (K, M) holds the batch's row indices in `x`/`y` cut into K microbatches of M
-    (padding rows have ``valid == 0``); `key` is this step's noise key. A `Linear` model's clipped
-    sum is computed in closed form (`linear_clipped_gradient_sum`), any other by
-    `clipped_gradient_sum`'s vmapped per-example gradients.
-    """
+def batch_gradient_sum(model: nn.Module, clip_norm: float) -> Callable:
+    """``sum(params, x, y, idx, valid)``: the clipped gradient sum of one batch (`idx` (K, M): its
+    row indices in `x`/`y` cut into K microbatches of M, padding rows with ``valid == 0``), the
+    microbatches added in order by a scan. A `Linear` model's clipped sum is computed in closed
+    form (`linear_clipped_gradient_sum`), any other by `clipped_gradient_sum`'s vmapped
+    per-example gradients. Not jitted: a part of the programs that call it."""
 
     def loss_one(params, x, y):
         logits = model.apply(params, x[None])
         return optax.softmax_cross_entropy_with_integer_labels(logits, y[None])[0]
 
-    def step(params, opt_state, x, y, idx, valid, key):
+    def batch_sum(params, x, y, idx, valid):
         def body(acc, chunk):
             i, v = chunk
             if isinstance(model, Linear):
@@ -160,18 +158,39 @@ def make_step(model: nn.Module, tx: optax.GradientTransformation, clip_norm: flo
 
         zero = jax.tree.map(jnp.zeros_like, params)
         total, _ = jax.lax.scan(body, zero, (idx, valid))
-        grad = noisy_mean(total, key, noise_std, denominator)
+        return total
+
+    return batch_sum
+
+
+def make_step(model: nn.Module, tx: optax.GradientTransformation, clip_norm: float,
+              noise_std: float, denominator: float) -> Callable:
+    """The jitted DP-SGD step ``step(params, opt_state, x, y, idx, valid, key)``: the batch's
+    clipped gradient sum (`batch_gradient_sum`; `idx`, `valid` as it takes them), its noisy
+    mean (`noisy_mean`; `key` is this step's noise key), one optimizer update."""
+    batch_sum = batch_gradient_sum(model, clip_norm)
+
+    def step(params, opt_state, x, y, idx, valid, key):
+        grad = noisy_mean(batch_sum(params, x, y, idx, valid), key, noise_std, denominator)
         updates, opt_state = tx.update(grad, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
     return jax.jit(step, donate_argnums=(0, 1))
 
 
-def poisson_batch(rng: np.random.Generator, n: int, rate: float, microbatch: int
+def poisson_batch(rng: np.random.Generator, n: int, rate: float, microbatch: int, rows: range | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """A Poisson sample of ``range(n)`` at `rate`, as (K, microbatch) indices and
-    validity mask (K >= 1; rows past the sample are index 0 with mask 0)."""
-    chosen = np.flatnonzero(rng.random(n) < rate)
+    validity mask (K >= 1; rows past the sample are index 0 with mask 0).
+
+    `rows`: the records this process holds (a distributed run: its slice of the split, `x`'s
+    row i being record ``rows.start + i``); the indices are then its own sampled records, counted
+    from ``rows.start``. The draw is the same ``rng.random(n)`` in every layout, so with one
+    seed the processes' samples together are one process's sample, record for record.
+    """
+    draws = rng.random(n)
+    rows = range(n) if rows is None else rows
+    chosen = np.flatnonzero(draws[rows.start:rows.stop] < rate)
     k = max(1, math.ceil(chosen.size / microbatch))
     idx = np.zeros(k * microbatch, np.int32)
     valid = np.zeros(k * microbatch, np.float32)
@@ -222,7 +241,7 @@ class DpsgdResult:
 
 def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
                 overwrite: bool = False, show_progress: bool = True,
-                echo: Callable[[str], None] = print) -> DpsgdResult:
+                echo: Callable[[str], None] = print) -> DpsgdResult | None:
     """Trains `config.dpsgd.model` with DP-SGD at `config.dpsgd.eps`, `config.privacy.delta`.
 
     Reads the data set's train split (private: the teachers' shards together) and its
@@ -231,6 +250,12 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
     `workdir`, and ``config.toml`` when the directory has none (an existing run's config
     is left alone). ScatterNet features, and the rows of a public map (``[dpsgd] features``),
     are cached in ``dpsgd-features/`` (private).
+
+    In a distributed run (`jax.distributed` started: `pate dpsgd --distributed`) every process
+    reads only its own slice of the private records (`pate.programs.cluster.Cluster.own_records`)
+    and adds the clipped gradients of its sampled records; the sums are added across processes
+    before each update (`pate.baselines.cluster_step`), process 0 alone draws the noise,
+    charges the ledger and writes, and every other process returns None.
 
     Args:
       config: the resolved config.
@@ -245,44 +270,101 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
       PateError: bad eps/delta/seed, missing data, an existing result without
         `overwrite`, a run directory of another data set, an image too small for the
         CNN, a map whose weights are missing or that does not take the data's inputs,
-        a non-finite parameter after training.
+        a non-finite parameter after training; another process of a distributed run failed
+        (`pate.programs.cluster.Stopped`).
     """
+    from pate.programs.cluster import Cluster
+
+    cluster = Cluster()
+    with cluster.together():  # one failure stops every process, each with one line
+        if not cluster.leader:
+            return _contribute(config, cluster, seed, echo)
+        return _train(config, workdir, seed, overwrite, show_progress, echo, cluster)
+
+
+def _train(config: Config, workdir, seed, overwrite: bool, show_progress: bool, echo, cluster) -> DpsgdResult:
+    """`train_dpsgd` on process 0 (the only process of a run that is not distributed)."""
     start = time.time()
     cfg = config.dpsgd
     delta = config.privacy.delta
     with release_step("dpsgd", workdir, config, cfg.eps, overwrite=overwrite, echo=echo) as door:
         key = keys.noise_key(seed)  # checks the seed before any work
-        if cfg.features:  # a learned map's weights, before any data is read
-            public_features.check_ready(cfg.features, config.features.weights)
-        splits = private_splits(config)
-        if cfg.features:  # images against embeddings, before anything is written
-            public_features.check_input(cfg.features, splits.pool_x, "dpsgd.features")
-        elif cfg.model != "linear":  # refused on embeddings before anything is charged
-            make_model(cfg, cfg.model, splits.num_classes, tuple(splits.train_x.shape[1:]))
-        plan = Plan.of(cfg, int(splits.train_x.shape[0]), delta)
+        splits, rows, n = own_splits(config, cluster)
+        plan = Plan.of(cfg, n, delta)
         # The model is a release of the private train split (`pate.store.ledger`).
         book = budgeted_ledger(config, plan.cost, "this DP-SGD model")
+        cluster.agree()  # process 0 passed its checks: every process maps its own records
         feature_start = time.time()
-        train_x, test_x, test_y, scale = _features(config, splits, door.run, show_progress)
+        train_x, scale, view = train_inputs(config, splits, door.run / rundir.DPSGD_FEATURES_DIR, cluster,
+                                            show_progress)
+        test_x, test_y = _test_inputs(config, splits, door.run / rundir.DPSGD_FEATURES_DIR, view, scale)
         feature_time = time.time() - feature_start
         model = make_model(cfg, cfg.model, splits.num_classes, tuple(train_x.shape[1:]))
-        params, train_time = _fit(model, cfg, plan, train_x, splits.train_y, key, delta, show_progress, echo)
+        params, train_time = fit(model, cfg, plan, train_x, splits.train_y, key, delta, show_progress, echo,
+                                 cluster, rows)
         result = dataclasses.replace(
             _score(model, params, cfg, plan, test_x, test_y, splits.pool_x.shape[0], delta, start),
             data_set=book.summary(delta, extra=[plan.cost]), features=cfg.features)
         checkpoints.save_params(door.out / rundir.DPSGD_DIR, params, then="run `pate dpsgd --overwrite` again")
         door.out.write_json(rundir.DPSGD_JSON, _record(config, plan, result, params, train_x, seed,
                                                        splits.num_classes, scale), config)
+        # One process holds the whole split; process 0 of several reads it as a stream for its digest.
+        data_digest = (book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()) if cluster.count == 1
+                       else book.keyed_split_digest(config.data))
         door.charge(book, "dpsgd", plan.cost, run=door.run.path, budget=config.privacy.total_budget, delta=delta,
                     subject="dpsgd:" + digests.file_digest(door.out / rundir.DPSGD_JSON),
                     mechanism={"name": "dpsgd", "model": cfg.model, "describe": f"DP-SGD {cfg.model}"
                                + (f" on the public map {cfg.features}" if cfg.features else "") + f": "
                                f"{plan.steps} steps, q {plan.rate:.4g}, sigma {plan.noise_multiplier:.4g}"},
-                    data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()))
+                    data_digest=data_digest)
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"dpsgd: training {train_time:.1f} s, features {feature_time:.1f} s (not written to "
          f"{rundir.DPSGD_JSON}: the training time grows with the private batch sizes)")
     return result
+
+
+def _contribute(config: Config, cluster, seed: int | None, echo) -> None:
+    """`train_dpsgd` on a process other than 0 of a distributed run: it reads its own slice of the
+    private records, makes the checks process 0 makes, and takes its part in every step (its
+    records' clipped gradients, `pate.baselines.cluster_step`); it takes no lock, draws no noise,
+    charges nothing and writes nothing (process 0 does, once)."""
+    cfg = config.dpsgd
+    key = keys.noise_key(seed)  # refuses a bad seed as process 0 does
+    splits, rows, n = own_splits(config, cluster)
+    plan = Plan.of(cfg, n, config.privacy.delta)
+    cluster.agree()  # process 0 passed its checks
+    train_x, _scale, _view = train_inputs(config, splits, None, cluster)  # nothing of it written
+    model = make_model(cfg, cfg.model, splits.num_classes, tuple(train_x.shape[1:]))
+    fit(model, cfg, plan, train_x, splits.train_y, key, config.privacy.delta, False, lambda line: None, cluster, rows)
+    echo(f"process {cluster.index} of {cluster.count}: the clipped gradients of records {rows.start}-{rows.stop - 1} "
+         f"in {plan.steps} steps ({jax.local_device_count()} device(s)); process 0 drew the noise and writes the model")
+
+
+def own_splits(config: Config, cluster) -> tuple:
+    """``(splits, rows, n)``: the data set cut as every command cuts it, its private train split
+    this process's records `rows` of the split's `n` (one process: all of them; one of several:
+    its own slice alone, `pate.programs.cluster.Cluster.own_records`), after the checks made
+    before anything is charged: a learned map's weights (before any data is read), the map
+    against the inputs (images or embeddings), the model against their shape.
+
+    Raises:
+      PateError: a check failed, or the data are missing or damaged.
+    """
+    cfg = config.dpsgd
+    if cfg.features:  # a learned map's weights, before any data is read
+        public_features.check_ready(cfg.features, config.features.weights)
+    if cluster.count == 1:
+        splits = private_splits(config)
+        n = int(splits.train_x.shape[0])
+        rows = range(n)
+    else:
+        splits, first, n = cluster.own_records(config.data, config.data.public_size)
+        rows = range(first, first + int(splits.train_x.shape[0]))
+    if cfg.features:  # images against embeddings, before anything is written
+        public_features.check_input(cfg.features, splits.pool_x, "dpsgd.features")
+    elif cfg.model != "linear":  # refused on embeddings before anything is charged
+        make_model(cfg, cfg.model, splits.num_classes, tuple(splits.train_x.shape[1:]))
+    return splits, rows, n
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,33 +393,46 @@ class Plan:
                    composition.dpsgd_cost(rate, noise_multiplier, steps), relation)
 
 
-def _features(config: Config, splits, run: rundir.RunDir, show_progress: bool = False):
-    """(train_x, test_x, test_y, scale): pixels (or rows) as given, ScatterNet features, or each
-    input's row under the public map ``[dpsgd] features`` times `scale` (`public_scale` of the
-    pool's rows; 1 otherwise); maps and features cached (private) in the run. The test split is
-    the pool and the evaluation split together."""
+def train_inputs(config: Config, splits, cache: Path | None, cluster, show_progress: bool = False):
+    """(train_x, scale, view): this process's private records as the model sees them: pixels (or
+    rows) as given, ScatterNet features, or each input's row under the public map ``[dpsgd]
+    features`` (`view`, else None) times `scale` (`public_scale` of the pool's rows, computed by
+    process 0 and shared, bit for bit; 1 otherwise). Features of private records are cached in
+    `cache` (a private folder of the run; None: not cached)."""
     cfg = config.dpsgd
-    test_y = np.concatenate([splits.pool_y, splits.eval_y])
     if cfg.features:
-        cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # rows of private data
+        cache = None if cache is None else rundir.make_private_dir(cache)  # rows of private data
         view = public_features.map_view(config, cfg.features, splits.pool_x, cache, key="dpsgd.features",
                                         show_progress=show_progress)
-        pool = view(splits.pool_x, "pool")
-        scale = public_scale(pool)  # the public pool's alone
         train_x = view(splits.train_x, "train")
+        scale = public_scale(view(splits.pool_x, "pool")) if cluster.leader else np.float32(0)
+        scale = cluster.share_floats(np.array([scale], np.float32))[0]  # the public pool's alone
         train_x *= scale
-        test_x = np.concatenate([pool, view(splits.eval_x, "eval")])
-        test_x *= scale
-        return train_x, test_x, test_y, scale
-    test_x = np.concatenate([splits.pool_x, splits.eval_x])
+        return train_x, scale, view
     if cfg.model != "scatternet":
-        return splits.train_x, test_x, test_y, 1.0
+        return splits.train_x, np.float32(1), None
     from pate.programs import scattering
 
-    cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # features of private data
-    train_x = scattering.features(splits.train_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "train")
-    test_x = scattering.features(test_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "test")
-    return train_x, test_x, test_y, 1.0
+    cache = None if cache is None else rundir.make_private_dir(cache)  # features of private data
+    return (scattering.features(splits.train_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "train"),
+            np.float32(1), None)
+
+
+def _test_inputs(config: Config, splits, cache: Path, view, scale) -> tuple[np.ndarray, np.ndarray]:
+    """(test_x, test_y): the test split (the pool and the evaluation split together) as the model
+    sees it (`train_inputs`'s `view` and `scale`), its features cached in `cache`."""
+    cfg = config.dpsgd
+    test_y = np.concatenate([splits.pool_y, splits.eval_y])
+    if view is not None:
+        test_x = np.concatenate([view(splits.pool_x, "pool"), view(splits.eval_x, "eval")])
+        test_x *= scale
+        return test_x, test_y
+    test_x = np.concatenate([splits.pool_x, splits.eval_x])
+    if cfg.model != "scatternet":
+        return test_x, test_y
+    from pate.programs import scattering
+
+    return scattering.features(test_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "test"), test_y
 
 
 def public_scale(pool_rows: np.ndarray) -> np.float32:
@@ -352,28 +447,37 @@ def public_scale(pool_rows: np.ndarray) -> np.float32:
     return np.float32(1.0 / np.sqrt(mean_square) if mean_square > 0 else 1.0)
 
 
-def _fit(model, cfg: DpsgdConfig, plan: Plan, train_x, train_y, key, delta: float, show_progress: bool,
-         echo) -> tuple[Params, float]:
-    """DP-SGD itself: parameters from the key's `INIT_STREAM`, Poisson batches from its
-    `DATA_STREAM`, noise from its `NOISE_STREAM` (`pate.programs.keys`). Returns host parameters and
-    the training time."""
+def fit(model, cfg: DpsgdConfig, plan: Plan, train_x, train_y, key, delta: float, show_progress: bool,
+        echo, cluster, rows: range) -> tuple[Params, float]:
+    """DP-SGD itself: parameters from the key's `INIT_STREAM` (process 0's on every process),
+    Poisson batches from its `DATA_STREAM` (this process's records `rows` of them, `poisson_batch`),
+    noise from its `NOISE_STREAM` (`pate.programs.keys`; process 0's alone). Returns host
+    parameters and the training time."""
     n, rate = plan.n, plan.rate
     params = model.init(keys.stream(key, keys.INIT_STREAM), jnp.zeros((1, *train_x.shape[1:]), jnp.float32))
     num_params = int(sum(p.size for p in jax.tree.leaves(params)))
     tx = optax.sgd(plan.learning_rate, momentum=cfg.momentum if cfg.momentum > 0 else None)
+    noise_std = plan.noise_multiplier * cfg.clip_norm
+    if cluster.count == 1:
+        dp_step = make_step(model, tx, cfg.clip_norm, noise_std, rate * n)
+    else:
+        params = cluster_step.shared(params, cluster)  # process 0's initialisation on every process
+        dp_step = cluster_step.make_split_step(
+            batch_gradient_sum(model, cfg.clip_norm), lambda g, k: noisy_mean(g, k, noise_std, 1.0), tx, rate * n,
+            cluster, params)
     opt_state = tx.init(params)
-    dp_step = make_step(model, tx, cfg.clip_norm, plan.noise_multiplier * cfg.clip_norm, rate * n)
     rng = keys.numpy_generator(keys.stream(key, keys.DATA_STREAM))
     k_noise = keys.stream(key, keys.NOISE_STREAM)
     x_dev, y_dev = jnp.asarray(train_x), jnp.asarray(train_y)
     microbatch = min(cfg.microbatch, max(1, plan.batch_size))
-    echo(f"dpsgd: {cfg.model} ({num_params} parameters) on {n} private training points; "
+    spread = f" ({cluster.count} processes, each its own slice)" if cluster.count > 1 else ""
+    echo(f"dpsgd: {cfg.model} ({num_params} parameters) on {n} private training points{spread}; "
          f"{plan.steps} steps of Poisson rate {rate:.5f} (expected batch {rate * n:.0f}), "
          f"noise multiplier {plan.noise_multiplier:.4f} for eps {cfg.eps:g} ({plan.relation}) at delta {delta:g} "
          f"({cfg.accountant.upper()})")
 
     def dp_step_at(t, state):
-        idx, valid = poisson_batch(rng, n, rate, microbatch)
+        idx, valid = poisson_batch(rng, n, rate, microbatch, rows)
         return dp_step(*state, x_dev, y_dev, jnp.asarray(idx), jnp.asarray(valid), jax.random.fold_in(k_noise, t))
 
     (params, _), seconds = training_loop(

@@ -8,7 +8,8 @@ import importlib
 
 import click
 
-from pate.cli.options import config, eps_value, feature_map, no_progress, options, overwrite, seed_option, settings, workdir
+from pate.cli.options import (cluster, config, eps_value, feature_map, no_progress, options, overwrite, seed_option,
+                              settings, workdir)
 
 
 def dpsgd_options():
@@ -27,6 +28,7 @@ def dpsgd_options():
         seed_option("Seed (0 <= seed < 2**128) of the noise, sampling and initialisation, for reproducible "
                     "research only: whoever knows it can remove the noise. Never written. Default: fresh OS entropy."),
         overwrite("Replace dpsgd.json and dpsgd/ already in --workdir."),
+        cluster(),
         no_progress())
 
 
@@ -73,4 +75,5 @@ def train_and_print(name: str, config, workdir, seed, overwrite: bool, no_progre
     module, function = _TRAINERS[name]
     train = getattr(importlib.import_module(module), function)
     result = train(config, workdir, seed=seed, overwrite=overwrite, show_progress=not no_progress, echo=click.echo)
-    click.echo(result.summary())
+    if result is not None:  # None: a process other than 0 of a distributed run (it printed its line)
+        click.echo(result.summary())

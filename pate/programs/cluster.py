@@ -229,6 +229,43 @@ class Cluster:
         self.agree()
         return exact_histogram_sum(self._collective(counts.astype(np.int32)), totals)
 
+    def own_records(self, data, public_size: int):
+        """This process's view of a data set (`[data]` section `data`): the splits
+        (`pate.data.split_rows`) whose private train split is its own slice alone (`rows` of the
+        train split: records ``[p ceil(N/P), (p + 1) ceil(N/P))``), the slice's first record
+        number, and N (from a file header, `pate.data.train_count`). Only the slice's records are
+        read and held (an SVHN .mat is read whole by scipy, its other images dropped unconverted)."""
+        from pate.data import split_rows, train_count
+
+        total = train_count(data)
+        rows = self.rows(total)
+        return split_rows(data, public_size, np.arange(rows.start, rows.stop)), rows.start, total
+
+    def sum_floats(self, values: np.ndarray) -> np.ndarray:
+        """The float32 sum over every process of its `values` (the same shape on each; DP-SGD's
+        clipped gradient sums, process 0's with the noise): once every process has come (an
+        `agree`: one that failed stops them all), gathered and added on the host in float64 in
+        process order, then rounded to float32. Every process gets the same bits; unlike the
+        vote counts the sum is not one process's own sum of the same terms bit for bit (float
+        addition is not associative: the terms are grouped by process). Every process calls
+        it at the same point.
+
+        Raises:
+          Stopped: another process failed before it came.
+        """
+        values = np.asarray(values)
+        if values.dtype != np.float32:
+            raise PateError(f"internal error: summed floats travel as float32, got {values.dtype}")
+        self.agree()
+        return self._collective(values).astype(np.float64).sum(axis=0).astype(np.float32)
+
+    def share_floats(self, values: np.ndarray) -> np.ndarray:
+        """Process 0's float32 `values` on every process, bit for bit (`share` of their bits:
+        DP-SGD's initial parameters and the public scale of its map's rows). Every process calls
+        it at the same point, the others with an array of the same shape."""
+        values = np.ascontiguousarray(values, np.float32)
+        return self.share(values.view(np.int32)).view(np.float32)
+
     def share(self, values: np.ndarray) -> np.ndarray:
         """Process 0's int32 `values` on every process (the others pass an array of the same
         shape, which an `agree` has told them: round 2's queries, chosen by process 0 from its

@@ -11,8 +11,8 @@ release. labels.npz then holds the pool's indices, its labels and this module's 
 release (`record_arrays`); no count, vote or feature of a private record is written.
 
 Under `pate label --distributed` every process (process 0 too) reads only its own contiguous
-slice of the private records (`own_records`), fits the same public map (a function of the pool
-alone), counts the votes of that slice (`slice_counts`), and the (point, class) histograms
+slice of the private records (`pate.programs.cluster.Cluster.own_records`), fits the same
+public map (a function of the pool alone), counts the votes of that slice (`slice_counts`), and the (point, class) histograms
 are summed exactly as integers across processes (`pate.programs.cluster.Cluster.sum_histograms`)
 before process 0 alone draws the noise (`release`; the others: `contribute`). The summed histogram is the one process's, record
 for record (`private_rows`), so a seeded release's labels are the same in any layout
@@ -210,7 +210,8 @@ def release(config: Config, splits, source: NoiseSource, echo=print, *, cluster=
     process counts only its own slice of the records, the other processes theirs
     (`contribute`), and the counts are summed exactly before the noise, drawn here alone.
     `total`: the split's record count when ``splits`` holds process 0's slice alone
-    (`own_records`), its first records; None when it holds the whole split.
+    (`pate.programs.cluster.Cluster.own_records`), its first records; None when it holds the
+    whole split.
     """
     from pate.programs.cluster import Cluster
 
@@ -230,10 +231,10 @@ def release(config: Config, splits, source: NoiseSource, echo=print, *, cluster=
 
 def contribute(config: Config, cluster, seed: int | None = None, echo=print) -> None:
     """A process other than 0 of a distributed fine-grained release: it reads its own slice of
-    the private records (`own_records`), counts their votes and sends the counts to process
+    the private records (`Cluster.own_records`), counts their votes and sends the counts to process
     0; it takes no lock, draws no noise (randomized response aside: its own records' labels,
     from its own source), charges nothing and writes nothing."""
-    splits, start, total = own_records(config, cluster)
+    splits, start, total = cluster.own_records(config.data, config.data.public_size)
     pool_x, num_classes, x, y = splits.pool_x, splits.num_classes, splits.train_x, splits.train_y
     noise = check_settings(config, int(pool_x.shape[0]), x)
     expected = cluster.agree()  # process 0's checks passed: it says how many records it holds
@@ -246,20 +247,6 @@ def contribute(config: Config, cluster, seed: int | None = None, echo=print) -> 
     echo(f"process {cluster.index} of {cluster.count}: "
          + (f"private records {start}-{stop - 1} voted" if stop > start else "no private record to vote with")
          + f" ({total} in all); process 0 draws the release and writes it")
-
-
-def own_records(config: Config, cluster):
-    """This process's view of the data: the splits (`pate.data.split_rows`) whose private train
-    split is its own slice alone (`pate.programs.cluster.block` of the train split: records
-    ``[p ceil(N/P), (p + 1) ceil(N/P))``), the slice's first record number, and N (from a file
-    header, `pate.data.train_count`). Only the slice's records are read and held (an SVHN .mat
-    is read whole by scipy, its other images dropped unconverted)."""
-    from pate.data import split_rows, train_count
-
-    total = train_count(config.data)
-    rows = cluster.rows(total)
-    splits = split_rows(config.data, config.data.public_size, np.arange(rows.start, rows.stop))
-    return splits, rows.start, total
 
 
 def _summed_counts(side: PublicSide, config: Config, x: np.ndarray, y: np.ndarray, total: int, cluster,

@@ -293,10 +293,10 @@ def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, 
         book = ledger_mod.Ledger.for_config(config)
         book.check_budget([cost], p.total_budget, p.delta, "this fine-grained release")
         # In a distributed release each process (this one too) reads and counts its own slice of
-        # the private records only (`fine_release.own_records`); the ledger's keyed digest of the
+        # the private records only (`Cluster.own_records`); the ledger's keyed digest of the
         # whole split is then read as a stream (`Ledger.keyed_split_digest`).
         if cluster.count > 1:
-            splits, _start, total = fine_release.own_records(config, cluster)
+            splits, _start, total = cluster.own_records(config.data, config.data.public_size)
             data_digest = book.keyed_split_digest(config.data)
         else:
             splits, total = split(load_dataset(config.data), config.data.public_size), None

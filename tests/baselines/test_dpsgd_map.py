@@ -14,6 +14,7 @@ import pytest
 
 from conftest import TINY, invoke, one_line_error, run_entries
 from pate.baselines import dpsgd
+from pate.programs.cluster import Cluster
 from pate.config import load_config, parse_override
 from pate.data import load_dataset, split
 from pate.store import rundir
@@ -99,9 +100,14 @@ def test_the_map_and_its_scale_see_the_public_pool_alone(tmp_path):
     changed = splits.train_x.copy()
     changed[10:] = np.random.default_rng(1).random(changed[10:].shape, dtype=np.float32)
 
-    train, test, _, scale = dpsgd._features(config, splits, rundir.RunDir(tmp_path / "a"))
-    train2, test2, _, scale2 = dpsgd._features(config, dataclasses.replace(splits, train_x=changed),
-                                               rundir.RunDir(tmp_path / "b"))  # caches apart
+    alone = Cluster(0, 1, gather=lambda x: np.asarray(x)[None])
+
+    def inputs(data, cache):
+        train, scale, view = dpsgd.train_inputs(config, data, cache, alone)
+        return train, dpsgd._test_inputs(config, data, cache, view, scale)[0], scale
+
+    train, test, scale = inputs(splits, tmp_path / "a")
+    train2, test2, scale2 = inputs(dataclasses.replace(splits, train_x=changed), tmp_path / "b")  # caches apart
     assert scale == scale2 and scale != 1.0
     np.testing.assert_array_equal(test2, test)  # the pool and evaluation rows: public values only
     np.testing.assert_allclose(train2[:10], train[:10], rtol=1e-5, atol=1e-6)  # FFT: batch shapes may differ

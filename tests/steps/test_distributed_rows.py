@@ -18,7 +18,6 @@ from conftest import ROOT, TINY, finish_processes, invoke, released, start_proce
 from pate import data
 from pate.config import load_config
 from pate.programs import cluster as cl
-from pate.release import fine_grained_release as fine_release
 from pate.steps import teachers as teachers_step
 from pate.store import rundir
 
@@ -69,7 +68,8 @@ def test_a_fine_grained_process_reads_its_own_block_only(tmp_path, monkeypatch):
     config, made = _npz_config(tmp_path, **{"aggregation.mechanism": "fine-grained", "fine_grained.pca": 16})
     loaded = []
     monkeypatch.setattr(data, "on_rows_loaded", lambda x, y: loaded.append(x.shape[0]))
-    splits, start, total = fine_release.own_records(config, cl.Cluster(1, 3, gather=lambda x: np.asarray(x)[None]))
+    process_1 = cl.Cluster(1, 3, gather=lambda x: np.asarray(x)[None])
+    splits, start, total = process_1.own_records(config.data, config.data.public_size)
     assert (start, total, loaded) == (160, 480, [160])
     assert splits.train_x.tobytes() == made.x_train[160:320].tobytes()
     assert splits.pool_x.tobytes() == made.x_test[:config.data.public_size].tobytes()
