@@ -1,7 +1,8 @@
 """The distributed commands at 1, 2 and 4 local processes (`--distributed`, JAX's
-multi-controller runtime; gloo on CPU), in one run: the teachers' training, the label votes
-and a fine-grained release's histogram, each as the whole command's wall time, its ratio to
-one process, each process's peak resident memory, and the bytes of private training records
+multi-controller runtime; gloo on CPU), in one run: the teachers' training, the label votes,
+a fine-grained release's histogram and DP-SGD (a small CNN, `--epochs` epochs at an expected
+batch of 512), each as the whole command's wall time, its ratio to one process, each
+process's peak resident memory, and the bytes of private training records
 each process loaded (measured inside it: every call of `pate.data.split` records the size of
 the train split it returned, and every call of `pate.data.load_train_rows` the rows it read by
 index (the distributed paths: a process's own shards or block); a process that reads only the
@@ -15,7 +16,7 @@ the machine's load as much as the program: read them as what this machine did, n
 speed-up.
 
     python bench/scaling.py [--processes 1 2 4] [--train-size 60000] [--teachers 8] [--epochs 1]
-                            [--commands teachers votes fine_grained]
+                            [--commands teachers votes fine_grained dpsgd]
 
 One JSON object per (command, processes), then one summary object.
 """
@@ -95,11 +96,19 @@ seed = 0
 mechanism = "lnmax"
 queries = 100
 gamma = 0.5
+
+[dpsgd]
+model = "cnn"
+eps = 3.0
+conv_features = [8, 8]
+cnn_batch_size = 512
+cnn_epochs = {epochs}
+microbatch = 128
 """
 
 
 #: What the bench runs (the label votes need the teachers).
-COMMANDS = ("teachers", "votes", "fine_grained")
+COMMANDS = ("teachers", "votes", "fine_grained", "dpsgd")
 
 
 def _port() -> int:
@@ -183,11 +192,15 @@ def main(argv=None) -> None:
                 "votes": (["label", "--workdir", str(run), "--seed", str(args.seed)], run / "votes.npz"),
                 "fine_grained": (["label", "--config", str(fine), "--workdir", str(tmp / f"fine-{p}"), "--seed",
                                   str(args.seed)], tmp / f"fine-{p}" / "labels.npz"),
+                "dpsgd": (["dpsgd", "--config", str(config), "--workdir", str(tmp / f"dpsgd-{p}"), "--seed",
+                           str(args.seed), "--no-progress"], tmp / f"dpsgd-{p}" / "dpsgd.json"),
             }
             for command in args.commands:
                 cli, made = steps[command]
                 row = {"command": command, "processes": p, **launch(cli, p, ledger, tmp)}
                 row["digest"] = digest(made) if made.suffix == ".npz" else None
+                if command == "dpsgd":  # the model equals one process's up to rounding: its accuracy
+                    row["accuracy"] = json.loads(made.read_text())["accuracy"]
                 rows[(command, p)] = row
                 print(json.dumps(row), flush=True)
     first = args.processes[0]
@@ -199,6 +212,7 @@ def main(argv=None) -> None:
             "ratio_to_first": {p: round(rows[(command, p)]["wall_s"] / one["wall_s"], 2) for p in args.processes},
             "max_peak_rss_mib": {p: max(rows[(command, p)]["peak_rss_mib"]) for p in args.processes},
             "max_private_mib": {p: max(rows[(command, p)]["private_mib"]) for p in args.processes},
+            **({"accuracy": {p: rows[(command, p)]["accuracy"] for p in args.processes}} if command == "dpsgd" else {}),
             "same_release_as_first": (None if one["digest"] is None else
                                       all(rows[(command, p)]["digest"] == one["digest"] for p in args.processes)),
         }

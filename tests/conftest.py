@@ -404,6 +404,23 @@ def one_line_error(result, code: int) -> str:
     return lines[0]
 
 
+def tiny_dpsgd_cnn(n: int = 12, side: int = 8, seed: int = 0):
+    """The tiny config's DP-SGD CNN on 4 classes of side x side images, its parameters and n
+    random examples: ``(model, params, x, y)``."""
+    import jax
+    import jax.numpy as jnp
+
+    from pate.baselines import dpsgd
+    from pate.config import load_config
+
+    model = dpsgd.make_model(load_config(TINY).dpsgd, "cnn", 4, (side, side, 1))
+    params = model.init(jax.random.key(0), jnp.zeros((1, side, side, 1)))
+    rng = np.random.default_rng(seed)
+    x = rng.random((n, side, side, 1), dtype=np.float32)
+    y = rng.integers(0, 4, n).astype(np.int32)
+    return model, params, x, y
+
+
 def baseline_run(tmp_path_factory, command: str, seed: int) -> tuple:
     """``pate COMMAND`` (a baseline release) on the tiny config through the CLI, in a fresh run
     directory, with the research `seed`: ``(workdir, its output, seed)``."""

@@ -206,12 +206,8 @@ class Cluster:
         Raises:
           Stopped: another process failed before it counted.
         """
-        counts = np.asarray(counts)
-        if counts.dtype != np.int32:
-            raise PateError(f"internal error: vote counts travel as int32, got {counts.dtype}")
-        self.agree()
         teachers = [len(block(num_teachers, self.count, p)) for p in range(self.count)]
-        return exact_sum(self._collective(counts), teachers)
+        return exact_sum(self._when_all_came(counts, np.int32), teachers)
 
     def sum_histograms(self, counts: np.ndarray, totals: list[int]) -> np.ndarray:
         """The (points, classes) vote histogram of every private record from this process's
@@ -226,8 +222,7 @@ class Cluster:
         counts = np.asarray(counts)
         if counts.dtype.kind not in "iu" or (counts.size and counts.max() > np.iinfo(np.int32).max):
             raise PateError("internal error: a process's vote counts do not fit in int32")
-        self.agree()
-        return exact_histogram_sum(self._collective(counts.astype(np.int32)), totals)
+        return exact_histogram_sum(self._when_all_came(counts.astype(np.int32), np.int32), totals)
 
     def own_records(self, data, public_size: int):
         """This process's view of a data set (`[data]` section `data`): the splits
@@ -253,11 +248,7 @@ class Cluster:
         Raises:
           Stopped: another process failed before it came.
         """
-        values = np.asarray(values)
-        if values.dtype != np.float32:
-            raise PateError(f"internal error: summed floats travel as float32, got {values.dtype}")
-        self.agree()
-        return self._collective(values).astype(np.float64).sum(axis=0).astype(np.float32)
+        return self._when_all_came(values, np.float32).astype(np.float64).sum(axis=0).astype(np.float32)
 
     def share_floats(self, values: np.ndarray) -> np.ndarray:
         """Process 0's float32 `values` on every process, bit for bit (`share` of their bits:
@@ -280,6 +271,15 @@ class Cluster:
                                                               or values.max() > np.iinfo(np.int32).max)):
             raise PateError("internal error: shared values travel as int32")
         return np.asarray(self._collective(values.astype(np.int32))[0])
+
+    def _when_all_came(self, values: np.ndarray, dtype) -> np.ndarray:
+        """Every process's `values` (the same shape on each, travelling as `dtype`), by process id,
+        once every process has come (an `agree`: one that failed stops them all)."""
+        values = np.asarray(values)
+        if values.dtype != dtype:
+            raise PateError(f"internal error: these values travel as {np.dtype(dtype).name}, got {values.dtype}")
+        self.agree()
+        return self._collective(values)
 
     def _collective(self, x: np.ndarray) -> np.ndarray:
         """`gather`, where a process that died (killed, its host lost) ends in one line."""

@@ -22,24 +22,14 @@ from pate.config import DpsgdConfig, load_config
 from pate.baselines import dpsgd
 
 from conftest import (BAD_RELEASE_OPTIONS, TINY, baseline_run, invoke, leads_with_the_data_set, one_line_error,
-                      refused_before_writing, refused_without_overwrite)
+                      refused_before_writing, refused_without_overwrite, tiny_dpsgd_cnn)
 
 
 # --------------------------------------------------------------------------- the DP step
 
 
-def _cnn_and_data(n=12, side=8):
-    cfg = load_config(TINY).dpsgd
-    model = dpsgd.make_model(cfg, "cnn", 4, (side, side, 1))
-    params = model.init(jax.random.key(0), jnp.zeros((1, side, side, 1)))
-    rng = np.random.default_rng(0)
-    x = rng.random((n, side, side, 1), dtype=np.float32)
-    y = rng.integers(0, 4, n).astype(np.int32)
-    return model, params, x, y
-
-
 def test_clipped_sum_matches_a_plain_loop():
-    model, params, x, y = _cnn_and_data()
+    model, params, x, y = tiny_dpsgd_cnn()
 
     def loss_one(p, xi, yi):
         return optax.softmax_cross_entropy_with_integer_labels(model.apply(p, xi[None]), yi[None])[0]

@@ -14,7 +14,8 @@ import numpy as np
 import optax
 import pytest
 
-from conftest import ROOT, TINY, finish_processes, invoke, kill_one_after, run_entries, start_processes
+from conftest import (ROOT, TINY, finish_processes, invoke, kill_one_after, run_entries, start_processes,
+                      tiny_dpsgd_cnn)
 from pate.baselines import cluster_step, dpsgd
 from pate.config import load_config
 from pate.programs import keys
@@ -65,16 +66,6 @@ class Played:
         return np.sum(np.stack(parts).astype(np.float64), axis=0).astype(np.float32)
 
 
-def _tiny_cnn(n=40, side=8):
-    cfg = load_config(TINY).dpsgd
-    model = dpsgd.make_model(cfg, "cnn", 4, (side, side, 1))
-    params = model.init(jax.random.key(0), jnp.zeros((1, side, side, 1)))
-    rng = np.random.default_rng(1)
-    x = rng.random((n, side, side, 1), dtype=np.float32)
-    y = rng.integers(0, 4, n).astype(np.int32)
-    return model, params, x, y
-
-
 def _split_steps(model, params, tx, clip, noise_std, denominator, x, y, idx_valid, key):
     """Both processes' steps of a cluster of two on records [0, m) and [m, n): process 1's first
     (its part recorded), then process 0's, given process 1's part. Returns process 0's new
@@ -108,7 +99,7 @@ def test_a_split_step_is_one_process_step_up_to_the_regrouping_of_its_sums():
     of the exact sum (Higham, Accuracy and Stability of Numerical Algorithms, 2002, eq. 4.4),
     so they are within 2 gamma_b of each other, then scaled by lr / denominator (plus the
     update's own rounding). No noise here: the sums alone."""
-    model, params, x, y = _tiny_cnn()
+    model, params, x, y = tiny_dpsgd_cnn(40, seed=1)
     n, m, clip, lr, denominator = 40, 17, 0.5, 1.0, 12.0
     tx = optax.sgd(lr)
     (idx, valid), split = _batches(n, m, 0.6, 8, seed=5)
@@ -138,7 +129,7 @@ def test_the_noise_is_drawn_once_by_process_0_as_one_process_draws_it():
     """With an empty sample the parts are the noise alone: process 0's is the noise one process
     draws with the same key (`noisy_mean` of zeros: the same normal draws, times sigma C, which
     XLA may fuse with the addition into one rounding or not: within 2 ulps), process 1's is zero."""
-    model, params, x, y = _tiny_cnn()
+    model, params, x, y = tiny_dpsgd_cnn(40, seed=1)
     m = 20
     empty = [(np.zeros((1, 8), np.int32), np.zeros((1, 8), np.float32))] * 2
     key = keys.noise_key(9)
