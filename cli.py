@@ -280,13 +280,11 @@ def run_command(config_path, workdir, settings, seed, overwrite, distributed, co
                 process_id, no_progress):
     """Run the whole job: train-teachers, label, train-student, analyze. Steps whose
     artifacts are complete and made from the same config sections are skipped. With
-    --distributed, every process trains its part of the teachers and votes with its block;
-    process 0 alone releases, then trains the student and writes the report (docs/scale.md)."""
+    --distributed, every process trains its part of the teachers and votes with its block (a
+    fine-grained run: counts the votes of its slice of the records); process 0 alone releases,
+    then trains the student and writes the report (docs/scale.md)."""
     opt.check_cluster(distributed, coordinator, num_processes, process_id)
     config = opt.config_with(config_path, settings)
-    if distributed and not registry.record_type(config.aggregation.mechanism).needs_teachers:
-        raise click.UsageError("--distributed shares the teachers' training and votes; a fine-grained run reads "
-                               "the private records in one process: drop --distributed")
 
     from pate.steps.pipeline import preflight, run  # imports JAX
 

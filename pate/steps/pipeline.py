@@ -644,6 +644,9 @@ def _follow(config: Config, workdir: str | Path, cluster, seed: int | None, echo
             train_teachers(stored or config, workdir, resume=word == _RESUME, overwrite=word != _RESUME,
                            show_progress=False, echo=lambda _line: None)
             did.append("trained its part of the teachers")
+        elif name == "label" and not registry.record_type(config.aggregation.mechanism).needs_teachers:
+            label(config, workdir, seed=seed, overwrite=True, echo=lambda _line: None)
+            did.append("counted the votes of its slice of the private records")
         elif name == "label":
             label(config, workdir, seed=seed, overwrite=True, echo=lambda _line: None)
             rows = cluster.rows(config.teachers.num_teachers)
@@ -689,9 +692,6 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
 
     check_config(config, "pate.run")
     cluster = Cluster()
-    if cluster.count > 1 and not registry.record_type(config.aggregation.mechanism).needs_teachers:
-        raise PateError("a fine-grained run reads the private records in one process: drop --distributed "
-                        "(--distributed shares the teachers' training and votes)")
     if not cluster.leader:
         return _follow(config, workdir, cluster, seed, echo)
     crew = _Crew(cluster)

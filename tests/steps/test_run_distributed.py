@@ -10,18 +10,18 @@ import os
 
 import pytest
 
-from conftest import ROOT, TINY, finish_processes, run_entries, start_processes
+from conftest import ROOT, TINY, finish_processes, invoke, run_entries, start_processes
 from conftest import released as released_npz
 from pate.store import rundir
 
 GLOO = "[Gloo] Rank"  # gloo's own line on stdout when the processes connect
 
 
-def launch(workdir, *extra, processes: int = 2, timeout: float = 300):
+def launch(workdir, *extra, processes: int = 2, timeout: float = 300, config=TINY):
     """``pate run --distributed`` as `processes` local processes on one run directory; their
     results by process id."""
     return finish_processes(start_processes(
-        [[ROOT / "cli.py", "run", "--config", TINY, "--workdir", workdir, "--seed", "0", "--no-progress", *extra]]
+        [[ROOT / "cli.py", "run", "--config", config, "--workdir", workdir, "--seed", "0", "--no-progress", *extra]]
         * processes), timeout)
 
 
@@ -118,3 +118,23 @@ def test_a_process_killed_while_the_teachers_train_stops_the_other_and_pate_run_
     for name in (rundir.VOTES_NPZ, rundir.LABELS_NPZ):
         assert released(finished_tiny / name) == released(run / name), name
     assert len(run_entries(run)) == 2
+
+
+@pytest.mark.slow  # one fine-grained run in-process, one launch of two JAX processes: 20-40 s
+def test_a_fine_grained_run_on_two_processes_releases_what_one_process_does(tmp_path):
+    """No teachers: the label step is the distributed fine-grained release (each process counts
+    its slice of the records, process 0 draws), then process 0 trains the student alone."""
+    config = tmp_path / "fine.toml"
+    config.write_text(TINY.read_text().replace('mechanism = "lnmax"', 'mechanism = "fine-grained"', 1)
+                      + "\n[fine_grained]\npca = 16\nvotes_per_record = 3\n")
+    one, many = tmp_path / "one", tmp_path / "many"
+    alone = invoke("run", "--config", config, "--workdir", one, "--seed", "0", "--no-progress")
+    assert alone.exit_code == 0, alone.output
+    first, second = launch(many, config=config)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert lines(second) == ["process 1 of 2: counted the votes of its slice of the private records; "
+                             "process 0 trains the student and writes the report alone"]
+    assert "(2 processes, each its own slice)" in first.stdout and "[student] running" in first.stdout
+    assert released(one / rundir.LABELS_NPZ) == released(many / rundir.LABELS_NPZ)
+    # One ledger (the same data set): the one process's release and the cluster's, once each.
+    assert [e["kind"] for e in run_entries(many)] == ["labels", "labels"]
