@@ -154,6 +154,12 @@ def initialize_distributed(coordinator_address: str | None = None,
         raise PateError(f"jax.distributed.initialize() failed: {str(err).rstrip('.')}. Pass "
                         "--coordinator HOST:PORT, --num-processes and --process-id (or run under "
                         "a cluster manager JAX detects, such as SLURM) on every host") from None
-    from pate.programs.cluster import leave_quickly_when_lost
+    from pate.programs.cluster import Cluster, leave_quickly_when_lost
 
     leave_quickly_when_lost()
+    # Gloo forms its communication context at the first collective and waits only 30 s there for
+    # the other processes ("Gloo context initialization failed: DEADLINE_EXCEEDED"), where a later
+    # collective waits for minutes (measured: 120 and 200 s): a process 0 that reads, checks and
+    # charges for longer than the others before its first agreement would lose them. So every
+    # process makes that first collective now, as it joins, when all of them are here.
+    Cluster().agree()

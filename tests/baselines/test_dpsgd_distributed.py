@@ -216,3 +216,36 @@ def test_a_process_killed_mid_training_leaves_nothing_charged_and_the_rerun_rele
     again = invoke("dpsgd", "--config", TINY, "--workdir", run, "--seed", SEED, "--no-progress", *longer)
     assert again.exit_code == 0, again.output
     assert [e["kind"] for e in run_entries(run)] == ["dpsgd"]
+
+
+#: `pate dpsgd` whose process 0 sleeps `SLOW` seconds before its first agreement of the command (a
+#: process 0 that reads, checks and charges for long before the others hear from it).
+SLOW_START = """
+import os, runpy, sys, time
+sys.path.insert(0, {root!r})
+import jax
+from pate.baselines import dpsgd
+plain = dpsgd.Plan.of
+def of(*a, **k):  # before process 0's first agreement of the command
+    if jax.process_index() == 0:
+        time.sleep(float(os.environ["SLOW"]))
+    return plain(*a, **k)
+dpsgd.Plan.of = of
+sys.argv = [{cli!r}, *sys.argv[1:]]
+runpy.run_path({cli!r}, run_name="__main__")
+"""
+
+
+@pytest.mark.slow  # two JAX processes, one asleep 40 s: 60-80 s of wall time, little CPU
+def test_process_0_may_reach_its_first_agreement_long_after_the_others(tmp_path):
+    """Gloo gives its first collective 30 s to find every process (later ones wait for minutes):
+    every process makes that one as it joins (`placement.initialize_distributed`), so a process 0
+    40 s late at the command's first agreement loses nobody (before: process 1 left with "Gloo context
+    initialization failed: DEADLINE_EXCEEDED" after 30 s)."""
+    run = tmp_path / "run"
+    script = SLOW_START.format(root=str(ROOT), cli=str(ROOT / "cli.py"))
+    first, second = finish_processes(start_processes(
+        [["-c", script, "dpsgd", "--config", TINY, "--workdir", run, "--seed", SEED, "--no-progress"]] * 2,
+        env={"SLOW": "40"}), timeout=240)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    assert [e["kind"] for e in run_entries(run)] == ["dpsgd"]
