@@ -348,7 +348,8 @@ def own_splits(config: Config, cluster) -> tuple:
     against the inputs (images or embeddings), the model against their shape.
 
     Raises:
-      PateError: a check failed, or the data are missing or damaged.
+      PateError: a check failed, the data are missing or damaged, or this process of several
+        holds no record.
     """
     cfg = config.dpsgd
     if cfg.features:  # a learned map's weights, before any data is read
@@ -360,6 +361,9 @@ def own_splits(config: Config, cluster) -> tuple:
     else:
         splits, first, n = cluster.own_records(config.data, config.data.public_size)
         rows = range(first, first + int(splits.train_x.shape[0]))
+        if not rows:  # it would add padding rows' gradients, masked but not finite, to the sum
+            raise PateError(f"process {cluster.index} of {cluster.count} holds none of the {n} private records "
+                            f"(slices of {-(-n // cluster.count)}): run DP-SGD on fewer processes")
     if cfg.features:  # images against embeddings, before anything is written
         public_features.check_input(cfg.features, splits.pool_x, "dpsgd.features")
     elif cfg.model != "linear":  # refused on embeddings before anything is charged

@@ -46,6 +46,20 @@ def test_the_slices_sample_what_one_process_samples(processes):
         np.testing.assert_array_equal(got, want)
 
 
+def test_a_process_without_records_is_refused_in_one_line():
+    """3 records on 4 processes: slices of 1, the last one empty (it could only add padding)."""
+    from analysis.core.errors import PateError
+    from pate.programs.cluster import Cluster
+
+    config = load_config(TINY, {"data.synthetic_train_size": 3})
+    alone = lambda x: np.asarray(x)[None]
+    splits, rows, n = dpsgd.own_splits(config, Cluster(2, 4, gather=alone))
+    assert (rows, n, splits.train_x.shape[0]) == (range(2, 3), 3, 1)
+    with pytest.raises(PateError, match="process 3 of 4 holds none of the 3 private records .slices of 1.: run "
+                                        "DP-SGD on fewer processes"):
+        dpsgd.own_splits(config, Cluster(3, 4, gather=alone))
+
+
 # --------------------------------------------------------------------------- one step, split
 
 
