@@ -80,6 +80,15 @@ class Played:
         return np.sum(np.stack(parts).astype(np.float64), axis=0).astype(np.float32)
 
 
+def _linear_and_data():
+    """A linear model on the tiny 8 x 8 images (the sums and the noise are the model's shapes'
+    alone: the cheapest to compile; the CNN's clipped sum is tested in test_dpsgd.py) and 40
+    random examples."""
+    _, _, x, y = tiny_dpsgd_cnn(40, seed=1)
+    model = models.Linear(4)
+    return model, model.init(jax.random.key(0), jnp.zeros((1, *x.shape[1:]))), x, y
+
+
 def _split_steps(model, params, tx, clip, noise_std, denominator, x, y, idx_valid, key):
     """Both processes' steps of a cluster of two on records [0, m) and [m, n): process 1's first
     (its part recorded), then process 0's, given process 1's part. Returns process 0's new
@@ -113,7 +122,7 @@ def test_a_split_step_is_one_process_step_up_to_the_regrouping_of_its_sums():
     of the exact sum (Higham, Accuracy and Stability of Numerical Algorithms, 2002, eq. 4.4),
     so they are within 2 gamma_b of each other, then scaled by lr / denominator (plus the
     update's own rounding). No noise here: the sums alone."""
-    model, params, x, y = tiny_dpsgd_cnn(40, seed=1)
+    model, params, x, y = _linear_and_data()
     n, m, clip, lr, denominator = 40, 17, 0.5, 1.0, 12.0
     tx = optax.sgd(lr)
     (idx, valid), split = _batches(n, m, 0.6, 8, seed=5)
@@ -126,10 +135,12 @@ def test_a_split_step_is_one_process_step_up_to_the_regrouping_of_its_sums():
         return optax.softmax_cross_entropy_with_integer_labels(model.apply(p, xi[None]), yi[None])[0]
 
     chosen = idx.ravel()[valid.ravel() > 0]
-    one = jax.jit(lambda p, xi, yi: dpsgd.clipped_gradient_sum(loss_one, p, xi[None], yi[None], jnp.ones(1), clip))
-    magnitude = jax.tree.map(np.zeros_like, params)
-    for i in chosen:
-        magnitude = jax.tree.map(lambda acc, g: acc + np.abs(np.asarray(g)), magnitude, one(params, x[i], y[i]))
+    # sum_i |clip(g_i)[c]|: each sampled example's clipped gradient, in one vmapped program
+    grads = jax.jit(jax.vmap(jax.grad(loss_one), in_axes=(None, 0, 0)))(params, x[chosen], y[chosen])
+    norms = np.sqrt(sum(np.sum(np.square(np.asarray(g)).reshape(len(chosen), -1), axis=1)
+                        for g in jax.tree.leaves(grads)))
+    factor = np.minimum(1.0, clip / norms)
+    magnitude = jax.tree.map(lambda g: np.tensordot(factor, np.abs(np.asarray(g)), axes=1), grads)
     b = chosen.size
     u = 2.0 ** -24
     gamma = b * u / (1 - b * u)
@@ -143,9 +154,7 @@ def test_the_noise_is_drawn_once_by_process_0_as_one_process_draws_it():
     """With an empty sample the parts are the noise alone: process 0's is the noise one process
     draws with the same key (`noisy_mean` of zeros: the same normal draws, times sigma C, which
     XLA may fuse with the addition into one rounding or not: within 2 ulps), process 1's is zero."""
-    _, _, x, y = tiny_dpsgd_cnn(40, seed=1)
-    model = models.Linear(4)  # the noise is the model's shapes' alone: the cheapest to compile
-    params = model.init(jax.random.key(0), jnp.zeros((1, *x.shape[1:])))
+    model, params, x, y = _linear_and_data()
     m = 20
     empty = [(np.zeros((1, 8), np.int32), np.zeros((1, 8), np.float32))] * 2
     key = keys.noise_key(9)
