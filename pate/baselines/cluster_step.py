@@ -32,7 +32,6 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 
-
 def shared(params, cluster):
     """Process 0's `params` on every process, bit for bit (the others pass their own, of the same
     shapes)."""
