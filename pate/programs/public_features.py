@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import io
 from pathlib import Path
 from typing import Callable
 
@@ -24,9 +23,9 @@ import numpy as np
 
 from analysis.mechanisms import fine_grained
 from analysis.core.errors import PateError
-from analysis.core.files import write_atomic
 from pate.programs import scattering
 from pate.programs.projection import top_directions
+from pate.store.rundir import cached_rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,25 +58,13 @@ def _learned(x: np.ndarray, j: int, l: int, groups: int, weights: str = "", cach
     from pate.programs import learned_map  # imports JAX
 
     encoder = learned_map.load(weights)
-    if cache_dir is None:
-        return learned_map.features(encoder, x, progress=f"learned map ({tag})" if progress else "")
     x = np.ascontiguousarray(x, np.float32)
-    # keyed by the inputs' content (shape included) and the weights' digest, as the scattering cache
-    inputs = hashlib.sha256(repr(x.shape).encode() + x.tobytes()).hexdigest()[:16]
-    path = Path(cache_dir) / f"{tag}-learned-{encoder.sha256[:16]}-{inputs}.npy"
-    if path.exists():
-        try:
-            cached = np.load(path, allow_pickle=False)
-            if cached.shape[0] == x.shape[0]:
-                return cached
-        except (OSError, ValueError):
-            pass  # damaged cache: compute again
-    out = learned_map.features(encoder, x, progress=f"learned map ({tag})" if progress else "")
-    buf = io.BytesIO()
-    np.save(buf, out, allow_pickle=False)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    write_atomic(path, buf.getvalue(), private=True)  # rows of private images: owner-only
-    return out
+    path = None
+    if cache_dir is not None:  # keyed by the inputs' content (shape included) and the weights' digest
+        inputs = hashlib.sha256(repr(x.shape).encode() + x.tobytes()).hexdigest()[:16]
+        path = Path(cache_dir) / f"{tag}-learned-{encoder.sha256[:16]}-{inputs}.npy"
+    return cached_rows(path, x.shape[0], lambda: learned_map.features(
+        encoder, x, progress=f"learned map ({tag})" if progress else ""))
 
 
 def _learned_ready(weights: str) -> None:

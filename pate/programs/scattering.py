@@ -26,6 +26,7 @@ import numpy as np
 
 from analysis.core.errors import PateError
 from pate.programs.progress import Progress
+from pate.store.rundir import cached_rows
 
 
 def scattering_channels(J: int, L: int) -> int:
@@ -96,24 +97,6 @@ def features(images: np.ndarray, J: int, L: int, groups: int, cache_dir: str | P
     """
     images = np.ascontiguousarray(images, np.float32)
     digest = hashlib.sha256(images.tobytes()).hexdigest()[:16]
-    path = None
-    if cache_dir is not None:
-        path = Path(cache_dir) / f"{name}-J{J}-L{L}-G{groups}-{digest}.npy"
-        if path.exists():
-            try:
-                cached = np.load(path, allow_pickle=False)
-                if cached.shape[0] == images.shape[0]:
-                    return cached
-            except (OSError, ValueError):
-                pass  # damaged cache: compute again
-    out = group_normalize(scatter(images, J, L, section=section, progress=progress), groups, section=section)
-    if path is not None:
-        import io
-
-        from analysis.core.files import write_atomic
-
-        buf = io.BytesIO()
-        np.save(buf, out, allow_pickle=False)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_atomic(path, buf.getvalue(), private=True)  # features of private images: owner-only
-    return out
+    path = None if cache_dir is None else Path(cache_dir) / f"{name}-J{J}-L{L}-G{groups}-{digest}.npy"
+    return cached_rows(path, images.shape[0], lambda: group_normalize(
+        scatter(images, J, L, section=section, progress=progress), groups, section=section))

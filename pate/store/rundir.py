@@ -116,6 +116,29 @@ def make_private_dir(path: str | Path) -> Path:
     return path
 
 
+def cached_rows(path: Path | None, rows: int, compute) -> np.ndarray:
+    """The array `compute()` makes, kept at `path` (an .npy named by its inputs' content: a public
+    map's rows of private inputs, so written owner-only in an owner-only folder): read from there
+    when it holds `rows` rows, else made (a missing or damaged file is made again) and written
+    atomically. `path` None: made, not kept."""
+    if path is not None and path.exists():
+        try:
+            cached = np.load(path, allow_pickle=False)
+            if cached.shape[0] == rows:
+                return cached
+        except (OSError, ValueError):
+            pass  # damaged cache: compute again
+    out = compute()
+    if path is not None:
+        from analysis.core.files import write_atomic
+
+        buf = io.BytesIO()
+        np.save(buf, out, allow_pickle=False)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, buf.getvalue(), private=True)
+    return out
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """`atomic_write_bytes` for UTF-8 text."""
     atomic_write_bytes(path, text.encode("utf-8"))
