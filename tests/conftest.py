@@ -572,11 +572,11 @@ class Others:
         return np.stack(both if self.index == 0 else both[::-1])
 
 
-def kill_one_after(procs, marker: str, timeout: float):
+def kill_one_after(procs, marker: str, timeout: float, pause: float = 0.0):
     """The kill test of a local cluster of two (`start_processes`): reads process 0's output up to
-    its first line starting with `marker`, kills process 1 there, and waits for process 0 to end
-    (every process is killed and reaped whatever happens). Returns process 0's CompletedProcess
-    (its stdout after the marker) and the seconds it took to leave after the kill."""
+    its first line starting with `marker`, waits `pause` seconds, kills process 1, and waits for
+    process 0 to end (every process is killed and reaped whatever happens). Returns process 0's
+    CompletedProcess (its stdout after the marker) and the seconds it took to leave after the kill."""
     import subprocess
     import time
 
@@ -585,6 +585,7 @@ def kill_one_after(procs, marker: str, timeout: float):
         for line in first.stdout:
             if line.startswith(marker):
                 break
+        time.sleep(pause)
         second.kill()
         began = time.monotonic()
         out, err = first.communicate(timeout=timeout)

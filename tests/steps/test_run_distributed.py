@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, TINY, finish_processes, invoke, run_entries, start_processes
+from conftest import ROOT, TINY, finish_processes, invoke, kill_one_after, run_entries, start_processes
 from conftest import released as released_npz
 from pate.store import rundir
 
@@ -86,28 +86,13 @@ def test_process_0_refusing_the_run_stops_the_other_with_its_line(tmp_path):
 
 @pytest.mark.slow  # a launch killed while the teachers train, then a whole run: 30-60 s
 def test_a_process_killed_while_the_teachers_train_stops_the_other_and_pate_run_resumes(finished_tiny, tmp_path):
-    import time
-
     run = tmp_path / "run"
     procs = start_processes([[ROOT / "cli.py", "run", "--config", TINY, "--workdir", run, "--seed", "0",
                                "--no-progress"]] * 2)
-    try:
-        out = ""
-        while "[teachers] running" not in out:  # process 0 has told process 1 to train with it
-            line = procs[0].stdout.readline()
-            assert line, procs[0].stderr.read()
-            out += line
-        time.sleep(1.0)
-        procs[1].kill()
-        killed = time.monotonic()
-        _, err = procs[0].communicate(timeout=90)
-        waited = time.monotonic() - killed
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate()
-    assert procs[0].returncode == 1 and waited < 30, err  # not JAX's 100 s heartbeat timeout and abort
+    # "[teachers] running": process 0 has told process 1 to train with it; a second later, they train
+    first, waited = kill_one_after(procs, "[teachers] running", timeout=90, pause=1.0)
+    err = first.stderr
+    assert first.returncode == 1 and waited < 30, err  # not JAX's 100 s heartbeat timeout and abort
     (line,) = err.strip().splitlines()
     assert line.startswith("pate: the teachers' training across the processes failed (") or \
         line.startswith("pate: lost the other processes"), line
