@@ -572,6 +572,21 @@ class Others:
         return np.stack(both if self.index == 0 else both[::-1])
 
 
+def stopped_by(results, culprit: int) -> str:
+    """The failure of a local cluster of two (`finish_processes`) that process `culprit` caused:
+    both exit 1, the culprit with one line, the other with that line after "process CULPRIT of
+    2 failed, so every process stopped (nothing was charged or written): ". Returns the culprit's
+    line without its "pate: "."""
+    first, second = results
+    assert first.returncode == 1 and second.returncode == 1, first.stderr + second.stderr
+    (line,) = results[culprit].stderr.strip().splitlines()
+    assert line.startswith("pate: ")
+    why = line.removeprefix("pate: ")
+    assert results[1 - culprit].stderr.strip().splitlines() == [
+        f"pate: process {culprit} of 2 failed, so every process stopped (nothing was charged or written): {why}"]
+    return why
+
+
 def kill_one_after(procs, marker: str, timeout: float, pause: float = 0.0):
     """The kill test of a local cluster of two (`start_processes`): reads process 0's output up to
     its first line starting with `marker`, waits `pause` seconds, kills process 1, and waits for

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from conftest import kill_one_after, ROOT, finish_processes, invoke, released, run_entries, start_processes
+from conftest import ROOT, finish_processes, invoke, kill_one_after, released, run_entries, start_processes, stopped_by
 from pate.store import rundir
 
 SEED = 7
@@ -69,26 +69,15 @@ def test_a_process_that_fails_stops_every_process_with_one_line_and_nothing_char
     config = run / rundir.CONFIG_TOML
 
     # Process 1 cannot see the teachers (a host without the shared file system).
-    first, second = launch([run, nowhere], "--config", config)
-    assert first.returncode == 1 and second.returncode == 1
-    assert second.stderr.strip().splitlines() == [
-        f"pate: {nowhere} holds no trained teachers (teachers.json and teachers/); run `pate train-teachers` first"]
-    assert first.stderr.strip().splitlines() == [
-        "pate: process 1 of 2 failed, so every process stopped (nothing was charged or written): "
-        f"{nowhere} holds no trained teachers (teachers.json and teachers/); run `pate train-teachers` first"]
+    why = stopped_by(launch([run, nowhere], "--config", config), culprit=1)
+    assert why == f"{nowhere} holds no trained teachers (teachers.json and teachers/); run `pate train-teachers` first"
     assert not (run / rundir.VOTES_NPZ).exists() and not (run / rundir.LABELS_NPZ).exists()
     assert run_entries(run) == []
 
     # Process 0 refuses in its door (a release is there already): process 1 stops too.
     assert invoke("label", "--workdir", run, "--seed", SEED).exit_code == 0
     before = {name: (run / name).read_bytes() for name in (rundir.VOTES_NPZ, rundir.LABELS_NPZ)}
-    first, second = launch([run, run])
-    assert first.returncode == 1 and second.returncode == 1
-    (line,) = first.stderr.strip().splitlines()
-    assert "pass --overwrite" in line
-    assert second.stderr.strip().splitlines() == [
-        "pate: process 0 of 2 failed, so every process stopped (nothing was charged or written): "
-        + line.removeprefix("pate: ")]
+    assert "pass --overwrite" in stopped_by(launch([run, run]), culprit=0)
     assert {name: (run / name).read_bytes() for name in before} == before
     assert [e["kind"] for e in run_entries(run)] == ["labels"]
 

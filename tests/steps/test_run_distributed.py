@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, TINY, finish_processes, invoke, kill_one_after, run_entries, start_processes
+from conftest import ROOT, TINY, finish_processes, invoke, kill_one_after, run_entries, start_processes, stopped_by
 from conftest import released as released_npz
 from pate.store import rundir
 
@@ -74,13 +74,7 @@ def test_process_0_refusing_the_run_stops_the_other_with_its_line(tmp_path):
     other.mkdir()
     (other / rundir.CONFIG_TOML).write_text("# pate config\n[data]\nname = \"mnist\"\n")  # another data set's run
     before = sorted(os.listdir(other))
-    first, second = launch(other)
-    assert first.returncode == 1 and second.returncode == 1
-    (line,) = first.stderr.strip().splitlines()
-    assert line.startswith("pate: ")
-    assert second.stderr.strip().splitlines() == [
-        "pate: process 0 of 2 failed, so every process stopped (nothing was charged or written): "
-        + line.removeprefix("pate: ")]
+    stopped_by(launch(other), culprit=0)
     assert sorted(os.listdir(other)) == before  # nothing written, no lock left
 
 
