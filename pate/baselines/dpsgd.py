@@ -295,9 +295,9 @@ def _train(config: Config, workdir, seed, overwrite: bool, show_progress: bool, 
         book = budgeted_ledger(config, plan.cost, "this DP-SGD model")
         cluster.agree()  # process 0 passed its checks: every process maps its own records
         feature_start = time.time()
-        train_x, scale, view = train_inputs(config, splits, door.run / rundir.DPSGD_FEATURES_DIR, cluster,
-                                            show_progress)
-        test_x, test_y = _test_inputs(config, splits, door.run / rundir.DPSGD_FEATURES_DIR, view, scale)
+        train_x, scale, view, pool_rows = train_inputs(config, splits, door.run / rundir.DPSGD_FEATURES_DIR,
+                                                       cluster, show_progress)
+        test_x, test_y = _test_inputs(config, splits, door.run / rundir.DPSGD_FEATURES_DIR, view, scale, pool_rows)
         feature_time = time.time() - feature_start
         model = make_model(cfg, cfg.model, splits.num_classes, tuple(train_x.shape[1:]))
         params, train_time = fit(model, cfg, plan, train_x, splits.train_y, key, delta, show_progress, echo,
@@ -333,7 +333,7 @@ def _contribute(config: Config, cluster, seed: int | None, echo) -> None:
     splits, rows, n = own_splits(config, cluster)
     plan = Plan.of(cfg, n, config.privacy.delta)
     cluster.agree()  # process 0 passed its checks
-    train_x, _scale, _view = train_inputs(config, splits, None, cluster)  # nothing of it written
+    train_x = train_inputs(config, splits, None, cluster)[0]  # nothing of it written
     model = make_model(cfg, cfg.model, splits.num_classes, tuple(train_x.shape[1:]))
     fit(model, cfg, plan, train_x, splits.train_y, key, config.privacy.delta, False, lambda line: None, cluster, rows)
     echo(f"process {cluster.index} of {cluster.count}: the clipped gradients of records {rows.start}-{rows.stop - 1} "
@@ -398,37 +398,39 @@ class Plan:
 
 
 def train_inputs(config: Config, splits, cache: Path | None, cluster, show_progress: bool = False):
-    """(train_x, scale, view): this process's private records as the model sees them: pixels (or
-    rows) as given, ScatterNet features, or each input's row under the public map ``[dpsgd]
-    features`` (`view`, else None) times `scale` (`public_scale` of the pool's rows, computed by
-    process 0 and shared, bit for bit; 1 otherwise). Features of private records are cached in
-    `cache` (a private folder of the run; None: not cached)."""
+    """(train_x, scale, view, pool_rows): this process's private records as the model sees them:
+    pixels (or rows) as given, ScatterNet features, or each input's row under the public map
+    ``[dpsgd] features`` (`view`, else None) times `scale` (`public_scale` of the pool's rows
+    `pool_rows`, which process 0 computes and shares, bit for bit; 1 and None otherwise). Features
+    of private records are cached in `cache` (a private folder of the run; None: not cached)."""
     cfg = config.dpsgd
     if cfg.features:
         cache = None if cache is None else rundir.make_private_dir(cache)  # rows of private data
         view = public_features.map_view(config, cfg.features, splits.pool_x, cache, key="dpsgd.features",
                                         show_progress=show_progress)
         train_x = view(splits.train_x, "train")
-        scale = public_scale(view(splits.pool_x, "pool")) if cluster.leader else np.float32(0)
+        pool_rows = view(splits.pool_x, "pool") if cluster.leader else None
+        scale = public_scale(pool_rows) if cluster.leader else np.float32(0)
         scale = cluster.share_floats(np.array([scale], np.float32))[0]  # the public pool's alone
         train_x *= scale
-        return train_x, scale, view
+        return train_x, scale, view, pool_rows
     if cfg.model != "scatternet":
-        return splits.train_x, np.float32(1), None
+        return splits.train_x, np.float32(1), None, None
     from pate.programs import scattering
 
     cache = None if cache is None else rundir.make_private_dir(cache)  # features of private data
     return (scattering.features(splits.train_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "train"),
-            np.float32(1), None)
+            np.float32(1), None, None)
 
 
-def _test_inputs(config: Config, splits, cache: Path, view, scale) -> tuple[np.ndarray, np.ndarray]:
+def _test_inputs(config: Config, splits, cache: Path, view, scale, pool_rows) -> tuple[np.ndarray, np.ndarray]:
     """(test_x, test_y): the test split (the pool and the evaluation split together) as the model
-    sees it (`train_inputs`'s `view` and `scale`), its features cached in `cache`."""
+    sees it (`train_inputs`'s `view`, `scale` and the pool's rows under the view), its features
+    cached in `cache`."""
     cfg = config.dpsgd
     test_y = np.concatenate([splits.pool_y, splits.eval_y])
     if view is not None:
-        test_x = np.concatenate([view(splits.pool_x, "pool"), view(splits.eval_x, "eval")])
+        test_x = np.concatenate([pool_rows, view(splits.eval_x, "eval")])
         test_x *= scale
         return test_x, test_y
     test_x = np.concatenate([splits.pool_x, splits.eval_x])

@@ -103,8 +103,8 @@ def test_the_map_and_its_scale_see_the_public_pool_alone(tmp_path):
     alone = Cluster(0, 1, gather=lambda x: np.asarray(x)[None])
 
     def inputs(data, cache):
-        train, scale, view = dpsgd.train_inputs(config, data, cache, alone)
-        return train, dpsgd._test_inputs(config, data, cache, view, scale)[0], scale
+        train, scale, view, pool = dpsgd.train_inputs(config, data, cache, alone)
+        return train, dpsgd._test_inputs(config, data, cache, view, scale, pool)[0], scale
 
     train, test, scale = inputs(splits, tmp_path / "a")
     train2, test2, scale2 = inputs(dataclasses.replace(splits, train_x=changed), tmp_path / "b")  # caches apart
