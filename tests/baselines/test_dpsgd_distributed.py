@@ -14,12 +14,12 @@ import numpy as np
 import optax
 import pytest
 
-from conftest import (ROOT, TINY, finish_processes, invoke, kill_one_after, run_entries, start_processes,
+from conftest import (ROOT, TINY, Others, finish_processes, invoke, kill_one_after, run_entries, start_processes,
                       tiny_dpsgd_cnn)
 from pate.baselines import cluster_step, dpsgd
 from pate.config import load_config
 from pate.programs import keys, models
-from pate.programs.cluster import block
+from pate.programs.cluster import Cluster, block, status
 from pate.store import rundir
 
 SEED = 7
@@ -49,7 +49,6 @@ def test_the_slices_sample_what_one_process_samples(processes):
 def test_a_process_without_records_is_refused_in_one_line():
     """3 records on 4 processes: slices of 1, the last one empty (it could only add padding)."""
     from analysis.core.errors import PateError
-    from pate.programs.cluster import Cluster
 
     config = load_config(TINY, {"data.synthetic_train_size": 3})
     alone = lambda x: np.asarray(x)[None]
@@ -63,23 +62,6 @@ def test_a_process_without_records_is_refused_in_one_line():
 # --------------------------------------------------------------------------- one step, split
 
 
-class Played:
-    """One process's side of a cluster of two in a test: `sum_floats` adds the other process's
-    part (given), in process order, as `Cluster.sum_floats` does."""
-
-    def __init__(self, index: int, other=None):
-        self.index, self.count, self.other, self.sent = index, 2, other, None
-
-    @property
-    def leader(self):
-        return self.index == 0
-
-    def sum_floats(self, values):
-        self.sent = np.asarray(values)
-        parts = [values, self.other] if self.index == 0 else [self.other, values]
-        return np.sum(np.stack(parts).astype(np.float64), axis=0).astype(np.float32)
-
-
 def _linear_and_data():
     """A linear model on the tiny 8 x 8 images (the sums and the noise are the model's shapes'
     alone: the cheapest to compile; the CNN's clipped sum is tested in test_dpsgd.py) and 40
@@ -90,22 +72,24 @@ def _linear_and_data():
 
 
 def _split_steps(model, params, tx, clip, noise_std, denominator, x, y, idx_valid, key):
-    """Both processes' steps of a cluster of two on records [0, m) and [m, n): process 1's first
-    (its part recorded), then process 0's, given process 1's part. Returns process 0's new
+    """Both processes' steps of a played cluster of two (`Cluster` on `conftest.Others`) on records
+    [0, m) and [m, n): process 1's first (its part recorded), then process 0's, given process 1's
+    part. Returns process 0's new
     parameters and both parts as sent."""
     (idx0, valid0), (idx1, valid1), m = idx_valid
     copy = lambda: jax.tree.map(jnp.array, params)  # the steps donate the parameters they are given
     noise = lambda g, k: dpsgd.noisy_mean(g, k, noise_std, 1.0)
     batch_sum = dpsgd.batch_gradient_sum(model, clip)
-    second = Played(1, other=np.zeros(1, np.float32))
-    step1 = cluster_step.make_split_step(batch_sum, noise, tx, denominator, second, params)
-    second.other = np.zeros(jax.flatten_util.ravel_pytree(params)[0].size, np.float32)
+    size = jax.flatten_util.ravel_pytree(params)[0].size
+    # Each step's collectives: an agreement (the other's word: no failure), then the parts' gather.
+    second = Others(status(), np.zeros(size, np.float32), index=1)  # process 0's part: not needed here
+    step1 = cluster_step.make_split_step(batch_sum, noise, tx, denominator, Cluster(1, 2, gather=second), params)
     step1(copy(), tx.init(params), jnp.asarray(x[m:]), jnp.asarray(y[m:]), jnp.asarray(idx1), jnp.asarray(valid1), key)
-    first = Played(0, other=second.sent)
-    step0 = cluster_step.make_split_step(batch_sum, noise, tx, denominator, first, params)
+    first = Others(status(), second.sent[1], index=0)
+    step0 = cluster_step.make_split_step(batch_sum, noise, tx, denominator, Cluster(0, 2, gather=first), params)
     new, _ = step0(copy(), tx.init(params), jnp.asarray(x[:m]), jnp.asarray(y[:m]), jnp.asarray(idx0),
                    jnp.asarray(valid0), key)
-    return new, first.sent, second.sent
+    return new, first.sent[1], second.sent[1]
 
 
 def _batches(n, m, rate, micro, seed):
