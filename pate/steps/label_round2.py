@@ -61,9 +61,10 @@ class RoundResult:
     mechanism: str
     student_accuracy: float = float("nan")  # the round-1 student's top class on the queries
     corrections: int = 0  # answered queries whose released label differs from the student's
+    student_checked: bool = False  # the teachers checked the round-1 student (Interactive-GNMax)
 
     def summary(self) -> str:
-        check = "" if self.mechanism != "interactive-gnmax" else (
+        check = "" if not self.student_checked else (
             f"\nthe round-1 student on the queries: {self.student_accuracy:.4f}; the teachers answered where they "
             f"outvoted it: {self.corrections} of the {self.num_answered} answers differ from its label")
         return "\n".join([
@@ -370,7 +371,7 @@ def _release(door, config: Config, record, votes, queried, splits, accuracies, s
         plurality_accuracy=plurality_accuracy(votes, truth), head_accuracy=accuracies[0],
         ensemble_accuracy=accuracies[1], mechanism="interactive-gnmax" if interactive else record.name,
         student_accuracy=float(np.mean(probs.argmax(axis=1) == truth)),
-        corrections=int(np.sum(answered & (released != probs.argmax(axis=1)))))
+        corrections=int(np.sum(answered & (released != probs.argmax(axis=1)))), student_checked=interactive)
     echo(result.summary())
     echo(table)
     return result
