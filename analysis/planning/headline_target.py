@@ -6,13 +6,15 @@ least p over the release noise — on votes simulated from a public model
 
 Why a probability: the headline (`analysis.reporting.report.gnmax_report`) is
 
-    H = min(DI, conv_λ(g · max(0, round(f/g) + Z) + c))
+    H = min(DI, conv_λ(g · max(0, round(f/g + a S̃) + Z) + c))
 
 with DI the labels' data-independent RDP curve composed with the release (public,
 `analysis.sanitised.gnss.gnss_headline_independent`), f the data-dependent RDP at λ (private), c
 the release's RDP cost with its discrete correction, g the public grid and Z an exact
-discrete Gaussian of std σ_ss·S̃ (`analysis.sanitised.gnss.noise_units`; S̃ grows with the smooth
-sensitivity S, private). The second term is a draw: a plan for ε = 2 that only looks at
+discrete Gaussian of std σ_n·S̃ (S̃ grows with the smooth sensitivity S, private); the shift a
+and σ_n ≥ σ_ss make the sanitised value an upper bound on f except with probability η = δ
+(`analysis.sanitised.gnss.upper_bound`, `release_centre`), which the headline's δ then adds.
+A release whose cost is too small for that bound is never chosen. The second term is a draw: a plan for ε = 2 that only looks at
 its expectation publishes more in a good share of runs.
 
 `release_outcome` computes P[H ≤ t] and E[H] over Z exactly (a sum over the discrete
@@ -35,7 +37,7 @@ everywhere (the release's cost is the GNSS bound of `analysis.sanitised.gnss.rdp
 **A later round** (`pate label --round 2` under a target for both rounds): ``offset`` is
 the RDP that earlier rounds published at one order λ (their sanitised RDP plus each
 release's cost, public). The sum of both rounds' sanitised RDPs, converted at λ
-(`analysis.planning.rounds.diagnostics`, "rdp"), is conv_λ(offset + g·max(0, round(f/g) + Z) + c),
+(`analysis.planning.rounds.diagnostics`, "rdp"), is conv_λ(offset + g·max(0, round(f/g + a S̃) + Z) + c),
 the form above with c replaced by offset + c, so the same computation plans it at that
 order alone. That sum is an ex-post figure, not the published headline of both rounds (the
 data-independent composition, `analysis.planning.rounds`), so `pate label --round 2` does not plan by
@@ -163,8 +165,9 @@ def release_outcome(f: float, ss: float, release: Release, di_route: float, targ
     """``(P[H ≤ target], E[H])`` over the release noise (module docstring) for a
     data-dependent RDP ``f`` and smooth sensitivity ``ss`` at ``release.order`` and the
     data-independent route ``di_route``. The published grid value is max(0, m + Z), m =
-    round(f/g) (`analysis.sanitised.gnss`), and the sanitised ε rises with it, so P is the discrete
-    Gaussian's CDF at the largest grid value within the target (`_cdf`). Private when
+    round(f/g + a S̃) (`analysis.sanitised.gnss.release_centre`), and the sanitised ε rises with it, so P is the discrete
+    Gaussian's CDF at the largest grid value within the target (`_cdf`), the centre shifted as
+    `analysis.sanitised.gnss.release_centre` shifts it. Private when
     ``f`` and ``ss`` come from private votes."""
     return _outcome(f, ss, release, di_route, target, _bounds(release, target, delta, conversion, grid),
                     delta, conversion, grid)
@@ -178,11 +181,10 @@ def _bounds(release: Release, target: float, delta: float, conversion: str, grid
 
 def _outcome(f, ss, release: Release, di_route, target, bounds, delta, conversion, grid) -> tuple[float, float]:
     """`release_outcome` with `_bounds` computed once per release."""
-    _, std = gnss.noise_units(ss, grid, release.sigma_ss)
+    m, std = gnss.release_centre(f, ss, grid, gnss.upper_bound(release.sigma_ss, release.beta, delta))
     if not math.isfinite(std) or std * _REACH > _MAX_SUPPORT:
         raise PateError(f"the release noise (std {std:.3g} grid steps) is too wide to plan with; "
                         "raise the release cost")
-    m = int(round(f / grid))
     a, u = bounds
     if std < 50:  # the exact sum
         reach = int(math.ceil(_REACH * std)) + 2
@@ -389,7 +391,10 @@ class _Planner:
                 passed.append((e, release))
         for _, screened in sorted(passed, key=lambda c: c[0]):
             release = release_parameters(screened.order, screened.beta, screened.release_cost)
-            found = self.evaluate(release, j)
+            try:
+                found = self.evaluate(release, j)
+            except PateError:
+                continue
             if found[0] >= probability:
                 return release, found
         return None

@@ -62,6 +62,9 @@ def release_expectation(votes: np.ndarray, answered: np.ndarray, threshold: floa
     san = gnss.sanitized_eps(votes, sigma, privacy.delta, order, beta, sigma_ss, threshold=threshold,
                              sigma_threshold=sigma_threshold, answered_mask=answered,
                              noise=NoiseSource(seed, RELEASE_STREAM))
-    mean, tail = expected_headline(san.rdp_exact, san.noise_std, san.rdp_gnss, order, privacy.delta,
+    # the draw's centre: the data-dependent RDP shifted up to an upper bound (`gnss.release_centre`)
+    centre, _ = gnss.release_centre(san.rdp_exact, san.smooth_sensitivity, san.grid,
+                                    gnss.upper_bound(sigma_ss, beta, privacy.delta))
+    mean, tail = expected_headline(centre * san.grid, san.noise_std, san.rdp_gnss, order, privacy.delta,
                                    privacy.conversion, di_route)
     return mean, tail, san

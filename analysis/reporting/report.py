@@ -74,6 +74,10 @@ class PrivacyReport:
         raise KeyError(key)
 
 
+#: The name of the headline route through the sanitised value (an upper confidence bound that fails with
+#: probability eta, added to the headline's delta when this route is taken).
+SANITISED_ROUTE = "sanitised data-dependent"
+
 #: The row of a report's own figure. "The headline" is one figure only, the data set's (what its
 #: ledger composes over every release: `pate analyze`'s PUBLISH line, release.json's ``eps``); a
 #: report's ``eps`` is this release's alone and is named so everywhere (issue 44).
@@ -106,7 +110,9 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
     the sanitised ε — at ``delta_total = delta + delta + delta_sampling`` (the answers' δ,
     the release's, and the float64 label samplers', `headline_delta`): the smaller of the
     data-independent route (ε_DI + ε_r) and the data-dependent route (the sanitised
-    value, floored at 0, + ε_r). Both are functions of published values only.
+    value + ε_r, with η added to δ: the sanitised value is an upper confidence bound on the
+    data-dependent ε that fails with probability η, `analysis.sanitised.lnmax_release.sanitized_eps`).
+    Both are functions of published values only.
 
     Args:
       votes: ``(n, num_classes)`` histograms of the answered queries (private).
@@ -130,23 +136,27 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
     dependent = released.data_dependent
     di_curve, dd_curve = lnmax.cumulative_eps(votes, gamma, delta, moments)
     routes = {"data-independent": independent.eps + released.eps_release,
-              "sanitised data-dependent": released.value + released.eps_release}  # value >= 0: clipped
+              SANITISED_ROUTE: released.value + released.eps_release}
     route = min(routes, key=routes.get)
     warnings, private_warnings = [], []
     extra_delta = sampling_delta(n, votes.shape[1], routes[route])
-    delta_total = headline_delta(delta + released.delta_release, extra_delta, warnings)
+    eta = released.eta if route == SANITISED_ROUTE else 0.0
+    delta_total = headline_delta(delta + released.delta_release + eta, extra_delta, warnings)
     items = (
         Item("eps", OWN_EPS_SANITISED, routes[route], True,
              f"at delta {delta_total:g}; {route} route, release included"),
         Item("delta_total", OWN_DELTA, delta_total, True,
-             "answers + release + float64 label noise"),
+             "answers + release + float64 label noise" + (" + eta (the upper bound's failure)" if eta else "")),
         *_moments_items(n, "gamma (Laplace noise 1/gamma)", gamma, delta, independent, dependent,
                         "depends on the votes: do not publish as is"),
         Item("smooth_sensitivity", "smooth sensitivity of eps", released.smooth_sensitivity, False,
              f"beta = {beta:g}"),
         Item("noise_scale", "discrete Laplace scale of the release", released.noise_scale, False),
         Item("eps_sanitized", "sanitised data-dependent eps", released.value, True,
-             f"on the grid {grid:g}, clipped at 0 (NRS07 with exact discrete Laplace)"),
+             f"an upper bound except with probability eta {released.eta:.3g}; on the grid {grid:g} "
+             "(NRS07 with exact discrete Laplace)"),
+        Item("eta", "eta: P[sanitised eps below the data-dependent eps]", released.eta, True,
+             "added to delta when the sanitised route is the headline"),
         Item("eps_release_cost", "eps spent by the release", released.eps_release, True,
              f"at delta {released.delta_release:g}; beta {beta:g}"),
         Item("beta", "beta", float(beta), True),
@@ -210,7 +220,9 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     data-dependent best order. The headline ``eps`` (at δ) is the smaller of the
     sanitised route (its own cost included) and the data-independent route with the
     release's cost composed in (`analysis.sanitised.gnss.gnss_headline_independent`), at
-    ``delta_total = delta + delta_sampling`` (`headline_delta`).
+    ``delta_total = delta + delta_sampling`` (`headline_delta`), plus η on the sanitised route: the
+    sanitised RDP is an upper confidence bound that fails with probability η (default δ,
+    `analysis.sanitised.gnss.upper_bound`).
     """
     from analysis.bounds import gnmax
     from analysis.sanitised import gnss
@@ -242,15 +254,17 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     released = gnss.sanitized_eps(votes, sigma, delta, order, beta, sigma_ss, conversion=conversion,
                                   num_teachers=num_teachers, noise=noise, grid=grid, **kwargs)
     di_route, di_route_order = gnss.gnss_headline_independent(independent, beta, sigma_ss, delta, conversion)
-    routes = {"data-independent": di_route, "sanitised data-dependent": released.eps}
+    routes = {"data-independent": di_route, SANITISED_ROUTE: released.eps}
     route = min(routes, key=routes.get)
     warnings, private_warnings = [], []
     extra_delta = sampling_delta(n, votes.shape[1] + (1 if confident else 0), routes[route])
-    delta_total = headline_delta(delta, extra_delta, warnings)
+    eta = released.eta if route == SANITISED_ROUTE else 0.0
+    delta_total = headline_delta(delta + eta, extra_delta, warnings)
     di_curve, dd_curve = _gnmax_curves(votes, record, confident, orders, delta, conversion, max_answers, offsets)
     items = [Item("eps", OWN_EPS_SANITISED, routes[route], True,
                   f"at delta {delta_total:g}; {route} route, release included"),
-             Item("delta_total", OWN_DELTA, delta_total, True, "answers + float64 label noise"),
+             Item("delta_total", OWN_DELTA, delta_total, True,
+                  "answers + float64 label noise" + (" + eta (the upper bound's failure)" if eta else "")),
              Item("num_queries", "queries", n, True)]
     items += _gnmax_items(record, confident, num_answered, max_answers, delta, conversion, independent, dependent)
     if offsets is not None:
@@ -314,7 +328,12 @@ def _gnss_items(released, fixed: bool, di_route: float, di_route_order: float, e
         Item("rdp_sanitized", "sanitised data-dependent RDP", released.rdp_released, True,
              f"on the grid {grid:g}, at order {order:g}"),
         Item("eps_sanitized", "sanitised data-dependent eps", released.eps, True,
-             "GNSS release, its own cost included (2018, Sec. 4.3)"),
+             f"GNSS release, its own cost included (2018, Sec. 4.3); an upper bound except with probability "
+             f"eta {released.eta:.3g}"),
+        Item("eta", "eta: P[sanitised RDP below the data-dependent RDP]", released.eta, True,
+             "added to delta when the sanitised route is the headline"),
+        Item("noise_multiplier", "noise multiplier of the release", released.noise_multiplier, True,
+             f"sigma_n >= sigma_ss; centre shifted up by {released.shift:.4g} smooth sensitivities"),
         Item("eps_data_independent_with_release", "data-independent eps + release", di_route, True,
              f"order {di_route_order:g}"),
         Item("release_order", "release order", order, True,

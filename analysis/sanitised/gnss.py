@@ -19,7 +19,7 @@ from analysis.core.validation import check_counts, check_delta, check_sigma, tea
 
 __all__ = ["rdp_gnss", "gnss_sigma_for_cost", "gnss_discrete_correction", "gnss_parameters",
            "gnss_headline_independent", "with_release", "SanitizedEps", "sanitized_eps", "RELEASE_GRID",
-           "noise_units"]
+           "noise_units", "UpperBound", "upper_bound", "release_centre"]
 
 
 def rdp_gnss(orders, beta, sigma_ss):
@@ -168,10 +168,12 @@ def gnss_discrete_correction(order, sigma_ss) -> float:
 class SanitizedEps:
     """The data-dependent ε released through GNSS (2018 paper, Section 4.3, Appendix B).
 
-    Publishable: `eps` (the release), `rdp_released` (= `units` · `grid`), `units`,
-    `grid`, `order`, `beta`, `sigma_ss`, `rdp_gnss` (the cost, discrete correction
-    included), `delta`, `conversion`. Private (functions of the votes): `rdp_exact`,
-    `eps_exact`, `smooth_sensitivity`, `noise_std`.
+    Publishable: `eps` (the release), `rdp_released` (= `units` · `grid`: an upper bound on the
+    data-dependent RDP except with probability `eta`, `upper_bound`), `units`, `grid`, `order`,
+    `beta`, `sigma_ss` (the σ the cost is computed at), `rdp_gnss` (the cost, discrete correction
+    included), `delta`, `conversion`, `eta`, `noise_multiplier` (σ_n ≥ σ_ss, the noise drawn) and
+    `shift` (a, in units of S̃). Private (functions of the votes): `rdp_exact`, `eps_exact`,
+    `smooth_sensitivity`, `noise_std`.
     """
 
     eps: float
@@ -190,6 +192,9 @@ class SanitizedEps:
     eps_exact: float
     smooth_sensitivity: float
     noise_std: float
+    eta: float = 0.0
+    noise_multiplier: float = 0.0
+    shift: float = 0.0
 
 
 def sanitized_eps(
@@ -209,6 +214,7 @@ def sanitized_eps(
     noise=None,
     grid=RELEASE_GRID,
     offsets=None,
+    eta=None,
 ) -> SanitizedEps:
     """Releases the data-dependent RDP at `order` with GNSS and returns the sanitised ε.
 
@@ -220,13 +226,16 @@ def sanitized_eps(
     The release is exact on the public grid ``g`` (Mironov 2012: no floating-point bit may
     depend on the votes): f̃(D) = round(f(D)/g) has local sensitivity ≤ LS_f/g + 1, so
     S̃ = S/g + 1 (times 1 + 1e-9 for floating-point error) is a β-smooth bound on it, and
-    the published value is g · max(0, f̃(D) + Z) with Z a discrete Gaussian of variance
-    (σ_ss S̃(D))², sampled exactly (``analysis.core.noise``, CKS 2020). Its cost is
-    `rdp_gnss(λ, β, σ_ss)` — the continuous GNSS bound, whose Rényi divergence between two
-    Gaussians is the same quadratic form for discrete ones — plus
-    `gnss_discrete_correction(λ, σ_ss)` for their normalisers (≈ 1e-21 at σ_ss = 5, λ = 12).
-    The published ε is the conversion of (released RDP + cost) at λ with `conversion`,
-    a deterministic function of the grid value.
+    the published value is g · max(0, round(f(D)/g + a S̃(D)) + Z) with Z a discrete Gaussian of
+    variance (σ_n S̃(D))², sampled exactly (``analysis.core.noise``, CKS 2020): an **upper
+    bound** on f(D) except with probability η (`upper_bound`: the shift a and σ_n ≥ σ_ss; a
+    draw centred on f(D) would publish less than f(D) half the time, and less than the true
+    loss whenever the noise exceeds the bound's slack). Its cost is `rdp_gnss(λ, β, σ_ss)` —
+    the continuous GNSS bound, whose Rényi divergence between two Gaussians is the same
+    quadratic form for discrete ones — plus `gnss_discrete_correction(λ, σ_ss)` for their
+    normalisers (≈ 1e-21 at σ_ss = 5, λ = 12). The published ε is the conversion of
+    (released RDP + cost) at λ with `conversion`, a deterministic function of the grid value,
+    and holds at δ + η (the report adds η to the headline's δ).
 
     `order`, `beta`, `sigma_ss` and `grid` must not be chosen by looking at the votes (the
     paper's code picks the first three from private values; that choice is not covered
@@ -235,7 +244,8 @@ def sanitized_eps(
     with c = expm1((λ−1)λ/σ²)/(λ−1) (derivatives of `rdp_confident` in w and ε_G), each term
     bounded by its own ball maximum. `noise`: an ``analysis.core.noise.NoiseSource`` (fresh OS
     entropy when None). ``offsets``: Interactive-GNMax's check offsets (`analysis.bounds.interactive`),
-    the threshold step on max_j (n_j − o_j).
+    the threshold step on max_j (n_j − o_j). ``eta``: the probability the published value
+    falls below f(D) (public; default δ).
 
     Raises:
       PateError: bad parameters, or a release whose cost, sensitivity or value is not finite.
@@ -248,6 +258,7 @@ def sanitized_eps(
     if not (grid > 0 and math.isfinite(grid)):
         raise PateError(f"grid must be a positive number, got {grid}")
     mech, sigma_threshold, accounting = _checked_threshold(threshold, sigma_threshold, answered_mask, accounting)
+    bound = upper_bound(sigma_ss, beta, delta if eta is None else eta)
     cost = float(rdp_gnss([order], beta, sigma_ss)[0]) + gnss_discrete_correction(order, sigma_ss)
     if not math.isfinite(cost):
         raise PateError(f"the GNSS release at order {order:g} has no finite cost (beta {beta:g}, "
@@ -260,7 +271,7 @@ def sanitized_eps(
     if not (math.isfinite(f) and math.isfinite(ss)):
         raise PateError(f"the data-dependent RDP ({f}) or its smooth sensitivity ({ss}) is not finite "
                         "at these noise levels: nothing can be released; raise --sigma/--sigma-threshold")
-    units, std_units = _draw(f, ss, grid, sigma_ss, noise)
+    units, std_units = _draw(f, ss, grid, bound, noise)
     released = units * grid
     eps, _ = eps_from_rdp([order], [released + cost], delta, conversion)
     eps_exact, _ = eps_from_rdp([order], [f + cost], delta, conversion)
@@ -268,7 +279,7 @@ def sanitized_eps(
         eps=float(eps), rdp_released=released, units=units, grid=grid, order=order, beta=float(beta),
         sigma_ss=float(sigma_ss), rdp_gnss=cost, delta=delta, conversion=conversion, mechanism=mech,
         accounting=accounting, rdp_exact=f, eps_exact=float(eps_exact), smooth_sensitivity=ss,
-        noise_std=std_units * grid,
+        noise_std=std_units * grid, eta=bound.eta, noise_multiplier=bound.noise_multiplier, shift=bound.shift,
     )
 
 
@@ -296,21 +307,94 @@ def _checked_threshold(threshold, sigma_threshold, answered_mask, accounting):
 
 
 def noise_units(ss: float, grid: float, sigma_ss: float) -> tuple[float, float]:
-    """``(S̃, σ_ss·S̃)``: the smooth sensitivity of the grid value, S̃ = S/g·(1 + 1e-9) + 1,
-    and the std of the release noise, both in grid units (`sanitized_eps`)."""
+    """``(S̃, σ·S̃)``: the smooth sensitivity of the grid value, S̃ = S/g·(1 + 1e-9) + 1,
+    and the std of noise of multiplier ``sigma_ss`` (a release draws with
+    `UpperBound.noise_multiplier`), both in grid units (`sanitized_eps`)."""
     ss_units = ss / grid * (1.0 + _FLOAT_MARGIN) + 1.0
     return ss_units, float(sigma_ss) * ss_units
 
 
-def _draw(f: float, ss: float, grid: float, sigma_ss: float, noise) -> tuple[int, float]:
-    """The released grid value ``max(0, round(f/g) + Z)`` in grid units, Z an exact discrete
-    Gaussian of std σ_ss·S̃ with S̃ = S/g·(1 + 1e-9) + 1 (`sanitized_eps`), and that std in
-    grid units. ``noise``: an ``analysis.core.noise.NoiseSource`` (fresh OS entropy when None)."""
+@dataclass(frozen=True)
+class UpperBound:
+    """How a GNSS draw is published as an upper confidence bound (`upper_bound`). Public:
+    functions of σ_ss, β and η alone.
+
+    Attributes:
+      sigma_ss: the σ the release's RDP cost is computed at (`rdp_gnss`, the ledger's ``gnss`` cost).
+      noise_multiplier: σ_n, the std of the noise drawn in units of S̃ (≥ ``sigma_ss``).
+      shift: a, what the centre is moved up by, in units of S̃.
+      eta: the probability that the published value is below the data-dependent RDP.
+    """
+
+    sigma_ss: float
+    noise_multiplier: float
+    shift: float
+    eta: float
+
+
+def upper_bound(sigma_ss: float, beta: float, eta: float) -> UpperBound:
+    """The noise multiplier σ_n and shift a that make GNSS publish an upper confidence bound
+    on the data-dependent RDP f(D) at the cost of ``rdp_gnss(λ, β, sigma_ss)``.
+
+    The release is ``h(D) + Z`` with ``h(D) = round(f(D)/g + a S̃(D))`` and Z a discrete
+    Gaussian of std σ_n S̃(D) (S̃ the grid's β-smooth bound, `noise_units`).
+
+    Guarantee 1 (the bound). ``h ≥ f/g + a S̃ − ½``, so ``h + Z < f/g`` needs ``Z ≤ −m`` with
+    the integer ``m ≥ (a − ½) S̃``. For the discrete Gaussian of variance s² and an integer m ≥ 1,
+    ``P[Z ≥ m] ≤ P[N(0, s²) ≥ m − 1]``: each term ``e^{−k²/2s²}`` (k ≥ 1) is at most the integral
+    of the same function over ``[k − 1, k]`` (it falls there), and the normaliser ``Σ_k e^{−k²/2s²}
+    ≥ √(2π) s`` (Poisson summation, as in `gnss_discrete_correction`). With s = σ_n S̃ and S̃ ≥ 1,
+    ``(m − 1)/s ≥ (a − 3/2)/σ_n``, so the failure probability is at most ``Φ̄((a − 3/2)/σ_n) = η``
+    for ``a = 3/2 + σ_n z``, ``z = Φ̄⁻¹(η)``. Clipping at 0 lowers no value below f > 0.
+
+    Guarantee 2 (the cost, replace-one). For neighbours D, D′: ``|f − f′| ≤ min(S, S′)``, ``S̃`` is
+    β-smooth so ``|S̃ − S̃′| ≤ (e^β − 1) min(S̃, S̃′)``, and rounding moves each value ≤ ½: ``|h −
+    h′| ≤ min(S, S′)/g + 1 + a (e^β − 1) min(S̃, S̃′) ≤ k min(S̃, S̃′)`` with ``k = 1 + a (e^β −
+    1)`` (times 1 + 1e-9 for floating-point error). `rdp_gnss`'s proof then holds with
+    ``Δ²/s₀² ≤ k² min(1, r)/σ_n²``: the release costs ``rdp_gnss(λ, β, σ_n/k)``. σ_n solves
+    ``σ_n / k(σ_n) = sigma_ss``: ``σ_n = sigma_ss (1 + 3u/2) m / (1 − sigma_ss z u m)`` with ``u =
+    e^β − 1`` and m the margin, so the cost is the planned one. The discrete
+    correction (`gnss_discrete_correction`) at sigma_ss ≤ σ_n bounds the one at σ_n.
+
+    Raises:
+      PateError: no σ_n exists (``sigma_ss z (e^β − 1) ≥ 1``): the planned cost is too
+        small for an upper bound at this β; raise the release cost or lower β.
+    """
+    sigma_ss = check_sigma(sigma_ss, "sigma_ss")
+    eta = float(eta)
+    if not 0.0 < eta < 1.0:
+        raise PateError(f"the probability eta that a sanitised upper bound fails must lie in (0, 1), got {eta!r}")
+    from scipy.special import ndtri
+
+    z = max(0.0, float(-ndtri(eta)))
+    u = math.expm1(float(beta))
+    m = 1.0 + _FLOAT_MARGIN
+    room = 1.0 - sigma_ss * z * u * m
+    if not room > 0.0:
+        raise PateError(f"the GNSS release (sigma_ss {sigma_ss:.4g}, beta {float(beta):.4g}) cannot publish an upper "
+                        f"bound that fails with probability {eta:.3g} at its cost: raise --release-cost or lower "
+                        f"--beta (needs sigma_ss * z(1 - eta) * (e^beta - 1) < 1)")
+    sigma_n = sigma_ss * (1.0 + 1.5 * u) * m / room
+    return UpperBound(sigma_ss=sigma_ss, noise_multiplier=sigma_n, shift=1.5 + sigma_n * z, eta=eta)
+
+
+def release_centre(f: float, ss: float, grid: float, bound: UpperBound) -> tuple[int, float]:
+    """``(h, std)`` in grid units: the centre ``round(f/g + a S̃)`` of a GNSS upper-bound draw
+    and the std ``σ_n S̃`` of its noise (`upper_bound`). Private when ``f`` and ``ss`` are."""
+    ss_units, std_units = noise_units(ss, grid, bound.noise_multiplier)
+    return int(round(f / grid + bound.shift * ss_units)), std_units
+
+
+def _draw(f: float, ss: float, grid: float, bound: UpperBound, noise) -> tuple[int, float]:
+    """The released grid value ``max(0, h + Z)`` in grid units, ``h`` the shifted centre and Z an
+    exact discrete Gaussian of std σ_n·S̃ (`release_centre`), and that std in grid units.
+    ``noise``: an ``analysis.core.noise.NoiseSource`` (fresh OS entropy when None)."""
     from analysis.core.noise import NoiseSource, discrete_gaussian
 
-    ss_units, std_units = noise_units(ss, grid, sigma_ss)
+    centre, std_units = release_centre(f, ss, grid, bound)
+    ss_units, _ = noise_units(ss, grid, bound.noise_multiplier)
     if not math.isfinite(std_units * std_units):
         raise PateError(f"the release noise is not finite (grid {grid:g}); use a larger grid")
     source = NoiseSource() if noise is None else noise
-    z = discrete_gaussian(source, Fraction(float(sigma_ss)) ** 2 * Fraction(ss_units) ** 2)
-    return max(0, int(round(f / grid)) + z), std_units
+    z = discrete_gaussian(source, Fraction(bound.noise_multiplier) ** 2 * Fraction(ss_units) ** 2)
+    return max(0, centre + z), std_units

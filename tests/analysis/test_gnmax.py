@@ -518,13 +518,17 @@ def _votes(n=200, T=250, m=10, seed=0):
 
 
 def test_sanitized_release_noise_has_the_stated_scale():
-    """(released − exact)/(SS·σ_ss) is N(0, 1): a KS test passes, and fails at twice the scale.
-    Every released value lies on the public grid."""
+    """(released − centre)/(S̃·σ_n) is N(0, 1), the centre the exact RDP shifted up by a·S̃ (the
+    upper bound, `gnss.upper_bound`): a KS test passes, and fails at twice the scale. Every released
+    value lies on the public grid, and none below the exact RDP."""
     votes = _votes()
     draws = []
     for seed in range(300):
         r = gnss.sanitized_eps(votes, 40.0, 1e-5, 20.0, 0.2 / 20, 2.0, noise=NoiseSource(seed))
-        draws.append((r.rdp_released - r.rdp_exact) / r.noise_std)
+        centre, std = gnss.release_centre(r.rdp_exact, r.smooth_sensitivity, r.grid,
+                                          gnss.upper_bound(2.0, 0.2 / 20, 1e-5))
+        assert std * r.grid == r.noise_std and r.rdp_released >= r.rdp_exact
+        draws.append((r.rdp_released - centre * r.grid) / r.noise_std)
         assert r.rdp_released == r.units * r.grid and isinstance(r.units, int)
     assert r.noise_std / r.grid > 20  # the grid is fine next to the noise
     assert r.rdp_exact - 4 * r.noise_std > 0  # clipping at 0 never kicks in here

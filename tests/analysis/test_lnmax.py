@@ -372,21 +372,26 @@ def test_sanitized_eps_release():
     a = lnmax_release.sanitized_eps(votes, 0.05, 1e-5, 0.09, noise=NoiseSource(5))
     b = lnmax_release.sanitized_eps(votes, 0.05, 1e-5, 0.09, noise=NoiseSource(5))
     assert a.value == b.value
-    # Discrete Laplace is (eps/2, beta)-admissible for eps = 2 (e^beta - 1) ln(2/delta).
-    assert a.eps_release == pytest.approx(2 * math.expm1(0.09) * math.log(2 / 1e-5))
+    # Dilation (e^beta - 1) ln(2/delta) plus sliding k times as much: the published upper bound's
+    # shift a = 1/2 + ln(1/eta)/s widens the sliding step by k = 1 + a (e^beta - 1) (issue 51).
+    s = math.expm1(0.09) * math.log(2 / 1e-5)
+    k = 1 + (0.5 + math.log(1 / 1e-5) / s) * math.expm1(0.09)
+    assert a.eps_release == pytest.approx(s + k * s, rel=1e-8)
+    assert a.value >= a.data_dependent.eps
     ss = lnmax.smooth_sensitivity(votes, 0.05, range(1, 9), 0.09).sum(axis=0) / np.arange(1, 9)
     assert a.smooth_sensitivity == pytest.approx(ss.max())
     # One extra grid step of sensitivity for rounding onto the grid.
-    assert a.noise_scale == pytest.approx(2 * (a.smooth_sensitivity + a.grid) / a.eps_release, rel=1e-6)
+    assert a.noise_scale == pytest.approx((a.smooth_sensitivity + a.grid) / s, rel=1e-6)
     assert a.value == a.units * a.grid and isinstance(a.units, int)
-    # The release is the data-dependent eps plus (discrete) Laplace noise of that scale.
+    # The release is the data-dependent eps shifted up by a S~ plus (discrete) Laplace noise of that scale.
     draws = np.array([lnmax_release.sanitized_eps(votes[:20], 0.05, 1e-5, 0.09,
                                           noise=NoiseSource(s)).value for s in range(300)])
     ref = lnmax_release.sanitized_eps(votes[:20], 0.05, 1e-5, 0.09, noise=NoiseSource(0))
     assert ref.noise_scale / ref.grid > 20  # fine grid: the continuous KS test applies
     from scipy import stats
 
-    centred = (draws - ref.data_dependent.eps) / ref.noise_scale
+    ss_units = ref.smooth_sensitivity / ref.grid * (1 + 1e-9) + 1  # the centre: shifted up (issue 51)
+    centred = (draws - ref.data_dependent.eps - ref.shift * ss_units * ref.grid) / ref.noise_scale
     assert stats.kstest(centred, "laplace").pvalue > 1e-3
     assert stats.kstest(centred / 2, "laplace").pvalue < 1e-3
 
