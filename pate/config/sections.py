@@ -307,8 +307,10 @@ class PrivacyConfig:
     spend together, in any run directory (`pate ledger`); a release that would go over
     it is refused before anything is written (0 = no limit). `ledger`: the folder of the
     ledgers (empty: `$PATE_LEDGER_DIR`, else the user's state folder). `new_data_set`: a
-    training split that shares most of its records with a data set of that folder is that
-    data set (its ledger, its budget); true names this split a new data set on purpose.
+    training split that shares most of its records with a data set of that folder (counted
+    against either side) is that data set (its ledger, its budget), and one sharing any
+    record is linked to it (each one's releases count against the other's budget); true
+    names this split a new data set on purpose, linked to none.
 
     `target_eps` > 0 (GNMax, Confident-GNMax): `pate label` chooses the release order, β,
     cost and the queries (at most `[aggregation] queries`) so that the headline is at

@@ -430,7 +430,7 @@ def _remember(directory: Path, source: str, split: _Split, new: bool, declared: 
     if _records_path(directory, source).is_file():
         root = None  # a data set of its own, placed by an older pate: its records are kept again, whole
     folder = directory / _RECORDS
-    for where in (folder, folder / _MEMBERS):
+    for where in (folder, folder / _MEMBERS) if root is not None else (folder,):
         if not where.is_dir():
             where.mkdir(mode=0o700, exist_ok=True)
             os.chmod(where, 0o700)
