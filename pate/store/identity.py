@@ -181,7 +181,8 @@ def data_identity(data, directory: str | Path | None = None, *, new: bool = Fals
         named = digests if ids is None else [hashlib.sha256(d + b"id" + i).digest() for d, i in zip(digests, ids)]
         source = f"{data.name}:sha256:{_multiset_digest(named)}"
         prepare(directory)
-        _remember(directory, source, _Split(digests, inputs, ids), new, declared)
+        with _placing(directory):
+            _remember(directory, source, _Split(digests, inputs, ids), new, declared)
         _cache_identity(directory, cache_key, source)
     _IDENTITIES[(str(directory), cache_key)] = source
     if new or _records_path(directory, source).is_file():
@@ -189,8 +190,24 @@ def data_identity(data, directory: str | Path | None = None, *, new: bool = Fals
     else:
         root = _aliases(directory).get(source, {}).get("data_set", source)
     if declared:
-        _declare(directory, root, declared)
+        with _placing(directory):
+            _declare(directory, root, declared)
     return root
+
+
+@contextlib.contextmanager
+def _placing(directory: Path):
+    """The ledger folder's lock for placing a split (`_remember`, `_declare`): two commands
+    placing splits at once each see the other's records and links, and lose none."""
+    import filelock
+
+    lock = directory / ".records.lock"
+    try:
+        with filelock.FileLock(str(lock), timeout=60, thread_local=False):
+            yield
+    except filelock.Timeout:
+        raise PateError(f"the ledger folder {directory} stayed locked ({lock}) by another pate process for 60 s; "
+                        "try again when it has finished") from None
 
 
 #: The share of a new training split's records that another data set of the ledger folder
@@ -406,7 +423,7 @@ def _place(directory: Path, source: str, mine: dict, declared: str) -> tuple[str
     counts = {d: int(h.sum()) for d, h in held.items()}
     owner = _declared_owner(directory, declared)
     if owner is not None and owner != source:
-        return owner, best.get(owner, 0.0), counts
+        return owner, -1.0, counts  # -1: by its declared name
     same = [d for d in counts if best[d] >= SAME_SHARE]
     if not same:
         return None, 0.0, counts
@@ -441,7 +458,8 @@ def _remember(directory: Path, source: str, split: _Split, new: bool, declared: 
              source=np.array(source), data_set=np.array(root or source))
     if root is not None:
         doc = _aliases(directory)
-        doc[source] = {"data_set": root, "shared": share, "time": _now()}
+        doc[source] = ({"data_set": root, "declared": True, "shared": 0.0, "time": _now()} if share < 0 else
+                       {"data_set": root, "shared": share, "time": _now()})
         write_atomic(directory / _ALIASES, json.dumps(doc).encode("utf-8"), private=True)
         write_atomic(_member_path(directory, source), buf.getvalue(), private=True)
     else:
@@ -455,9 +473,11 @@ def same_data_set_notes(directory: Path, source: str) -> list[str]:
     """`pate ledger`'s words for the training splits charged to `source`'s ledger because
     they share most of its records (`data_identity`), and for the data sets that share
     some of its records (`linked`)."""
-    notes = [f"same data set: a training split that shares {a.get('shared', 0):.1%} of its records with this data "
-             f"set (or holds that share of this data set's records) is charged here (since {a.get('time', '?')}); "
-             "a split meant as another data set is named so on purpose with [privacy] new_data_set = true"
+    notes = [(f"same data set: a training split declaring this data set's [data] dataset name is charged here "
+              f"(since {a.get('time', '?')})") if a.get("declared") else
+             (f"same data set: a training split that shares {a.get('shared', 0):.1%} of its records with this data "
+              f"set (or holds that share of this data set's records) is charged here (since {a.get('time', '?')}); "
+              "a split meant as another data set is named so on purpose with [privacy] new_data_set = true")
              for a in _aliases(Path(directory)).values()
              if isinstance(a, dict) and a.get("data_set") == source]
     for other, shared in linked(directory, source):

@@ -102,6 +102,7 @@ def test_half_of_one_data_set_and_half_of_another_counts_against_both(tmp_path):
         assert [e.get("subject") for e in book.releases()].count("half") == 1
     shown = ledger_mod.render(book_a, 1e-5) + ledger_mod.render(book_b, 1e-5)
     assert "shares 240 records" in shown
+    assert "share records with this one" in ledger_mod.cumulative_line(book_a, 1e-5)  # every release's line warns
 
 
 def test_a_data_set_grown_step_by_step_stays_one_data_set(tmp_path):
@@ -177,6 +178,7 @@ def test_releases_declaring_the_same_data_set_name_are_one_data_set(tmp_path):
     other = _book(_save(tmp_path / "b.npz", *_records(1, 100)), **{"data.dataset": "clinic"})
     assert other.name == book.name
     _refused_by_budget_of(book, other)
+    assert "declaring this data set's [data] dataset name" in ledger_mod.render(book, 1e-5)
     assert _book(tmp_path / "b.npz").name == book.name  # the same file, undeclared: still that data set
     # Another name is another data set; the name is never kept in plain words.
     assert _book(_save(tmp_path / "c.npz", *_records(2, 100)), **{"data.dataset": "other"}).name != book.name
