@@ -219,6 +219,51 @@ def training_digest(cfg: DataConfig) -> str:
     return h.hexdigest()
 
 
+#: The most bytes one record's id may take (``ids`` in an .npz).
+MAX_ID_BYTES = 256
+
+
+def train_ids(cfg: DataConfig) -> list[bytes] | None:
+    """The optional id of each private training record, in the split's order, as bytes: an
+    .npz's ``ids`` array (one integer or string per record: ``7`` and ``"7"`` are the same
+    id), or None (no ``ids``, or not an .npz). What says two splits hold the same people when
+    their content cannot (re-encoded pixels, embeddings of the same people;
+    `pate.store.identity.data_identity`). Private: kept only keyed, never in a run file.
+
+    Raises:
+      PateError: ``ids`` is not one integer or string per record."""
+    import zipfile
+
+    if cfg.name != "npz":
+        return None
+    p = Path(cfg.path)
+    try:
+        with zipfile.ZipFile(p) as z:
+            if "ids.npy" not in z.namelist():
+                return None
+    except FileNotFoundError:
+        raise PateError(f"{p} not found; set data.path to an .npz with x_train, y_train, x_test, y_test") from None
+    except (OSError, zipfile.BadZipFile) as err:
+        raise PateError(f"{p} is not a readable .npz ({err})") from None
+    try:
+        with np.load(p, allow_pickle=False) as f:
+            ids = f["ids"]
+    except Exception as err:  # numpy raises several types for a damaged or object member
+        raise PateError(f"{p}: ids cannot be read ({err}); give one integer or string per training record") from None
+    count = train_count(cfg)
+    if ids.ndim != 1 or ids.shape[0] != count:
+        raise PateError(f"{p}: ids must hold one id per record of x_train ({count},), got shape {ids.shape}")
+    if np.issubdtype(ids.dtype, np.integer):
+        out = [str(int(i)).encode("ascii") for i in ids]
+    elif ids.dtype.kind in "US":
+        out = [i.encode("utf-8") if isinstance(i, str) else bytes(i) for i in ids.tolist()]
+    else:
+        raise PateError(f"{p}: ids must be integers or strings (one per record), found dtype {ids.dtype}")
+    if any(len(i) > MAX_ID_BYTES or not i for i in out):
+        raise PateError(f"{p}: every id must be a non-empty value of at most {MAX_ID_BYTES} bytes")
+    return out
+
+
 def _resolve(d: Path, stem: str) -> Path:
     gz = d / f"{stem}.gz"
     return gz if gz.exists() else d / stem

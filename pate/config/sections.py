@@ -73,7 +73,10 @@ class DataConfig:
     points of its test split are the student's public pool; the rest only evaluates.
     `path` is a directory (IDX, SVHN) or a file (npz); empty means the default location
     (or `$PATE_DATA_DIR`). The `synthetic_*` keys shape the synthetic data set used by
-    tests: class prototypes in [0, 1] plus Gaussian noise.
+    tests: class prototypes in [0, 1] plus Gaussian noise. `dataset`: the name of the data set
+    these records belong to, declared (empty: known by its records alone): every split
+    declaring one name is one data set in the ledger (`pate.store.identity.data_identity`),
+    for the same people content cannot recognise (re-encoded, or as embeddings).
     """
 
     name: Literal["fashion_mnist", "mnist", "svhn", "npz", "synthetic"] = "fashion_mnist"
@@ -85,9 +88,13 @@ class DataConfig:
     synthetic_classes: int = 10
     synthetic_noise: float = 0.3
     synthetic_seed: int = 0
+    dataset: str = ""
 
     def validate(self) -> None:
         s = "data"
+        _require(self.dataset == self.dataset.strip() and self.dataset.isprintable() and len(self.dataset) <= 200,
+                 s, "dataset", f"must be one line of printable text of at most 200 characters with no space at "
+                 f"either end, got {self.dataset[:40]!r}")
         _require(self.public_size >= 0, s, "public_size", f"must be >= 0, got {self.public_size}")
         _require(self.name != "npz" or bool(self.path), s, "path",
                  "must name the .npz file when data.name = \"npz\"")
@@ -300,8 +307,10 @@ class PrivacyConfig:
     spend together, in any run directory (`pate ledger`); a release that would go over
     it is refused before anything is written (0 = no limit). `ledger`: the folder of the
     ledgers (empty: `$PATE_LEDGER_DIR`, else the user's state folder). `new_data_set`: a
-    training split that shares most of its records with a data set of that folder is that
-    data set (its ledger, its budget); true names this split a new data set on purpose.
+    training split that shares most of its records with a data set of that folder (counted
+    against either side) is that data set (its ledger, its budget), and one sharing any
+    record is linked to it (each one's releases count against the other's budget); true
+    names this split a new data set on purpose, linked to none.
 
     `target_eps` > 0 (GNMax, Confident-GNMax): `pate label` chooses the release order, β,
     cost and the queries (at most `[aggregation] queries`) so that the headline is at

@@ -310,7 +310,8 @@ class _Manifest:
 
 
 #: Bumped when a version of pate adds config keys (their defaults change every hash).
-HASH_VERSION = 4  # 3: [rounds] round1_target_eps, student_init, student_steps; 4: [rounds] check
+HASH_VERSION = 5  # 3: [rounds] round1_target_eps, student_init, student_steps; 4: [rounds] check;
+#                  5: [data] dataset
 
 
 def _older_version_same_toml(entry: dict, stored: Config | None, step: Step, want: str) -> bool:

@@ -133,24 +133,39 @@ def visible_directories(workdir=None, config=None) -> list[Path]:
 def data_identity(data, directory: str | Path | None = None, *, new: bool = False) -> str:
     """The *source* of the private data behind a `[data]` section: the data set's name and a
     sha256 of the multiset of its training records, as ``"<name>:sha256:<digest>"``: the
-    sorted per-record sha256s (`record_digests`) hashed together, so a copy under another
-    path, gzipped or not, or with its records in another order, has the same source. The
-    public pool and the evaluation split do not enter: they are not private. A plain
-    fingerprint of the private data: it goes into private files only (votes.npz,
-    teachers.json, the ledger folder's cache); `Ledger` names its ledger by a keyed digest
-    of it (`ledger_name`), which may be published.
+    sorted per-record sha256s (`record_digests`; with the npz's ``ids``, each record's id
+    too) hashed together, so a copy under another path, gzipped or not, or with its records
+    in another order, has the same source. The public pool and the evaluation split do not
+    enter: they are not private. A plain fingerprint of the private data: it goes into
+    private files only (votes.npz, teachers.json, the ledger folder's cache); `Ledger` names
+    its ledger by a keyed digest of it (`ledger_name`), which may be published.
 
-    A split that shares most of its records (`SAME_SHARE`) with a data set the ledger
-    folder already knows is that data set — the same people, one record added, changed or
-    removed — and its source is returned (`_same_data_set`), unless ``new`` (``[privacy]
-    new_data_set``: the user names it a new data set on purpose). The folder keeps only
-    keyed 8-byte digests of each data set's records for this (owner-only, ``.records/``).
+    A data set is its people, not its file (`_place`): a split that shares most of its
+    records with a data set the ledger folder knows, or most of that data set's records
+    (`SAME_SHARE`, counted against each side), is that data set — the same people, records
+    added, changed or removed, a data set grown step by step — and that data set's source
+    is returned. A record is known by its input alone (classes renamed are the same
+    people), or by its id (``ids`` in the npz: the same people re-encoded or as
+    embeddings); a split declaring ``[data] dataset`` is the data set of that name. Every
+    other data set of the folder holding one of its records is *linked* to it (`linked`):
+    each one's releases count against the other's budget. ``new`` (``[privacy]
+    new_data_set``): the user names the split a new data set on purpose. The folder keeps
+    only keyed 8-byte digests of each split's records and ids (owner-only, ``.records/``)
+    and keyed declared names.
 
     The source is cached by the training files' stat (path, size, inode, times) in the
-    ledger directory (owner-only), so a command reads the data once per change."""
+    ledger directory (owner-only), so a command reads the data once per change.
+
+    Raises:
+      PateError: ``[data] dataset`` with ``[privacy] new_data_set`` (they contradict), or
+        the npz's ``ids`` are not one integer or string per record."""
     directory = Path(directory) if directory is not None else default_directory()
     from pate import data as data_mod
 
+    declared = getattr(data, "dataset", "") or ""
+    if declared and new:
+        raise PateError(f"[data] dataset = {declared!r} names the data set these records belong to, and [privacy] "
+                        "new_data_set = true names them a new data set: give one or the other")
     files = data_mod.training_files(data)
     stats = [[str(Path(f).expanduser().resolve()), *_stat(f)] for f in files]
     cache_key = hashlib.sha256(json.dumps(["v2", data.name, stats, legacy_identity(data) if not files else ""])
@@ -158,22 +173,60 @@ def data_identity(data, directory: str | Path | None = None, *, new: bool = Fals
     source = _IDENTITIES.get((str(directory), cache_key)) or _cached_identity(directory, cache_key)
     if (source is None or _SOURCE.fullmatch(source) is None or not source.startswith(f"{data.name}:sha256:")
             or not _known(directory, source, new)):
-        digests = [d for x, y in data_mod.train_chunks(data) for d in record_digests(x, y)]
-        source = f"{data.name}:sha256:{_multiset_digest(digests)}"
+        ids = data_mod.train_ids(data)
+        digests, inputs = [], []
+        for x, y in data_mod.train_chunks(data):
+            digests += record_digests(x, y)
+            inputs += input_digests(x)
+        named = digests if ids is None else [hashlib.sha256(d + b"id" + i).digest() for d, i in zip(digests, ids)]
+        source = f"{data.name}:sha256:{_multiset_digest(named)}"
         prepare(directory)
-        _remember(directory, source, digests, new)
+        with _placing(directory):
+            _remember(directory, source, _Split(digests, inputs, ids), new, declared)
         _cache_identity(directory, cache_key, source)
     _IDENTITIES[(str(directory), cache_key)] = source
     if new or _records_path(directory, source).is_file():
-        return source
-    return _aliases(directory).get(source, {}).get("data_set", source)
+        root = source
+    else:
+        root = _aliases(directory).get(source, {}).get("data_set", source)
+    if declared:
+        with _placing(directory):
+            _declare(directory, root, declared)
+    return root
+
+
+@contextlib.contextmanager
+def _placing(directory: Path):
+    """The ledger folder's lock for placing a split (`_remember`, `_declare`): two commands
+    placing splits at once each see the other's records and links, and lose none."""
+    import filelock
+
+    lock = directory / ".records.lock"
+    try:
+        with filelock.FileLock(str(lock), timeout=60, thread_local=False):
+            yield
+    except filelock.Timeout:
+        raise PateError(f"the ledger folder {directory} stayed locked ({lock}) by another pate process for 60 s; "
+                        "try again when it has finished") from None
 
 
 #: The share of a new training split's records that another data set of the ledger folder
-#: must hold for the split to be that data set (`data_identity`): most of them.
+#: must hold, or the share of that data set's records the split must hold, for the split
+#: to be that data set (`data_identity`): most of them, counted against either side.
 SAME_SHARE = 0.5
 _RECORDS = ".records"
+_MEMBERS = "members"
 _ALIASES = ".aliases.json"
+_LINKS = ".links.json"
+
+
+class _Split(NamedTuple):
+    """A training split's per-record digests, in its order: input and label
+    (`record_digests`), input alone (`input_digests`), and ids (sha256, or None)."""
+
+    records: list
+    inputs: list
+    ids: list | None
 
 
 def record_digests(x_train: np.ndarray, y_train: np.ndarray) -> list[bytes]:
@@ -186,6 +239,14 @@ def record_digests(x_train: np.ndarray, y_train: np.ndarray) -> list[bytes]:
     return [hashlib.sha256(head + x[i].tobytes() + y[i].tobytes()).digest() for i in range(x.shape[0])]
 
 
+def input_digests(x_train: np.ndarray) -> list[bytes]:
+    """sha256 of each training record's input alone (as loaded, float32), in order: what says
+    two splits hold the same people whatever their labels (classes renamed, labels fixed)."""
+    x = np.ascontiguousarray(x_train, dtype=np.float32)
+    head = b"pate-input-v1" + repr(x.shape[1:]).encode("ascii")
+    return [hashlib.sha256(head + x[i].tobytes()).digest() for i in range(x.shape[0])]
+
+
 def _multiset_digest(digests: list[bytes]) -> str:
     h = hashlib.sha256(b"pate-training-split-v2")
     h.update(len(digests).to_bytes(8, "little"))
@@ -194,16 +255,23 @@ def _multiset_digest(digests: list[bytes]) -> str:
     return h.hexdigest()
 
 
-def _keyed_records(directory: Path, digests: list[bytes]) -> np.ndarray:
+def _keyed_records(directory: Path, digests: list[bytes], sort: bool = True) -> np.ndarray:
     """The records' 8-byte digests under a key derived from the folder's secret key (blake2b
     keyed): they say whether two splits share a record, and reveal no record without the key."""
     key = bytes.fromhex(keyed(directory, b"record-digests"))
-    return np.sort(np.array([int.from_bytes(hashlib.blake2b(d, key=key, digest_size=8).digest(), "little")
-                             for d in digests], dtype=np.uint64))
+    out = np.array([int.from_bytes(hashlib.blake2b(d, key=key, digest_size=8).digest(), "little")
+                    for d in digests], dtype=np.uint64)
+    return np.sort(out) if sort else out
 
 
 def _records_path(directory: Path, source: str) -> Path:
     return directory / _RECORDS / f"{keyed(directory, b'records-file', source.encode('utf-8'))[:32]}.npz"
+
+
+def _member_path(directory: Path, source: str) -> Path:
+    """Where an alias keeps its records (apart from the data sets' own: an older pate reads
+    ``.records/*.npz`` as data sets)."""
+    return directory / _RECORDS / _MEMBERS / f"{keyed(directory, b'member-file', source.encode('utf-8'))[:32]}.npz"
 
 
 def _aliases(directory: Path) -> dict:
@@ -214,58 +282,209 @@ def _aliases(directory: Path) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-def _known(directory: Path, source: str, new: bool) -> bool:
-    """Whether the folder has already placed `source`: its own records, or (unless `new`) an alias."""
-    return _records_path(directory, source).is_file() or (not new and source in _aliases(directory))
+def _links(directory: Path) -> dict:
+    """``.links.json``: ``links`` (pairs of data sets sharing records, with how many) and
+    ``declared`` (a declared name's keyed digest -> its data set)."""
+    try:
+        doc = json.loads((Path(directory) / _LINKS).read_text())
+    except (OSError, ValueError):
+        doc = {}
+    doc = doc if isinstance(doc, dict) else {}
+    links = [x for x in doc.get("links", []) if isinstance(x, dict) and isinstance(x.get("data_sets"), list)]
+    declared = doc.get("declared") if isinstance(doc.get("declared"), dict) else {}
+    return {"links": links, "declared": declared}
 
 
-def _remember(directory: Path, source: str, digests: list[bytes], new: bool) -> None:
-    """Places a source the folder has not seen: the alias of a known data set holding at
-    least `SAME_SHARE` of its records (the largest share wins), else (or when `new`) a data
-    set of its own, whose keyed record digests are kept (owner-only)."""
+def _write_links(directory: Path, doc: dict) -> None:
     from analysis.core.files import write_atomic
 
-    mine = _keyed_records(directory, digests)
-    folder = directory / _RECORDS
-    if not new and mine.size and folder.is_dir():
-        best = None
-        for path in sorted(folder.glob("*.npz")):
-            try:
-                with np.load(path, allow_pickle=False) as f:
-                    theirs, other = f["records"], str(f["source"])
-            except (OSError, ValueError, KeyError, zipfile.BadZipFile):
-                continue  # damaged: that data set is still found by its exact source
-            if other == source:
-                continue
-            share = float(np.isin(mine, theirs, assume_unique=False).mean())
-            if share >= SAME_SHARE and (best is None or share > best[0]):
-                best = (share, other)
-        if best is not None:
-            import datetime
+    write_atomic(directory / _LINKS, json.dumps(doc).encode("utf-8"), private=True)
 
-            doc = _aliases(directory)
-            doc[source] = {"data_set": best[1], "shared": best[0],
-                           "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-            write_atomic(directory / _ALIASES, json.dumps(doc).encode("utf-8"), private=True)
-            return
-    if not folder.is_dir():
-        folder.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(folder, 0o700)
+
+def linked(directory: str | Path, source: str) -> list[tuple[str, int]]:
+    """The other data sets of the ledger folder that share records (or a declared name) with
+    data set ``source``, each with how many records it shares (0: a declared name): a release
+    of either counts against the other's budget (`pate.store.ledger.Ledger`)."""
+    out: dict[str, int] = {}
+    for link in _links(Path(directory))["links"]:
+        pair = [s for s in link["data_sets"] if isinstance(s, str)]
+        if len(pair) == 2 and source in pair and pair[0] != pair[1]:
+            other = pair[1] if pair[0] == source else pair[0]
+            out[other] = max(out.get(other, 0), int(link.get("shared", 0) or 0))
+    return sorted(out.items())
+
+
+def _link(directory: Path, pairs: list[tuple[str, str, int]]) -> None:
+    """Records that each pair of data sets shares ``shared`` records (both ways)."""
+    doc = _links(directory)
+    changed = False
+    for a, b, shared in pairs:
+        if a == b:
+            continue
+        for link in doc["links"]:
+            if sorted(link["data_sets"]) == sorted([a, b]):
+                if shared > int(link.get("shared", 0) or 0):
+                    link["shared"], changed = shared, True
+                break
+        else:
+            doc["links"].append({"data_sets": sorted([a, b]), "shared": shared, "time": _now()})
+            changed = True
+    if changed:
+        _write_links(directory, doc)
+
+
+def _declare(directory: Path, root: str, name: str) -> None:
+    """A declared data-set name (``[data] dataset``, kept keyed): the first data set to declare
+    it owns it; another data set declaring it later is linked to that one."""
+    key = keyed(directory, b"declared-data-set", name.encode("utf-8"))[:32]
+    doc = _links(directory)
+    owner = doc["declared"].get(key)
+    if owner is None:
+        doc["declared"][key] = root
+        _write_links(directory, doc)
+    elif owner != root:
+        _link(directory, [(owner, root, 0)])
+
+
+def _declared_owner(directory: Path, name: str) -> str | None:
+    if not name:
+        return None
+    owner = _links(directory)["declared"].get(keyed(directory, b"declared-data-set", name.encode("utf-8"))[:32])
+    return owner if isinstance(owner, str) else None
+
+
+def _now() -> str:
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _known(directory: Path, source: str, new: bool) -> bool:
+    """Whether the folder has already placed `source`: its own records (kept as this pate
+    keeps them: an older pate's lack the inputs' digests, read again once), or (unless
+    `new`) an alias."""
+    own = _records_path(directory, source)
+    if own.is_file():
+        try:
+            with zipfile.ZipFile(own) as z:
+                return "inputs.npy" in z.namelist()
+        except (OSError, zipfile.BadZipFile):
+            return True  # damaged: still found by its exact source
+    return not new and source in _aliases(directory)
+
+
+class _Member(NamedTuple):
+    source: str
+    data_set: str
+    records: np.ndarray
+    inputs: np.ndarray | None
+    ids: np.ndarray
+
+
+def _members(directory: Path) -> list[_Member]:
+    """Every split the folder keeps records of: the data sets' own and their aliases'."""
+    found = []
+    folder = directory / _RECORDS
+    paths = sorted(folder.glob("*.npz")) + sorted((folder / _MEMBERS).glob("*.npz")) if folder.is_dir() else []
+    for path in paths:
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                source = str(f["source"])
+                data_set = str(f["data_set"]) if "data_set" in f.files else source
+                found.append(_Member(source, data_set, f["records"],
+                                     f["inputs"] if "inputs" in f.files else None,
+                                     f["ids"] if "ids" in f.files else np.zeros(0, np.uint64)))
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            continue  # damaged: that data set is still found by its exact source
+    return found
+
+
+def _place(directory: Path, source: str, mine: dict, declared: str) -> tuple[str | None, float, dict[str, int]]:
+    """Which data set a new split is (None: its own), the share that says so, and how many of
+    its records every known data set holds (`data_identity`)."""
+    held: dict[str, np.ndarray] = {}
+    best: dict[str, float] = {}
+    size = max(mine["records"].size, 1)
+    for m in _members(directory):
+        if m.source == source:
+            continue
+        if m.inputs is not None:
+            hit = np.isin(mine["inputs"], m.inputs)
+        else:  # kept by an older pate: input and label
+            hit = np.isin(mine["records"], m.records)
+        if mine["ids"].size and m.ids.size:
+            hit |= np.isin(mine["ids"], m.ids)
+        shared = int(hit.sum())
+        if not shared:
+            continue
+        held[m.data_set] = hit if m.data_set not in held else held[m.data_set] | hit
+        share = max(shared / size, shared / max(m.records.size, 1))
+        best[m.data_set] = max(best.get(m.data_set, 0.0), share)
+    counts = {d: int(h.sum()) for d, h in held.items()}
+    owner = _declared_owner(directory, declared)
+    if owner is not None and owner != source:
+        return owner, -1.0, counts  # -1: by its declared name
+    same = [d for d in counts if best[d] >= SAME_SHARE]
+    if not same:
+        return None, 0.0, counts
+    root = max(same, key=lambda d: (counts[d], best[d], d))
+    return root, best[root], counts
+
+
+def _remember(directory: Path, source: str, split: _Split, new: bool, declared: str = "") -> None:
+    """Places a source the folder has not seen (`_place`): the alias of the data set it is,
+    whose records it keeps (so growth step by step stays one data set), else (or when
+    `new`) a data set of its own; every other data set holding one of its records is linked
+    to the one it is. Only keyed digests are kept (owner-only)."""
+    from analysis.core.files import write_atomic
+
+    mine = {"records": _keyed_records(directory, split.records, sort=False),
+            "inputs": _keyed_records(directory, split.inputs, sort=False),
+            "ids": (_keyed_records(directory, [b"pate-id-v1" + i for i in split.ids], sort=False)
+                    if split.ids is not None else np.zeros(0, np.uint64))}
+    root, share, counts = (None, 0.0, {}) if new or not mine["records"].size else _place(directory, source, mine,
+                                                                                             declared)
+    if _records_path(directory, source).is_file():
+        root = None  # a data set of its own, placed by an older pate: its records are kept again, whole
+    folder = directory / _RECORDS
+    for where in (folder, folder / _MEMBERS) if root is not None else (folder,):
+        if not where.is_dir():
+            where.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(where, 0o700)
     import io
 
     buf = io.BytesIO()
-    np.savez(buf, records=mine, source=np.array(source))
-    write_atomic(_records_path(directory, source), buf.getvalue(), private=True)
+    np.savez(buf, records=np.sort(mine["records"]), inputs=np.sort(mine["inputs"]), ids=np.sort(mine["ids"]),
+             source=np.array(source), data_set=np.array(root or source))
+    if root is not None:
+        doc = _aliases(directory)
+        doc[source] = ({"data_set": root, "declared": True, "shared": 0.0, "time": _now()} if share < 0 else
+                       {"data_set": root, "shared": share, "time": _now()})
+        write_atomic(directory / _ALIASES, json.dumps(doc).encode("utf-8"), private=True)
+        write_atomic(_member_path(directory, source), buf.getvalue(), private=True)
+    else:
+        write_atomic(_records_path(directory, source), buf.getvalue(), private=True)
+    here = root or source
+    if not new:
+        _link(directory, [(here, other, n) for other, n in counts.items() if other != here])
 
 
 def same_data_set_notes(directory: Path, source: str) -> list[str]:
     """`pate ledger`'s words for the training splits charged to `source`'s ledger because
-    they share most of its records (`data_identity`)."""
-    return [f"same data set: a training split that shares {a.get('shared', 0):.1%} of its records with this data "
-            f"set is charged here (since {a.get('time', '?')}); a split meant as another data set is named so on "
-            "purpose with [privacy] new_data_set = true"
-            for a in _aliases(Path(directory)).values()
-            if isinstance(a, dict) and a.get("data_set") == source]
+    they share most of its records (`data_identity`), and for the data sets that share
+    some of its records (`linked`)."""
+    notes = [(f"same data set: a training split declaring this data set's [data] dataset name is charged here "
+              f"(since {a.get('time', '?')})") if a.get("declared") else
+             (f"same data set: a training split that shares {a.get('shared', 0):.1%} of its records with this data "
+              f"set (or holds that share of this data set's records) is charged here (since {a.get('time', '?')}); "
+              "a split meant as another data set is named so on purpose with [privacy] new_data_set = true")
+             for a in _aliases(Path(directory)).values()
+             if isinstance(a, dict) and a.get("data_set") == source]
+    for other, shared in linked(directory, source):
+        how = f"shares {shared} records" if shared else "declares the same [data] dataset name"
+        notes.append(f"warning: the data set {ledger_name(other, directory)} {how} with this one: the releases of "
+                     "each count against the other's budget (+ below: its releases, counted here)")
+    return notes
 
 
 def previous_identity(data, directory: Path) -> str:

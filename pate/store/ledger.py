@@ -42,7 +42,7 @@ from typing import Any, Iterable
 from analysis.mechanisms import composition
 from analysis.core.errors import PateError
 from pate.store.identity import (LEDGER_ENV, data_identity, default_directory, directory_for, keyed, keyed_split,
-                                  ledger_name, legacy_identity, prepare, previous_identity, run_source,
+                                  ledger_name, legacy_identity, linked, prepare, previous_identity, run_source,
                                   same_data_set_notes, votes_source)
 
 _FORMAT = 1
@@ -236,9 +236,26 @@ class Ledger:
                 out += [{**e, "ledger": name} for e in old._parse(old._read_raw())[1]]
         return out
 
+    def linked(self) -> list["Ledger"]:
+        """The ledgers of the other data sets of this folder that share records with this one
+        (or its declared name; `pate.store.identity.linked`): the same people, so each one's
+        releases count in the other's total and against the other's budget."""
+        return [Ledger(other, self.directory) for other, _ in linked(self.directory, self.source)]
+
+    def _linked_entries(self) -> list[dict]:
+        """The entries of the linked data sets' own ledgers, marked ``linked`` with their name:
+        read with this ledger's, never written here (a release is recorded once, in the
+        ledger of the data set it was made from)."""
+        out = []
+        for other in self.linked():
+            if other.path.exists() and other.path != self.path:
+                out += [{**e, "linked": other.name} for e in other._parse(other._read_raw())[1]]
+        return out
+
     def entries(self) -> list[dict]:
-        """The recorded entries, an older pate's ledgers of the same data first ([] for a new ledger)."""
-        return self._legacy_entries() + self._parse(self._read_raw())[1]
+        """The recorded entries, an older pate's ledgers of the same data first, then those of
+        the data sets sharing records with this one (`linked`) ([] for a new ledger)."""
+        return self._legacy_entries() + self._linked_entries() + self._parse(self._read_raw())[1]
 
     def releases(self, entries: list[dict] | None = None) -> list[dict]:
         """The entries that are releases (each with a cost)."""
@@ -296,7 +313,18 @@ class Ledger:
             limits, record = _limits(self.budget(entries), budget, delta)
             if record is not None:
                 self._append(raw, header, entries, [record])
+            self._refuse_over_linked_budgets(costs, delta, what)
         _refuse_over_budget(self.name, self.costs(entries=entries), costs, limits, what)
+
+    def _refuse_over_linked_budgets(self, costs: list, delta: float, what: str) -> None:
+        """Refuses `what` when its costs would take a data set sharing records with this one
+        (`linked`) over the budget recorded in that data set's ledger: the release uses its
+        people too."""
+        for other in self.linked():
+            theirs = other.entries()
+            limits, _ = _limits(other.budget(theirs), None, delta)
+            _refuse_over_budget(other.name, other.costs(entries=theirs), costs, limits,
+                                f"{what}, made from records that data set {other.name!r} shares,")
 
     def set_budget(self, eps: float, delta: float) -> dict:
         """`pate ledger --set-budget`: records ``eps`` at ``delta`` as the data set's budget,
@@ -429,6 +457,7 @@ class Ledger:
                 self.refuse_repeat(kind, subject, entries)
             limits, record = _limits(self.budget(entries), budget, delta)
             _refuse_over_budget(self.name, self.costs(entries=entries), [cost], limits, f"this {kind} release")
+            self._refuse_over_linked_budgets([cost], delta, f"this {kind} release")
             entry = {"kind": kind, "run": None if run is None else str(Path(run).resolve()),
                      "mechanism": mechanism, "cost": cost.to_json(), "subject": subject,
                      "data_digest": data_digest, "note": note,
@@ -446,10 +475,14 @@ class Ledger:
         def held():
             self._prepare_directory()
             try:
-                with self._lock():
+                with contextlib.ExitStack() as locks:
+                    # This ledger's lock and those of the data sets sharing its records (their
+                    # budgets are checked too), always taken in one order: never a deadlock.
+                    for book in sorted({b.path: b for b in [self, *self.linked()]}.values(), key=lambda b: str(b.path)):
+                        locks.enter_context(book._lock())
                     raw = self._read_raw()
                     header, own = self._parse(raw)
-                    yield raw, header, self._legacy_entries() + own
+                    yield raw, header, self._legacy_entries() + self._linked_entries() + own
             except filelock.Timeout:
                 raise PateError(f"the ledger {self.path} stayed locked by another pate process for 60 s; "
                                 "try again when it has finished") from None
@@ -460,7 +493,7 @@ class Ledger:
         """Writes `new` entries after the file's `raw` bytes (under the lock); returns them numbered."""
         # After this ledger's highest number, not its count: a withdrawn entry leaves a gap,
         # never a number given twice.
-        own = [e for e in entries if "ledger" not in e]
+        own = [e for e in entries if "ledger" not in e and "linked" not in e]
         seq = max([len(own)] + [e["seq"] for e in own if type(e.get("seq")) is int])
         written = []
         for doc in new:
@@ -695,10 +728,15 @@ def publish_line(data_set: dict, file: str, own: str) -> str:
 
 
 def cumulative_line(book: Ledger, delta: float) -> str:
-    """The line every release prints: what its data set has spent in all."""
+    """The line every release prints: what its data set has spent in all, with a warning when
+    other data sets share its records (their releases count here, its releases there)."""
     total = book.total(delta)
+    others = book.linked()
+    warn = (f"; warning: {len(others)} other data set(s) of the ledger folder share records with this one "
+            f"({', '.join(o.name for o in others)}): each one's releases count against the other's budget"
+            if others else "")
     return (f"ledger of {book.name}: {total.count} release(s), cumulative data-independent eps "
-            f"{total.eps:.4g} at delta {total.delta:.3g} (`pate ledger` lists them)")
+            f"{total.eps:.4g} at delta {total.delta:.3g} (`pate ledger` lists them){warn}")
 
 
 def describe(ledger: Ledger, delta: float, *, finite: bool = False) -> dict[str, Any]:
@@ -723,7 +761,7 @@ def _describe(ledger: Ledger, delta: float) -> dict[str, Any]:
     rows, data_digests = [], set()
     for e in entries:
         row = {"seq": e.get("seq"), "time": e.get("time"), "kind": e.get("kind"), "run": e.get("run"),
-               "older_name": e.get("ledger")}
+               "older_name": e.get("ledger"), "linked": e.get("linked")}
         if e.get("kind") in RELEASE_KINDS:
             cost = composition.Cost.from_json(e["cost"])
             row.update(own_eps=composition.single_eps(cost, delta),
@@ -734,7 +772,7 @@ def _describe(ledger: Ledger, delta: float) -> dict[str, Any]:
         else:
             row.update(own_eps=None, what=f"parameters chosen on the private votes ({e.get('note', '')})")
         rows.append(row)
-        if e.get("data_digest"):
+        if e.get("data_digest") and not e.get("linked"):
             data_digests.add(e["data_digest"])
     doc: dict[str, Any] = {"ledger": ledger.name, "file": str(ledger.path), "relation": composition.RELATION,
                            "delta": float(delta), "entries": rows, "cumulative": None, "budget": None,
@@ -765,10 +803,11 @@ def render(ledger: Ledger, delta: float) -> str:
         return "\n".join(lines)
     lines.append(f"{'#':>3}  {'when':<25} {'kind':<15} {'own eps':>8}  what / run")
     for e in doc["entries"]:
-        seq = f"{e['seq'] if e['seq'] is not None else '?'}" + ("*" if e["older_name"] else "")
+        seq = f"{e['seq'] if e['seq'] is not None else '?'}" + ("*" if e["older_name"] else "+" if e["linked"] else "")
         own = " " * 8 if e["own_eps"] is None else f"{e['own_eps']:>8.4g}"
         lines.append(f"{seq:>3}  {e['time'] or '':<25} {e['kind'] or '':<15} "
-                     f"{own}  {e['what']}" + (f"  [{e['run']}]" if e["run"] else ""))
+                     f"{own}  {e['what']}" + (f"  [{e['run']}]" if e["run"] else "")
+                     + (f"  (of data set {e['linked']})" if e["linked"] else ""))
     total = doc["cumulative"]
     lines.append(f"cumulative eps {total['eps']:.4g} at delta {total['delta']:.3g} "
                  f"({total['route']}; rdp {total['rdp']:.4g}, pld {total['pld']:.4g}) "
@@ -778,6 +817,8 @@ def render(ledger: Ledger, delta: float) -> str:
                      f"(`pate ledger --set-budget EPS` raises it on purpose)")
     if doc["older_names"]:
         lines.append("*: recorded under the name an older pate gave this data set (" + ", ".join(doc["older_names"]) + ")")
+    if any(e["linked"] for e in doc["entries"]):
+        lines.append("+: a release of another data set that shares records with this one, counted here too")
     lines += doc["notes"]
     if doc["parameters_chosen_on_private_data"]:
         lines.append("warning: release parameters were chosen on the private votes (pate plan --votes "
