@@ -58,7 +58,8 @@ def _draw(votes, record, config, settings, target, seed):
                                          aggregation.noise_source(None))
     rep = report.gnmax_report(votes, record.sigma, p.delta, threshold=record.threshold,
                               sigma_threshold=record.sigma_threshold, answered=labels >= 0,
-                              num_teachers=int(votes[0].sum()), conversion=p.conversion, **settings)
+                              num_teachers=int(votes[0].sum()), conversion=p.conversion,
+                              publishable=True, **settings)  # simulated public votes: the product's headline
     order, beta = rep.value("release_order"), rep.value("beta")
     release = headline_target.release_parameters(order, beta, settings["release_cost"])
     F, f = total_profile(votes, record.sigma, order, int(votes[0].sum()), threshold=record.threshold,

@@ -78,6 +78,13 @@ class PrivacyReport:
 #: probability eta, added to the headline's delta when this route is taken).
 SANITISED_ROUTE = "sanitised data-dependent"
 
+#: What a report says of a sanitised value drawn with ``publishable=False``: nothing charged it, so it
+#: could be drawn again and again until a low value came up; it stays private and the headline
+#: is the data-independent route.
+UNCHARGED_DRAW = ("the sanitised value was drawn outside a ledger (publishable=False): it is private and the "
+                  "headline takes the data-independent route; publish a sanitised eps only through `pate analyze` "
+                  "(or pate.analyze), which charges each draw once to the data set's ledger")
+
 #: The row of a report's own figure. "The headline" is one figure only, the data set's (what its
 #: ledger composes over every release: `pate analyze`'s PUBLISH line, release.json's ``eps``); a
 #: report's ``eps`` is this release's alone and is named so everywhere (issue 44).
@@ -103,7 +110,7 @@ def _moments_items(n: int, gamma_label: str, gamma: float, delta: float, indepen
 
 def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENTS,
                  beta: float = lnmax_release.DEFAULT_BETA, noise=None,
-                 grid: float = lnmax_release.RELEASE_GRID) -> PrivacyReport:
+                 grid: float = lnmax_release.RELEASE_GRID, *, publishable: bool = False) -> PrivacyReport:
     """The PATE 2017 report for LNMax answers to every row of ``votes``.
 
     The headline ``eps`` is the total guarantee of everything released — the labels and
@@ -122,6 +129,10 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
       beta: smoothness of the smooth-sensitivity release.
       noise: an ``analysis.core.noise.NoiseSource`` for the release; fresh OS entropy when None.
       grid: public grid step of the published sanitised ε.
+      publishable: True only when the caller charges this draw, once, to the data set's ledger
+        (`pate analyze` does). Otherwise the sanitised value is marked private and the headline
+        takes the data-independent route: a draw outside a ledger could be redrawn until a low
+        one came up (`UNCHARGED_DRAW`).
     """
     from analysis.core.noise import sampling_delta
 
@@ -137,8 +148,8 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
     di_curve, dd_curve = lnmax.cumulative_eps(votes, gamma, delta, moments)
     routes = {"data-independent": independent.eps + released.eps_release,
               SANITISED_ROUTE: released.value + released.eps_release}
-    route = min(routes, key=routes.get)
-    warnings, private_warnings = [], []
+    route = min(routes, key=routes.get) if publishable else "data-independent"
+    warnings, private_warnings = [], [] if publishable else [UNCHARGED_DRAW]
     extra_delta = sampling_delta(n, votes.shape[1], routes[route])
     eta = released.eta if route == SANITISED_ROUTE else 0.0
     delta_total = headline_delta(delta + released.delta_release + eta, extra_delta, warnings)
@@ -152,9 +163,9 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
         Item("smooth_sensitivity", "smooth sensitivity of eps", released.smooth_sensitivity, False,
              f"beta = {beta:g}"),
         Item("noise_scale", "discrete Laplace scale of the release", released.noise_scale, False),
-        Item("eps_sanitized", "sanitised data-dependent eps", released.value, True,
+        Item("eps_sanitized", "sanitised data-dependent eps", released.value, publishable,
              f"an upper bound except with probability eta {released.eta:.3g}; on the grid {grid:g} "
-             "(NRS07 with exact discrete Laplace)"),
+             "(NRS07 with exact discrete Laplace)" + ("" if publishable else "; drawn outside a ledger")),
         Item("eta", "eta: P[sanitised eps below the data-dependent eps]", released.eta, True,
              "added to delta when the sanitised route is the headline"),
         Item("eps_release_cost", "eps spent by the release", released.eps_release, True,
@@ -200,7 +211,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
                  orders=None, conversion: str = "classic", release_order: float | None = None,
                  beta: float | None = None, release_cost: float = 0.2,
                  max_answers: int | None = None, noise=None, grid: float | None = None,
-                 sanitize: bool = True, offsets=None) -> PrivacyReport:
+                 sanitize: bool = True, offsets=None, publishable: bool = False) -> PrivacyReport:
     """The PATE 2018 report for GNMax or Confident-GNMax over the queried rows of ``votes``.
 
     GNMax: ``votes`` are the answered queries. Confident-GNMax (``threshold`` and
@@ -222,7 +233,8 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     release's cost composed in (`analysis.sanitised.gnss.gnss_headline_independent`), at
     ``delta_total = delta + delta_sampling`` (`headline_delta`), plus η on the sanitised route: the
     sanitised RDP is an upper confidence bound that fails with probability η (default δ,
-    `analysis.sanitised.gnss.upper_bound`).
+    `analysis.sanitised.gnss.upper_bound`). ``publishable``: as in `lnmax_report` (only a caller
+    that charges the draw once to the data set's ledger may publish it).
     """
     from analysis.bounds import gnmax
     from analysis.sanitised import gnss
@@ -255,8 +267,8 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
                                   num_teachers=num_teachers, noise=noise, grid=grid, **kwargs)
     di_route, di_route_order = gnss.gnss_headline_independent(independent, beta, sigma_ss, delta, conversion)
     routes = {"data-independent": di_route, SANITISED_ROUTE: released.eps}
-    route = min(routes, key=routes.get)
-    warnings, private_warnings = [], []
+    route = min(routes, key=routes.get) if publishable else "data-independent"
+    warnings, private_warnings = [], [] if publishable else [UNCHARGED_DRAW]
     extra_delta = sampling_delta(n, votes.shape[1] + (1 if confident else 0), routes[route])
     eta = released.eta if route == SANITISED_ROUTE else 0.0
     delta_total = headline_delta(delta + eta, extra_delta, warnings)
@@ -270,7 +282,7 @@ def gnmax_report(votes, sigma: float, delta: float, *, threshold: float | None =
     if offsets is not None:
         items.append(Item("check", "threshold statistic", "max_j (n_j - o_j), o = floor(T p) of the student",
                           True, "Interactive-GNMax (2018, Algorithm 2)"))
-    items += _gnss_items(released, fixed, di_route, di_route_order, extra_delta)
+    items += _gnss_items(released, fixed, di_route, di_route_order, extra_delta, publishable)
     return _gaussian_report(record, items, (warnings, private_warnings), (independent, dependent, orders, n),
                             (di_curve, dd_curve), confident)
 
@@ -317,17 +329,18 @@ def _gnmax_items(record, confident: bool, num_answered, max_answers, delta: floa
     return items
 
 
-def _gnss_items(released, fixed: bool, di_route: float, di_route_order: float, extra_delta: float) -> list:
+def _gnss_items(released, fixed: bool, di_route: float, di_route_order: float, extra_delta: float,
+                publishable: bool = True) -> list:
     """The report's rows on the GNSS release (``released``, `analysis.sanitised.gnss.SanitizedEps`)
-    and the data-independent route with it."""
+    and the data-independent route with it; the sanitised values private unless ``publishable``."""
     order, beta, grid = released.order, released.beta, released.grid
     return [
         Item("smooth_sensitivity", "smooth sensitivity of the RDP", released.smooth_sensitivity, False,
              f"order {order:g}, beta {beta:.4g}"),
         Item("noise_std", "discrete Gaussian std of the release", released.noise_std, False),
-        Item("rdp_sanitized", "sanitised data-dependent RDP", released.rdp_released, True,
-             f"on the grid {grid:g}, at order {order:g}"),
-        Item("eps_sanitized", "sanitised data-dependent eps", released.eps, True,
+        Item("rdp_sanitized", "sanitised data-dependent RDP", released.rdp_released, publishable,
+             f"on the grid {grid:g}, at order {order:g}" + ("" if publishable else "; drawn outside a ledger")),
+        Item("eps_sanitized", "sanitised data-dependent eps", released.eps, publishable,
              f"GNSS release, its own cost included (2018, Sec. 4.3); an upper bound except with probability "
              f"eta {released.eta:.3g}"),
         Item("eta", "eta: P[sanitised RDP below the data-dependent RDP]", released.eta, True,

@@ -86,7 +86,7 @@ def draw_charge(book: ledger_mod.Ledger, rep: report_mod.PrivacyReport, release_
 def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments: int = 8,
                        beta: float | None = None, gnss_beta: float | None = None, conversion: str = "classic",
                        release_order: float | None = None, release_cost: float = 0.2,
-                       noise=None, sanitize: bool = True) -> report_mod.PrivacyReport:
+                       noise=None, sanitize: bool = True, publishable: bool = False) -> report_mod.PrivacyReport:
     """The privacy report of a release (``labels.npz`` contents) over its vote histogram.
 
     LNMax and GNMax are charged for the answered queries; Confident-GNMax for every
@@ -97,7 +97,8 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     ``analysis.core.noise.NoiseSource`` for the sanitised release (OS entropy when None).
     ``beta`` is the smoothness of whichever release the mechanism makes (LNMax default
     ``analysis.sanitised.lnmax_release.DEFAULT_BETA``; GNSS default 0.1 / order); ``gnss_beta``, when given,
-    is GNMax's alone (a config holds one β per mechanism).
+    is GNMax's alone (a config holds one β per mechanism). ``publishable``: the caller charges
+    the sanitised draw once to the data set's ledger (`analysis.reporting.report.lnmax_report`).
     """
     indices = votes_mod.check_indices(labels["indices"], votes.shape[0], name=rundir.LABELS_NPZ)
     mask = np.asarray(labels["labels"]) >= 0
@@ -109,7 +110,7 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
         raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
     if isinstance(mech, PureArgmax):
         return report_of(mech, votes_mod.rows_of(votes, rows), delta, moments=moments, beta=beta, noise=noise,
-                         sanitize=sanitize)
+                         sanitize=sanitize, publishable=publishable)
     max_answers = None
     if "max_answers" in labels:
         max_answers = int(float(labels["max_answers"]))
@@ -124,11 +125,12 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
         answered=mask if confident else None, num_teachers=int(votes[0].sum()),
         max_answers=max_answers, conversion=conversion, release_order=release_order,
         beta=gnss_beta if gnss_beta is not None else beta,
-        release_cost=release_cost, noise=noise, sanitize=sanitize, offsets=labels.get(CHECK_OFFSETS))
+        release_cost=release_cost, noise=noise, sanitize=sanitize, offsets=labels.get(CHECK_OFFSETS),
+        publishable=publishable)
 
 
 def report_of(record: Mechanism, rows: np.ndarray, delta: float, *, moments: int = 8, beta: float | None = None,
-              noise=None, sanitize: bool = True, **gaussian) -> report_mod.PrivacyReport:
+              noise=None, sanitize: bool = True, publishable: bool = False, **gaussian) -> report_mod.PrivacyReport:
     """The report of ``record``'s answers to ``rows`` (the answered queries' votes; every
     queried row for a threshold step): a record without a sanitised release gets
     `analysis.reporting.report.pure_report`; LNMax the PATE 2017 report (with its
@@ -143,11 +145,12 @@ def report_of(record: Mechanism, rows: np.ndarray, delta: float, *, moments: int
         if not sanitize:
             return report_mod.brief_lnmax_report(rows, record.gamma, delta, range(1, moments + 1))
         return report_mod.lnmax_report(rows, record.gamma, delta, range(1, moments + 1),
-                                       DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise)
+                                       DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise,
+                                       publishable=publishable)
     params = record.params()
     return report_mod.gnmax_report(rows, record.sigma, delta, threshold=params.get("threshold"),
                                    sigma_threshold=params.get("sigma_threshold"), beta=beta, noise=noise,
-                                   sanitize=sanitize, **gaussian)
+                                   sanitize=sanitize, publishable=publishable, **gaussian)
 
 
 def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float,

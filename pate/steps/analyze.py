@@ -225,7 +225,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     beta = gnss_beta = record.release_beta(p, beta, gnss_beta)
     rep = report_for_release(votes, labels, delta=delta, moments=moments, beta=beta, gnss_beta=gnss_beta,
                              conversion=conversion, release_order=release_order,
-                             release_cost=release_cost, noise=noise)
+                             release_cost=release_cost, noise=noise, publishable=True)  # charged once below
     rep = report_mod.extend(rep, data_independent_comparison(votes, labels, delta=delta, moments=moments))
     if plan is not None:
         rep = report_mod.extend(rep, release_target.report_items(plan, record, rep, release_cost, delta, conversion,
@@ -351,7 +351,8 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
         book = ledger_mod.Ledger.for_votes(votes_path, ledger)
         book.check_budget([], total_budget, delta, "this sanitised draw")
     rep = report_of(mechanism, answered, delta, moments=moments, beta=beta, noise=noise, sanitize=draw,
-                    conversion=conversion, release_order=release_order, release_cost=release_cost)
+                    conversion=conversion, release_order=release_order, release_cost=release_cost,
+                    publishable=draw)  # each draw charged below
     rep = report_mod.extend(rep, data_independent_items(mechanism, answered.shape[0], delta,
                                                         moments=range(1, moments + 1)))
     rep = _research(rep, seed is not None)
