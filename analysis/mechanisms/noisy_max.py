@@ -95,6 +95,13 @@ class LNMax(PureArgmax):
         ``eps_release_cost`` and ``delta`` of the report)."""
         return approx_cost(values["eps_release_cost"], values["delta"])
 
+    def planned_sanitised_cost(self, queries: int, privacy) -> Cost:
+        """The smooth-sensitivity release's ``(ε_r, δ)`` at the section's ``lnmax_beta``
+        (`analysis.sanitised.lnmax_release.release_eps_cost`, the upper bound's shift included)."""
+        beta = self.release_beta(privacy)
+        return self.sanitised_cost({"eps_release_cost": lnmax_release.release_eps_cost(beta, privacy.delta),
+                                    "delta": privacy.delta}, privacy.release_cost)
+
     def release_beta(self, privacy, beta=None, gnss_beta=None):
         """The β of the release: ``beta`` when given, else the ``[privacy]`` section's
         ``lnmax_beta`` (``gnss_beta`` is GNSS's alone)."""
@@ -136,6 +143,17 @@ class _Gaussian(Mechanism):
         ``release_cost`` at its order (``beta``, ``release_order`` of the report)."""
         order, beta = float(values["release_order"]), float(values["beta"])
         return gnss_cost(beta, gnss.gnss_parameters(order, beta, release_cost)[1])
+
+    def planned_sanitised_cost(self, queries: int, privacy) -> Cost:
+        """The GNSS release at ``release_order`` (else the order of the labels' data-independent
+        optimum, as `analysis.reporting.report.gnmax_report` picks it) with its β and ``release_cost``;
+        refused (before any vote) when that cost is too small for the published upper bound
+        (`analysis.sanitised.gnss.upper_bound` at η = δ)."""
+        order = privacy.release_order or self.independent_eps(int(queries), privacy.delta,
+                                                              conversion=privacy.conversion).order
+        beta, sigma_ss = gnss.gnss_parameters(float(order), self.release_beta(privacy), privacy.release_cost)
+        gnss.upper_bound(sigma_ss, beta, privacy.delta)
+        return self.sanitised_cost({"release_order": float(order), "beta": beta}, privacy.release_cost)
 
     def release_beta(self, privacy, beta=None, gnss_beta=None):
         """The β of the release: ``gnss_beta``, else ``beta``, else the ``[privacy]``

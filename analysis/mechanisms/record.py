@@ -69,6 +69,14 @@ class Mechanism:
     accountants: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     accounting_defaults: ClassVar[Mapping[str, float]] = {}  # parameters no data-independent cost needs
 
+    def planned_sanitised_cost(self, queries: int, privacy) -> Cost:
+        """The ledger cost of the sanitised ε `pate analyze` will draw after ``queries`` queries with
+        a ``[privacy]`` section's settings (``delta``, ``conversion``, ``release_order``,
+        ``release_cost``, the β keys): public values only, so `pate run` checks its whole budget
+        before any work. A record with a sanitised release says how; one without raises."""
+        raise PateError(f"{self.name} declares a sanitised release but no plan of its cost "
+                        "(planned_sanitised_cost): it cannot be budgeted")
+
     def params(self) -> dict[str, float]:
         """The noise parameters, as labels.npz stores them."""
         return {f.name: float(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -184,6 +192,9 @@ class NoSanitisedRelease:
     @classmethod
     def sanitised_cost(cls, values: Mapping, release_cost: float) -> Cost:
         raise PateError(f"{cls.name} has no sanitised release: its headline is the data-independent eps")
+
+    def planned_sanitised_cost(self, queries: int, privacy) -> Cost:
+        return self.sanitised_cost({}, 0.0)
 
     def release_beta(self, privacy, beta=None, gnss_beta=None):
         return None

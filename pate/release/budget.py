@@ -11,7 +11,6 @@ import numpy as np
 from analysis.mechanisms import composition
 from analysis.mechanisms import registry
 from analysis.mechanisms.record import Mechanism
-from analysis.mechanisms import noisy_max
 from analysis.planning import plan as plan_mod
 from analysis.core.errors import PateError
 from pate.config import AggregationConfig
@@ -49,24 +48,10 @@ def accountable_record(cfg: AggregationConfig, privacy) -> Mechanism:
 def sanitised_cost(record: Mechanism, queries: int, privacy) -> composition.Cost:
     """The ledger cost of the sanitised ε `pate analyze` draws after ``queries`` queries of
     ``record`` with a ``[privacy]`` section's release settings and no target plan: what
-    `pate.release.privacy_report.release_cost_of` records for the report it makes. LNMax:
-    the smooth-sensitivity release's ``(2 (e^β − 1) ln(2/δ), δ)`` at the section's
-    ``lnmax_beta`` (`analysis.sanitised.lnmax_release.release_eps_cost`); GNMax and Confident-GNMax:
-    the GNSS release at ``release_order`` (else the order of the labels' data-independent
-    optimum, as `analysis.reporting.report.gnmax_report` picks it) with its β and ``release_cost``.
-    Public values only, so `pate run` can check its whole budget before any work."""
-    from analysis.sanitised import gnss
-    from analysis.sanitised import lnmax_release
-
-    if isinstance(record, noisy_max.LNMax):
-        beta = record.release_beta(privacy)
-        values = {"eps_release_cost": lnmax_release.release_eps_cost(beta, privacy.delta), "delta": privacy.delta}
-    else:
-        order = privacy.release_order or record.independent_eps(int(queries), privacy.delta,
-                                                                conversion=privacy.conversion).order
-        beta, _ = gnss.gnss_parameters(float(order), record.release_beta(privacy), privacy.release_cost)
-        values = {"release_order": float(order), "beta": beta}
-    return record.sanitised_cost(values, privacy.release_cost)
+    `pate.release.privacy_report.release_cost_of` records for the report it makes. The record
+    says (`analysis.mechanisms.record.Mechanism.planned_sanitised_cost`); public values only,
+    so `pate run` can check its whole budget before any work."""
+    return record.planned_sanitised_cost(int(queries), privacy)
 
 
 def release_settings(mechanism: Mechanism, privacy) -> dict:
