@@ -509,7 +509,7 @@ def _idx_count(path: Path) -> int:
     try:
         with open(path, "rb") as f:
             zipped = f.read(2) == b"\x1f\x8b"
-        with (gzip.open(path, "rb") if zipped else open(path, "rb")) as f:
+        with (_GzipPrefix(path) if zipped else open(path, "rb")) as f:
             head = f.read(8)
     except FileNotFoundError:
         raise PateError(f"{path} not found") from None
@@ -704,12 +704,38 @@ class _IdxFile:
     header: int
 
 
+class _GzipPrefix:
+    """The first bytes of a gzip file, decompressed from as few compressed bytes as it takes: one
+    byte is fed at a time and no more output is asked for than ``read`` wants. ``gzip.open`` reads
+    the compressed file in 8 KiB chunks and decompresses a block ahead, so reading a 16-byte header
+    of a private training file held thousands of bytes of its records in memory (issue 51)."""
+
+    def __init__(self, path: Path):
+        self._file = open(path, "rb")
+        self._inflate = zlib.decompressobj(wbits=31)  # a gzip header, then deflate
+
+    def read(self, n: int) -> bytes:
+        out = b""
+        while len(out) < n and not self._inflate.eof:
+            pending = self._inflate.unconsumed_tail or self._file.read(1)
+            if not pending:
+                raise EOFError("the compressed stream ends early")
+            out += self._inflate.decompress(pending, n - len(out))
+        return out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._file.close()
+
+
 def _idx_header(path: Path) -> _IdxFile:
     """An IDX file's header (magic number, dims), read alone; a raw file's length checked."""
     try:
         with open(path, "rb") as f:
             zipped = f.read(2) == b"\x1f\x8b"
-        with (gzip.open(path, "rb") if zipped else open(path, "rb")) as f:
+        with (_GzipPrefix(path) if zipped else open(path, "rb")) as f:
             head = f.read(4)
             if len(head) < 4 or head[0] != 0 or head[1] != 0 or head[2] not in _IDX_TYPES or head[3] == 0:
                 raise PateError(f"{path} is not an IDX file (bad magic number {head[:4].hex()})")

@@ -200,3 +200,42 @@ def test_real_fashion_mnist():
     assert set(np.unique(ds.y_train)) == set(range(10))
     s = data.split(ds, 9000)
     assert s.pool_x.shape[0] == 9000 and s.eval_x.shape[0] == 1000
+
+
+def test_an_idx_header_is_read_from_as_few_compressed_bytes_as_it_takes(tmp_path, monkeypatch):
+    """`pate ceiling` and `load_public` read the train images' count from their header alone: the
+    gzip reader held 8 KiB of the private file (thousands of bytes of its records) to read 16 (issue 51)."""
+    import gzip as gzip_mod
+    import io
+
+    import pate.data as data_mod
+
+    rng = np.random.default_rng(0)
+    images = (rng.random((3000, 28, 28)) < 0.2).astype(np.uint8) * rng.integers(0, 255, (3000, 28, 28), dtype=np.uint8)
+    path = tmp_path / "train-images-idx3-ubyte.gz"
+    with gzip_mod.open(path, "wb") as f:
+        f.write(bytes([0, 0, 8, 3]) + b"".join(int(d).to_bytes(4, "big") for d in images.shape) + images.tobytes())
+    read = []
+
+    class Counting(io.FileIO):
+        def readinto(self, buffer):
+            got = super().readinto(buffer)
+            read.append(got or 0)
+            return got
+
+    import builtins
+
+    real_open = builtins.open
+
+    def counting_open(p, mode="r", *args, **kwargs):  # every reader of the file, gzip's included
+        if str(p) == str(path):
+            return io.BufferedReader(Counting(p, "r"), buffer_size=1)
+        return real_open(p, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    header = data_mod._idx_header(path)
+    assert header.dims == (3000, 28, 28)
+    assert sum(read) <= 1024  # gzip.open read 8 KiB here
+    read.clear()
+    assert data_mod._idx_count(path) == 3000  # `pate ceiling`'s count of the train split
+    assert sum(read) <= 1024
