@@ -167,7 +167,7 @@ def lnmax_report(votes, gamma: float, delta: float, moments=lnmax.DEFAULT_MOMENT
              f"an upper bound except with probability eta {released.eta:.3g}; on the grid {grid:g} "
              "(NRS07 with exact discrete Laplace)" + ("" if publishable else "; drawn outside a ledger")),
         Item("eta", "eta: P[sanitised eps below the data-dependent eps]", released.eta, True,
-             "added to delta when the sanitised route is the headline"),
+             "added to delta when the sanitised route is taken"),
         Item("eps_release_cost", "eps spent by the release", released.eps_release, True,
              f"at delta {released.delta_release:g}; beta {beta:g}"),
         Item("beta", "beta", float(beta), True),
@@ -344,7 +344,7 @@ def _gnss_items(released, fixed: bool, di_route: float, di_route_order: float, e
              f"GNSS release, its own cost included (2018, Sec. 4.3); an upper bound except with probability "
              f"eta {released.eta:.3g}"),
         Item("eta", "eta: P[sanitised RDP below the data-dependent RDP]", released.eta, True,
-             "added to delta when the sanitised route is the headline"),
+             "added to delta when the sanitised route is taken"),
         Item("noise_multiplier", "noise multiplier of the release", released.noise_multiplier, True,
              f"sigma_n >= sigma_ss; centre shifted up by {released.shift:.4g} smooth sensitivities"),
         Item("eps_data_independent_with_release", "data-independent eps + release", di_route, True,

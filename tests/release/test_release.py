@@ -92,7 +92,7 @@ def test_headline_delta_of_one_is_said_not_hidden():
 
 def test_release_json_holds_only_public_values():
     votes = votes_of()
-    rep = report.lnmax_report(votes, 0.05, 1e-5, range(1, 3), 0.09, noise=NoiseSource(1))
+    rep = report.lnmax_report(votes, 0.05, 1e-5, range(1, 3), 0.09, noise=NoiseSource(1), publishable=True)
     assert rep.private_warnings  # moments 1..2: the private best moment is the largest
     doc = report_io.release_json(rep)
     text = json.dumps(doc)

@@ -164,7 +164,10 @@ def test_budget_covers_the_labels_and_the_published_release(mechanism, accountan
 
     cfg = AggregationConfig(mechanism=mechanism, queries=5000, gamma=0.05, sigma=40.0, threshold=200,
                             sigma_threshold=150.0)
-    plan = release_budget.budget_plan(registry.from_config(cfg), cfg.queries, 4.0, 1e-5, accountant=accountant, privacy=PrivacyConfig())
+    # LNMax's release costs 3.44 since it publishes an upper bound (issue 51): a budget of 4 left room for no answer
+    budget = 6.0 if mechanism == "lnmax" else 4.0
+    plan = release_budget.budget_plan(registry.from_config(cfg), cfg.queries, budget, 1e-5, accountant=accountant,
+                                      privacy=PrivacyConfig())
     if mechanism == "confident-gnmax":
         total = published_by_hand(mechanism, plan.num_queries, plan.max_answers)
         assert plan.max_answers < plan.num_queries
@@ -173,7 +176,7 @@ def test_budget_covers_the_labels_and_the_published_release(mechanism, accountan
         total = published_by_hand(mechanism, plan.num_queries, accountant=accountant)
         more = published_by_hand(mechanism, plan.num_queries + 1, accountant=accountant)
     assert plan.eps_published == pytest.approx(total, rel=1e-9)
-    assert plan.eps < total <= 4.0 < more
+    assert plan.eps < total <= budget < more
     assert plan.delta_published == (2e-5 if mechanism == "lnmax" else 1e-5)
 
 
