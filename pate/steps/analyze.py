@@ -28,7 +28,7 @@ from pate.store import ledger as ledger_mod
 from pate.store import digests, rundir
 from pate.store.identity import visible_directories
 from pate.release import target as release_target
-from pate.release.labels import CHECK_OFFSETS, content_digest, read_labels
+from pate.release.labels import CHECK_OFFSETS, content_digest, read_labels, release_files, require_charged
 from pate.config import check_config, PrivacyConfig
 from pate.store.door import publish, step
 from pate.release import fine_grained_release as fine_release
@@ -56,17 +56,6 @@ def _labels_cost(record: Mechanism, labels: dict) -> composition.Cost:
     records (`analysis.mechanisms.composition.labels_cost`)."""
     cap = int(float(labels["max_answers"])) if "max_answers" in labels else None
     return composition.labels_cost(record, int(np.asarray(labels["labels"]).size), max_answers=cap)
-
-
-def _uncharged_labels(book: ledger_mod.Ledger, labels: dict, subjects, num_classes: int) -> tuple[list, float]:
-    """The labels' own cost when the ledger does not record them (made by hand or by a pate
-    before the ledger), and the total variation of their float64 sampler
-    (`analysis.mechanisms.record.Mechanism.sampling_tv`, 0 for an exact one): the data set's
-    figure counts them all the same, its δ included, never less."""
-    if any(book.find("labels", s) is not None for s in subjects):
-        return [], 0.0
-    record = registry.from_arrays(labels, rundir.LABELS_NPZ)
-    return [_labels_cost(record, labels)], record.sampling_tv(int(np.asarray(labels["labels"]).size), num_classes)
 
 
 def _publish_line(data_set: dict) -> str:
@@ -212,7 +201,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], subjects)
     book = ledger_mod.Ledger.for_run(workdir, config)
-    book.check_holds_run(os.path.join(workdir, rundir.LABELS_NPZ), subjects)  # a run belongs to one ledger
+    # A run belongs to one ledger, and nothing publishes on labels it does not record.
+    require_charged(book, release_files(workdir), workdir, "drawn or charged")
     if registry.from_arrays(labels, rundir.LABELS_NPZ).sanitised:  # before any noise is drawn
         for subject in subjects:
             book.refuse_repeat("sanitised-eps", subject)
@@ -238,9 +228,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
         rep = analyze_rounds.cumulative(workdir, rep, labels, book, release_cost_of(rep, release_cost), delta,
                                         conversion)
     draw_cost = release_cost_of(rep, release_cost)  # this draw (None: the mechanism makes none)
-    uncharged, uncharged_tv = _uncharged_labels(book, labels, subjects, votes.shape[1])
-    data_set = book.summary(delta, extra=[*uncharged, *([] if draw_cost is None else [draw_cost])],
-                            extra_tv=uncharged_tv, release=_own_figure(rep, labels_digest))
+    data_set = book.summary(delta, extra=[] if draw_cost is None else [draw_cost],
+                            release=_own_figure(rep, labels_digest))
     # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
     own = [_labels_cost(record, labels), *([] if draw_cost is None else [draw_cost])]
@@ -269,13 +258,17 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
                          echo) -> report_mod.PrivacyReport:
     """`pate analyze` of a fine-grained release: its data-independent ε from the recorded noise
     (`pate.release.fine_grained_release.report`), written to privacy.json and release.json. Nothing is
-    drawn, so nothing is charged: the release was charged when `pate label` made it."""
+    drawn, so nothing is charged: the release was charged when `pate label` made it, and the
+    ledger must record it (`pate.release.labels.require_charged`: else refused in one line)."""
     path = os.path.join(workdir, rundir.LABELS_NPZ)
     check_outputs({"--json": json_path, "--plot": None, "--release-json": release_path}, [path], workdir)
     rep = fine_release.report(labels, delta, path)
     research = (labels.get("meta") or {}).get("research_seed") is True
     rep = _research(rep, research)
     book = ledger_mod.Ledger.for_run(workdir, config)
+    # A run belongs to one ledger: under a folder that does not hold these labels the headline
+    # would count another folder's releases (or none); labels no ledger records are never published.
+    require_charged(book, [path], workdir, "written or charged")
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     data_set = book.summary(delta, release=_own_figure(rep, content_digest(labels)))
@@ -349,6 +342,8 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
     book = None
     if draw:
         book = ledger_mod.Ledger.for_votes(votes_path, ledger)
+        if isinstance(votes_path, (str, os.PathLike)):  # the folder the votes were labelled under, or a refusal
+            book.check_holds_votes(votes_path)
         book.check_budget([], total_budget, delta, "this sanitised draw")
     rep = report_of(mechanism, answered, delta, moments=moments, beta=beta, noise=noise, sanitize=draw,
                     conversion=conversion, release_order=release_order, release_cost=release_cost)

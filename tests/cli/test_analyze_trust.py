@@ -11,7 +11,7 @@ import numpy as np
 from analysis.core.noise import delta_of_sampling
 from analysis.mechanisms import registry
 
-from conftest import invoke
+from conftest import charged, invoke
 
 
 def _small_ensemble_votes(path, rows: int = 100):
@@ -33,10 +33,13 @@ def test_analyze_votes_publishes_the_samplers_delta_of_labels_the_ledger_never_c
     assert "NOTHING" in doc["data_set"].get("warning", "")
 
 
-def test_analyze_workdir_publishes_the_samplers_delta_of_uncharged_labels(tmp_path):
+def test_analyze_workdir_publishes_the_samplers_delta_of_imported_labels(tmp_path):
+    """Labels made by hand are refused until charged (`pate ledger --import`, which records
+    their float64 sampler's total variation): then the published delta counts it."""
     votes = _small_ensemble_votes(tmp_path / "votes.npz")
     np.savez(tmp_path / "labels.npz", indices=np.arange(100), labels=votes.argmax(axis=1),
              mechanism=np.array("lnmax"), gamma=np.array(0.5))
+    charged(tmp_path)
     result = invoke("analyze", "--workdir", tmp_path, "--seed", 1)
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "release.json").read_text())
