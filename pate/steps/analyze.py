@@ -12,6 +12,7 @@ Uses only `analysis` and the run directory's names (no JAX).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -21,9 +22,9 @@ from analysis.mechanisms import registry
 from analysis.mechanisms.record import Mechanism
 from analysis.reporting import report as report_mod
 from analysis.reporting.accountants import data_independent_items
-from analysis.reporting.report_io import PRIVATE_BANNER, StagedOutputs, render_table, stage_outputs
+from analysis.reporting.report_io import PRIVATE_BANNER, StagedOutputs, render_table, stage_blobs, stage_outputs
 from analysis.core import votes as votes_mod
-from analysis.core.errors import OptionError, PateError
+from analysis.core.errors import CommitFailed, OptionError, PateError
 from pate.store import ledger as ledger_mod
 from pate.store import digests, rundir
 from pate.store.identity import visible_directories
@@ -74,6 +75,69 @@ def _charge_then_commit(staged: StagedOutputs, charges: list, what: str) -> None
         raise
 
 
+def _keep_charged_draw(workdir, contents, identity: str | None, subject: str, book: ledger_mod.Ledger) -> str:
+    """After a commit that failed but kept the draw's charge (`pate.store.door.publish`: a public
+    file was readable for a moment, or the failure was no rename's), keeps what the draw was to
+    publish in ``RUN/.unpublished-analyze/`` (owner-only) when the ledger records it, so that the
+    next `pate analyze` of the same labels publishes that very draw (`_publish_kept_draw`): a
+    charged draw is never lost, and never drawn again. Returns the words to add to the error."""
+    from analysis.core.files import write_atomic
+
+    if identity is None or not any(e.get("kind") == "sanitised-eps" and e.get("release") == identity
+                                   for e in book.entries()):
+        return ""
+    folder = rundir.RunDir(workdir).path / rundir.UNPUBLISHED_DIR
+    try:
+        rundir.remove(folder)
+        folder.mkdir(mode=0o700)
+        files = []
+        for k, (target, data, private) in enumerate(contents):
+            write_atomic(folder / f"{k}.out", data, private=True)
+            files.append({"file": f"{k}.out", "target": os.path.abspath(target), "private": bool(private)})
+        write_atomic(folder / "kept.json", json.dumps({"release": identity, "subject": subject, "files": files})
+                     .encode("utf-8"), private=True)
+    except OSError as err:
+        rundir.remove(folder)
+        return f"; the charged draw could not be kept either ({err.strerror or err})"
+    return (f"; the charged draw is kept in {folder}: run `pate analyze --workdir {rundir.RunDir(workdir).path}` "
+            "again once the cause is fixed, and it publishes that draw (no new draw, no new charge)")
+
+
+def _publish_kept_draw(workdir, book: ledger_mod.Ledger, subjects, echo) -> bool:
+    """Publishes the draw an earlier `pate analyze` of these labels charged but could not put in
+    place (`_keep_charged_draw`), to the files it was drawn for, all or nothing, with no new draw
+    or charge; True when it did. A kept draw the ledger does not record (its charge withdrawn) or
+    of other labels is deleted unpublished: nothing is published that was not charged."""
+    folder = rundir.RunDir(workdir).path / rundir.UNPUBLISHED_DIR
+    if not folder.is_dir() or folder.is_symlink():
+        return False
+    try:
+        doc = json.loads((folder / "kept.json").read_text())
+        blobs = [(f["target"], (folder / f["file"]).read_bytes(), bool(f["private"])) for f in doc["files"]]
+        identity, subject = doc["release"], doc["subject"]
+    except (OSError, ValueError, KeyError, TypeError):
+        rundir.remove(folder)  # damaged: its draw was charged, the ledger refuses a new one (one line)
+        return False
+    if subject not in subjects or not any(e.get("kind") == "sanitised-eps" and e.get("release") == identity
+                                          for e in book.entries()):
+        rundir.remove(folder)
+        return False
+    staged = stage_blobs(blobs)
+    if staged.identity(next((t for t, _, private in blobs if not private), "")) not in (None, identity):
+        staged.discard()
+        raise PateError(f"{folder} was changed since pate kept it (its release.json is not the draw the ledger "
+                        "records); move it aside: the ledger still refuses a second draw of these labels")
+    try:
+        staged.commit()
+    except BaseException:
+        staged.discard()
+        raise
+    rundir.remove(folder)
+    echo(f"published the sanitised draw an earlier `pate analyze` charged but could not put in place: "
+         + ", ".join(t for t, _, _ in blobs) + " (no new draw, no new charge; `pate ledger` lists it)")
+    return True
+
+
 def _stage(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
            labels_sha256: str | None = None, research_seed: bool = False,
            data_set: dict | None = None, costs=()) -> StagedOutputs:
@@ -120,7 +184,7 @@ def check_not_released(paths, subjects) -> None:
                             "new release, label again in a new run directory")
 
 
-def analyze_workdir(workdir, **settings) -> report_mod.PrivacyReport:
+def analyze_workdir(workdir, **settings) -> report_mod.PrivacyReport | None:
     """Builds the privacy report of a labelled run and writes privacy.json, privacy.png
     (both private, owner-only) and release.json (publishable).
 
@@ -128,7 +192,9 @@ def analyze_workdir(workdir, **settings) -> report_mod.PrivacyReport:
     run's own config.toml (so `pate analyze --workdir RUN` releases what `pate run` would),
     else from `PrivacyConfig`'s defaults (δ 1e-5, 8 moments, classic conversion, release
     cost 0.2, release order of the data-independent optimum). The sanitised ε is released once
-    per labels (`check_not_released`).
+    per labels (`check_not_released`). A draw an earlier `analyze` charged but could not put in
+    place (its commit failed after the charge) is kept in ``RUN/.unpublished-analyze/`` and
+    published by the next call, with no new draw or charge; that call returns None.
 
     Args:
       workdir: the run directory.
@@ -160,7 +226,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
                     seed: int | None = None, conversion: str | None = None,
                     release_order: float | None = None, release_cost: float | None = None,
                     json_path=None, plot_path=None, release_path=None,
-                    echo=print, config=None) -> report_mod.PrivacyReport:
+                    echo=print, config=None) -> report_mod.PrivacyReport | None:
     """The body of `analyze_workdir`, under its lock."""
     from analysis.core.noise import RELEASE_STREAM, NoiseSource
 
@@ -203,6 +269,8 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     book = ledger_mod.Ledger.for_run(workdir, config)
     # A run belongs to one ledger, and nothing publishes on labels it does not record.
     require_charged(book, release_files(workdir), workdir, "drawn or charged")
+    if _publish_kept_draw(workdir, book, subjects, echo):  # an earlier commit failed after its charge
+        return None
     if registry.from_arrays(labels, rundir.LABELS_NPZ).sanitised:  # before any noise is drawn
         for subject in subjects:
             book.refuse_repeat("sanitised-eps", subject)
@@ -235,9 +303,15 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     own = [_labels_cost(record, labels), *([] if draw_cost is None else [draw_cost])]
     staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,
                     research_seed=research, data_set=data_set, costs=own)
-    _charge_then_commit(staged, draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
-                                            budget=p.total_budget, delta=delta, release=staged.identity(release_path)),
-                        f"analyze ({release_path})")
+    identity, contents = staged.identity(release_path), staged.contents()
+    try:
+        _charge_then_commit(staged, draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
+                                                budget=p.total_budget, delta=delta, release=identity),
+                            f"analyze ({release_path})")
+    except CommitFailed:
+        raise  # nothing reached its place: the charge was withdrawn
+    except PateError as err:  # charged, not in place: kept for the next analyze to publish
+        raise PateError(f"{err}{_keep_charged_draw(workdir, contents, identity, labels_digest, book)}") from None
     echo(_publish_line(data_set) + "\n" + render_table(rep, data_set))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
