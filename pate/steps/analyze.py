@@ -385,7 +385,10 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
       show_private: print the private rows (data-dependent ε, smooth sensitivity, their
         warnings) as research output. Without it they reach the terminal only beside a private
         report file (``json_path``, ``plot_path``): a figure that depends on the private votes
-        is printed only where the user asked for it (docs/privacy.md).
+        is printed only where the user asked for it (docs/privacy.md). Printed, they are marked
+        in the votes' data set's ledger as `pate plan --votes --on-private-votes` is (a
+        ``private-tuning`` entry: parameters chosen from them are covered by no ε), so votes
+        that name no data set need ``ledger`` then.
 
     Raises:
       OptionError: an output onto an input or a run artifact, a threshold above the
@@ -414,10 +417,11 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
     # A sanitised value is drawn only for a report written to a file; each draw is charged.
     draw = any(p is not None for p in (json_path, plot_path, release_path))
     book = None
-    if draw:
+    if draw or show_private:  # a draw is charged; private figures printed are marked (as `plan --votes`)
         book = ledger_mod.Ledger.for_votes(votes_path, ledger)
         if isinstance(votes_path, (str, os.PathLike)):  # the folder the votes were labelled under, or a refusal
             book.check_holds_votes(votes_path)
+    if draw:
         book.check_budget([], total_budget, delta, "this sanitised draw")
     rep = report_of(mechanism, answered, delta, moments=moments, beta=beta, noise=noise, sanitize=draw,
                     conversion=conversion, release_order=release_order, release_cost=release_cost)
@@ -437,6 +441,8 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
     outputs = ", ".join(str(path) for path in (release_path, json_path, plot_path) if path)
     _charge_then_commit(staged, charges, f"analyze ({outputs})")
     private = show_private or json_path is not None or plot_path is not None
+    if show_private:  # data-dependent figures on the terminal: whatever is chosen from them, no eps covers
+        book.mark("private-tuning", note="pate analyze --votes --show-private printed the data-dependent values")
     table = render_table(rep, data_set, private=private)
     if show_private and json_path is None and plot_path is None:  # no private file to hold them: say what they are
         table = PRIVATE_BANNER + "\n" + table
