@@ -136,6 +136,15 @@ def staged_labels(tmp_path, old, staged, extra=()):
     return run, staging
 
 
+def charged(run) -> pathlib.Path:
+    """A hand-made run (labels.npz written by a test, as a script would) with its releases
+    charged to its ledger by `pate ledger --import`: labels no ledger records are neither
+    published nor learnt from (`pate.release.labels.require_charged`)."""
+    result = invoke("ledger", "--import", run)
+    assert result.exit_code == 0, result.output
+    return pathlib.Path(run)
+
+
 def run_entries(run) -> list[dict]:
     """The entries of the ledger a run's data set charges."""
     from pate.store import ledger as ledger_mod

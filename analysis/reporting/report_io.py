@@ -292,6 +292,15 @@ class StagedOutputs:
             files.unlink_quietly(aside)
         self.staged = []
 
+    def contents(self) -> list[tuple[str, bytes, bool]]:
+        """What `commit` would put in place: each (target, bytes, private), for a caller that
+        must keep a charged release it could not put in place (`stage_blobs` stages them again)."""
+        out = []
+        for tmp, path, private in self.staged:
+            with open(tmp, "rb") as f:
+                out.append((path, f.read(), private))
+        return out
+
     def identity(self, target) -> str | None:
         """``sanitised:`` and the sha256 of the staged file that `commit` puts at ``target``
         (the bytes it publishes): what the ledger knows that release by."""
@@ -325,6 +334,13 @@ def stage_outputs(report: PrivacyReport, json_path=None, plot_path=None,
         blobs.append((plot_path, plot_bytes(report), True))
     if release_path is not None:
         blobs.append((release_path, release_bytes(report, extra), False))
+    return stage_blobs(blobs)
+
+
+def stage_blobs(blobs) -> StagedOutputs:
+    """`stage_outputs` of rendered files: each (target, bytes, private) written to a synced,
+    owner-only temp file beside its target (a missing folder, or a target that is a folder,
+    refused first); nothing is at a target yet."""
     for path, _, _ in blobs:
         folder = os.path.dirname(os.path.abspath(os.fspath(path)))
         if not os.path.isdir(folder):

@@ -20,7 +20,8 @@ from analysis.core.validation import check_delta, check_positive
 from pate.config import Config
 from pate.data import Splits, load_dataset, split
 from pate.programs.progress import Progress
-from pate.store import ledger as ledger_mod
+from pate.release.labels import check_run_ledger
+from pate.store import ledger as ledger_mod, rundir
 from pate.store.door import Door, step
 
 
@@ -31,6 +32,9 @@ def release_step(name: str, workdir, config: Config, eps: float, *, overwrite: b
     with step(name, workdir, config=config, overwrite=overwrite, data={}, keep_config=True, echo=echo) as door:
         check_positive("eps", eps)
         check_delta(config.privacy.delta)
+        if any(door.run.exists(n) for n in (rundir.LABELS_NPZ, rundir.LABELS_ROUND2_NPZ, rundir.VOTES_NPZ)):
+            # beside a PATE run: its releases' ledger, or a refusal before any training
+            check_run_ledger(ledger_mod.Ledger.for_config(config), door.run.path)
         yield door
 
 

@@ -106,13 +106,19 @@ class PublicSide:
 def check_settings(config: Config, pool_size: int, private_x: np.ndarray) -> fine_grained.Noise:
     """The section's noise after refusing, in one line, settings the pool or the private
     inputs cannot take; reads no private value (only the inputs' shape)."""
-    cfg = config.fine_grained
-    noise = noise_of(cfg, config.privacy.delta)
+    noise = noise_of(config.fine_grained, config.privacy.delta)
+    check_pool_fit(config.fine_grained, pool_size)
+    public_features.check_input(config.features.map, private_x)
+    return noise
+
+
+def check_pool_fit(cfg, pool_size: int) -> None:
+    """Refuses, in one line, a `[fine_grained]` section whose votes per record or smoothing
+    exceed the ``pool_size`` points of the public pool: `pate label` (`check_settings`) and
+    `pate plan --config` (`pate.release.target.plan_config`) refuse the same settings."""
     if cfg.votes_per_record > pool_size or cfg.smoothing > pool_size:
         raise PateError(f"fine_grained.votes_per_record ({cfg.votes_per_record}) and smoothing ({cfg.smoothing}) "
                         f"must be at most the {pool_size} points of the public pool")
-    public_features.check_input(config.features.map, private_x)
-    return noise
 
 
 def public_side(config: Config, pool_x: np.ndarray, num_classes: int, noise: fine_grained.Noise,

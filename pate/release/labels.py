@@ -250,3 +250,70 @@ def charge_release(door, book, cost, record, labels_path, num_queries: int, priv
                 delta=privacy.delta, data_digest=data_digest,
                 release=ledger_mod.release_identity("labels", labels_path),
                 sampling_tv=0.0 if num_classes is None else record.sampling_tv(int(num_queries), int(num_classes)))
+
+
+# --------------------------------------------------------------------------- the run's ledger
+
+
+def check_run_ledger(book, workdir) -> None:
+    """A run belongs to one ledger (docs/ledger.md): refuses, in one line and before anything
+    is drawn, trained or charged, a command that would charge or publish on ``book`` (the
+    ledger its command found under the current ledger folder) for a run whose releases belong
+    to a ledger that folder does not hold: each labels file's ledger
+    (`pate.store.ledger.Ledger.check_holds_run`), and the folder its votes were labelled under
+    (`pate.store.ledger.Ledger.check_holds_votes`). A labels or votes file that cannot be read
+    is passed over here: the command's own reader refuses it, or (``--overwrite``) replaces it."""
+    run = rundir.RunDir(workdir)
+    for name in (rundir.LABELS_NPZ, rundir.LABELS_ROUND2_NPZ):
+        if run.exists(name):
+            try:
+                subjects = release_subjects(run / name)
+            except PateError:
+                continue
+            book.check_holds_run(run / name, subjects)
+    if run.exists(rundir.VOTES_NPZ):
+        book.check_holds_votes(run / rundir.VOTES_NPZ)
+
+
+def require_recorded(directory, files, workdir, doing: str) -> None:
+    """`require_charged` for a command that reads the labels alone (`pate train-student`: a
+    student never opens the votes or the teachers, which name the run's data set): each of the
+    label ``files`` must be recorded by a ledger of the ledger folder ``directory``
+    (`pate.store.ledger.labels_recorded_in`), else refused in one line: labels charged to a
+    ledger that folder does not hold (their ``meta.ledger``) name the way back to it, others
+    `pate ledger --import`."""
+    for path in files:
+        if ledger_mod.labels_recorded_in(directory, path, release_subjects(path)):
+            continue
+        try:
+            meta = rundir.read_npz(path).get("meta") or {}
+        except PateError:
+            meta = {}
+        named = meta.get("ledger") if isinstance(meta, dict) else None
+        run = rundir.RunDir(workdir).path
+        if isinstance(named, str) and named and not ledger_mod.Ledger(named, directory).exists():
+            raise PateError(f"{path} belongs to the ledger {named!r} in another ledger folder, which the ledger "
+                            f"folder {directory} does not hold (another HOME, $PATE_LEDGER_DIR or [privacy] ledger?); "
+                            f"nothing was {doing}: set $PATE_LEDGER_DIR or [privacy] ledger to the folder it was "
+                            f"labelled under, or count its releases here on purpose first with `pate ledger --import "
+                            f"{run}`")
+        raise PateError(f"{path} is a label release no ledger records (written by a script, or by a pate before the "
+                        f"ledger?): no ledger in {directory} counts it, so nothing was {doing}; count it first with "
+                        f"`pate ledger --import {run}` (or point $PATE_LEDGER_DIR or [privacy] ledger at the folder "
+                        "that charged it)")
+
+
+def require_charged(book, files, workdir, doing: str) -> None:
+    """Nothing trains or publishes on labels no ledger records: refuses, in one line, each of
+    the label ``files`` (already read and checked by the caller) that ``book`` does not record
+    (`pate.store.ledger.Ledger.records_labels`: charged when made, or imported), naming
+    `pate ledger --import`, which charges every release of the run once. The run's own ledger
+    is checked first (`check_run_ledger`): labels charged in another ledger folder are
+    refused naming that folder instead. ``doing``: what the command would do on them."""
+    check_run_ledger(book, workdir)
+    for path in files:
+        if not book.records_labels(path, release_subjects(path)):
+            raise PateError(f"{path} is a label release no ledger records (written by a script, or by a pate before "
+                            f"the ledger?): the ledger {book.name!r} in {book.directory} does not count it, so "
+                            f"nothing was {doing}; count it first with `pate ledger --import {rundir.RunDir(workdir).path}` "
+                            "(or point $PATE_LEDGER_DIR or [privacy] ledger at the folder that charged it)")

@@ -167,6 +167,7 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
         if config.privacy.target_eps:
             raise PateError("a fine-grained release's headline is fine_grained.eps itself, known before the run: "
                             "set that (--set fine_grained.eps=E) instead of a target")
+        fine_grained_release.check_pool_fit(config.fine_grained, config.data.public_size)  # as `pate label`
         echo(fine_grained_release.describe_plan(config))
         return None
     if not config.privacy.target_eps:

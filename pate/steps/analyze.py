@@ -12,6 +12,7 @@ Uses only `analysis` and the run directory's names (no JAX).
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -21,14 +22,14 @@ from analysis.mechanisms import registry
 from analysis.mechanisms.record import Mechanism
 from analysis.reporting import report as report_mod
 from analysis.reporting.accountants import data_independent_items
-from analysis.reporting.report_io import PRIVATE_BANNER, StagedOutputs, render_table, stage_outputs
+from analysis.reporting.report_io import PRIVATE_BANNER, StagedOutputs, render_table, stage_blobs, stage_outputs
 from analysis.core import votes as votes_mod
-from analysis.core.errors import OptionError, PateError
+from analysis.core.errors import CommitFailed, OptionError, PateError
 from pate.store import ledger as ledger_mod
 from pate.store import digests, rundir
 from pate.store.identity import visible_directories
 from pate.release import target as release_target
-from pate.release.labels import CHECK_OFFSETS, content_digest, read_labels
+from pate.release.labels import CHECK_OFFSETS, content_digest, read_labels, release_files, require_charged
 from pate.config import check_config, PrivacyConfig
 from pate.store.door import publish, step
 from pate.release import fine_grained_release as fine_release
@@ -58,17 +59,6 @@ def _labels_cost(record: Mechanism, labels: dict) -> composition.Cost:
     return composition.labels_cost(record, int(np.asarray(labels["labels"]).size), max_answers=cap)
 
 
-def _uncharged_labels(book: ledger_mod.Ledger, labels: dict, subjects, num_classes: int) -> tuple[list, float]:
-    """The labels' own cost when the ledger does not record them (made by hand or by a pate
-    before the ledger), and the total variation of their float64 sampler
-    (`analysis.mechanisms.record.Mechanism.sampling_tv`, 0 for an exact one): the data set's
-    figure counts them all the same, its δ included, never less."""
-    if any(book.find("labels", s) is not None for s in subjects):
-        return [], 0.0
-    record = registry.from_arrays(labels, rundir.LABELS_NPZ)
-    return [_labels_cost(record, labels)], record.sampling_tv(int(np.asarray(labels["labels"]).size), num_classes)
-
-
 def _publish_line(data_set: dict) -> str:
     """The first line `pate analyze` prints: the data set's figure, release.json's first."""
     return ledger_mod.publish_line(data_set, rundir.RELEASE_JSON, "in the table below")
@@ -83,6 +73,69 @@ def _charge_then_commit(staged: StagedOutputs, charges: list, what: str) -> None
     except BaseException:
         staged.discard()
         raise
+
+
+def _keep_charged_draw(workdir, contents, identity: str | None, subject: str, book: ledger_mod.Ledger) -> str:
+    """After a commit that failed but kept the draw's charge (`pate.store.door.publish`: a public
+    file was readable for a moment, or the failure was no rename's), keeps what the draw was to
+    publish in ``RUN/.unpublished-analyze/`` (owner-only) when the ledger records it, so that the
+    next `pate analyze` of the same labels publishes that very draw (`_publish_kept_draw`): a
+    charged draw is never lost, and never drawn again. Returns the words to add to the error."""
+    from analysis.core.files import write_atomic
+
+    if identity is None or not any(e.get("kind") == "sanitised-eps" and e.get("release") == identity
+                                   for e in book.entries()):
+        return ""
+    folder = rundir.RunDir(workdir).path / rundir.UNPUBLISHED_DIR
+    try:
+        rundir.remove(folder)
+        folder.mkdir(mode=0o700)
+        files = []
+        for k, (target, data, private) in enumerate(contents):
+            write_atomic(folder / f"{k}.out", data, private=True)
+            files.append({"file": f"{k}.out", "target": os.path.abspath(target), "private": bool(private)})
+        write_atomic(folder / "kept.json", json.dumps({"release": identity, "subject": subject, "files": files})
+                     .encode("utf-8"), private=True)
+    except OSError as err:
+        rundir.remove(folder)
+        return f"; the charged draw could not be kept either ({err.strerror or err})"
+    return (f"; the charged draw is kept in {folder}: run `pate analyze --workdir {rundir.RunDir(workdir).path}` "
+            "again once the cause is fixed, and it publishes that draw (no new draw, no new charge)")
+
+
+def _publish_kept_draw(workdir, book: ledger_mod.Ledger, subjects, echo) -> bool:
+    """Publishes the draw an earlier `pate analyze` of these labels charged but could not put in
+    place (`_keep_charged_draw`), to the files it was drawn for, all or nothing, with no new draw
+    or charge; True when it did. A kept draw the ledger does not record (its charge withdrawn) or
+    of other labels is deleted unpublished: nothing is published that was not charged."""
+    folder = rundir.RunDir(workdir).path / rundir.UNPUBLISHED_DIR
+    if not folder.is_dir() or folder.is_symlink():
+        return False
+    try:
+        doc = json.loads((folder / "kept.json").read_text())
+        blobs = [(f["target"], (folder / f["file"]).read_bytes(), bool(f["private"])) for f in doc["files"]]
+        identity, subject = doc["release"], doc["subject"]
+    except (OSError, ValueError, KeyError, TypeError):
+        rundir.remove(folder)  # damaged: its draw was charged, the ledger refuses a new one (one line)
+        return False
+    if subject not in subjects or not any(e.get("kind") == "sanitised-eps" and e.get("release") == identity
+                                          for e in book.entries()):
+        rundir.remove(folder)
+        return False
+    staged = stage_blobs(blobs)
+    if staged.identity(next((t for t, _, private in blobs if not private), "")) not in (None, identity):
+        staged.discard()
+        raise PateError(f"{folder} was changed since pate kept it (its release.json is not the draw the ledger "
+                        "records); move it aside: the ledger still refuses a second draw of these labels")
+    try:
+        staged.commit()
+    except BaseException:
+        staged.discard()
+        raise
+    rundir.remove(folder)
+    echo(f"published the sanitised draw an earlier `pate analyze` charged but could not put in place: "
+         + ", ".join(t for t, _, _ in blobs) + " (no new draw, no new charge; `pate ledger` lists it)")
+    return True
 
 
 def _stage(rep: report_mod.PrivacyReport, json_path, plot_path, release_path, config=None,
@@ -131,7 +184,7 @@ def check_not_released(paths, subjects) -> None:
                             "new release, label again in a new run directory")
 
 
-def analyze_workdir(workdir, **settings) -> report_mod.PrivacyReport:
+def analyze_workdir(workdir, **settings) -> report_mod.PrivacyReport | None:
     """Builds the privacy report of a labelled run and writes privacy.json, privacy.png
     (both private, owner-only) and release.json (publishable).
 
@@ -139,7 +192,9 @@ def analyze_workdir(workdir, **settings) -> report_mod.PrivacyReport:
     run's own config.toml (so `pate analyze --workdir RUN` releases what `pate run` would),
     else from `PrivacyConfig`'s defaults (δ 1e-5, 8 moments, classic conversion, release
     cost 0.2, release order of the data-independent optimum). The sanitised ε is released once
-    per labels (`check_not_released`).
+    per labels (`check_not_released`). A draw an earlier `analyze` charged but could not put in
+    place (its commit failed after the charge) is kept in ``RUN/.unpublished-analyze/`` and
+    published by the next call, with no new draw or charge; that call returns None.
 
     Args:
       workdir: the run directory.
@@ -171,7 +226,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
                     seed: int | None = None, conversion: str | None = None,
                     release_order: float | None = None, release_cost: float | None = None,
                     json_path=None, plot_path=None, release_path=None,
-                    echo=print, config=None) -> report_mod.PrivacyReport:
+                    echo=print, config=None) -> report_mod.PrivacyReport | None:
     """The body of `analyze_workdir`, under its lock."""
     from analysis.core.noise import RELEASE_STREAM, NoiseSource
 
@@ -212,7 +267,10 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], subjects)
     book = ledger_mod.Ledger.for_run(workdir, config)
-    book.check_holds_run(os.path.join(workdir, rundir.LABELS_NPZ), subjects)  # a run belongs to one ledger
+    # A run belongs to one ledger, and nothing publishes on labels it does not record.
+    require_charged(book, release_files(workdir), workdir, "drawn or charged")
+    if _publish_kept_draw(workdir, book, subjects, echo):  # an earlier commit failed after its charge
+        return None
     if registry.from_arrays(labels, rundir.LABELS_NPZ).sanitised:  # before any noise is drawn
         for subject in subjects:
             book.refuse_repeat("sanitised-eps", subject)
@@ -238,17 +296,22 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
         rep = analyze_rounds.cumulative(workdir, rep, labels, book, release_cost_of(rep, release_cost), delta,
                                         conversion)
     draw_cost = release_cost_of(rep, release_cost)  # this draw (None: the mechanism makes none)
-    uncharged, uncharged_tv = _uncharged_labels(book, labels, subjects, votes.shape[1])
-    data_set = book.summary(delta, extra=[*uncharged, *([] if draw_cost is None else [draw_cost])],
-                            extra_tv=uncharged_tv, release=_own_figure(rep, labels_digest))
+    data_set = book.summary(delta, extra=[] if draw_cost is None else [draw_cost],
+                            release=_own_figure(rep, labels_digest))
     # Written to temp files first (a full disk or read-only folder fails here, nothing charged,
     # nothing left), charged, then renamed into place: no failure leaves part of the outputs.
     own = [_labels_cost(record, labels), *([] if draw_cost is None else [draw_cost])]
     staged = _stage(rep, json_path, plot_path, release_path, config, labels_sha256=labels_digest,
                     research_seed=research, data_set=data_set, costs=own)
-    _charge_then_commit(staged, draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
-                                            budget=p.total_budget, delta=delta, release=staged.identity(release_path)),
-                        f"analyze ({release_path})")
+    identity, contents = staged.identity(release_path), staged.contents()
+    try:
+        _charge_then_commit(staged, draw_charge(book, rep, release_cost, subject=labels_digest, run=workdir,
+                                                budget=p.total_budget, delta=delta, release=identity),
+                            f"analyze ({release_path})")
+    except CommitFailed:
+        raise  # nothing reached its place: the charge was withdrawn
+    except PateError as err:  # charged, not in place: kept for the next analyze to publish
+        raise PateError(f"{err}{_keep_charged_draw(workdir, contents, identity, labels_digest, book)}") from None
     echo(_publish_line(data_set) + "\n" + render_table(rep, data_set))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {release_path} (publishable), {json_path} and {plot_path} (private: owner-only)")
@@ -269,13 +332,17 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
                          echo) -> report_mod.PrivacyReport:
     """`pate analyze` of a fine-grained release: its data-independent ε from the recorded noise
     (`pate.release.fine_grained_release.report`), written to privacy.json and release.json. Nothing is
-    drawn, so nothing is charged: the release was charged when `pate label` made it."""
+    drawn, so nothing is charged: the release was charged when `pate label` made it, and the
+    ledger must record it (`pate.release.labels.require_charged`: else refused in one line)."""
     path = os.path.join(workdir, rundir.LABELS_NPZ)
     check_outputs({"--json": json_path, "--plot": None, "--release-json": release_path}, [path], workdir)
     rep = fine_release.report(labels, delta, path)
     research = (labels.get("meta") or {}).get("research_seed") is True
     rep = _research(rep, research)
     book = ledger_mod.Ledger.for_run(workdir, config)
+    # A run belongs to one ledger: under a folder that does not hold these labels the headline
+    # would count another folder's releases (or none); labels no ledger records are never published.
+    require_charged(book, [path], workdir, "written or charged")
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     data_set = book.summary(delta, release=_own_figure(rep, content_digest(labels)))
@@ -318,7 +385,10 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
       show_private: print the private rows (data-dependent ε, smooth sensitivity, their
         warnings) as research output. Without it they reach the terminal only beside a private
         report file (``json_path``, ``plot_path``): a figure that depends on the private votes
-        is printed only where the user asked for it (docs/privacy.md).
+        is printed only where the user asked for it (docs/privacy.md). Printed, they are marked
+        in the votes' data set's ledger as `pate plan --votes --on-private-votes` is (a
+        ``private-tuning`` entry: parameters chosen from them are covered by no ε), so votes
+        that name no data set need ``ledger`` then.
 
     Raises:
       OptionError: an output onto an input or a run artifact, a threshold above the
@@ -347,8 +417,11 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
     # A sanitised value is drawn only for a report written to a file; each draw is charged.
     draw = any(p is not None for p in (json_path, plot_path, release_path))
     book = None
-    if draw:
+    if draw or show_private:  # a draw is charged; private figures printed are marked (as `plan --votes`)
         book = ledger_mod.Ledger.for_votes(votes_path, ledger)
+        if isinstance(votes_path, (str, os.PathLike)):  # the folder the votes were labelled under, or a refusal
+            book.check_holds_votes(votes_path)
+    if draw:
         book.check_budget([], total_budget, delta, "this sanitised draw")
     rep = report_of(mechanism, answered, delta, moments=moments, beta=beta, noise=noise, sanitize=draw,
                     conversion=conversion, release_order=release_order, release_cost=release_cost,
@@ -369,6 +442,8 @@ def analyze_votes(votes_path, mechanism: Mechanism, *, delta: float | None = Non
     outputs = ", ".join(str(path) for path in (release_path, json_path, plot_path) if path)
     _charge_then_commit(staged, charges, f"analyze ({outputs})")
     private = show_private or json_path is not None or plot_path is not None
+    if show_private:  # data-dependent figures on the terminal: whatever is chosen from them, no eps covers
+        book.mark("private-tuning", note="pate analyze --votes --show-private printed the data-dependent values")
     table = render_table(rep, data_set, private=private)
     if show_private and json_path is None and plot_path is None:  # no private file to hold them: say what they are
         table = PRIVATE_BANNER + "\n" + table

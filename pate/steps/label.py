@@ -36,7 +36,7 @@ from pate.config import check_config, Config
 from pate.store.door import Door, step
 from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
 from pate.release import fine_grained_release as fine_release
-from pate.release.labels import charge_release, content_digest, read_labels, released_arrays
+from pate.release.labels import charge_release, check_run_ledger, content_digest, read_labels, released_arrays
 from pate.programs.public_features import check_ready, teacher_inputs
 
 
@@ -202,6 +202,7 @@ def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemb
     num_queries = agg.queries if plan is None else plan.num_queries
     cost = composition.labels_cost(record, num_queries, max_answers=None if plan is None else plan.max_answers)
     book = ledger_mod.Ledger.for_teachers(door.run.path, config)  # the data the teachers saw, not the file now
+    check_run_ledger(book, door.run.path)  # a relabelled run: its earlier releases' ledger, or a refusal
     book.check_budget([cost], config.privacy.total_budget, config.privacy.delta, "this label release")
 
     # Votes only for the queried points (the first ones of the pool): nothing else is
@@ -291,6 +292,7 @@ def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, 
         p = config.privacy
         cost = fine_release.noise_of(config.fine_grained, p.delta).cost()
         book = ledger_mod.Ledger.for_config(config)
+        check_run_ledger(book, door.run.path)  # --overwrite: the run's earlier release's ledger, or a refusal
         book.check_budget([cost], p.total_budget, p.delta, "this fine-grained release")
         # In a distributed release each process (this one too) reads and counts its own slice of
         # the private records only (`Cluster.own_records`); the ledger's keyed digest of the

@@ -11,6 +11,7 @@ public information only, and the release goes through `pate.steps.label`'s
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from pate.store import ledger as ledger_mod
 from pate.config import AggregationConfig, PrivacyConfig
 from pate.store.door import Door, step
 from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
-from pate.release.labels import charge_release, released_arrays
+from pate.release.labels import charge_release, check_run_ledger, released_arrays
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +135,9 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
             echo(budget_line(budget, plan, accountant))
             selected = selected[:plan.num_queries]
         book = ledger_mod.Ledger.for_votes(votes, ledger)  # the votes' data set; in-memory votes must name theirs
+        if isinstance(votes, (str, os.PathLike)):  # the folder the votes were labelled under, or a refusal
+            book.check_holds_votes(votes)
+        check_run_ledger(book, door.run.path)  # --overwrite: the run's earlier release's ledger, or a refusal
         result = _release_from_votes(door, hist, selected, record, plan, book, seed=seed,
                                      privacy=dataclasses.replace(privacy, total_budget=total_budget or 0.0),
                                      total_budget=total_budget, echo=echo)

@@ -41,7 +41,8 @@ import numpy as np
 from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.programs import keys, models
-from pate.release.labels import Release, read_release
+from pate.release.labels import Release, read_release, release_files, require_recorded
+from pate.store.identity import directory_for
 from pate.config import check_config, Config, config_to_dict, MAX_INT, StudentConfig
 from pate.programs.progress import Progress
 from pate.programs.student_training import compiled_loop, init_state, label_weights
@@ -148,7 +149,8 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
       A `StudentResult`.
 
     Raises:
-      PateError: no labels, labels that do not fit the pool, another data set's run,
+      PateError: no labels, labels that do not fit the pool, another data set's run, labels
+        no ledger of the ledger folder records (`pate.release.labels.require_recorded`),
         a student already present without ``overwrite``, NaN/inf loss.
     """
     check_config(config, "pate.train_student")
@@ -161,6 +163,10 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
         models.check_input(config.student, splits.pool_x.shape[1:])
         release = read_release(door.run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes,
                                rounds=rounds)
+        # Nothing trains on labels its run's ledger does not record (another folder's, or none's),
+        # found from the labels alone (a student never opens the votes or the teachers).
+        require_recorded(directory_for(config.privacy), release_files(door.run.path, rounds), door.run.path,
+                         "trained")
         init = None
         if release.rounds == 2 and config.rounds.student_init == "round1":
             init = _round1_weights(door.run, config, splits.num_classes, tuple(splits.pool_x.shape[1:]), echo)

@@ -80,6 +80,23 @@ def directory_for(privacy=None) -> Path:
     return _absolute(where, "privacy.ledger") if where else default_directory()
 
 
+def votes_folder(path) -> Path | None:
+    """The ledger folder a votes file was labelled under (its private ``meta.ledger_directory``,
+    written by `pate label` and `label --votes`), or None when it names none (an older pate's,
+    votes made elsewhere, a damaged file: its reader refuses that in its own words)."""
+    from analysis.core.files import open_plain
+
+    if not os.fspath(path).endswith(".npz"):
+        return None
+    try:
+        with open_plain(path) as fh, np.load(fh, allow_pickle=False) as f:
+            meta = json.loads(str(f["meta"])) if "meta" in f.files else {}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, PateError):
+        return None
+    where = meta.get("ledger_directory") if isinstance(meta, dict) else None
+    return Path(where) if isinstance(where, str) and os.path.isabs(where) else None
+
+
 def labelled_under(workdir) -> Path | None:
     """The ledger folder a run's votes were labelled under (votes.npz's, else round 2's votes'
     private ``meta.ledger_directory``), or None when no votes file names one (labelled by

@@ -371,9 +371,7 @@ class Ledger:
         named = meta.get("ledger") if isinstance(meta, dict) else None
         if not isinstance(named, str) or not named or named == self.name or Ledger(named, self.directory).exists():
             return
-        release = release_identity("labels", labels_path)
-        if any(e.get("kind") == "labels" and (e.get("release") == release or e.get("subject") in subjects)
-               for e in self.entries()):
+        if self.records_labels(labels_path, subjects):
             return
         run = Path(labels_path).parent
         where = labelled_under(run)
@@ -383,8 +381,37 @@ class Ledger:
             f"set ${LEDGER_ENV} or [privacy] ledger to the folder it was labelled under")
         raise PateError(f"{labels_path} belongs to the ledger {named!r} in {home}, which the ledger folder "
                         f"{self.directory} does not hold (another HOME, ${LEDGER_ENV} or [privacy] ledger?); nothing "
-                        f"was drawn or charged: {point}, or count its releases here on purpose first with "
+                        f"was drawn, trained or charged: {point}, or count its releases here on purpose first with "
                         f"`pate ledger --import {run}`")
+
+    def check_holds_votes(self, votes_path) -> None:
+        """A votes file belongs to the ledger folder it was labelled under (votes.npz's private
+        ``meta.ledger_directory``): refuses, in one line and before anything is drawn or
+        charged, a release from it under another folder that holds no ledger of its data set
+        (another HOME, ``$PATE_LEDGER_DIR`` or ``[privacy] ledger``: a fresh ledger there would
+        be another budget, with no record of what the votes already released). A folder that
+        holds this data set's ledger (the same folder, or the run imported there on purpose
+        with `pate ledger --import`) is the run's. Votes that name no folder (an older pate's,
+        made elsewhere) pass: their ledger is the one they name or ``--ledger NAME``."""
+        from pate.store.identity import votes_folder
+
+        where = votes_folder(votes_path)
+        if where is None or where.resolve() == self.directory.resolve() or self.exists():
+            return
+        run = Path(votes_path).parent
+        raise PateError(f"{votes_path} was labelled under the ledger folder {where}, which records its data set; the "
+                        f"ledger folder {self.directory} holds no ledger of it (another HOME, ${LEDGER_ENV} or "
+                        f"[privacy] ledger?); nothing was drawn, trained or charged: set ${LEDGER_ENV} or [privacy] ledger to "
+                        f"{where}, or count the run's releases here on purpose first with `pate ledger --import {run}`")
+
+    def records_labels(self, labels_path, subjects: tuple) -> bool:
+        """Whether this ledger records the label release at ``labels_path`` (known by its own
+        identity, `release_identity`, or by ``subjects``: its content digest, an older pate's
+        file digest): charged by the command that made it, or by `pate ledger --import`."""
+        release = release_identity("labels", labels_path)
+        wanted = {s for s in subjects if s}
+        return any(e.get("kind") in ("labels", "imported") and (e.get("release") == release or e.get("subject") in wanted)
+                   for e in self.entries())
 
     def refuse_drawn_elsewhere(self, subjects: tuple, directories) -> None:
         """The "once" guard across ledger folders: refuses a sanitised draw of labels (known
@@ -644,6 +671,32 @@ def _drawn_in(directory: Path, subjects: tuple) -> tuple[Path, dict] | None:
             if isinstance(entry, dict) and entry.get("kind") == "sanitised-eps" and entry.get("subject") in wanted:
                 return path, entry
     return None
+
+
+def labels_recorded_in(directory: Path, labels_path, subjects: tuple) -> bool:
+    """Whether any ledger of ``directory`` records the label release at ``labels_path`` (by
+    its own identity, `release_identity`, or by one of ``subjects``): what `pate train-student`
+    asks, reading the labels alone (never the votes or teachers that name their data set)."""
+    release = release_identity("labels", labels_path)
+    wanted = {s for s in subjects if s}
+    try:
+        files = sorted(p for p in Path(directory).glob("*.jsonl") if p.is_file() and not p.is_symlink())
+    except OSError:
+        return False
+    for path in files:
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("kind") in ("labels", "imported") and (
+                    entry.get("release") == release or entry.get("subject") in wanted):
+                return True
+    return False
 
 
 def release_identity(kind: str, path) -> str:

@@ -243,6 +243,11 @@ def read_npz(path: str | Path, required: Iterable[str] = ()) -> dict[str, np.nda
     return out
 
 
+#: Where `pate analyze` keeps a sanitised draw it charged but could not put in place (owner-only;
+#: the next `pate analyze` of the same labels publishes it: `pate.steps.analyze`).
+UNPUBLISHED_DIR = ".unpublished-analyze"
+
+
 def remove(path: str | Path) -> None:
     """Deletes a file, link or folder of artifacts (nothing when it is missing)."""
     path = Path(path)

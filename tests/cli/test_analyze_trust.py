@@ -11,7 +11,7 @@ import numpy as np
 from analysis.core.noise import delta_of_sampling
 from analysis.mechanisms import registry
 
-from conftest import invoke
+from conftest import charged, invoke
 
 
 def _small_ensemble_votes(path, rows: int = 100):
@@ -33,10 +33,13 @@ def test_analyze_votes_publishes_the_samplers_delta_of_labels_the_ledger_never_c
     assert "NOTHING" in doc["data_set"].get("warning", "")
 
 
-def test_analyze_workdir_publishes_the_samplers_delta_of_uncharged_labels(tmp_path):
+def test_analyze_workdir_publishes_the_samplers_delta_of_imported_labels(tmp_path):
+    """Labels made by hand are refused until charged (`pate ledger --import`, which records
+    their float64 sampler's total variation): then the published delta counts it."""
     votes = _small_ensemble_votes(tmp_path / "votes.npz")
     np.savez(tmp_path / "labels.npz", indices=np.arange(100), labels=votes.argmax(axis=1),
              mechanism=np.array("lnmax"), gamma=np.array(0.5))
+    charged(tmp_path)
     result = invoke("analyze", "--workdir", tmp_path, "--seed", 1)
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "release.json").read_text())
@@ -60,7 +63,23 @@ def test_analyze_votes_prints_no_private_figure_unless_asked(tmp_path):
     assert "NO (private)" not in result.output and "data-dependent eps" not in result.output.split("withheld")[0]
     assert "best moment" not in result.output
     assert "--show-private" in result.output  # says how to get them, and what they are
-    asked = invoke("analyze", "--votes", _votes(tmp_path), "--gamma", 0.1, "--show-private")
+    asked = invoke("analyze", "--votes", _votes(tmp_path), "--gamma", 0.1, "--show-private", "--ledger", "ext")
     assert asked.exit_code == 0, asked.output
     assert asked.output.startswith("PRIVATE RESEARCH OUTPUT")
     assert "data-dependent eps" in asked.output and "NO (private)" in asked.output
+
+
+def test_private_figures_shown_on_the_terminal_are_marked_in_the_ledger(tmp_path):
+    """`analyze --votes --show-private` prints data-dependent values: as `plan --votes
+    --on-private-votes`, the votes' ledger records it (every later release.json then says
+    parameters_chosen_on_private_data); unnamed votes need --ledger for it, as plan's do."""
+    from pate.store.ledger import Ledger
+
+    line = invoke("analyze", "--votes", _votes(tmp_path), "--gamma", 0.1, "--show-private")
+    assert line.exit_code == 1 and "--ledger" in line.output, line.output
+    assert not Ledger("ext").exists()
+    asked = invoke("analyze", "--votes", _votes(tmp_path), "--gamma", 0.1, "--show-private", "--ledger", "ext")
+    assert asked.exit_code == 0, asked.output
+    assert [e["kind"] for e in Ledger("ext").entries()] == ["private-tuning"] and Ledger("ext").tuned_on_private_data()
+    plain = invoke("analyze", "--votes", _votes(tmp_path), "--gamma", 0.1, "--ledger", "other")
+    assert plain.exit_code == 0 and not Ledger("other").exists()  # nothing private shown, nothing marked

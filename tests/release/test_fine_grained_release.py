@@ -224,6 +224,18 @@ def test_pate_plan_prints_the_release_and_its_eps_known_before_the_run(tmp_path)
     assert "set that (--set fine_grained.eps=E)" in line
 
 
+def test_pate_plan_refuses_a_smoothing_larger_than_the_pool_as_label_does(tmp_path):
+    """`plan --config` accepted settings `pate label` refuses (one shared check, one line)."""
+    config = _fine_config(tmp_path)
+    text = config.read_text()
+    for change in ("smoothing = 201", "votes_per_record = 201"):
+        config.write_text(text + change + "\n")  # in [fine_grained], the file's last section
+        planned = one_line_error(invoke("plan", "--config", config), 1)
+        labelled = one_line_error(invoke("label", "--config", config, "--workdir", tmp_path / "run"), 1)
+        assert planned == labelled and "at most the 200 points of the public pool" in planned
+    assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists()
+
+
 def test_pate_audit_holds_a_fine_grained_claim_and_catches_half_the_noise(tmp_path, fine_run):
     """`pate audit` of a fine-grained config or run: the Clopper–Pearson lower bound over
     releases of two replace-one neighbours (2k cells moved) stays at or below the claimed ε;

@@ -12,7 +12,7 @@ from analysis.core.noise import NoiseSource
 from analysis.reporting import report, report_io
 from pate.release import run_summary
 
-from conftest import invoke
+from conftest import charged, invoke
 
 
 def _labelled(folder, votes, answered: int):
@@ -20,6 +20,7 @@ def _labelled(folder, votes, answered: int):
     np.savez(folder / "votes.npz", votes=votes, meta=np.array(json.dumps({"data_set": "one-data-set"})))
     np.savez(folder / "labels.npz", indices=np.arange(answered), labels=votes[:answered].argmax(axis=1),
              mechanism=np.array("lnmax"), gamma=np.array(0.1))
+    charged(folder)
 
 
 def _two_releases(tmp_path):

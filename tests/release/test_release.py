@@ -16,7 +16,7 @@ from analysis.reporting import report
 from analysis.reporting import report_io
 from analysis.core.noise import NoiseSource
 
-from conftest import invoke
+from conftest import charged, invoke
 
 PRIVATE_KEYS = {"eps_data_dependent", "best_moment", "best_order", "smooth_sensitivity", "noise_scale",
                 "noise_std", "expected_answered"}
@@ -152,6 +152,7 @@ def _make_labelled_run(tmp_path, mechanism="lnmax"):
     fields = dict(indices=np.arange(60), labels=votes[:60].argmax(axis=1), mechanism=np.array(mechanism))
     fields.update(gamma=np.array(0.1)) if mechanism == "lnmax" else fields.update(sigma=np.array(20.0))
     np.savez(tmp_path / "labels.npz", **fields)
+    charged(tmp_path)
 
 
 @pytest.mark.parametrize("mechanism", ["lnmax", "gnmax"])

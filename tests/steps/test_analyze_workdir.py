@@ -8,9 +8,12 @@ from click.testing import CliRunner
 
 from analysis.bounds import lnmax
 from cli import main
+from conftest import charged
 
 
-def make_run(tmp_path, labels_override=None):
+def make_run(tmp_path, labels_override=None, charge=True):
+    """Votes and labels.npz written by hand, the labels charged (`conftest.charged`) unless
+    ``charge`` is False (labels the import itself refuses)."""
     rng = np.random.default_rng(0)
     votes = rng.multinomial(50, rng.dirichlet(np.full(10, 0.1)), size=200).astype(np.int32)
     np.savez(tmp_path / "votes.npz", votes=votes)
@@ -19,6 +22,8 @@ def make_run(tmp_path, labels_override=None):
     fields = dict(indices=indices, labels=labels, mechanism=np.array("lnmax"), gamma=np.array(0.1))
     fields.update(labels_override or {})
     np.savez(tmp_path / "labels.npz", **fields)
+    if charge:
+        charged(tmp_path)
     return votes
 
 
@@ -56,7 +61,7 @@ def test_workdir_errors(tmp_path):
     result = runner.invoke(main, ["analyze", "--workdir", str(tmp_path), "--gamma", "0.3"])
     assert result.exit_code == 2 and "labels.npz" in result.output
     assert not (tmp_path / "privacy.json").exists()
-    make_run(tmp_path, {"indices": np.arange(150, 210)})
+    make_run(tmp_path, {"indices": np.arange(150, 210)}, charge=False)
     result = runner.invoke(main, ["analyze", "--workdir", str(tmp_path)])
     assert result.exit_code == 1 and "index 200" in result.output
 
@@ -93,9 +98,9 @@ def test_workdir_gnmax_reports(tmp_path, mechanism):
 def test_workdir_takes_one_beta_per_mechanism_from_the_run_config(tmp_path, mechanism, gnss_beta, expected):
     fields = {"mechanism": np.array(mechanism)}
     fields.update({"sigma": np.array(20.0)} if mechanism == "gnmax" else {"gamma": np.array(0.1)})
-    make_run(tmp_path, fields)
-    (tmp_path / "config.toml").write_text(
+    (tmp_path / "config.toml").write_text(  # first: the run's config names the ledger its labels are charged to
         f"[privacy]\nrelease_order = 8.0\nlnmax_beta = 0.07\ngnss_beta = {gnss_beta}\n")
+    make_run(tmp_path, fields)
     result = CliRunner().invoke(main, ["analyze", "--workdir", str(tmp_path), "--seed", "1"])
     assert result.exit_code == 0, result.output
     doc = json.loads((tmp_path / "release.json").read_text())
@@ -109,8 +114,9 @@ def test_workdir_takes_one_beta_per_mechanism_from_the_run_config(tmp_path, mech
 ])
 def test_workdir_refuses_a_release_other_readers_refuse(tmp_path, override, message):
     """One validation of labels.npz for every reader (issue 21): an out-of-range label or a
-    repeated index is refused by `analyze --workdir` as by train-student, before any draw."""
-    make_run(tmp_path, override)
+    repeated index is refused by `analyze --workdir` as by train-student (and `pate ledger
+    --import`), before any draw."""
+    make_run(tmp_path, override, charge=False)
     result = CliRunner().invoke(main, ["analyze", "--workdir", str(tmp_path)])
     assert result.exit_code == 1 and message in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.npz", "votes.npz"]

@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from conftest import TINY, invoke
+from conftest import TINY, invoke, own_copy
 from pate.store import ledger as ledger_mod, rundir
 
 
@@ -31,9 +31,9 @@ def test_a_relabelled_run_imports_the_releases_moved_aside(finished_tiny, tmp_pa
     """A finished run labelled again and analysed again has made four releases: the first
     labels and their sanitised draw (the draw moved aside into stale-label-*/, the labels
     replaced), the second labels and their draw. Imported under another ledger folder, all four
-    are charged (the replaced labels.npz is kept aside beside its draw), and again nothing more."""
-    run = tmp_path / "run"
-    shutil.copytree(finished_tiny, run)
+    are charged (the replaced labels.npz is kept aside beside its draw), and again nothing more.
+    (Relabelled under its own ledger folder: a run belongs to one ledger.)"""
+    run = own_copy(finished_tiny, tmp_path / "run")
     relabel = invoke("label", "--config", TINY, "--workdir", run, "--overwrite")
     assert relabel.exit_code == 0, relabel.output
     assert invoke("analyze", "--workdir", run).exit_code == 0

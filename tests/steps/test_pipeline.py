@@ -17,7 +17,7 @@ from pate.config import load_config
 from pate.steps import pipeline
 from pate.release import run_summary
 
-from conftest import CONFIGS, TINY, invoke, unpublished_copy
+from conftest import CONFIGS, TINY, invoke, own_copy, unpublished_copy
 
 OUTPUTS = {
     "teachers": rundir.TEACHERS_JSON,
@@ -27,8 +27,12 @@ OUTPUTS = {
 }
 
 
-def pate_run(workdir, *extra):
-    return invoke("run", "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", 0, *extra)
+def pate_run(workdir, *extra, reseeded: bool = False):
+    """`pate run` of the tiny config, seeded; ``reseeded``: another noise seed, for a run that
+    labels its own copy's teachers again (the same labels drawn again would rightly be refused
+    a second sanitised draw by the run's ledger, which `own_copy` brings)."""
+    return invoke("run", "--config", TINY, "--workdir", workdir, "--no-progress", "--seed", 1 if reseeded else 0,
+                  *extra)
 
 
 def stamps(workdir):
@@ -46,10 +50,11 @@ def _finished(tmp_path_factory):
     """One full `pate run` of configs/tiny.toml through the CLI (speed is a benchmark's
     business, not a test's: no time limit here)."""
     workdir = tmp_path_factory.mktemp("pipeline") / "run"
-    # A ledger of its own: the session's finished tiny run released the same labels (same
-    # teachers, same seed), and the ledger rightly refuses a second sanitised draw of them.
+    # A ledger of its own beside it (`own_copy` brings it): the session's finished tiny run
+    # released the same labels (same teachers, same seed), and the ledger rightly refuses a
+    # second sanitised draw of them.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("PATE_LEDGER_DIR", str(tmp_path_factory.mktemp("pipeline-ledger")))
+        mp.setenv("PATE_LEDGER_DIR", str(workdir.parent / "ledgers"))
         result = pate_run(workdir)
     assert result.exit_code == 0, result.output
     return workdir, result.output
@@ -57,10 +62,9 @@ def _finished(tmp_path_factory):
 
 @pytest.fixture
 def finished(_finished, tmp_path):
+    """A copy of the finished run, with its ledger (a run belongs to one ledger)."""
     workdir, _ = _finished
-    copy = tmp_path / "run"
-    shutil.copytree(workdir, copy)
-    return copy
+    return own_copy(workdir, tmp_path / "run")
 
 
 def test_full_run_through_the_cli(_finished):
@@ -168,7 +172,7 @@ def test_steps_run_by_hand_are_recognised(labelled_tiny, tmp_path):
 def test_interrupted_teachers_resume(finished):
     os.unlink(finished / rundir.TEACHERS_JSON)
     before = stamps(finished)
-    result = pate_run(finished)
+    result = pate_run(finished, reseeded=True)
     assert result.exit_code == 0, result.output
     assert "resuming" in result.output
     # New teachers: everything after them runs again.
@@ -247,7 +251,7 @@ def test_changed_private_input_is_noticed_through_its_keyed_digest(finished):
     doc["edited"] = True
     rundir.atomic_write_text(finished / rundir.TEACHERS_JSON, json.dumps(doc))
     before = stamps(finished)
-    result = pate_run(finished)
+    result = pate_run(finished, reseeded=True)
     assert result.exit_code == 0, result.output
     assert "[label] running (its inputs changed)" in result.output
     assert ran_steps(before, stamps(finished)) == ["analyze", "label", "student"]

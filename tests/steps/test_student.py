@@ -15,7 +15,7 @@ from analysis.core.errors import PateError
 from pate.store import rundir
 from pate.config import config_from_dict, config_to_dict
 
-from conftest import invoke
+from conftest import invoke, own_copy
 
 STEPS = 40  # one step count everywhere: the compiled training loop is reused
 
@@ -26,21 +26,23 @@ def snapshot(workdir):
 
 @pytest.fixture(scope="module")
 def _labelled(tmp_path_factory, _trained_tiny):
-    """The tiny run, labelled once by GNMax with little noise (accurate labels)."""
+    """The tiny run, labelled once by GNMax with little noise (accurate labels), its labels
+    charged to a ledger folder of its own beside it (`own_copy` brings it: a student learns
+    only from labels its run's ledger records)."""
     workdir, _ = _trained_tiny
-    copy = tmp_path_factory.mktemp("labelled") / "run"
-    shutil.copytree(workdir, copy)
-    result = invoke("label", "--workdir", copy, "--mechanism", "gnmax", "--sigma", 0.5, "--queries", 120,
-                    "--seed", 0)
+    folder = tmp_path_factory.mktemp("labelled")
+    shutil.copytree(workdir, folder / "run")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PATE_LEDGER_DIR", str(folder / "ledgers"))
+        result = invoke("label", "--workdir", folder / "run", "--mechanism", "gnmax", "--sigma", 0.5,
+                        "--queries", 120, "--seed", 0)
     assert result.exit_code == 0, result.output
-    return copy
+    return folder / "run"
 
 
 @pytest.fixture
 def labelled(_labelled, tmp_path):
-    copy = tmp_path / "run"
-    shutil.copytree(_labelled, copy)
-    return copy
+    return own_copy(_labelled, tmp_path / "run")
 
 
 def with_student(config, **student):

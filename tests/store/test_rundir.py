@@ -13,6 +13,7 @@ from analysis.core.errors import PateError
 from pate import __version__
 from pate.store import rundir
 from pate.config import config_hash
+from conftest import charged
 
 
 def test_atomic_write_replaces_and_leaves_no_temp(tmp_path):
@@ -62,6 +63,8 @@ def test_report_json_carries_meta_and_null_for_infinite(tmp_path, tiny_config):
     np.savez(tmp_path / rundir.VOTES_NPZ, votes=votes)
     np.savez(tmp_path / rundir.LABELS_NPZ, indices=np.arange(20), labels=np.zeros(20, np.int32),
              mechanism=np.array("lnmax"), gamma=np.array(0.1))
+    rundir.RunDir(tmp_path).write_config(tiny_config)
+    charged(tmp_path)  # hand-made labels: charged first (`pate ledger --import`)
     analyze(tiny_config, tmp_path, seed=1, echo=lambda *a: None)
     for name in (rundir.PRIVACY_JSON, rundir.RELEASE_JSON):
         meta = json.loads((tmp_path / name).read_text())["meta"]
