@@ -30,7 +30,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from analysis.mechanisms import fine_grained
+from analysis.mechanisms import composition, fine_grained
 from analysis.reporting import report as report_mod
 from analysis.core.errors import PateError
 from analysis.core.noise import NoiseSource
@@ -291,6 +291,49 @@ def record_arrays(cfg: FineGrainedConfig, noise: fine_grained.Noise, eps: float,
             "pca": np.array(cfg.pca),
             "scattering": np.array(f"J {cfg.scattering_j}, L {cfg.scattering_l}, groups {cfg.groups}"),
             "label_noise": np.array(cfg.label_noise), "label_eps": np.array(float(cfg.label_eps))}
+
+
+def label_dp_record(arrays: Mapping) -> dict:
+    """What the ledger keeps of a release's randomized response at the source: ``{"label_eps": ε_L}``
+    (public: a setting), or nothing for a release without it."""
+    if str(np.asarray(arrays.get("label_noise", "none"))) != "randomized-response":
+        return {}
+    return {"label_eps": float(np.asarray(arrays["label_eps"]))}
+
+
+def data_set_label_dp(entries: list, delta: float, cumulative: tuple[float, float]) -> tuple[float, float]:
+    """``(ε, δ)`` of label DP for a data set over every release its ledger records (``entries``,
+    `pate.store.ledger.Ledger.releases`), by basic composition (Dwork & Roth 2014, Theorem 3.16) under
+    label-DP neighbours (one record's label changed: Ghazi et al., NeurIPS 2021): a release made with
+    randomized response at the source counts its ``label_eps`` (pure, `label_dp_record`), or its
+    own ε where smaller; any other release its own ε at ``delta`` (a replace-one guarantee is a
+    label-DP one: changing a label replaces the record). The data set's replace-one figure
+    ``cumulative`` is a label-DP figure too, so the smaller of the two is returned. Each
+    release re-randomises the labels, so ε_L is spent once per release, never once for all."""
+    eps, at = 0.0, 0.0
+    for entry in entries:
+        cost = composition.Cost.from_json(entry["cost"])
+        own = composition.single_eps(cost, delta)
+        own_delta = float(cost.params["delta"]) if cost.kind == "approx" else (0.0 if own == 0 else float(delta))
+        label_eps = (entry.get("mechanism") or {}).get("label_eps")
+        if isinstance(label_eps, (int, float)) and not isinstance(label_eps, bool) and label_eps < own:
+            own, own_delta = float(label_eps), 0.0
+        eps, at = eps + own, at + own_delta
+    return (eps, at) if eps <= cumulative[0] else (float(cumulative[0]), float(cumulative[1]))
+
+
+def with_data_set_label_dp(rep: report_mod.PrivacyReport, entries: list, delta: float,
+                           data_set: Mapping) -> report_mod.PrivacyReport:
+    """``rep`` with the data set's label-DP figure (`data_set_label_dp` over the ledger's
+    ``entries``, capped by the data set's headline in ``data_set``) beside this release's
+    ``label_eps``; unchanged for a release without randomized response."""
+    if not any(item.key == "label_eps" for item in rep.items):
+        return rep
+    eps, at = data_set_label_dp(entries, delta, (float(data_set["eps"]), float(data_set["delta"])))
+    return report_mod.extend(rep, [report_mod.Item(
+        "label_eps_data_set", "label-DP eps of the data set (every release)", eps, True,
+        f"at delta {at:g}; each release's randomized response (or its own eps) added: a second release "
+        "randomises the labels again")])
 
 
 def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_mod.PrivacyReport:

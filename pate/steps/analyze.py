@@ -346,6 +346,7 @@ def _report_fine_grained(workdir, labels: dict, config, delta: float, json_path,
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
     data_set = book.summary(delta, release=_own_figure(rep, content_digest(labels)))
+    rep = fine_release.with_data_set_label_dp(rep, book.releases(), delta, data_set)
     staged = _stage(rep, json_path, None, release_path, config, labels_sha256=content_digest(labels),
                     research_seed=research, data_set=data_set, costs=[registry.from_arrays(labels, path).cost()])
     _charge_then_commit(staged, [], f"analyze ({release_path})")

@@ -309,7 +309,8 @@ def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, 
                     f"{made.noise.kind} noise, eps {made.eps:.6g}")
         door.charge(book, "labels", cost, run=door.run.path, budget=p.total_budget, delta=p.delta,
                     mechanism={"name": made.record.name, "noise": made.noise.kind, "eps": made.eps,
-                               "votes_per_record": made.noise.votes, "describe": describe},
+                               "votes_per_record": made.noise.votes, "describe": describe,
+                               **fine_release.label_dp_record(made.arrays)},
                     subject=content_digest(read_labels(door.out / rundir.LABELS_NPZ)),
                     release=ledger_mod.release_identity("labels", door.out / rundir.LABELS_NPZ),
                     data_digest=data_digest)

@@ -186,3 +186,21 @@ def test_labels_no_ledger_records_are_neither_published_nor_learnt_from(labelled
     assert result.exit_code == 0, result.output
     assert [e["kind"] for e in run_entries(run)] == ["labels", "labels", "sanitised-eps"]
     assert json.loads((run / rundir.RELEASE_JSON).read_text())["data_set"]["releases"] == 3
+
+
+def test_randomized_response_is_composed_over_the_data_sets_releases(tmp_path, monkeypatch):
+    """Each fine-grained release randomises the labels again, so its label-DP eps is spent once per
+    release: release.json gave the release's own label_eps alone (issue 51). The data set's label-DP
+    figure adds every release's (capped by the data set's replace-one headline, which bounds it too)."""
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "ledgers"))
+    config = tmp_path / "rr.toml"
+    config.write_text(TINY.read_text() + '\n[fine_grained]\npca = 16\nlabel_noise = "randomized-response"\n'
+                      'label_eps = 0.25\n')
+    for run in ("a", "b"):
+        result = invoke("label", "--config", config, "--workdir", tmp_path / run, "--mechanism", "fine-grained")
+        assert result.exit_code == 0, result.output
+    analyzed = invoke("analyze", "--workdir", tmp_path / "b")
+    assert analyzed.exit_code == 0, analyzed.output
+    release = json.loads((tmp_path / "b" / "release.json").read_text())
+    assert release["details"]["label_eps"] == 0.25  # this release's
+    assert release["eps"] > 0.5 and release["details"]["label_eps_data_set"] == pytest.approx(0.5)
