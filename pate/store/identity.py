@@ -452,15 +452,16 @@ def _remember(directory: Path, source: str, split: _Split, new: bool, declared: 
     """Places a source the folder has not seen (`_place`): the alias of the data set it is,
     whose records it keeps (so growth step by step stays one data set), else (or when
     `new`) a data set of its own; every other data set holding one of its records is linked
-    to the one it is. Only keyed digests are kept (owner-only)."""
+    to the one it is, `new` or not: a name chosen on purpose does not make shared people new. Only keyed digests are kept (owner-only)."""
     from analysis.core.files import write_atomic
 
     mine = {"records": _keyed_records(directory, split.records, sort=False),
             "inputs": _keyed_records(directory, split.inputs, sort=False),
             "ids": (_keyed_records(directory, [b"pate-id-v1" + i for i in split.ids], sort=False)
                     if split.ids is not None else np.zeros(0, np.uint64))}
-    root, share, counts = (None, 0.0, {}) if new or not mine["records"].size else _place(directory, source, mine,
-                                                                                             declared)
+    root, share, counts = (None, 0.0, {}) if not mine["records"].size else _place(directory, source, mine, declared)
+    if new:  # a data set of its own on purpose; the people it shares still count both ways (linked below)
+        root, share = None, 0.0
     if _records_path(directory, source).is_file():
         root = None  # a data set of its own, placed by an older pate: its records are kept again, whole
     folder = directory / _RECORDS
@@ -482,8 +483,7 @@ def _remember(directory: Path, source: str, split: _Split, new: bool, declared: 
     else:
         write_atomic(_records_path(directory, source), buf.getvalue(), private=True)
     here = root or source
-    if not new:
-        _link(directory, [(here, other, n) for other, n in counts.items() if other != here])
+    _link(directory, [(here, other, n) for other, n in counts.items() if other != here])
 
 
 def same_data_set_notes(directory: Path, source: str) -> list[str]:

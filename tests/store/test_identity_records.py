@@ -77,14 +77,19 @@ def test_the_identity_does_not_depend_on_the_order_of_the_records(tmp_path):
     assert a == b
 
 
-def test_a_split_named_new_on_purpose_gets_its_own_ledger(tmp_path):
+def test_a_split_named_new_on_purpose_gets_its_own_ledger_and_its_shared_people_still_count(tmp_path):
+    """A name chosen on purpose does not make the records it shares new people (issue 51): its own
+    ledger, linked to the data set it shares records with, so each release counts in both."""
     original, copies = _copies(tmp_path)
     book = ledger_mod.Ledger.for_config(_config(original))
     book.charge("labels", COST, budget=3.0, delta=1e-5)
     own = ledger_mod.Ledger.for_config(_config(copies["changed"], **{"privacy.new_data_set": True}))
     assert own.name != book.name
+    with pytest.raises(PateError, match="total_budget"):  # the shared people's budget holds
+        own.charge("labels", COST)
+    book.set_budget(10.0, 1e-5)
     own.charge("labels", COST)
-    assert own.total(1e-5).count == 1 and book.total(1e-5).count == 1
+    assert own.total(1e-5).count == 2 and book.total(1e-5).count == 2
 
 
 def test_an_unrelated_data_set_is_another_data_set(tmp_path):
