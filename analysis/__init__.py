@@ -14,7 +14,7 @@ Quick start::
     analysis.gnmax.data_independent_eps(1000, 100, 1e-5)     # RDP, classic conversion: 2.2478
     analysis.pld.gnmax_eps(1000, 100, 1e-5)                  # PLD (dp-accounting): 1.7601
     analysis.data_independent_items("gnmax", 1000, 1e-5, sigma=100)  # all of them + headline
-    rep = analysis.gnmax_report(votes, 100, 1e-5, release_order=20)   # the full report
+    rep = analysis.gnmax_report(votes, 100, 1e-5, release_order=20)   # the full report (its sanitised value private: no ledger charged it)
     print(analysis.render_table(rep)); analysis.write_outputs(rep, "privacy.json", "privacy.png")
 
 Modules (each imported on first use):
