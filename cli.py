@@ -337,6 +337,7 @@ def ledger_command(config_path, workdir, name, import_path, delta, set_budget, e
     from pate.store import ledger as ledger_mod
 
     say = functools.partial(click.echo, err=as_json)  # with --json, stdout is the document alone
+    opt.check_export(export_path)
     book, config = opt.ledger_book(config_path, workdir, name, import_path, functools.partial(import_run, echo=say))
     delta = delta or (config.privacy if config is not None else opt.DEFAULTS).delta
     if set_budget is not None:

@@ -549,17 +549,25 @@ def ledger_book(config_path, workdir, name, import_path, import_run):
     return ledger_mod.Ledger(name, default_directory()), None
 
 
+def check_export(path) -> None:
+    """`pate ledger --export`: refuses, before anything is read, imported or printed, a path over
+    a run directory's own files, inside a ledger folder or through a link
+    (`pate.store.rundir.output_problem`)."""
+    from pate.store.rundir import output_problem
+
+    problem = None if path is None else output_problem(path)
+    if problem is not None:
+        raise OptionError("--export", f"{problem}; write the export elsewhere")
+
+
 def write_export(path, doc: dict, echo) -> None:
-    """`pate ledger --export`: ``doc`` as JSON at ``path`` (atomic; refused over a run
-    directory's own files or through a link), and one line saying what dp-accounting reads."""
+    """`pate ledger --export`: ``doc`` as JSON at ``path`` (atomic; checked again by
+    `check_export`), and one line saying what dp-accounting reads."""
     import json
 
     from analysis.core.files import write_atomic
-    from pate.store.rundir import output_problem
 
-    problem = output_problem(path)
-    if problem is not None:
-        raise OptionError("--export", f"{problem}; write the export elsewhere")
+    check_export(path)
     write_atomic(path, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
     got = doc["dp_accounting_eps"]
     read = ", ".join(f"{k} {v:.4g}" for k, v in got.items() if v is not None) or "neither accountant reads it"
