@@ -136,6 +136,8 @@ probability = _check(lambda v: 0.0 < v < 1.0, "must lie strictly between 0 and 1
 #: An eps a command releases at or plans for: as `pate.config.checks.MAX_EPS` bounds the config's keys.
 eps_value = _check(lambda v: 0 < v <= 1000.0, "must be a positive eps of at most 1000 (an eps above it leaves no "
                    "guarantee), got {value:g}")
+#: A number of degrees of a view's rotation (`pate features --degrees`): NaN passes click's range.
+degrees = _check(lambda v: 0 <= v <= 90, "must be a number of degrees in [0, 90], got {value}")
 release_order = _check(lambda v: 1 < v <= 1e4, "must be a Renyi order above 1 and at most 10000, got {value}")
 #: A research seed: all 128 bits are used, so any integer 0 <= seed < 2**128.
 seed = _check(lambda v: 0 <= v < 2**128, "must satisfy 0 <= seed < 2**128, got {value}")
@@ -558,6 +560,14 @@ def check_export(path) -> None:
     problem = None if path is None else output_problem(path)
     if problem is not None:
         raise OptionError("--export", f"{problem}; write the export elsewhere")
+
+
+def check_named_export(book, name, path) -> None:
+    """`pate ledger --name NAME --export FILE`: refuses a name no ledger in the folder has (a
+    typo would export an eps-0 event for a data set that spent nothing it knows of)."""
+    if path is not None and name is not None and not book.exists():
+        raise PateError(f"no ledger named {name!r} in {book.directory}: nothing to export; give the name a `label "
+                        "--votes --ledger NAME` charged, or --config / --workdir")
 
 
 def write_export(path, doc: dict, echo) -> None:

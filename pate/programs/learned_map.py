@@ -29,6 +29,7 @@ import functools
 import hashlib
 import io
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -77,8 +78,11 @@ class Recipe:
             problems.append("widths and strides must be positive")
         if self.epochs < 1 or self.batch_size < 2:
             problems.append("at least 1 epoch and batches of at least 2 images")
-        if not (self.learning_rate > 0 and self.temperature > 0):
-            problems.append("the learning rate and temperature must be positive")
+        if not (math.isfinite(self.learning_rate) and math.isfinite(self.temperature)
+                and self.learning_rate > 0 and self.temperature > 0):
+            problems.append("the learning rate and temperature must be positive finite numbers")
+        if not (math.isfinite(self.degrees) and 0 <= self.degrees <= 90):
+            problems.append(f"--degrees {self.degrees} must be a number of degrees in [0, 90] (NaN and inf are none)")
         if problems:
             raise PateError(f"learned map recipe: {'; '.join(problems)}")
 
@@ -290,7 +294,7 @@ def write(out: str | Path, params, recipe: Recipe, record: dict, *, overwrite: b
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
     try:
         (stage / WEIGHTS).write_bytes(raw)
-        (stage / RECIPE).write_text(json.dumps(doc, indent=2) + "\n")
+        (stage / RECIPE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
         if out.exists():
             old = out.with_name(f".{out.name}.old-{time.time_ns()}")
             out.rename(old)

@@ -101,6 +101,11 @@ def test_the_command_refuses_in_one_line_and_writes_nothing(tmp_path, tiny_encod
     line = one_line_error(invoke("features", "--config", TINY, *npz_sets(embeddings, 20), "--out", tmp_path / "x",
                                  *SMALL), 1)
     assert "a learned map needs images" in line
+    for degrees in ("nan", "inf"):  # nan passed click's range and was written into recipe.json (issue 52)
+        line = one_line_error(invoke("features", "--config", TINY, "--out", tmp_path / "x", "--degrees", degrees), 2)
+        assert "must be a number of degrees in [0, 90]" in line
+    with pytest.raises(PateError, match=r"--degrees nan must be a number of degrees in \[0, 90\]"):
+        learned_map.Recipe(degrees=float("nan")).check()  # the Python API's entry too
     assert not (tmp_path / "x").exists()
 
 
