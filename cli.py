@@ -146,7 +146,7 @@ def ceiling_command(config_path, settings, heads, as_json):
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), help="Training seed (default 0).")
 @click.option("--widths", callback=opt.int_list, help="The convolutions' widths, e.g. 32,64,64 (the default).")
 @click.option("--strides", callback=opt.int_list, help="Their strides, one per width, e.g. 1,2,2 (the default).")
-@click.option("--degrees", type=click.FloatRange(0, 90), help="The views' random rotation (and half as much shear) "
+@click.option("--degrees", type=float, callback=opt.degrees, help="The views' random rotation (and half as much shear) "
               "in degrees (default 10; 0: no affine map).")
 @opt.overwrite("Replace an encoder already in --out.")
 @opt.no_progress()
@@ -337,7 +337,9 @@ def ledger_command(config_path, workdir, name, import_path, delta, set_budget, e
     from pate.store import ledger as ledger_mod
 
     say = functools.partial(click.echo, err=as_json)  # with --json, stdout is the document alone
+    opt.check_export(export_path)
     book, config = opt.ledger_book(config_path, workdir, name, import_path, functools.partial(import_run, echo=say))
+    opt.check_named_export(book, name, export_path)
     delta = delta or (config.privacy if config is not None else opt.DEFAULTS).delta
     if set_budget is not None:
         book.set_budget(set_budget, delta)

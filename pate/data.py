@@ -358,7 +358,7 @@ def load_npz(path: str) -> Dataset:
     Images may be uint8 (scaled by 1/255) or floats already in [0, 1], shaped
     (N, H, W) or (N, H, W, C). 2-D `x_*` arrays (N, F) are embeddings: finite numbers of
     any range, kept as float32 (no scaling). Labels are integers 0..C-1; C is the
-    largest label in either split plus one.
+    largest label plus one, refused when the labels are not 0..C-1 as meant (`_npz_classes`).
     """
     p = Path(path)
     try:
@@ -380,8 +380,36 @@ def load_npz(path: str) -> Dataset:
         kind = "embeddings" if is_embedding(out["x_train"]) else "images"
         raise PateError(f"{p}: train {kind} {out['x_train'].shape[1:]} and test inputs "
                         f"{out['x_test'].shape[1:]} differ in shape")
-    num_classes = int(max(out["y_train"].max(initial=0), out["y_test"].max(initial=0))) + 1
-    return Dataset(p.stem, num_classes=max(num_classes, 2), **out)
+    return Dataset(p.stem, num_classes=_npz_classes(p, out["y_train"], out["y_test"]), **out)
+
+
+#: Up to this many classes, empty ones are let be (a small or one-class slice of a data set).
+_FEW_CLASSES = 10
+
+
+def _npz_classes(p: Path, y: np.ndarray, y_test: np.ndarray | None = None, split: str = "y_train") -> int:
+    """An .npz data set's class count C, the largest label of ``y`` (``split``) plus one (at least
+    2), once its labels are 0..C-1 as a user means them: every label of ``y_test`` is a class ``y``
+    has (the teachers learn the classes from the train split alone), and at least half of 0..C-1
+    occur in ``y`` (or C is at most `_FEW_CLASSES`). A stray label (9999 among 0..9) would otherwise make thousands of classes,
+    every one an empty vote. The public pool's reader passes the test split alone as ``y``.
+
+    Raises:
+      PateError: naming the split, the label and what to do (relabel to 0..K-1).
+    """
+    seen = np.unique(y)
+    if y_test is not None and seen.size:  # an empty train split is refused where records are needed
+        unseen = np.setdiff1d(np.unique(y_test), seen)
+        if unseen.size:
+            shown = ", ".join(str(int(v)) for v in unseen[:5]) + (", ..." if unseen.size > 5 else "")
+            raise PateError(f"{p}: y_test holds label(s) {shown} that no record of {split} has; labels are the "
+                            f"classes 0..C-1 of the train split: relabel y_test (or drop those records)")
+    classes = max(int(seen.max(initial=0)) + 1, 2)
+    if seen.size and classes > max(2 * seen.size, _FEW_CLASSES):
+        raise PateError(f"{p}: {split}'s largest label {classes - 1} makes {classes} classes, but only {seen.size} "
+                        f"of them occur; relabel the classes to 0..{seen.size - 1} (np.unique(y, "
+                        "return_inverse=True)), or fix the stray label")
+    return classes
 
 
 def _npz_split(p: Path, split: str, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -559,8 +587,7 @@ def _npz_public(p: Path) -> PublicPool:
         raise PateError(f"{p} is not a readable .npz ({err})") from None
     if len(shape) not in (2, 3, 4) or (len(shape) == 2) != is_embedding(x):
         raise PateError(f"{p}: x_train {tuple(shape)} and x_test {x.shape} are not the same kind of input")
-    num_classes = max(int(y.max(initial=0)) + 1, 2)
-    return PublicPool(p.stem, x, y, num_classes, int(shape[0]))
+    return PublicPool(p.stem, x, y, _npz_classes(p, y, split="y_test"), int(shape[0]))
 
 
 # --------------------------------------------------------------------------- private rows by index
@@ -1043,8 +1070,7 @@ def split_rows(cfg: DataConfig, public_size: int, rows) -> Splits:
             raise PateError(f"{p}: train {kind} {x_train.shape[1:]} and test inputs {x.shape[1:]} differ in shape")
         labels = _npz_read_rows(p, "y_train", np.arange(x_shape[0]))
         _npz_split(p, "train", np.zeros((labels.shape[0], 1), np.float32), labels)  # load_npz's label checks
-        num_classes = int(max(labels.max(initial=0), y.max(initial=0))) + 1
-        test = Dataset(p.stem, x_train, y_train, x, y, max(num_classes, 2))
+        test = Dataset(p.stem, x_train, y_train, x, y, _npz_classes(p, labels.astype(np.int32), y))
     else:
         full = load_dataset(cfg)
         test = dataclasses.replace(full, x_train=x_train, y_train=y_train)

@@ -129,10 +129,10 @@ def test_npz_loader(tmp_path):
     path = tmp_path / "d.npz"
     np.savez(path, x_train=rng.integers(0, 256, (6, 5, 5), dtype=np.uint8),
              y_train=np.array([0, 1, 2, 0, 1, 2]),
-             x_test=rng.uniform(size=(4, 5, 5)).astype(np.float32), y_test=np.array([0, 1, 3, 1]))
+             x_test=rng.uniform(size=(4, 5, 5)).astype(np.float32), y_test=np.array([0, 1, 2, 1]))
     ds = data.load_dataset(DataConfig(name="npz", path=str(path)))
     assert ds.x_train.shape == (6, 5, 5, 1) and ds.x_test.shape == (4, 5, 5, 1)
-    assert ds.num_classes == 4 and ds.x_train.max() <= 1.0
+    assert ds.num_classes == 3 and ds.x_train.max() <= 1.0
     np.savez(tmp_path / "bad.npz", x_train=np.zeros((2, 3, 3)))
     with pytest.raises(PateError, match="lacks y_train, x_test, y_test"):
         data.load_npz(str(tmp_path / "bad.npz"))
@@ -142,6 +142,37 @@ def test_npz_loader(tmp_path):
         data.load_npz(str(tmp_path / "range.npz"))
     with pytest.raises(PateError, match="not found"):
         data.load_npz(str(tmp_path / "none.npz"))
+
+
+def test_npz_labels_must_be_the_train_splits_classes_0_to_k_minus_1(tmp_path):
+    """The class count was the largest label of either split plus one: one stray test label
+    (9999) made 10,000 classes, and LNMax then labelled the pool at 0.00, charged (issue 52).
+    Now a test label that no training record has, or a largest label past twice the classes
+    that occur, is refused in one line saying to relabel, by every reader of an .npz (the
+    data set, the public pool alone, the private rows by index); 0..K-1 with a class or two
+    missing is accepted."""
+    rng = np.random.default_rng(0)
+
+    def npz(name, y_train, y_test):
+        path = tmp_path / f"{name}.npz"
+        np.savez(path, x_train=rng.normal(size=(len(y_train), 3)).astype(np.float32), y_train=np.array(y_train),
+                 x_test=rng.normal(size=(len(y_test), 3)).astype(np.float32), y_test=np.array(y_test))
+        return DataConfig(name="npz", path=str(path), public_size=len(y_test) // 2)
+
+    classes = list(range(10)) * 3
+    stray_test = npz("stray-test", classes, classes[:-1] + [9999])
+    for read in (lambda c: data.load_dataset(c), lambda c: data.split_rows(c, c.public_size, np.arange(4))):
+        with pytest.raises(PateError, match=r"y_test holds label\(s\) 9999 that no record of y_train has; .*relabel"):
+            read(stray_test)
+    with pytest.raises(PateError, match=r"y_test's largest label 9999 makes 10000 classes, but only 11 of them"):
+        data.load_public(stray_test)
+    with pytest.raises(PateError, match=r"y_train's largest label 9999 makes 10000 classes, but only 11 .*"
+                                        r"relabel the classes to 0\.\.10"):
+        data.load_dataset(npz("stray-train", classes[:-1] + [9999], classes))
+    with pytest.raises(PateError, match=r"y_test holds label\(s\) 7, 8, 9"):
+        data.load_dataset(npz("unseen", [c % 7 for c in classes], classes))
+    assert data.load_dataset(npz("gap", [c for c in classes if c != 4], [c for c in classes if c != 4])).num_classes == 10
+    assert data.load_dataset(npz("one-class", [0] * 8, [0] * 8)).num_classes == 2
 
 
 def test_synthetic_is_deterministic_and_learnable():

@@ -432,7 +432,8 @@ def bernoulli_exp_gaps(source: NoiseSource, gaps, gamma) -> np.ndarray:
     uniq, where = np.unique(flat, return_inverse=True)
     whole = np.array([(a * int(g)) >> e for g in uniq], dtype=object)
     if uniq.size and int(max(whole)) > 1 << 40:
-        raise PateError(f"gamma x gap is too large for an exact coin ({int(max(whole))} e^-1 factors)")
+        raise PateError(f"gamma x gap = {float(max(whole)):.3g} is too large for an exact coin (at most 2^40 e^-1 "
+                        "factors); give a smaller gamma")
     rest = np.array([(a * int(g)) & (d - 1) for g in uniq], dtype=np.uint64)[where]
     out = np.ones(flat.size, bool)
     # the whole part: w coins of Bernoulli(e^-1) each (N = D: the test V < N always holds)

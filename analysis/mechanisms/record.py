@@ -200,6 +200,13 @@ class NoSanitisedRelease:
         return None
 
 
+#: The largest γ of an exactly sampled pure argmax (permute-and-flip, the exponential mechanism):
+#: its coins take γ × gap e⁻¹ factors (`analysis.core.noise.bernoulli_exp_gaps`, at most 2⁴⁰),
+#: so with gaps up to 10⁹ teachers this bound keeps every coin in reach; an answer is then
+#: 2000-DP already, no privacy left.
+MAX_EXACT_GAMMA = 1000.0
+
+
 @dataclasses.dataclass(frozen=True)
 class PureArgmax(NoSanitisedRelease, Mechanism, abc.ABC):
     """An argmax of the counts whose every answer is ``2 gamma``-DP: one teacher's changed vote
@@ -217,7 +224,12 @@ class PureArgmax(NoSanitisedRelease, Mechanism, abc.ABC):
     accountants: ClassVar[Mapping[str, Mapping[str, str]]] = {"moments": {}, "pld": {"accountant": "pld"}}
 
     def __post_init__(self):
-        object.__setattr__(self, "gamma", check_positive("gamma", self.gamma))
+        gamma = check_positive("gamma", self.gamma)
+        if self.exact and gamma > MAX_EXACT_GAMMA:
+            raise PateError(f"{self.name}: gamma = {gamma:.4g} is past {MAX_EXACT_GAMMA:g}, the most its exact coins "
+                            f"take (each answer would be {2 * gamma:.4g}-DP: no privacy left); give a gamma of at "
+                            f"most {MAX_EXACT_GAMMA:g}")
+        object.__setattr__(self, "gamma", gamma)
 
     @property
     def eps0(self) -> float:

@@ -136,6 +136,8 @@ probability = _check(lambda v: 0.0 < v < 1.0, "must lie strictly between 0 and 1
 #: An eps a command releases at or plans for: as `pate.config.checks.MAX_EPS` bounds the config's keys.
 eps_value = _check(lambda v: 0 < v <= 1000.0, "must be a positive eps of at most 1000 (an eps above it leaves no "
                    "guarantee), got {value:g}")
+#: A number of degrees of a view's rotation (`pate features --degrees`): NaN passes click's range.
+degrees = _check(lambda v: 0 <= v <= 90, "must be a number of degrees in [0, 90], got {value}")
 release_order = _check(lambda v: 1 < v <= 1e4, "must be a Renyi order above 1 and at most 10000, got {value}")
 #: A research seed: all 128 bits are used, so any integer 0 <= seed < 2**128.
 seed = _check(lambda v: 0 <= v < 2**128, "must satisfy 0 <= seed < 2**128, got {value}")
@@ -549,17 +551,33 @@ def ledger_book(config_path, workdir, name, import_path, import_run):
     return ledger_mod.Ledger(name, default_directory()), None
 
 
+def check_export(path) -> None:
+    """`pate ledger --export`: refuses, before anything is read, imported or printed, a path over
+    a run directory's own files, inside a ledger folder or through a link
+    (`pate.store.rundir.output_problem`)."""
+    from pate.store.rundir import output_problem
+
+    problem = None if path is None else output_problem(path)
+    if problem is not None:
+        raise OptionError("--export", f"{problem}; write the export elsewhere")
+
+
+def check_named_export(book, name, path) -> None:
+    """`pate ledger --name NAME --export FILE`: refuses a name no ledger in the folder has (a
+    typo would export an eps-0 event for a data set that spent nothing it knows of)."""
+    if path is not None and name is not None and not book.exists():
+        raise PateError(f"no ledger named {name!r} in {book.directory}: nothing to export; give the name a `label "
+                        "--votes --ledger NAME` charged, or --config / --workdir")
+
+
 def write_export(path, doc: dict, echo) -> None:
-    """`pate ledger --export`: ``doc`` as JSON at ``path`` (atomic; refused over a run
-    directory's own files or through a link), and one line saying what dp-accounting reads."""
+    """`pate ledger --export`: ``doc`` as JSON at ``path`` (atomic; checked again by
+    `check_export`), and one line saying what dp-accounting reads."""
     import json
 
     from analysis.core.files import write_atomic
-    from pate.store.rundir import output_problem
 
-    problem = output_problem(path)
-    if problem is not None:
-        raise OptionError("--export", f"{problem}; write the export elsewhere")
+    check_export(path)
     write_atomic(path, (json.dumps(doc, indent=2, allow_nan=False) + "\n").encode())
     got = doc["dp_accounting_eps"]
     read = ", ".join(f"{k} {v:.4g}" for k, v in got.items() if v is not None) or "neither accountant reads it"

@@ -29,6 +29,7 @@ import functools
 import hashlib
 import io
 import json
+import math
 import shutil
 import tempfile
 import time
@@ -37,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.core.errors import PateError
+from pate.store.ledger_home import ledger_folder_of
 
 WEIGHTS = "encoder.npz"
 RECIPE = "recipe.json"
@@ -76,8 +78,11 @@ class Recipe:
             problems.append("widths and strides must be positive")
         if self.epochs < 1 or self.batch_size < 2:
             problems.append("at least 1 epoch and batches of at least 2 images")
-        if not (self.learning_rate > 0 and self.temperature > 0):
-            problems.append("the learning rate and temperature must be positive")
+        if not (math.isfinite(self.learning_rate) and math.isfinite(self.temperature)
+                and self.learning_rate > 0 and self.temperature > 0):
+            problems.append("the learning rate and temperature must be positive finite numbers")
+        if not (math.isfinite(self.degrees) and 0 <= self.degrees <= 90):
+            problems.append(f"--degrees {self.degrees} must be a number of degrees in [0, 90] (NaN and inf are none)")
         if problems:
             raise PateError(f"learned map recipe: {'; '.join(problems)}")
 
@@ -230,18 +235,47 @@ def weights_bytes(params) -> bytes:
     return buf.getvalue()
 
 
+def check_out(out: Path, *, overwrite: bool = False, config=None) -> None:
+    """May `pate features` write its encoder into `out`? A new or empty folder, yes; with
+    `overwrite`, one holding what `pate features` wrote and nothing else (`encoder.npz`,
+    `recipe.json`, plain files); never a folder inside a ledger folder
+    (`pate.store.ledger_home.ledger_folder_of`).
+
+    Raises:
+      PateError: in one line, naming what is there.
+    """
+    ledgers = ledger_folder_of(out, config)
+    if ledgers is not None:
+        raise PateError(f"--out {out} is inside the ledger folder {ledgers}: no command writes there but the ledger "
+                        "itself; name another folder")
+    if out.is_symlink():
+        raise PateError(f"--out {out} is a symbolic link (pate never writes through a link); name the folder itself")
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise PateError(f"{out} is a file; --out names the folder to write the encoder into")
+    entries = sorted(p.name for p in out.iterdir())
+    if not entries:
+        return
+    if not overwrite:
+        raise PateError(f"{out} is not empty; pass --overwrite to replace it, or name another folder")
+    foreign = [n for n in entries if n not in (WEIGHTS, RECIPE)
+               or (out / n).is_symlink() or not (out / n).is_file()]
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise PateError(f"--overwrite replaces only an encoder `pate features` wrote ({WEIGHTS}, {RECIPE}); {out} "
+                        f"also holds {shown}: name another folder, or empty it yourself")
+
+
 def write(out: str | Path, params, recipe: Recipe, record: dict, *, overwrite: bool = False) -> dict:
     """Writes `encoder.npz` and `recipe.json` into `out`, all or nothing (a staged folder renamed
     into place); returns the recipe document.
 
     Raises:
-      PateError: `out` holds something and `overwrite` is off, or is not a folder.
+      PateError: `check_out` refuses `out`.
     """
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise PateError(f"{out} is a file; --out names the folder to write the encoder into")
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise PateError(f"{out} is not empty; pass --overwrite to replace it, or name another folder")
+    check_out(out, overwrite=overwrite)
     raw = weights_bytes(params)
     doc = {"map": "learned", "method": "SimCLR (NT-Xent), public pool images only, no labels",
            "architecture": {"convolutions": "3x3, ReLU, no batch statistics", "widths": list(recipe.widths),
@@ -260,7 +294,7 @@ def write(out: str | Path, params, recipe: Recipe, record: dict, *, overwrite: b
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
     try:
         (stage / WEIGHTS).write_bytes(raw)
-        (stage / RECIPE).write_text(json.dumps(doc, indent=2) + "\n")
+        (stage / RECIPE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
         if out.exists():
             old = out.with_name(f".{out.name}.old-{time.time_ns()}")
             out.rename(old)
@@ -386,16 +420,16 @@ def make(config, out: str | Path, *, overwrite: bool = False, show_progress: boo
     change (None: the default).
 
     Raises:
-      PateError: `out` is not empty (without `overwrite`), a bad recipe, a pool that is not
-        images, or a diverged loss; nothing is written then.
+      PateError: `check_out` refuses `out` (not empty without `overwrite`, not an encoder, in
+        a ledger folder), a bad recipe, a pool that is not images, or a diverged loss; nothing
+        is written then.
     """
     from pate.data import load_pool
 
     recipe = Recipe(**{k: v for k, v in recipe.items() if v is not None})
     recipe.check()
     out = Path(out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not overwrite)):
-        write(out, None, recipe, {}, overwrite=overwrite)  # refuses in one line before any training
+    check_out(out, overwrite=overwrite, config=config)  # refuses in one line before any training
     pool_x = load_pool(config.data, config.data.public_size)
     _check_images(pool_x)
     echo(f"features: a SimCLR encoder (widths {list(recipe.widths)}) trained {recipe.epochs} epochs on the "

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from analysis.core.errors import PateError
 from pate.programs.placement import Placement, placed, teacher_chunk, to_host
 
 Params = Any
@@ -24,7 +25,8 @@ _PREDICT_FNS: dict = {}
 
 
 def _predict_fn(model, num_classes: int | None, placement: Placement, chunk: int):
-    """Jitted `(params, x, mask) -> predictions (T, n)` or votes (n, C), cached.
+    """Jitted `(params, x, mask) -> predictions (T, n)` or votes (n, C), cached. A teacher
+    whose logits for an input are not all finite predicts -1 there (no class; no vote).
 
     Teachers run `chunk` at a time on each device (0: all at once); with a mesh each
     device predicts for its own teachers and the votes are summed across devices.
@@ -35,7 +37,9 @@ def _predict_fn(model, num_classes: int | None, placement: Placement, chunk: int
 
     def local(params, x, mask):
         def one(p):
-            return jnp.argmax(model.apply(p, x), axis=-1).astype(jnp.int32)
+            logits = model.apply(p, x)
+            finite = jnp.all(jnp.isfinite(logits), axis=-1)  # argmax of NaN would be class 0
+            return jnp.where(finite, jnp.argmax(logits, axis=-1), -1).astype(jnp.int32)
 
         if chunk and chunk < mask.shape[0]:
             preds = jax.lax.map(one, params, batch_size=chunk)
@@ -84,7 +88,7 @@ def teacher_predictions(params: Params, model, images: np.ndarray, batch_size: i
       chunk: teachers evaluated together per device (0: automatic, see `teacher_chunk`).
 
     Returns:
-      int32 (T, n).
+      int32 (T, n); -1 where a teacher's logits are NaN/inf (no prediction: scored wrong).
     """
     params, placement = placed(params, placement)
     fn = _predict_fn(model, None, placement, teacher_chunk(chunk, placement.platform))
@@ -113,6 +117,10 @@ def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
 
     Returns:
       int32 (n, C); every row sums to T.
+
+    Raises:
+      PateError: a teacher's logits were NaN/inf for some input (argmax would have voted class
+        0 there): no vote is returned, so none is released.
     """
     params, placement = placed(params, placement)
     fn = _predict_fn(model, num_classes, placement, teacher_chunk(chunk, placement.platform))
@@ -120,7 +128,25 @@ def predict_votes(params: Params, model, images: np.ndarray, num_classes: int,
     out = [to_host(fn(params, xb, mask))[:real] for xb, real in _batches(images, batch_size)]
     if not out:
         return np.zeros((0, num_classes), np.int32)
-    return np.concatenate(out, axis=0).astype(np.int32)
+    votes = np.concatenate(out, axis=0).astype(np.int32)
+    short = int(np.count_nonzero(votes.sum(axis=1) != placement.num_teachers))
+    if short:
+        raise PateError(_non_finite_message(model, short, len(votes)))
+    return votes
+
+
+def _non_finite_message(model, inputs: int, total: int) -> str:
+    """One line: the teachers' logits were NaN/inf at evaluation, naming a user's module."""
+    inner = getattr(model, "inner", None)  # pate.programs.user_model.UserModule
+    if inner is not None:
+        cls = type(inner)
+        return (f"the teachers' module {cls.__module__}:{cls.__qualname__} gave NaN/inf logits for {inputs} of "
+                f"{total} inputs at evaluation (train=False); no vote is released: check what its __call__ does "
+                "when train is False (a division, log or normalisation of zero) and that the trained parameters "
+                "are finite, then train the teachers again with --overwrite")
+    return (f"the teachers gave NaN/inf logits for {inputs} of {total} inputs at evaluation; no vote is released: "
+            "check the inputs are finite, then train the teachers again with --overwrite (a lower "
+            "teachers.learning_rate)")
 
 
 def block_votes(params: Params, model, images: np.ndarray, num_classes: int,

@@ -1,6 +1,7 @@
 """The one door into a run directory: every command that writes one goes through `step`.
 
-`step` holds the run's lock (`pate.store.runlock.hold`), checks that the config's data is the
+`step` refuses a run directory inside a ledger folder (`pate.store.ledger_home.ledger_folder_of`),
+holds the run's lock (`pate.store.runlock.hold`), checks that the config's data is the
 run's, asks "may I write these artifacts?" once for every command, hands the block the
 folder to write them in (a staging folder when they replace finished ones), and on
 commit writes ``config.toml``, swaps the new artifacts in and moves the later steps'
@@ -25,6 +26,7 @@ from typing import Any, Callable, Iterable, Sequence
 from analysis.core import files
 from analysis.core.errors import CommitFailed, PateError
 from pate.store import rundir, stages
+from pate.store.ledger_home import ledger_folder_of
 from pate.config import Config
 from pate.store.runlock import depth, hold, secondary_process
 
@@ -421,6 +423,10 @@ def step(name: str, workdir, *, config: Config | None = None, overwrite: bool = 
     writer = stages.STAGES[name]
     if workdir is None or not str(workdir).strip():  # '' would be the current directory
         raise PateError(f"{writer.command} needs a run directory (workdir), got {workdir!r}")
+    ledgers = ledger_folder_of(workdir, config)
+    if ledgers is not None:
+        raise PateError(f"{workdir} is inside the ledger folder {ledgers}: no command writes there but the ledger "
+                        "itself; give a run directory elsewhere")
     with hold(workdir, writer.command, create=writer.create) as lock:
         run = rundir.RunDir(workdir)
         if lock is not None and depth(workdir) == 1:  # first holder: clean what a killed one left

@@ -30,9 +30,7 @@ from typing import NamedTuple
 import numpy as np
 
 from analysis.core.errors import PateError
-
-LEDGER_ENV = "PATE_LEDGER_DIR"
-_KEY_FILE = ".key"
+from pate.store.ledger_home import KEY_FILE, LEDGER_ENV, state_directory
 
 
 class Source(NamedTuple):
@@ -58,10 +56,7 @@ def default_directory() -> Path:
     env = os.environ.get(LEDGER_ENV)
     if env is not None and env != "":
         return _absolute(env, f"${LEDGER_ENV}")
-    state = os.environ.get("XDG_STATE_HOME") or ""
-    if not os.path.isabs(state):
-        state = os.path.join(os.path.expanduser("~"), ".local", "state")
-    return Path(state) / "pate" / "ledgers"
+    return state_directory()
 
 
 def _absolute(where: str, source: str) -> Path:
@@ -140,10 +135,7 @@ def visible_directories(workdir=None, config=None) -> list[Path]:
             add(where)
     if os.environ.get(LEDGER_ENV):
         add(os.environ[LEDGER_ENV])
-    state = os.environ.get("XDG_STATE_HOME") or ""
-    if not os.path.isabs(state):
-        state = os.path.join(os.path.expanduser("~"), ".local", "state")
-    add(Path(state) / "pate" / "ledgers")
+    add(state_directory())
     return found
 
 
@@ -616,7 +608,7 @@ def _key(directory: Path) -> bytes:
     replaced silently. A new key is written whole to a temp file and linked into place, so
     the key file is either absent or complete: a full disk leaves no empty key behind (which
     every later command would refuse as damaged), and of two processes making it, one wins."""
-    path = directory / _KEY_FILE
+    path = directory / KEY_FILE
     if not os.path.lexists(path):
         _make_key(directory, path)
     if path.is_symlink() or not path.is_file():

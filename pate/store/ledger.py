@@ -41,7 +41,8 @@ from typing import Any, Iterable
 
 from analysis.mechanisms import composition
 from analysis.core.errors import PateError
-from pate.store.identity import (LEDGER_ENV, data_identity, default_directory, directory_for, keyed, keyed_split,
+from pate.store.ledger_home import LEDGER_ENV
+from pate.store.identity import (data_identity, default_directory, directory_for, keyed, keyed_split,
                                   ledger_name, legacy_identity, linked, prepare, previous_identity, run_source,
                                   same_data_set_notes, votes_source)
 

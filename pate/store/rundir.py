@@ -21,6 +21,7 @@ import numpy as np
 
 from analysis.core.errors import PateError
 from pate.config import Config, config_diff, config_file_text, config_hash, config_to_dict, load_config
+from pate.store.ledger_home import ledger_folder_of
 
 CONFIG_TOML = "config.toml"
 TEACHERS_DIR = "teachers"
@@ -403,7 +404,8 @@ class RunDir:
 
 def output_problem(path: str | Path, *, own_run: str | Path | None = None, own_name: str | None = None) -> str | None:
     """Why a report may not be written at `path`, or None: a link, a folder, a device or
-    a FIFO there; a place inside a run directory (one with config.toml, or `own_run`) but
+    a FIFO there; a place inside a ledger folder (`pate.store.ledger_home.ledger_folder_of`);
+    a place inside a run directory (one with config.toml, or `own_run`) but
     at its top; a run artifact's name there, or one of pate's own (lock, staging,
     stale-*) — except `own_name` in `own_run`, the report's own file. In a folder that
     only holds some of a run's files (`RUN_MARKERS`: a `label --votes` run), the files
@@ -424,6 +426,9 @@ def output_problem(path: str | Path, *, own_run: str | Path | None = None, own_n
     except OSError as err:
         return f"cannot use {path}: {err.strerror or err}"
     target = Path(os.path.realpath(path.parent)) / path.name
+    ledgers = ledger_folder_of(target)
+    if ledgers is not None:
+        return f"{path} is inside the ledger folder {ledgers} (no command writes there but the ledger itself)"
     own = None if own_run is None else Path(os.path.realpath(own_run))
     for folder in target.parents:
         # A run directory (config.toml, or the one analysed), or a folder holding some of

@@ -87,3 +87,17 @@ def test_load_config_refuses_what_is_not_a_mapping_of_overrides_in_one_line():
     with pytest.raises(PateError, match="config path"):
         pate.load_config(5)
     assert pate.load_config("tiny", {"teachers.epochs": 2}).teachers.epochs == 2
+
+
+@pytest.mark.parametrize("mechanism", ["permute-and-flip", "exponential"])
+def test_an_exact_pure_argmax_bounds_gamma_in_one_short_line(mechanism):
+    """Permute-and-flip and the exponential mechanism took any gamma: 1e300 printed a 300-digit
+    integer once the teachers had voted, and `audit` exited 0 (issue 52). Their records refuse a
+    gamma past `MAX_EXACT_GAMMA` where they are made, so every command stops before any work."""
+    from analysis.mechanisms.record import MAX_EXACT_GAMMA
+
+    line = one_line_error(invoke("audit", "--config", TINY, "--mechanism", mechanism, "--gamma", "1e300",
+                                 "--trials", 100), 1)
+    assert f"at most {MAX_EXACT_GAMMA:g}" in line and len(line) < 250
+    assert invoke("audit", "--config", TINY, "--mechanism", mechanism, "--gamma", MAX_EXACT_GAMMA,
+                  "--trials", 100).exit_code == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -100,7 +101,40 @@ def test_the_command_refuses_in_one_line_and_writes_nothing(tmp_path, tiny_encod
     line = one_line_error(invoke("features", "--config", TINY, *npz_sets(embeddings, 20), "--out", tmp_path / "x",
                                  *SMALL), 1)
     assert "a learned map needs images" in line
+    for degrees in ("nan", "inf"):  # nan passed click's range and was written into recipe.json (issue 52)
+        line = one_line_error(invoke("features", "--config", TINY, "--out", tmp_path / "x", "--degrees", degrees), 2)
+        assert "must be a number of degrees in [0, 90]" in line
+    with pytest.raises(PateError, match=r"--degrees nan must be a number of degrees in \[0, 90\]"):
+        learned_map.Recipe(degrees=float("nan")).check()  # the Python API's entry too
     assert not (tmp_path / "x").exists()
+
+
+def test_overwrite_replaces_only_an_encoder_the_command_wrote(tmp_path, tiny_encoder, ledger_dir, finished_tiny):
+    """`--overwrite` replaced (and deleted) whatever --out named (issue 52): a finished run, the
+    ledger folder. Now a folder holding anything but `pate features`' own two files, a link, or
+    a folder inside a ledger folder is refused in one line before any training, and left as it
+    was; an encoder's folder is still replaced."""
+    from conftest import own_copy, snapshot
+
+    run = own_copy(finished_tiny, tmp_path / "run")
+    mixed = tmp_path / "mixed"
+    shutil.copytree(tiny_encoder, mixed)
+    (mixed / "notes.txt").write_text("mine")
+    (tmp_path / "link").symlink_to(tiny_encoder)
+    for out, words in ((run, "also holds"), (mixed, "also holds notes.txt"), (ledger_dir, "inside the ledger folder"),
+                       (ledger_dir / "enc", "inside the ledger folder"), (tmp_path / "link", "symbolic link")):
+        before = {p: snapshot(p) for p in (run, mixed, ledger_dir, tiny_encoder)}
+        line = one_line_error(invoke("features", "--config", TINY, "--out", out, "--overwrite", *SMALL), 1)
+        assert words in line, line
+        assert {p: snapshot(p) for p in (run, mixed, ledger_dir, tiny_encoder)} == before
+    assert not (ledger_dir / "enc").exists()
+    mine = tmp_path / "mine"
+    shutil.copytree(tiny_encoder, mine)
+    result = invoke("features", "--config", TINY, "--out", mine, "--overwrite", *SMALL[:-3], "--seed", 4,
+                    "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert (mine / learned_map.WEIGHTS).read_bytes() != (tiny_encoder / learned_map.WEIGHTS).read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".mine")) == []
 
 
 # --------------------------------------------------------------------------- the map

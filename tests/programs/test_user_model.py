@@ -32,11 +32,25 @@ class NeedsWidth(nn.Module):
 raise_on_import = False
 '''
 
+NAN_AT_EVALUATION = '''
+import flax.linen as nn
+import jax.numpy as jnp
+
+class NanAtEvaluation(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x, train=False):
+        logits = nn.Dense(self.num_classes)(x)
+        return logits if train else logits * jnp.inf
+'''
+
 
 @pytest.fixture
 def user_modules(tmp_path, monkeypatch):
     (tmp_path / "mine.py").write_text(BROKEN)
     (tmp_path / "explodes.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "nan_at_eval.py").write_text(NAN_AT_EVALUATION)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     return tmp_path
@@ -99,3 +113,31 @@ def test_a_user_module_trains_the_teachers_and_the_student_end_to_end(user_modul
     assert "inner" in teachers.params["params"]
     assert json.loads((run / "teachers.json").read_text())["ensemble_accuracy"] > 0.8
     assert json.loads((run / "student.json").read_text())["accuracy"] > 0.8
+
+
+def test_non_finite_logits_at_evaluation_stop_before_any_vote_is_released(user_modules, tmp_path):
+    """A module that trains fine but gives NaN/inf logits at evaluation (train=False) voted class 0
+    for every input: labels released and charged (issue 52). Now `pate label` stops before any
+    vote leaves the devices, in one line naming the module and what to check: no votes, no
+    labels, no charge."""
+    from conftest import one_line, run_entries, snapshot
+    from pate.programs import voting
+
+    model = models.make_model(TeachersConfig(model="module", module="nan_at_eval:NanAtEvaluation"), 3)
+    x = np.ones((5, FEATURES), np.float32)
+    params = jax.tree.map(lambda a: np.stack([a, a]), model.init(jax.random.key(0), x))
+    with pytest.raises(PateError, match=r"nan_at_eval:NanAtEvaluation gave NaN/inf logits for 5 of 5 inputs"):
+        voting.predict_votes(params, model, x, 3)
+    assert (voting.teacher_predictions(params, model, x) == -1).all()  # scored as no prediction, never class 0
+
+    path = write_embeddings(tmp_path / "e.npz")
+    run = tmp_path / "run"
+    own = ["--set", "teachers.model=\"module\"", "--set", "teachers.module=\"nan_at_eval:NanAtEvaluation\""]
+    trained = invoke("train-teachers", "--config", TINY, "--workdir", run, "--no-progress", *sets_for(path), *own)
+    assert trained.exit_code == 0, trained.output
+    before = snapshot(run)
+    result = invoke("label", "--workdir", run)
+    assert result.exit_code == 1, result.output
+    line = one_line(result)
+    assert "nan_at_eval:NanAtEvaluation" in line and "train=False" in line and "no vote is released" in line
+    assert snapshot(run) == before and run_entries(run) == []

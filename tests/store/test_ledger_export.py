@@ -87,3 +87,13 @@ def test_release_json_carries_the_releases_own_event(finished_tiny):
     event = events.from_json(doc["dp_event"]["event"])
     assert [type(e).__name__ for e in event.events][0] in ("SelfComposedDpEvent", "ZCDpEvent")
     assert doc["dp_event"]["read_by"] == [k for k, v in events.supported(event).items() if v]
+
+
+def test_an_export_of_a_ledger_name_that_does_not_exist_is_refused(tmp_path, monkeypatch):
+    """`ledger --name TYPO --export` wrote an eps-0 event for a data set no ledger knows (issue 52)."""
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "ledgers"))
+    _book(tmp_path, [composition.labels_cost(GNMax(40.0), 300)])
+    out = tmp_path / "export.json"
+    result = CliRunner().invoke(main, ["ledger", "--name", "dta", "--export", str(out)])
+    assert result.exit_code == 1 and "no ledger named 'dta'" in result.output and not out.exists()
+    assert [p.name for p in (tmp_path / "ledgers").glob("*.jsonl")] == [ledger_mod.Ledger("data").path.name]
