@@ -7,20 +7,24 @@ names (no JAX).
 
 from __future__ import annotations
 from pathlib import Path
+from types import SimpleNamespace
 import numpy as np
 from analysis.mechanisms import composition
 from analysis.mechanisms import registry
-from analysis.mechanisms import noisy_max
-from analysis.mechanisms.record import Mechanism, PureArgmax
+from analysis.mechanisms.record import Mechanism
 from analysis.reporting import report as report_mod
+from analysis.reporting.report_for import ReportSettings, report_for
 from analysis.reporting.accountants import data_independent_items
-from analysis.sanitised.lnmax_release import DEFAULT_BETA as DEFAULT_LNMAX_BETA
 from analysis.core import votes as votes_mod
 from analysis.core.errors import OptionError, PateError
 from pate.store import ledger as ledger_mod
 from pate.store import rundir
 from pate.store.door import Charge
 from pate.release.labels import CHECK_OFFSETS
+
+#: A ``[privacy]`` stand-in with no β of its own: a record's `release_beta` then picks between the β
+#: given for any release and the one given for GNSS alone, or None (the report's default).
+_NO_DEFAULT_BETA = SimpleNamespace(lnmax_beta=None, gnss_beta=0.0)
 
 #: The report's outputs by option, and the run artifact each one is by default.
 _OUTPUTS = {"--json": rundir.PRIVACY_JSON, "--plot": rundir.PRIVACY_PNG, "--release-json": rundir.RELEASE_JSON}
@@ -108,49 +112,30 @@ def report_for_release(votes: np.ndarray, labels: dict, *, delta: float, moments
     rows = indices if confident else answered  # the threshold step runs on every query
     if rows.size == 0:
         raise PateError(f"{rundir.LABELS_NPZ} answers no query; there is nothing to analyse")
-    if isinstance(mech, PureArgmax):
-        return report_of(mech, votes_mod.rows_of(votes, rows), delta, moments=moments, beta=beta, noise=noise,
-                         sanitize=sanitize, publishable=publishable)
-    max_answers = None
+    queries = {"num_teachers": int(votes[0].sum())}
+    if confident:
+        queries["answered"] = mask
     if "max_answers" in labels:
-        max_answers = int(float(labels["max_answers"]))
-    if not mech.sanitised:  # exact coins: the data-independent headline, nothing drawn
-        return report_mod.exact_gnmax_report(
-            votes_mod.rows_of(votes, rows), mech, delta, answered=mask if confident else None,
-            max_answers=max_answers, conversion=conversion, offsets=labels.get(CHECK_OFFSETS))
-    return report_mod.gnmax_report(
-        votes_mod.rows_of(votes, rows), mech.sigma, delta,
-        threshold=mech.threshold if confident else None,
-        sigma_threshold=mech.sigma_threshold if confident else None,
-        answered=mask if confident else None, num_teachers=int(votes[0].sum()),
-        max_answers=max_answers, conversion=conversion, release_order=release_order,
-        beta=gnss_beta if gnss_beta is not None else beta,
-        release_cost=release_cost, noise=noise, sanitize=sanitize, offsets=labels.get(CHECK_OFFSETS),
-        publishable=publishable)
+        queries["max_answers"] = int(float(labels["max_answers"]))
+    if labels.get(CHECK_OFFSETS) is not None:
+        queries["offsets"] = labels.get(CHECK_OFFSETS)
+    settings = ReportSettings(delta=delta, moments=moments, conversion=conversion,
+                              beta=mech.release_beta(_NO_DEFAULT_BETA, beta, gnss_beta),
+                              release_order=release_order, release_cost=release_cost, sanitize=sanitize,
+                              publishable=publishable, noise=noise)
+    return report_for(mech, votes_mod.rows_of(votes, rows), settings, **queries)
 
 
 def report_of(record: Mechanism, rows: np.ndarray, delta: float, *, moments: int = 8, beta: float | None = None,
-              noise=None, sanitize: bool = True, publishable: bool = False, **gaussian) -> report_mod.PrivacyReport:
+              noise=None, sanitize: bool = True, publishable: bool = False, conversion: str = "classic",
+              release_order: float | None = None, release_cost: float = 0.2, **queries) -> report_mod.PrivacyReport:
     """The report of ``record``'s answers to ``rows`` (the answered queries' votes; every
-    queried row for a threshold step): a record without a sanitised release gets
-    `analysis.reporting.report.pure_report`; LNMax the PATE 2017 report (with its
-    smooth-sensitivity release when ``sanitize``); GNMax and Confident-GNMax the PATE 2018
-    report (``gaussian``: its keywords, `analysis.reporting.report.gnmax_report`)."""
-    if not record.sanitised and isinstance(record, PureArgmax):
-        return report_mod.pure_report(rows, record, delta, range(1, moments + 1))
-    if not record.sanitised:  # GNMax, Confident-GNMax with exact coins
-        kept = {k: gaussian[k] for k in ("answered", "max_answers", "conversion", "offsets") if k in gaussian}
-        return report_mod.exact_gnmax_report(rows, record, delta, **kept)
-    if isinstance(record, noisy_max.LNMax):
-        if not sanitize:
-            return report_mod.brief_lnmax_report(rows, record.gamma, delta, range(1, moments + 1))
-        return report_mod.lnmax_report(rows, record.gamma, delta, range(1, moments + 1),
-                                       DEFAULT_LNMAX_BETA if beta is None else beta, noise=noise,
-                                       publishable=publishable)
-    params = record.params()
-    return report_mod.gnmax_report(rows, record.sigma, delta, threshold=params.get("threshold"),
-                                   sigma_threshold=params.get("sigma_threshold"), beta=beta, noise=noise,
-                                   sanitize=sanitize, publishable=publishable, **gaussian)
+    queried row for a threshold step), chosen by the record's type
+    (`analysis.reporting.report_for.report_for`); ``queries``: a threshold step's ``answered``,
+    ``max_answers``, ``offsets``."""
+    return report_for(record, rows, ReportSettings(
+        delta=delta, moments=moments, conversion=conversion, beta=beta, release_order=release_order,
+        release_cost=release_cost, sanitize=sanitize, publishable=publishable, noise=noise), **queries)
 
 
 def data_independent_comparison(votes: np.ndarray, labels: dict, *, delta: float,
