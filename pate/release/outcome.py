@@ -19,6 +19,7 @@ from analysis.planning.simulated_votes import VoteModel
 NEAR_CHANCE_KEY = "near_chance"  # labels.npz meta: the public warning of a release made anyway
 CONFIG_OVERRIDE = "set [aggregation] allow_near_chance = true (--set aggregation.allow_near_chance=true)"
 FLAG_OVERRIDE = "give --allow-near-chance"
+LABEL_OVERRIDE = "give --allow-near-chance (or set [aggregation] allow_near_chance = true in the config)"
 
 
 def expect(record: Mechanism, queries: int, model: VoteModel, *, max_answers: int | None = None,
@@ -41,15 +42,15 @@ def expect(record: Mechanism, queries: int, model: VoteModel, *, max_answers: in
 
 
 def of_config(config, record: Mechanism, num_teachers: int, num_classes: int, *, queries: int | None = None,
-              max_answers: int | None = None, echo=print) -> ExpectedOutcome:
+              max_answers: int | None = None, override: str = CONFIG_OVERRIDE, echo=print) -> ExpectedOutcome:
     """`expect` for a run config: its ``[aggregation]`` queries (or ``queries``, a plan's), the
     vote model of its ensemble (`pate.release.target.vote_model`: ``[privacy] target_accuracy``),
-    its override ``[aggregation] allow_near_chance``."""
+    its override ``[aggregation] allow_near_chance`` (named as ``override`` says)."""
     from pate.release.target import vote_model
 
     return expect(record, config.aggregation.queries if queries is None else queries,
                   vote_model(config, num_teachers, num_classes), max_answers=max_answers,
-                  allow=config.aggregation.allow_near_chance, echo=echo)
+                  allow=config.aggregation.allow_near_chance, override=override, echo=echo)
 
 
 def public_classes(config) -> int:

@@ -136,7 +136,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
             # here, before any teacher votes or anything is charged.
             expected = outcome.of_config(config, record, ensemble.num_teachers, ensemble.num_classes,
                                          queries=agg.queries if plan is None else plan.num_queries,
-                                         max_answers=None if plan is None else plan.max_answers, echo=echo)
+                                         max_answers=None if plan is None else plan.max_answers,
+                                         override=outcome.LABEL_OVERRIDE, echo=echo)
             planned.update(outcome.meta(expected))
             result = _release_from_teachers(door, config, record, ensemble, (pool_x, pool_y, data_digest), plan,
                                             seed, echo, planned,
