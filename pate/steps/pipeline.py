@@ -451,7 +451,7 @@ def _check_state(run: rundir.RunDir, manifest: _Manifest, step: Step, config: Co
     return None
 
 
-def preflight(config: Config, seed: int | None, echo: Callable[[str], None] | None = None) -> Mechanism | None:
+def preflight(config: Config, seed: int | None) -> Mechanism | None:
     """Every check that can be made before a step runs, made before the first one: a
     failure after `label` would have spent the privacy of a release for nothing.
 
@@ -460,7 +460,7 @@ def preflight(config: Config, seed: int | None, echo: Callable[[str], None] | No
     the queries and threshold against the pool (``data.public_size``) and ensemble size the
     config fixes, and what the release is expected to buy on simulated public votes
     (`pate.release.outcome`: near chance is refused unless ``[aggregation] allow_near_chance``;
-    printed with ``echo``, checked silently without): no refusal the config implied comes
+    checked silently here, printed by the label step): no refusal the config implied comes
     after hours of teacher training."""
     from pate.release import outcome
     from pate.release.aggregation import noise_source
@@ -473,7 +473,7 @@ def preflight(config: Config, seed: int | None, echo: Callable[[str], None] | No
     resolve(record, config.aggregation.queries, num_teachers=config.teachers.num_teachers,
             pool_size=config.data.public_size)
     outcome.of_config(config, record, config.teachers.num_teachers, outcome.public_classes(config),
-                      echo=echo or (lambda _line: None))
+                      echo=lambda _line: None)
     if config.rounds.rounds == 2:
         from pate.release.target import check_round2
         from pate.steps.label_round2 import round2_queries
@@ -714,7 +714,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
     crew = _Crew(cluster)
     try:
         start = time.time()
-        record = preflight(config, seed, echo)
+        record = preflight(config, seed)
         # Nothing is touched in the run directory of another data set unless `overwrite`.
         data = None if overwrite else DATA_CHECK
         with step("run", workdir, config=config, data=data, echo=echo) as door:
