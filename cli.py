@@ -193,8 +193,8 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 @opt.label_options()
 def label_command(workdir, votes_path, num_classes, input_is_labels, indices_path, delta, conversion,
                   accountant, mechanism, config_path, gamma, sigma, threshold, sigma_threshold, queries, round_, select,
-                  check, budget, target_eps, seed, overwrite, ledger_name, distributed, coordinator, num_processes,
-                  process_id):
+                  check, budget, target_eps, allow_near_chance, seed, overwrite, ledger_name, distributed, coordinator,
+                  num_processes, process_id):
     """Let the teachers vote on the public pool and release noisy labels (labels.npz);
     the votes (votes.npz) stay private. With --votes, release labels from votes of
     teachers trained anywhere (no pate teachers, no config). With --round 2, a second
@@ -210,7 +210,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
             "--votes": votes_path, "--mechanism": mechanism, "--budget": budget, "--num-classes": num_classes,
             "--input-is-labels": input_is_labels, "--indices": indices_path, "--delta": delta,
             "--conversion": conversion, "--ledger": ledger_name, "--target-eps": target_eps, "--config": config_path,
-            **{"--" + k.replace("_", "-"): v for k, v in noise.items()}})
+            "--allow-near-chance": allow_near_chance, **{"--" + k.replace("_", "-"): v for k, v in noise.items()}})
         start_cluster(distributed, coordinator, num_processes, process_id)
         from pate.steps.label_round2 import label_round2  # imports JAX
 
@@ -233,11 +233,12 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
                     delta=opt.DEFAULTS.delta if delta is None else delta,
                     conversion=conversion or opt.DEFAULTS.conversion,
                     accountant=accountant, input_is_labels=input_is_labels, seed=seed,
-                    overwrite=overwrite, ledger=ledger_name, echo=click.echo)
+                    overwrite=overwrite, ledger=ledger_name, allow_near_chance=allow_near_chance, echo=click.echo)
         return
     config = opt.label_config(workdir, mechanism, noise, queries, {
         "--num-classes": num_classes, "--indices": indices_path, "--delta": delta, "--conversion": conversion,
-        "--input-is-labels": input_is_labels or None, "--ledger": ledger_name}, target_eps, config_path)
+        "--input-is-labels": input_is_labels or None, "--ledger": ledger_name}, target_eps, config_path,
+        allow_near_chance)
 
     start_cluster(distributed, coordinator, num_processes, process_id)
     from pate.steps.label import label  # imports JAX

@@ -8,7 +8,9 @@ The model (round a-priori values, the defaults of `VoteModel`): per query a true
 (uniform), one confusable class (uniform among the others), and a chance ``a`` that a
 teacher is right drawn from Beta(accuracy · concentration, (1 − accuracy) · concentration)
 (easy and hard queries); a wrong teacher picks the confusable class with probability
-``confusion``, else one of the other classes uniformly. Votes ~ Multinomial(teachers).
+``confusion``, else one of the other classes uniformly. Votes ~ Multinomial(teachers). With
+two classes the confusable class is the only other one: a wrong teacher always picks it
+(``confusion`` has nothing to split), so binary tasks are simulated as many-class ones are.
 
 With a student that the teachers check (Interactive-GNMax, `analysis.bounds.interactive`): its
 check offsets on the queries are public (`StudentModel.offsets`, ⌊T·p⌋ of the real student
@@ -37,7 +39,9 @@ def simulate_votes(rng: np.random.Generator, queries: int, teachers: int, classe
     truth = rng.integers(classes, size=queries)
     confuser = (truth + rng.integers(1, classes, size=queries)) % classes
     a = rng.beta(accuracy * concentration, (1 - accuracy) * concentration, size=queries)
-    probs = np.repeat(((1 - a) * (1 - confusion) / (classes - 2))[:, None], classes, axis=1)
+    if classes == 2:  # no other class to share a wrong vote with: the confusable class takes it all
+        confusion = 1.0
+    probs = np.repeat(((1 - a) * (1 - confusion) / max(classes - 2, 1))[:, None], classes, axis=1)
     rows = np.arange(queries)
     probs[rows, truth] = a
     probs[rows, confuser] = (1 - a) * confusion
@@ -101,8 +105,8 @@ class VoteModel:
     confusion: float = 0.5
 
     def __post_init__(self):
-        if int(self.teachers) < 1 or int(self.classes) < 3:
-            raise PateError(f"a simulated ensemble needs at least 1 teacher and 3 classes, got "
+        if int(self.teachers) < 1 or int(self.classes) < 2:
+            raise PateError(f"a simulated ensemble needs at least 1 teacher and 2 classes, got "
                             f"{self.teachers} teachers and {self.classes} classes")
         if not (0 < self.accuracy < 1 and self.concentration > 0 and 0 <= self.confusion <= 1):
             raise PateError(f"the vote model needs 0 < accuracy < 1, concentration > 0 and 0 <= confusion <= 1, "
@@ -110,8 +114,12 @@ class VoteModel:
 
     def draw(self, seed: int, queries: int) -> np.ndarray:
         """The vote histogram of ``queries`` queries of the simulated ensemble ``seed``."""
+        return self.draw_with_truth(seed, queries)[0]
+
+    def draw_with_truth(self, seed: int, queries: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(votes, truth)`` of `draw`: the same votes and each query's simulated true class."""
         return simulate_votes(np.random.default_rng(seed), int(queries), int(self.teachers), int(self.classes),
-                              self.accuracy, self.concentration, self.confusion)[0]
+                              self.accuracy, self.concentration, self.confusion)
 
     def draw_checked(self, seed: int, queries: int, student: StudentModel) -> tuple[np.ndarray, np.ndarray]:
         """``(votes, offsets)`` of ``queries`` queries of ensemble ``seed`` and the simulated

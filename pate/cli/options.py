@@ -382,6 +382,9 @@ def label_options():
                      help="Choose the queries and the release order, beta and cost so that the published headline "
                           "eps is at most this with probability [privacy] target_probability, on simulated votes "
                           "(sets privacy.target_eps; `pate plan --config` shows the choice)."),
+        click.option("--allow-near-chance", is_flag=True,
+                     help="Release even when the labels are expected near chance on simulated public votes "
+                          "(sets aggregation.allow_near_chance; release.json's warnings say so)."),
         seed_option(SEED_HELP),
         overwrite("Replace an existing release in --workdir."),
         ledger(),
@@ -453,7 +456,8 @@ def run_config(workdir, overrides, *, first: str):
     return RunDir(workdir).read_config(overrides)
 
 
-def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, target_eps=None, config_path=None):
+def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, target_eps=None, config_path=None,
+                 allow_near_chance: bool = False):
     """`pate label` from a run's teachers: the run's config (or ``config_path``'s) with the
     mechanism and noise given; refuses options that apply only with --votes or to another
     mechanism, and a fine-grained release's config that does not match the run's data."""
@@ -465,6 +469,8 @@ def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, tar
                  if v is not None}
     if target_eps is not None:
         overrides["privacy.target_eps"] = target_eps
+    if allow_near_chance:
+        overrides["aggregation.allow_near_chance"] = True
     if config_path is not None:
         from pate.config import load_config
 

@@ -207,6 +207,12 @@ class AggregationConfig:
     is never part of a config: `pate label --seed` only. "fine-grained" labels the whole
     pool from one release of the private records' own votes and needs no teachers: its
     settings are `[fine_grained]`'s, and the keys here do not apply.
+
+    `allow_near_chance`: release labels that the plan expects near chance anyway. `pate plan
+    --config`, `pate label` and `pate run` state the answers and label accuracy a release is
+    expected to buy on simulated public votes (`analysis.planning.expected_outcome`) and refuse,
+    before any training, vote or charge, one expected near chance; true releases it, and
+    release.json's warnings say so. A permission: it changes no artifact, so no step's hash.
     """
 
     mechanism: Literal[MECHANISMS] = "lnmax"
@@ -215,6 +221,7 @@ class AggregationConfig:
     sigma: float = 40.0
     threshold: float = 200.0
     sigma_threshold: float = 150.0
+    allow_near_chance: bool = False
 
     def validate(self) -> None:
         s = "aggregation"

@@ -160,7 +160,13 @@ def student_model(offsets: np.ndarray, eval_probs: np.ndarray, eval_y: np.ndarra
 
 def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
     """`pate plan --config`: the release plan of a run config (its data set gives the class
-    count, its `[teachers]` the ensemble's size), printed."""
+    count, its `[teachers]` the ensemble's size) under its target, if any, and what the release
+    is expected to buy (`pate.release.outcome`), printed.
+
+    Raises:
+      PateError: what `pate label` and `pate run` would refuse of the release settings, a
+        target no release meets, or labels expected near chance (unless
+        ``[aggregation] allow_near_chance``)."""
     from pate.data import load_dataset
 
     if not registry.record_type(config.aggregation.mechanism).needs_teachers:
@@ -170,11 +176,21 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
         fine_grained_release.check_pool_fit(config.fine_grained, config.data.public_size)  # as `pate label`
         echo(fine_grained_release.describe_plan(config))
         return None
-    if not config.privacy.target_eps:
-        raise PateError("no target to plan for: set [privacy] target_eps in the config or give --target-eps")
+    from pate.release import outcome
+    from pate.release.budget import accountable_record, resolve
+
     if config.rounds.rounds == 2:
         check_round2(config)
-    choice = choose(config, config.teachers.num_teachers, load_dataset(config.data).num_classes, echo=echo)
+    record = accountable_record(config.aggregation, config.privacy)  # as `pate label` and `pate run` build it
+    resolve(record, config.aggregation.queries, num_teachers=config.teachers.num_teachers,
+            pool_size=config.data.public_size)
+    classes = load_dataset(config.data).num_classes
+    choice = choose(config, config.teachers.num_teachers, classes, record=record, echo=echo)
+    outcome.of_config(config, record, config.teachers.num_teachers, classes,
+                      queries=None if choice is None else choice.num_queries, echo=echo)
+    if choice is None:
+        echo(f"no target (privacy.target_eps = 0): the release answers the config's {config.aggregation.queries} "
+             "queries; --target-eps plans the queries and the release for a headline")
     if config.rounds.rounds == 2:
         echo(f"round 2 is planned when it starts (`pate label --round 2`): at most {config.rounds.queries} queries, "
              f"as many as keep the published headline of both rounds (the data-independent composition of every "

@@ -47,6 +47,15 @@ def _research(rep: report_mod.PrivacyReport, research_seed: bool) -> report_mod.
         "this is no real release (research_seed: true)",))
 
 
+def _near_chance(rep: report_mod.PrivacyReport, labels: dict) -> report_mod.PrivacyReport:
+    """The report, warned when its labels were released although the plan expected them near
+    chance (`pate.release.outcome`: the public line labels.npz's meta records)."""
+    from pate.release import outcome
+
+    lines = outcome.warnings(labels)
+    return dataclasses.replace(rep, warnings=tuple(rep.warnings) + lines) if lines else rep
+
+
 def _own_figure(rep: report_mod.PrivacyReport, subject: str) -> dict:
     """This release's own headline, for `pate.store.ledger.Ledger.summary`."""
     return {"eps": rep.value("eps"), "delta": rep.value("delta_total"), "subject": subject}
@@ -292,6 +301,7 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     research = seed is not None or (labels.get("meta") or {}).get("research_seed") is True or (
         two_rounds and rundir.read_json(inputs[3]).get("research_seed") is True)  # round 1's release
     rep = _research(rep, research)
+    rep = _near_chance(rep, labels)
     if two_rounds:
         rep = analyze_rounds.cumulative(workdir, rep, labels, book, release_cost_of(rep, release_cost), delta,
                                         conversion)

@@ -28,7 +28,7 @@ from analysis.mechanisms import registry
 from analysis.mechanisms.record import Mechanism
 from analysis.core.errors import PateError
 from analysis.core.noise import seed_record
-from pate.release import aggregation, target as release_target
+from pate.release import aggregation, outcome, target as release_target
 from pate.store import rundir
 from pate.store import ledger as ledger_mod
 from analysis.reporting.report_io import render_table
@@ -132,6 +132,13 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
                                    privacy=config.privacy)
                 echo(budget_line(budget, plan, accountant))
             planned = {} if target is None else {release_target.PLAN_KEY: target.meta()}
+            # What the release is expected to buy, on simulated public votes: near chance is refused
+            # here, before any teacher votes or anything is charged.
+            expected = outcome.of_config(config, record, ensemble.num_teachers, ensemble.num_classes,
+                                         queries=agg.queries if plan is None else plan.num_queries,
+                                         max_answers=None if plan is None else plan.max_answers,
+                                         override=outcome.LABEL_OVERRIDE, echo=echo)
+            planned.update(outcome.meta(expected))
             result = _release_from_teachers(door, config, record, ensemble, (pool_x, pool_y, data_digest), plan,
                                             seed, echo, planned,
                                             cluster)

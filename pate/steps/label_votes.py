@@ -21,7 +21,8 @@ from analysis.mechanisms.record import Mechanism
 from analysis.core.errors import PateError
 from analysis.core.noise import seed_record
 from analysis.reporting.report_io import render_table
-from pate.release import aggregation
+from analysis.planning.simulated_votes import VoteModel
+from pate.release import aggregation, outcome
 from pate.store import rundir
 from pate.store import ledger as ledger_mod
 from pate.config import AggregationConfig, PrivacyConfig
@@ -75,7 +76,7 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
                 budget: float | None = None, delta: float = 1e-5, moments: int = 8,
                 conversion: str = "classic", accountant: str = "rdp", input_is_labels: bool = False,
                 seed: int | None = None, overwrite: bool = False, ledger: str | None = None,
-                total_budget: float | None = None, echo=print) -> VotesRelease:
+                total_budget: float | None = None, allow_near_chance: bool = False, echo=print) -> VotesRelease:
     """Releases noisy labels from votes computed elsewhere: teachers trained anywhere.
 
     The votes are validated as `pate analyze` validates them (`analysis.core.votes`), the
@@ -108,11 +109,17 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
         names (`pate.store.ledger.Ledger.for_votes`); required for an array or other votes.
       total_budget: refuse the release when the ledger's cumulative ε at ``delta`` would
         exceed it (None or 0: none); the ledger's recorded budget holds either way.
+      allow_near_chance: release labels the plan expects near chance anyway (release.json's
+        warnings then say so; `pate.release.outcome`).
       echo: where the summary and the privacy table go.
 
+    Before anything is released, the expected answers and label accuracy of the release on
+    votes simulated from the public vote model (the votes' teacher count, ``num_classes``,
+    the default mean teacher accuracy; `analysis.planning.expected_outcome`) are printed.
+
     Raises:
-      PateError: bad votes, indices or parameters, or a release exists and not
-        ``overwrite``. Nothing is written then.
+      PateError: bad votes, indices or parameters, a release expected near chance and not
+        ``allow_near_chance``, or a release exists and not ``overwrite``. Nothing is written then.
     """
     with step("label", workdir, overwrite=overwrite, echo=echo) as door:
         if (isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer))
@@ -134,13 +141,17 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
                                privacy=privacy)
             echo(budget_line(budget, plan, accountant))
             selected = selected[:plan.num_queries]
+        expected = outcome.expect(record, int(selected.size),
+                                  VoteModel(int(hist[0].sum()), int(num_classes), accuracy=privacy.target_accuracy),
+                                  max_answers=None if plan is None else plan.max_answers, allow=allow_near_chance,
+                                  override=outcome.FLAG_OVERRIDE, echo=echo)
         book = ledger_mod.Ledger.for_votes(votes, ledger)  # the votes' data set; in-memory votes must name theirs
         if isinstance(votes, (str, os.PathLike)):  # the folder the votes were labelled under, or a refusal
             book.check_holds_votes(votes)
         check_run_ledger(book, door.run.path)  # --overwrite: the run's earlier release's ledger, or a refusal
         result = _release_from_votes(door, hist, selected, record, plan, book, seed=seed,
                                      privacy=dataclasses.replace(privacy, total_budget=total_budget or 0.0),
-                                     total_budget=total_budget, echo=echo)
+                                     total_budget=total_budget, echo=echo, meta=outcome.meta(expected))
     echo(ledger_mod.cumulative_line(book, delta))
     echo(f"wrote {door.run / rundir.VOTES_NPZ} (private: never publish) and {door.run / rundir.LABELS_NPZ} "
          "(the release); `pate analyze --workdir` gives the sanitised eps")
@@ -184,7 +195,8 @@ def _selected_rows(indices, queries: int | None, rows: int) -> np.ndarray:
 
 
 def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, record: Mechanism,
-                        plan, book, *, seed, privacy: PrivacyConfig, total_budget, echo) -> VotesRelease:
+                        plan, book, *, seed, privacy: PrivacyConfig, total_budget, echo,
+                        meta: dict | None = None) -> VotesRelease:
     """The body of `label_votes` once its inputs are checked: the ledger's budget, the
     release, the report; writes votes.npz and labels.npz through `door`."""
     from analysis.reporting import report as report_mod
@@ -205,7 +217,8 @@ def _release_from_votes(door: Door, hist: np.ndarray, selected: np.ndarray, reco
     # moved aside, once both are written and the release is charged.
     door.out.write_npz(rundir.VOTES_NPZ, {"votes": hist.astype(np.int32)},
                        meta={"data_set": book.source, "ledger_directory": str(book.directory)})
-    door.out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.public_name(), **seed_record(seed)})
+    door.out.write_npz(rundir.LABELS_NPZ, labels, meta={"ledger": book.public_name(), **seed_record(seed),
+                                                        **(meta or {})})
     charge_release(door, book, cost, record, door.out / rundir.LABELS_NPZ, int(selected.size),
                    privacy, data_digest=book.keyed_digest(_int64_bytes(hist)), num_classes=hist.shape[1])
     params = {**record.params(), **({} if cap is None else {"max_answers": cap})}

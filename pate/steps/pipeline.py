@@ -231,11 +231,21 @@ def steps_of(config: Config, run_dir: rundir.RunDir) -> tuple[Step, ...]:
     return tuple(dataclasses.replace(s, **kept.get(s.name, {})) for s in STEPS) + ROUND2_STEPS
 
 
+#: Keys that permit a step rather than shape what it makes: in no step's hash, so setting one
+#: on a finished run makes nothing again (a second release of the same labels).
+PERMISSIONS = ("aggregation.allow_near_chance",)
+
+
 def section_hash(config: Config, sections: Iterable[str]) -> str:
     """A stable 16-hex-digit hash of the named sections of a config (defaults included);
     "section.key" names one key, left out while it has its default (so adding such a key
-    to a step leaves the hashes of runs that do not use it unchanged)."""
+    to a step leaves the hashes of runs that do not use it unchanged). `PERMISSIONS` are
+    left out always."""
     full, default = config_to_dict(config), config_to_dict(Config())
+    for name in PERMISSIONS:
+        table, _, key = name.partition(".")
+        full[table].pop(key, None)
+        default[table].pop(key, None)
     part = {}
     for name in sorted(sections):
         table, _, key = name.partition(".")
@@ -446,9 +456,13 @@ def preflight(config: Config, seed: int | None) -> Mechanism | None:
     failure after `label` would have spent the privacy of a release for nothing.
 
     Checks the seed (0 <= seed < 2**128), the release settings (`accountable_record`, whose
-    record it returns), and
+    record it returns),
     the queries and threshold against the pool (``data.public_size``) and ensemble size the
-    config fixes: no refusal the config implied comes after hours of teacher training."""
+    config fixes, and what the release is expected to buy on simulated public votes
+    (`pate.release.outcome`: near chance is refused unless ``[aggregation] allow_near_chance``;
+    checked silently here, printed by the label step): no refusal the config implied comes
+    after hours of teacher training."""
+    from pate.release import outcome
     from pate.release.aggregation import noise_source
     from pate.release.budget import accountable_record, resolve
 
@@ -458,6 +472,8 @@ def preflight(config: Config, seed: int | None) -> Mechanism | None:
     record = accountable_record(config.aggregation, config.privacy)
     resolve(record, config.aggregation.queries, num_teachers=config.teachers.num_teachers,
             pool_size=config.data.public_size)
+    outcome.of_config(config, record, config.teachers.num_teachers, outcome.public_classes(config),
+                      echo=lambda _line: None)
     if config.rounds.rounds == 2:
         from pate.release.target import check_round2
         from pate.steps.label_round2 import round2_queries

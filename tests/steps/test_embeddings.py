@@ -96,9 +96,10 @@ def test_pate_run_on_embeddings_end_to_end(tmp_path):
     assert audit.exit_code == 0 and f"{CLASSES} classes" in audit.output, audit.output
     ledger = invoke("ledger", "--workdir", run)
     assert ledger.exit_code == 0 and "2 releases" in ledger.output, ledger.output
-    plan = invoke("plan", "--config", "configs/tiny.toml", *sets_for(path), "--target-eps", 3,
-                  "--set", "aggregation.mechanism=\"confident-gnmax\"")
-    assert plan.exit_code == 0 and "P[this release's eps <= 3]" in plan.output, plan.output
+    plan = invoke("plan", "--config", "configs/tiny.toml", *sets_for(path), "--target-eps", 20,
+                  "--set", "aggregation.mechanism=\"confident-gnmax\"", "--set", "aggregation.threshold=4.0",
+                  "--set", "aggregation.sigma_threshold=2.0", "--set", "aggregation.sigma=2.0")  # what label takes
+    assert plan.exit_code == 0 and "P[this release's eps <= 20]" in plan.output, plan.output
 
 
 def test_dpsgd_on_embeddings_trains_a_linear_head_and_refuses_image_models(tmp_path):
