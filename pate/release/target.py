@@ -161,13 +161,18 @@ def student_model(offsets: np.ndarray, eval_probs: np.ndarray, eval_y: np.ndarra
 def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
     """`pate plan --config`: the release plan of a run config (its data set gives the class
     count, its `[teachers]` the ensemble's size), printed."""
-    from pate.data import load_dataset
+    from pate.cli.data_facts import facts
+    from pate.data import load_dataset, load_public
+    from pate.programs.models import check_models
 
-    if not registry.record_type(config.aggregation.mechanism).needs_teachers:
+    needs_teachers = registry.record_type(config.aggregation.mechanism).needs_teachers
+    check_models(config, facts(config), teachers=needs_teachers)  # as `pate run` before its first step
+    if not needs_teachers:
         if config.privacy.target_eps:
             raise PateError("a fine-grained release's headline is fine_grained.eps itself, known before the run: "
                             "set that (--set fine_grained.eps=E) instead of a target")
         fine_grained_release.check_pool_fit(config.fine_grained, config.data.public_size)  # as `pate label`
+        fine_grained_release.check_map_fit(config, load_public(config.data).pool_x)  # the map, the PCA's width
         echo(fine_grained_release.describe_plan(config))
         return None
     if not config.privacy.target_eps:

@@ -1,0 +1,39 @@
+"""The data's public facts, read once a command knows its config, and the defaults they decide
+before anything trains, votes or is charged: the keys the config did not write
+(`pate.config.data_defaults`). The models' fit to the same facts is
+`pate.programs.models.check_models`.
+
+Facts are public: one input's shape and the pool's size and classes from the public pool, the
+training split's record count from a file header (`pate.data.load_public`); no private record
+is read.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from pate.config import Config
+from pate.config.data_defaults import DataFacts, describe, resolve
+
+
+def facts(config: Config) -> DataFacts:
+    """The public facts of ``config``'s `[data]`."""
+    from pate.data import load_public
+
+    pool = load_public(config.data)
+    return DataFacts(tuple(int(d) for d in pool.pool_x.shape[1:]), int(pool.pool_x.shape[0]), int(pool.train_size),
+                     int(pool.num_classes))
+
+
+def with_data_defaults(config: Config, echo: Callable[[str], None] = print) -> Config:
+    """``config`` with the keys its file did not set resolved from the data's public facts, the
+    values chosen printed in one line (`pate.config.data_defaults`); unchanged, and no data
+    read, when it has none left to resolve (a run's config.toml, written whole)."""
+    if not config.defaulted:
+        return config
+    found = facts(config)
+    resolved, chosen = resolve(config, found)
+    line = describe(found, chosen)
+    if line:
+        echo(line)
+    return resolved
