@@ -34,8 +34,8 @@ from pate.config.sections import Config
 #: (the default job: 60 epochs of 10 batches of 24 from 240-record shards, 600 steps).
 MIN_TEACHER_STEPS = 500
 #: `fine_grained.smoothing` is at most one pool point in this many (Fashion-MNIST's 9000-point
-#: pool keeps the proxy's 40; a 150-point pool gets 7).
-POOL_PER_NEIGHBOUR = 20
+#: pool keeps the proxy's 40; a 150-point pool gets 15, not a quarter of itself).
+POOL_PER_NEIGHBOUR = 10
 #: The student's hidden layer on rows of features (`student.model = "mlp"`).
 ROW_STUDENT_HIDDEN = (256,)
 

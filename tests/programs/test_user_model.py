@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from analysis.core.errors import PateError
-from conftest import ROOT, TINY, invoke
+from conftest import ROOT, TINY, invoke, one_line_error
 from pate.config import StudentConfig, TeachersConfig, load_config
 from pate.programs import models, user_model
 from conftest import EMBEDDING_FEATURES as FEATURES, embedding_sets as sets_for, write_embeddings
@@ -33,9 +33,48 @@ raise_on_import = False
 '''
 
 
+#: Modules that build but fail on a batch (issue 53: the teachers trained, voted and spent eps on
+#: the first; the student ended the first two in "internal error").
+FAULTY = '''
+import flax.linen as nn
+
+class WrongShape(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes + 1)(x.reshape(x.shape[0], -1))
+
+class WithBatchNorm(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        h = nn.BatchNorm(use_running_average=not train)(x.reshape(x.shape[0], -1))
+        return nn.Dense(self.num_classes)(h)
+
+class Infinite(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1)) / 0.0 + 1.0
+
+class Raises(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        if train:
+            raise ValueError("my bug\\nsecond line")
+        return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
+'''
+
+
 @pytest.fixture
 def user_modules(tmp_path, monkeypatch):
     (tmp_path / "mine.py").write_text(BROKEN)
+    (tmp_path / "faulty.py").write_text(FAULTY)
     (tmp_path / "explodes.py").write_text("raise RuntimeError('boom')\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
@@ -99,3 +138,47 @@ def test_a_user_module_trains_the_teachers_and_the_student_end_to_end(user_modul
     assert "inner" in teachers.params["params"]
     assert json.loads((run / "teachers.json").read_text())["ensemble_accuracy"] > 0.8
     assert json.loads((run / "student.json").read_text())["accuracy"] > 0.8
+
+
+@pytest.mark.parametrize("name, message", [
+    ("WrongShape", r"gives outputs of shape \(2, 4\) on a batch of 2 inputs of shape \(16,\); it must give "
+                   r"\(batch, num_classes\) = \(2, 3\)"),
+    ("WithBatchNorm", "keeps mutable state .*'batch_stats'.*use nn.LayerNorm or nn.GroupNorm instead"),
+    ("Infinite", "gives non-finite outputs"),
+    ("Raises", "fails on a sample batch of inputs of shape \\(16,\\) in training: ValueError: my bug$"),
+])
+def test_a_module_that_fails_on_a_sample_batch_is_refused_at_build(user_modules, name, message):
+    with pytest.raises(PateError, match=message) as err:
+        models.check_module(StudentConfig(model="module", module=f"faulty:{name}"), 3, (FEATURES,))
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"module faulty:{name} (student.module)")
+    models.check_module(StudentConfig(model="module", module="own_model:ResidualHead"), 3, (FEATURES,))
+    models.check_module(StudentConfig(), 3, (8, 8, 1))  # a built-in model: nothing to try
+
+
+def test_a_wrong_output_shape_is_refused_before_the_teachers_train(user_modules, tmp_path):
+    """Issue 53: it trained, voted and spent eps; now one line naming the module, nothing written."""
+    path = write_embeddings(tmp_path / "e.npz", train=120, test=60)
+    run = tmp_path / "run"
+    result = invoke("train-teachers", "--config", TINY, "--workdir", run, "--no-progress", *sets_for(path),
+                    "--set", "data.public_size=30", "--set", "teachers.model=\"module\"",
+                    "--set", "teachers.module=\"faulty:WrongShape\"", "--set", "teachers.hidden=[]")
+    line = one_line_error(result, 1)
+    assert line.startswith("pate: module faulty:WrongShape (teachers.module) gives outputs of shape (2, 5)"), line
+    assert not (run / "teachers.json").exists() and not (run / "teachers").exists()
+
+
+@pytest.mark.parametrize("name", ["WithBatchNorm", "WrongShape"])
+def test_a_faulty_student_module_is_refused_before_anything_trains_or_is_charged(user_modules, tmp_path, ledger_dir,
+                                                                                 name):
+    """Issue 53: the student's faulty module ended `pate run` in "internal error" after the teachers
+    trained and the labels were charged; now `pate run` refuses it first, in one line."""
+    path = write_embeddings(tmp_path / "e.npz", train=120, test=60)
+    run = tmp_path / "run"
+    result = invoke("run", "--config", TINY, "--workdir", run, "--no-progress", *sets_for(path),
+                    "--set", "data.public_size=30", "--set", "student.model=\"module\"",
+                    "--set", f"student.module=\"faulty:{name}\"", "--set", "student.hidden=[]")
+    line = one_line_error(result, 1)
+    assert line.startswith(f"pate: module faulty:{name} (student.module) "), line
+    assert "internal error" not in line
+    assert not (run / "teachers.json").exists() and not (run / "labels.npz").exists()
+    assert not any(ledger_dir.iterdir())  # nothing charged
