@@ -466,7 +466,7 @@ def label_config(workdir, mechanism, noise: dict, queries, votes_only: dict, tar
     if config_path is not None:
         from pate.config import load_config
 
-        config = resolved(load_config(config_path, overrides))
+        config = load_config(config_path, overrides)
         if os.path.lexists(os.path.join(workdir, "config.toml")):
             from pate.store.rundir import RunDir
 
@@ -521,16 +521,7 @@ def config_with(config_path, settings, **named):
 
     overrides = dict(parse_override(s) for s in settings)
     overrides.update({k.replace("__", "."): v for k, v in named.items() if v is not None})
-    return resolved(load_config(config_path, overrides))
-
-
-def resolved(config):
-    """``config`` with the keys its file left out decided by the data's public facts
-    (`pate.cli.data_facts.with_data_defaults`), the line saying so on stderr (stdout stays a
-    command's own output: `--json`)."""
-    from pate.cli.data_facts import with_data_defaults
-
-    return with_data_defaults(config, functools.partial(click.echo, err=True))
+    return load_config(config_path, overrides)
 
 
 def ledger_book(config_path, workdir, name, import_path, import_run):

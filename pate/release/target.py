@@ -161,11 +161,12 @@ def student_model(offsets: np.ndarray, eval_probs: np.ndarray, eval_y: np.ndarra
 def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
     """`pate plan --config`: the release plan of a run config (its data set gives the class
     count, its `[teachers]` the ensemble's size), printed."""
-    from pate.cli.data_facts import facts
+    from pate.programs.data_facts import check_maps_ready, facts
     from pate.data import load_dataset, load_public
     from pate.programs.models import check_models
 
     needs_teachers = registry.record_type(config.aggregation.mechanism).needs_teachers
+    check_maps_ready(config, teachers=needs_teachers)  # before any data is read
     check_models(config, facts(config), teachers=needs_teachers)  # as `pate run` before its first step
     if not needs_teachers:
         if config.privacy.target_eps:

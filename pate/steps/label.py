@@ -33,7 +33,7 @@ from pate.store import rundir
 from pate.store import ledger as ledger_mod
 from analysis.reporting.report_io import render_table
 from pate.config import check_config, Config
-from pate.cli.data_facts import with_data_defaults
+from pate.programs.data_facts import with_data_defaults
 from pate.store.door import Door, step
 from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
 from pate.release import fine_grained_release as fine_release

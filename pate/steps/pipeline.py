@@ -61,7 +61,7 @@ from analysis.mechanisms.record import Mechanism
 from pate.store import digests, rundir, stages
 from pate.release.labels import read_labels, read_run_labels, release_digest, release_subjects
 from pate.config import check_config, Config, config_hash, config_to_dict
-from pate.cli.data_facts import facts, with_data_defaults
+from pate.programs.data_facts import check_maps_ready, facts, with_data_defaults
 from pate.store.door import step
 from pate.release.run_summary import RunSummary, StepRecord, summarise
 
@@ -456,6 +456,7 @@ def preflight(config: Config, seed: int | None) -> Mechanism | None:
 
     noise_source(seed)  # the same 128-bit check serves the aggregator and the release
     needs_teachers = registry.record_type(config.aggregation.mechanism).needs_teachers
+    check_maps_ready(config, teachers=needs_teachers)  # before any data is read
     check_models(config, facts(config), teachers=needs_teachers)  # a model the inputs refuse, before any training
     if not needs_teachers:
         return _fine_grained_preflight(config)

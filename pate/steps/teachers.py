@@ -44,7 +44,7 @@ from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import check_config, Config
-from pate.cli.data_facts import with_data_defaults
+from pate.programs.data_facts import with_data_defaults
 from pate.data import (Partition, Splits, dataset_name, load_dataset, partition, split, split_rows, train_count,
                        training_digest)
 from pate.programs import public_features

@@ -52,7 +52,7 @@ def fine_run(tmp_path_factory):
 
 def _config():
     """The run's config: the keys tiny.toml leaves out (the smoothing) decided by its data, as `pate run` does."""
-    from pate.cli.data_facts import with_data_defaults
+    from pate.programs.data_facts import with_data_defaults
 
     return with_data_defaults(load_config(TINY, {"aggregation.mechanism": "fine-grained", "fine_grained.pca": 16}),
                               lambda _: None)
