@@ -25,6 +25,20 @@ def start_cluster(distributed: bool, coordinator, num_processes, process_id) -> 
         placement.initialize_distributed(coordinator, num_processes, process_id)
 
 
+def config_with(config_path, settings, **named):
+    """`opt.config_with`'s config with the keys its file left out decided by the data's public
+    facts (`pate.programs.data_facts.with_data_defaults`)."""
+    return resolved(opt.config_with(config_path, settings, **named))
+
+
+def resolved(config):
+    """``config`` with its left-out keys resolved, the line saying so on stderr (stdout stays a
+    command's own output: `--json`)."""
+    from pate.programs.data_facts import with_data_defaults
+
+    return with_data_defaults(config, functools.partial(click.echo, err=True))
+
+
 @click.group(cls=opt.Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version=opt.version(), prog_name="pate")
 def main() -> None:
@@ -100,7 +114,7 @@ def plan(mechanism, queries, eps, config_path, target_eps, settings, delta, teac
         opt.check_plan_config(config_path, mechanism, eps, threshold, answered, votes_path, teachers)
         from pate.release import target as release_target
 
-        config = opt.config_with(config_path, settings, aggregation__queries=queries,
+        config = config_with(config_path, settings, aggregation__queries=queries,
                                  privacy__target_eps=target_eps)  # δ, conversion: the config's
         release_target.plan_config(config, echo=click.echo)
         return
@@ -129,7 +143,7 @@ def ceiling_command(config_path, settings, heads, as_json):
     spends no eps, charges nothing, writes nothing."""
     import json
 
-    config = opt.config_with(config_path, settings)
+    config = config_with(config_path, settings)
 
     from pate.release.ceiling import ceiling  # imports JAX
 
@@ -154,7 +168,7 @@ def features_command(config_path, settings, out, epochs, seed, widths, strides, 
     """Train a learned feature map from the config's public pool alone: a small SimCLR encoder
     on the pool's images (no private record, no label), written with its recipe and digest
     into --out for [features] map = "learned", weights = "OUT"."""
-    config = opt.config_with(config_path, settings)
+    config = config_with(config_path, settings)
 
     from pate.programs.learned_map import make  # imports JAX
 
@@ -178,7 +192,7 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
     teachers.json into the run directory."""
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other; pick one")
-    config = opt.config_with(config_path, settings, teachers__num_teachers=num_teachers, teachers__epochs=epochs)
+    config = config_with(config_path, settings, teachers__num_teachers=num_teachers, teachers__epochs=epochs)
     start_cluster(distributed, coordinator, num_processes, process_id)
     from pate.steps import teachers  # imports JAX: keep `pate --help` fast
 
@@ -235,10 +249,10 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
                     accountant=accountant, input_is_labels=input_is_labels, seed=seed,
                     overwrite=overwrite, ledger=ledger_name, allow_near_chance=allow_near_chance, echo=click.echo)
         return
-    config = opt.label_config(workdir, mechanism, noise, queries, {
+    config = resolved(opt.label_config(workdir, mechanism, noise, queries, {
         "--num-classes": num_classes, "--indices": indices_path, "--delta": delta, "--conversion": conversion,
         "--input-is-labels": input_is_labels or None, "--ledger": ledger_name}, target_eps, config_path,
-        allow_near_chance)
+        allow_near_chance))
 
     start_cluster(distributed, coordinator, num_processes, process_id)
     from pate.steps.label import label  # imports JAX
@@ -285,7 +299,7 @@ def run_command(config_path, workdir, settings, seed, overwrite, distributed, co
     fine-grained run: counts the votes of its slice of the records); process 0 alone releases,
     then trains the student and writes the report (docs/scale.md)."""
     opt.check_cluster(distributed, coordinator, num_processes, process_id)
-    config = opt.config_with(config_path, settings)
+    config = config_with(config_path, settings)
 
     from pate.steps.pipeline import preflight, run  # imports JAX
 
@@ -305,7 +319,7 @@ def dpsgd_command(config_path, workdir, eps, model, features, settings, seed, ov
     every process adds the clipped gradients of its own slice of the records and process 0
     alone draws the noise and writes."""
     opt.check_cluster(distributed, coordinator, num_processes, process_id)
-    config = opt.config_with(config_path, settings, dpsgd__eps=eps, dpsgd__model=model, dpsgd__features=features)
+    config = config_with(config_path, settings, dpsgd__eps=eps, dpsgd__model=model, dpsgd__features=features)
     start_cluster(distributed, coordinator, num_processes, process_id)
     baseline.train_and_print("dpsgd", config, workdir, seed, overwrite, no_progress)
 
@@ -358,7 +372,7 @@ def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechan
                    no_progress):
     """Federated learning on the teachers' shards with noise on every client message,
     eps accounted over all rounds at [privacy] delta; write fedavg.json and fedavg/."""
-    config = opt.config_with(config_path, settings, fedavg__algorithm=algorithm, fedavg__eps=eps,
+    config = config_with(config_path, settings, fedavg__algorithm=algorithm, fedavg__eps=eps,
                              fedavg__rounds=rounds, fedavg__clients=clients, fedavg__mechanism=mechanism)
     baseline.train_and_print("fedavg", config, workdir, seed, overwrite, no_progress)
 
@@ -405,7 +419,7 @@ def audit_command(config_path, workdir, mechanism, gamma, sigma, threshold, sigm
 def synth_command(config_path, workdir, method, eps, steps, teachers, settings, seed, overwrite, no_progress):
     """Synthetic data: DP-MERF (one noisy release of the class-conditional mean embedding) or
     PATE-GAN (a generator trained through teacher discriminators' noisy votes); write synthetic.npz."""
-    config = opt.config_with(config_path, settings, synth__method=method, synth__eps=eps, synth__steps=steps,
+    config = config_with(config_path, settings, synth__method=method, synth__eps=eps, synth__steps=steps,
                              synth__teachers=teachers)
     baseline.train_and_print("synth", config, workdir, seed, overwrite, no_progress)
 

@@ -93,7 +93,7 @@ def real_run(workdir: str, target: float, config_path: str | None) -> dict:
     from analysis.mechanisms import registry
     from pate.store import rundir
     from pate.config import load_config
-    from pate.release.target import vote_model
+    from pate.release.outcome import vote_model
 
     run = rundir.RunDir(workdir)
     config = load_config(config_path) if config_path else run.read_config()
@@ -129,7 +129,7 @@ def main(argv=None) -> int:
     from analysis.planning import headline_target
     from analysis.mechanisms import registry
     from pate.config import load_config
-    from pate.release.target import vote_model
+    from pate.release.outcome import vote_model
 
     config = load_config(args.config)
     target = args.target or config.privacy.target_eps or 2.0

@@ -406,9 +406,11 @@ def one_line(result) -> str:
 
 
 def one_line_error(result, code: int) -> str:
-    """The one line of a command's output, after checking it exited with ``code``."""
+    """The one line of a command's output, after checking it exited with ``code``; the line that
+    says which defaults the data chose (`pate.config.data_defaults.describe`, printed when the
+    config is read) is information, not part of the refusal."""
     assert result.exit_code == code, result.output
-    lines = [line for line in result.output.splitlines() if line.strip()]
+    lines = [line for line in result.output.splitlines() if line.strip() and not line.startswith("defaults for ")]
     assert len(lines) == 1, result.output
     return lines[0]
 

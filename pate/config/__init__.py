@@ -31,6 +31,7 @@ from pate.config.sections import (  # noqa: F401  (re-exported: pate.config.Teac
     PrivacyConfig,
     StudentConfig,
     TeachersConfig,
+    section_fields,
 )
 from pate.config.baseline_sections import DpsgdConfig  # noqa: F401  (re-exported: pate.config.DpsgdConfig)
 
@@ -38,7 +39,7 @@ from pate.config.baseline_sections import DpsgdConfig  # noqa: F401  (re-exporte
 def sections() -> dict[str, type]:
     """The TOML sections a config file may hold, by name."""
     hints = typing.get_type_hints(Config)
-    return {f.name: hints[f.name] for f in dataclasses.fields(Config)}
+    return {f.name: hints[f.name] for f in section_fields()}
 
 
 def _type_name(tp: Any) -> str:
@@ -137,7 +138,9 @@ def config_from_dict(raw: Mapping[str, Any], source: str = "config") -> Config:
                             + ", ".join(f"[{k}]" for k in known))
     built = {name: _build_section(name, cls, raw.get(name, {}), source)
              for name, cls in known.items()}
-    return Config(**built)
+    defaulted = frozenset(f"{name}.{f.name}" for name, cls in known.items() for f in dataclasses.fields(cls)
+                          if f.name not in raw.get(name, {}))
+    return Config(**built, defaulted=defaulted)
 
 
 def config_to_dict(config: Config) -> dict[str, dict[str, Any]]:
@@ -147,7 +150,7 @@ def config_to_dict(config: Config) -> dict[str, dict[str, Any]]:
         return list(v) if isinstance(v, tuple) else v
 
     return {f.name: {k: plain(v) for k, v in dataclasses.asdict(getattr(config, f.name)).items()}
-            for f in dataclasses.fields(config)}
+            for f in section_fields()}
 
 
 def parse_override(text: str) -> tuple[str, Any]:

@@ -451,7 +451,10 @@ class StudentConfig:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Config:
-    """A whole run: one field per TOML section (the section registry)."""
+    """A whole run: one field per TOML section (the section registry), and `defaulted`: the
+    ``"section.key"`` names the file and its overrides did not set (not a section: never
+    written, hashed or compared). `pate.config.data_defaults` resolves those from the data's
+    public shape; a config built in Python has none (every value counts as chosen)."""
 
     data: DataConfig = DataConfig()
     teachers: TeachersConfig = TeachersConfig()
@@ -464,3 +467,10 @@ class Config:
     dpsgd: DpsgdConfig = DpsgdConfig()
     fedavg: FedavgConfig = FedavgConfig()
     synth: SynthConfig = SynthConfig()
+    defaulted: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False,
+                                                  metadata={"section": False})
+
+
+def section_fields() -> tuple[dataclasses.Field, ...]:
+    """The fields of `Config` that are TOML sections (not `Config.defaulted`)."""
+    return tuple(f for f in dataclasses.fields(Config) if f.metadata.get("section", True))

@@ -34,7 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from analysis.core.errors import PateError
-from pate.config import DpsgdConfig, StudentConfig, TeachersConfig
+from pate.config import Config, DpsgdConfig, StudentConfig, TeachersConfig
+from pate.config.data_defaults import DataFacts
 from pate.programs import user_model
 
 
@@ -330,6 +331,33 @@ def make_model(cfg: TeachersConfig | StudentConfig, num_classes: int,
                     pool=cfg.conv_pool, hidden=tuple(cfg.hidden), dropout=cfg.dropout,
                     impl=conv_impl(cfg.conv_impl, backend))
     return FlipAveraged(model) if cfg.eval_flip else model
+
+
+def check_module(cfg: TeachersConfig | StudentConfig, num_classes: int, input_shape: tuple[int, ...]) -> None:
+    """With ``model = "module"``: the user's module built and tried on a sample batch of
+    ``input_shape`` inputs (`pate.programs.user_model.check`), before anything trains; nothing
+    for the built-in models.
+
+    Raises:
+      PateError: one line naming the module: it does not build or run, its output is not
+        (batch, num_classes), it keeps batch statistics, or its outputs are not finite.
+    """
+    if cfg.model == "module":
+        where = f"{_section(cfg)}.module"
+        user_model.check(user_model.build(cfg.module, num_classes, where), num_classes, tuple(input_shape), where)
+
+
+def check_models(config: Config, facts: DataFacts, *, teachers: bool = True) -> None:
+    """Refuses, in one line and before any training, vote or charge, a `[teachers]` or
+    `[student]` model that cannot run on the data's inputs (``facts``: public): an image model or
+    augmentation on rows (`check_input`), a user's module that fails on a sample batch
+    (`check_module`). The teachers are checked only when they see the inputs as they are
+    (`[teachers] features` empty: the teachers step checks them on the map's rows), and not at all
+    with ``teachers=False`` (a fine-grained release has none)."""
+    sections = ([config.teachers] if teachers and not config.teachers.features else []) + [config.student]
+    for cfg in sections:
+        check_input(cfg, facts.input_shape)
+        check_module(cfg, facts.num_classes, facts.input_shape)
 
 
 def _section(cfg: TeachersConfig | StudentConfig) -> str:

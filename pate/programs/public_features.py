@@ -107,6 +107,20 @@ def check_input(name: str, inputs: np.ndarray, key: str = "features.map") -> Non
                             f"but the data are {data}; set {key} = {use}")
 
 
+def check_pca(name: str, pool_x: np.ndarray, dims: int, settings: tuple[int, int, int, str]) -> None:
+    """Refuses, in one line, ``dims`` principal directions above what the map ``name`` gives on
+    the public pool ``pool_x`` (its size, or the map's feature count: measured on one pool
+    point, settings ``(scattering_j, scattering_l, groups, weights)``): what `fit` refuses,
+    found before any private record is read (`pate plan --config`)."""
+    check_ready(name, settings[3])
+    check_input(name, pool_x)
+    width = sum(int(np.asarray(part.coefficients(pool_x[:1], *settings)).shape[1]) for part in parts(name))
+    if not 1 <= dims <= min(pool_x.shape[0], width):
+        raise PateError(f"fine_grained.pca = {dims} but the public pool gives at most {min(pool_x.shape[0], width)} "
+                        f"principal directions ({pool_x.shape[0]} points of {width} features under the map {name!r}); "
+                        "lower fine_grained.pca")
+
+
 def _scales(blocks: list[np.ndarray]) -> tuple[float, ...]:
     """Each part's scale in a concatenation: its mean squared norm over the pool to 1, so no part
     drowns the others (1 for a single map)."""

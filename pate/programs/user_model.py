@@ -17,6 +17,7 @@ import inspect
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from analysis.core.errors import PateError
 
@@ -76,3 +77,59 @@ def build(cls_or_path: type[nn.Module] | str, num_classes: int, where: str = "mo
         raise PateError(f"{where}: {cls.__name__}(num_classes={num_classes}) failed ({err}); give every other "
                         "field a default") from None
     return UserModule(inner)
+
+
+#: The sample batch a user's module is tried on before anything trains (`check`).
+SAMPLE_BATCH = 2
+
+
+def check(model: UserModule, num_classes: int, input_shape: tuple[int, ...], where: str = "module") -> None:
+    """Tries a user's module (built by `build`) on a sample batch of ``input_shape`` inputs before
+    any training, vote or charge: it must initialise and run (evaluation and, when its
+    ``__call__`` takes ``train``, training with a dropout rng), give outputs of shape
+    ``(batch, num_classes)``, finite, and keep no mutable collection (batch statistics: the
+    teachers' program and the student's are a pure ``apply``).
+
+    Raises:
+      PateError: one line naming the module (``module pkg.mod:Class (teachers.module) ...``)
+        and what to change; whatever the user's code raised is reported in it, never as an
+        internal error.
+    """
+    inner = type(model.inner)
+    name = f"module {inner.__module__}:{inner.__qualname__} ({where})"
+    x = jax.random.uniform(jax.random.key(0), (SAMPLE_BATCH, *input_shape), jnp.float32)
+    rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
+    try:
+        variables = model.init(rngs, x)
+    except PateError:
+        raise
+    except Exception as err:  # the user's code: any exception of theirs, one line
+        raise PateError(f"{name} fails on a sample batch of inputs of shape {tuple(input_shape)}: "
+                        f"{type(err).__name__}: {_first_line(err)}") from None
+    mutable = sorted(k for k in variables if k != "params")
+    if mutable:
+        raise PateError(f"{name} keeps mutable state (the collection {', '.join(repr(k) for k in mutable)}, e.g. "
+                        "nn.BatchNorm's batch statistics); pate trains a pure module: use nn.LayerNorm or "
+                        "nn.GroupNorm instead")
+    wanted = (SAMPLE_BATCH, num_classes)
+    for train in (False, True):
+        try:
+            out = model.apply(variables, x, train=train, rngs={"dropout": jax.random.key(3)})
+        except PateError:
+            raise
+        except Exception as err:
+            raise PateError(f"{name} fails on a sample batch of inputs of shape {tuple(input_shape)}"
+                            f"{' in training' if train else ''}: {type(err).__name__}: {_first_line(err)}") from None
+        shape = tuple(getattr(out, "shape", ()))
+        if shape != wanted:
+            raise PateError(f"{name} gives outputs of shape {shape} on a batch of {SAMPLE_BATCH} inputs of shape "
+                            f"{tuple(input_shape)}; it must give (batch, num_classes) = {wanted}: one logit per "
+                            "class for each input")
+        if not bool(jnp.all(jnp.isfinite(out))):
+            raise PateError(f"{name} gives non-finite outputs (NaN or inf) on a sample batch of inputs of shape "
+                            f"{tuple(input_shape)}; its logits must be finite")
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else "(no message)"

@@ -1,6 +1,6 @@
 """What a teachers' release is expected to buy, said before any training, vote or charge:
 `analysis.planning.expected_outcome` on the config's public vote model (the target planner's:
-`pate.release.target.vote_model`), printed by `pate plan --config`, `pate label` and `pate run`,
+`vote_model`), printed by `pate plan --config`, `pate label` and `pate run`,
 and a refusal, in one line naming the override, when the labels are expected near chance.
 
 A user who releases anyway (``[aggregation] allow_near_chance = true``, or `pate label
@@ -41,13 +41,17 @@ def expect(record: Mechanism, queries: int, model: VoteModel, *, max_answers: in
     return outcome
 
 
+def vote_model(config, num_teachers: int, num_classes: int) -> VoteModel:
+    """The public vote model of a config's ensemble (`analysis.planning.simulated_votes`):
+    ``[privacy] target_accuracy``; what the target planner and the expected outcome both draw from."""
+    return VoteModel(int(num_teachers), int(num_classes), accuracy=config.privacy.target_accuracy)
+
+
 def of_config(config, record: Mechanism, num_teachers: int, num_classes: int, *, queries: int | None = None,
               max_answers: int | None = None, override: str = CONFIG_OVERRIDE, echo=print) -> ExpectedOutcome:
     """`expect` for a run config: its ``[aggregation]`` queries (or ``queries``, a plan's), the
-    vote model of its ensemble (`pate.release.target.vote_model`: ``[privacy] target_accuracy``),
+    vote model of its ensemble (`vote_model`: ``[privacy] target_accuracy``),
     its override ``[aggregation] allow_near_chance`` (named as ``override`` says)."""
-    from pate.release.target import vote_model
-
     return expect(record, config.aggregation.queries if queries is None else queries,
                   vote_model(config, num_teachers, num_classes), max_answers=max_answers,
                   allow=config.aggregation.allow_near_chance, override=override, echo=echo)

@@ -21,14 +21,10 @@ from analysis.planning import plan as plan_mod
 from analysis.core.errors import PateError
 from analysis.reporting.report import Item
 from analysis.planning.simulated_votes import StudentModel, VoteModel
-from pate.release import fine_grained_release
+from pate.release import fine_grained_release, outcome
+from pate.release.outcome import vote_model
 
 PLAN_KEY = "release_plan"  # labels.npz meta key
-
-
-def vote_model(config, num_teachers: int, num_classes: int) -> VoteModel:
-    """The public vote model of a config's ensemble (`analysis.planning.simulated_votes`)."""
-    return VoteModel(int(num_teachers), int(num_classes), accuracy=config.privacy.target_accuracy)
 
 
 def _record(config, record: Mechanism | None) -> Mechanism:
@@ -167,16 +163,21 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
       PateError: what `pate label` and `pate run` would refuse of the release settings, a
         target no release meets, or labels expected near chance (unless
         ``[aggregation] allow_near_chance``)."""
-    from pate.data import load_dataset
+    from pate.programs.data_facts import check_maps_ready, facts
+    from pate.data import load_dataset, load_public
+    from pate.programs.models import check_models
 
-    if not registry.record_type(config.aggregation.mechanism).needs_teachers:
+    needs_teachers = registry.record_type(config.aggregation.mechanism).needs_teachers
+    check_maps_ready(config, teachers=needs_teachers)  # before any data is read
+    check_models(config, facts(config), teachers=needs_teachers)  # as `pate run` before its first step
+    if not needs_teachers:
         if config.privacy.target_eps:
             raise PateError("a fine-grained release's headline is fine_grained.eps itself, known before the run: "
                             "set that (--set fine_grained.eps=E) instead of a target")
         fine_grained_release.check_pool_fit(config.fine_grained, config.data.public_size)  # as `pate label`
+        fine_grained_release.check_map_fit(config, load_public(config.data).pool_x)  # the map, the PCA's width
         echo(fine_grained_release.describe_plan(config))
         return None
-    from pate.release import outcome
     from pate.release.budget import accountable_record, resolve
 
     if config.rounds.rounds == 2:

@@ -33,6 +33,7 @@ from pate.store import rundir
 from pate.store import ledger as ledger_mod
 from analysis.reporting.report_io import render_table
 from pate.config import check_config, Config
+from pate.programs.data_facts import with_data_defaults
 from pate.store.door import Door, step
 from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
 from pate.release import fine_grained_release as fine_release
@@ -93,6 +94,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         process of a distributed run failed (`pate.programs.cluster.Stopped`).
     """
     check_config(config, "pate.label")
+    config = with_data_defaults(config, echo)  # a fine-grained release's keys the file left out, from the data
     from pate.data import load_dataset, load_public, split
     from pate.programs.cluster import Cluster
 

@@ -61,6 +61,7 @@ from analysis.mechanisms.record import Mechanism
 from pate.store import digests, rundir, stages
 from pate.release.labels import read_labels, read_run_labels, release_digest, release_subjects
 from pate.config import check_config, Config, config_hash, config_to_dict
+from pate.programs.data_facts import check_maps_ready, facts, with_data_defaults
 from pate.store.door import step
 from pate.release.run_summary import RunSummary, StepRecord, summarise
 
@@ -455,19 +456,23 @@ def preflight(config: Config, seed: int | None) -> Mechanism | None:
     """Every check that can be made before a step runs, made before the first one: a
     failure after `label` would have spent the privacy of a release for nothing.
 
-    Checks the seed (0 <= seed < 2**128), the release settings (`accountable_record`, whose
-    record it returns),
-    the queries and threshold against the pool (``data.public_size``) and ensemble size the
-    config fixes, and what the release is expected to buy on simulated public votes
-    (`pate.release.outcome`: near chance is refused unless ``[aggregation] allow_near_chance``;
-    checked silently here, printed by the label step): no refusal the config implied comes
-    after hours of teacher training."""
+    Checks the seed (0 <= seed < 2**128), the teachers' and student's models against the data's
+    public facts (`pate.programs.models.check_models`: a CNN on rows, a user's module on a sample
+    batch), the release settings (`accountable_record`, whose record it returns), the queries and
+    threshold against the pool (``data.public_size``) and ensemble size the config fixes, and what
+    the release is expected to buy on simulated public votes (`pate.release.outcome`: near chance
+    is refused unless ``[aggregation] allow_near_chance``; checked silently here, printed by the
+    label step): no refusal the config implied comes after hours of teacher training."""
     from pate.release import outcome
     from pate.release.aggregation import noise_source
+    from pate.programs.models import check_models
     from pate.release.budget import accountable_record, resolve
 
     noise_source(seed)  # the same 128-bit check serves the aggregator and the release
-    if not registry.record_type(config.aggregation.mechanism).needs_teachers:
+    needs_teachers = registry.record_type(config.aggregation.mechanism).needs_teachers
+    check_maps_ready(config, teachers=needs_teachers)  # before any data is read
+    check_models(config, facts(config), teachers=needs_teachers)  # a model the inputs refuse, before any training
+    if not needs_teachers:
         return _fine_grained_preflight(config)
     record = accountable_record(config.aggregation, config.privacy)
     resolve(record, config.aggregation.queries, num_teachers=config.teachers.num_teachers,
@@ -708,6 +713,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
     from pate.programs.cluster import Cluster
 
     check_config(config, "pate.run")
+    config = with_data_defaults(config, echo)  # the keys the file left out, from the data's public facts
     cluster = Cluster()
     if not cluster.leader:
         return _follow(config, workdir, cluster, seed, echo)

@@ -161,6 +161,7 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
     with step("student", workdir, config=config, overwrite=overwrite, data=DATA_CHECK, echo=echo) as door:
         splits = split(load_dataset(config.data), config.data.public_size)
         models.check_input(config.student, splits.pool_x.shape[1:])
+        models.check_module(config.student, splits.num_classes, splits.pool_x.shape[1:])
         release = read_release(door.run.path, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes,
                                rounds=rounds)
         # Nothing trains on labels its run's ledger does not record (another folder's, or none's),

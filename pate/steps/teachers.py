@@ -44,11 +44,12 @@ from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import check_config, Config
+from pate.programs.data_facts import with_data_defaults
 from pate.data import (Partition, Splits, dataset_name, load_dataset, partition, split, split_rows, train_count,
                        training_digest)
 from pate.programs import public_features
 from pate.programs.cluster import Cluster
-from pate.programs.models import check_input, conv_impl, make_model
+from pate.programs.models import check_input, check_module, conv_impl, make_model
 from pate.programs.placement import Placement, to_host, unpad
 from pate.programs.progress import Progress
 from pate.programs.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
@@ -150,6 +151,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
         its data or settings differ from process 0's.
     """
     check_config(config, "pate.train_teachers")
+    config = with_data_defaults(config, echo)  # the keys the file left out, from the data's public facts
     start_time = time.time()
     tc = config.teachers
     # Keep the finished teachers until the new ones are complete. (Multi-host runs
@@ -170,6 +172,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
         part, splits, shards = _private_data(config, placement, cluster, echo)
         splits = _teachers_view(config, splits, door.run, show_progress)
         check_input(tc, splits.train_x.shape[1:])
+        check_module(tc, splits.num_classes, splits.train_x.shape[1:])  # a user's module, before any step
         model = make_model(config.teachers, splits.num_classes, backend=placement.platform)
         tx = make_optimizer(tc, part.shard_size // tc.batch_size)
         _agree_to_train(cluster, config)

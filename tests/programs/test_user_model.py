@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from analysis.core.errors import PateError
-from conftest import ROOT, TINY, invoke
+from conftest import ROOT, TINY, invoke, one_line_error
 from pate.config import StudentConfig, TeachersConfig, load_config
 from pate.programs import models, user_model
 from conftest import EMBEDDING_FEATURES as FEATURES, embedding_sets as sets_for, write_embeddings
@@ -46,9 +46,48 @@ class NanAtEvaluation(nn.Module):
 '''
 
 
+#: Modules that build but fail on a batch (issue 53: the teachers trained, voted and spent eps on
+#: the first; the student ended the first two in "internal error").
+FAULTY = '''
+import flax.linen as nn
+
+class WrongShape(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes + 1)(x.reshape(x.shape[0], -1))
+
+class WithBatchNorm(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        h = nn.BatchNorm(use_running_average=not train)(x.reshape(x.shape[0], -1))
+        return nn.Dense(self.num_classes)(h)
+
+class Infinite(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1)) / 0.0 + 1.0
+
+class Raises(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        if train:
+            raise ValueError("my bug\\nsecond line")
+        return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
+'''
+
+
 @pytest.fixture
 def user_modules(tmp_path, monkeypatch):
     (tmp_path / "mine.py").write_text(BROKEN)
+    (tmp_path / "faulty.py").write_text(FAULTY)
     (tmp_path / "explodes.py").write_text("raise RuntimeError('boom')\n")
     (tmp_path / "nan_at_eval.py").write_text(NAN_AT_EVALUATION)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -130,14 +169,56 @@ def test_non_finite_logits_at_evaluation_stop_before_any_vote_is_released(user_m
         voting.predict_votes(params, model, x, 3)
     assert (voting.teacher_predictions(params, model, x) == -1).all()  # scored as no prediction, never class 0
 
+    # A module already non-finite on a sample batch is refused when it is built (issue 53), before the
+    # teachers train; the vote guard above stops what only training makes non-finite.
     path = write_embeddings(tmp_path / "e.npz")
     run = tmp_path / "run"
     own = ["--set", "teachers.model=\"module\"", "--set", "teachers.module=\"nan_at_eval:NanAtEvaluation\""]
     trained = invoke("train-teachers", "--config", TINY, "--workdir", run, "--no-progress", *sets_for(path), *own)
-    assert trained.exit_code == 0, trained.output
-    before = snapshot(run)
-    result = invoke("label", "--workdir", run)
-    assert result.exit_code == 1, result.output
-    line = one_line(result)
-    assert "nan_at_eval:NanAtEvaluation" in line and "train=False" in line and "no vote is released" in line
-    assert snapshot(run) == before and run_entries(run) == []
+    line = one_line_error(trained, 1)
+    assert "nan_at_eval:NanAtEvaluation" in line and "non-finite" in line, line
+    assert not (run / "teachers").exists() and run_entries(run) == []
+
+
+@pytest.mark.parametrize("name, message", [
+    ("WrongShape", r"gives outputs of shape \(2, 4\) on a batch of 2 inputs of shape \(16,\); it must give "
+                   r"\(batch, num_classes\) = \(2, 3\)"),
+    ("WithBatchNorm", "keeps mutable state .*'batch_stats'.*use nn.LayerNorm or nn.GroupNorm instead"),
+    ("Infinite", "gives non-finite outputs"),
+    ("Raises", "fails on a sample batch of inputs of shape \\(16,\\) in training: ValueError: my bug$"),
+])
+def test_a_module_that_fails_on_a_sample_batch_is_refused_at_build(user_modules, name, message):
+    with pytest.raises(PateError, match=message) as err:
+        models.check_module(StudentConfig(model="module", module=f"faulty:{name}"), 3, (FEATURES,))
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"module faulty:{name} (student.module)")
+    models.check_module(StudentConfig(model="module", module="own_model:ResidualHead"), 3, (FEATURES,))
+    models.check_module(StudentConfig(), 3, (8, 8, 1))  # a built-in model: nothing to try
+
+
+def test_a_wrong_output_shape_is_refused_before_the_teachers_train(user_modules, tmp_path):
+    """Issue 53: it trained, voted and spent eps; now one line naming the module, nothing written."""
+    path = write_embeddings(tmp_path / "e.npz", train=120, test=60)
+    run = tmp_path / "run"
+    result = invoke("train-teachers", "--config", TINY, "--workdir", run, "--no-progress", *sets_for(path),
+                    "--set", "data.public_size=30", "--set", "teachers.model=\"module\"",
+                    "--set", "teachers.module=\"faulty:WrongShape\"", "--set", "teachers.hidden=[]")
+    line = one_line_error(result, 1)
+    assert line.startswith("pate: module faulty:WrongShape (teachers.module) gives outputs of shape (2, 5)"), line
+    assert not (run / "teachers.json").exists() and not (run / "teachers").exists()
+
+
+@pytest.mark.parametrize("name", ["WithBatchNorm", "WrongShape"])
+def test_a_faulty_student_module_is_refused_before_anything_trains_or_is_charged(user_modules, tmp_path, ledger_dir,
+                                                                                 name):
+    """Issue 53: the student's faulty module ended `pate run` in "internal error" after the teachers
+    trained and the labels were charged; now `pate run` refuses it first, in one line."""
+    path = write_embeddings(tmp_path / "e.npz", train=120, test=60)
+    run = tmp_path / "run"
+    result = invoke("run", "--config", TINY, "--workdir", run, "--no-progress", *sets_for(path),
+                    "--set", "data.public_size=30", "--set", "student.model=\"module\"",
+                    "--set", f"student.module=\"faulty:{name}\"", "--set", "student.hidden=[]")
+    line = one_line_error(result, 1)
+    assert line.startswith(f"pate: module faulty:{name} (student.module) "), line
+    assert "internal error" not in line
+    assert not (run / "teachers.json").exists() and not (run / "labels.npz").exists()
+    assert not any(ledger_dir.iterdir())  # nothing charged

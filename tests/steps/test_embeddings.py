@@ -118,3 +118,75 @@ def test_dpsgd_on_embeddings_trains_a_linear_head_and_refuses_image_models(tmp_p
     info = json.loads((tmp_path / "run" / "dpsgd.json").read_text())
     assert info["input_shape"] == [FEATURES] and info["features"] == "the rows as given"
     assert info["accuracy"] > 0.6 and info["data_set"]["releases"] == 1
+
+
+def _only_data(tmp_path, features: int) -> str:
+    """A config that names only `[data]`: an npz of embeddings of `features` columns (issue 53)."""
+    path = write_embeddings(tmp_path / f"e{features}.npz", train=240, test=150, features=features)
+    config = tmp_path / f"only-data-{features}.toml"
+    config.write_text(f'[data]\nname = "npz"\npath = {json.dumps(path)}\npublic_size = 100\n')
+    return str(config)
+
+
+def _resolved(run) -> dict:
+    import tomllib
+
+    return tomllib.loads((run / "config.toml").read_text())
+
+
+@pytest.mark.parametrize("features", [16, 300])
+def test_rows_of_any_width_run_fine_grained_from_a_config_that_names_only_data(tmp_path, features):
+    """The data decides the defaults: no image map, a pca within the rows' width and the pool, a
+    smoothing that fits a 100-point pool, a row student; `plan` and `run` say which, once."""
+    config, run = _only_data(tmp_path, features), tmp_path / "run"
+    fine = ["--set", "aggregation.mechanism=\"fine-grained\"", "--set", "student.steps=5"]
+    plan = invoke("plan", "--config", config, *fine)
+    assert plan.exit_code == 0 and f"defaults for rows of {features} features, a pool of 100" in plan.output, plan.output
+    result = invoke("run", "--config", config, "--workdir", run, "--no-progress", "--seed", 0, *fine)
+    assert result.exit_code == 0, result.output
+    assert result.output.count("defaults for rows") == 1
+    written = _resolved(run)
+    assert written["features"]["map"] == "none" and written["fine_grained"]["pca"] == min(features, 100)
+    assert written["fine_grained"]["smoothing"] == 10 and written["student"]["model"] == "mlp"
+    assert (run / "labels.npz").exists() and json.loads((run / "student.json").read_text())["image_shape"] == [features]
+
+
+def test_rows_train_row_teachers_from_a_config_that_names_only_data(tmp_path):
+    """`teachers.model = 'cnn' needs images` was the first of four refusals; the rows now pick
+    linear heads, and the teachers' batch and epochs follow their shards."""
+    config, run = _only_data(tmp_path, 16), tmp_path / "run"
+    result = invoke("train-teachers", "--config", config, "--workdir", run, "--no-progress",
+                    "--set", "teachers.num_teachers=3", "--set", "teachers.epochs=2")
+    assert result.exit_code == 0, result.output
+    written = _resolved(run)["teachers"]
+    assert written["model"] == "linear" and written["epochs"] == 2 and written["batch_size"] == 24
+    assert json.loads((run / "teachers.json").read_text())["image_shape"] == [16]
+
+
+def test_plan_refuses_a_pca_wider_than_the_rows_as_label_does(tmp_path):
+    """`pate plan --config` did not catch `fine_grained.pca = 128` on 16 features; `label` did."""
+    config = _only_data(tmp_path, 16)
+    result = invoke("plan", "--config", config, "--set", "aggregation.mechanism=\"fine-grained\"",
+                    "--set", "fine_grained.pca=128")
+    assert "fine_grained.pca = 128 but the public pool gives at most 16 principal directions" in \
+        one_line_error(result, 1)
+    result = invoke("plan", "--config", config, "--set", "aggregation.mechanism=\"fine-grained\"",
+                    "--set", "features.map=\"scattering\"")
+    assert "features.map = 'scattering': scattering takes images" in one_line_error(result, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("features", [16, 300])
+def test_rows_of_any_width_run_the_teacher_ensemble_from_a_config_that_names_only_data(tmp_path, features):
+    """`pate run` of the teacher ensemble from `[data]` alone (sizes kept small by --set; the
+    models, map, pca and augmentation are the data's)."""
+    config, run = _only_data(tmp_path, features), tmp_path / "run"
+    result = invoke("run", "--config", config, "--workdir", run, "--no-progress", "--seed", 0,
+                    "--set", "teachers.num_teachers=3", "--set", "teachers.epochs=3", "--set", "student.steps=20",
+                    "--set", "aggregation.queries=40")
+    assert result.exit_code == 0, result.output
+    written = _resolved(run)
+    assert (written["teachers"]["model"], written["student"]["model"]) == ("linear", "mlp")
+    assert written["student"]["cutout"] == 0 and written["student"]["augment_shift"] == 0
+    assert json.loads((run / "student.json").read_text())["image_shape"] == [features]
+    assert json.loads((run / "release.json").read_text())["release_eps"] > 0

@@ -46,8 +46,7 @@ def test_plan_refuses_twenty_teachers_at_the_default_gamma_naming_the_override()
 def test_run_refuses_before_training_and_charges_nothing(tmp_path, ledger_dir):
     run = tmp_path / "run"
     result = invoke("run", "--config", TINY, "--workdir", run, "--no-progress", *TWENTY)
-    assert result.exit_code == 1, result.output
-    line = one_line(result)
+    line = one_line_error(result, 1)
     assert "near chance" in line and "allow_near_chance" in line, line
     assert not (run / rundir.TEACHERS_DIR).exists() and not (run / rundir.TEACHERS_JSON).exists()
     assert _ledger_kinds(ledger_dir) == []

@@ -1,0 +1,67 @@
+"""The data's public facts, read once a command knows its config, and the defaults they decide
+before anything trains, votes or is charged: the keys the config did not write
+(`pate.config.data_defaults`). The models' fit to the same facts is
+`pate.programs.models.check_models`. Here (beside the public maps, whose readiness comes first)
+so that every command's entry (root `cli.py`) and the library's (`pate.run`, ...) share it.
+
+Facts are public: one input's shape and the pool's size and classes from the public pool, the
+training split's record count from a file header (`pate.data.load_public`); no private record
+is read.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from analysis.core.errors import PateError
+from pate.config import Config
+from pate.config.data_defaults import DataFacts, describe, resolve
+
+
+def facts(config: Config) -> DataFacts:
+    """The public facts of ``config``'s `[data]`."""
+    from pate.data import load_public
+
+    pool = load_public(config.data)
+    return DataFacts(tuple(int(d) for d in pool.pool_x.shape[1:]), int(pool.pool_x.shape[0]), int(pool.train_size),
+                     int(pool.num_classes))
+
+
+def _maps_ready(config: Config) -> bool:
+    """Whether every public map the config names has its inputs (a learned map's weights): when
+    one has not, no data is read here, so that the command refuses it in one line before any data
+    is read (`pate.programs.public_features.check_ready`), with the config as written."""
+    from pate.programs.public_features import check_ready
+
+    try:
+        for name in (config.features.map, config.teachers.features, config.dpsgd.features):
+            if name:
+                check_ready(name, config.features.weights)
+    except PateError:
+        return False
+    return True
+
+
+def check_maps_ready(config: Config, *, teachers: bool) -> None:
+    """Refuses, in one line and before any data is read, the public map a run uses whose inputs
+    are missing (a learned map's weights): the teachers' `[teachers] features` (``teachers``), else
+    fine-grained PATE's `[features] map`. `pate run` and `pate plan --config` call it before `facts`."""
+    from pate.programs.public_features import check_ready
+
+    name = config.teachers.features if teachers else config.features.map
+    if name:
+        check_ready(name, config.features.weights)
+
+
+def with_data_defaults(config: Config, echo: Callable[[str], None] = print) -> Config:
+    """``config`` with the keys its file did not set resolved from the data's public facts, the
+    values chosen printed in one line (`pate.config.data_defaults`); unchanged, and no data
+    read, when it has none left to resolve (a run's config.toml, written whole)."""
+    if not config.defaulted or not _maps_ready(config):
+        return config
+    found = facts(config)
+    resolved, chosen = resolve(config, found)
+    line = describe(found, chosen)
+    if line:
+        echo(line)
+    return resolved
