@@ -246,10 +246,10 @@ def cluster():
 
 
 def _coordinator(_ctx, _param, value):
-    """`--coordinator HOST:PORT`, checked where it enters (`pate.programs.joining.coordinator_address`)."""
+    """`--coordinator HOST:PORT`, checked where it enters (`pate.config.coordinator`)."""
     if value is None:
         return None
-    from pate.programs.joining import coordinator_address  # no JAX: `pate --help` stays fast
+    from pate.config.coordinator import coordinator_address
 
     try:
         coordinator_address(value)

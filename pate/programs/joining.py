@@ -25,6 +25,7 @@ import threading
 import time
 
 from analysis.core.errors import PateError
+from pate.config.coordinator import coordinator_address
 
 #: Seconds a process waits for the others to join (`--join-timeout`; JAX's own is 300 s).
 DEFAULT_JOIN_TIMEOUT = 60
@@ -34,28 +35,6 @@ MAX_JOIN_TIMEOUT = 3600
 
 #: JAX's own deadline comes this much later than pate's (its expiry is a C++ abort).
 _JAX_GRACE = 30
-
-
-def coordinator_address(text: str) -> tuple[str, int]:
-    """`HOST:PORT` (or `[IPv6]:PORT`) as (host, port): a host of printable characters without
-    a space, a decimal port in 1..65535.
-
-    Raises:
-      ValueError: anything else, with the reason (the CLI turns it into a usage error).
-    """
-    text = str(text)
-    host, sep, port = text.rpartition(":")
-    if not sep:
-        raise ValueError(f"{text!r} is not HOST:PORT")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host:
-        raise ValueError(f"{text!r} names no host: give HOST:PORT, e.g. 127.0.0.1:12345")
-    if len(host) > 253 or any(c.isspace() or not c.isprintable() or c in "[]/@" for c in host):
-        raise ValueError(f"{text!r}: the host must be a name or an address, without spaces")
-    if not (port.isascii() and port.isdigit()) or not 1 <= int(port) <= 65535:
-        raise ValueError(f"{text!r}: the port must be a number from 1 to 65535")
-    return host, int(port)
 
 
 def bind_address(host: str, port: int) -> str:

@@ -17,6 +17,7 @@ import pytest
 
 from analysis.core.errors import PateError
 from conftest import TINY, invoke
+from pate.config.coordinator import coordinator_address
 from pate.programs import joining
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,13 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
                                   "host:12a", "[]:80", "h\tx:80", "host:٣"])
 def test_a_bad_coordinator_is_refused(text):
     with pytest.raises(ValueError):
-        joining.coordinator_address(text)
+        coordinator_address(text)
 
 
 @pytest.mark.parametrize("text, place", [("127.0.0.1:12345", ("127.0.0.1", 12345)), ("node-1.x:1", ("node-1.x", 1)),
                                          ("[::1]:65535", ("::1", 65535))])
 def test_a_good_coordinator_is_its_host_and_port(text, place):
-    assert joining.coordinator_address(text) == place
+    assert coordinator_address(text) == place
 
 
 @pytest.mark.parametrize("text", [":0", ":", "a b:123", "h:-5", "h:99999"])
