@@ -15,14 +15,14 @@ from pate.cli import baseline_options as baseline
 from pate.cli import options as opt
 
 
-def start_cluster(distributed: bool, coordinator, num_processes, process_id) -> None:
+def start_cluster(distributed: bool, coordinator, num_processes, process_id, join_timeout) -> None:
     """Joins the cluster the `opt.cluster` options name (`jax.distributed.initialize`, before
-    any JAX computation); nothing without --distributed."""
-    opt.check_cluster(distributed, coordinator, num_processes, process_id)
+    any JAX computation, or one line within --join-timeout); nothing without --distributed."""
+    opt.check_cluster(distributed, coordinator, num_processes, process_id, join_timeout)
     if distributed:
         from pate.programs import placement  # imports JAX: keep `pate --help` fast
 
-        placement.initialize_distributed(coordinator, num_processes, process_id)
+        placement.initialize_distributed(coordinator, num_processes, process_id, join_timeout)
 
 
 def config_with(config_path, settings, **named):
@@ -32,11 +32,12 @@ def config_with(config_path, settings, **named):
 
 
 def resolved(config):
-    """``config`` with its left-out keys resolved, the line saying so on stderr (stdout stays a
-    command's own output: `--json`)."""
+    """``config`` with its left-out keys resolved; the line saying which values the data chose is
+    kept (`Config.data_note`) for the step that does the work to print, after the checks: a
+    refusal stays one line."""
     from pate.programs.data_facts import with_data_defaults
 
-    return with_data_defaults(config, functools.partial(click.echo, err=True))
+    return with_data_defaults(config, None)
 
 
 @click.group(cls=opt.Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -187,13 +188,13 @@ def features_command(config_path, settings, out, epochs, seed, widths, strides, 
 @opt.cluster()
 @opt.no_progress()
 def train_teachers_command(config_path, workdir, num_teachers, epochs, settings, resume,
-                           overwrite, distributed, coordinator, num_processes, process_id, no_progress):
+                           overwrite, distributed, coordinator, num_processes, process_id, join_timeout, no_progress):
     """Train the teacher ensemble (one vmapped JAX program) and write teachers/ and
     teachers.json into the run directory."""
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other; pick one")
     config = config_with(config_path, settings, teachers__num_teachers=num_teachers, teachers__epochs=epochs)
-    start_cluster(distributed, coordinator, num_processes, process_id)
+    start_cluster(distributed, coordinator, num_processes, process_id, join_timeout)
     from pate.steps import teachers  # imports JAX: keep `pate --help` fast
 
     # Multi-host: every host runs this command on the shared run directory; process 0
@@ -208,14 +209,14 @@ def train_teachers_command(config_path, workdir, num_teachers, epochs, settings,
 def label_command(workdir, votes_path, num_classes, input_is_labels, indices_path, delta, conversion,
                   accountant, mechanism, config_path, gamma, sigma, threshold, sigma_threshold, queries, round_, select,
                   check, budget, target_eps, allow_near_chance, seed, overwrite, ledger_name, distributed, coordinator,
-                  num_processes, process_id):
+                  num_processes, process_id, join_timeout):
     """Let the teachers vote on the public pool and release noisy labels (labels.npz);
     the votes (votes.npz) stay private. With --votes, release labels from votes of
     teachers trained anywhere (no pate teachers, no config). With --round 2, a second
     release (labels-round2.npz) on a finished round 1. With --distributed, every process votes
     with its own block of teachers (round 2: fits and runs their heads; a fine-grained release:
     counts its own slice of the private records) and process 0 releases (docs/scale.md)."""
-    opt.check_cluster(distributed, coordinator, num_processes, process_id)
+    opt.check_cluster(distributed, coordinator, num_processes, process_id, join_timeout)
     if distributed and votes_path is not None:
         raise click.UsageError("--distributed votes with the run's teachers; drop it with --votes")
     noise = dict(gamma=gamma, sigma=sigma, threshold=threshold, sigma_threshold=sigma_threshold)
@@ -225,7 +226,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
             "--input-is-labels": input_is_labels, "--indices": indices_path, "--delta": delta,
             "--conversion": conversion, "--ledger": ledger_name, "--target-eps": target_eps, "--config": config_path,
             "--allow-near-chance": allow_near_chance, **{"--" + k.replace("_", "-"): v for k, v in noise.items()}})
-        start_cluster(distributed, coordinator, num_processes, process_id)
+        start_cluster(distributed, coordinator, num_processes, process_id, join_timeout)
         from pate.steps.label_round2 import label_round2  # imports JAX
 
         label_round2(config, workdir, queries=queries, seed=seed, overwrite=overwrite, echo=click.echo)
@@ -254,7 +255,7 @@ def label_command(workdir, votes_path, num_classes, input_is_labels, indices_pat
         "--input-is-labels": input_is_labels or None, "--ledger": ledger_name}, target_eps, config_path,
         allow_near_chance))
 
-    start_cluster(distributed, coordinator, num_processes, process_id)
+    start_cluster(distributed, coordinator, num_processes, process_id, join_timeout)
     from pate.steps.label import label  # imports JAX
 
     label(config, workdir, seed=seed, overwrite=overwrite, budget=budget, accountant=accountant, echo=click.echo)
@@ -292,19 +293,19 @@ def train_student_command(workdir, method, steps, epochs, settings, overwrite, n
 @opt.cluster()
 @opt.no_progress("Do not draw progress bars.")
 def run_command(config_path, workdir, settings, seed, overwrite, distributed, coordinator, num_processes,
-                process_id, no_progress):
+                process_id, join_timeout, no_progress):
     """Run the whole job: train-teachers, label, train-student, analyze. Steps whose
     artifacts are complete and made from the same config sections are skipped. With
     --distributed, every process trains its part of the teachers and votes with its block (a
     fine-grained run: counts the votes of its slice of the records); process 0 alone releases,
     then trains the student and writes the report (docs/scale.md)."""
-    opt.check_cluster(distributed, coordinator, num_processes, process_id)
+    opt.check_cluster(distributed, coordinator, num_processes, process_id, join_timeout)
     config = config_with(config_path, settings)
 
     from pate.steps.pipeline import preflight, run  # imports JAX
 
     preflight(config, seed)  # before the lock creates the run directory
-    start_cluster(distributed, coordinator, num_processes, process_id)
+    start_cluster(distributed, coordinator, num_processes, process_id, join_timeout)
     summary = run(config, workdir, overwrite=overwrite, seed=seed, show_progress=not no_progress, echo=click.echo)
     if summary is not None:  # None: a process other than 0 of a distributed run (it printed its line)
         click.echo(summary.summary())
@@ -313,14 +314,14 @@ def run_command(config_path, workdir, settings, seed, overwrite, distributed, co
 @main.command("dpsgd")
 @baseline.dpsgd_options()
 def dpsgd_command(config_path, workdir, eps, model, features, settings, seed, overwrite, distributed, coordinator,
-                  num_processes, process_id, no_progress):
+                  num_processes, process_id, join_timeout, no_progress):
     """Train the DP-SGD baseline on the same private train split as the teachers,
     calibrated to eps at [privacy] delta; write dpsgd.json and dpsgd/. With --distributed,
     every process adds the clipped gradients of its own slice of the records and process 0
     alone draws the noise and writes."""
-    opt.check_cluster(distributed, coordinator, num_processes, process_id)
+    opt.check_cluster(distributed, coordinator, num_processes, process_id, join_timeout)
     config = config_with(config_path, settings, dpsgd__eps=eps, dpsgd__model=model, dpsgd__features=features)
-    start_cluster(distributed, coordinator, num_processes, process_id)
+    start_cluster(distributed, coordinator, num_processes, process_id, join_timeout)
     baseline.train_and_print("dpsgd", config, workdir, seed, overwrite, no_progress)
 
 

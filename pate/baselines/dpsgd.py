@@ -273,10 +273,13 @@ def train_dpsgd(config: Config, workdir: str | Path, *, seed: int | None = None,
         a non-finite parameter after training; another process of a distributed run failed
         (`pate.programs.cluster.Stopped`).
     """
+    from pate.programs import agreement
     from pate.programs.cluster import Cluster
 
     cluster = Cluster()
     with cluster.together():  # one failure stops every process, each with one line
+        # Before any record is read: process 0's data set and settings (clip_norm, eps, the map), or all stop.
+        agreement.agree(cluster, config, data=True)
         if not cluster.leader:
             return _contribute(config, cluster, seed, echo)
         return _train(config, workdir, seed, overwrite, show_progress, echo, cluster)

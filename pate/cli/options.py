@@ -228,23 +228,47 @@ def no_progress(help: str = "Do not draw the progress bar."):
 
 
 def cluster():
-    """`--distributed` and the three options that place this process in the cluster (every
-    command that runs on several processes takes these; root cli.py's `start_cluster` reads them)."""
+    """`--distributed` and the options that place this process in the cluster and bound its join
+    (every command that runs on several processes takes these; root cli.py's `start_cluster`
+    reads them). The coordinator's address is checked here, where it enters."""
     return options(
         click.option("--distributed", is_flag=True, help="Call jax.distributed.initialize() first (several "
                      "processes or hosts; the same command on every one, one run directory they all see)."),
-        click.option("--coordinator", metavar="HOST:PORT", help="With --distributed: process 0's address "
-                     "(default: detected by JAX)."),
+        click.option("--coordinator", metavar="HOST:PORT", callback=_coordinator,
+                     help="With --distributed: process 0's address, where it alone listens (default: "
+                     "detected by JAX)."),
         click.option("--num-processes", type=click.IntRange(min=1),
                      help="With --distributed: how many processes (default: detected by JAX)."),
         click.option("--process-id", type=click.IntRange(min=0),
-                     help="With --distributed: this process's id (default: detected by JAX)."))
+                     help="With --distributed: this process's id, 0 to --num-processes - 1 (default: detected by "
+                     "JAX)."),
+        click.option("--join-timeout", type=click.IntRange(min=1, max=3600), metavar="SECONDS",
+                     help="With --distributed: how long a process waits for the others to join before it stops "
+                     "with one line (default: 60)."))
 
 
-def check_cluster(distributed: bool, *place) -> None:
-    """Refuses a `cluster` option without --distributed (a usage error)."""
-    if not distributed and any(v is not None for v in place):
-        raise click.UsageError("--coordinator, --num-processes and --process-id need --distributed")
+def _coordinator(_ctx, _param, value):
+    """`--coordinator HOST:PORT`, checked where it enters (`pate.config.coordinator`)."""
+    if value is None:
+        return None
+    from pate.config.coordinator import coordinator_address
+
+    try:
+        coordinator_address(value)
+    except ValueError as err:
+        raise click.BadParameter(str(err)) from None
+    return value
+
+
+def check_cluster(distributed: bool, coordinator=None, num_processes=None, process_id=None,
+                  join_timeout=None) -> None:
+    """Refuses a `cluster` option without --distributed, and a --process-id outside
+    0..--num-processes - 1 (usage errors)."""
+    if not distributed and any(v is not None for v in (coordinator, num_processes, process_id, join_timeout)):
+        raise click.UsageError("--coordinator, --num-processes, --process-id and --join-timeout need --distributed")
+    if num_processes is not None and process_id is not None and process_id >= num_processes:
+        raise click.UsageError(f"--process-id {process_id} is not one of the {num_processes} processes "
+                               f"(0 to {num_processes - 1})")
 
 
 def overwrite(help: str):

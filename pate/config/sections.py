@@ -469,8 +469,11 @@ class Config:
     synth: SynthConfig = SynthConfig()
     defaulted: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False,
                                                   metadata={"section": False})
+    #: The line that says which values the data chose (`pate.programs.data_facts.with_data_defaults`),
+    #: printed by the step that does the work, not where the file is read: a refusal stays one line.
+    data_note: str = dataclasses.field(default="", compare=False, repr=False, metadata={"section": False})
 
 
 def section_fields() -> tuple[dataclasses.Field, ...]:
-    """The fields of `Config` that are TOML sections (not `Config.defaulted`)."""
+    """The fields of `Config` that are TOML sections (not `Config.defaulted` nor `Config.data_note`)."""
     return tuple(f for f in dataclasses.fields(Config) if f.metadata.get("section", True))

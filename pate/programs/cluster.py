@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import hashlib
 import os
 import sys
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -145,6 +146,41 @@ def exact_histogram_sum(counts: np.ndarray, totals: list[int]) -> np.ndarray:
     return counts.sum(axis=0)
 
 
+def _digest31(text: str) -> int:
+    """A 31-bit digest of `text` (an agreement word carries int32)."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def facts_word(facts: Mapping[str, str]) -> np.ndarray:
+    """One process's word in `Cluster.agree_on`: an agreement word (`status`, not failed) whose value
+    is a digest of the facts' names and whose message slots hold one 31-bit digest per fact, in the
+    order of their sorted names. The same shape as every agreement word, so a process that failed
+    before it (its `together` sends its failure) is heard here as at any agreement."""
+    names = sorted(facts)
+    if len(names) > MESSAGE_BYTES:
+        raise PateError(f"internal error: {len(names)} facts to agree on, at most {MESSAGE_BYTES}")
+    word = status(value=_digest31("\0".join(names)))
+    word[_HEADER:_HEADER + len(names)] = [_digest31(f"{n}\0{facts[n]}") for n in names]
+    return word
+
+
+def differs(facts: Mapping[str, str], mine: np.ndarray, leader: np.ndarray, index: int) -> str | None:
+    """The line of process `index` whose facts (`facts`, its word `mine`) are not process 0's
+    (its word `leader`): the first fact that differs, named, with this process's value when it is
+    short (a setting; a digest is not shown); None when they agree."""
+    names = sorted(facts)
+    fix = "give every process the same config, data set and run directory"
+    if int(leader[1]) != int(mine[1]):
+        return f"process {index} runs another command or release than process 0 (other settings to agree on): {fix}"
+    bad = [n for k, n in enumerate(names) if int(leader[_HEADER + k]) != int(mine[_HEADER + k])]
+    if not bad:
+        return None
+    value = str(facts[bad[0]])
+    shown = f" ({value})" if len(value) <= 40 else ""
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    return f"process {index}'s {bad[0]}{shown} differs from process 0's{more}: {fix}"
+
+
 def _allgather(x: np.ndarray) -> np.ndarray:
     """Every process's `x` (the same shape on each), stacked by process id."""
     import jax
@@ -196,6 +232,35 @@ class Cluster:
         except Stopped:
             self._stopped = True
             raise
+
+    def agree_on(self, facts: Mapping[str, str]) -> None:
+        """Every process has process 0's `facts` (name -> value: the data set's digest, a
+        checkpoint's, every setting of the command; `pate.programs.agreement.facts`), compared by
+        31-bit digests in one agreement word (`facts_word`), then a second agreement: a process
+        whose facts differ says so there, naming the first that differs, and every process stops
+        with that line. Called by every process at the same point, before anything is read or
+        drawn; works inside `together` and outside it (it tells the others itself).
+
+        Raises:
+          PateError: this process's facts differ from process 0's (its line).
+          Stopped: another process failed, or its facts differ.
+        """
+        if self.count == 1:
+            return
+        mine = facts_word(facts)
+        words = self._collective(mine)
+        try:
+            decide(words, self.index)
+        except Stopped:
+            self._stopped = True
+            raise
+        line = None if self.leader else differs(facts, mine, words[0], self.index)
+        if line is not None:
+            with contextlib.suppress(PateError):  # another process's failure there: this one's line is its own
+                self.agree(failure=line)
+            self._stopped = True  # the others know: `together` tells them nothing more
+            raise PateError(line)
+        self.agree()
 
     def sum_counts(self, counts: np.ndarray, num_teachers: int) -> np.ndarray:
         """The vote histogram of all `num_teachers` teachers from this process's int32 counts

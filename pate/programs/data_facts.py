@@ -11,6 +11,8 @@ is read.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable
 
 from analysis.core.errors import PateError
@@ -53,15 +55,22 @@ def check_maps_ready(config: Config, *, teachers: bool) -> None:
         check_ready(name, config.features.weights)
 
 
-def with_data_defaults(config: Config, echo: Callable[[str], None] = print) -> Config:
+def with_data_defaults(config: Config, echo: Callable[[str], None] | None = print) -> Config:
     """``config`` with the keys its file did not set resolved from the data's public facts, the
-    values chosen printed in one line (`pate.config.data_defaults`); unchanged, and no data
-    read, when it has none left to resolve (a run's config.toml, written whole)."""
+    values chosen printed in one line (`pate.config.data_defaults`) by ``echo`` — or, with
+    ``echo=None``, kept as ``config.data_note`` for the step that does the work to print (the
+    command line resolves a config before its checks, and a refusal is one line). Unchanged,
+    and no data read, when it has none left to resolve (a run's config.toml, written whole);
+    a note kept earlier is printed then."""
     if not config.defaulted or not _maps_ready(config):
+        if config.data_note and echo is not None:
+            echo(config.data_note)
+            return dataclasses.replace(config, data_note="")
         return config
     found = facts(config)
     resolved, chosen = resolve(config, found)
-    line = describe(found, chosen)
-    if line:
+    line = describe(found, chosen) or ""
+    if line and echo is not None:
         echo(line)
-    return resolved
+        line = ""
+    return dataclasses.replace(resolved, data_note=line)

@@ -140,26 +140,17 @@ def process_blocks(num_rows: int) -> tuple[int, jax.sharding.NamedSharding]:
 
 def initialize_distributed(coordinator_address: str | None = None,
                            num_processes: int | None = None,
-                           process_id: int | None = None) -> None:
-    """`jax.distributed.initialize(...)` with its failure as a PateError (`--distributed`).
+                           process_id: int | None = None,
+                           join_timeout: float | None = None) -> None:
+    """Joins the processes of a `--distributed` command (`pate.programs.joining.join`): JAX's
+    cluster and the first agreement, or one line within `join_timeout` seconds (default
+    `joining.DEFAULT_JOIN_TIMEOUT`), with the coordination service bound to the address given.
 
     Arguments left as None are found by JAX: the coordinator from
     `$JAX_COORDINATOR_ADDRESS`, everything from the cluster environment where JAX knows
     it (SLURM, Open MPI, Kubernetes, ...).
     """
-    try:
-        jax.distributed.initialize(coordinator_address=coordinator_address,
-                                   num_processes=num_processes, process_id=process_id)
-    except Exception as err:  # noqa: BLE001 - JAX raises several types here
-        raise PateError(f"jax.distributed.initialize() failed: {str(err).rstrip('.')}. Pass "
-                        "--coordinator HOST:PORT, --num-processes and --process-id (or run under "
-                        "a cluster manager JAX detects, such as SLURM) on every host") from None
-    from pate.programs.cluster import Cluster, leave_quickly_when_lost
+    from pate.programs import joining
 
-    leave_quickly_when_lost()
-    # Gloo forms its communication context at the first collective and waits only 30 s there for
-    # the other processes ("Gloo context initialization failed: DEADLINE_EXCEEDED"), where a later
-    # collective waits for minutes (measured: 120 and 200 s): a process 0 that reads, checks and
-    # charges for longer than the others before its first agreement would lose them. So every
-    # process makes that first collective now, as it joins, when all of them are here.
-    Cluster().agree()
+    joining.join(coordinator_address, num_processes, process_id,
+                 joining.DEFAULT_JOIN_TIMEOUT if join_timeout is None else join_timeout)

@@ -176,6 +176,8 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
                             "set that (--set fine_grained.eps=E) instead of a target")
         fine_grained_release.check_pool_fit(config.fine_grained, config.data.public_size)  # as `pate label`
         fine_grained_release.check_map_fit(config, load_public(config.data).pool_x)  # the map, the PCA's width
+        if config.data_note:  # which values the data chose, once the checks have passed
+            echo(config.data_note)
         echo(fine_grained_release.describe_plan(config))
         return None
     from pate.release.budget import accountable_record, resolve
@@ -186,6 +188,8 @@ def plan_config(config, echo=print) -> headline_target.ReleaseChoice | None:
     resolve(record, config.aggregation.queries, num_teachers=config.teachers.num_teachers,
             pool_size=config.data.public_size)
     classes = load_dataset(config.data).num_classes
+    if config.data_note:  # which values the data chose, once the settings are checked
+        echo(config.data_note)
     choice = choose(config, config.teachers.num_teachers, classes, record=record, echo=echo)
     outcome.of_config(config, record, config.teachers.num_teachers, classes,
                       queries=None if choice is None else choice.num_queries, echo=echo)

@@ -96,6 +96,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     check_config(config, "pate.label")
     config = with_data_defaults(config, echo)  # a fine-grained release's keys the file left out, from the data
     from pate.data import load_dataset, load_public, split
+    from pate.programs import agreement
     from pate.programs.cluster import Cluster
 
     cluster = Cluster()
@@ -105,6 +106,9 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
     from pate.programs.teacher_training import read_ensemble
 
     with cluster.together():  # one failure stops every process, each with one line
+        # Before anything is read or drawn: every process votes with process 0's teachers (their
+        # checkpoint's digest) at process 0's settings, or all stop with one line.
+        agreement.agree(cluster, config, teachers=workdir)
         if not cluster.leader:
             return _vote_for_process_0(config, workdir, cluster, echo)
         # Votes, labels and config.toml are swapped in together once all three are written.
@@ -277,6 +281,7 @@ def label_fine_grained(config: Config, workdir, *, seed: int | None = None, over
         that), over the ledger's total budget, bad settings or data; labels exist and not
         `overwrite`; another process of a distributed run failed.
     """
+    from pate.programs import agreement
     from pate.programs.cluster import Cluster
 
     if budget is not None or config.privacy.target_eps:  # the same line on every process: the config's
@@ -285,6 +290,9 @@ def label_fine_grained(config: Config, workdir, *, seed: int | None = None, over
     check_ready(config.features.map, config.features.weights)  # before any data is read
     cluster = cluster or Cluster(0, 1, gather=lambda x: np.asarray(x)[None])
     with cluster.together():  # one failure stops every process, each with one line
+        # Before any record is read: every process holds process 0's data set (its digest) and
+        # settings (eps, noise, randomized response, votes per record, the map), or all stop.
+        agreement.agree(cluster, config, data=True)
         if not cluster.leader:
             aggregation.noise_source(seed)  # refuses a bad seed as process 0 does
             fine_release.contribute(config, cluster, seed, echo)

@@ -158,10 +158,12 @@ def label_round2(config: Config, workdir, *, queries: int | None = None, seed: i
         the ledger's budget, a round 2 already there without ``overwrite``; another process
         of a distributed run failed (`pate.programs.cluster.Stopped`).
     """
+    from pate.programs import agreement
     from pate.programs.cluster import Cluster
 
     cluster = Cluster()
     with cluster.together():  # one failure stops every process, each with one line
+        agreement.agree(cluster, config, data=True)  # process 0's data set and settings, or all stop
         if not cluster.leader:
             return _heads_for_process_0(config, workdir, seed, cluster, echo)
         door, book, result = _release_round2(config, workdir, queries, seed, overwrite, echo, cluster)

@@ -710,11 +710,14 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
       PateError: the run directory belongs to another data set (nothing is touched), or
         any step's own error (the artifacts of earlier steps are kept).
     """
+    from pate.programs import agreement
     from pate.programs.cluster import Cluster
 
     check_config(config, "pate.run")
     config = with_data_defaults(config, echo)  # the keys the file left out, from the data's public facts
     cluster = Cluster()
+    # Every process runs process 0's config (each step agrees again on its data and checkpoints).
+    agreement.agree(cluster, config)
     if not cluster.leader:
         return _follow(config, workdir, cluster, seed, echo)
     crew = _Crew(cluster)

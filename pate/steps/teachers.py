@@ -16,12 +16,12 @@ the records of the teachers on its own devices (`pate.data.split_rows`, placed w
 `Placement.put_local`); orbax writes the checkpoint collectively, and process 0 writes
 the JSON artifacts; the run directory must be on a file system every host sees.
 
-The processes agree (`pate.programs.cluster.Cluster`) twice before they commit to anything:
-once their data and config checks have passed (each says its fingerprint of the data and the
-settings that shape the training, `fingerprint`: the split's digest, read as a stream, and the
-settings; a process whose differs from process 0's
-fails), before config.toml or any checkpoint is written; and once the teachers are trained
-and scored, before process 0 writes teachers.json. A process that fails before an agreement
+The processes agree (`pate.programs.cluster.Cluster`) three times before they commit to
+anything: first, before anything is read, on the data set's digest (read as a stream) and every
+setting (`pate.programs.agreement`: a process whose differ from process 0's fails, naming the
+first); once their data and config checks have passed, before config.toml or any checkpoint is
+written; and once the teachers are trained and scored, before process 0 writes teachers.json.
+A process that fails before an agreement
 (pate's own error: bad data, a shard smaller than a batch, a config that differs) stops every
 process there, each with one line naming it.
 """
@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import json
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -45,9 +43,8 @@ from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import check_config, Config
 from pate.programs.data_facts import with_data_defaults
-from pate.data import (Partition, Splits, dataset_name, load_dataset, partition, split, split_rows, train_count,
-                       training_digest)
-from pate.programs import public_features
+from pate.data import Partition, Splits, dataset_name, load_dataset, partition, split, split_rows, train_count
+from pate.programs import agreement, public_features
 from pate.programs.cluster import Cluster
 from pate.programs.models import check_input, check_module, conv_impl, make_model
 from pate.programs.placement import Placement, to_host, unpad
@@ -160,8 +157,8 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
     cluster = cluster or Cluster()
     # One failure stops every process, each with one line (`Cluster.together`): it is told at
     # the next agreement, the first of which comes before anything is written.
-    with cluster.together(), step("teachers", workdir, config=config, overwrite=overwrite, resume=resume,
-                                  staged=staged, echo=echo) as door:
+    with cluster.together(), _agreed(cluster, config), step(
+            "teachers", workdir, config=config, overwrite=overwrite, resume=resume, staged=staged, echo=echo) as door:
         done = _already_finished(door, tc) if door.resuming else None
         if done is not None:  # nothing to resume: nothing written (a later `pate run` labels nothing again)
             door.config = None
@@ -250,38 +247,24 @@ def _ranges(teachers: np.ndarray, num_teachers: int) -> str:
     return ", ".join(parts)
 
 
-def fingerprint(config: Config) -> int:
-    """A 31-bit digest of what every process of a distributed training must share: the
-    `[teachers]` settings and those of the public map they may see their inputs through
-    (`[features]`, `[fine_grained]`), the `[data]` section (less its path: hosts may mount the
-    data in different places) and the training split itself (`pate.data.training_digest`: the
-    records and labels as loaded, read as a stream, so no process holds the split for it). Not
-    a privacy release: it never leaves the cluster, and the agreement carries only process 0's."""
-    h = hashlib.sha256()
-    data = {k: v for k, v in dataclasses.asdict(config.data).items() if k != "path"}
-    settings = [data, dataclasses.asdict(config.teachers), dataclasses.asdict(config.features),
-                dataclasses.asdict(config.fine_grained)]
-    h.update(json.dumps(settings, sort_keys=True, default=str).encode())
-    h.update(training_digest(config.data).encode("ascii"))
-    return int.from_bytes(h.digest()[:4], "big") & 0x7FFFFFFF
+@contextlib.contextmanager
+def _agreed(cluster: Cluster, config: Config):
+    """The first agreement, before anything is read or written (process 0 has not yet taken the
+    lock): every process has process 0's data set (its digest, read as a stream) and settings
+    (`pate.programs.agreement`); one whose differ stops them all with its line."""
+    agreement.agree(cluster, config, data=True)
+    yield
 
 
 def _agree_to_train(cluster: Cluster, config: Config) -> None:
-    """The agreements before training (nothing written yet): every process passed its own
-    data and config checks, and has process 0's `fingerprint`. A process whose fingerprint
-    differs raises here, and the others stop at the second agreement with its line.
+    """The agreement before training (nothing written yet): every process passed its own data and
+    config checks (a shard smaller than a batch, an input its model does not take).
 
     Raises:
-      PateError: this process's data or settings differ from process 0's.
-      Stopped: another process failed its checks, or its data or settings differ.
+      Stopped: another process failed its checks.
     """
-    if cluster.count == 1:
-        return
-    mine = fingerprint(config)
-    if cluster.agree(mine) != mine:
-        raise PateError(f"process {cluster.index}'s training data or [data]/[teachers] settings differ from "
-                        "process 0's: give every process the same config and the same data set")
-    cluster.agree()  # every process has the same data and settings: they train together
+    if cluster.count > 1:
+        cluster.agree()  # every process has the same data and settings and passed its checks: they train
 
 
 @contextlib.contextmanager

@@ -10,5 +10,5 @@ from conftest import TINY, invoke
 def test_cluster_places_need_distributed(tmp_path):
     result = invoke("run", "--config", TINY, "--workdir", tmp_path / "run", "--process-id", 1)
     assert result.exit_code == 2
-    assert "--coordinator, --num-processes and --process-id need --distributed" in result.output
+    assert "--coordinator, --num-processes, --process-id and --join-timeout need --distributed" in result.output
     assert not (tmp_path / "run").exists()

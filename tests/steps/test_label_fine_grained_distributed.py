@@ -208,7 +208,7 @@ def test_randomized_response_and_a_failing_process(tmp_path):
     fresh = tmp_path / "fresh"
     first, second = launch(fresh, [config, other], tmp_path / "none")
     assert first.returncode == 1 and second.returncode == 1
-    line = "process 1 sees 400 private records but process 0 sees 480"
+    line = "process 1's data.synthetic_train_size (400) differs from process 0's (and 1 more)"
     assert [line in x for x in second.stderr.strip().splitlines()] == [True], second.stderr
     (stopped,) = first.stderr.strip().splitlines()
     assert stopped.startswith("pate: process 1 of 2 failed, so every process stopped (nothing was charged or "

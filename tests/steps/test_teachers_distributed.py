@@ -17,7 +17,8 @@ from analysis.core.errors import PateError
 from conftest import TINY, Others
 from pate.programs import cluster as cl
 from pate.store import rundir
-from pate.steps.teachers import fingerprint, train_teachers
+from pate.programs import agreement
+from pate.steps.teachers import train_teachers
 
 
 def told(word) -> str:
@@ -32,44 +33,22 @@ def test_a_process_that_fails_its_checks_stops_process_0_before_anything_is_writ
     with pytest.raises(cl.Stopped) as err:
         train_teachers(tiny_config, run, show_progress=False, cluster=cl.Cluster(0, 2, gather))
     assert str(err.value) == f"process 1 of 2 failed, so every process stopped (nothing was charged or written): {line}"
-    assert len(gather.sent) == 1  # the fingerprint agreement, and no second word (process 1 knows)
+    assert len(gather.sent) == 1  # the facts' agreement, and no second word (process 1 knows)
     assert not run.exists() or os.listdir(run) == []  # no config.toml, no checkpoint, no lock
 
 
 def test_a_process_whose_data_differ_says_so_and_tells_the_others(tiny_config, tmp_path):
     run = tmp_path / "run"
-    gather = Others(cl.status(value=12345), cl.status(), index=1)  # process 0's fingerprint, then its word
-    with pytest.raises(PateError, match="process 1's training data or \\[data\\]/\\[teachers\\] settings differ "
-                                        "from process 0's") as err:
+    theirs = agreement.facts(tiny_config, data=True)
+    theirs[agreement.DATA_SET] = "another data set"
+    gather = Others(cl.facts_word(theirs), cl.status(), index=1)  # process 0's facts, then its word
+    with pytest.raises(PateError, match="process 1's training data set \\(its records' digest\\) differs from "
+                                        "process 0's: give every process the same config, data set") as err:
         train_teachers(tiny_config, run, show_progress=False, cluster=cl.Cluster(1, 2, gather))
     assert not isinstance(err.value, cl.Stopped)
-    assert [w[0] for w in gather.sent] == [0, 1]  # its fingerprint, then its failure: the others stop there
+    assert [w[0] for w in gather.sent] == [0, 1]  # its facts, then its failure: the others stop there
     assert told(gather.sent[1]) == str(err.value)
     assert not run.exists() or os.listdir(run) == []
-
-
-def test_the_fingerprint_sees_the_data_and_the_settings_not_the_path(tiny_config, tmp_path):
-    from pate.data import load_dataset
-
-    of = fingerprint
-    base = of(tiny_config)
-    # the files' content, not where they lie: a copy elsewhere agrees, one changed record does not
-    made = load_dataset(tiny_config.data)
-    arrays = {"x_train": made.x_train, "y_train": made.y_train, "x_test": made.x_test, "y_test": made.y_test}
-    np.savez(tmp_path / "a.npz", **arrays)
-    np.savez_compressed(tmp_path / "b.npz", **arrays)
-    arrays["x_train"] = made.x_train.copy()
-    arrays["x_train"][5, 0, 0, 0] = 1.0 - arrays["x_train"][5, 0, 0, 0]
-    np.savez(tmp_path / "c.npz", **arrays)
-    npz = {name: of(dataclasses.replace(tiny_config, data=dataclasses.replace(tiny_config.data, name="npz",
-                                                                               path=str(tmp_path / name))))
-           for name in ("a.npz", "b.npz", "c.npz")}
-    assert npz["a.npz"] == npz["b.npz"] != npz["c.npz"]
-    assert of(dataclasses.replace(tiny_config, data=dataclasses.replace(tiny_config.data, path="/elsewhere"))) == base
-    other_data = dataclasses.replace(tiny_config.data, synthetic_seed=1)
-    assert of(dataclasses.replace(tiny_config, data=other_data)) != base
-    other_teachers = dataclasses.replace(tiny_config.teachers, learning_rate=0.02)
-    assert of(dataclasses.replace(tiny_config, teachers=other_teachers)) != base
 
 
 @pytest.mark.slow  # trains the tiny teachers (one epoch) with a played process 1: 5-15 s
@@ -77,10 +56,11 @@ def test_a_process_that_fails_after_training_stops_process_0_before_teachers_jso
     run = tmp_path / "run"
     config = dataclasses.replace(tiny_config, teachers=dataclasses.replace(tiny_config.teachers, epochs=1,
                                                                            checkpoint_every=1))
-    gather = Others(cl.status(), cl.status(), cl.status("cannot read its teachers' evaluation split"))
+    gather = Others(cl.facts_word(agreement.facts(config, data=True)), cl.status(), cl.status(),
+                    cl.status("cannot read its teachers' evaluation split"))
     with pytest.raises(cl.Stopped, match="process 1 of 2 failed.*cannot read its teachers' evaluation split"):
         train_teachers(config, run, show_progress=False, cluster=cl.Cluster(0, 2, gather))
-    assert len(gather.sent) == 3  # fingerprint, go, before teachers.json
+    assert len(gather.sent) == 4  # the facts and their word, go, before teachers.json
     assert not (run / rundir.TEACHERS_JSON).exists()
     assert (run / rundir.CONFIG_TOML).exists() and (run / rundir.TEACHERS_DIR / "1").exists()  # resumable
 
@@ -106,15 +86,17 @@ def test_real_processes_stop_together_when_one_sees_other_data_or_a_bad_setting(
     # Process 1 reads another data set: it says so, process 0 stops with its line.
     (code0, err0), (code1, err1) = launch(run, [TINY, other_data])
     assert (code0, code1) == (1, 1)
-    line = ("process 1's training data or [data]/[teachers] settings differ from process 0's: give every "
-            "process the same config and the same data set")
+    line = ("process 1's data.synthetic_seed (1) differs from process 0's (and 1 more): give every process the "
+            "same config, data set and run directory")
     assert err1 == [f"pate: {line}"]
     assert err0 == [stopped + line]
     assert os.listdir(run) == []  # no config.toml, no checkpoint, no lock
 
-    # Process 1's shards are smaller than its batch: it fails its own check, process 0 stops.
+    # Process 1 with another batch size: the agreement names it before its shards are read (its own
+    # check, shards smaller than a batch, would come later: the fast test above plays that one).
     (code0, err0), (code1, err1) = launch(run, [TINY, big_batch])
     assert (code0, code1) == (1, 1)
-    assert len(err1) == 1 and "fewer than teachers.batch_size = 128" in err1[0]
+    assert err1 == ["pate: process 1's teachers.batch_size (128) differs from process 0's: give every process "
+                    "the same config, data set and run directory"]
     assert err0 == [stopped + err1[0].removeprefix("pate: ")]
     assert os.listdir(run) == []
