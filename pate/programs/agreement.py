@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pate.config import Config
+from pate.config import Config, section_fields
 
 #: Settings that say where a file lies, not what it holds (compared by content instead).
 PLACES = {("data", "path"), ("features", "weights")}
@@ -36,8 +36,11 @@ def facts(config: Config, *, data: bool = False, teachers: str | Path | None = N
     Raises:
       PateError: the weights, the data or the teachers cannot be read (this process's line).
     """
+    from pate.programs.data_facts import with_data_defaults
+
+    config = with_data_defaults(config)  # the values every process runs: the ones the data chose included
     out: dict[str, str] = {}
-    for section in dataclasses.fields(config):
+    for section in section_fields():  # the TOML sections (not what the data chose to say, `Config.data_note`)
         for key, value in dataclasses.asdict(getattr(config, section.name)).items():
             if (section.name, key) not in PLACES:
                 out[f"{section.name}.{key}"] = repr(value)
@@ -54,7 +57,10 @@ def facts(config: Config, *, data: bool = False, teachers: str | Path | None = N
 
         ensemble = read_ensemble(teachers)
         out[TEACHERS] = f"{ensemble.step}:{ensemble.digest}"
-    return out
+    # What a process holds first: a setting the data chose (`Config.defaulted`) differs because the
+    # data do, and the line names the cause.
+    first = [k for k in (DATA_SET, TEACHERS, MAP_WEIGHTS) if k in out]
+    return {**{k: out[k] for k in first}, **{k: v for k, v in out.items() if k not in first}}
 
 
 def agree(cluster, config: Config, *, data: bool = False, teachers: str | Path | None = None) -> None:

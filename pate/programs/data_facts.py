@@ -55,22 +55,23 @@ def check_maps_ready(config: Config, *, teachers: bool) -> None:
         check_ready(name, config.features.weights)
 
 
-def with_data_defaults(config: Config, echo: Callable[[str], None] | None = print) -> Config:
+def with_data_defaults(config: Config, echo: Callable[[str], None] | None = None) -> Config:
     """``config`` with the keys its file did not set resolved from the data's public facts, the
-    values chosen printed in one line (`pate.config.data_defaults`) by ``echo`` — or, with
-    ``echo=None``, kept as ``config.data_note`` for the step that does the work to print (the
-    command line resolves a config before its checks, and a refusal is one line). Unchanged,
-    and no data read, when it has none left to resolve (a run's config.toml, written whole);
-    a note kept earlier is printed then."""
+    line saying which values were chosen (`pate.config.data_defaults`) kept as ``config.data_note``
+    for the step that does the work to print once its checks have passed (`say_data_note`): a
+    refusal stays one line. Unchanged, and no data read, when it has none left to resolve (a run's
+    config.toml, written whole; a config the command line resolved). ``echo`` is not used (kept for
+    callers of the earlier form)."""
     if not config.defaulted or not _maps_ready(config):
-        if config.data_note and echo is not None:
-            echo(config.data_note)
-            return dataclasses.replace(config, data_note="")
         return config
     found = facts(config)
     resolved, chosen = resolve(config, found)
-    line = describe(found, chosen) or ""
-    if line and echo is not None:
-        echo(line)
-        line = ""
-    return dataclasses.replace(resolved, data_note=line)
+    return dataclasses.replace(resolved, data_note=describe(found, chosen) or "")
+
+
+def say_data_note(config: Config, echo: Callable[[str], None]) -> Config:
+    """Prints which values the data chose (``config.data_note``), once: the config without it."""
+    if not config.data_note:
+        return config
+    echo(config.data_note)
+    return dataclasses.replace(config, data_note="")

@@ -33,7 +33,7 @@ from pate.store import rundir
 from pate.store import ledger as ledger_mod
 from analysis.reporting.report_io import render_table
 from pate.config import check_config, Config
-from pate.programs.data_facts import with_data_defaults
+from pate.programs.data_facts import say_data_note, with_data_defaults
 from pate.store.door import Door, step
 from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
 from pate.release import fine_grained_release as fine_release
@@ -116,6 +116,8 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
             aggregation.noise_source(seed)  # refuses a bad seed before any vote is computed
             record = accountable_record(config.aggregation, config.privacy)
             ensemble = read_ensemble(door.run.path)
+            # the run's ledger before anything is planned or printed: a refusal is one line
+            check_run_ledger(ledger_mod.Ledger.for_teachers(door.run.path, config), door.run.path)
             agg = config.aggregation
             if cluster.count > 1:  # the public pool alone; the split's keyed digest is read as a stream
                 public = load_public(config.data)
@@ -256,6 +258,7 @@ def _release_from_teachers(door: Door, config: Config, record: Mechanism, ensemb
     charge_release(door, book, cost, record, door.out / rundir.LABELS_NPZ, num_queries, config.privacy,
                    data_digest=data_digest(book),
                    num_classes=ensemble.num_classes)
+    say_data_note(config, echo)  # which values the data chose (none refused by then)
     echo(result.summary())
     echo(table)
     return result
@@ -339,6 +342,7 @@ def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, 
                          params={"eps": made.eps, "delta": made.delta, "votes_per_record": made.noise.votes,
                                  "smoothing": config.fine_grained.smoothing,
                                  "smoothing_weights": config.fine_grained.smoothing_weights})
+    say_data_note(config, echo)  # which values the data chose (none refused by then)
     echo(ledger_mod.cumulative_line(book, p.delta))
     echo(result.summary())
     echo(f"wrote {door.run / rundir.LABELS_NPZ} (the release: every pool point labelled); `pate analyze` "

@@ -141,14 +141,14 @@ def label_votes(votes, workdir, *, num_classes: int, mechanism: str = "lnmax", g
                                privacy=privacy)
             echo(budget_line(budget, plan, accountant))
             selected = selected[:plan.num_queries]
-        expected = outcome.expect(record, int(selected.size),
-                                  VoteModel(int(hist[0].sum()), int(num_classes), accuracy=privacy.target_accuracy),
-                                  max_answers=None if plan is None else plan.max_answers, allow=allow_near_chance,
-                                  override=outcome.FLAG_OVERRIDE, echo=echo)
         book = ledger_mod.Ledger.for_votes(votes, ledger)  # the votes' data set; in-memory votes must name theirs
         if isinstance(votes, (str, os.PathLike)):  # the folder the votes were labelled under, or a refusal
             book.check_holds_votes(votes)
         check_run_ledger(book, door.run.path)  # --overwrite: the run's earlier release's ledger, or a refusal
+        expected = outcome.expect(record, int(selected.size),  # printed once every other check has passed
+                                  VoteModel(int(hist[0].sum()), int(num_classes), accuracy=privacy.target_accuracy),
+                                  max_answers=None if plan is None else plan.max_answers, allow=allow_near_chance,
+                                  override=outcome.FLAG_OVERRIDE, echo=echo)
         result = _release_from_votes(door, hist, selected, record, plan, book, seed=seed,
                                      privacy=dataclasses.replace(privacy, total_budget=total_budget or 0.0),
                                      total_budget=total_budget, echo=echo, meta=outcome.meta(expected))

@@ -61,7 +61,7 @@ from analysis.mechanisms.record import Mechanism
 from pate.store import digests, rundir, stages
 from pate.release.labels import read_labels, read_run_labels, release_digest, release_subjects
 from pate.config import check_config, Config, config_hash, config_to_dict
-from pate.programs.data_facts import check_maps_ready, facts, with_data_defaults
+from pate.programs.data_facts import check_maps_ready, facts, say_data_note, with_data_defaults
 from pate.store.door import step
 from pate.release.run_summary import RunSummary, StepRecord, summarise
 
@@ -731,6 +731,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
             check_budget(config, run_dir, record)
             if not overwrite:
                 _check_rounds(config, run_dir)
+            config = say_data_note(config, echo)  # which values the data chose, once the checks have passed
             manifest = _Manifest(run_dir)
             records = _run_steps(config, run_dir, manifest, overwrite, seed, show_progress, echo, crew)
             door.write_config()

@@ -42,7 +42,7 @@ from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
 from pate.config import check_config, Config
-from pate.programs.data_facts import with_data_defaults
+from pate.programs.data_facts import say_data_note, with_data_defaults
 from pate.data import Partition, Splits, dataset_name, load_dataset, partition, split, split_rows, train_count
 from pate.programs import agreement, public_features
 from pate.programs.cluster import Cluster
@@ -173,6 +173,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
         model = make_model(config.teachers, splits.num_classes, backend=placement.platform)
         tx = make_optimizer(tc, part.shard_size // tc.batch_size)
         _agree_to_train(cluster, config)
+        config = say_data_note(config, echo)  # which values the data chose, once the checks have passed
         with _across_processes(cluster):  # from here every process is in the same collectives
             door.write_config()
             # The teachers are private: their folder is owner-only.
