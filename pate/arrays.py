@@ -21,6 +21,7 @@ line (`PateError`) before anything is written.
 from __future__ import annotations
 
 import dataclasses
+import io
 import shutil
 import tempfile
 from pathlib import Path
@@ -234,8 +235,6 @@ def _write_records(run_dir: Path, records: dict, overwrite: bool) -> Path:
                         "replace that run")
     run_dir.mkdir(parents=True, exist_ok=True)
     make_private_dir(folder)
-    import io
-
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     write_atomic(path, buf.getvalue(), private=True)
