@@ -1,5 +1,10 @@
 """pate: Private Aggregation of Teacher Ensembles in JAX.
 
+Arrays in, results out (docs/own-model.md)::
+
+    result = pate.fit(x_private, y_private, x_public, x_eval=x_test, y_eval=y_test, workdir="runs/mine")
+    result.indices, result.labels, result.predict(x), result.eps, result.report
+
 The pipeline, one function per CLI command (each reads and writes one run directory)::
 
     from pate import load_config, run
@@ -13,6 +18,8 @@ The pipeline, one function per CLI command (each reads and writes one run direct
 - `train_student(config, workdir)` — the student on the released labels.
 - `analyze(config, workdir)` / `analyze_workdir(workdir, delta=...)` — the ε report.
 - `run(config, workdir)` — all of the above, skipping finished steps.
+- `fit(x_private, y_private, x_public, ...)` — `run` on arrays: writes them as an owner-only
+  .npz in the run directory and returns a `Result` (labels, a student that predicts, the report).
 
 Each is defined in its step's module in `pate.steps` (`pate.steps.label`, ...), beside
 the machinery the steps share (`pate.data`, `pate.programs.models`, `pate.programs.voting`, `pate.store.rundir`, ...).
@@ -42,6 +49,8 @@ _API = {
     "analyze": ("pate.steps.analyze", "analyze"),
     "analyze_workdir": ("pate.steps.analyze", "analyze_workdir"),
     "run": ("pate.steps.pipeline", "run"),
+    "fit": ("pate.arrays", "fit"),
+    "Result": ("pate.arrays", "Result"),
 }
 
 __all__ = ["PateError", "__version__", *_API]

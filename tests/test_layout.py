@@ -291,9 +291,10 @@ def test_no_module_and_function_share_a_name():
 
 
 #: The layers of `pate/`, lowest first; a module imports only its own layer and the ones below
-#: (the curated `pate/__init__.py` and root `cli.py` stand outside: they name the commands).
+#: (the curated `pate/__init__.py` and root `cli.py` stand outside: they name the commands);
+#: `pate.arrays` (`pate.fit`: `pate run` on arrays) sits on top of the steps.
 PATE_LAYERS = (("pate.config",), ("pate.data",), ("pate.store",), ("pate.programs", "pate.cli"),
-               ("pate.release",), ("pate.steps", "pate.baselines"))
+               ("pate.release",), ("pate.steps", "pate.baselines"), ("pate.arrays",))
 #: The rooms of `analysis/`, lowest first (docs/privacy.md, "room by room").
 ANALYSIS_ROOMS = (("analysis.core",), ("analysis.accounting",), ("analysis.bounds",), ("analysis.sanitised",),
                   ("analysis.mechanisms",), ("analysis.baselines", "analysis.planning", "analysis.reporting"))
