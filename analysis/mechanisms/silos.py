@@ -138,23 +138,12 @@ class Modulus:
     failure: float
 
 
-def wrap_free_modulus(records: int, noise: Noise, silos: int, cells: int, failure: float = 1e-9,
-                      needed: int | None = None, max_modulus: int = DEFAULT_MAX_MODULUS) -> Modulus:
-    """The least modulus M = N + 2T + 1 whose secure sum of `cells` cells decodes to the true
-    integer total of N = `records` records' votes (k = ``noise.votes`` each) and any set of the
-    `silos` silos' shares (each NB(1/needed)), except with probability <= `failure` (module
-    docstring); refused in one line above `max_modulus`."""
-    records = _count("the record count", records)
-    cells = _count("the number of cells", cells)
-    noise = _laplace(noise)
-    silos, needed = _needed(silos, needed)
-    if not (isinstance(failure, (int, float)) and 0 < failure < 1):
-        raise PateError(f"the failure probability must lie in (0, 1), got {failure!r}")
-    p = math.exp(-1.0 / float(noise.parameter))
-    order = silos / needed
-    target = math.log(failure) - math.log(2 * cells)
+def _reach(order: float, p: float, events: int, failure: float) -> tuple[int, float]:
+    """The least T with events · 2 · P[NB(order, p) >= T + 1] <= failure by the Chernoff bound
+    (rounded up by a relative 1e-9), and that bound."""
+    target = math.log(failure) - math.log(2 * events)
 
-    def fails(a: int) -> bool:  # the bound at T + 1 = a, rounded up by a relative 1e-9
+    def fails(a: int) -> bool:
         return log_tail(a, order, p) + 1e-9 > target
 
     high = 1
@@ -164,14 +153,51 @@ def wrap_free_modulus(records: int, noise: Noise, silos: int, cells: int, failur
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if fails(mid) else (low, mid)
-    reach = high - 1
+    return high - 1, min(1.0, 2 * events * math.exp(log_tail(high, order, p)) * (1 + 1e-9))
+
+
+def _failure(failure) -> float:
+    if isinstance(failure, bool) or not isinstance(failure, (int, float)) or not 0 < failure < 1:
+        raise PateError(f"the failure probability must lie in (0, 1), got {failure!r}")
+    return float(failure)
+
+
+def wrap_free_modulus(records: int, noise: Noise, silos: int, cells: int, failure: float = 1e-9,
+                      needed: int | None = None, max_modulus: int = DEFAULT_MAX_MODULUS,
+                      power_of_two: bool = False) -> Modulus:
+    """The least modulus M = N + 2T + 1 whose secure sum of `cells` cells decodes to the true
+    integer total of N = `records` records' votes (k = ``noise.votes`` each; a cell holds at most
+    one vote of a record, so k does not widen it) and any set of the `silos` silos' shares (each
+    NB(1/needed)), except with probability <= `failure` (module docstring); with `power_of_two`,
+    the least power of two >= that (what Flower's SecAgg+ ``modulus_range`` must be; a larger
+    modulus decodes the same window). Refused in one line above `max_modulus`."""
+    records = _count("the record count", records)
+    cells = _count("the number of cells", cells)
+    noise = _laplace(noise)
+    silos, needed = _needed(silos, needed)
+    failure = _failure(failure)
+    reach, stated = _reach(silos / needed, math.exp(-1.0 / float(noise.parameter)), cells, failure)
     modulus = records + 2 * reach + 1
+    if power_of_two:
+        modulus = 1 << (modulus - 1).bit_length()
     if modulus > max_modulus:
         raise PateError(f"a secure sum of {records} records' votes with noise of scale {float(noise.parameter):.4g} "
                         f"over {silos} silos needs a modulus of {modulus} > {max_modulus}; fewer records or more "
                         f"eps per release, or a larger modulus")
-    stated = min(1.0, 2 * cells * math.exp(log_tail(high, order, p)) * (1 + 1e-9))
     return Modulus(modulus, reach, records, stated)
+
+
+def share_reach(noise: Noise, silos: int, cells: int, failure: float = 1e-9, needed: int | None = None) -> Modulus:
+    """How far one silo's share can reach: the least T with every share of every silo in every
+    cell in [−T, T] except with probability <= `failure` (a share Y − Y' has |Y − Y'| <= max(Y, Y'),
+    Y ~ NB(1/needed); the Chernoff bound, a union over silos × cells). What a protocol that bounds
+    each party's input (Flower SecAgg+'s ``clipping_range``) must admit beside a silo's own counts.
+    Returned as a `Modulus` of the share alone (records 0)."""
+    cells = _count("the number of cells", cells)
+    noise = _laplace(noise)
+    silos, needed = _needed(silos, needed)
+    reach, stated = _reach(1 / needed, math.exp(-1.0 / float(noise.parameter)), silos * cells, _failure(failure))
+    return Modulus(2 * reach + 1, reach, 0, stated)
 
 
 def decode(residues, modulus: Modulus) -> np.ndarray:

@@ -172,3 +172,19 @@ def test_fewer_shares_leak_no_more_than_the_smaller_discrete_laplace(present, ne
     assert worst <= bound + 1e-12
     noise = fg.Noise.laplace(Fraction(scale), votes=1)
     assert silos.guaranteed_eps(noise, present, needed) == pytest.approx(2 * bound)
+
+
+def test_a_power_of_two_modulus_decodes_the_same_window_and_each_share_stays_in_its_reach():
+    noise = fg.laplace_noise(1.0, votes=1)  # scale 2
+    exact = silos.wrap_free_modulus(100, noise, 3, 50, failure=1e-3)
+    flower = silos.wrap_free_modulus(100, noise, 3, 50, failure=1e-3, power_of_two=True)
+    assert flower.modulus == 1 << (exact.modulus - 1).bit_length() >= exact.modulus and flower.reach == exact.reach
+    totals = np.arange(-exact.reach, 100 + exact.reach + 1)
+    assert np.array_equal(silos.decode(np.mod(totals, flower.modulus), flower), totals)
+    assert np.array_equal(silos.decode(np.mod(totals, exact.modulus), exact), totals)
+    one = silos.share_reach(noise, silos=3, cells=50, failure=0.05)
+    source = NoiseSource(seed=12)
+    draws = np.stack([laplace_share(source, noise.parameter, 3, (400, 50)) for _ in range(3)], axis=1)
+    outside = np.mean(np.abs(draws).max(axis=(1, 2)) > one.reach)  # P[some share of some silo leaves the reach]
+    assert outside <= one.failure <= 0.05
+    assert one.reach < exact.reach
