@@ -117,14 +117,16 @@ def check_shares_present(present: int, needed: int) -> None:
                         "noise than planned and is not released (nothing charged)")
 
 
-def log_tail(a: int, order: float, p: float) -> float:
-    """An upper bound on ln P[Y >= a] for Y ~ NB(order, p) (Chernoff, module docstring); 0 (the
-    trivial bound) at or below the mean."""
-    a, order = float(a), float(order)
-    if a * (1 - p) <= order * p:
+def log_tail(a: int, order: float, scale: float) -> float:
+    """An upper bound on ln P[Y >= a] for Y ~ NB(order, p), p = e^{−1/scale} (Chernoff, module
+    docstring; in log space: ln p = −1/scale, ln(1 − p) = ln(−expm1(−1/scale))); 0 (the trivial
+    bound) at or below the mean."""
+    a, order, scale = float(a), float(order), float(scale)
+    log_p, one_minus_p = -1.0 / scale, -math.expm1(-1.0 / scale)
+    if a * one_minus_p <= order * math.exp(log_p):
         return 0.0
-    return min(0.0, a * math.log(p) + a * math.log1p(order / a) + order * math.log1p(a / order)
-               + order * math.log1p(-p))
+    return min(0.0, a * log_p + a * math.log1p(order / a) + order * math.log1p(a / order)
+               + order * math.log(one_minus_p))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,13 +140,13 @@ class Modulus:
     failure: float
 
 
-def _reach(order: float, p: float, events: int, failure: float) -> tuple[int, float]:
-    """The least T with events · 2 · P[NB(order, p) >= T + 1] <= failure by the Chernoff bound
+def _reach(order: float, scale: float, events: int, failure: float) -> tuple[int, float]:
+    """The least T with events · 2 · P[NB(order, e^{−1/scale}) >= T + 1] <= failure by the Chernoff bound
     (rounded up by a relative 1e-9), and that bound."""
     target = math.log(failure) - math.log(2 * events)
 
     def fails(a: int) -> bool:
-        return log_tail(a, order, p) + 1e-9 > target
+        return log_tail(a, order, scale) + 1e-9 > target
 
     high = 1
     while fails(high):
@@ -153,7 +155,7 @@ def _reach(order: float, p: float, events: int, failure: float) -> tuple[int, fl
     while high - low > 1:
         mid = (low + high) // 2
         low, high = (mid, high) if fails(mid) else (low, mid)
-    return high - 1, min(1.0, 2 * events * math.exp(log_tail(high, order, p)) * (1 + 1e-9))
+    return high - 1, min(1.0, 2 * events * math.exp(log_tail(high, order, scale)) * (1 + 1e-9))
 
 
 def _failure(failure) -> float:
@@ -176,7 +178,7 @@ def wrap_free_modulus(records: int, noise: Noise, silos: int, cells: int, failur
     noise = _laplace(noise)
     silos, needed = _needed(silos, needed)
     failure = _failure(failure)
-    reach, stated = _reach(silos / needed, math.exp(-1.0 / float(noise.parameter)), cells, failure)
+    reach, stated = _reach(silos / needed, float(noise.parameter), cells, failure)
     modulus = records + 2 * reach + 1
     if power_of_two:
         modulus = 1 << (modulus - 1).bit_length()
@@ -196,7 +198,7 @@ def share_reach(noise: Noise, silos: int, cells: int, failure: float = 1e-9, nee
     cells = _count("the number of cells", cells)
     noise = _laplace(noise)
     silos, needed = _needed(silos, needed)
-    reach, stated = _reach(1 / needed, math.exp(-1.0 / float(noise.parameter)), silos * cells, _failure(failure))
+    reach, stated = _reach(1 / needed, float(noise.parameter), silos * cells, _failure(failure))
     return Modulus(2 * reach + 1, reach, 0, stated)
 
 

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 
 from analysis.core.errors import PateError
-from analysis.core.noise import NoiseSource, discrete_laplace_pmf
+from analysis.core.noise import NoiseSource, bernoulli, bernoulli_exp, discrete_laplace_pmf
 from analysis.core.shares import geometric_array, laplace_share, negative_binomial_array, negative_binomial_pmf
 from analysis.mechanisms import fine_grained as fg
 from analysis.mechanisms import silos
@@ -60,6 +60,31 @@ def test_a_share_is_the_negative_binomial_it_claims(r, scale):
     assert chi_square_pvalue(draws, lambda y: negative_binomial_pmf(np.maximum(y, 0), wrong, other) * (y >= 0)) < 1e-4
 
 
+def negative_binomial_loop(source, r: Fraction, scale: Fraction) -> int:
+    """A second implementation, one value by plain loops: a geometric count of Bernoulli(e^{-1/b})
+    heads (scalar exact coins), accepted by the rational coins (j + r)/(j + 1), else again."""
+    while True:
+        g = 0
+        while bernoulli_exp(source, 1 / scale):
+            g += 1
+        if all(bernoulli(source, (j + r) / (j + 1)) for j in range(g)):
+            return g
+
+
+@pytest.mark.parametrize("r, scale", [(Fraction(1, 5), Fraction(3)), (Fraction(1, 2), Fraction(5, 4))])
+def test_the_vectorised_share_has_the_plain_loops_law(r, scale):
+    source = NoiseSource(seed=21)
+    loop = np.array([negative_binomial_loop(source, r, scale) for _ in range(4000)])
+    vectorised = negative_binomial_array(source, r, scale, 4000)
+    top = int(max(loop.max(), vectorised.max())) + 1
+    table = np.stack([np.bincount(loop, minlength=top), np.bincount(vectorised, minlength=top)])
+    table = table[:, table.sum(axis=0) >= 10]
+    assert stats.chi2_contingency(table).pvalue > 1e-3
+    shifted = np.stack([np.bincount(loop + 1, minlength=top + 1), np.bincount(vectorised, minlength=top + 1)])
+    shifted = shifted[:, shifted.sum(axis=0) >= 10]
+    assert stats.chi2_contingency(shifted).pvalue < 1e-3  # the comparison can fail
+
+
 def test_the_geometric_draw_has_ratio_exp_minus_one_over_the_scale():
     scale = Fraction(9, 4)
     draws = geometric_array(NoiseSource(seed=5), scale, 30_000)
@@ -91,7 +116,7 @@ def test_the_chernoff_tail_bounds_the_exact_negative_binomial_tail():
             p = math.exp(-1 / scale)
             for a in range(1, 2000, 7):
                 exact = stats.nbinom.sf(a - 1, order, 1 - p)  # P[Y >= a]
-                assert math.exp(silos.log_tail(a, order, p)) >= exact * (1 - 1e-9), (order, scale, a)
+                assert math.exp(silos.log_tail(a, order, scale)) >= exact * (1 - 1e-9), (order, scale, a)
 
 
 def test_the_secure_sum_mod_the_modulus_decodes_to_the_true_total():
@@ -105,11 +130,10 @@ def test_the_secure_sum_mod_the_modulus_decodes_to_the_true_total():
         histograms.append(fg.vote_histogram(neighbours, rng.integers(0, classes, records_each), pool, classes))
     modulus = silos.wrap_free_modulus(num_silos * records_each, noise, num_silos, pool * classes, failure=1e-6)
     assert modulus.modulus == num_silos * records_each + 2 * modulus.reach + 1 and modulus.failure <= 1e-6
-    for _ in range(20):
-        shares = [laplace_share(source, noise.parameter, num_silos, (pool, classes)) for _ in range(num_silos)]
-        inputs = [np.mod(h + z, modulus.modulus) for h, z in zip(histograms, shares)]  # what each silo sends
-        residue = np.mod(sum(inputs), modulus.modulus)  # what the secure sum shows
-        assert np.array_equal(silos.decode(residue, modulus), sum(histograms) + sum(shares))
+    shares = [laplace_share(source, noise.parameter, num_silos, (20, pool, classes)) for _ in range(num_silos)]  # 20 draws
+    inputs = [np.mod(h + z, modulus.modulus) for h, z in zip(histograms, shares)]  # what each silo sends
+    residue = np.mod(sum(inputs), modulus.modulus)  # what the secure sum shows
+    assert np.array_equal(silos.decode(residue, modulus), sum(histograms) + sum(shares))
 
 
 def test_the_stated_failure_probability_holds_by_monte_carlo():
