@@ -160,10 +160,12 @@ def ceiling_command(config_path, settings, heads, maps, whiten, as_json):
 @click.option("--epochs", type=click.IntRange(1, 10000), help="learned: training epochs (default: the recipe's, 30).")
 @click.option("--seed", type=click.IntRange(0, 2**31 - 1), help="Training or sampling seed (default 0).")
 @click.option("--widths", callback=opt.int_list, help="learned: the convolutions' widths, e.g. 32,64,64 (the default).")
-@click.option("--strides", callback=opt.int_list, help="learned: their strides, one per width, e.g. 1,2,2 (the default).")
+@click.option("--strides", callback=opt.int_list,
+              help="learned: their strides, one per width, e.g. 1,2,2 (the default).")
 @click.option("--degrees", type=float, callback=opt.degrees, help="learned: the views' random rotation (and half as "
               "much shear) in degrees (default 10; 0: no affine map).")
-@click.option("--filters", "num_filters", type=click.IntRange(2, 4096), help="coates-ng: k-means filters (default 256).")
+@click.option("--filters", "num_filters", type=click.IntRange(2, 4096),
+              help="coates-ng: k-means filters (default 256).")
 @click.option("--size", type=click.IntRange(2, 32), help="coates-ng: the patches' side in pixels (default 5).")
 @click.option("--patches", type=click.IntRange(2, 10_000_000), help="coates-ng: pool patches k-means sees "
               "(default 100000).")

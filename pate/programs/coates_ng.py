@@ -8,7 +8,9 @@ patches of `size` x `size` pixels drawn at random positions of random pool image
 generator), each normalised by its own mean and variance (brightness and contrast, the paper's
 `var + 10` on 0-255 pixels, 10 / 255² here on [0, 1]), ZCA-whitened (eps 0.1, the paper's) and
 clustered by k-means (`filters` centroids started on distinct patches, `iterations` Lloyd steps; an
-empty cluster keeps its centroid).
+empty cluster keeps its centroid). Last, each of the map's numbers is standardised by its mean and
+s.d. over the pool's images (sqrt(variance + 0.01), as Coates & Ng standardise the features before
+their classifier), both stored with the filters.
 
 Mapping an image: every `size` x `size` patch (stride 1) normalised and whitened the same way, its
 "triangle" activation f_k = max(0, mean_j(z_j) - z_k) with z_k its distance to centroid k, summed
@@ -38,6 +40,8 @@ RECIPE = weights_folder.RECIPE
 BATCH = 64
 #: The paper's patch normalisation (var + 10 on 0-255 pixels) on [0, 1] pixels.
 NORM_EPS = 10.0 / 255.0 ** 2
+#: The features' standardisation (Coates & Ng's code: sqrt(var + 0.01)).
+FEATURE_EPS = 0.01
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -72,6 +76,8 @@ class Filters:
     zca: np.ndarray  # (d, d) float32
     centroids: np.ndarray  # (K, d) float32
     sha256: str
+    feature_mean: np.ndarray | None = None  # (4 K,) the pool's mean of each number (None: not standardised)
+    feature_sd: np.ndarray | None = None  # (4 K,) its s.d. over the pool, sqrt(var + FEATURE_EPS)
 
 
 def _normalise(p: np.ndarray) -> np.ndarray:
@@ -130,6 +136,10 @@ def fit(pool_x: np.ndarray, recipe: Recipe = Recipe()) -> tuple[dict[str, np.nda
         centroids[kept] = sums[kept] / counts[kept, None]
     weights = {"mean": mean.astype(np.float32), "zca": zca.astype(np.float32),
                "centroids": centroids.astype(np.float32), "size": np.array(recipe.size)}
+    unscaled = Filters({}, recipe.size, weights["mean"], weights["zca"], weights["centroids"], "")
+    pool_rows = np.asarray(_rows(unscaled, x), np.float64)
+    weights["feature_mean"] = pool_rows.mean(axis=0).astype(np.float32)
+    weights["feature_sd"] = np.sqrt(pool_rows.var(axis=0) + FEATURE_EPS).astype(np.float32)
     record = {"pool": {"sha256": pool_digest(x), "images": int(n), "shape": [h, w, c]},
               "seconds": round(time.perf_counter() - start, 1), "empty_clusters": int(np.sum(counts == 0))}
     return weights, record
@@ -159,7 +169,9 @@ def write(out: str | Path, weights: dict[str, np.ndarray], recipe: Recipe, recor
     raw = weights_bytes(weights)
     doc = {"map": "coates-ng", "method": "k-means on normalised, ZCA-whitened patches of the public pool's images "
                                          "only (Coates, Lee & Ng 2011), no labels",
-           "recipe": dataclasses.asdict(recipe), "activation": "triangle, summed over the 4 quadrants",
+           "recipe": dataclasses.asdict(recipe),
+           "activation": "triangle, summed over the 4 quadrants, each number standardised by its pool mean and s.d. "
+                         "(sqrt(var + 0.01))",
            "patch_norm_eps": NORM_EPS, "seconds": record["seconds"], "empty_clusters": record["empty_clusters"],
            "pool": record["pool"], "weights": {"file": WEIGHTS, "sha256": hashlib.sha256(raw).hexdigest()}}
     weights_folder.write(out, WEIGHTS, raw, doc)
@@ -180,9 +192,9 @@ def check_weights(folder: str, key: str = "features.filters") -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def _parse(digest: str, raw: bytes) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+def _parse(digest: str, raw: bytes) -> tuple:
     with np.load(io.BytesIO(raw), allow_pickle=False) as f:
-        return int(f["size"]), f["mean"], f["zca"], f["centroids"]
+        return int(f["size"]), f["mean"], f["zca"], f["centroids"], f["feature_mean"], f["feature_sd"]
 
 
 def load(folder: str, key: str = "features.filters") -> Filters:
@@ -193,13 +205,15 @@ def load(folder: str, key: str = "features.filters") -> Filters:
     """
     doc, digest, raw = _read(folder, key)
     try:
-        size, mean, zca, centroids = _parse(digest, raw)
-        if mean.shape != (zca.shape[0],) or centroids.shape[1] != zca.shape[0] or zca.shape[0] != zca.shape[1]:
+        size, mean, zca, centroids, feature_mean, feature_sd = _parse(digest, raw)
+        if (mean.shape != (zca.shape[0],) or centroids.shape[1] != zca.shape[0] or zca.shape[0] != zca.shape[1]
+                or feature_mean.shape != (4 * centroids.shape[0],) or feature_sd.shape != feature_mean.shape
+                or not np.all(feature_sd > 0)):
             raise ValueError("inconsistent shapes")
     except (KeyError, TypeError, ValueError, OSError) as err:
         raise PateError(f"{key} = {folder!r}: the filters are damaged ({err}); remake them with "
                         "`pate features --kind coates-ng`") from None
-    return Filters(doc, size, mean, zca, centroids, digest)
+    return Filters(doc, size, mean, zca, centroids, digest, feature_mean, feature_sd)
 
 
 def _batch(filters: Filters, x: np.ndarray) -> np.ndarray:
@@ -233,20 +247,25 @@ def features(filters: Filters, images: np.ndarray, cache_dir: str | Path | None 
     if cache_dir is not None:
         inputs = hashlib.sha256(repr(x.shape).encode() + x.tobytes()).hexdigest()[:16]
         path = Path(cache_dir) / f"{name}-coates-ng-{filters.sha256[:16]}-{inputs}.npy"
+    return cached_rows(path, x.shape[0], lambda: _rows(filters, x, progress))
 
-    def compute() -> np.ndarray:
-        from pate.programs.progress import Progress
 
-        out = []
-        with Progress(progress, x.shape[0], show=bool(progress)) as bar:
-            for first in range(0, x.shape[0], BATCH):
-                block = x[first:first + BATCH]
-                padded = np.concatenate([block, np.zeros((BATCH - len(block), *x.shape[1:]), np.float32)])
-                out.append(_batch(filters, padded)[:len(block)].astype(np.float32))
-                bar.update(first + len(block))
-        return np.concatenate(out) if out else np.zeros((0, 4 * filters.centroids.shape[0]), np.float32)
+def _rows(filters: Filters, x: np.ndarray, progress: str = "") -> np.ndarray:
+    """(N, 4 K) float32 rows of images x, BATCH images at a time (the last padded), standardised
+    when the filters carry the pool's statistics."""
+    from pate.programs.progress import Progress
 
-    return cached_rows(path, x.shape[0], compute)
+    out = []
+    with Progress(progress, x.shape[0], show=bool(progress)) as bar:
+        for first in range(0, x.shape[0], BATCH):
+            block = x[first:first + BATCH]
+            padded = np.concatenate([block, np.zeros((BATCH - len(block), *x.shape[1:]), np.float32)])
+            rows = _batch(filters, padded)[:len(block)]
+            if filters.feature_mean is not None:
+                rows = (rows - filters.feature_mean) / filters.feature_sd
+            out.append(rows.astype(np.float32))
+            bar.update(first + len(block))
+    return np.concatenate(out) if out else np.zeros((0, 4 * filters.centroids.shape[0]), np.float32)
 
 
 def make(config, out: str | Path, *, overwrite: bool = False, echo=print, **recipe) -> dict:

@@ -67,7 +67,8 @@ class Ceiling:
         """The report as one JSON object (public values only)."""
         return {"report": "ceiling", "benchmark_output": True, "spends_eps": 0.0, "reads": "the public pool only",
                 "note": BANNER, "data": self.data, "feature_map": self.feature_map, "pca": self.pca,
-                "whiten": self.whiten, "proxy": {"stand_in_private": self.stand_in_private, "stand_in_pool": self.stand_in_pool,
+                "whiten": self.whiten,
+                "proxy": {"stand_in_private": self.stand_in_private, "stand_in_pool": self.stand_in_pool,
                           "classes": self.num_classes},
                 "fine_grained_noiseless": self.fine_grained, "forward_knn": self.forward_knn, "head": self.head,
                 "seconds": self.seconds}

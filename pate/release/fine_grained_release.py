@@ -129,10 +129,10 @@ def public_side(config: Config, pool_x: np.ndarray, num_classes: int, noise: fin
     computes the same (`pate.programs.public_features`: no private value enters the fit)."""
     cfg, feature_map = config.fine_grained, config.features.map
     whitened = ", whitened, one per part" if config.features.whiten else ""
-    echo(f"fine-grained: the map {feature_map!r} ({public_features.describe(feature_map, public_features.MapSettings.of(config))}) "
-         f"and a PCA to {cfg.pca}{whitened} fitted on the {pool_x.shape[0]} public pool points")
-    fmap, pool_rows = public_features.fit(pool_x, cfg.pca, feature_map=feature_map,
-                                          settings=public_features.MapSettings.of(config),
+    settings = public_features.MapSettings.of(config)
+    echo(f"fine-grained: the map {feature_map!r} ({public_features.describe(feature_map, settings)}) and a PCA to "
+         f"{cfg.pca}{whitened} fitted on the {pool_x.shape[0]} public pool points")
+    fmap, pool_rows = public_features.fit(pool_x, cfg.pca, feature_map=feature_map, settings=settings,
                                           whiten=config.features.whiten)
     graph = fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)
     return PublicSide(noise, fmap, pool_rows, graph, int(num_classes))

@@ -131,7 +131,8 @@ def test_bad_filters_are_refused_in_one_line_before_any_data_is_read(tmp_path, f
     from pate.release import ceiling as ceiling_mod
 
     monkeypatch.setattr(ceiling_mod, "load_public", no_data)
-    for folder, needle in ((tmp_path / "missing", "recipe.json not found; make it with `pate features --kind coates-ng"),
+    remake = "recipe.json not found; make it with `pate features --kind coates-ng"
+    for folder, needle in ((tmp_path / "missing", remake),
                            (tampered, "filters.npz (sha256 ")):
         line = one_line_error(invoke("ceiling", "--config", TINY, "--set", 'features.map="hog+coates-ng"',
                                      "--set", f"features.filters={json.dumps(str(folder))}"), 1)
@@ -145,15 +146,18 @@ def test_coates_ng_rows_are_a_function_of_each_image_and_the_filters(filters):
     loaded = coates_ng.load(filters)
     x = images(70, 4)
     rows = coates_ng.features(loaded, x)
-    assert rows.shape == (70, 4 * SMALL.filters) and np.all(rows >= 0)
+    assert rows.shape == (70, 4 * SMALL.filters)
+    pool_rows = coates_ng.features(loaded, images(60, 0))  # standardised on the pool it was fitted on
+    np.testing.assert_allclose(pool_rows.mean(axis=0), 0, atol=1e-4)
+    assert np.all(pool_rows.std(axis=0) < 1)
     for i in (0, 63, 64, 69):
         np.testing.assert_array_equal(coates_ng.features(loaded, x[i:i + 1])[0], rows[i])
     with pytest.raises(PateError, match=r"fitted on images of shape \[8, 8, 1\]"):
         coates_ng.features(loaded, images(3, 0, side=12))
 
 
-@pytest.mark.parametrize("feature_map, whiten", [("hog", False), ("coates-ng", False), ("scattering+hog+coates-ng", True),
-                                                 ("hog", True)])
+@pytest.mark.parametrize("feature_map, whiten", [("hog", False), ("coates-ng", False),
+                                                 ("scattering+hog+coates-ng", True), ("hog", True)])
 def test_replacing_private_rows_leaves_the_map_and_its_statistics_unchanged(monkeypatch, filters, feature_map, whiten):
     """Two fine-grained releases whose private sets differ in every row (the pool the same) fit
     the same map, bit for bit: mean, directions (whitened: over each component's s.d.), part
@@ -219,7 +223,8 @@ def test_the_caches_round_trip_owner_only(tmp_path, monkeypatch, filters, featur
     """A run's cache of a map's rows (of private images) is written owner-only in an owner-only
     folder and read back as it was, not computed again."""
     settings = public_features.MapSettings(filters=filters)
-    config = load_config(TINY, {"teachers.features": feature_map, "teachers.model": "linear", "features.filters": filters})
+    config = load_config(TINY, {"teachers.features": feature_map, "teachers.model": "linear",
+                                "features.filters": filters})
     cache = tmp_path / "cache"
     view = public_features.map_view(config, feature_map, images(30, 0), cache, key="teachers.features")
     assert view.settings == settings

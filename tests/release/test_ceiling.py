@@ -264,8 +264,8 @@ def test_candidate_maps_are_ranked_in_one_call_with_the_single_maps_figures(imag
     assert keys == sorted(keys)
     doc = ranking.to_json()
     assert doc["benchmark_output"] is True and doc["spends_eps"] == 0.0 and len(doc["ranking"]) == 6
-    text = invoke("ceiling", "--config", TINY, *[a for k, v in IMAGES.items() for a in ("--set", f"{k}={json.dumps(v)}")],
-                  "--maps", "pixels, hog", "--whiten", "no")
+    sets = [a for k, v in IMAGES.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    text = invoke("ceiling", "--config", TINY, *sets, "--maps", "pixels, hog", "--whiten", "no")
     assert text.exit_code == 0, text.output
     lines = text.stdout.splitlines()
     assert lines[0].startswith("pate ceiling: benchmark output on the public proxy")
