@@ -222,9 +222,11 @@ def _batch(filters: Filters, x: np.ndarray) -> np.ndarray:
     b, ph, pw, d = p.shape
     white = (_normalise(p.reshape(-1, d)) - filters.mean) @ filters.zca
     c = filters.centroids
-    squared = np.einsum("ij,ij->i", white, white)[:, None] - 2 * white @ c.T + np.einsum("ij,ij->i", c, c)
-    z = np.sqrt(np.maximum(squared, 0))
-    f = np.maximum(0, z.mean(axis=1, keepdims=True) - z).reshape(b, ph, pw, -1)
+    z = white @ (-2 * c.T)  # the squared distances to the centroids, then the distances, in place
+    z += np.einsum("ij,ij->i", c, c)
+    z += np.einsum("ij,ij->i", white, white)[:, None]
+    np.sqrt(np.maximum(z, 0, out=z), out=z)
+    f = np.maximum(np.subtract(z.mean(axis=1, keepdims=True), z, out=z), 0, out=z).reshape(b, ph, pw, -1)
     hh, hw = ph // 2, pw // 2
     quadrants = [f[:, :hh, :hw], f[:, :hh, hw:], f[:, hh:, :hw], f[:, hh:, hw:]]
     return np.concatenate([q.sum(axis=(1, 2)) for q in quadrants], axis=1)

@@ -211,6 +211,7 @@ class PublicMap:
     settings: MapSettings = MapSettings()
     whiten: bool = False
     blocks: tuple[int, ...] = ()  # each part's projected width when whitened; () otherwise (one block)
+    widths: tuple[int, ...] = ()  # each part's coefficient count when whitened
 
     @property
     def weights(self) -> str:
@@ -232,7 +233,14 @@ class PublicMap:
     def project(self, coefficients: np.ndarray) -> np.ndarray:
         """(n, dims) float64: the coefficients on the pool's principal directions (whitened: each
         component over its pool s.d.), before any unit norm."""
-        return (np.asarray(coefficients, np.float64) - self.mean) @ self.directions
+        x = np.asarray(coefficients, np.float64) - self.mean
+        if len(self.blocks) <= 1:
+            return x @ self.directions
+        # block diagonal: each part's coefficients on its own directions (the zero blocks skipped)
+        rows = np.cumsum((0, *self.widths))
+        cols = np.cumsum((0, *self.blocks))
+        return np.concatenate([x[:, rows[i]:rows[i + 1]] @ self.directions[rows[i]:rows[i + 1], cols[i]:cols[i + 1]]
+                               for i in range(len(self.blocks))], axis=1)
 
     def rows(self, images: np.ndarray | None, coefficients: np.ndarray | None = None) -> np.ndarray:
         """(n, dims) int64 quantised unit rows of inputs (or of their `coefficients`)."""
@@ -291,7 +299,7 @@ def fit_parts(blocks: list[np.ndarray], dims: int, *, feature_map: str = "scatte
     for i, (start, d) in enumerate(zip(np.cumsum((0, *widths)), directions)):
         block_diagonal[start:start + d.shape[0], i * dims:(i + 1) * dims] = d
     fitted = PublicMap(np.concatenate(means), block_diagonal, feature_map, scales, settings, True,
-                       (dims,) * len(directions))
+                       (dims,) * len(directions), tuple(widths))
     return fitted, fitted.rows(None, coefficients)
 
 
