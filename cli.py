@@ -135,20 +135,32 @@ def plan(mechanism, queries, eps, config_path, target_eps, settings, delta, teac
 @opt.settings()
 @click.option("--heads", type=click.IntRange(1, 64), default=5, show_default=True,
               help="Heads to train, each on its own shard of the public proxy (fewer when the proxy holds fewer).")
+@click.option("--maps", callback=opt.map_list, help="Rank these candidate maps (commas or spaces between them, "
+              "e.g. 'scattering,hog,scattering+hog') by their noiseless fine-grained labels and forward 10-NN on the "
+              "public proxy, in one table (no heads).")
+@click.option("--whiten", type=click.Choice(["config", "yes", "no", "both"]), default="config", show_default=True,
+              help="With --maps: try each map whitened, unwhitened, or both (config: [features] whiten).")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as one JSON document; progress lines go to stderr.")
-def ceiling_command(config_path, settings, heads, as_json):
+def ceiling_command(config_path, settings, heads, maps, whiten, as_json):
     """What the config's [features] map can give, before any private record is read: on the
     public proxy (the labelled public pool cut in two), the noiseless fine-grained labels, the
-    forward 10-NN and a head at the teachers' shard size. Benchmark output on public data:
-    spends no eps, charges nothing, writes nothing."""
+    forward 10-NN and a head at the teachers' shard size; with --maps, candidate maps ranked.
+    Benchmark output on public data: spends no eps, charges nothing, writes nothing."""
     import json
 
+    if whiten != "config" and maps is None:
+        raise click.UsageError("--whiten applies with --maps; set [features] whiten for one map")
     config = config_with(config_path, settings)
 
-    from pate.release.ceiling import ceiling  # imports JAX
+    from pate.release.ceiling import ceiling, rank  # imports JAX
 
-    report = ceiling(config, heads=heads, echo=functools.partial(click.echo, err=True))
+    echo = functools.partial(click.echo, err=True)
+    if maps is not None:
+        tries = {"config": (), "yes": (True,), "no": (False,), "both": (False, True)}[whiten]
+        report = rank(config, maps, tries, echo=echo)
+    else:
+        report = ceiling(config, heads=heads, echo=echo)
     click.echo(json.dumps(report.to_json(), indent=2, allow_nan=False) if as_json else report.render())
 
 
@@ -156,20 +168,43 @@ def ceiling_command(config_path, settings, heads, as_json):
 @opt.config()
 @opt.settings()
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False),
-              help="Folder to write the encoder into (encoder.npz and recipe.json).")
-@click.option("--epochs", type=click.IntRange(1, 10000), help="Training epochs (default: the recipe's, 30).")
-@click.option("--seed", type=click.IntRange(0, 2**31 - 1), help="Training seed (default 0).")
-@click.option("--widths", callback=opt.int_list, help="The convolutions' widths, e.g. 32,64,64 (the default).")
-@click.option("--strides", callback=opt.int_list, help="Their strides, one per width, e.g. 1,2,2 (the default).")
-@click.option("--degrees", type=float, callback=opt.degrees, help="The views' random rotation (and half as much shear) "
-              "in degrees (default 10; 0: no affine map).")
-@opt.overwrite("Replace an encoder already in --out.")
+              help="Folder to write the weights into (encoder.npz or filters.npz, and recipe.json).")
+@click.option("--kind", type=click.Choice(["learned", "coates-ng"]), default="learned", show_default=True,
+              help="learned: a SimCLR encoder ([features] weights); coates-ng: k-means filters of pool patches "
+              "([features] filters).")
+@click.option("--epochs", type=click.IntRange(1, 10000), help="learned: training epochs (default: the recipe's, 30).")
+@click.option("--seed", type=click.IntRange(0, 2**31 - 1), help="Training or sampling seed (default 0).")
+@click.option("--widths", callback=opt.int_list, help="learned: the convolutions' widths, e.g. 32,64,64 (the default).")
+@click.option("--strides", callback=opt.int_list,
+              help="learned: their strides, one per width, e.g. 1,2,2 (the default).")
+@click.option("--degrees", type=float, callback=opt.degrees, help="learned: the views' random rotation (and half as "
+              "much shear) in degrees (default 10; 0: no affine map).")
+@click.option("--filters", "num_filters", type=click.IntRange(2, 4096),
+              help="coates-ng: k-means filters (default 256).")
+@click.option("--size", type=click.IntRange(2, 32), help="coates-ng: the patches' side in pixels (default 5).")
+@click.option("--patches", type=click.IntRange(2, 10_000_000), help="coates-ng: pool patches k-means sees "
+              "(default 100000).")
+@click.option("--iterations", type=click.IntRange(1, 1000), help="coates-ng: k-means steps (default 30).")
+@opt.overwrite("Replace weights already in --out.")
 @opt.no_progress()
-def features_command(config_path, settings, out, epochs, seed, widths, strides, degrees, overwrite, no_progress):
-    """Train a learned feature map from the config's public pool alone: a small SimCLR encoder
-    on the pool's images (no private record, no label), written with its recipe and digest
-    into --out for [features] map = "learned", weights = "OUT"."""
+def features_command(config_path, settings, out, kind, epochs, seed, widths, strides, degrees, num_filters, size,
+                     patches, iterations, overwrite, no_progress):
+    """Fit a public feature map on the config's public pool alone (no private record, no label):
+    a small SimCLR encoder on the pool's images (--kind learned, for [features] map = "learned",
+    weights = "OUT"), or Coates-Ng k-means filters on the pool's patches (--kind coates-ng, for
+    map = "coates-ng", filters = "OUT"); written with its recipe and digest into --out."""
+    learned_only = {"--epochs": epochs, "--widths": widths, "--strides": strides, "--degrees": degrees}
+    coates_only = {"--filters": num_filters, "--size": size, "--patches": patches, "--iterations": iterations}
+    wrong = [k for k, v in (coates_only if kind == "learned" else learned_only).items() if v is not None]
+    if wrong:
+        raise click.UsageError(f"{', '.join(wrong)} do(es) not apply to --kind {kind}")
     config = config_with(config_path, settings)
+    if kind == "coates-ng":
+        from pate.programs.coates_ng import make as make_filters
+
+        make_filters(config, out, overwrite=overwrite, echo=click.echo, filters=num_filters, size=size,
+                     patches=patches, iterations=iterations, seed=seed)
+        return
 
     from pate.programs.learned_map import make  # imports JAX
 

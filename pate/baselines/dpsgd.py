@@ -356,7 +356,7 @@ def own_splits(config: Config, cluster) -> tuple:
     """
     cfg = config.dpsgd
     if cfg.features:  # a learned map's weights, before any data is read
-        public_features.check_ready(cfg.features, config.features.weights)
+        public_features.check_ready(cfg.features, public_features.MapSettings.of(config))
     if cluster.count == 1:
         splits = private_splits(config)
         n = int(splits.train_x.shape[0])

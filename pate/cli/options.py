@@ -155,6 +155,19 @@ feature_map = _check(_is_map, f"must be one of {', '.join(FEATURE_MAPS)} or seve
                      "got {value!r}")
 
 
+def map_list(ctx, param, value):
+    """Feature maps separated by commas or spaces ("scattering,hog scattering+hog") as a list; None
+    when not given."""
+    if value is None:
+        return None
+    names = [v for v in value.replace(",", " ").split() if v]
+    bad = [v for v in names if not _is_map(v)]
+    if bad or not names:
+        raise click.BadParameter(f"{bad[0] if bad else value!r} is not a map: each must be one of "
+                                 f"{', '.join(FEATURE_MAPS)} or several joined by \"+\" (each once)")
+    return list(dict.fromkeys(names))
+
+
 def int_list(ctx, param, value):
     """A comma-separated list of positive integers ("32,64,64") as a tuple; None when not given."""
     if value is None:

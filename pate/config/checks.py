@@ -60,7 +60,7 @@ def rate(section: str, config, *keys: str) -> None:
 #: The public feature maps `[features] map`, `[teachers] features` and `[dpsgd] features` may name
 #: (`pate.programs.public_features.MAPS` holds what each does), alone or joined by "+" (their
 #: concatenation).
-FEATURE_MAPS = ("scattering", "pixels", "none", "learned")
+FEATURE_MAPS = ("scattering", "pixels", "none", "learned", "hog", "coates-ng")
 
 
 def check_map(section: str, key: str, value: str) -> None:

@@ -30,18 +30,16 @@ import hashlib
 import io
 import json
 import math
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 from analysis.core.errors import PateError
-from pate.store.ledger_home import ledger_folder_of
+from pate.programs import weights_folder
 
 WEIGHTS = "encoder.npz"
-RECIPE = "recipe.json"
+RECIPE = weights_folder.RECIPE
 #: Inputs mapped per call of the jitted encoder (the last batch padded): one shape, one program.
 BATCH = 256
 
@@ -239,32 +237,12 @@ def check_out(out: Path, *, overwrite: bool = False, config=None) -> None:
     """May `pate features` write its encoder into `out`? A new or empty folder, yes; with
     `overwrite`, one holding what `pate features` wrote and nothing else (`encoder.npz`,
     `recipe.json`, plain files); never a folder inside a ledger folder
-    (`pate.store.ledger_home.ledger_folder_of`).
+    (`pate.programs.weights_folder.check_out`).
 
     Raises:
       PateError: in one line, naming what is there.
     """
-    ledgers = ledger_folder_of(out, config)
-    if ledgers is not None:
-        raise PateError(f"--out {out} is inside the ledger folder {ledgers}: no command writes there but the ledger "
-                        "itself; name another folder")
-    if out.is_symlink():
-        raise PateError(f"--out {out} is a symbolic link (pate never writes through a link); name the folder itself")
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise PateError(f"{out} is a file; --out names the folder to write the encoder into")
-    entries = sorted(p.name for p in out.iterdir())
-    if not entries:
-        return
-    if not overwrite:
-        raise PateError(f"{out} is not empty; pass --overwrite to replace it, or name another folder")
-    foreign = [n for n in entries if n not in (WEIGHTS, RECIPE)
-               or (out / n).is_symlink() or not (out / n).is_file()]
-    if foreign:
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-        raise PateError(f"--overwrite replaces only an encoder `pate features` wrote ({WEIGHTS}, {RECIPE}); {out} "
-                        f"also holds {shown}: name another folder, or empty it yourself")
+    weights_folder.check_out(out, (WEIGHTS, RECIPE), overwrite=overwrite, config=config)
 
 
 def write(out: str | Path, params, recipe: Recipe, record: dict, *, overwrite: bool = False) -> dict:
@@ -290,21 +268,7 @@ def write(out: str | Path, params, recipe: Recipe, record: dict, *, overwrite: b
            "steps_per_epoch": record["steps_per_epoch"], "batch_size": record["batch_size"],
            "loss": record["loss"], "pool": record["pool"],
            "weights": {"file": WEIGHTS, "sha256": hashlib.sha256(raw).hexdigest()}}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
-    try:
-        (stage / WEIGHTS).write_bytes(raw)
-        (stage / RECIPE).write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{time.time_ns()}")
-            out.rename(old)
-            stage.rename(out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            stage.rename(out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+    weights_folder.write(out, WEIGHTS, raw, doc)
     return doc
 
 
@@ -331,22 +295,7 @@ def _read(folder: str, key: str) -> tuple[dict, str, bytes]:
     if not folder:
         raise PateError(f"features.map names \"learned\" but {key} is empty; set it to the folder "
                         "`pate features --out DIR` wrote")
-    d = Path(folder)
-    remake = f"make it with `pate features --config CONFIG --out {folder}`"
-    try:
-        doc = json.loads((d / RECIPE).read_text())
-        raw = (d / WEIGHTS).read_bytes()
-    except FileNotFoundError as err:
-        raise PateError(f"{key} = {folder!r}: {Path(err.filename).name} not found; {remake}") from None
-    except (OSError, ValueError) as err:
-        raise PateError(f"{key} = {folder!r}: cannot read the encoder ({err}); {remake}") from None
-    expected = doc.get("weights", {}).get("sha256") if isinstance(doc, dict) and isinstance(doc.get("weights"), dict) \
-        else None
-    digest = hashlib.sha256(raw).hexdigest()
-    if expected != digest:
-        raise PateError(f"{key} = {folder!r}: {WEIGHTS} (sha256 {digest[:12]}) is not the weights its {RECIPE} "
-                        f"names ({str(expected)[:12]}); {remake}")
-    return doc, digest, raw
+    return weights_folder.read(folder, key, WEIGHTS, f"make it with `pate features --config CONFIG --out {folder}`")
 
 
 def load(folder: str, key: str = "features.weights") -> Encoder:

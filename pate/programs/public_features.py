@@ -3,9 +3,13 @@
 names (`MAPS`: the scattering coefficients of `pate.programs.scattering`, fixed filters, each
 example group-normalised with its own statistics; an image's pixels; a row of features as it
 is; the last spatial map of an encoder learned from the pool's images alone,
-`pate.programs.learned_map`; or several of them concatenated, each part scaled by its root
-mean square norm over the pool), projected on the top principal directions of the public pool's coefficients, as
-quantised unit rows (`analysis.mechanisms.fine_grained.quantise_rows`).
+`pate.programs.learned_map`; histograms of oriented gradients, `pate.programs.hog`; Coates-Ng
+k-means filters fitted on the pool's patches, `pate.programs.coates_ng`; or several of them
+joined by "+", each part scaled by its root mean square norm over the pool), projected on the
+top principal directions of the public pool's coefficients, as quantised unit rows
+(`analysis.mechanisms.fine_grained.quantise_rows`). With `[features] whiten`, each part gets its
+own pool PCA, each component divided by its pool s.d., and each part's projection is scaled to
+unit norm row by row before the parts are joined.
 
 Nothing private enters the fit, and each input's row is computed from that input and the fitted
 public map alone (row by row or by BLAS, whose order of operations depends on shapes, never on
@@ -23,9 +27,33 @@ import numpy as np
 
 from analysis.mechanisms import fine_grained
 from analysis.core.errors import PateError
-from pate.programs import scattering
+from pate.programs import coates_ng, scattering
+from pate.programs import hog as hog_map
 from pate.programs.projection import top_directions
 from pate.store.rundir import cached_rows
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class MapSettings:
+    """The public settings the maps read (one value, carried by the fitted map): the scattering's
+    (`[fine_grained]` `scattering_j`, `scattering_l`, `groups`), the learned map's weights
+    (`[features] weights`), the Coates-Ng filters (`[features] filters`) and HOG's cells, bins,
+    signedness and blocks (`[features] hog_*`)."""
+
+    scattering_j: int = 2
+    scattering_l: int = 8
+    groups: int = 27
+    weights: str = ""
+    filters: str = ""
+    hog: hog_map.Settings = hog_map.Settings()
+
+    @classmethod
+    def of(cls, config) -> "MapSettings":
+        """The settings of a run config."""
+        fg, f = config.fine_grained, config.features
+        return cls(scattering_j=fg.scattering_j, scattering_l=fg.scattering_l, groups=fg.groups, weights=f.weights,
+                   filters=f.filters, hog=hog_map.Settings(cell=f.hog_cell, bins=f.hog_bins, signed=f.hog_signed,
+                                                           block=f.hog_block))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,16 +63,20 @@ class FeatureMap:
     name: str
     images: bool  # True: it needs images (N, H, W, C); False: rows of features (N, F)
     describe: str
-    # (inputs, scattering_j, scattering_l, groups, weights[, cache_dir, tag]) -> (n, F); a map that
-    # costs time caches in cache_dir (private: the inputs may be private images) under tag
+    # (inputs, settings[, cache_dir, tag, progress]) -> (n, F); a map that costs time caches in
+    # cache_dir (owner-only: the inputs may be private) under tag
     coefficients: Callable[..., np.ndarray]
-    # (weights) -> None: refuses, in one line, public inputs the map lacks (read before any data)
-    ready: Callable[[str], None] | None = None
+    # (settings) -> None: refuses, in one line, public inputs the map lacks (read before any data)
+    ready: Callable[[MapSettings], None] | None = None
+    # (settings) -> {labels.npz key: sha256}: the digests of the public weights the map was loaded by
+    digests: Callable[[MapSettings], dict[str, str]] | None = None
+    # (settings) -> str: the map with its settings, for the release's progress line
+    detail: Callable[[MapSettings], str] | None = None
 
 
-def _scattering(x: np.ndarray, j: int, l: int, groups: int, weights: str = "", cache_dir: Path | None = None,
-                tag: str = "", progress: bool = False) -> np.ndarray:
-    feats = scattering.features(x, j, l, groups, cache_dir, tag, section="fine_grained",
+def _scattering(x: np.ndarray, s: MapSettings, cache_dir: Path | None = None, tag: str = "",
+                progress: bool = False) -> np.ndarray:
+    feats = scattering.features(x, s.scattering_j, s.scattering_l, s.groups, cache_dir, tag, section="fine_grained",
                                 progress=f"scattering ({tag})" if progress else "")
     return feats.reshape(feats.shape[0], -1)
 
@@ -53,11 +85,11 @@ def _flat(x: np.ndarray, *_settings, **_cache_and_progress) -> np.ndarray:
     return np.asarray(x, np.float32).reshape(np.shape(x)[0], -1)
 
 
-def _learned(x: np.ndarray, j: int, l: int, groups: int, weights: str = "", cache_dir: Path | None = None,
-             tag: str = "", progress: bool = False) -> np.ndarray:
+def _learned(x: np.ndarray, s: MapSettings, cache_dir: Path | None = None, tag: str = "",
+             progress: bool = False) -> np.ndarray:
     from pate.programs import learned_map  # imports JAX
 
-    encoder = learned_map.load(weights)
+    encoder = learned_map.load(s.weights)
     x = np.ascontiguousarray(x, np.float32)
     path = None
     if cache_dir is not None:  # keyed by the inputs' content (shape included) and the weights' digest
@@ -67,18 +99,43 @@ def _learned(x: np.ndarray, j: int, l: int, groups: int, weights: str = "", cach
         encoder, x, progress=f"learned map ({tag})" if progress else ""))
 
 
-def _learned_ready(weights: str) -> None:
+def _learned_ready(s: MapSettings) -> None:
     from pate.programs import learned_map
 
-    learned_map.check_weights(weights)
+    learned_map.check_weights(s.weights)
+
+
+def _learned_digests(s: MapSettings) -> dict[str, str]:
+    from pate.programs import learned_map
+
+    return {"feature_weights_sha256": learned_map.check_weights(s.weights)}
+
+
+def _hog(x: np.ndarray, s: MapSettings, cache_dir: Path | None = None, tag: str = "",
+         progress: bool = False) -> np.ndarray:
+    return hog_map.features(x, s.hog, cache_dir, tag)
+
+
+def _coates_ng(x: np.ndarray, s: MapSettings, cache_dir: Path | None = None, tag: str = "",
+               progress: bool = False) -> np.ndarray:
+    return coates_ng.features(coates_ng.load(s.filters), x, cache_dir, tag,
+                              progress=f"coates-ng ({tag})" if progress else "")
 
 
 #: The maps by name (their names are `pate.config.checks.FEATURE_MAPS`).
 MAPS = {m.name: m for m in (
-    FeatureMap("scattering", True, "ScatterNet coefficients", _scattering),
+    FeatureMap("scattering", True, "ScatterNet coefficients", _scattering,
+               detail=lambda s: f"scattering J {s.scattering_j}, L {s.scattering_l}"),
     FeatureMap("pixels", True, "pixels", _flat),
     FeatureMap("none", False, "the rows as they are", _flat),
-    FeatureMap("learned", True, "a SimCLR encoder learned from the public pool", _learned, _learned_ready),
+    FeatureMap("learned", True, "a SimCLR encoder learned from the public pool", _learned, _learned_ready,
+               _learned_digests),
+    FeatureMap("hog", True, "histograms of oriented gradients", _hog,
+               detail=lambda s: f"HOG cells {s.hog.cell}, {s.hog.bins} {'signed' if s.hog.signed else 'unsigned'} "
+                                f"bins, blocks {s.hog.block}"),
+    FeatureMap("coates-ng", True, "Coates-Ng k-means filters fitted on the public pool's patches", _coates_ng,
+               lambda s: coates_ng.check_weights(s.filters),
+               lambda s: {"feature_filters_sha256": coates_ng.check_weights(s.filters)}),
 )}
 
 
@@ -87,12 +144,17 @@ def parts(name: str) -> tuple[FeatureMap, ...]:
     return tuple(MAPS[p] for p in name.split("+"))
 
 
-def check_ready(name: str, weights: str) -> None:
+def describe(name: str, settings: MapSettings) -> str:
+    """The map's parts with their settings, joined by " + "."""
+    return " + ".join(p.detail(settings) if p.detail else p.describe for p in parts(name))
+
+
+def check_ready(name: str, settings: MapSettings) -> None:
     """Refuses, in one line and before any data is read, a map whose public inputs are missing
-    or damaged (a learned map's weights, checked against their recipe's digest)."""
+    or damaged (a learned map's weights, Coates-Ng filters, checked against their recipe's digest)."""
     for part in parts(name):
         if part.ready is not None:
-            part.ready(weights)
+            part.ready(settings)
 
 
 def check_input(name: str, inputs: np.ndarray, key: str = "features.map") -> None:
@@ -130,68 +192,133 @@ def _scales(blocks: list[np.ndarray]) -> tuple[float, ...]:
                  for b in blocks)
 
 
-def _coefficients(name: str, inputs: np.ndarray, settings: tuple[int, int, int, str], scales: tuple[float, ...],
-                  cache_dir: Path | None = None, tag: str = "", key: str = "features.map",
-                  progress: bool = False) -> np.ndarray:
-    """(n, F) coefficients of `inputs` under the map `name` (named by the config's `key`), each part
-    times its scale (`progress`: a bar for the parts that take time)."""
+def part_coefficients(name: str, inputs: np.ndarray, settings: MapSettings, cache_dir: Path | None = None,
+                      tag: str = "", key: str = "features.map", progress: bool = False) -> list[np.ndarray]:
+    """Each part's (n, F_i) coefficients of `inputs` under the map `name` (named by the config's
+    `key`), unscaled (`progress`: a bar for the parts that take time)."""
     check_input(name, inputs, key)
     cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": tag, "progress": progress}
-    out = [scale * part.coefficients(inputs, *settings, **cache)
-           for part, scale in zip(parts(name), scales, strict=True)]
+    return [part.coefficients(inputs, settings, **cache) for part in parts(name)]
+
+
+def _coefficients(name: str, inputs: np.ndarray, settings: MapSettings, scales: tuple[float, ...],
+                  cache_dir: Path | None = None, tag: str = "", key: str = "features.map",
+                  progress: bool = False) -> np.ndarray:
+    """(n, F) coefficients of `inputs` under the map `name`, each part times its scale."""
+    out = [scale * b for scale, b in zip(scales, part_coefficients(name, inputs, settings, cache_dir, tag, key,
+                                                                    progress), strict=True)]
     return out[0] if len(out) == 1 else np.concatenate(out, axis=1)
 
 
 @dataclasses.dataclass(frozen=True)
 class PublicMap:
-    """The fitted map: the map's name, the scattering settings, each part's scale and the pool's
-    mean and principal directions."""
+    """The fitted map: the map's name and settings, each part's scale and the pool's mean and
+    principal directions. Whitened (`[features] whiten`), each part has its own PCA, each
+    component divided by its s.d. over the pool: `directions` is then block diagonal, part by
+    part, and each part's projection is scaled to unit norm, row by row, before the parts are
+    joined (`blocks`: the projected width of each part)."""
 
-    scattering_j: int
-    scattering_l: int
-    groups: int
     mean: np.ndarray  # (F,) float64
-    directions: np.ndarray  # (F, dims) float64, columns by decreasing variance
+    directions: np.ndarray  # (F, dims) float64, columns by decreasing variance (whitened: within each part)
     name: str = "scattering"
     scales: tuple[float, ...] = (1.0,)  # one per part: 1 / its RMS norm over the pool (1 for one part)
-    weights: str = ""  # a learned map's folder ([features] weights)
+    settings: MapSettings = MapSettings()
+    whiten: bool = False
+    blocks: tuple[int, ...] = ()  # each part's projected width when whitened; () otherwise (one block)
+    widths: tuple[int, ...] = ()  # each part's coefficient count when whitened
+
+    @property
+    def weights(self) -> str:
+        """A learned map's folder ([features] weights)."""
+        return self.settings.weights
+
+    def digests(self) -> dict[str, str]:
+        """The digests of the public weights the map was loaded by (labels.npz keys)."""
+        out = {}
+        for part in parts(self.name):
+            if part.digests is not None:
+                out.update(part.digests(self.settings))
+        return out
 
     def coefficients(self, inputs: np.ndarray) -> np.ndarray:
         """(n, F) coefficients of inputs (images (n, H, W, C) in [0, 1], or rows (n, F))."""
-        return _coefficients(self.name, inputs, (self.scattering_j, self.scattering_l, self.groups, self.weights),
-                             self.scales)
+        return _coefficients(self.name, inputs, self.settings, self.scales)
+
+    def project(self, coefficients: np.ndarray) -> np.ndarray:
+        """(n, dims) float64: the coefficients on the pool's principal directions (whitened: each
+        component over its pool s.d.), before any unit norm."""
+        x = np.asarray(coefficients, np.float64) - self.mean
+        if len(self.blocks) <= 1:
+            return x @ self.directions
+        # block diagonal: each part's coefficients on its own directions (the zero blocks skipped)
+        rows = np.cumsum((0, *self.widths))
+        cols = np.cumsum((0, *self.blocks))
+        return np.concatenate([x[:, rows[i]:rows[i + 1]] @ self.directions[rows[i]:rows[i + 1], cols[i]:cols[i + 1]]
+                               for i in range(len(self.blocks))], axis=1)
 
     def rows(self, images: np.ndarray | None, coefficients: np.ndarray | None = None) -> np.ndarray:
         """(n, dims) int64 quantised unit rows of inputs (or of their `coefficients`)."""
-        x = self.coefficients(images) if coefficients is None else coefficients
-        return fine_grained.quantise_rows((np.asarray(x, np.float64) - self.mean) @ self.directions)
+        z = self.project(self.coefficients(images) if coefficients is None else coefficients)
+        if len(self.blocks) > 1:  # each part to unit norm, row by row, before the whole row is
+            edges = np.cumsum((0, *self.blocks))
+            z = np.concatenate([_unit(z[:, a:b]) for a, b in zip(edges[:-1], edges[1:])], axis=1)
+        return fine_grained.quantise_rows(z)
 
 
-def fit(pool_images: np.ndarray, dims: int, *, scattering_j: int = 2, scattering_l: int = 8,
-        groups: int = 27, feature_map: str = "scattering", weights: str = "") -> tuple[PublicMap, np.ndarray]:
+def _unit(z: np.ndarray) -> np.ndarray:
+    norms = np.sqrt(np.einsum("ij,ij->i", z, z))[:, None]
+    return np.divide(z, norms, out=np.zeros_like(z), where=norms > 0)
+
+
+def fit(pool_images: np.ndarray, dims: int, *, feature_map: str = "scattering",
+        settings: MapSettings = MapSettings(), whiten: bool = False) -> tuple[PublicMap, np.ndarray]:
     """The map `feature_map` names fitted on the public pool's inputs (images or rows of
-    features), and the pool's quantised rows (`weights`: a learned map's folder).
+    features), and the pool's quantised rows (`settings`: the maps' public settings; `whiten`: a
+    PCA per part, whitened, each part to unit norm).
 
     Raises:
       PateError: the map does not take these inputs, its weights are missing or damaged, or
         ``dims`` is above what the pool gives.
     """
-    check_ready(feature_map, weights)
-    check_input(feature_map, pool_images)
-    settings = (scattering_j, scattering_l, groups, weights)
-    blocks = [np.asarray(part.coefficients(pool_images, *settings), np.float64) for part in parts(feature_map)]
+    check_ready(feature_map, settings)
+    blocks = [np.asarray(b, np.float64) for b in part_coefficients(feature_map, pool_images, settings)]
+    return fit_parts(blocks, dims, feature_map=feature_map, settings=settings, whiten=whiten)
+
+
+def fit_parts(blocks: list[np.ndarray], dims: int, *, feature_map: str = "scattering",
+              settings: MapSettings = MapSettings(), whiten: bool = False) -> tuple[PublicMap, np.ndarray]:
+    """`fit` on the pool's coefficients, part by part (`part_coefficients`, unscaled), and the
+    pool's quantised rows. Unwhitened: the parts scaled to unit RMS norm, joined, one PCA to
+    ``dims``. Whitened: a PCA to ``dims`` per part, each component over its s.d. on the pool.
+
+    Raises:
+      PateError: ``dims`` above what the pool gives (its size or a part's feature count).
+    """
+    blocks = [np.asarray(b, np.float64) for b in blocks]
     scales = _scales(blocks)
-    blocks = [scale * b for scale, b in zip(scales, blocks)]
-    coefficients = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=1)
-    fitted = fit_coefficients(coefficients, dims, scattering_j=scattering_j, scattering_l=scattering_l,
-                              groups=groups)
-    fitted = dataclasses.replace(fitted, name=feature_map, scales=scales, weights=weights)
+    scaled = [scale * b for scale, b in zip(scales, blocks)]
+    coefficients = scaled[0] if len(scaled) == 1 else np.concatenate(scaled, axis=1)
+    if not whiten:
+        fitted = fit_coefficients(coefficients, dims)
+        fitted = dataclasses.replace(fitted, name=feature_map, scales=scales, settings=settings)
+        return fitted, fitted.rows(None, coefficients)
+    means, directions = [], []
+    for part in scaled:
+        one = fit_coefficients(part, dims)
+        sd = np.sqrt(np.mean(one.project(part) ** 2, axis=0))
+        means.append(one.mean)
+        directions.append(one.directions / np.where(sd > 0, sd, 1.0))
+    widths = [d.shape[0] for d in directions]
+    block_diagonal = np.zeros((sum(widths), dims * len(directions)))
+    for i, (start, d) in enumerate(zip(np.cumsum((0, *widths)), directions)):
+        block_diagonal[start:start + d.shape[0], i * dims:(i + 1) * dims] = d
+    fitted = PublicMap(np.concatenate(means), block_diagonal, feature_map, scales, settings, True,
+                       (dims,) * len(directions), tuple(widths))
     return fitted, fitted.rows(None, coefficients)
 
 
-def fit_coefficients(coefficients: np.ndarray, dims: int, *, scattering_j: int = 2, scattering_l: int = 8,
-                     groups: int = 27) -> PublicMap:
-    """The map fitted on the public pool's scattering `coefficients` ((n, F), `PublicMap.coefficients`).
+def fit_coefficients(coefficients: np.ndarray, dims: int) -> PublicMap:
+    """The map fitted on the public pool's `coefficients` ((n, F), `PublicMap.coefficients`).
 
     The principal directions are the top ``dims`` eigenvectors of the pool's scatter matrix
     (`pate.programs.projection.top_directions`).
@@ -205,7 +332,7 @@ def fit_coefficients(coefficients: np.ndarray, dims: int, *, scattering_j: int =
                         "directions; lower fine_grained.pca")
     x = np.asarray(coefficients, np.float64)
     mean = x.mean(axis=0)
-    return PublicMap(scattering_j, scattering_l, groups, mean, top_directions(x - mean, dims))
+    return PublicMap(mean, top_directions(x - mean, dims))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,7 +348,7 @@ class InputMap:
     that named the map (`[teachers] features`, `[dpsgd] features`), which its errors name."""
 
     name: str
-    settings: tuple[int, int, int, str]  # scattering_j, scattering_l, groups ([fine_grained]'s), [features] weights
+    settings: MapSettings
     scales: tuple[float, ...]
     cache_dir: Path | None = None
     show_progress: bool = False
@@ -243,14 +370,12 @@ def map_view(config, name: str, pool_x: np.ndarray, cache_dir: Path | None = Non
       PateError: the map's weights are missing or damaged (before any input is read), or the map
         does not take the pool's inputs.
     """
-    check_ready(name, config.features.weights)
+    settings = MapSettings.of(config)
+    check_ready(name, settings)
     check_input(name, pool_x, key)
-    fg = config.fine_grained
-    settings = (fg.scattering_j, fg.scattering_l, fg.groups, config.features.weights)
     scales = (1.0,)
     if len(parts(name)) > 1:
-        cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": "pool"}
-        scales = _scales([part.coefficients(pool_x, *settings, **cache) for part in parts(name)])
+        scales = _scales(part_coefficients(name, pool_x, settings, cache_dir, "pool" if cache_dir else "", key))
     return InputMap(name, settings, scales, cache_dir, show_progress, key)
 
 

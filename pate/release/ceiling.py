@@ -61,11 +61,13 @@ class Ceiling:
     forward_knn: dict
     head: dict
     seconds: dict
+    whiten: bool = False
 
     def to_json(self) -> dict:
         """The report as one JSON object (public values only)."""
         return {"report": "ceiling", "benchmark_output": True, "spends_eps": 0.0, "reads": "the public pool only",
                 "note": BANNER, "data": self.data, "feature_map": self.feature_map, "pca": self.pca,
+                "whiten": self.whiten,
                 "proxy": {"stand_in_private": self.stand_in_private, "stand_in_pool": self.stand_in_pool,
                           "classes": self.num_classes},
                 "fine_grained_noiseless": self.fine_grained, "forward_knn": self.forward_knn, "head": self.head,
@@ -83,7 +85,9 @@ class Ceiling:
             f"pate ceiling: {BANNER}",
             f"proxy              {self.stand_in_private} stand-in private records, {self.stand_in_pool} stand-in pool "
             f"points ({self.data}, {self.num_classes} classes)",
-            f"map                {self.feature_map}, pool PCA to {self.pca}, unit rows (fitted on the stand-in pool)",
+            f"map                {self.feature_map}, pool PCA to {self.pca}"
+            f"{' per part, whitened, each part to unit norm' if self.whiten else ''}, unit rows (fitted on the "
+            "stand-in pool)",
             f"fine-grained       {fine['accuracy']:.4f}  noiseless labels (votes_per_record {fine['votes_per_record']}, "
             f"smoothing {fine['smoothing']} {fine['smoothing_weights']}): noise only lowers it",
             f"forward {knn['k']}-NN      {knn['accuracy']:.4f}  each stand-in pool point labelled by its {knn['k']} "
@@ -110,13 +114,122 @@ def ceiling(config: Config, *, heads: int = HEADS, echo=print) -> Ceiling:
     """
     if heads < 1:
         raise PateError(f"heads = {heads}: train at least one head")
-    public_features.check_ready(config.features.map, config.features.weights)  # before any data
+    settings = public_features.MapSettings.of(config)
+    public_features.check_ready(config.features.map, settings)  # before any data
     start = time.perf_counter()
     seconds = {}
     cfg = config.fine_grained
     pool = load_public(config.data)
     seconds["data"] = time.perf_counter() - start
     n = int(pool.pool_y.shape[0])
+    half = n // 2
+    _check_proxy(cfg, n)
+    public_features.check_input(config.features.map, pool.pool_x)  # one line before any work
+    echo(f"ceiling: the map {config.features.map!r} and a PCA to {cfg.pca}"
+         f"{' (whitened, one per part)' if config.features.whiten else ''} fitted on the stand-in pool "
+         f"({n - half} public points)")
+    t = time.perf_counter()
+    proxy = public_proxy.cut(pool.pool_x, pool.pool_y, config.features.map, cfg.pca, settings=settings,
+                             whiten=config.features.whiten)
+    seconds["map"] = time.perf_counter() - t
+    t = time.perf_counter()
+    fine, knn = _neighbour_figures(cfg, proxy, pool.num_classes)
+    seconds["neighbours"] = time.perf_counter() - t
+    t = time.perf_counter()
+    echo(f"ceiling: training {heads} head(s) at the teachers' shard size")
+    head = head_accuracy(config.teachers, pool, proxy, heads)
+    seconds["heads"] = time.perf_counter() - t
+    seconds["total"] = time.perf_counter() - start
+    return Ceiling(pool.name, config.features.map, cfg.pca, half, n - half, pool.num_classes, fine, knn, head,
+                   seconds, config.features.whiten)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ranking:
+    """`pate ceiling --maps`: candidate maps ranked on the public proxy by their noiseless
+    fine-grained labels (then the forward 10-NN), each row a map, whether whitened, its width and
+    its two figures and seconds."""
+
+    data: str
+    pca: int
+    stand_in_private: int
+    stand_in_pool: int
+    fine_grained: dict  # the settings the noiseless labels used
+    rows: tuple[dict, ...]
+    seconds: float
+
+    def to_json(self) -> dict:
+        return {"report": "ceiling-ranking", "benchmark_output": True, "spends_eps": 0.0,
+                "reads": "the public pool only", "note": BANNER, "data": self.data, "pca": self.pca,
+                "proxy": {"stand_in_private": self.stand_in_private, "stand_in_pool": self.stand_in_pool},
+                "fine_grained_noiseless": self.fine_grained, "forward_knn": {"k": KNN}, "ranking": list(self.rows),
+                "seconds": self.seconds}
+
+    def render(self) -> str:
+        fine = self.fine_grained
+        width = max([len("map")] + [len(r["map"]) for r in self.rows])
+        lines = [f"pate ceiling: {BANNER}",
+                 f"proxy: {self.stand_in_private} stand-in private records, {self.stand_in_pool} stand-in pool points "
+                 f"({self.data}); pool PCA to {self.pca} (whitened: per part, each part to unit norm); noiseless "
+                 f"fine-grained at votes_per_record {fine['votes_per_record']}, smoothing {fine['smoothing']} "
+                 f"{fine['smoothing_weights']}; ranked by it",
+                 f"{'rank':<5}{'map':<{width + 2}}{'whiten':<8}{'dims':>5}  {'fine-grained':>12}  "
+                 f"{f'fwd {KNN}-NN':>10}  {'seconds':>8}"]
+        for i, r in enumerate(self.rows, 1):
+            lines.append(f"{i:<5}{r['map']:<{width + 2}}{'yes' if r['whiten'] else 'no':<8}{r['dims']:>5}  "
+                         f"{r['fine_grained']:>12.4f}  {r['forward_knn']:>10.4f}  {r['seconds']:>8.1f}")
+        lines.append(f"time: {self.seconds:.1f} s (each part's coefficients computed once for every map that joins it)")
+        return "\n".join(lines)
+
+
+def rank(config: Config, maps: list[str], whiten: tuple[bool, ...] = (), echo=print) -> Ranking:
+    """Ranks candidate maps (`[features] map` values, each with the config's settings) on the
+    public proxy by their noiseless fine-grained labels, then the forward 10-NN (module
+    docstring; no heads); `whiten`: the whitening settings to try each map with (empty: the
+    config's). Each part's coefficients of the pool are computed once for all the maps.
+
+    Raises:
+      PateError: a map name that is not one, a map whose public weights are missing, or settings the
+        proxy cannot honour; before any data is read where it can be.
+    """
+    from pate.config.checks import check_map
+
+    if not maps:
+        raise PateError("--maps names no map; name one or more, e.g. --maps scattering,hog,scattering+hog")
+    for name in maps:
+        check_map("ceiling", "maps", name)
+    settings = public_features.MapSettings.of(config)
+    for name in maps:
+        public_features.check_ready(name, settings)  # before any data
+    whiten = tuple(whiten) or (config.features.whiten,)
+    start = time.perf_counter()
+    cfg = config.fine_grained
+    pool = load_public(config.data)
+    n = int(pool.pool_y.shape[0])
+    half = n // 2
+    _check_proxy(cfg, n)
+    for name in maps:
+        public_features.check_input(name, pool.pool_x)
+    parts: dict = {}
+    rows = []
+    for name in maps:
+        for w in whiten:
+            echo(f"ceiling: {name}{' whitened' if w else ''}")
+            t = time.perf_counter()
+            proxy = public_proxy.cut(pool.pool_x, pool.pool_y, name, cfg.pca, settings=settings, whiten=w,
+                                     parts=parts)
+            fine, knn = _neighbour_figures(cfg, proxy, pool.num_classes)
+            rows.append({"map": name, "whiten": bool(w), "dims": int(proxy.pool_rows.shape[1]),
+                         "fine_grained": fine["accuracy"], "forward_knn": knn["accuracy"],
+                         "seconds": round(time.perf_counter() - t, 1)})
+    rows.sort(key=lambda r: (-r["fine_grained"], -r["forward_knn"]))
+    fine = {"votes_per_record": cfg.votes_per_record, "smoothing": cfg.smoothing,
+            "smoothing_weights": cfg.smoothing_weights}
+    return Ranking(pool.name, cfg.pca, half, n - half, fine, tuple(rows), round(time.perf_counter() - start, 1))
+
+
+def _check_proxy(cfg, n: int) -> None:
+    """Refuses, in one line, settings the proxy of an `n`-point pool cannot honour."""
     half = n // 2
     too_many = [what for what, value, cap in (
         (f"fine_grained.votes_per_record = {cfg.votes_per_record}", cfg.votes_per_record, n - half),
@@ -126,29 +239,18 @@ def ceiling(config: Config, *, heads: int = HEADS, echo=print) -> Ceiling:
         raise PateError(f"the public proxy cuts the {n}-point pool into {half} stand-in private records and "
                         f"{n - half} stand-in pool points, too few for {' and '.join(too_many)}; raise "
                         "data.public_size (or lower the setting)")
-    public_features.check_input(config.features.map, pool.pool_x)  # one line before any work
-    echo(f"ceiling: the map {config.features.map!r} and a PCA to {cfg.pca} fitted on the stand-in pool "
-         f"({n - half} public points)")
-    t = time.perf_counter()
-    proxy = public_proxy.cut(pool.pool_x, pool.pool_y, config.features.map, cfg.pca, scattering_j=cfg.scattering_j,
-                             scattering_l=cfg.scattering_l, groups=cfg.groups, weights=config.features.weights)
-    seconds["map"] = time.perf_counter() - t
-    t = time.perf_counter()
+
+
+def _neighbour_figures(cfg, proxy: public_proxy.Halves, num_classes: int) -> tuple[dict, dict]:
+    """The noiseless fine-grained labels' and the forward 10-NN's accuracies on the proxy."""
     problem = public_proxy.Problem(proxy.private_rows, proxy.private_y, proxy.pool_rows, proxy.pool_y,
-                                   pool.num_classes, cfg.votes_per_record, cfg.smoothing)
+                                   num_classes, cfg.votes_per_record, cfg.smoothing)
     fine = {"votes_per_record": cfg.votes_per_record, "smoothing": cfg.smoothing,
             "smoothing_weights": cfg.smoothing_weights,
             "accuracy": problem.accuracy(cfg.votes_per_record, cfg.smoothing, None, None, cfg.smoothing_weights)}
     knn = {"k": KNN, "accuracy": public_proxy.forward_knn(proxy.private_rows, proxy.private_y, proxy.pool_rows,
-                                                          proxy.pool_y, pool.num_classes, KNN)}
-    seconds["neighbours"] = time.perf_counter() - t
-    t = time.perf_counter()
-    echo(f"ceiling: training {heads} head(s) at the teachers' shard size")
-    head = head_accuracy(config.teachers, pool, proxy, heads)
-    seconds["heads"] = time.perf_counter() - t
-    seconds["total"] = time.perf_counter() - start
-    return Ceiling(pool.name, config.features.map, cfg.pca, half, n - half, pool.num_classes, fine, knn, head,
-                   seconds)
+                                                          proxy.pool_y, num_classes, KNN)}
+    return fine, knn
 
 
 def head_config(teachers: TeachersConfig, shard: int) -> TeachersConfig:

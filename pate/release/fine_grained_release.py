@@ -46,7 +46,8 @@ from pate.programs.cluster import block
 #: to a finished release would need a new one (`pate.steps.pipeline` refuses to draw it silently).
 POST_PROCESSING = ("fine_grained.smoothing", "fine_grained.smoothing_weights")
 ARRAY_KEYS = ("release_eps", "release_delta", "smoothing", "smoothing_weights", "pca", "scattering", "feature_map",
-              "label_noise", "label_eps", "feature_weights_sha256")
+              "label_noise", "label_eps", "feature_weights_sha256", "feature_filters_sha256",
+              "feature_whiten")
 
 
 def noise_of(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
@@ -136,11 +137,12 @@ def public_side(config: Config, pool_x: np.ndarray, num_classes: int, noise: fin
     function of the pool and the config alone, so every process of a distributed release
     computes the same (`pate.programs.public_features`: no private value enters the fit)."""
     cfg, feature_map = config.fine_grained, config.features.map
-    echo(f"fine-grained: the map {feature_map!r} ({_describe(cfg, feature_map)}) and a PCA to {cfg.pca} fitted on "
-         f"the {pool_x.shape[0]} public pool points")
-    fmap, pool_rows = public_features.fit(pool_x, cfg.pca, scattering_j=cfg.scattering_j,
-                                          scattering_l=cfg.scattering_l, groups=cfg.groups, feature_map=feature_map,
-                                          weights=config.features.weights)
+    whitened = ", whitened, one per part" if config.features.whiten else ""
+    settings = public_features.MapSettings.of(config)
+    echo(f"fine-grained: the map {feature_map!r} ({public_features.describe(feature_map, settings)}) and a PCA to "
+         f"{cfg.pca}{whitened} fitted on the {pool_x.shape[0]} public pool points")
+    fmap, pool_rows = public_features.fit(pool_x, cfg.pca, feature_map=feature_map, settings=settings,
+                                          whiten=config.features.whiten)
     graph = fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)
     return PublicSide(noise, fmap, pool_rows, graph, int(num_classes))
 
@@ -208,10 +210,9 @@ def publish(side: PublicSide, cfg: FineGrainedConfig, delta: float, counts: np.n
     used_delta = 0.0 if cfg.noise == "laplace" else float(delta)
     arrays = {"indices": np.arange(side.pool_size, dtype=np.int64), "labels": labels.astype(np.int32),
               **record_arrays(cfg, side.noise, eps, used_delta), "feature_map": np.array(side.fmap.name)}
-    if side.fmap.weights:  # a learned map: the digest of the public weights it was loaded by
-        from pate.programs.learned_map import check_weights
-
-        arrays["feature_weights_sha256"] = np.array(check_weights(side.fmap.weights))
+    arrays.update({key: np.array(digest) for key, digest in side.fmap.digests().items()})  # public weights
+    if side.fmap.whiten:
+        arrays["feature_whiten"] = np.array(True)
     return FineGrainedRelease(arrays, side.noise, eps, used_delta, margins)
 
 
@@ -285,11 +286,6 @@ def _summed_counts(side: PublicSide, config: Config, x: np.ndarray, y: np.ndarra
     if on_histogram is not None:
         on_histogram(total_counts)
     return total_counts
-
-
-def _describe(cfg: FineGrainedConfig, feature_map: str) -> str:
-    return " + ".join(f"scattering J {cfg.scattering_j}, L {cfg.scattering_l}" if p.name == "scattering" else p.describe
-                      for p in public_features.parts(feature_map))
 
 
 def record_arrays(cfg: FineGrainedConfig, noise: fine_grained.Noise, eps: float, delta: float) -> dict:
@@ -381,7 +377,7 @@ def describe_plan(config: Config) -> str:
     """`pate plan --config` of a fine-grained config: the release's noise and its ε, fixed by
     the config alone (public values; no vote or private record is read)."""
     cfg, delta = config.fine_grained, config.privacy.delta
-    public_features.check_ready(config.features.map, config.features.weights)
+    public_features.check_ready(config.features.map, public_features.MapSettings.of(config))
     noise = noise_of(cfg, delta)
     k = noise.votes
     guarantee = (f"pure eps {noise.eps():.6g} (delta 0)" if noise.kind == "laplace"

@@ -32,11 +32,14 @@ class Halves:
     fitted: public_features.PublicMap
 
 
-def cut(pool_x: np.ndarray, pool_y: np.ndarray, feature_map: str, dims: int, *, scattering_j: int = 2,
-        scattering_l: int = 8, groups: int = 27, weights: str = "") -> Halves:
+def cut(pool_x: np.ndarray, pool_y: np.ndarray, feature_map: str, dims: int, *,
+        settings: public_features.MapSettings = public_features.MapSettings(), whiten: bool = False,
+        parts: dict | None = None) -> Halves:
     """The proxy of a pool: the map `feature_map` (`pate.programs.public_features.fit`) and its
     PCA to ``dims`` fitted on the second half alone, as a real release fits them on the pool
-    alone; the first half's rows through that map, as a private record's are.
+    alone; the first half's rows through that map, as a private record's are. `parts`: a dict
+    that keeps each part's coefficients of the whole pool by name, so that several maps sharing
+    a part compute it once (`pate ceiling --maps`).
 
     Raises:
       PateError: fewer than 4 pool points, or the map does not take these inputs.
@@ -46,11 +49,18 @@ def cut(pool_x: np.ndarray, pool_y: np.ndarray, feature_map: str, dims: int, *, 
         raise PateError(f"the public pool has {n} points; the proxy cuts it in two halves of at least 2: "
                         "raise data.public_size")
     half = n // 2
-    fitted, pool_rows = public_features.fit(pool_x[half:], dims, scattering_j=scattering_j,
-                                            scattering_l=scattering_l, groups=groups, feature_map=feature_map,
-                                            weights=weights)
-    return Halves(fitted.rows(pool_x[:half]), np.asarray(pool_y[:half]), pool_rows, np.asarray(pool_y[half:]),
-                  fitted)
+    public_features.check_ready(feature_map, settings)
+    parts = {} if parts is None else parts
+    blocks = []
+    for name in feature_map.split("+"):
+        if name not in parts:
+            parts[name] = np.asarray(public_features.part_coefficients(name, pool_x, settings)[0], np.float64)
+        blocks.append(parts[name])
+    fitted, pool_rows = public_features.fit_parts([b[half:] for b in blocks], dims, feature_map=feature_map,
+                                                  settings=settings, whiten=whiten)
+    private = [scale * b[:half] for scale, b in zip(fitted.scales, blocks)]
+    private_rows = fitted.rows(None, private[0] if len(private) == 1 else np.concatenate(private, axis=1))
+    return Halves(private_rows, np.asarray(pool_y[:half]), pool_rows, np.asarray(pool_y[half:]), fitted)
 
 
 class Problem:

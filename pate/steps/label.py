@@ -38,7 +38,7 @@ from pate.store.door import Door, step
 from pate.release.budget import accountable_record, budget_line, budget_plan, resolve
 from pate.release import fine_grained_release as fine_release
 from pate.release.labels import charge_release, check_run_ledger, content_digest, read_labels, released_arrays
-from pate.programs.public_features import check_ready, teacher_inputs
+from pate.programs.public_features import MapSettings, check_ready, teacher_inputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,7 +290,7 @@ def label_fine_grained(config: Config, workdir, *, seed: int | None = None, over
     if budget is not None or config.privacy.target_eps:  # the same line on every process: the config's
         raise PateError("--budget and privacy.target_eps plan a teachers' release; a fine-grained release "
                         "spends fine_grained.eps once, whatever it labels: set that instead")
-    check_ready(config.features.map, config.features.weights)  # before any data is read
+    check_ready(config.features.map, MapSettings.of(config))  # before any data is read
     cluster = cluster or Cluster(0, 1, gather=lambda x: np.asarray(x)[None])
     with cluster.together():  # one failure stops every process, each with one line
         # Before any record is read: every process holds process 0's data set (its digest) and

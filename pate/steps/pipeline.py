@@ -115,8 +115,10 @@ def _step(stage: str, sections: tuple[str, ...], upstream: tuple[str, ...], inpu
 
 # The scattering settings and a learned map's weights are those of a teacher map (`[teachers]
 # features`): named key by key, so runs that leave them at their defaults keep their hashes.
+_MAP_KEYS = ("features.weights", "features.filters", "features.hog_cell", "features.hog_bins", "features.hog_signed",
+             "features.hog_block")
 _TEACHER_SECTIONS = ("data", "teachers", "fine_grained.scattering_j", "fine_grained.scattering_l", "fine_grained.groups",
-                     "features.weights")
+                     *_MAP_KEYS)
 _TARGET_KEYS = ("privacy.target_eps", "privacy.target_probability", "privacy.target_accuracy",
                 "rounds.round1_target_eps")  # plan the labels
 
@@ -205,7 +207,7 @@ ROUND2_STEPS: tuple[Step, ...] = (
 #: With ``[aggregation] mechanism = "fine-grained"``: no teachers; one release of the private
 #: records' own votes labels the whole pool, then the student and the report (no plot: its ε
 #: has no per-query curve).
-_FINE_SECTIONS = ("data", "aggregation", "fine_grained", "features.map", "features.weights")
+_FINE_SECTIONS = ("data", "aggregation", "fine_grained", "features.map", "features.whiten", *_MAP_KEYS)
 FINE_GRAINED_STEPS: tuple[Step, ...] = (
     _step("label-fine-grained", (*_FINE_SECTIONS, "privacy.delta"), upstream=(), inputs=(), run=_label,
           name="label"),

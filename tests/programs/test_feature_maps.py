@@ -43,15 +43,16 @@ def test_none_is_the_pool_pca_of_the_rows_as_they_are():
 def test_a_concatenation_scales_each_part_to_unit_rms_norm_over_the_pool():
     rng = np.random.default_rng(1)
     pool = rng.uniform(size=(40, 8, 8, 1)).astype(np.float32)
-    fitted, rows = public_features.fit(pool, 5, scattering_j=1, groups=9, feature_map="scattering+pixels")
-    scat = public_features.MAPS["scattering"].coefficients(pool, 1, 8, 9)
+    settings = public_features.MapSettings(scattering_j=1, groups=9)
+    fitted, rows = public_features.fit(pool, 5, settings=settings, feature_map="scattering+pixels")
+    scat = public_features.MAPS["scattering"].coefficients(pool, settings)
     pix = pool.reshape(40, -1)
     expected = (1 / np.sqrt(np.mean(np.sum(scat.astype(np.float64) ** 2, axis=1))),
                 1 / np.sqrt(np.mean(np.sum(pix.astype(np.float64) ** 2, axis=1))))
     np.testing.assert_allclose(fitted.scales, expected, rtol=1e-6)
     joined = np.concatenate([expected[0] * scat, expected[1] * pix], axis=1)
     np.testing.assert_allclose(fitted.coefficients(pool), joined, rtol=1e-5, atol=1e-6)
-    one = public_features.fit(pool, 5, scattering_j=1, groups=9, feature_map="pixels")[1]
+    one = public_features.fit(pool, 5, settings=settings, feature_map="pixels")[1]
     assert not np.array_equal(rows, one)  # the scattering part counts
 
 

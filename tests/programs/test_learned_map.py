@@ -168,7 +168,8 @@ def test_learned_rows_through_ceiling_and_a_concatenation(tiny_encoder):
         assert report.feature_map == name and report.pca == 8
         assert 0 <= report.fine_grained["accuracy"] <= 1 and 0 <= report.forward_knn["accuracy"] <= 1
     pool = data.load_pool(config.data, 200)
-    fitted, rows = public_features.fit(pool, 8, feature_map="learned+pixels", weights=str(tiny_encoder))
+    fitted, rows = public_features.fit(pool, 8, feature_map="learned+pixels",
+                                        settings=public_features.MapSettings(weights=str(tiny_encoder)))
     assert rows.shape == (200, 8) and fitted.weights == str(tiny_encoder)
     encoded = learned_map.features(learned_map.load(str(tiny_encoder)), pool)
     np.testing.assert_allclose(fitted.coefficients(pool)[:, :32], fitted.scales[0] * encoded, rtol=1e-6)

@@ -241,3 +241,35 @@ def test_refusals_are_one_line(tmp_path):
                 "--set", "data.public_size=50", "--set", "fine_grained.pca=4", "--set", "fine_grained.smoothing=5"]
         line = one_line_error(invoke(*args, *[a for s in sets for a in ("--set", s)]), 1)
         assert line.startswith("pate: ") and match in line, line
+
+
+# --------------------------------------------------------------------------- ranking candidate maps
+
+
+def test_candidate_maps_are_ranked_in_one_call_with_the_single_maps_figures(images_report):
+    """`pate ceiling --maps`: each candidate (whitened and not) scored as one `pate ceiling` of it
+    scores it, sorted by the noiseless fine-grained labels, then the forward 10-NN; the text and
+    the JSON say it is benchmark output on the public proxy."""
+    config, report = images_report
+    ranking = ceiling_mod.rank(config, ["pixels", "hog", "pixels+hog"], (False, True), echo=lambda *_: None)
+    assert [(r["map"], r["whiten"]) for r in ranking.rows if r["map"] == "pixels" and not r["whiten"]] == [
+        ("pixels", False)]
+    assert len(ranking.rows) == 6 and ranking.stand_in_pool == 200
+    pixels = next(r for r in ranking.rows if r["map"] == "pixels" and not r["whiten"])
+    assert pixels["fine_grained"] == report.fine_grained["accuracy"]
+    assert pixels["forward_knn"] == report.forward_knn["accuracy"]
+    joined = next(r for r in ranking.rows if r["map"] == "pixels+hog" and r["whiten"])
+    assert joined["dims"] == 2 * 16 and pixels["dims"] == 16
+    keys = [(-r["fine_grained"], -r["forward_knn"]) for r in ranking.rows]
+    assert keys == sorted(keys)
+    doc = ranking.to_json()
+    assert doc["benchmark_output"] is True and doc["spends_eps"] == 0.0 and len(doc["ranking"]) == 6
+    sets = [a for k, v in IMAGES.items() for a in ("--set", f"{k}={json.dumps(v)}")]
+    text = invoke("ceiling", "--config", TINY, *sets, "--maps", "pixels, hog", "--whiten", "no")
+    assert text.exit_code == 0, text.output
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("pate ceiling: benchmark output on the public proxy")
+    assert lines[2].split()[:3] == ["rank", "map", "whiten"] and {lines[3].split()[1], lines[4].split()[1]} == {
+        "pixels", "hog"}
+    bad = invoke("ceiling", "--config", TINY, "--maps", "pixels,bogus")
+    assert bad.exit_code == 2 and "'bogus' is not a map" in bad.output
