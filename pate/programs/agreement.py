@@ -19,11 +19,12 @@ from pathlib import Path
 from pate.config import Config, section_fields
 
 #: Settings that say where a file lies, not what it holds (compared by content instead).
-PLACES = {("data", "path"), ("features", "weights")}
+PLACES = {("data", "path"), ("features", "weights"), ("features", "filters")}
 
 #: The names of the facts that are not config settings.
 DATA_SET = "training data set (its records' digest)"
 MAP_WEIGHTS = "map's weights ([features] weights, their digest)"
+MAP_FILTERS = "map's filters ([features] filters, their digest)"
 TEACHERS = "teachers' checkpoint (teachers.json's digest)"
 
 
@@ -48,6 +49,10 @@ def facts(config: Config, *, data: bool = False, teachers: str | Path | None = N
         from pate.programs.learned_map import check_weights
 
         out[MAP_WEIGHTS] = check_weights(config.features.weights)
+    if getattr(config.features, "filters", ""):
+        from pate.programs.coates_ng import check_weights as check_filters
+
+        out[MAP_FILTERS] = check_filters(config.features.filters)
     if data:
         from pate.data import training_digest
 
@@ -59,7 +64,7 @@ def facts(config: Config, *, data: bool = False, teachers: str | Path | None = N
         out[TEACHERS] = f"{ensemble.step}:{ensemble.digest}"
     # What a process holds first: a setting the data chose (`Config.defaulted`) differs because the
     # data do, and the line names the cause.
-    first = [k for k in (DATA_SET, TEACHERS, MAP_WEIGHTS) if k in out]
+    first = [k for k in (DATA_SET, TEACHERS, MAP_WEIGHTS, MAP_FILTERS) if k in out]
     return {**{k: out[k] for k in first}, **{k: v for k, v in out.items() if k not in first}}
 
 
