@@ -35,7 +35,6 @@ from pate.programs import weights_folder
 from pate.store.rundir import cached_rows
 
 WEIGHTS = "filters.npz"
-RECIPE = weights_folder.RECIPE
 #: Images per matrix product (the last batch padded with zero images): one shape, one order.
 BATCH = 64
 #: The paper's patch normalisation (var + 10 on 0-255 pixels) on [0, 1] pixels.
@@ -165,7 +164,7 @@ def write(out: str | Path, weights: dict[str, np.ndarray], recipe: Recipe, recor
       PateError: `pate.programs.weights_folder.check_out` refuses `out`.
     """
     out = Path(out)
-    weights_folder.check_out(out, (WEIGHTS, RECIPE), overwrite=overwrite, config=config)
+    weights_folder.check_out(out, (WEIGHTS, weights_folder.RECIPE), overwrite=overwrite, config=config)
     raw = weights_bytes(weights)
     doc = {"map": "coates-ng", "method": "k-means on normalised, ZCA-whitened patches of the public pool's images "
                                          "only (Coates, Lee & Ng 2011), no labels",
@@ -283,12 +282,13 @@ def make(config, out: str | Path, *, overwrite: bool = False, echo=print, **reci
     recipe = Recipe(**{k: v for k, v in recipe.items() if v is not None})
     recipe.check()
     out = Path(out)
-    weights_folder.check_out(out, (WEIGHTS, RECIPE), overwrite=overwrite, config=config)
+    weights_folder.check_out(out, (WEIGHTS, weights_folder.RECIPE), overwrite=overwrite, config=config)
     pool_x = load_pool(config.data, config.data.public_size)
     echo(f"features: {recipe.filters} k-means filters of {recipe.size}x{recipe.size} patches fitted on "
          f"{recipe.patches} patches of the {len(pool_x)} public pool images alone (no private record, no label)")
     weights, record = fit(pool_x, recipe)
     doc = write(out, weights, recipe, record, overwrite=overwrite, config=config)
-    echo(f"features: wrote {out / WEIGHTS} (sha256 {doc['weights']['sha256'][:12]}) and {out / RECIPE} in "
+    recipe = out / weights_folder.RECIPE
+    echo(f"features: wrote {out / WEIGHTS} (sha256 {doc['weights']['sha256'][:12]}) and {recipe} in "
          f"{record['seconds']:.0f} s; use it with [features] map = \"coates-ng\", filters = \"{out}\"")
     return doc

@@ -33,12 +33,12 @@ def _maps_ready(config: Config) -> bool:
     """Whether every public map the config names has its inputs (a learned map's weights): when
     one has not, no data is read here, so that the command refuses it in one line before any data
     is read (`pate.programs.public_features.check_ready`), with the config as written."""
-    from pate.programs.public_features import check_ready
+    from pate.programs.public_features import MapSettings, check_ready
 
     try:
         for name in (config.features.map, config.teachers.features, config.dpsgd.features):
             if name:
-                check_ready(name, config.features.weights)
+                check_ready(name, MapSettings.of(config))
     except PateError:
         return False
     return True
@@ -48,11 +48,11 @@ def check_maps_ready(config: Config, *, teachers: bool) -> None:
     """Refuses, in one line and before any data is read, the public map a run uses whose inputs
     are missing (a learned map's weights): the teachers' `[teachers] features` (``teachers``), else
     fine-grained PATE's `[features] map`. `pate run` and `pate plan --config` call it before `facts`."""
-    from pate.programs.public_features import check_ready
+    from pate.programs.public_features import MapSettings, check_ready
 
     name = config.teachers.features if teachers else config.features.map
     if name:
-        check_ready(name, config.features.weights)
+        check_ready(name, MapSettings.of(config))
 
 
 def with_data_defaults(config: Config, echo: Callable[[str], None] | None = None) -> Config:

@@ -39,7 +39,6 @@ from analysis.core.errors import PateError
 from pate.programs import weights_folder
 
 WEIGHTS = "encoder.npz"
-RECIPE = weights_folder.RECIPE
 #: Inputs mapped per call of the jitted encoder (the last batch padded): one shape, one program.
 BATCH = 256
 
@@ -242,7 +241,7 @@ def check_out(out: Path, *, overwrite: bool = False, config=None) -> None:
     Raises:
       PateError: in one line, naming what is there.
     """
-    weights_folder.check_out(out, (WEIGHTS, RECIPE), overwrite=overwrite, config=config)
+    weights_folder.check_out(out, (WEIGHTS, weights_folder.RECIPE), overwrite=overwrite, config=config)
 
 
 def write(out: str | Path, params, recipe: Recipe, record: dict, *, overwrite: bool = False) -> dict:
@@ -385,6 +384,7 @@ def make(config, out: str | Path, *, overwrite: bool = False, show_progress: boo
          f"{len(pool_x)} public pool images alone (no private record, no label)")
     params, record = train(pool_x, recipe, show_progress=show_progress)
     doc = write(out, params, recipe, record, overwrite=overwrite)
-    echo(f"features: wrote {out / WEIGHTS} (sha256 {doc['weights']['sha256'][:12]}) and {out / RECIPE} in "
+    recipe = out / weights_folder.RECIPE
+    echo(f"features: wrote {out / WEIGHTS} (sha256 {doc['weights']['sha256'][:12]}) and {recipe} in "
          f"{record['seconds']:.0f} s; use it with [features] map = \"learned\", weights = \"{out}\"")
     return doc

@@ -169,14 +169,14 @@ def check_input(name: str, inputs: np.ndarray, key: str = "features.map") -> Non
                             f"but the data are {data}; set {key} = {use}")
 
 
-def check_pca(name: str, pool_x: np.ndarray, dims: int, settings: tuple[int, int, int, str]) -> None:
+def check_pca(name: str, pool_x: np.ndarray, dims: int, settings: MapSettings) -> None:
     """Refuses, in one line, ``dims`` principal directions above what the map ``name`` gives on
     the public pool ``pool_x`` (its size, or the map's feature count: measured on one pool
-    point, settings ``(scattering_j, scattering_l, groups, weights)``): what `fit` refuses,
-    found before any private record is read (`pate plan --config`)."""
-    check_ready(name, settings[3])
+    point with ``settings``): what `fit` refuses, found before any private record is read
+    (`pate plan --config`)."""
+    check_ready(name, settings)
     check_input(name, pool_x)
-    width = sum(int(np.asarray(part.coefficients(pool_x[:1], *settings)).shape[1]) for part in parts(name))
+    width = sum(int(np.asarray(block).shape[1]) for block in part_coefficients(name, pool_x[:1], settings))
     if not 1 <= dims <= min(pool_x.shape[0], width):
         raise PateError(f"fine_grained.pca = {dims} but the public pool gives at most {min(pool_x.shape[0], width)} "
                         f"principal directions ({pool_x.shape[0]} points of {width} features under the map {name!r}); "

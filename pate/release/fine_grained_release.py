@@ -126,9 +126,8 @@ def check_map_fit(config: Config, pool_x: np.ndarray) -> None:
     """Refuses, in one line, a `[features] map` the public pool's inputs do not take, or a
     `fine_grained.pca` above the directions the pool gives under it (`public_side` refuses the
     same when it fits the map): `pate plan --config` finds them before the run."""
-    fg = config.fine_grained
-    public_features.check_pca(config.features.map, pool_x, fg.pca,
-                              (fg.scattering_j, fg.scattering_l, fg.groups, config.features.weights))
+    public_features.check_pca(config.features.map, pool_x, config.fine_grained.pca,
+                              public_features.MapSettings.of(config))
 
 
 def public_side(config: Config, pool_x: np.ndarray, num_classes: int, noise: fine_grained.Noise,

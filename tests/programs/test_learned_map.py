@@ -17,7 +17,7 @@ from conftest import SMALL_ENCODER as SMALL
 from conftest import TINY, invoke, one_line_error
 from pate import data
 from pate.config import load_config
-from pate.programs import learned_map, public_features
+from pate.programs import learned_map, public_features, weights_folder
 from pate.release import ceiling as ceiling_mod
 from pate.store import rundir
 
@@ -74,7 +74,7 @@ def test_the_command_reads_the_pool_alone_and_the_weights_depend_on_it_only(tmp_
     assert result.exit_code == 0, result.output
     weights = [(tmp_path / d / learned_map.WEIGHTS).read_bytes() for d in "ac"]
     assert weights[0] == weights[1]  # the same seed, the same pool: the same weights, whatever the private rows
-    recipe = json.loads((tmp_path / "c" / learned_map.RECIPE).read_text())
+    recipe = json.loads((tmp_path / "c" / weights_folder.RECIPE).read_text())
     with np.load(clean) as f:
         pool = f["x_test"][:200, ..., None]
     assert recipe["pool"] == {"sha256": learned_map.pool_digest(pool), "images": 200, "shape": [8, 8, 1]}
@@ -207,7 +207,7 @@ def test_bad_weights_are_refused_in_one_line_before_any_data_is_read(tmp_path, t
     (tampered / learned_map.WEIGHTS).write_bytes(bytes(raw))
     no_recipe = tmp_path / "no-recipe"
     shutil.copytree(tiny_encoder, no_recipe)
-    (no_recipe / learned_map.RECIPE).unlink()
+    (no_recipe / weights_folder.RECIPE).unlink()
 
     def no_data(*_args, **_kw):
         raise AssertionError("data was loaded")

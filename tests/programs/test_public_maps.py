@@ -17,7 +17,7 @@ from conftest import TINY, invoke, one_line_error
 from pate import data
 from pate.config import load_config
 from pate.data import Splits
-from pate.programs import coates_ng, hog, public_features
+from pate.programs import coates_ng, hog, public_features, weights_folder
 from pate.release import fine_grained_release
 
 SMALL = coates_ng.Recipe(filters=6, size=3, patches=400, iterations=4)
@@ -105,7 +105,7 @@ def test_coates_ng_filters_depend_on_the_pool_and_seed_alone(tmp_path, monkeypat
     assert again.exit_code == 0, again.output
     raw = [(tmp_path / d / coates_ng.WEIGHTS).read_bytes() for d in "ab"]
     assert raw[0] == raw[1]
-    recipe = json.loads((tmp_path / "b" / coates_ng.RECIPE).read_text())
+    recipe = json.loads((tmp_path / "b" / weights_folder.RECIPE).read_text())
     with np.load(clean) as f:
         pool = f["x_test"][:200, ..., None]
     assert recipe["pool"] == {"sha256": coates_ng.pool_digest(pool), "images": 200, "shape": [8, 8, 1]}
