@@ -37,7 +37,7 @@ def resolved(config):
     refusal stays one line."""
     from pate.programs.data_facts import with_data_defaults
 
-    return with_data_defaults(config, None)
+    return with_data_defaults(config)
 
 
 @click.group(cls=opt.Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -363,6 +363,22 @@ def bernoulli_exp_array(source: NoiseSource, numerators, scale: int) -> np.ndarr
     return out.reshape(np.shape(numerators))
 
 
+def geometric_candidates(source: NoiseSource, count: int, t: int, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """One round of the geometric part of :func:`discrete_laplace_array` for ``count`` draws at
+    scale t/s: ``(keep, y)``, the mask of the draws whose U was kept and, for those, Y = ⌊(U + tV)/s⌋
+    with P[Y = y] ∝ e^{−y s/t} (CKS 2020, Algorithm 2, steps before the sign). Redraw the others."""
+    u = randbelow_array(source, np.full(count, t, np.int64))
+    keep = bernoulli_exp_array(source, u, t)
+    u = u[keep]
+    v = np.zeros(u.size, np.int64)
+    going = np.arange(u.size)
+    while going.size:
+        success = bernoulli_exp_array(source, np.full(going.size, t, np.int64), t)
+        v[going[success]] += 1
+        going = going[success]
+    return keep, (u + t * v) // s
+
+
 def discrete_laplace_array(source: NoiseSource, scale, shape) -> np.ndarray:
     """int64 samples of `shape`, each with probability ∝ exp(−|y| / scale), exactly, for an
     integer ``1 <= scale <= 2**40`` (the vectorised :func:`discrete_laplace`) or a rational
@@ -389,16 +405,8 @@ def discrete_laplace_array(source: NoiseSource, scale, shape) -> np.ndarray:
     out = np.zeros(math.prod(shape), np.int64)
     todo = np.arange(out.size)
     while todo.size:
-        u = randbelow_array(source, np.full(todo.size, t, np.int64))
-        keep = bernoulli_exp_array(source, u, t)
-        todo_kept, u = todo[keep], u[keep]
-        v = np.zeros(todo_kept.size, np.int64)
-        going = np.arange(todo_kept.size)
-        while going.size:
-            success = bernoulli_exp_array(source, np.full(going.size, t, np.int64), t)
-            v[going[success]] += 1
-            going = going[success]
-        x = (u + t * v) // s
+        keep, x = geometric_candidates(source, todo.size, t, s)
+        todo_kept = todo[keep]
         negative = (source.uint64(todo_kept.size) & np.uint64(1)).astype(bool)
         accept = ~(negative & (x == 0))
         out[todo_kept[accept]] = np.where(negative, -x, x)[accept]

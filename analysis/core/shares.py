@@ -46,7 +46,7 @@ from fractions import Fraction
 import numpy as np
 
 from analysis.core.errors import PateError
-from analysis.core.noise import MAX_GRID_SCALE, NoiseSource, bernoulli_exp_array, randbelow_array
+from analysis.core.noise import MAX_GRID_SCALE, NoiseSource, geometric_candidates, randbelow_array
 
 #: The largest denominator of the share's order r = a/c (the coins Bernoulli((c j + a)/(c (j + 1)))
 #: stay far inside int64 for every g a geometric of scale <= 2^40 reaches in practice).
@@ -86,16 +86,8 @@ def geometric_array(source: NoiseSource, scale, size: int) -> np.ndarray:
     out = np.zeros(int(size), np.int64)
     todo = np.arange(out.size)
     while todo.size:
-        u = randbelow_array(source, np.full(todo.size, t, np.int64))
-        keep = bernoulli_exp_array(source, u, t)
-        kept, u = todo[keep], u[keep]
-        v = np.zeros(kept.size, np.int64)
-        going = np.arange(kept.size)
-        while going.size:
-            heads = bernoulli_exp_array(source, np.full(going.size, t, np.int64), t)
-            v[going[heads]] += 1
-            going = going[heads]
-        out[kept] = (u + t * v) // s
+        keep, y = geometric_candidates(source, todo.size, t, s)
+        out[todo[keep]] = y
         todo = todo[~keep]
     return out
 

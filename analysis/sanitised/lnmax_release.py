@@ -59,11 +59,11 @@ class SanitizedEps:
 
 
 class _Release(NamedTuple):
-    """The public parts of the release at (β, δ, η): ``dilation`` = (e^β − 1) ln(2/δ), the noise's
-    ``slide`` s (its scale is S̃/s), the ``shift`` a (in units of S̃) and ``k`` (`sanitized_eps`)."""
+    """The public parts of the release at (β, δ, η): ``s`` = (e^β − 1) ln(2/δ), both the dilation's
+    ε and the noise's slide (its scale is S̃/s), the ``shift`` a (in units of S̃) and ``k``
+    (`sanitized_eps`)."""
 
-    dilation: float
-    slide: float
+    s: float
     shift: float
     k: float
 
@@ -84,7 +84,7 @@ def _release_parts(beta, delta, eta=None) -> _Release:
                         f"{beta:g} (its proof needs beta <= (e^beta - 1) ln(2/delta)); use delta <= "
                         f"{2 / math.e:.3f}")
     shift = 0.5 + math.log(1.0 / eta) / dilation
-    return _Release(dilation, dilation, shift, (1.0 + shift * u) * (1.0 + _FLOAT_MARGIN))
+    return _Release(dilation, shift, (1.0 + shift * u) * (1.0 + _FLOAT_MARGIN))
 
 
 def release_eps_cost(beta, delta, eta=None) -> float:
@@ -104,7 +104,7 @@ def release_eps_cost(beta, delta, eta=None) -> float:
         of the proof fails; never for ``delta <= 2/e``).
     """
     parts = _release_parts(beta, delta, eta)
-    return parts.dilation + parts.k * parts.slide
+    return parts.s + parts.k * parts.s
 
 
 def with_release(eps_labels: float, delta: float, beta: float | None = None, eta: float | None = None
@@ -180,7 +180,7 @@ def sanitized_eps(votes, gamma, delta, beta=DEFAULT_BETA, moments=DEFAULT_MOMENT
                         "finite at these settings: nothing can be released; check --gamma and --delta")
     ss_units = ss / grid * (1.0 + _FLOAT_MARGIN) + 1.0
     centre = round(result.eps / grid + parts.shift * ss_units)
-    scale_units = ss_units / parts.slide
+    scale_units = ss_units / parts.s
     if not math.isfinite(scale_units):
         raise PateError(f"the release noise is not finite (grid {grid:g}, eps_r {eps_r:g}); use a larger grid")
     source = NoiseSource() if noise is None else noise

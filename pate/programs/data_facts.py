@@ -55,13 +55,12 @@ def check_maps_ready(config: Config, *, teachers: bool) -> None:
         check_ready(name, MapSettings.of(config))
 
 
-def with_data_defaults(config: Config, echo: Callable[[str], None] | None = None) -> Config:
+def with_data_defaults(config: Config) -> Config:
     """``config`` with the keys its file did not set resolved from the data's public facts, the
     line saying which values were chosen (`pate.config.data_defaults`) kept as ``config.data_note``
     for the step that does the work to print once its checks have passed (`say_data_note`): a
     refusal stays one line. Unchanged, and no data read, when it has none left to resolve (a run's
-    config.toml, written whole; a config the command line resolved). ``echo`` is not used (kept for
-    callers of the earlier form)."""
+    config.toml, written whole; a config the command line resolved)."""
     if not config.defaulted or not _maps_ready(config):
         return config
     found = facts(config)

@@ -94,7 +94,7 @@ def label(config: Config, workdir, *, seed: int | None = None, overwrite: bool =
         process of a distributed run failed (`pate.programs.cluster.Stopped`).
     """
     check_config(config, "pate.label")
-    config = with_data_defaults(config, echo)  # a fine-grained release's keys the file left out, from the data
+    config = with_data_defaults(config)  # a fine-grained release's keys the file left out, from the data
     from pate.data import load_dataset, load_public, split
     from pate.programs import agreement
     from pate.programs.cluster import Cluster

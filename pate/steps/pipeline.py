@@ -716,7 +716,7 @@ def run(config: Config, workdir: str | Path, *, overwrite: bool = False, seed: i
     from pate.programs.cluster import Cluster
 
     check_config(config, "pate.run")
-    config = with_data_defaults(config, echo)  # the keys the file left out, from the data's public facts
+    config = with_data_defaults(config)  # the keys the file left out, from the data's public facts
     cluster = Cluster()
     # Every process runs process 0's config (each step agrees again on its data and checkpoints).
     agreement.agree(cluster, config)

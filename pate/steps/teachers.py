@@ -148,7 +148,7 @@ def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
         its data or settings differ from process 0's.
     """
     check_config(config, "pate.train_teachers")
-    config = with_data_defaults(config, echo)  # the keys the file left out, from the data's public facts
+    config = with_data_defaults(config)  # the keys the file left out, from the data's public facts
     start_time = time.time()
     tc = config.teachers
     # Keep the finished teachers until the new ones are complete. (Multi-host runs

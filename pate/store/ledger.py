@@ -37,7 +37,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from analysis.mechanisms import composition
 from analysis.core.errors import PateError
@@ -652,13 +652,13 @@ class Ledger:
         return doc
 
 
-def _drawn_in(directory: Path, subjects: tuple) -> tuple[Path, dict] | None:
-    """The first sanitised-eps entry about one of ``subjects`` in any ledger of ``directory``."""
-    wanted = {s for s in subjects if s}
+def _entries_in(directory) -> Iterator[tuple[Path, dict]]:
+    """Every entry of every ledger file of ``directory`` (plain files only; unreadable files and
+    lines skipped), with its file: what the checks across ledger folders read."""
     try:
-        files = sorted(p for p in directory.glob("*.jsonl") if p.is_file() and not p.is_symlink())
+        files = sorted(p for p in Path(directory).glob("*.jsonl") if p.is_file() and not p.is_symlink())
     except OSError:
-        return None
+        return
     for path in files:
         try:
             lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
@@ -669,9 +669,15 @@ def _drawn_in(directory: Path, subjects: tuple) -> tuple[Path, dict] | None:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(entry, dict) and entry.get("kind") == "sanitised-eps" and entry.get("subject") in wanted:
-                return path, entry
-    return None
+            if isinstance(entry, dict):
+                yield path, entry
+
+
+def _drawn_in(directory: Path, subjects: tuple) -> tuple[Path, dict] | None:
+    """The first sanitised-eps entry about one of ``subjects`` in any ledger of ``directory``."""
+    wanted = {s for s in subjects if s}
+    return next(((path, entry) for path, entry in _entries_in(directory)
+                 if entry.get("kind") == "sanitised-eps" and entry.get("subject") in wanted), None)
 
 
 def labels_recorded_in(directory: Path, labels_path, subjects: tuple) -> bool:
@@ -680,10 +686,9 @@ def labels_recorded_in(directory: Path, labels_path, subjects: tuple) -> bool:
     asks, reading the labels alone (never the votes or teachers that name their data set)."""
     release = release_identity("labels", labels_path)
     wanted = {s for s in subjects if s}
-    try:
-        files = sorted(p for p in Path(directory).glob("*.jsonl") if p.is_file() and not p.is_symlink())
-    except OSError:
-        return False
+    return any(entry.get("kind") in ("labels", "imported")
+               and (entry.get("release") == release or entry.get("subject") in wanted)
+               for _, entry in _entries_in(directory))
     for path in files:
         try:
             lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
