@@ -54,8 +54,7 @@ def _config():
     """The run's config: the keys tiny.toml leaves out (the smoothing) decided by its data, as `pate run` does."""
     from pate.programs.data_facts import with_data_defaults
 
-    return with_data_defaults(load_config(TINY, {"aggregation.mechanism": "fine-grained", "fine_grained.pca": 16}),
-                              lambda _: None)
+    return with_data_defaults(load_config(TINY, {"aggregation.mechanism": "fine-grained", "fine_grained.pca": 16}))
 
 
 def test_one_release_labels_every_pool_point_with_nothing_private_written(fine_run):
