@@ -13,6 +13,7 @@ import click
 from analysis.mechanisms import registry
 from pate.cli import baseline_options as baseline
 from pate.cli import options as opt
+from pate.config.silo_sections import MAX_SILOS
 
 
 def start_cluster(distributed: bool, coordinator, num_processes, process_id, join_timeout) -> None:
@@ -458,6 +459,30 @@ def synth_command(config_path, workdir, method, eps, steps, teachers, settings, 
     config = config_with(config_path, settings, synth__method=method, synth__eps=eps, synth__steps=steps,
                              synth__teachers=teachers)
     baseline.train_and_print("synth", config, workdir, seed, overwrite, no_progress)
+
+
+@main.group("silos")
+def silos_group() -> None:
+    """A fine-grained release across silos on Flower: each silo counts its own records and adds a
+    share of the noise, Flower's SecAgg+ shows the coordinator the sum alone (docs/silos.md)."""
+
+
+@silos_group.command("run")
+@opt.config()
+@opt.workdir("Run directory of the coordinator (created if missing): labels.npz, config.toml.")
+@opt.settings()
+@click.option("--silos", type=click.IntRange(2, MAX_SILOS), help="Run N silos here: a SuperLink and N SuperNodes on "
+              "127.0.0.1, silo i holding the i-th slice of the [data] train split (sets silos.silos). Without it the "
+              "release is submitted to the SuperLink at [silos] address, whose SuperNodes are the silos; run it on "
+              "that SuperLink's host.")
+@opt.overwrite("Replace an existing release of the run directory.")
+def silos_run_command(config_path, workdir, settings, silos, overwrite):
+    """Release fine-grained labels of every pool point from the silos' secure sum, as the
+    central release does, charging the ledger once ([silos] ledger)."""
+    from pate.steps.silos import run
+
+    run(config_with(config_path, settings, silos__silos=silos), workdir, silos=silos, overwrite=overwrite,
+        echo=click.echo)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,8 +1,8 @@
 """The config sections: one frozen dataclass per TOML table (`[data]`, `[teachers]`,
-`[aggregation]`, `[fine_grained]`, `[features]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`, `[synth]`), each with its
+`[aggregation]`, `[fine_grained]`, `[features]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`, `[synth]`, `[silos]`), each with its
 defaults and a `validate()` that names the key at fault, and `Config`, the registry of sections
 (`[rounds]`'s `RoundsConfig` lives in `pate.config.round_sections`; the baselines' `[dpsgd]`,
-`[fedavg]` and `[synth]` in `pate.config.baseline_sections`).
+`[fedavg]` and `[synth]` in `pate.config.baseline_sections`; `[silos]` in `pate.config.silo_sections`).
 
 Loading, overrides, TOML output and hashing live in `pate.config`, which re-exports every
 name here; import them from there. To add a section, write a frozen dataclass with defaults
@@ -20,6 +20,7 @@ from typing import Literal
 from analysis.mechanisms.registry import NAMES as MECHANISMS
 from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
 from pate.config.round_sections import RoundsConfig
+from pate.config.silo_sections import SilosConfig
 from pate.config.checks import FLOAT32_MAX, MAX_EPS, at_least_one, check_map, eps, positive
 from pate.config.checks import require as _require
 
@@ -486,6 +487,7 @@ class Config:
     dpsgd: DpsgdConfig = DpsgdConfig()
     fedavg: FedavgConfig = FedavgConfig()
     synth: SynthConfig = SynthConfig()
+    silos: SilosConfig = SilosConfig()
     defaulted: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False,
                                                   metadata={"section": False})
     #: The line that says which values the data chose (`pate.programs.data_facts.with_data_defaults`),

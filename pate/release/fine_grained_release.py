@@ -202,6 +202,13 @@ def publish(side: PublicSide, cfg: FineGrainedConfig, delta: float, counts: np.n
             source: NoiseSource) -> FineGrainedRelease:
     """The one release of the PRIVATE `counts` (every record's) and the labels it gives."""
     noisy = fine_grained.release(counts, side.noise, source)  # the PRIVATE counts end here
+    return labelled(side, cfg, delta, noisy)
+
+
+def labelled(side: PublicSide, cfg: FineGrainedConfig, delta: float, noisy: np.ndarray) -> FineGrainedRelease:
+    """The labels and labels.npz's arrays of a released noisy histogram (post-processing: the
+    smoothing over the pool's graph and the argmax), whoever drew its noise: `publish` here, or
+    the silos' shares summed (`pate.release.silo_release`)."""
     labels, margins = fine_grained.labels_and_margins(fine_grained.smooth(noisy, side.graph, cfg.smoothing_weights))
     if cfg.label_noise == "randomized-response":  # debiasing moves no label; margins in true votes
         margins = fine_grained.debias_margins(margins, side.num_classes, cfg.label_eps)
