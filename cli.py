@@ -479,7 +479,7 @@ def silos_group() -> None:
 def silos_run_command(config_path, workdir, settings, silos, overwrite):
     """Release fine-grained labels of every pool point from the silos' secure sum, as the
     central release does, charging the ledger once ([silos] ledger)."""
-    from pate.steps.silos import run
+    from pate.steps.label_silos import run
 
     run(config_with(config_path, settings, silos__silos=silos), workdir, silos=silos, overwrite=overwrite,
         echo=click.echo)

@@ -1,5 +1,5 @@
 """The `[silos]` config section (`pate silos run`: a fine-grained release across silos on Flower,
-`pate.steps.silos`), in a module of its own so that `pate.config.sections` stays small; import
+`pate.steps.label_silos`), in a module of its own so that `pate.config.sections` stays small; import
 `SilosConfig` from here or from `pate.config`. Validated like every section: `validate()` names
 the key at fault."""
 

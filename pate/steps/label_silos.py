@@ -33,11 +33,9 @@ import numpy as np
 
 from analysis.core.errors import PateError
 from pate.config import Config
+from pate.programs import secure_sum
 from pate.store.identity import SILOS_META
 
-#: `server_app` and `client_app` are the Flower components the submitted App names (built on first
-#: use, `__getattr__`: Flower is imported only then); Flower finds them here by this list.
-__all__ = ["client_app", "contribute", "coordinate", "ledger_name", "public_plan", "run", "server_app"]
 
 
 def ledger_name(config: Config) -> str:
@@ -156,7 +154,6 @@ def coordinate(config: Config, workdir, grid, context, *, overwrite: bool = Fals
       PateError: a bad plan, budget or run directory (before any silo is asked); a silo that
         refuses, fails, drops or is missing, or a share short (nothing released or charged).
     """
-    from pate.programs.secure_sum import secure_sum, wait_for_silos
     from pate.release import fine_grained_release as fine_release
     from pate.release.labels import check_run_ledger, content_digest, read_labels
     from pate.release.silo_release import release_total
@@ -174,9 +171,9 @@ def coordinate(config: Config, workdir, grid, context, *, overwrite: bool = Fals
         echo(plan.describe())
         side = fine_release.public_side(config, pool.pool_x, pool.num_classes, plan.noise, echo)
         watched = _Watched(grid)
-        nodes = wait_for_silos(watched, plan.silos, s.timeout, "the SuperLink")
+        nodes = secure_sum.wait_for_silos(watched, plan.silos, s.timeout, "the SuperLink")
         try:
-            total = secure_sum(watched, context, nodes=nodes, ranges=plan.ranges, needed=plan.needed,
+            total = secure_sum.secure_sum(watched, context, nodes=nodes, ranges=plan.ranges, needed=plan.needed,
                                timeout=s.timeout, fit_config={"plan": plan.digest()})
         except PateError as err:
             raise PateError(_with_silo_errors(str(err), watched.errors)) from None
@@ -241,24 +238,19 @@ def _write_outcome(path: Path, outcome: dict) -> None:
     os.replace(temp, path)
 
 
-def _apps():
+def _server_app():
     from flwr.serverapp import ServerApp
-
-    from pate.programs.secure_sum import client_app as make_client_app
 
     server = ServerApp()
     server.main()(_serve)
-    return server, make_client_app(_client)
+    return server
 
 
-def __getattr__(name: str):
-    """`server_app` and `client_app`, the Flower components the submitted App names
-    (`pate.programs.flower_deploy`), built on first use (Flower is imported only then)."""
-    if name in ("server_app", "client_app"):
-        server, client = _apps()
-        globals().update(server_app=server, client_app=client)
-        return globals()[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+#: The Flower components the submitted App names (`pate.programs.flower_deploy`): Flower's own
+#: ServerApp (the coordinator, `coordinate`) and ClientApp (a silo, `contribute`, inside SecAgg+'s
+#: mod). Importing this module imports Flower.
+server_app = _server_app()
+client_app = secure_sum.client_app(_client)
 
 
 # --------------------------------------------------------------------------- pate silos run
