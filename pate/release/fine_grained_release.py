@@ -371,6 +371,13 @@ def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_
                         f"post-processing; weights {str(np.asarray(labels.get('smoothing_weights', 'uniform')))}"),
         report_mod.Item("delta", "delta", float(delta), True),
     )
+    silos = (labels.get("meta") or {}).get("silos") if isinstance(labels.get("meta"), dict) else None
+    if isinstance(silos, dict):  # a release across silos (`pate silos run`): the trust it assumes
+        items += (report_mod.Item(
+            "silos", "silos whose noise shares were summed",
+            f"{silos.get('present')} present; {silos.get('needed')} of {silos.get('silos')} needed", True,
+            "the eps assumes the shares needed were added honestly (fewer were refused); a coalition of silos "
+            "learns no more while that many others are honest (docs/silos.md)"),)
     if str(np.asarray(labels.get("label_noise", "none"))) == "randomized-response":
         label_eps = float(np.asarray(labels["label_eps"]))
         items += (report_mod.Item("label_eps", "label-DP eps of randomized response at the source", label_eps, True,

@@ -77,6 +77,7 @@ def test_three_silos_release_every_label_with_one_charge_and_the_coordinator_rea
     assert result.present == 3 and result.label_accuracy > 0.5
     analyzed = invoke("analyze", "--workdir", run)
     assert analyzed.exit_code == 0, analyzed.output
+    assert "3 present; 3 of 3 needed" in analyzed.output  # the report names the trust it assumes
     release = json.loads((run / rundir.RELEASE_JSON).read_text())
     assert release["data_set"]["data_set"] == "silos:records" and release["data_set"]["eps"] == pytest.approx(1.0, rel=1e-4)
     assert [e["kind"] for e in _entries(config)] == ["labels"]  # the report charged nothing more
