@@ -48,6 +48,13 @@ from pate.programs.secure_sum import MAX_MODULUS_RANGE, SecAggRanges, SecureSum
 from pate.release import fine_grained_release as fine_release
 
 
+#: `[features]` keys that are a party's own paths (a learned map's weights, Coates-Ng's filters),
+#: left out of the plan: each host keeps them where it likes. A silo on other weights votes for
+#: other pool points, which changes the labels' quality, never the guarantee (the sensitivity
+#: holds for any public map).
+LOCAL_PATHS = ("weights", "filters")
+
+
 @dataclasses.dataclass(frozen=True)
 class SiloPlan:
     """The public plan every party of a release across silos computes alike (module docstring)."""
@@ -103,7 +110,8 @@ def plan_of(config: Config, pool) -> SiloPlan:
                                           needed=needed, max_modulus=(MAX_MODULUS_RANGE - 1) // (2 * s.silos))
     ranges = SecAggRanges.for_modulus(modulus.modulus, s.silos)
     whole = config_to_dict(config)
-    settings = {"fine_grained": whole["fine_grained"], "features": whole["features"],
+    features = {k: v for k, v in whole["features"].items() if k not in LOCAL_PATHS}
+    settings = {"fine_grained": whole["fine_grained"], "features": features,
                 "public_size": config.data.public_size, "relation": noise.relation}
     pool_sha = hashlib.sha256(np.ascontiguousarray(pool.pool_x).tobytes()).hexdigest()
     return SiloPlan(noise, s.silos, needed, records, pool_size, classes, modulus, ranges, pool_sha, settings)

@@ -91,6 +91,9 @@ def contribute(node: dict, fit_config: dict, echo=print):
     sliced = bool(node.get("slice", False))
     if not 0 <= silo < config.silos.silos:
         raise PateError(f"silo {silo} is not one of the {config.silos.silos} silos of its config ([silos] silos)")
+    if not sliced and not config.silos.records:
+        raise PateError(f"silo {silo}: set [silos] records, a public bound on all silos' records together (0 means "
+                        "the [data] train split's count, which is this silo's alone)")
     pool, plan = public_plan(config)
     check_plan(plan, fit_config.get("plan"), silo)
     total = train_count(config.data)
@@ -256,6 +259,18 @@ client_app = secure_sum.client_app(_client)
 # --------------------------------------------------------------------------- pate silos run
 
 
+def _absolute_paths(config: Config) -> Config:
+    """`config` with its relative file paths (`[data] path`, `[features] weights` and `filters`) made
+    absolute from this working directory, as this process reads them."""
+    def absolute(path: str) -> str:
+        return str(Path(path).expanduser().resolve()) if path else path
+
+    return dataclasses.replace(
+        config, data=dataclasses.replace(config.data, path=absolute(config.data.path)),
+        features=dataclasses.replace(config.features, weights=absolute(config.features.weights),
+                                     filters=absolute(config.features.filters)))
+
+
 def run(config: Config, workdir, *, silos: int | None = None, overwrite: bool = False, echo=print) -> None:
     """`pate silos run` (module docstring). `silos`: a local deployment of that many silos, each
     the slice of `config`'s train split of its index; None: the SuperLink at `[silos] address`
@@ -272,6 +287,7 @@ def run(config: Config, workdir, *, silos: int | None = None, overwrite: bool = 
     if silos is not None:
         config = dataclasses.replace(config, silos=dataclasses.replace(config.silos, silos=int(silos)))
         config.silos.validate()
+    config = _absolute_paths(config)  # the ServerApp and SuperNodes run in other working directories
     public_plan(config)  # refused before any process starts
     workdir = Path(workdir).expanduser().resolve()
     folder = Path(tempfile.mkdtemp(prefix="pate-silos-"))

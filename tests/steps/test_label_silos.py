@@ -83,6 +83,35 @@ def test_three_silos_release_every_label_with_one_charge_and_the_coordinator_rea
     assert [e["kind"] for e in _entries(config)] == ["labels"]  # the report charged nothing more
 
 
+def test_silos_on_their_own_files_and_a_coordinator_holding_the_pool_alone(tmp_path):
+    """Real hosts: each silo's .npz holds its own records and the shared pool, the coordinator's
+    the pool alone (no x_train row); `[silos] records` bounds them all."""
+    whole = np.load(write_embeddings(tmp_path / "all.npz"))
+    pool = {"x_test": whole["x_test"], "y_test": whole["y_test"]}
+    settings = {**FINE, "data.name": "npz", "silos.timeout": 3.0, "silos.records": 500}
+    paths = []
+    for i, rows in enumerate((slice(0, 100), slice(100, 300), slice(300, 480))):
+        np.savez(tmp_path / f"silo{i}.npz", x_train=whole["x_train"][rows], y_train=whole["y_train"][rows], **pool)
+        paths.append(tmp_path / f"silo{i}.toml")
+        paths[-1].write_text(config_to_toml(with_data_defaults(load_config(
+            TINY, {**settings, "data.path": str(tmp_path / f"silo{i}.npz")}))))
+    np.savez(tmp_path / "pool.npz", x_train=whole["x_train"][:0], y_train=whole["y_train"][:0], **pool)
+    config = with_data_defaults(load_config(TINY, {**settings, "data.path": str(tmp_path / "pool.npz")}))
+    nodes = [{"pate_config": str(p), "silo": i} for i, p in enumerate(paths)]
+    made = silos.coordinate(config, tmp_path / "run", loopback_grid(silos.client_app, nodes), server_context(),
+                            echo=lambda _: None)
+    assert made.present == 3 and made.label_accuracy > 0.5 and [e["kind"] for e in _entries(config)] == ["labels"]
+    with pytest.raises(PateError, match=r"set \[silos\] records"):  # a silo's own count bounds no one else's
+        silos.contribute({"pate_config": str(_unbounded(tmp_path, paths[0])), "silo": 0}, {})
+
+
+def _unbounded(tmp_path, path):
+    """`path`'s config with `[silos] records` left at 0."""
+    out = tmp_path / "unbounded.toml"
+    out.write_text(config_to_toml(load_config(path, {"silos.records": 0})))
+    return out
+
+
 def test_a_silo_killed_mid_round_stops_it_and_nothing_is_charged(tmp_path):
     config, paths = _configs(tmp_path)
     grid = loopback_grid(silos.client_app, _nodes(paths), answers={2: 2})  # silo 2 dies after sharing its keys
