@@ -37,7 +37,6 @@ from pate.programs import secure_sum
 from pate.store.identity import SILOS_META
 
 
-
 def ledger_name(config: Config) -> str:
     """The ledger the coordinator charges: `[silos] ledger`, else ``silos:`` and the data set's
     name (the coordinator holds no record: it cannot know the data set by its records)."""
@@ -68,9 +67,9 @@ def public_plan(config: Config):
 
 
 def _node_value(node: dict, key: str, kind: type):
+    """The SuperNode's node-config value `key`, of type `kind` (str or int; a bool is no int)."""
     value = node.get(key)
-    if kind is bool and isinstance(value, bool) or kind is not bool and isinstance(value, kind) \
-            and not isinstance(value, bool):
+    if isinstance(value, kind) and not isinstance(value, bool):
         return value
     raise PateError(f"this SuperNode's --node-config lacks {key} (a {kind.__name__}): start it with "
                     "--node-config 'pate_config=\"/path/silo.toml\" silo=0' (docs/silos.md)")
@@ -94,7 +93,7 @@ def contribute(node: dict, fit_config: dict, echo=print):
     if not sliced and not config.silos.records:
         raise PateError(f"silo {silo}: set [silos] records, a public bound on all silos' records together (0 means "
                         "the [data] train split's count, which is this silo's alone)")
-    pool, plan = public_plan(config)
+    _pool, plan = public_plan(config)
     check_plan(plan, fit_config.get("plan"), silo)
     total = train_count(config.data)
     rows = block(total, plan.silos, silo) if sliced else range(total)
@@ -177,7 +176,7 @@ def coordinate(config: Config, workdir, grid, context, *, overwrite: bool = Fals
         nodes = secure_sum.wait_for_silos(watched, plan.silos, s.timeout, "the SuperLink")
         try:
             total = secure_sum.secure_sum(watched, context, nodes=nodes, ranges=plan.ranges, needed=plan.needed,
-                               timeout=s.timeout, fit_config={"plan": plan.digest()})
+                                          timeout=s.timeout, fit_config={"plan": plan.digest()})
         except PateError as err:
             raise PateError(_with_silo_errors(str(err), watched.errors)) from None
         if total.present < plan.silos and watched.errors:
