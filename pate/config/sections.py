@@ -245,13 +245,16 @@ class FineGrainedConfig:
     `label_noise = "randomized-response"` first replaces each private label by k-ary randomized
     response at `label_eps` (exact; `analysis.mechanisms.fine_grained.randomized_response`): each
     label is then `label_eps`-DP locally (label DP), on top of the central replace-one `eps`.
+    `votes_per_record = 0`, `smoothing = 0`, `smoothing_weights = "auto"`: chosen when the
+    release is drawn, on the public proxy with the release's own noise
+    (`pate.release.tuning`: the labelled public pool alone, no private record); a value set here wins.
     """
 
     eps: float = 1.0
     noise: Literal["laplace", "gaussian"] = "laplace"
-    votes_per_record: int = 1
-    smoothing: int = 40
-    smoothing_weights: Literal["uniform", "harmonic"] = "harmonic"
+    votes_per_record: int = 1  # 0: chosen on the public proxy (`pate.release.tuning`)
+    smoothing: int = 40  # 0: chosen on the public proxy
+    smoothing_weights: Literal["uniform", "harmonic", "auto"] = "harmonic"
     pca: int = 128
     scattering_j: int = 2
     scattering_l: int = 8
@@ -272,7 +275,17 @@ class FineGrainedConfig:
                      f"label itself up to e^-50), got {self.label_eps}")
         else:
             _require(self.label_eps == 0, s, "label_eps", 'applies with label_noise = "randomized-response" only')
-        at_least_one(s, self, "votes_per_record", "smoothing", "pca", "scattering_j", "scattering_l", "groups")
+        for key in ("votes_per_record", "smoothing"):
+            _require(getattr(self, key) >= 0, s, key,
+                     f"must be >= 1, or 0 (chosen on the public proxy), got {getattr(self, key)}")
+        at_least_one(s, self, "pca", "scattering_j", "scattering_l", "groups")
+
+    @property
+    def auto(self) -> tuple[str, ...]:
+        """The keys left to `pate.release.tuning` (0, or "auto"), in the grid's order."""
+        return tuple(key for key, free in (("votes_per_record", self.votes_per_record == 0),
+                                           ("smoothing", self.smoothing == 0),
+                                           ("smoothing_weights", self.smoothing_weights == "auto")) if free)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -312,6 +312,9 @@ def _fine_grained_noise(sources: dict):
         raise OptionError("--" + given[0].replace("_", "-"), "does not apply to a fine-grained config: its noise is "
                           "[fine_grained]'s")
     delta = sources.get("delta") or config.privacy.delta
+    if not config.fine_grained.votes_per_record:
+        raise OptionError("--config", "fine_grained.votes_per_record = 0 is chosen on the public proxy when the "
+                          "release is drawn: audit the run (--workdir), or set it")
     return fine_release.noise_of(config.fine_grained, delta), float(delta), [config_path]
 
 
