@@ -103,6 +103,22 @@ def test_each_candidate_is_scored_on_the_proxy_against_its_noiseless_labels(pool
     assert np.mean([r["mean"] for r in once]) < np.mean([r["noiseless"] for r in once])  # noise only lowers
 
 
+def test_randomized_response_at_the_source_is_drawn_on_the_stand_in_labels(pool):
+    """With `label_noise = "randomized-response"` each draw randomises the stand-in labels first,
+    at the config's own label_eps (not scaled): at label_eps 0.01 the labels are all but uniform,
+    so even an almost noiseless release (eps 1000) labels near chance (4 classes)."""
+    path, public = pool
+    halves = public_proxy.cut(public.pool_x, public.pool_y, "none", 8)
+    cands = tuning.grid(200)[:2]
+    plain = _config(path, **{"fine_grained.eps": 1000.0}).fine_grained
+    rr = _config(path, **{"fine_grained.eps": 1000.0, "fine_grained.label_noise": "randomized-response",
+                          "fine_grained.label_eps": 0.01}).fine_grained
+    clean = tuning.score(halves, 4, plain, 1e-5, 100.0, cands, draws=3)
+    noisy = tuning.score(halves, 4, rr, 1e-5, 100.0, cands, draws=3)
+    assert all(r["mean"] > 0.8 for r in clean) and all(r["mean"] < 0.45 for r in noisy)
+    assert [r["noiseless"] for r in clean] == [r["noiseless"] for r in noisy]  # the cap: no randomisation
+
+
 def test_the_winner_is_the_best_mean_with_ties_to_the_smaller_k_m_and_uniform(pool):
     path, public = pool
     made = tuning.tune(_config(path), public, echo=_quiet)
