@@ -214,12 +214,48 @@ def _release(path, run, **sets):
     return "\n".join(lines), read_labels(run / rundir.LABELS_NPZ)
 
 
-def test_settings_left_to_the_proxy_are_chosen_there_recorded_published_and_not_chosen_again(tmp_path):
-    """`pate run` of a config that leaves votes_per_record, smoothing and the weights to the proxy:
-    the release uses `tune`'s winner on the public pool (labels.npz's record and meta say which),
-    config.toml keeps them left to the proxy, release.json says chosen-on-public-proxy, and a
-    second run of the same config skips every step (no choice, release or charge again); a data
-    set whose private rows all differ (same count, same pool) gets the same choice."""
+def test_settings_left_to_the_proxy_are_chosen_there_recorded_and_published(tmp_path):
+    """votes_per_record = 0, smoothing = 0, weights "auto": the release uses `tune`'s winner on the
+    public pool (labels.npz's record and meta say which), config.toml keeps them left to the
+    proxy, release.json says chosen-on-public-proxy; a data set whose private rows all differ
+    (same count, same pool) gets the same choice."""
+    path = write_embeddings(tmp_path / "e.npz", train=600, test=260)
+    run = tmp_path / "run"
+    output, labels = _release(path, run, **AUTO)
+    expected = tuning.tune(_config(path), data.load_public(_config(path).data), echo=_quiet).winner
+    meta = labels["meta"][tuning.META_KEY]
+    assert (meta["votes_per_record"], meta["smoothing"], meta["smoothing_weights"]) == (
+        expected["votes_per_record"], expected["smoothing"], expected["smoothing_weights"])
+    assert meta["settings"] == "chosen-on-public-proxy" and meta["proxy_label_accuracy"] == expected["mean"]
+    assert meta["chosen"] == ["votes_per_record", "smoothing", "smoothing_weights"] and meta["candidates"] == 12
+    assert int(labels["votes_per_record"]) == expected["votes_per_record"]
+    assert int(labels["smoothing"]) == expected["smoothing"]
+    assert str(labels["smoothing_weights"]) == expected["smoothing_weights"]
+    assert "chosen on the public proxy" in output and "no private record read" in output
+    stored = load_config(run / rundir.CONFIG_TOML).fine_grained
+    assert (stored.votes_per_record, stored.smoothing, stored.smoothing_weights) == (0, 0, "auto")
+    result = invoke("analyze", "--workdir", run)
+    assert result.exit_code == 0, result.output
+    details = json.loads((run / rundir.RELEASE_JSON).read_text())["details"]
+    assert details["settings_chosen"] == "chosen-on-public-proxy"
+    assert details["settings_chosen_keys"] == "votes_per_record, smoothing, smoothing_weights"
+    assert details["votes_per_record"] == expected["votes_per_record"] and details["smoothing"] == expected["smoothing"]
+
+    with np.load(path) as f:
+        arrays = dict(f)
+    other = tmp_path / "other" / "e.npz"
+    other.parent.mkdir()
+    rng = np.random.default_rng(9)
+    np.savez(other, **{**arrays, "x_train": rng.normal(size=arrays["x_train"].shape).astype(np.float32),
+                       "y_train": rng.integers(0, 4, arrays["y_train"].shape)})
+    _, relabelled = _release(other, tmp_path / "run-other", **AUTO)
+    assert relabelled["meta"][tuning.META_KEY] == meta
+
+
+@pytest.mark.slow
+def test_a_run_with_settings_left_to_the_proxy_chooses_once(tmp_path):
+    """`pate run` keeps the keys left to the proxy in config.toml as written, so a second run of the
+    same config skips every step: no choice, release or charge again (slow: it trains a student)."""
     from pate.store import ledger as ledger_mod
 
     path = write_embeddings(tmp_path / "e.npz", train=240, test=150)
@@ -230,42 +266,12 @@ def test_settings_left_to_the_proxy_are_chosen_there_recorded_published_and_not_
     run = tmp_path / "run"
     first = invoke("run", "--config", config, "--workdir", run, "--no-progress")
     assert first.exit_code == 0, first.output
-    assert "chosen on the public proxy" in first.output and "no private record read" in first.output
-    resolved = load_config(run / rundir.CONFIG_TOML)
-    fine = resolved.fine_grained
-    assert (fine.votes_per_record, fine.smoothing, fine.smoothing_weights) == (0, 0, "auto")
-    expected = tuning.tune(resolved, data.load_public(resolved.data), echo=_quiet).winner
-    labels = read_labels(run / rundir.LABELS_NPZ)
-    meta = labels["meta"][tuning.META_KEY]
-    assert (meta["votes_per_record"], meta["smoothing"], meta["smoothing_weights"]) == (
-        expected["votes_per_record"], expected["smoothing"], expected["smoothing_weights"])
-    assert meta["settings"] == "chosen-on-public-proxy" and meta["proxy_label_accuracy"] == expected["mean"]
-    assert meta["chosen"] == ["votes_per_record", "smoothing", "smoothing_weights"] and meta["candidates"] == 6
-    assert int(labels["votes_per_record"]) == expected["votes_per_record"]
-    assert int(labels["smoothing"]) == expected["smoothing"]
-    assert str(labels["smoothing_weights"]) == expected["smoothing_weights"]
-    details = json.loads((run / rundir.RELEASE_JSON).read_text())["details"]
-    assert details["settings_chosen"] == "chosen-on-public-proxy"
-    assert details["settings_chosen_keys"] == "votes_per_record, smoothing, smoothing_weights"
-    assert details["votes_per_record"] == expected["votes_per_record"] and details["smoothing"] == expected["smoothing"]
-
+    assert "chosen on the public proxy" in first.output
+    assert json.loads((run / rundir.RELEASE_JSON).read_text())["details"]["settings_chosen"] == tuning.CHOSEN
     second = invoke("run", "--config", config, "--workdir", run, "--no-progress")
     assert second.exit_code == 0, second.output
     assert "chosen on the public proxy" not in second.output and "[label] up to date: skipped" in second.output
-    assert len(ledger_mod.Ledger.for_config(resolved).releases()) == 1
-
-    with np.load(path) as f:
-        arrays = dict(f)
-    other = tmp_path / "other" / "e.npz"
-    other.parent.mkdir()
-    rng = np.random.default_rng(9)
-    np.savez(other, **{**arrays, "x_train": rng.normal(size=arrays["x_train"].shape).astype(np.float32),
-                       "y_train": rng.integers(0, 4, arrays["y_train"].shape)})
-    from pate.steps.label import label
-
-    label(dataclasses.replace(resolved, data=dataclasses.replace(resolved.data, path=str(other))), tmp_path / "other-run",
-          echo=_quiet)
-    assert read_labels(tmp_path / "other-run" / rundir.LABELS_NPZ)["meta"][tuning.META_KEY] == meta
+    assert len(ledger_mod.Ledger.for_config(load_config(config)).releases()) == 1
 
 
 def test_a_value_the_config_sets_wins_over_the_proxy(tmp_path):
