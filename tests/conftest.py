@@ -171,10 +171,11 @@ def _session_ledgers(tmp_path_factory):
     would refuse the tests' draws of the same labels)."""
     import os
 
-    names = ("PATE_LEDGER_DIR", "XDG_STATE_HOME")
+    names = ("PATE_LEDGER_DIR", "XDG_STATE_HOME", "PATE_CACHE_DIR")
     old = {name: os.environ.get(name) for name in names}
     os.environ["PATE_LEDGER_DIR"] = str(tmp_path_factory.mktemp("ledgers"))
     os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    os.environ["PATE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))  # filters fitted on a pool
     yield
     for name, value in old.items():
         if value is None:

@@ -289,8 +289,9 @@ class FeaturesConfig:
     gradients, `pate.programs.hog`: cells of `hog_cell` pixels, `hog_bins` orientation bins over
     360 degrees when `hog_signed`, else 180, L2-Hys blocks of `hog_block` x `hog_block` cells;
     defaults 4, 12, signed, 2), or "coates-ng" (k-means filters fitted on the public pool's
-    patches by `pate features --kind coates-ng --out DIR`; `filters` names DIR, checked by digest:
-    `pate.programs.coates_ng`).
+    patches by `pate features --kind coates-ng --out DIR`; `filters` names DIR, checked by digest;
+    left empty, the default recipe's filters are fitted on the pool once and kept by digest in
+    `$PATE_CACHE_DIR` or `~/.cache/pate`: `pate.programs.coates_ng`).
     The pool PCA and quantisation follow; `whiten` (default false) gives each part of the map its
     own pool PCA, each component divided by its pool s.d., each part to unit norm before the join.
     The map is a function of the public pool alone.
@@ -310,9 +311,6 @@ class FeaturesConfig:
         _require(bool(self.weights) or "learned" not in self.map.split("+"), "features", "weights",
                  f"is empty but map = {self.map!r} names \"learned\"; set it to the folder "
                  "`pate features --out DIR` wrote")
-        _require(bool(self.filters) or "coates-ng" not in self.map.split("+"), "features", "filters",
-                 f"is empty but map = {self.map!r} names \"coates-ng\"; set it to the folder "
-                 "`pate features --kind coates-ng --out DIR` wrote")
         _require(1 <= self.hog_cell <= 64, "features", "hog_cell", f"must be 1..64 pixels, got {self.hog_cell}")
         _require(2 <= self.hog_bins <= 64, "features", "hog_bins", f"must be 2..64 bins, got {self.hog_bins}")
         _require(1 <= self.hog_block <= 8, "features", "hog_block", f"must be 1..8 cells, got {self.hog_block}")

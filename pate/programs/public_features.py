@@ -134,7 +134,7 @@ MAPS = {m.name: m for m in (
                detail=lambda s: f"HOG cells {s.hog.cell}, {s.hog.bins} {'signed' if s.hog.signed else 'unsigned'} "
                                 f"bins, blocks {s.hog.block}"),
     FeatureMap("coates-ng", True, "Coates-Ng k-means filters fitted on the public pool's patches", _coates_ng,
-               lambda s: coates_ng.check_weights(s.filters),
+               lambda s: s.filters and coates_ng.check_weights(s.filters),  # none named: fitted on the pool
                lambda s: {"feature_filters_sha256": coates_ng.check_weights(s.filters)}),
 )}
 
