@@ -18,6 +18,8 @@ import re
 from typing import Literal
 
 from analysis.mechanisms.registry import NAMES as MECHANISMS
+from pate.data.formats import NAMES as DATA_FORMATS
+from pate.data.formats import format_of
 from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
 from pate.config.round_sections import RoundsConfig
 from pate.config.checks import FLOAT32_MAX, MAX_EPS, at_least_one, check_map, eps, positive
@@ -79,7 +81,7 @@ class DataConfig:
     for the same people content cannot recognise (re-encoded, or as embeddings).
     """
 
-    name: Literal["fashion_mnist", "mnist", "svhn", "npz", "synthetic"] = "fashion_mnist"
+    name: Literal[DATA_FORMATS] = "fashion_mnist"
     path: str = ""
     public_size: int = 9000
     synthetic_train_size: int = 2000
@@ -96,8 +98,9 @@ class DataConfig:
                  s, "dataset", f"must be one line of printable text of at most 200 characters with no space at "
                  f"either end, got {self.dataset[:40]!r}")
         _require(self.public_size >= 0, s, "public_size", f"must be >= 0, got {self.public_size}")
-        _require(self.name != "npz" or bool(self.path), s, "path",
-                 "must name the .npz file when data.name = \"npz\"")
+        fmt = format_of(self.name)
+        _require(not fmt.needs_path or bool(self.path), s, "path",
+                 f"must name {fmt.path_names} when data.name = \"{self.name}\"")
         _require(self.synthetic_train_size >= 1, s, "synthetic_train_size", "must be >= 1")
         _require(self.synthetic_test_size >= 1, s, "synthetic_test_size", "must be >= 1")
         _require(len(self.synthetic_shape) == 3 and all(d >= 1 for d in self.synthetic_shape),
