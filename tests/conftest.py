@@ -171,10 +171,11 @@ def _session_ledgers(tmp_path_factory):
     would refuse the tests' draws of the same labels)."""
     import os
 
-    names = ("PATE_LEDGER_DIR", "XDG_STATE_HOME")
+    names = ("PATE_LEDGER_DIR", "XDG_STATE_HOME", "PATE_CACHE_DIR")
     old = {name: os.environ.get(name) for name in names}
     os.environ["PATE_LEDGER_DIR"] = str(tmp_path_factory.mktemp("ledgers"))
     os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    os.environ["PATE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))  # filters fitted on a pool
     yield
     for name, value in old.items():
         if value is None:
@@ -207,11 +208,13 @@ SMALL_ENCODER = ["--widths", "4,8", "--strides", "2,2", "--degrees", 0, "--epoch
 @pytest.fixture(scope="session")
 def tiny_encoder(tmp_path_factory):
     """An encoder trained on the tiny config's synthetic pool (200 images of 8 x 8) by `pate
-    features` (tests of the learned map, its teachers and DP-SGD on it)."""
-    out = tmp_path_factory.mktemp("encoder") / "enc"
-    result = invoke("features", "--config", TINY, "--out", out, *SMALL_ENCODER)
-    assert result.exit_code == 0, result.output
-    return out
+    features` (tests of the learned map, its teachers and DP-SGD on it), once per session for both
+    workers (read it, never write into it)."""
+    def build(folder):
+        result = invoke("features", "--config", TINY, "--out", folder / "enc", *SMALL_ENCODER)
+        assert result.exit_code == 0, result.output
+
+    return _built_once(tmp_path_factory, "shared-tiny-encoder", build) / "enc"
 
 
 def _built_once(tmp_path_factory, name: str, build) -> pathlib.Path:

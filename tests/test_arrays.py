@@ -92,6 +92,7 @@ def _refusal(call) -> str:
     (lambda a: {**a, "xp": a["xp"].reshape(-1, 8, 8)}, "add the channel axis"),
     (lambda a: {**a, "xq": a["xq"][:, :10]}, "private records'"),
     (lambda a: {**a, "xp": np.where(np.arange(FEATURES) == 3, np.nan, a["xp"])}, "NaN"),
+    (lambda a: {**a, "xq": np.where(np.arange(FEATURES) == 3, 1e30, a["xq"])}, "past 1e+06"),
     (lambda a: {**a, "yp": a["yp"][:-1]}, "one label per input"),
     (lambda a: {**a, "yp": a["yp"] + 1}, "class(es) 0 occur in no record"),
     (lambda a: {**a, "yp": a["yp"] - 1}, "holds the label -1"),

@@ -571,14 +571,9 @@ def legacy_identity(data) -> str:
     """The name an older pate gave the same `[data]` section's ledger: the data set and the
     resolved location of its files (synthetic data: its generating parameters). Such a
     ledger's releases still count (`Ledger`'s ``legacy``)."""
-    if data.name == "synthetic":
-        return (f"synthetic(train={data.synthetic_train_size}, shape={list(data.synthetic_shape)}, "
-                f"classes={data.synthetic_classes}, noise={data.synthetic_noise:g}, "
-                f"seed={data.synthetic_seed})")
     from pate import data as data_mod
 
-    where = data_mod.source_location(data.name, data.path)
-    return f"{data.name}:{Path(where).expanduser().resolve()}"
+    return data_mod.legacy_identity(data)
 
 
 def votes_identity(path) -> str | None:
