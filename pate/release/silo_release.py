@@ -99,6 +99,10 @@ def plan_of(config: Config, pool) -> SiloPlan:
     if cfg.noise != "laplace":
         raise PateError('a release across silos splits the discrete Laplace: set fine_grained.noise = "laplace" '
                         "(shares of a discrete Gaussian do not sum to one)")
+    if cfg.auto:
+        raise PateError(f"a release across silos needs fine_grained.{', '.join(cfg.auto)} set in every party's config "
+                        "(the silos count with one k, agreed before the round): choose them with `pate ceiling --tune` "
+                        "rather than at release time")
     fine_release.check_pool_fit(cfg, int(pool.pool_x.shape[0]))
     noise = fine_release.noise_of(cfg, config.privacy.delta)
     records = int(s.records or pool.train_size)

@@ -111,6 +111,9 @@ def test_refusals_before_any_silo_is_asked_and_after_the_sum():
     pool = load_public(config.data)
     with pytest.raises(PateError, match='fine_grained.noise = "laplace"'):
         silo_release.plan_of(_config(**{"fine_grained.noise": "gaussian"}), pool)
+    for auto in ({"fine_grained.votes_per_record": 0}, {"fine_grained.smoothing_weights": "auto"}):
+        with pytest.raises(PateError, match="pate ceiling --tune"):
+            silo_release.plan_of(_config(**auto), pool)
     with pytest.raises(PateError, match="modulus"):
         silo_release.plan_of(_config(**{"silos.records": 2**30, "fine_grained.eps": 0.01}), pool)
     plan = silo_release.plan_of(config, pool)

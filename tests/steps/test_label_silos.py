@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from analysis.core.errors import PateError
-from pate import data as data_mod
+from pate.data import loading
 from pate.config import config_to_toml, load_config
 from pate.programs.data_facts import with_data_defaults
 from pate.release.labels import read_labels
@@ -59,8 +59,9 @@ def _entries(config) -> list:
 def test_three_silos_release_every_label_with_one_charge_and_the_coordinator_reads_no_record(tmp_path, monkeypatch):
     config, paths = _configs(tmp_path)
     loaded = []
-    monkeypatch.setattr(data_mod, "on_rows_loaded", lambda x, y: loaded.append(len(x)))
-    monkeypatch.setattr(data_mod, "load_dataset", lambda cfg: pytest.fail("the whole split was read"))
+    monkeypatch.setattr(loading, "on_rows_loaded", lambda x, y: loaded.append(len(x)))
+    for whole_split in ("load_dataset", "train_chunks"):
+        monkeypatch.setattr(loading, whole_split, lambda *a, **k: pytest.fail("the whole split was read"))
     run = tmp_path / "run"
     lines = []
     result = silos.coordinate(config, run, loopback_grid(silos.client_app, _nodes(paths)), server_context(),
