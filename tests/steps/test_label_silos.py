@@ -192,8 +192,12 @@ def test_a_superlink_and_three_supernodes_release_with_one_charge(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_killed_supernode_stops_the_round_with_nothing_charged(tmp_path):
+def test_a_killed_supernode_stops_the_round_with_nothing_charged(tmp_path, monkeypatch):
+    import tempfile
+
     from pate.programs.flower_deploy import LocalDeployment
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the Flower logs a failed release keeps
 
     config, paths = _configs(tmp_path, **{"silos.timeout": 20.0})
     with LocalDeployment(tmp_path / "flower", paths[0], 3) as local:
