@@ -58,6 +58,10 @@ MAX_MODULUS_RANGE = 2**32
 #: The metrics key under which a silo names itself (`SecureSum.silos`).
 SILO_KEY = "silo"
 
+#: The config record the coordinator adds to SecAgg+'s setup message (`secure_sum`'s
+#: ``setup_config``), which a silo's ``ready`` reads (`client_app`); SecAgg+'s mod ignores it.
+SETUP_RECORD = "pate.setup"
+
 
 @dataclasses.dataclass(frozen=True)
 class SecAggRanges:
@@ -181,10 +185,12 @@ def wait_for_silos(grid, silos: int, timeout: float, where: str) -> list[int]:
 
 
 def secure_sum(grid, context, *, nodes: list[int], ranges: SecAggRanges, needed: int, timeout: float,
-               fit_config: dict) -> SecureSum:
-    """One round of Flower's SecAgg+ over the SuperNodes `nodes`, each sent `fit_config`; the sum
-    of their residues mod M (`exact_total`). Refused in one line, nothing released, when the
-    workflow stops before the sum (too few silos left to unmask it)."""
+               fit_config: dict, setup_config: dict | None = None) -> SecureSum:
+    """One round of Flower's SecAgg+ over the SuperNodes `nodes`, each sent `fit_config` with
+    the request for its input (and `setup_config` with SecAgg+'s first message, before any input
+    is asked: `client_app`'s ``ready``); the sum of their residues mod M (`exact_total`). Refused
+    in one line, nothing released, when the workflow stops before the sum (too few silos left to
+    unmask it)."""
     from flwr.app import ArrayRecord, ConfigRecord
     from flwr.common import parameters_to_ndarrays
     from flwr.server import LegacyContext, ServerConfig, SimpleClientManager
@@ -202,11 +208,12 @@ def secure_sum(grid, context, *, nodes: list[int], ranges: SecAggRanges, needed:
     legacy.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
     legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({Key.CURRENT_ROUND: 1,
                                                                      Key.START_TIME: time.time()})
-    ranges.workflow(needed, timeout)(grid, legacy)
+    ranges.workflow(needed, timeout)(grid if setup_config is None else _WithSetup(grid, setup_config), legacy)
     if strategy.outcome is None:
         raise PateError(f"the secure sum stopped before its end: fewer than {max(needed, ranges.silos // 2 + 1)} "
                         f"of the {ranges.silos} silos answered within {timeout:g} s ([silos] timeout); nothing was "
-                        "released or charged")
+                        "released or charged by the coordinator (a silo that had sent its input keeps its own "
+                        "ledger's charge)")
     results, failures = strategy.outcome
     reasons = tuple(_reason(f) for f in failures)
     if not results:
@@ -216,16 +223,50 @@ def secure_sum(grid, context, *, nodes: list[int], ranges: SecAggRanges, needed:
     return SecureSum(len(results), exact_total(aggregate, len(results), ranges), named, reasons)
 
 
+def _is_setup(message) -> bool:
+    """Whether `message` is SecAgg+'s setup message (its first: the parameters, no input asked)."""
+    from flwr.app.message_type import MessageType
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage
+
+    if message.metadata.message_type != MessageType.TRAIN:
+        return False
+    configs = message.content.config_records.get(RECORD_KEY_CONFIGS)
+    return configs is not None and configs.get(Key.STAGE) == Stage.SETUP
+
+
+class _WithSetup:
+    """A Grid whose SecAgg+ setup messages carry `SETUP_RECORD` (the coordinator's `setup_config`)."""
+
+    def __init__(self, grid, setup_config: dict):
+        self.grid, self.setup_config = grid, dict(setup_config)
+
+    def __getattr__(self, name):
+        return getattr(self.grid, name)
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from flwr.app import ConfigRecord
+
+        messages = list(messages)
+        for message in messages:
+            if _is_setup(message):
+                message.content.config_records[SETUP_RECORD] = ConfigRecord(dict(self.setup_config))
+        return self.grid.send_and_receive(messages, timeout=timeout)
+
+
 def _reason(failure) -> str:
     """One line of a silo's failure as Flower reports it (its ClientApp's exception, if any)."""
     text = " ".join(str(failure).split())
     return text[:400]
 
 
-def client_app(contribute: Callable):
+def client_app(contribute: Callable, ready: Callable | None = None):
     """A Flower ClientApp for a silo: SecAgg+'s mod (`secaggplus_mod`) around a client whose
     `fit` calls ``contribute(context, config)`` -> (residues, silo index) and sends the residues
-    (`as_update`, the ranges `contribute` returns with them) with weight 1 (module docstring)."""
+    (`as_update`, the ranges `contribute` returns with them) with weight 1 (module docstring).
+    ``ready(context, setup_config)``, when given, runs on SecAgg+'s first message (its setup
+    stage, with the coordinator's `secure_sum` ``setup_config``, {} if none), before the silo
+    answers it: an exception there is the silo's error reply, so the round stops (or goes on
+    without it, above the workflow's threshold) before any silo has sent an input."""
     from flwr.client import ClientApp, NumPyClient
     from flwr.client.mod import secaggplus_mod
 
@@ -237,4 +278,18 @@ def client_app(contribute: Callable):
             residues, ranges, index = contribute(self.context, dict(config))
             return as_update(residues, ranges), 1, {SILO_KEY: int(index)}
 
-    return ClientApp(client_fn=lambda context: Silo(context).to_client(), mods=[secaggplus_mod])
+    mods = [secaggplus_mod] if ready is None else [_on_setup(ready), secaggplus_mod]
+    return ClientApp(client_fn=lambda context: Silo(context).to_client(), mods=mods)
+
+
+def _on_setup(ready: Callable):
+    """A Flower mod, placed before `secaggplus_mod`, that calls ``ready(context, setup_config)``
+    on SecAgg+'s setup message (the first of its four) and passes every message on."""
+
+    def mod(message, context, call_next):
+        if _is_setup(message):
+            said = message.content.config_records.get(SETUP_RECORD)
+            ready(context, {} if said is None else dict(said))
+        return call_next(message, context)
+
+    return mod

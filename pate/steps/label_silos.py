@@ -75,15 +75,14 @@ def _node_value(node: dict, key: str, kind: type):
                     "--node-config 'pate_config=\"/path/silo.toml\" silo=0' (docs/silos.md)")
 
 
-def contribute(node: dict, fit_config: dict, echo=print):
-    """A silo's part of the round (module docstring): ``(residues, ranges, silo index)``. `node`
-    is the SuperNode's node config, `fit_config` the coordinator's word (the plan's digest)."""
-    from analysis.core.noise import NoiseSource
+def _own_records(node: dict):
+    """A silo's config, index and records from its SuperNode's node config `node`: ``(config,
+    silo, rows, block)``, `rows` its records' numbers in its config's train split, `block` the
+    same when it holds a slice of that split (``slice``), else None (the whole split is its own)."""
     from pate.config import load_config
-    from pate.data import split_rows, train_count
+    from pate.data import train_count
     from pate.programs.cluster import block
     from pate.programs.data_facts import with_data_defaults
-    from pate.release.silo_release import check_plan, silo_input
 
     config = with_data_defaults(load_config(_node_value(node, "pate_config", str)))
     silo = _node_value(node, "silo", int)
@@ -93,17 +92,52 @@ def contribute(node: dict, fit_config: dict, echo=print):
     if not sliced and not config.silos.records:
         raise PateError(f"silo {silo}: set [silos] records, a public bound on all silos' records together (0 means "
                         "the [data] train split's count, which is this silo's alone)")
+    total = train_count(config.data)
+    rows = block(total, config.silos.silos, silo) if sliced else range(total)
+    return config, silo, rows, rows if sliced else None
+
+
+def ready(node: dict, setup_config: dict) -> None:
+    """A silo's word before the round (SecAgg+'s setup message, before any silo sends an input:
+    a refusal here costs no silo anything): refused, one line, when the coordinator's plan (its
+    digest in `setup_config`) is not this silo's, or when one more share would take its records'
+    ledger past its budget (`pate.release.silo_ledger.check_budget`)."""
+    from pate.release import silo_ledger
+    from pate.release.silo_release import check_plan
+
+    config, silo, _rows, own = _own_records(node)
+    _pool, plan = public_plan(config)
+    check_plan(plan, setup_config.get("plan"), silo)
+    silo_ledger.check_budget(config, silo, own)
+
+
+def contribute(node: dict, fit_config: dict, echo=print):
+    """A silo's part of the round (module docstring): ``(residues, ranges, silo index)``, its
+    share charged to its own records' ledger right before it leaves
+    (`pate.release.silo_ledger.charge_share`). `node` is the SuperNode's node config,
+    `fit_config` the coordinator's word (the plan's digest)."""
+    from analysis.core.noise import NoiseSource
+    from pate.data import split_rows
+    from pate.release import silo_ledger
+    from pate.release.silo_release import check_plan, silo_input
+
+    config, silo, rows, own = _own_records(node)
     _pool, plan = public_plan(config)
     check_plan(plan, fit_config.get("plan"), silo)
-    total = train_count(config.data)
-    rows = block(total, plan.silos, silo) if sliced else range(total)
     splits = split_rows(config.data, config.data.public_size, np.arange(rows.start, rows.stop))
     echo(f"silo {silo}: {len(rows)} records of its own, a share of 1/{plan.needed} of the noise")
-    return silo_input(config, plan, splits, rows.start, NoiseSource(), echo), plan.ranges, silo
+    residues = silo_input(config, plan, splits, rows.start, NoiseSource(), echo)
+    entry = silo_ledger.charge_share(config, plan, silo, splits, own)  # the share is released from here on
+    echo(f"silo {silo}: charged eps {entry['mechanism']['eps']:.6g} to the ledger of its records")
+    return residues, plan.ranges, silo
 
 
 def _client(context, fit_config: dict):
     return contribute(dict(context.node_config), fit_config, echo=lambda _line: None)
+
+
+def _ready(context, setup_config: dict) -> None:
+    ready(dict(context.node_config), setup_config)
 
 
 # --------------------------------------------------------------------------- the coordinator
@@ -176,7 +210,8 @@ def coordinate(config: Config, workdir, grid, context, *, overwrite: bool = Fals
         nodes = secure_sum.wait_for_silos(watched, plan.silos, s.timeout, "the SuperLink")
         try:
             total = secure_sum.secure_sum(watched, context, nodes=nodes, ranges=plan.ranges, needed=plan.needed,
-                                          timeout=s.timeout, fit_config={"plan": plan.digest()})
+                                          timeout=s.timeout, fit_config={"plan": plan.digest()},
+                                          setup_config={"plan": plan.digest()})
         except PateError as err:
             raise PateError(_with_silo_errors(str(err), watched.errors)) from None
         if total.present < plan.silos and watched.errors:
@@ -252,7 +287,7 @@ def _server_app():
 #: ServerApp (the coordinator, `coordinate`) and ClientApp (a silo, `contribute`, inside SecAgg+'s
 #: mod). Importing this module imports Flower.
 server_app = _server_app()
-client_app = secure_sum.client_app(_client)
+client_app = secure_sum.client_app(_client, _ready)
 
 
 # --------------------------------------------------------------------------- pate silos run

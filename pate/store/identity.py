@@ -139,7 +139,7 @@ def visible_directories(workdir=None, config=None) -> list[Path]:
     return found
 
 
-def data_identity(data, directory: str | Path | None = None, *, new: bool = False) -> str:
+def data_identity(data, directory: str | Path | None = None, *, new: bool = False, rows: range | None = None) -> str:
     """The *source* of the private data behind a `[data]` section: the data set's name and a
     sha256 of the multiset of its training records, as ``"<name>:sha256:<digest>"``: the
     sorted per-record sha256s (`record_digests`; with the npz's ``ids``, each record's id
@@ -162,8 +162,13 @@ def data_identity(data, directory: str | Path | None = None, *, new: bool = Fals
     only keyed 8-byte digests of each split's records and ids (owner-only, ``.records/``)
     and keyed declared names.
 
-    The source is cached by the training files' stat (path, size, inode, times) in the
-    ledger directory (owner-only), so a command reads the data once per change.
+    ``rows`` (a block of record numbers, ``range(start, stop)``): the identity of those records
+    alone, read by `pate.data.load_train_rows` (never the whole split): what a silo of a release
+    across silos holding a slice of the split is (`pate.release.silo_ledger`). A data set the
+    folder knows that holds them is still the data set they are, as for any split.
+
+    The source is cached by the training files' stat (path, size, inode, times) and ``rows`` in
+    the ledger directory (owner-only), so a command reads the data once per change.
 
     Raises:
       PateError: ``[data] dataset`` with ``[privacy] new_data_set`` (they contradict), or
@@ -177,16 +182,18 @@ def data_identity(data, directory: str | Path | None = None, *, new: bool = Fals
                         "new_data_set = true names them a new data set: give one or the other")
     files = data_mod.training_files(data)
     stats = [[str(Path(f).expanduser().resolve()), *_stat(f)] for f in files]
-    cache_key = hashlib.sha256(json.dumps(["v2", data.name, stats, legacy_identity(data) if not files else ""])
+    block = [] if rows is None else [[rows.start, rows.stop]]
+    cache_key = hashlib.sha256(json.dumps(["v2", data.name, stats, legacy_identity(data) if not files else "", *block])
                                .encode("utf-8")).hexdigest()
     source = _IDENTITIES.get((str(directory), cache_key)) or _cached_identity(directory, cache_key)
     if (source is None or _SOURCE.fullmatch(source) is None or not source.startswith(f"{data.name}:sha256:")
             or not _known(directory, source, new)):
         ids = data_mod.train_ids(data)
         digests, inputs = [], []
-        for x, y in data_mod.train_chunks(data):
+        for x, y in _chunks(data, rows):
             digests += record_digests(x, y)
             inputs += input_digests(x)
+        ids = ids if ids is None or rows is None else ids[rows.start:rows.stop]
         named = digests if ids is None else [hashlib.sha256(d + b"id" + i).digest() for d, i in zip(digests, ids)]
         source = f"{data.name}:sha256:{_multiset_digest(named)}"
         prepare(directory)
@@ -202,6 +209,17 @@ def data_identity(data, directory: str | Path | None = None, *, new: bool = Fals
         with _placing(directory):
             _declare(directory, root, declared)
     return root
+
+
+def _chunks(data, rows: range | None):
+    """The training records `data_identity` digests: the whole split in chunks, or the block `rows`."""
+    from pate import data as data_mod
+
+    if rows is None:
+        return data_mod.train_chunks(data)
+    if rows.step != 1 or not 0 <= rows.start <= rows.stop:
+        raise PateError(f"internal error: a block of records must be a range(start, stop), got {rows!r}")
+    return [data_mod.load_train_rows(data, np.arange(rows.start, rows.stop, dtype=np.int64))]
 
 
 @contextlib.contextmanager

@@ -91,13 +91,18 @@ class Ledger:
         self.legacy = tuple(n for n in legacy if n and n != self.name)
 
     @classmethod
-    def for_config(cls, config) -> "Ledger":
+    def for_config(cls, config, rows: range | None = None) -> "Ledger":
         """The ledger of a config's private data set (`pate.store.identity.data_identity`: the
         multiset of its records, or the data set a split sharing most of them belongs to,
         unless ``[privacy] new_data_set``); the ledgers an older pate named by the files'
-        location or by the records in file order still count."""
+        location or by the records in file order still count. ``rows`` (``range(start,
+        stop)``): the ledger of that block of the split's records alone (a silo's slice, read
+        alone; no older pate named a block)."""
         directory = directory_for(config.privacy)
-        source = data_identity(config.data, directory, new=bool(getattr(config.privacy, "new_data_set", False)))
+        source = data_identity(config.data, directory, new=bool(getattr(config.privacy, "new_data_set", False)),
+                               rows=rows)
+        if rows is not None:
+            return cls(source, directory)
         return cls(source, directory, legacy=(legacy_identity(config.data), previous_identity(config.data, directory)))
 
     @classmethod

@@ -19,6 +19,10 @@ from analysis.core.errors import PateError
 from pate.data import loading
 from pate.config import config_to_toml, load_config
 from pate.programs.data_facts import with_data_defaults
+from analysis.mechanisms.silos import guaranteed_eps
+from pate.programs.cluster import block
+from pate.release import silo_ledger
+from pate.release.fine_grained_release import noise_of
 from pate.release.labels import read_labels
 from pate.steps import label_silos as silos
 from pate.store import rundir
@@ -56,17 +60,30 @@ def _entries(config) -> list:
     return book.entries() if book.exists() else []
 
 
+def _silo_entries(config, silo: int) -> list:
+    """The releases in the ledger of silo `silo`'s records (its third of the 480)."""
+    book = silo_ledger.silo_ledger(config, block(480, 3, silo))
+    return book.releases() if book.exists() else []
+
+
+def _ledger_files(folder) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.jsonl"))}
+
+
 def test_three_silos_release_every_label_with_one_charge_and_the_coordinator_reads_no_record(tmp_path, monkeypatch):
     config, paths = _configs(tmp_path)
     loaded = []
-    monkeypatch.setattr(loading, "on_rows_loaded", lambda x, y: loaded.append(len(x)))
+    monkeypatch.setattr(loading, "on_rows_loaded", lambda x, y: loaded.append(np.array(x)))
     for whole_split in ("load_dataset", "train_chunks"):
         monkeypatch.setattr(loading, whole_split, lambda *a, **k: pytest.fail("the whole split was read"))
     run = tmp_path / "run"
     lines = []
     result = silos.coordinate(config, run, loopback_grid(silos.client_app, _nodes(paths)), server_context(),
                               echo=lines.append)
-    assert loaded == [160, 160, 160]  # each silo its own third, once; the coordinator nothing
+    thirds = np.split(np.load(config.data.path)["x_train"], 3)
+    read = [[i for i, third in enumerate(thirds) if np.array_equal(x, third)] for x in loaded]
+    # each silo its own third alone (to count, and once to know its ledger); the coordinator nothing
+    assert all(len(r) == 1 for r in read) and sorted({r[0] for r in read}) == [0, 1, 2]
     labels = read_labels(run / rundir.LABELS_NPZ)
     assert labels["labels"].shape == (200,) and labels["labels"].min() >= 0
     with np.load(run / rundir.LABELS_NPZ, allow_pickle=False) as f:
@@ -119,9 +136,58 @@ def test_a_silo_killed_mid_round_stops_it_and_nothing_is_charged(tmp_path):
     began = time.monotonic()
     with pytest.raises(PateError) as err:
         silos.coordinate(config, tmp_path / "run", grid, server_context(), echo=lambda _: None)
-    assert "\n" not in str(err.value) and "nothing was released or charged" in str(err.value)
+    assert "\n" not in str(err.value) and "nothing was released or charged by the coordinator" in str(err.value)
     assert time.monotonic() - began < 30
     assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists() and _entries(config) == []
+    # silo 2 never sent its input: nothing charged; silos 0 and 1 had sent theirs: kept (conservative)
+    assert [len(_silo_entries(config, i)) for i in range(3)] == [1, 1, 0]
+
+
+def test_each_silo_charges_its_own_records_every_round_it_sends_a_share(tmp_path):
+    config, paths = _configs(tmp_path)
+    noise = noise_of(config.fine_grained, config.privacy.delta)
+    share_eps = guaranteed_eps(noise, 1, 3)  # one of the 3 shares needed: whoever sees it alone
+    assert share_eps > noise.eps()
+    for round_ in (1, 2):  # the coordinator asks again: each silo counts it
+        made = silos.coordinate(config, tmp_path / f"run{round_}", loopback_grid(silos.client_app, _nodes(paths)),
+                                server_context(), echo=lambda _: None)
+        assert made.eps == noise.eps()
+        for i in range(3):
+            entries = _silo_entries(config, i)
+            assert len(entries) == round_
+            assert entries[-1]["cost"] == {"kind": "pure", "eps0": share_eps, "count": 1.0}
+            assert entries[-1]["mechanism"]["silo"] == i and entries[-1]["mechanism"]["release_eps"] == noise.eps()
+    assert len(_entries(config)) == 2  # the coordinator's ledger: what it published, once a release
+    # a silo's ledger is the one a central command gives the same records (here: silo 1's third in a file of its own)
+    whole = np.load(config.data.path)
+    np.savez(tmp_path / "third.npz", x_train=whole["x_train"][160:320], y_train=whole["y_train"][160:320],
+             x_test=whole["x_test"], y_test=whole["y_test"])
+    own = load_config(paths[1], {"data.path": str(tmp_path / "third.npz")})
+    assert Ledger.for_config(own).name == silo_ledger.silo_ledger(config, block(480, 3, 1)).name
+
+
+def test_one_share_needed_costs_a_silo_the_release_eps():
+    noise = noise_of(with_data_defaults(load_config(TINY, FINE)).fine_grained, 1e-5)
+    assert silo_ledger.share_cost(noise, 1) == noise.cost()
+    assert silo_ledger.share_cost(noise, 4).params["eps0"] == pytest.approx(noise.eps() + 2 * noise.votes * np.log(4))
+
+
+def test_a_silo_past_its_budget_refuses_before_any_share_is_sent(tmp_path, ledger_dir):
+    noise = noise_of(with_data_defaults(load_config(TINY, FINE)).fine_grained, 1e-5)
+    budget = 1.5 * guaranteed_eps(noise, 1, 3)  # one round fits, two do not
+    config, paths = _configs(tmp_path, theirs={"privacy.total_budget": budget})
+    silos.coordinate(config, tmp_path / "run1", loopback_grid(silos.client_app, _nodes(paths)), server_context(),
+                     echo=lambda _: None)
+    before = _ledger_files(ledger_dir)
+    assert len(before) == 4  # the coordinator's and each silo's
+    with pytest.raises(PateError) as err:
+        silos.coordinate(config, tmp_path / "run2", loopback_grid(silos.client_app, _nodes(paths)), server_context(),
+                         echo=lambda _: None)
+    line = str(err.value)
+    assert "\n" not in line and "silo 1: its share of this release across silos would take" in line, line
+    assert f"= {budget:g}; nothing was written" in line
+    assert not (tmp_path / "run2" / rundir.LABELS_NPZ).exists()
+    assert _ledger_files(ledger_dir) == before  # no silo charged, the coordinator neither
 
 
 def test_fewer_silos_than_needed_are_refused_and_enough_are_released(tmp_path):
@@ -138,6 +204,7 @@ def test_a_silo_on_other_settings_refuses_and_nothing_is_charged(tmp_path):
                          echo=lambda _: None)
     assert "silo 1: the coordinator's plan is not this silo's" in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists() and _entries(config) == []
+    assert [_silo_entries(config, i) for i in range(3)] == [[], [], []]  # refused at setup: no input was sent
 
 
 def test_one_silo_index_twice_is_refused_before_the_release(tmp_path):
