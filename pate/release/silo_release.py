@@ -27,7 +27,8 @@ it), so the decoded total has exactly the law of the central release, or is post
 it: pure ε = 2k/b under replace-one (`analysis.mechanisms.fine_grained`, the geometric mechanism).
 The coordinator's view, the total mod M, is a function of that total, so the guarantee holds
 whether or not a cell wraps (a wrap, probability <= `[silos] failure`, only mislabels). The
-ledger is charged once, for that ε, by the coordinator.
+coordinator's ledger is charged once, for that ε; each silo charges its own records' ledger for
+the share it sends, at what that share alone guarantees (`pate.release.silo_ledger`).
 """
 
 from __future__ import annotations

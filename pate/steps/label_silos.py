@@ -1,13 +1,16 @@
 """`pate silos run`: a fine-grained release across silos on Flower (docs/silos.md), one central
-release charged once.
+release charged once by the coordinator, and each share by the silo that sends it.
 
 Three parts, each a function here:
 
-- `contribute`, the body of every silo's ClientApp (`client_app`, on a SuperNode): reads its own
-  config (the SuperNode's node config ``pate_config``) and only its own records (its config's
-  train split, or with ``slice`` its ``silo``-th slice of it), checks the coordinator's plan
-  against its own, and returns (H_i + Z_i) mod M (`pate.release.silo_release.silo_input`),
-  which Flower's SecAgg+ mod masks before it leaves;
+- `ready` and `contribute`, the body of every silo's ClientApp (`client_app`, on a SuperNode):
+  reads its own config (the SuperNode's node config ``pate_config``) and only its own records
+  (its config's train split, or with ``slice`` its ``silo``-th slice of it); at SecAgg+'s setup
+  message (`ready`, before any silo sends an input) checks the coordinator's plan against its
+  own and its records' ledger's budget (`pate.release.silo_ledger`); asked for its input
+  (`contribute`), checks the plan again, computes (H_i + Z_i) mod M
+  (`pate.release.silo_release.silo_input`), charges its records' ledger and returns it, which
+  Flower's SecAgg+ mod masks before it leaves;
 - `coordinate`, the body of the coordinator's ServerApp (`server_app`, run by the SuperLink):
   the public plan and pool only (`pate.data.load_public`: it opens no private record), the run
   directory's door (lock, staging), the ledger's budget, one SecAgg+ round

@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from analysis.core.errors import PateError
+from pate import data as data_mod
 from pate.data import loading
 from pate.config import config_to_toml, load_config
 from pate.programs.data_facts import with_data_defaults
@@ -74,8 +75,9 @@ def test_three_silos_release_every_label_with_one_charge_and_the_coordinator_rea
     config, paths = _configs(tmp_path)
     loaded = []
     monkeypatch.setattr(loading, "on_rows_loaded", lambda x, y: loaded.append(np.array(x)))
-    for whole_split in ("load_dataset", "train_chunks"):
-        monkeypatch.setattr(loading, whole_split, lambda *a, **k: pytest.fail("the whole split was read"))
+    for module in (loading, data_mod):
+        for whole_split in ("load_dataset", "train_chunks"):
+            monkeypatch.setattr(module, whole_split, lambda *a, **k: pytest.fail("the whole split was read"))
     run = tmp_path / "run"
     lines = []
     result = silos.coordinate(config, run, loopback_grid(silos.client_app, _nodes(paths)), server_context(),
@@ -244,7 +246,7 @@ def _sets(values: dict) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_superlink_and_three_supernodes_release_with_one_charge(tmp_path):
+def test_a_superlink_and_three_supernodes_release_with_one_charge(tmp_path, ledger_dir):
     data = write_embeddings(tmp_path / "records.npz")
     settings = {**FINE, "data.name": "npz", "data.path": data, "silos.timeout": 30.0}
     began = time.monotonic()
@@ -254,6 +256,8 @@ def test_a_superlink_and_three_supernodes_release_with_one_charge(tmp_path):
     assert "from 3 silos' secure sum" in result.output
     config = with_data_defaults(load_config(TINY, settings))
     assert [e["kind"] for e in _entries(config)] == ["labels"]
+    assert [len(_silo_entries(config, i)) for i in range(3)] == [1, 1, 1]  # each SuperNode charged its third
+    assert len(_ledger_files(ledger_dir)) == 4
     assert read_labels(tmp_path / "run" / rundir.LABELS_NPZ)["labels"].shape == (200,)
     print(f"pate silos run --silos 3 (SuperLink + 3 SuperNodes): {took:.1f} s")
 
@@ -286,6 +290,7 @@ def test_a_killed_supernode_stops_the_round_with_nothing_charged(tmp_path, monke
             silos.run(config, tmp_path / "run", echo=lambda _: None)
         took = time.monotonic() - began
         killer.join(timeout=5)
-    assert "\n" not in str(err.value) and "nothing was released or charged" in str(err.value)
+    assert "\n" not in str(err.value) and "nothing was released or charged by the coordinator" in str(err.value)
     assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists() and _entries(config) == []
+    assert _silo_entries(config, 2) == []  # killed before its input was asked: nothing charged
     print(f"a killed SuperNode stopped the round in {took:.1f} s")

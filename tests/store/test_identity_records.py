@@ -77,6 +77,26 @@ def test_the_identity_does_not_depend_on_the_order_of_the_records(tmp_path):
     assert a == b
 
 
+def test_a_block_of_the_split_is_the_data_set_of_its_records_read_alone(tmp_path, monkeypatch):
+    """A silo holding a slice of a split (`pate silos run`) charges the ledger of its own records:
+    the identity a file holding those records alone gets, computed from the block alone."""
+    from pate import data as data_mod
+    from pate.data import loading
+    from pate.store.identity import data_identity
+
+    x, y, xt, yt = _data()
+    whole = _config(_save(tmp_path / "whole.npz", x, y, xt, yt)).data
+    alone = data_identity(_config(_save(tmp_path / "part.npz", x[10:25], y[10:25], xt, yt)).data, tmp_path / "a")
+    read = []
+    monkeypatch.setattr(loading, "on_rows_loaded", lambda x, y: read.append(len(x)))
+    for module in (loading, data_mod):
+        monkeypatch.setattr(module, "train_chunks", lambda *a, **k: pytest.fail("the whole split was read"))
+    block = data_identity(whole, tmp_path / "b", rows=range(10, 25))
+    assert block == alone and read == [15]
+    assert data_identity(whole, tmp_path / "b", rows=range(10, 25)) == block and read == [15]  # cached
+    assert data_identity(whole, tmp_path / "c", rows=range(0, 15)) != block
+
+
 def test_a_split_named_new_on_purpose_gets_its_own_ledger_and_its_shared_people_still_count(tmp_path):
     """A name chosen on purpose does not make the records it shares new people (issue 51): its own
     ledger, linked to the data set it shares records with, so each release counts in both."""
