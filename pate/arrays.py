@@ -304,7 +304,9 @@ def _result(run_dir: Path, summary, records: dict, workdir: Path | None, config:
 
     labels = read_run_labels(run_dir)
     report = rundir.read_json(run_dir / rundir.RELEASE_JSON)
-    student = load_student(run_dir)
+    from pate.steps.student import with_neighbours
+
+    student = with_neighbours(load_student(run_dir), run_dir)
     ledger = Ledger.for_config(config).path
     return Result(
         indices=np.asarray(labels["indices"]), labels=np.asarray(labels["labels"]),

@@ -434,6 +434,13 @@ class StudentConfig:
     features) no augmentation applies: FixMatch's two views are then the row itself, and
     it is confidence-thresholded pseudo-labelling of the pool (Lee 2013).
 
+    `neighbours` > 0: the published predictor is the network and a neighbour student averaged
+    (issue 55): each input's `neighbours` nearest labelled pool points under the public map
+    `[features]` names (fitted on the public pool alone, as the fine-grained release fits it;
+    `pate.programs.neighbour_student`), the r-th nearest weighted 1/r, their label fractions added to
+    the network's softmax. Post-processing of the released labels with public inputs: no ε.
+    0 (default): the network alone.
+
     The defaults are the CPU-measured Fashion-MNIST student (docs/results.md).
     """
 
@@ -470,10 +477,12 @@ class StudentConfig:
     seed: int = 0
     eval_batch_size: int = 500
     wrn_blocks: int = 2
+    neighbours: int = 0
 
     def validate(self) -> None:
         s = "student"
         _check_model_keys(self, s)
+        _require(0 <= self.neighbours <= 1000, s, "neighbours", "must be 0 (the network alone) to 1000 pool points")
         at_least_one(s, self, "wrn_blocks", "steps", "mu")
         _require(0 <= self.threshold <= 1, s, "threshold", "must be in [0, 1]")
         _require(self.lambda_u >= 0, s, "lambda_u", "must be >= 0")

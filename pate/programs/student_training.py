@@ -197,9 +197,21 @@ def _predict_fn(model):
     return jax.jit(lambda params, x: jnp.argmax(model.apply(params, x), axis=-1))
 
 
+def _probabilities_fn(model):
+    return jax.jit(lambda params, x: jax.nn.softmax(model.apply(params, x), axis=-1))
+
+
+def probabilities(model, params: Params, images: np.ndarray, batch_size: int = 500) -> np.ndarray:
+    """The student's softmax for each image (fixed-size batches, the last padded)."""
+    return _batched(_probabilities_fn(model), params, images, batch_size)
+
+
 def predict(model, params: Params, images: np.ndarray, batch_size: int = 500) -> np.ndarray:
     """The student's predicted class for each image (fixed-size batches, the last padded)."""
-    fn = _predict_fn(model)
+    return _batched(_predict_fn(model), params, images, batch_size)
+
+
+def _batched(fn, params: Params, images: np.ndarray, batch_size: int) -> np.ndarray:
     images = np.asarray(images, np.float32)
     out = []
     for start in range(0, images.shape[0], batch_size):
@@ -220,9 +232,17 @@ class Student:
     config: Config
     num_classes: int
     image_shape: tuple[int, ...]
+    neighbours: Any = None  # `pate.programs.neighbour_student.NeighbourVote` ([student] neighbours), or None
 
     def predict(self, images: np.ndarray) -> np.ndarray:
-        return predict(self.model, self.params, images, self.config.student.eval_batch_size)
+        """The published predictor's class for each input: the network, averaged with the
+        neighbour student when `[student] neighbours` is set (`pate.steps.student.with_neighbours`)."""
+        if self.neighbours is None:
+            return predict(self.model, self.params, images, self.config.student.eval_batch_size)
+        from pate.programs.neighbour_student import combine
+
+        probs = probabilities(self.model, self.params, images, self.config.student.eval_batch_size)
+        return combine(probs, self.neighbours.votes(images))
 
 
 def load_student(workdir: str | Path, *, record: str = rundir.STUDENT_JSON,

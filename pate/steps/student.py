@@ -47,7 +47,8 @@ from pate.config import check_config, Config, config_to_dict, MAX_INT, StudentCo
 from pate.programs.progress import Progress
 from pate.programs.student_training import compiled_loop, init_state, label_weights
 from pate.store.door import step
-from pate.programs.student_training import load_student, predict
+from pate.programs import neighbour_student
+from pate.programs.student_training import load_student, predict, probabilities
 
 Params = Any
 
@@ -103,6 +104,8 @@ class StudentResult:
     wall_time_s: float
     train_time_s: float
     eval_points: int
+    accuracy_network: float | None = None  # `[student] neighbours`: the network alone (accuracy: the average)
+    neighbours: int = 0
 
     def summary(self) -> str:
         lines = [
@@ -111,7 +114,9 @@ class StudentResult:
             + (f" + {self.num_unlabelled} unlabelled pool images" if self.method == "fixmatch"
                else " images"),
             f"student accuracy on the evaluation split ({self.eval_points} points): "
-            f"{self.accuracy:.4f} (EMA weights; last weights {self.accuracy_last:.4f})",
+            (f"{self.accuracy:.4f} (EMA weights; last weights {self.accuracy_last:.4f})" if self.accuracy_network is None
+             else f"{self.accuracy:.4f} (the network averaged with its {self.neighbours}-neighbour student; the "
+                  f"network alone {self.accuracy_network:.4f}, last weights {self.accuracy_last:.4f})"),
         ]
         if self.method == "fixmatch" and self.mask_history:
             lines.append(f"pool images above the confidence threshold at the end: "
@@ -243,13 +248,33 @@ def _train(config: Config, release: Release, splits, show_progress: bool, echo, 
     last = jax.tree.map(np.asarray, state.params)
     acc = float(np.mean(predict(model, ema, splits.eval_x, cfg.eval_batch_size) == splits.eval_y))
     acc_last = float(np.mean(predict(model, last, splits.eval_x, cfg.eval_batch_size) == splits.eval_y))
+    acc_network = None
+    if cfg.neighbours:  # the published predictor: the network averaged with the neighbour student
+        vote = neighbour_student.fit(config, splits.pool_x, release.indices, release.labels, splits.num_classes)
+        probs = probabilities(model, ema, splits.eval_x, cfg.eval_batch_size)
+        acc_network = acc
+        acc = float(np.mean(neighbour_student.combine(probs, vote.votes(splits.eval_x)) == splits.eval_y))
     result = StudentResult(
         method=cfg.method, accuracy=acc, accuracy_last=acc_last, num_labelled=int(xl.shape[0]),
         num_queries=release.num_queries, num_unlabelled=int(xu.shape[0]), steps=cfg.steps,
         loss_history=losses, mask_history=masks if cfg.method == "fixmatch" else [],
         wall_time_s=time.time() - start_time, train_time_s=train_time,
-        eval_points=int(splits.eval_x.shape[0]))
+        eval_points=int(splits.eval_x.shape[0]), accuracy_network=acc_network, neighbours=cfg.neighbours)
     return result, ema
+
+
+def with_neighbours(student, workdir: str | Path):
+    """A loaded student (`load_student`) as it is published: with its neighbour student attached
+    when `[student] neighbours` is set (the run's released labels and the public pool; no vote,
+    no private record), else as it is."""
+    if not student.config.student.neighbours:
+        return student
+    from pate.data import load_pool
+
+    pool_x = load_pool(student.config.data, student.config.data.public_size)
+    release = read_release(workdir, pool_size=pool_x.shape[0], num_classes=student.num_classes)
+    vote = neighbour_student.fit(student.config, pool_x, release.indices, release.labels, student.num_classes)
+    return dataclasses.replace(student, neighbours=vote)
 
 
 def _write_student(out: rundir.RunDir, ema, config: Config, result: StudentResult, release: Release,
@@ -261,6 +286,8 @@ def _write_student(out: rundir.RunDir, ema, config: Config, result: StudentResul
         "method": cfg.method,
         "accuracy": result.accuracy,
         "accuracy_last_weights": result.accuracy_last,
+        **({"accuracy_network": result.accuracy_network, "neighbours": result.neighbours}
+           if result.accuracy_network is not None else {}),
         "eval_points": result.eval_points,
         "num_queries": release.num_queries,
         "num_labelled": result.num_labelled,

@@ -116,6 +116,30 @@ def test_train_student_cli(labelled, method):
     assert load_config(labelled / "config.toml").student.method == method
 
 
+def test_the_neighbour_student_is_averaged_in_and_published_as_scored(labelled):
+    """`[student] neighbours`: student.json's accuracy is the network averaged with the neighbour
+    student (the network alone beside it), and the loaded student (`with_neighbours`, as `pate.fit`
+    returns it) predicts exactly what was scored."""
+    from pate.config import load_config
+    from pate.data import load_dataset, split
+    from pate.programs.student_training import load_student
+    from pate.steps.student import train_student, with_neighbours
+
+    raw = config_to_dict(with_student(rundir.RunDir(labelled).read_config(), steps=STEPS, neighbours=5))
+    raw["features"].update({"map": "pixels", "whiten": False})
+    raw["fine_grained"]["pca"] = 16
+    result = train_student(config_from_dict(raw), labelled, show_progress=False, echo=lambda *_: None)
+    info = json.loads((labelled / "student.json").read_text())
+    assert info["neighbours"] == 5 and info["accuracy_network"] == result.accuracy_network
+    assert info["accuracy"] == result.accuracy and result.accuracy_network is not None
+    student = with_neighbours(load_student(labelled), labelled)
+    assert student.neighbours is not None
+    splits = split(load_dataset(load_config(labelled / "config.toml").data), 200)
+    assert float(np.mean(student.predict(splits.eval_x) == splits.eval_y)) == pytest.approx(info["accuracy"])
+    network = load_student(labelled)
+    assert float(np.mean(network.predict(splits.eval_x) == splits.eval_y)) == pytest.approx(info["accuracy_network"])
+
+
 def test_same_seed_same_student(labelled):
     from pate.steps.student import train_student
 
