@@ -208,8 +208,12 @@ def part_coefficients(name: str, inputs: np.ndarray, settings: MapSettings, cach
     cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": tag, "progress": progress}
     out = []
     for part in parts(name):
-        try:
-            out.append(part.coefficients(inputs, settings, **cache))
+        try:  # a map that caches refuses NaN/inf before writing (`cached_rows`); the others here
+            rows = part.coefficients(inputs, settings, **cache)
+            finite = np.isfinite(np.asarray(rows).reshape(len(rows), -1)).all(axis=1)
+            if not finite.all():
+                raise NonFiniteRows(int((~finite).sum()), int(finite.size))
+            out.append(rows)
         except NonFiniteRows as err:
             raise PateError(f"{key} = {name!r}: {_which(name, part, settings)} gives NaN or inf for {err.bad} of "
                             f"{err.total} inputs{f' ({tag})' if tag else ''}; nothing was cached, and no row of it "
