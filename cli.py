@@ -13,6 +13,7 @@ import click
 from analysis.mechanisms import registry
 from pate.cli import baseline_options as baseline
 from pate.cli import options as opt
+from pate.config.silo_sections import MAX_SILOS
 
 
 def start_cluster(distributed: bool, coordinator, num_processes, process_id, join_timeout) -> None:
@@ -140,24 +141,36 @@ def plan(mechanism, queries, eps, config_path, target_eps, settings, delta, teac
               "public proxy, in one table (no heads).")
 @click.option("--whiten", type=click.Choice(["config", "yes", "no", "both"]), default="config", show_default=True,
               help="With --maps: try each map whitened, unwhitened, or both (config: [features] whiten).")
+@click.option("--tune", is_flag=True,
+              help="Choose fine_grained votes_per_record (k), smoothing (m) and smoothing_weights on the public proxy "
+                   "with the release's own noise at the config's eps: every candidate (k 1, 2, 4; m 10, 20, 40; "
+                   "uniform, harmonic), with --maps every map x candidate, in one table, best first, and the --set "
+                   "line that uses the winner (no heads).")
+@click.option("--draws", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="With --tune: seeded noise draws per candidate.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the report as one JSON document; progress lines go to stderr.")
-def ceiling_command(config_path, settings, heads, maps, whiten, as_json):
+def ceiling_command(config_path, settings, heads, maps, whiten, tune, draws, as_json):
     """What the config's [features] map can give, before any private record is read: on the
     public proxy (the labelled public pool cut in two), the noiseless fine-grained labels, the
-    forward 10-NN and a head at the teachers' shard size; with --maps, candidate maps ranked.
+    forward 10-NN and a head at the teachers' shard size; with --maps, candidate maps ranked;
+    with --tune, the release's settings chosen there with its noise.
     Benchmark output on public data: spends no eps, charges nothing, writes nothing."""
     import json
 
     if whiten != "config" and maps is None:
         raise click.UsageError("--whiten applies with --maps; set [features] whiten for one map")
+    if draws != 5 and not tune:
+        raise click.UsageError("--draws applies with --tune")
     config = config_with(config_path, settings)
 
-    from pate.release.ceiling import ceiling, rank  # imports JAX
+    from pate.release.ceiling import ceiling, rank, tune_maps  # imports JAX
 
     echo = functools.partial(click.echo, err=True)
-    if maps is not None:
-        tries = {"config": (), "yes": (True,), "no": (False,), "both": (False, True)}[whiten]
+    tries = {"config": (), "yes": (True,), "no": (False,), "both": (False, True)}[whiten]
+    if tune:
+        report = tune_maps(config, maps, tries, draws=draws, echo=echo)
+    elif maps is not None:
         report = rank(config, maps, tries, echo=echo)
     else:
         report = ceiling(config, heads=heads, echo=echo)
@@ -458,6 +471,30 @@ def synth_command(config_path, workdir, method, eps, steps, teachers, settings, 
     config = config_with(config_path, settings, synth__method=method, synth__eps=eps, synth__steps=steps,
                              synth__teachers=teachers)
     baseline.train_and_print("synth", config, workdir, seed, overwrite, no_progress)
+
+
+@main.group("silos")
+def silos_group() -> None:
+    """A fine-grained release across silos on Flower: each silo counts its own records and adds a
+    share of the noise, Flower's SecAgg+ shows the coordinator the sum alone (docs/silos.md)."""
+
+
+@silos_group.command("run")
+@opt.config()
+@opt.workdir("Run directory of the coordinator (created if missing): labels.npz, config.toml.")
+@opt.settings()
+@click.option("--silos", type=click.IntRange(2, MAX_SILOS), help="Run N silos here: a SuperLink and N SuperNodes on "
+              "127.0.0.1, silo i holding the i-th slice of the [data] train split (sets silos.silos). Without it the "
+              "release is submitted to the SuperLink at [silos] address, whose SuperNodes are the silos; run it on "
+              "that SuperLink's host.")
+@opt.overwrite("Replace an existing release of the run directory.")
+def silos_run_command(config_path, workdir, settings, silos, overwrite):
+    """Release fine-grained labels of every pool point from the silos' secure sum, as the
+    central release does, charging the ledger once ([silos] ledger)."""
+    from pate.steps.label_silos import run
+
+    run(config_with(config_path, settings, silos__silos=silos), workdir, silos=silos, overwrite=overwrite,
+        echo=click.echo)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -268,6 +268,21 @@ def _cache_scattering() -> None:
     scattering.scatter = cached
 
 
+def _cache_maps(folder: Path) -> None:
+    """The HOG and Coates-Ng rows of the same images computed once for every row of this process:
+    each map's own cache (keyed by a digest of the images and the map's settings or filters) in one
+    owner-only folder of the compare root, not in each run directory. The rows are features of
+    private images: the folder is as private as the runs."""
+    from pate.programs import coates_ng, hog
+
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    real_hog, real_cng = hog.features, coates_ng.features
+    hog.features = lambda images, settings=hog.Settings(), cache_dir=None, name="": real_hog(
+        images, settings, folder, name or "rows")
+    coates_ng.features = lambda filters, images, cache_dir=None, name="", progress="": real_cng(
+        filters, images, folder, name or "rows", progress)
+
+
 def train_fine(workdir: Path, eps: float, config_path=FINE_CONFIG, settings: dict | None = None) -> None:
     """`pate run` of the fine-grained config at ``eps`` with the proxy's (k, smoothing, weights)
     for that eps, then ``settings`` (``section.key`` -> TOML value, e.g. the student's steps)."""
@@ -467,6 +482,7 @@ def main(argv=None) -> int:
     suffix = "-replace-one" if args.relation == "replace-one" else ""
     draws = [""] + [f"-d{d}" for d in range(2, args.draws + 1)]
     _cache_scattering()
+    _cache_maps(Path(args.root) / "map-cache")
     from pate.config import parse_override
 
     fine_settings = dict(parse_override(item) for item in args.fine_set)

@@ -21,6 +21,10 @@ hindsight: it shows how well the proxy chose, and is not used to choose.
         [--ks 1 2 3] [--ms 5 10 20 40] [--weights uniform harmonic] [--draws 5] [--proxy-draws 3] [--delta 1e-5] [--pca 128]
         [--proxy-eps matched|same] [--cache runs/fine-grained] [--json FILE] [--seed S] [--label-eps 1 2 4 8]
 
+The product chooses the same way (`pate ceiling --tune`, `[fine_grained]` keys left to the proxy:
+`pate.release.tuning`, which also scales the Gaussian's σ exactly and draws seeded); this bench
+keeps the real-data hindsight grid and the randomized-response rows.
+
 Prints one JSON object. One BLAS thread: on a shared 2-core machine the threaded
 eigensolver ran 6x slower than one thread. The scattering features are cached under `--cache` (git-ignored
 runs/; they are features of private images: keep the folder private). Without --seed the
@@ -184,8 +188,10 @@ def main(argv=None) -> dict:
     proxy = Problem(a_q, splits.pool_y[:half], b_q, splits.pool_y[half:], c, max(args.ks), max(args.ms))
     factor = 1.0
     if args.proxy_eps == "matched":  # the train split's size from its file's header alone
+        from pate.release.tuning import eps_factor  # the product's scaling (`pate ceiling --tune`)
+
         train_size = len(splits.train_y) if args.on_private_data else public.train_size
-        factor = (train_size / len(splits.pool_y)) / (half / (len(splits.pool_y) - half))
+        factor = eps_factor(train_size, len(splits.pool_y))
     proxy_rows = grid(proxy, KINDS, args.eps, args.ks, args.ms, args.proxy_draws, args.delta, source, factor,
                       args.weights)
     choice = choose(proxy_rows)

@@ -41,10 +41,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Runs the CLI in a process that records, in $SCALING_PRIVATE_BYTES/<pid>.json, the most bytes
 #: of private training records it held at once: the train_x and train_y of `pate.data.split` (a
 #: whole split), or of every call of `pate.data.load_train_rows` (the rows a process reads by
-#: index: `pate.data.on_rows_loaded`), whichever is larger.
+#: index: `pate.data.loading.on_rows_loaded`), whichever is larger.
 WRAPPER = """
 import json, os, sys
 import pate.data as data
+import pate.data.loading as loading
 plain, most, rows = data.split, [0], [0]
 def record():
     with open(os.path.join(os.environ["SCALING_PRIVATE_BYTES"], f"{os.getpid()}.json"), "w") as f:
@@ -57,7 +58,7 @@ def split(*a, **k):
 def loaded(x, y):
     rows[0] += int(x.nbytes + y.nbytes)
     record()
-data.split, data.on_rows_loaded = split, loaded
+data.split, loading.on_rows_loaded = split, loaded
 sys.argv = ["cli.py", *sys.argv[1:]]
 sys.path.insert(0, os.getcwd())
 import runpy

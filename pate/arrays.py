@@ -14,8 +14,8 @@ charged to the data set's ledger as `pate run` charges it, and the ledger knows 
 records, so the same arrays passed again are the same data set (their releases compose).
 
 Inputs are images (N, H, W, C) — uint8 (scaled by 1/255) or floats in [0, 1] — or rows of
-features (N, F) of any finite range; labels are integers 0..K-1. Bad arrays are refused in one
-line (`PateError`) before anything is written.
+features (N, F), finite and of magnitude at most 1e6 (`pate.data.MAX_FEATURE`); labels are
+integers 0..K-1. Bad arrays are refused in one line (`PateError`) before anything is written.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import numpy as np
 
 from analysis.core.errors import PateError
 from pate.config import Config, apply_overrides, config_from_dict, config_to_dict, load_config
+from pate.data import check_feature_values
 
 #: Where, in a run directory, `fit` keeps the arrays it was given (owner-only folder and file).
 PRIVATE_FOLDER = "private-data"
@@ -165,7 +166,8 @@ def _checked(x_private, y_private, x_public, y_public, x_eval, y_eval) -> dict:
 
 
 def _inputs(x, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
-    """``x`` as images (N, H, W, C) — uint8, or floats in [0, 1] — or rows (N, F) of finite numbers."""
+    """``x`` as images (N, H, W, C) — uint8, or floats in [0, 1] — or rows (N, F) of finite numbers
+    of magnitude at most `pate.data.MAX_FEATURE`."""
     try:
         x = np.asarray(x)
     except Exception as err:  # a ragged list
@@ -185,9 +187,8 @@ def _inputs(x, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
     if x.ndim == 4 and x.dtype != np.uint8 and (x.min() < 0 or x.max() > 1):
         raise PateError(f"{name}: images must be uint8 or floats in [0, 1], found values in "
                         f"[{float(x.min()):.4g}, {float(x.max()):.4g}]; scale them (x / 255)")
-    # compared, not cast: a cast of 1e300 to float32 warns (a RuntimeWarning before the one line)
-    if x.ndim == 2 and np.issubdtype(x.dtype, np.floating) and np.abs(x).max() > np.finfo(np.float32).max:
-        raise PateError(f"{name} holds values past float32's range")
+    if x.ndim == 2:  # the bound the .npz reader holds rows to, before they are written
+        check_feature_values(x, name)
     return x if x.dtype == np.uint8 else x.astype(np.float32)
 
 

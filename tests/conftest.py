@@ -171,10 +171,11 @@ def _session_ledgers(tmp_path_factory):
     would refuse the tests' draws of the same labels)."""
     import os
 
-    names = ("PATE_LEDGER_DIR", "XDG_STATE_HOME")
+    names = ("PATE_LEDGER_DIR", "XDG_STATE_HOME", "PATE_CACHE_DIR")
     old = {name: os.environ.get(name) for name in names}
     os.environ["PATE_LEDGER_DIR"] = str(tmp_path_factory.mktemp("ledgers"))
     os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    os.environ["PATE_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))  # filters fitted on a pool
     yield
     for name, value in old.items():
         if value is None:
@@ -207,11 +208,13 @@ SMALL_ENCODER = ["--widths", "4,8", "--strides", "2,2", "--degrees", 0, "--epoch
 @pytest.fixture(scope="session")
 def tiny_encoder(tmp_path_factory):
     """An encoder trained on the tiny config's synthetic pool (200 images of 8 x 8) by `pate
-    features` (tests of the learned map, its teachers and DP-SGD on it)."""
-    out = tmp_path_factory.mktemp("encoder") / "enc"
-    result = invoke("features", "--config", TINY, "--out", out, *SMALL_ENCODER)
-    assert result.exit_code == 0, result.output
-    return out
+    features` (tests of the learned map, its teachers and DP-SGD on it), once per session for both
+    workers (read it, never write into it)."""
+    def build(folder):
+        result = invoke("features", "--config", TINY, "--out", folder / "enc", *SMALL_ENCODER)
+        assert result.exit_code == 0, result.output
+
+    return _built_once(tmp_path_factory, "shared-tiny-encoder", build) / "enc"
 
 
 def _built_once(tmp_path_factory, name: str, build) -> pathlib.Path:
@@ -633,3 +636,76 @@ def released(path, drop=()) -> dict:
     for key in ("written_at", *drop):
         meta.pop(key, None)
     return {**out, "meta": meta}
+
+
+def loopback_grid(client_app, node_configs, *, answers=None):
+    """A Flower Grid in this process (`pate silos run`'s tests): node i+1 is a SuperNode with
+    ``node_configs[i]`` and a state of its own, and each message is delivered as a wire would
+    (a deep copy there and back) to ``client_app``; a ClientApp's exception comes back as
+    Flower's error reply (its reason ``<class '...'>:<'message'>``). ``answers`` {i: k}: node
+    i+1 answers its first k messages only, then is silent (a silo killed mid-round: SecAgg+'s
+    timeout passes it over). Sets Flower's task identity for the coordinator's messages."""
+    import copy
+    import types
+
+    from flwr.app import Context, Error, Message, RecordDict
+    from flwr.serverapp.grid import Grid
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 0
+
+    class Loopback(Grid):
+        def __init__(self):
+            self.contexts = {i + 1: Context(run_id=1, node_id=i + 1, node_config=dict(c), state=RecordDict(),
+                                            run_config={}) for i, c in enumerate(node_configs)}
+            self.answered = {n: 0 for n in self.contexts}
+            self.limits = {i + 1: k for i, k in (answers or {}).items()}
+
+        @property
+        def run(self):
+            return types.SimpleNamespace(run_id=1)
+
+        def set_run(self, run_id):
+            pass
+
+        def create_message(self, *args, **kwargs):
+            raise NotImplementedError
+
+        def get_node_ids(self):
+            return list(self.contexts)
+
+        def get_nodes(self):
+            return []
+
+        def push_messages(self, messages):
+            raise NotImplementedError
+
+        def pull_messages(self, message_ids):
+            raise NotImplementedError
+
+        def send_and_receive(self, messages, *, timeout=None):
+            replies = []
+            for message in messages:
+                node = message.metadata.dst_node_id
+                if node in self.limits and self.answered[node] >= self.limits[node]:
+                    continue  # killed: no reply before the timeout
+                self.answered[node] += 1
+                TaskIdentity.node_id = node
+                sent = copy.deepcopy(message)
+                try:
+                    reply = client_app(sent, self.contexts[node])
+                except Exception as ex:  # as flwr-clientapp replies (flwr.supernode.runtime.run_clientapp)
+                    reply = Message(Error(code=2, reason=str(type(ex)) + ":<'" + str(ex) + "'>"), reply_to=sent)
+                finally:
+                    TaskIdentity.node_id = 0
+                replies.append(copy.deepcopy(reply))
+            return replies
+
+    return Loopback()
+
+
+def server_context():
+    """A ServerApp's Context for `loopback_grid`."""
+    from flwr.app import Context, RecordDict
+
+    return Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={})

@@ -81,8 +81,10 @@ def test_idx_count_mismatch_and_label_range(tmp_path):
 
 
 def test_missing_fashion_mnist_says_how_to_get_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "_DEFAULT_DIRS", {**data._DEFAULT_DIRS,
-                                                "fashion_mnist": tmp_path / "default"})
+    import dataclasses
+
+    monkeypatch.setitem(data.FORMATS, "fashion_mnist",
+                        dataclasses.replace(data.FORMATS["fashion_mnist"], default_dir=tmp_path / "default"))
     monkeypatch.delenv(data.DATA_DIR_ENV, raising=False)
     with pytest.raises(PateError) as err:
         data.load_dataset(DataConfig(name="fashion_mnist"))
@@ -239,7 +241,7 @@ def test_an_idx_header_is_read_from_as_few_compressed_bytes_as_it_takes(tmp_path
     import gzip as gzip_mod
     import io
 
-    import pate.data as data_mod
+    from pate.data import idx as data_mod
 
     rng = np.random.default_rng(0)
     images = (rng.random((3000, 28, 28)) < 0.2).astype(np.uint8) * rng.integers(0, 255, (3000, 28, 28), dtype=np.uint8)

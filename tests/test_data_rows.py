@@ -14,6 +14,7 @@ import pytest
 
 from analysis.core.errors import PateError
 from pate import data
+from pate.data import loading
 from pate.config import DataConfig
 
 from test_data import idx_bytes, write_idx_dir
@@ -160,7 +161,7 @@ def test_synthetic_rows_are_the_loaders():
 def test_every_call_reports_the_rows_it_holds(tmp_path, monkeypatch):
     write_idx_dir(tmp_path / "fm", n_train=50, compress=False)
     seen = []
-    monkeypatch.setattr(data, "on_rows_loaded", lambda x, y: seen.append((x.shape, y.shape)))
+    monkeypatch.setattr(loading, "on_rows_loaded", lambda x, y: seen.append((x.shape, y.shape)))
     data.load_train_rows(DataConfig(name="mnist", path=str(tmp_path / "fm")), [4, 9])
     assert seen == [((2, 28, 28, 1), (2,))]
 

@@ -564,5 +564,7 @@ def _map_description(config: Config, scale: float) -> str:
         settings.append(f"scattering J={fg.scattering_j} L={fg.scattering_l}, per-example group norm G={fg.groups}")
     if "learned" in config.dpsgd.features.split("+"):
         settings.append(f"learned weights sha256 {learned_map.check_weights(config.features.weights)[:12]}")
+    whitened = (f"each part's top {fg.pca} principal directions whitened, to unit norm, " if config.features.whiten
+                else "")
     return (f"the public map {config.dpsgd.features!r} ({described}{'; ' if settings else ''}{'; '.join(settings)}), "
-            f"each row times {scale:.6g} (fitted on the public pool)")
+            f"{whitened}each row times {scale:.6g} (fitted on the public pool)")

@@ -34,6 +34,7 @@ from pate.config.sections import (  # noqa: F401  (re-exported: pate.config.Teac
     section_fields,
 )
 from pate.config.baseline_sections import DpsgdConfig  # noqa: F401  (re-exported: pate.config.DpsgdConfig)
+from pate.config.silo_sections import SilosConfig  # noqa: F401  (re-exported: pate.config.SilosConfig)
 
 
 def sections() -> dict[str, type]:

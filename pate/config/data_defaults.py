@@ -13,6 +13,11 @@ The rule (docs/configuration.md, "Defaults that follow the data"):
 - any data: `fine_grained.pca` at most the pool's size; `fine_grained.smoothing` at most
   ``pool // POOL_PER_NEIGHBOUR`` (at least 1) and `fine_grained.votes_per_record` at most the
   smoothing;
+- the number of teachers: `teachers.num_teachers` is ``train // (RECORDS_PER_CLASS * classes)``,
+  between `MIN_TEACHERS` and the default 250, so that each teacher's shard holds about
+  `RECORDS_PER_CLASS` records of each class (a teacher that has seen a class a handful of times
+  votes near chance on it; the vote of a few such teachers buys nothing, whatever the noise) while
+  a large split keeps the default job's 250 (60000 records: 240-record shards);
 - the teachers: with shards of ``train // num_teachers`` records, `teachers.batch_size` at most
   the shard, and `teachers.epochs` enough for `MIN_TEACHER_STEPS` optimiser steps a teacher
   (``epochs * (shard // batch_size)``), never fewer than the default; `teachers.checkpoint_every`
@@ -36,6 +41,11 @@ MIN_TEACHER_STEPS = 500
 #: `fine_grained.smoothing` is at most one pool point in this many (Fashion-MNIST's 9000-point
 #: pool keeps the proxy's 40; a 150-point pool gets 15, not a quarter of itself).
 POOL_PER_NEIGHBOUR = 10
+#: `teachers.num_teachers`, when not written, leaves each teacher's shard about this many records of
+#: each class (10 classes: 100-record shards; 2 classes: 20), the default 250 teachers at most.
+RECORDS_PER_CLASS = 10
+#: ... and at least this many teachers (a vote needs two).
+MIN_TEACHERS = 2
 #: The student's hidden layer on rows of features (`student.model = "mlp"`).
 ROW_STUDENT_HIDDEN = (256,)
 
@@ -100,6 +110,9 @@ def resolve(config: Config, facts: DataFacts) -> tuple[Config, dict[str, Any]]:
     pick("fine_grained.smoothing", max(1, min(value("fine_grained.smoothing"), facts.pool_size // POOL_PER_NEIGHBOUR)))
     pick("fine_grained.votes_per_record", max(1, min(value("fine_grained.votes_per_record"),
                                                      value("fine_grained.smoothing"))))
+    most = _default(config, "teachers.num_teachers")
+    by_shard = facts.train_size // (RECORDS_PER_CLASS * max(1, facts.num_classes))
+    pick("teachers.num_teachers", max(MIN_TEACHERS, min(most, by_shard)))
     shard = facts.train_size // max(1, value("teachers.num_teachers"))
     if shard >= 1:
         pick("teachers.batch_size", min(value("teachers.batch_size"), shard))

@@ -1,8 +1,8 @@
 """The config sections: one frozen dataclass per TOML table (`[data]`, `[teachers]`,
-`[aggregation]`, `[fine_grained]`, `[features]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`, `[synth]`), each with its
+`[aggregation]`, `[fine_grained]`, `[features]`, `[privacy]`, `[student]`, `[rounds]`, `[dpsgd]`, `[fedavg]`, `[synth]`, `[silos]`), each with its
 defaults and a `validate()` that names the key at fault, and `Config`, the registry of sections
 (`[rounds]`'s `RoundsConfig` lives in `pate.config.round_sections`; the baselines' `[dpsgd]`,
-`[fedavg]` and `[synth]` in `pate.config.baseline_sections`).
+`[fedavg]` and `[synth]` in `pate.config.baseline_sections`; `[silos]` in `pate.config.silo_sections`).
 
 Loading, overrides, TOML output and hashing live in `pate.config`, which re-exports every
 name here; import them from there. To add a section, write a frozen dataclass with defaults
@@ -18,8 +18,11 @@ import re
 from typing import Literal
 
 from analysis.mechanisms.registry import NAMES as MECHANISMS
+from pate.data.formats import NAMES as DATA_FORMATS
+from pate.data.formats import format_of
 from pate.config.baseline_sections import DpsgdConfig, FedavgConfig, SynthConfig
 from pate.config.round_sections import RoundsConfig
+from pate.config.silo_sections import SilosConfig
 from pate.config.checks import FLOAT32_MAX, MAX_EPS, at_least_one, check_map, eps, positive
 from pate.config.checks import require as _require
 
@@ -79,7 +82,7 @@ class DataConfig:
     for the same people content cannot recognise (re-encoded, or as embeddings).
     """
 
-    name: Literal["fashion_mnist", "mnist", "svhn", "npz", "synthetic"] = "fashion_mnist"
+    name: Literal[DATA_FORMATS] = "fashion_mnist"
     path: str = ""
     public_size: int = 9000
     synthetic_train_size: int = 2000
@@ -96,8 +99,9 @@ class DataConfig:
                  s, "dataset", f"must be one line of printable text of at most 200 characters with no space at "
                  f"either end, got {self.dataset[:40]!r}")
         _require(self.public_size >= 0, s, "public_size", f"must be >= 0, got {self.public_size}")
-        _require(self.name != "npz" or bool(self.path), s, "path",
-                 "must name the .npz file when data.name = \"npz\"")
+        fmt = format_of(self.name)
+        _require(not fmt.needs_path or bool(self.path), s, "path",
+                 f"must name {fmt.path_names} when data.name = \"{self.name}\"")
         _require(self.synthetic_train_size >= 1, s, "synthetic_train_size", "must be >= 1")
         _require(self.synthetic_test_size >= 1, s, "synthetic_test_size", "must be >= 1")
         _require(len(self.synthetic_shape) == 3 and all(d >= 1 for d in self.synthetic_shape),
@@ -245,13 +249,16 @@ class FineGrainedConfig:
     `label_noise = "randomized-response"` first replaces each private label by k-ary randomized
     response at `label_eps` (exact; `analysis.mechanisms.fine_grained.randomized_response`): each
     label is then `label_eps`-DP locally (label DP), on top of the central replace-one `eps`.
+    `votes_per_record = 0`, `smoothing = 0`, `smoothing_weights = "auto"`: chosen when the
+    release is drawn, on the public proxy with the release's own noise
+    (`pate.release.tuning`: the labelled public pool alone, no private record); a value set here wins.
     """
 
     eps: float = 1.0
     noise: Literal["laplace", "gaussian"] = "laplace"
-    votes_per_record: int = 1
-    smoothing: int = 40
-    smoothing_weights: Literal["uniform", "harmonic"] = "harmonic"
+    votes_per_record: int = 1  # 0: chosen on the public proxy (`pate.release.tuning`)
+    smoothing: int = 40  # 0: chosen on the public proxy
+    smoothing_weights: Literal["uniform", "harmonic", "auto"] = "harmonic"
     pca: int = 128
     scattering_j: int = 2
     scattering_l: int = 8
@@ -277,7 +284,17 @@ class FineGrainedConfig:
                      f"labels carry no signal), got {self.label_eps:g}")
         else:
             _require(self.label_eps == 0, s, "label_eps", 'applies with label_noise = "randomized-response" only')
-        at_least_one(s, self, "votes_per_record", "smoothing", "pca", "scattering_j", "scattering_l", "groups")
+        for key in ("votes_per_record", "smoothing"):
+            _require(getattr(self, key) >= 0, s, key,
+                     f"must be >= 1, or 0 (chosen on the public proxy), got {getattr(self, key)}")
+        at_least_one(s, self, "pca", "scattering_j", "scattering_l", "groups")
+
+    @property
+    def auto(self) -> tuple[str, ...]:
+        """The keys left to `pate.release.tuning` (0, or "auto"), in the grid's order."""
+        return tuple(key for key, free in (("votes_per_record", self.votes_per_record == 0),
+                                           ("smoothing", self.smoothing == 0),
+                                           ("smoothing_weights", self.smoothing_weights == "auto")) if free)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -294,8 +311,9 @@ class FeaturesConfig:
     gradients, `pate.programs.hog`: cells of `hog_cell` pixels, `hog_bins` orientation bins over
     360 degrees when `hog_signed`, else 180, L2-Hys blocks of `hog_block` x `hog_block` cells;
     defaults 4, 12, signed, 2), or "coates-ng" (k-means filters fitted on the public pool's
-    patches by `pate features --kind coates-ng --out DIR`; `filters` names DIR, checked by digest:
-    `pate.programs.coates_ng`).
+    patches by `pate features --kind coates-ng --out DIR`; `filters` names DIR, checked by digest;
+    left empty, the default recipe's filters are fitted on the pool once and kept by digest in
+    `$PATE_CACHE_DIR` or `~/.cache/pate`: `pate.programs.coates_ng`).
     The pool PCA and quantisation follow; `whiten` (default false) gives each part of the map its
     own pool PCA, each component divided by its pool s.d., each part to unit norm before the join.
     The map is a function of the public pool alone.
@@ -315,9 +333,6 @@ class FeaturesConfig:
         _require(bool(self.weights) or "learned" not in self.map.split("+"), "features", "weights",
                  f"is empty but map = {self.map!r} names \"learned\"; set it to the folder "
                  "`pate features --out DIR` wrote")
-        _require(bool(self.filters) or "coates-ng" not in self.map.split("+"), "features", "filters",
-                 f"is empty but map = {self.map!r} names \"coates-ng\"; set it to the folder "
-                 "`pate features --kind coates-ng --out DIR` wrote")
         _require(1 <= self.hog_cell <= 64, "features", "hog_cell", f"must be 1..64 pixels, got {self.hog_cell}")
         _require(2 <= self.hog_bins <= 64, "features", "hog_bins", f"must be 2..64 bins, got {self.hog_bins}")
         _require(1 <= self.hog_block <= 8, "features", "hog_block", f"must be 1..8 cells, got {self.hog_block}")
@@ -491,6 +506,7 @@ class Config:
     dpsgd: DpsgdConfig = DpsgdConfig()
     fedavg: FedavgConfig = FedavgConfig()
     synth: SynthConfig = SynthConfig()
+    silos: SilosConfig = SilosConfig()
     defaulted: frozenset[str] = dataclasses.field(default=frozenset(), compare=False, repr=False,
                                                   metadata={"section": False})
     #: The line that says which values the data chose (`pate.programs.data_facts.with_data_defaults`),

@@ -178,6 +178,49 @@ def write(out: str | Path, weights: dict[str, np.ndarray], recipe: Recipe, recor
     return doc
 
 
+def cache_home() -> Path:
+    """Where filters fitted on a pool without a named folder live: ``$PATE_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/pate`` when that is absolute (the XDG Base Directory rule), else
+    ``~/.cache/pate``; each fit in ``coates-ng-POOL-RECIPE`` (public values only)."""
+    import os
+
+    named = os.environ.get("PATE_CACHE_DIR") or ""
+    if named:
+        return Path(named)
+    xdg = os.environ.get("XDG_CACHE_HOME") or ""
+    return (Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache") / "pate"
+
+
+#: The recipe of filters fitted on a pool without a named folder (`fitted_on_pool`).
+DEFAULT = Recipe()
+
+
+def fitted_on_pool(pool_x: np.ndarray, recipe: Recipe | None = None, *, config=None) -> str:
+    """The folder of the filters fitted on the pool `pool_x` with `recipe` (default `DEFAULT`; `[features] filters`
+    left empty): a function of the public pool and the seeded recipe alone, so fitted once and kept
+    in `cache_home()` under the pool's and the recipe's digests (all or nothing; a folder made by
+    another process in the meantime is read, not fitted again). The release records the filters'
+    sha256 as for a named folder, and `pate features --kind coates-ng` makes the same filters.
+
+    Raises:
+      PateError: the pool cannot be fitted (`fit`), or the cache folder is not writable or inside a
+        ledger folder.
+    """
+    recipe = recipe or DEFAULT
+    recipe_id = hashlib.sha256(repr(sorted(dataclasses.asdict(recipe).items())).encode()).hexdigest()[:12]
+    folder = cache_home() / f"coates-ng-{pool_digest(pool_x)[:16]}-{recipe_id}"
+    if not (folder / WEIGHTS).is_file():
+        weights, record = fit(pool_x, recipe)
+        try:
+            write(folder, weights, recipe, record, config=config)
+        except (OSError, PateError) as err:
+            if not (folder / WEIGHTS).is_file():  # not another process's fit renamed into place first
+                raise PateError(f"the coates-ng filters fitted on the pool cannot be kept in {folder} ({err}); set "
+                                "$PATE_CACHE_DIR to a writable folder, or [features] filters to one made by `pate "
+                                "features --kind coates-ng`") from None
+    return str(folder)
+
+
 def _read(folder: str, key: str) -> tuple[dict, str, bytes]:
     if not folder:
         raise PateError(f"features.map names \"coates-ng\" but {key} is empty; set it to the folder "

@@ -61,11 +61,28 @@ def with_data_defaults(config: Config) -> Config:
     for the step that does the work to print once its checks have passed (`say_data_note`): a
     refusal stays one line. Unchanged, and no data read, when it has none left to resolve (a run's
     config.toml, written whole; a config the command line resolved)."""
+    config = with_fitted_filters(config)
     if not config.defaulted or not _maps_ready(config):
         return config
     found = facts(config)
     resolved, chosen = resolve(config, found)
     return dataclasses.replace(resolved, data_note=describe(found, chosen) or "")
+
+
+def with_fitted_filters(config: Config) -> Config:
+    """``config`` with `[features] filters` named when a map it uses is "coates-ng" and the file
+    left the key empty: the filters fitted on the public pool with the default recipe, kept by
+    digest (`pate.programs.coates_ng.fitted_on_pool`; the pool is read, never a private record).
+    The run's config.toml then names that folder, and the release its filters' sha256."""
+    if config.features.filters or not any(
+            "coates-ng" in name.split("+") for name in (config.features.map, config.teachers.features,
+                                                       config.dpsgd.features) if name):
+        return config
+    from pate.data import load_public
+    from pate.programs import coates_ng
+
+    folder = coates_ng.fitted_on_pool(load_public(config.data).pool_x, config=config)
+    return dataclasses.replace(config, features=dataclasses.replace(config.features, filters=folder))
 
 
 def say_data_note(config: Config, echo: Callable[[str], None]) -> Config:

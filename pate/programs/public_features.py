@@ -136,9 +136,9 @@ MAPS = {m.name: m for m in (
                detail=lambda s: f"HOG cells {s.hog.cell}, {s.hog.bins} {'signed' if s.hog.signed else 'unsigned'} "
                                 f"bins, blocks {s.hog.block}"),
     FeatureMap("coates-ng", True, "Coates-Ng k-means filters fitted on the public pool's patches", _coates_ng,
-               lambda s: coates_ng.check_weights(s.filters),
+               lambda s: s.filters and coates_ng.check_weights(s.filters),  # none named: fitted on the pool
                lambda s: {"feature_filters_sha256": coates_ng.check_weights(s.filters)},
-               source=lambda s: f"features.filters = {s.filters!r}"),
+               source=lambda s: f"features.filters = {s.filters!r}" if s.filters else "its filters fitted on the pool"),
 )}
 
 
@@ -318,6 +318,13 @@ class PublicMap:
         return np.concatenate([x[:, rows[i]:rows[i + 1]] @ self.directions[rows[i]:rows[i + 1], cols[i]:cols[i + 1]]
                                for i in range(len(self.blocks))], axis=1)
 
+    def unit_rows(self, coefficients: np.ndarray) -> np.ndarray:
+        """(n, dims) float64: the coefficients projected (`project`), each part's projection to unit
+        norm row by row (whitened; unwhitened: the whole row): what a model sees of the fitted map."""
+        z = self.project(coefficients)
+        edges = np.cumsum((0, *(self.blocks or (z.shape[1],))))
+        return np.concatenate([_unit(z[:, a:b]) for a, b in zip(edges[:-1], edges[1:])], axis=1)
+
     def rows(self, images: np.ndarray | None, coefficients: np.ndarray | None = None) -> np.ndarray:
         """(n, dims) int64 quantised unit rows of inputs (or of their `coefficients`)."""
         z = self.project(self.coefficients(images) if coefficients is None else coefficients)
@@ -418,10 +425,13 @@ class InputMap:
     cache_dir: Path | None = None
     show_progress: bool = False
     key: str = "teachers.features"
+    whitened: PublicMap | None = None  # `[features] whiten`: each part's pool PCA, whitened, to unit norm
 
     def __call__(self, inputs: np.ndarray, tag: str = "") -> np.ndarray:
         rows = _coefficients(self.name, inputs, self.settings, self.scales, self.cache_dir if tag else None, tag,
                              self.key, self.show_progress)
+        if self.whitened is not None:
+            rows = self.whitened.unit_rows(rows)
         return np.asarray(rows, np.float32)
 
 
@@ -440,15 +450,20 @@ def map_view(config, name: str, pool_x: np.ndarray, cache_dir: Path | None = Non
     settings = MapSettings.of(config)
     check_ready(name, settings)
     check_input(name, pool_x, key)
-    scales = (1.0,)
-    if len(parts(name)) > 1:  # the whole pool is mapped for the parts' scales: its rows are measured
-        blocks = part_coefficients(name, pool_x, settings, cache_dir, "pool" if cache_dir else "", key)
-        scales = _scales(blocks)
-    else:
-        blocks = part_coefficients(name, pool_x[:SPREAD_SAMPLE], settings, key=key)
+    whiten = config.features.whiten and name != "none"
+    if not whiten and len(parts(name)) == 1:  # the pool is not mapped here: a sample of it is measured
+        sample = part_coefficients(name, pool_x[:SPREAD_SAMPLE], settings, key=key)[0]
+        check_spread(name, parts(name)[0], sample, settings, key)
+        return InputMap(name, settings, (1.0,), cache_dir, show_progress, key)
+    blocks = part_coefficients(name, pool_x, settings, cache_dir, "pool" if cache_dir else "", key)
     for part, block in zip(parts(name), blocks, strict=True):
         check_spread(name, part, block, settings, key)
-    return InputMap(name, settings, scales, cache_dir, show_progress, key)
+    if not whiten:
+        return InputMap(name, settings, _scales(blocks), cache_dir, show_progress, key)
+    # The fine-grained release's whitening, fitted on the pool alone (`fit_parts`): the same map
+    # for every family (`[features] whiten`; the width per part is `[fine_grained] pca`).
+    fitted, _ = fit_parts(blocks, config.fine_grained.pca, feature_map=name, settings=settings, whiten=True)
+    return InputMap(name, settings, fitted.scales, cache_dir, show_progress, key, fitted)
 
 
 def input_map(config, pool_x: np.ndarray, cache_dir: Path | None = None, *,

@@ -36,7 +36,7 @@ from analysis.mechanisms import fine_grained as fg
 from pate.config import Config, TeachersConfig
 from pate.data import PublicPool, load_public
 from pate.programs import public_features
-from pate.release import public_proxy
+from pate.release import public_proxy, tuning
 
 #: The forward k-NN's neighbours (the figure the docs and issue 45 quote as "forward 10-NN").
 KNN = 10
@@ -114,6 +114,7 @@ def ceiling(config: Config, *, heads: int = HEADS, echo=print) -> Ceiling:
     """
     if heads < 1:
         raise PateError(f"heads = {heads}: train at least one head")
+    _check_fixed(config.fine_grained, "pate ceiling")
     settings = public_features.MapSettings.of(config)
     public_features.check_ready(config.features.map, settings)  # before any data
     start = time.perf_counter()
@@ -198,6 +199,7 @@ def rank(config: Config, maps: list[str], whiten: tuple[bool, ...] = (), echo=pr
         raise PateError("--maps names no map; name one or more, e.g. --maps scattering,hog,scattering+hog")
     for name in maps:
         check_map("ceiling", "maps", name)
+    _check_fixed(config.fine_grained, "pate ceiling --maps")
     settings = public_features.MapSettings.of(config)
     for name in maps:
         public_features.check_ready(name, settings)  # before any data
@@ -226,6 +228,39 @@ def rank(config: Config, maps: list[str], whiten: tuple[bool, ...] = (), echo=pr
     fine = {"votes_per_record": cfg.votes_per_record, "smoothing": cfg.smoothing,
             "smoothing_weights": cfg.smoothing_weights}
     return Ranking(pool.name, cfg.pca, half, n - half, fine, tuple(rows), round(time.perf_counter() - start, 1))
+
+
+def tune_maps(config: Config, maps: list[str] | None = None, whiten: tuple[bool, ...] = (), *,
+              draws: int = tuning.DRAWS, echo=print) -> tuning.Tuning:
+    """`pate ceiling --tune`: fine-grained PATE's k, smoothing and smoothing weights chosen on the
+    public proxy with the release's own noise (`pate.release.tuning`), over the whole grid
+    whatever the config sets (the table says what to set); with `maps`, every map (each with
+    each of `whiten`; empty: the config's) × candidate in one table, best first. Reads the
+    public pool alone; spends nothing, writes nothing.
+
+    Raises:
+      PateError: a map name that is not one, a map whose public weights are missing, a pool too
+        small for the proxy; before any data is read where it can be.
+    """
+    from pate.config.checks import check_map
+
+    names = list(maps) if maps else [config.features.map]
+    for name in names:
+        check_map("ceiling", "maps", name)
+    settings = public_features.MapSettings.of(config)
+    for name in names:
+        public_features.check_ready(name, settings)  # before any data
+    tries = tuple(whiten) or (config.features.whiten,)
+    pool = load_public(config.data)
+    pairs = [(name, bool(w)) for name in names for w in tries] if maps else []  # []: the config's map
+    return tuning.tune(config, pool, maps=pairs, draws=draws, echo=echo)
+
+
+def _check_fixed(cfg, command: str) -> None:
+    """Refuses, in one line, settings left to the public proxy where `command` needs them fixed."""
+    if cfg.auto:
+        raise PateError(f"{command} measures the config's settings and fine_grained {', '.join(cfg.auto)} are left to "
+                        "the public proxy (0 / \"auto\"): `pate ceiling --tune` chooses them, or set them")
 
 
 def _check_proxy(cfg, n: int) -> None:

@@ -37,6 +37,7 @@ from analysis.core.noise import NoiseSource
 from pate.config import Config, FineGrainedConfig
 from pate.programs import public_features
 from pate.programs.cluster import block
+from pate.release import tuning
 
 #: The arrays of a fine-grained release in labels.npz besides ``indices``, ``labels`` and the
 #: record's (`analysis.mechanisms.fine_grained.FineGrained.to_arrays`; `pate.release.labels.RELEASED_KEYS`
@@ -52,10 +53,29 @@ ARRAY_KEYS = ("release_eps", "release_delta", "smoothing", "smoothing_weights", 
 
 def noise_of(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
     """The noise the section asks for, calibrated from public values only: discrete Laplace for
-    pure ``cfg.eps``, or the discrete Gaussian for ``cfg.eps`` at ``delta`` (replace-one)."""
+    pure ``cfg.eps``, or the discrete Gaussian for ``cfg.eps`` at ``delta`` (replace-one).
+
+    Raises:
+      PateError: `votes_per_record` is still left to the public proxy (0: `pate.release.tuning.settle`
+        chooses it first; `charged_noise` bounds the charge before).
+    """
+    if cfg.votes_per_record == 0:
+        raise PateError("internal error: fine_grained.votes_per_record = 0 (chosen on the public proxy) was not "
+                        "chosen before the noise")
     if cfg.noise == "laplace":
         return fine_grained.laplace_noise(cfg.eps, cfg.votes_per_record)
     return fine_grained.gaussian_noise(cfg.eps, delta, cfg.votes_per_record)
+
+
+def charged_noise(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
+    """The noise whose charge a release of `cfg` makes at most, known before the public proxy
+    chose k (`pate.release.tuning.settle`): `noise_of`, or with k left to the proxy the candidate
+    k (`pate.release.tuning.VOTES`) whose ε at `delta` is the largest (Laplace: every k's ε is
+    `cfg.eps`'s; Gaussian: σ² lies on the sampler's grid, so the last digits differ)."""
+    if cfg.votes_per_record:
+        return noise_of(cfg, delta)
+    return max((noise_of(dataclasses.replace(cfg, votes_per_record=k), delta) for k in tuning.VOTES),
+               key=lambda noise: noise.eps(delta))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,6 +222,13 @@ def publish(side: PublicSide, cfg: FineGrainedConfig, delta: float, counts: np.n
             source: NoiseSource) -> FineGrainedRelease:
     """The one release of the PRIVATE `counts` (every record's) and the labels it gives."""
     noisy = fine_grained.release(counts, side.noise, source)  # the PRIVATE counts end here
+    return labelled(side, cfg, delta, noisy)
+
+
+def labelled(side: PublicSide, cfg: FineGrainedConfig, delta: float, noisy: np.ndarray) -> FineGrainedRelease:
+    """The labels and labels.npz's arrays of a released noisy histogram (post-processing: the
+    smoothing over the pool's graph and the argmax), whoever drew its noise: `publish` here, or
+    the silos' shares summed (`pate.release.silo_release`)."""
     labels, margins = fine_grained.labels_and_margins(fine_grained.smooth(noisy, side.graph, cfg.smoothing_weights))
     if cfg.label_noise == "randomized-response":  # debiasing moves no label; margins in true votes
         margins = fine_grained.debias_margins(margins, side.num_classes, cfg.label_eps)
@@ -364,6 +391,27 @@ def report(labels: Mapping, delta: float, source: str = "labels.npz") -> report_
                         f"post-processing; weights {str(np.asarray(labels.get('smoothing_weights', 'uniform')))}"),
         report_mod.Item("delta", "delta", float(delta), True),
     )
+    tuned = (labels.get("meta") or {}).get(tuning.META_KEY)
+    if isinstance(tuned, Mapping):  # settings the public proxy chose when the release was drawn
+        items += (
+            report_mod.Item("settings_chosen", "how the fine-grained settings were chosen", tuning.CHOSEN, True,
+                            f"best of {tuned.get('candidates')} on the public pool alone, the release's noise scaled "
+                            f"to the proxy (eps x {float(tuned.get('eps_factor', 0)):.3g}); no private record read"),
+            report_mod.Item("settings_chosen_keys", "settings chosen on the public proxy",
+                            ", ".join(map(str, tuned.get("chosen", ()))), True,
+                            f"weights {tuned.get('smoothing_weights')}"),
+            report_mod.Item("proxy_label_accuracy", "label accuracy on the public proxy",
+                            float(tuned.get("proxy_label_accuracy", float("nan"))), True,
+                            f"± {float(tuned.get('proxy_label_std', float('nan'))):.4f} over {tuned.get('draws')} "
+                            "seeded draws: public benchmark output, not this release's"),
+        )
+    silos = (labels.get("meta") or {}).get("silos") if isinstance(labels.get("meta"), dict) else None
+    if isinstance(silos, dict):  # a release across silos (`pate silos run`): the trust it assumes
+        items += (report_mod.Item(
+            "silos", "silos whose noise shares were summed",
+            f"{silos.get('present')} present; {silos.get('needed')} of {silos.get('silos')} needed", True,
+            "the eps assumes the shares needed were added honestly (fewer were refused); a coalition of silos "
+            "learns no more while that many others are honest (docs/silos.md)"),)
     if str(np.asarray(labels.get("label_noise", "none"))) == "randomized-response":
         label_eps = float(np.asarray(labels["label_eps"]))
         items += (report_mod.Item("label_eps", "label-DP eps of randomized response at the source", label_eps, True,
@@ -377,15 +425,22 @@ def describe_plan(config: Config) -> str:
     the config alone (public values; no vote or private record is read)."""
     cfg, delta = config.fine_grained, config.privacy.delta
     public_features.check_ready(config.features.map, public_features.MapSettings.of(config))
-    noise = noise_of(cfg, delta)
+    noise = charged_noise(cfg, delta)
     k = noise.votes
     guarantee = (f"pure eps {noise.eps():.6g} (delta 0)" if noise.kind == "laplace"
                  else f"eps {noise.eps(delta):.6g} at delta {delta:g} (rho-zCDP, rho {float(noise.rho):.6g})")
+    votes = (f"its {k} nearest pool point(s) (replace-one sensitivity {fine_grained.l1_sensitivity(k)})"
+             if cfg.votes_per_record else f"its k nearest pool points, k of {', '.join(map(str, tuning.VOTES))}")
+    scale = (f"{'scale' if noise.kind == 'laplace' else 'variance'} {noise.parameter}" if cfg.votes_per_record
+             else f"{'scale 2k / eps' if noise.kind == 'laplace' else 'variance for 2k votes'} at that k")
+    lines = [f"fine-grained: one release labels all {config.data.public_size} pool points; each private record votes for "
+             f"{votes}",
+             f"noise             exact discrete {noise.kind}, {scale}"]
+    if cfg.auto:
+        lines.append(f"chosen later      {', '.join(cfg.auto)}: on the public proxy with the release's noise when the "
+                     "release is drawn (`pate ceiling --tune` shows the choice now; no private record is read)")
     return "\n".join([
-        f"fine-grained: one release labels all {config.data.public_size} pool points; each private record votes for "
-        f"its {k} nearest pool point(s) (replace-one sensitivity {fine_grained.l1_sensitivity(k)})",
-        f"noise             exact discrete {noise.kind}, {'scale' if noise.kind == 'laplace' else 'variance'} "
-        f"{noise.parameter}",
+        *lines,
         f"headline          {guarantee}, replace-one: known now, whatever the data (nothing to plan)",
         f"ledger charge     {noise.cost().describe()}",
     ])

@@ -202,16 +202,12 @@ def run_fine_grained_audit(noise: fine_grained.Noise, *, trials: int = 100_000, 
 # --------------------------------------------------------------------------- the command
 
 
-_FIXED_CLASSES = {"fashion_mnist": 10, "mnist": 10, "svhn": 10}
-
-
 def _classes_of(config) -> int | None:
-    """The number of classes a config's data set has, from its public description (an
-    ``npz`` data set is not opened: the audit reads no data)."""
-    data = config.data
-    if data.name == "synthetic":
-        return int(data.synthetic_classes)
-    return _FIXED_CLASSES.get(data.name)
+    """The number of classes a config's data set has, from its public description (its format
+    record's `classes`: an ``npz`` data set is not opened, the audit reads no data)."""
+    from pate.data import format_of
+
+    return format_of(config.data.name).classes(config.data)
 
 
 def _classes_of_run(workdir) -> int | None:
@@ -312,6 +308,9 @@ def _fine_grained_noise(sources: dict):
         raise OptionError("--" + given[0].replace("_", "-"), "does not apply to a fine-grained config: its noise is "
                           "[fine_grained]'s")
     delta = sources.get("delta") or config.privacy.delta
+    if not config.fine_grained.votes_per_record:
+        raise OptionError("--config", "fine_grained.votes_per_record = 0 is chosen on the public proxy when the "
+                          "release is drawn: audit the run (--workdir), or set it")
     return fine_release.noise_of(config.fine_grained, delta), float(delta), [config_file(config_path)]
 
 

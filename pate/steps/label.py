@@ -28,7 +28,7 @@ from analysis.mechanisms import registry
 from analysis.mechanisms.record import Mechanism
 from analysis.core.errors import PateError
 from analysis.core.noise import seed_record
-from pate.release import aggregation, outcome, target as release_target
+from pate.release import aggregation, outcome, target as release_target, tuning
 from pate.store import rundir
 from pate.store import ledger as ledger_mod
 from analysis.reporting.report_io import render_table
@@ -298,6 +298,7 @@ def label_fine_grained(config: Config, workdir, *, seed: int | None = None, over
         agreement.agree(cluster, config, data=True)
         if not cluster.leader:
             aggregation.noise_source(seed)  # refuses a bad seed as process 0 does
+            config, _ = tuning.settle(config, cluster, echo=lambda _line: None)  # process 0's choice, agreed on
             fine_release.contribute(config, cluster, seed, echo)
             return None
         return _release_fine_grained(config, workdir, seed, overwrite, echo, cluster)
@@ -309,6 +310,9 @@ def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, 
 
     with step("label-fine-grained", workdir, config=config, overwrite=overwrite, echo=echo) as door:
         source = aggregation.noise_source(seed)  # refuses a bad seed before any private value is read
+        written = config  # config.toml and labels.npz keep the keys left to the proxy as written (0, "auto")
+        # The keys left to the public proxy, chosen there with the release's noise (the public pool alone).
+        config, tuned = tuning.settle(config, cluster if cluster.count > 1 else None, echo=echo)
         p = config.privacy
         cost = fine_release.noise_of(config.fine_grained, p.delta).cost()
         book = ledger_mod.Ledger.for_config(config)
@@ -324,7 +328,9 @@ def _release_fine_grained(config: Config, workdir, seed, overwrite: bool, echo, 
             splits, total = split(load_dataset(config.data), config.data.public_size), None
             data_digest = book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes())
         made = fine_release.release(config, splits, source, echo, cluster=cluster, seed=seed, total=total)
-        door.out.write_npz(rundir.LABELS_NPZ, made.arrays, config, meta={"ledger": book.public_name(), **seed_record(seed)})
+        chosen = {} if tuned is None else {tuning.META_KEY: tuned.meta()}
+        door.out.write_npz(rundir.LABELS_NPZ, made.arrays, written,
+                           meta={"ledger": book.public_name(), **seed_record(seed), **chosen})
         describe = (f"labels: every pool point ({splits.pool_x.shape[0]}) from one fine-grained release, "
                     f"{made.noise.kind} noise, eps {made.eps:.6g}")
         door.charge(book, "labels", cost, run=door.run.path, budget=p.total_budget, delta=p.delta,

@@ -499,9 +499,9 @@ def _left_for_round2(config: Config) -> int:
 def _fine_grained_preflight(config: Config) -> None:
     """A fine-grained run's checks before its release: the noise its settings ask for (public),
     no plan that applies to teachers, and neighbours the pool can give."""
-    from pate.release.fine_grained_release import noise_of
+    from pate.release.fine_grained_release import charged_noise
 
-    noise_of(config.fine_grained, config.privacy.delta)
+    charged_noise(config.fine_grained, config.privacy.delta)
     if config.privacy.target_eps or config.rounds.rounds == 2:
         raise PateError("privacy.target_eps and rounds = 2 plan a teachers' release; a fine-grained run spends "
                         "fine_grained.eps once: set that, target_eps = 0 and rounds = 1")
@@ -533,10 +533,10 @@ def check_budget(config: Config, run_dir: rundir.RunDir, record: Mechanism | Non
     if not p.total_budget:
         return
     if record is None:  # fine-grained: one release of the configured noise
-        from pate.release.fine_grained_release import noise_of
+        from pate.release.fine_grained_release import charged_noise
 
-        if not labelled:
-            book.check_budget([noise_of(config.fine_grained, p.delta).cost()], p.total_budget, p.delta,
+        if not labelled:  # k may be left to the public proxy: the most any candidate charges
+            book.check_budget([charged_noise(config.fine_grained, p.delta).cost()], p.total_budget, p.delta,
                               "this run's fine-grained release")
         return
     if p.target_eps:

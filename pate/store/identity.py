@@ -571,14 +571,9 @@ def legacy_identity(data) -> str:
     """The name an older pate gave the same `[data]` section's ledger: the data set and the
     resolved location of its files (synthetic data: its generating parameters). Such a
     ledger's releases still count (`Ledger`'s ``legacy``)."""
-    if data.name == "synthetic":
-        return (f"synthetic(train={data.synthetic_train_size}, shape={list(data.synthetic_shape)}, "
-                f"classes={data.synthetic_classes}, noise={data.synthetic_noise:g}, "
-                f"seed={data.synthetic_seed})")
     from pate import data as data_mod
 
-    where = data_mod.source_location(data.name, data.path)
-    return f"{data.name}:{Path(where).expanduser().resolve()}"
+    return data_mod.legacy_identity(data)
 
 
 def votes_identity(path) -> str | None:
@@ -704,11 +699,18 @@ def keyed_split(directory: Path, data) -> str:
     return mac.hexdigest()
 
 
+#: labels.npz's meta key of a release across silos (`pate silos run`): its coordinator holds no
+#: record, so the ledger it names is the data set's (`run_source`).
+SILOS_META = "silos"
+
+
 def run_source(workdir, config=None) -> Source:
     """The data set a run directory's releases belong to: the one its votes.npz names
-    (`votes_identity`), else its config's data set (`data_identity`), else the ledger its
-    labels.npz names, else the run directory itself. The other names the run's releases
-    may have been charged under by an older pate count as ``legacy``."""
+    (`votes_identity`), else the ledger a release across silos named (`SILOS_META`: the
+    coordinator held no record; its config's `[data]` is the public pool's), else its config's
+    data set (`data_identity`), else the ledger its labels.npz names, else the run directory
+    itself. The other names the run's releases may have been charged under by an older pate
+    count as ``legacy``."""
     from pate.store import rundir
 
     run = rundir.RunDir(workdir)
@@ -722,6 +724,8 @@ def run_source(workdir, config=None) -> Source:
         except PateError:
             meta = {}
     labelled = str(meta["ledger"]) if isinstance(meta, dict) and meta.get("ledger") else None
+    if named is None and labelled and meta.get(SILOS_META):
+        return Source(labelled, directory, ())
     legacy = [labelled] if labelled else []
     if config is not None:
         legacy.append(legacy_identity(config.data))

@@ -74,6 +74,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
     # A fine-grained release (no teachers, no votes file): an older release's votes.npz goes aside.
     Stage("label-fine-grained", "label", (rundir.LABELS_NPZ,), rundir.LABELS_NPZ,
           aside=("label", "round2", "student", "analyze"), noun="labels", again=_LABEL_AGAIN),
+    # A fine-grained release across silos (`pate silos run`): labels.npz alone, as above.
+    Stage("label-silos", "silos run", (rundir.LABELS_NPZ,), rundir.LABELS_NPZ,
+          aside=("label", "round2", "student", "analyze"), noun="labels", again=_LABEL_AGAIN),
     # Round 2 keeps round 1's release; it copies round 1's student and report (student-round1/,
     # release-round1.json) and moves the ones made before it aside. Its own release marks it.
     Stage("round2", "label --round 2", rundir.ROUND2_ARTIFACTS, rundir.LABELS_ROUND2_NPZ,

@@ -91,10 +91,13 @@ def test_a_learned_concatenation_trains_caches_and_reads_its_cache(tmp_path, tin
     assert again["accuracy"] == first["accuracy"] and len(run_entries(tmp_path / "run")) == 2
 
 
-def test_the_map_and_its_scale_see_the_public_pool_alone(tmp_path):
-    """Replacing private rows changes neither the map's part scales nor DP-SGD's pool scale nor
-    any other row: each private row is a function of that row and public values."""
+@pytest.mark.parametrize("whiten", [False, True])
+def test_the_map_and_its_scale_see_the_public_pool_alone(tmp_path, whiten):
+    """Replacing private rows changes neither the map's part scales (whitened: each part's pool
+    PCA) nor DP-SGD's pool scale nor any other row: each private row is a function of that row
+    and public values."""
     config = load_config(TINY, {"dpsgd.model": "linear", "dpsgd.features": "scattering+pixels",
+                                "features.whiten": whiten, "fine_grained.pca": 6,
                                 **dict(parse_override(s) for s in SCATTERING[:3])})
     splits = split(load_dataset(config.data), config.data.public_size)
     changed = splits.train_x.copy()
@@ -113,6 +116,12 @@ def test_the_map_and_its_scale_see_the_public_pool_alone(tmp_path):
     np.testing.assert_allclose(train2[:10], train[:10], rtol=1e-5, atol=1e-6)  # FFT: batch shapes may differ
     pool_rows = test[: len(splits.pool_x)].astype(np.float64)
     assert np.mean(pool_rows ** 2) == pytest.approx(1.0, rel=1e-4)  # the pool at the scale clip_norm was set for
+    # whitened: the fine-grained release's map, each part's 6 whitened directions to unit norm
+    assert train.shape[1] == (12 if whiten else train.shape[1])
+    if whiten:
+        parts = train[:, :6].astype(np.float64), train[:, 6:].astype(np.float64)
+        norms = [np.linalg.norm(p, axis=1) for p in parts]
+        np.testing.assert_allclose(norms[0], norms[1], rtol=1e-5)  # each part to the same (unit, scaled) norm
 
 
 @pytest.mark.parametrize("args, code, needle", [

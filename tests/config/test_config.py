@@ -44,11 +44,13 @@ def test_sections_registry_follows_config_fields():
     from pate.config.baseline_sections import FedavgConfig
     from pate.config.round_sections import RoundsConfig
     from pate.config.baseline_sections import SynthConfig
+    from pate.config.silo_sections import SilosConfig
 
     assert sections() == {"data": DataConfig, "teachers": TeachersConfig, "aggregation": AggregationConfig,
                           "fine_grained": FineGrainedConfig, "features": FeaturesConfig,
                           "privacy": PrivacyConfig, "student": StudentConfig, "rounds": RoundsConfig,
-                          "dpsgd": DpsgdConfig, "fedavg": FedavgConfig, "synth": SynthConfig}
+                          "dpsgd": DpsgdConfig, "fedavg": FedavgConfig, "synth": SynthConfig,
+                          "silos": SilosConfig}
 
 
 def test_types_are_coerced(tmp_path):

@@ -87,3 +87,34 @@ def _image_path(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text('[data]\nname = "synthetic"\npublic_size = 100\n')
     return path
+
+
+@pytest.mark.parametrize("train, classes, teachers", [(1000, 10, 10), (300, 2, 15), (60000, 10, 250),
+                                                      (50, 10, 2), (24000, 10, 240)])
+def test_the_number_of_teachers_follows_the_training_split(tmp_path, train, classes, teachers):
+    """Left out, `teachers.num_teachers` gives each shard about 10 records of each class, between 2
+    and the default 250 (the default job's 60000 records keep 250); the shard then sizes the batch
+    and the epochs as before; a written number wins."""
+    facts = DataFacts((16,), pool_size=150, train_size=train, num_classes=classes)
+    resolved, chosen = resolve(_only_data(tmp_path), facts)
+    assert resolved.teachers.num_teachers == teachers
+    assert ("teachers.num_teachers" in chosen) == (teachers != 250)
+    shard = train // teachers
+    assert resolved.teachers.batch_size == min(24, shard)
+    if teachers != 250:
+        assert f"teachers.num_teachers = {teachers}" in describe(facts, chosen)
+    written, _ = resolve(_only_data(tmp_path, "[teachers]\nnum_teachers = 7\n"), facts)
+    assert written.teachers.num_teachers == 7
+
+
+def test_a_config_that_names_only_data_says_how_many_teachers_the_data_chose(tmp_path):
+    """`pate plan --config` of a config naming only `[data]` (rows of 16 features, 480 training
+    records, 4 classes) prints the teachers the data chose: 480 // 40 = 12."""
+    from conftest import invoke, write_embeddings
+
+    path = write_embeddings(tmp_path / "e.npz", train=480, test=300)
+    config = tmp_path / "c.toml"
+    config.write_text(f'[data]\nname = "npz"\npath = "{path}"\npublic_size = 150\n')
+    result = invoke("plan", "--config", config, "--set", 'aggregation.mechanism="fine-grained"')
+    assert result.exit_code == 0, result.output
+    assert "teachers.num_teachers = 12" in result.output

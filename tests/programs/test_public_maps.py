@@ -5,8 +5,10 @@ statistics), cached owner-only and read back; whitening gives every pool compone
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import stat
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,8 +139,32 @@ def test_bad_filters_are_refused_in_one_line_before_any_data_is_read(tmp_path, f
         line = one_line_error(invoke("ceiling", "--config", TINY, "--set", 'features.map="hog+coates-ng"',
                                      "--set", f"features.filters={json.dumps(str(folder))}"), 1)
         assert line.startswith("pate: ") and needle in line, line
-    line = one_line_error(invoke("ceiling", "--config", TINY, "--set", 'features.map="coates-ng"'), 1)
-    assert "features.filters is empty but map = 'coates-ng' names \"coates-ng\"" in line
+
+
+def test_filters_left_unnamed_are_fitted_on_the_pool_once_and_kept_by_digest(tmp_path, monkeypatch):
+    """`[features] filters` left empty: the default recipe's filters fitted on the public pool,
+    kept in $PATE_CACHE_DIR under the pool's digest, read (not fitted) by the next command; the
+    folder is the one `pate features --kind coates-ng` would write, and private records never
+    enter it (the tiny data with other private images finds the same folder)."""
+    monkeypatch.setenv("PATE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(coates_ng, "DEFAULT", SMALL)  # the default recipe's fit takes seconds
+    from pate.config import load_config
+    from pate.programs.data_facts import with_fitted_filters
+
+    config = load_config(TINY, {"features.map": "coates-ng"})
+    fitted = with_fitted_filters(config)
+    folder = Path(fitted.features.filters)
+    assert folder.parent == tmp_path / "cache" and folder.name.startswith("coates-ng-")
+    recipe = json.loads((folder / "recipe.json").read_text())
+    assert recipe["recipe"] == dataclasses.asdict(SMALL)
+    first = (folder / coates_ng.WEIGHTS).stat().st_mtime_ns
+    monkeypatch.setattr(coates_ng, "fit", lambda *a, **k: pytest.fail("fitted twice"))
+    assert with_fitted_filters(config).features.filters == str(folder)
+    assert (folder / coates_ng.WEIGHTS).stat().st_mtime_ns == first
+    assert with_fitted_filters(fitted) is fitted  # a named folder is kept as it is
+    line = invoke("ceiling", "--config", TINY, "--maps", "coates-ng", "--set", "fine_grained.pca=8",
+                  "--set", 'features.map="coates-ng"')
+    assert line.exit_code == 0 and "coates-ng" in line.output, line.output
 
 
 def test_coates_ng_rows_are_a_function_of_each_image_and_the_filters(filters):

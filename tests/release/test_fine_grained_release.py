@@ -170,8 +170,8 @@ def test_the_feature_map_is_fitted_on_the_public_pool_alone(monkeypatch):
 
 @pytest.mark.parametrize("sets, message", [
     (["fine_grained.eps=0"], "fine_grained.eps must be a positive number"),
-    (["fine_grained.votes_per_record=0"], "fine_grained.votes_per_record must be >= 1"),
-    (["fine_grained.smoothing=0"], "fine_grained.smoothing must be >= 1"),
+    (["fine_grained.votes_per_record=-1"], "fine_grained.votes_per_record must be >= 1, or 0"),
+    (["fine_grained.smoothing=-1"], "fine_grained.smoothing must be >= 1, or 0"),
     (['fine_grained.smoothing_weights="cosine"'], "fine_grained.smoothing_weights"),
     (["fine_grained.pca=5000"], "at most data.public_size"),
     (["privacy.target_eps=2"], "plan a teachers' release"),

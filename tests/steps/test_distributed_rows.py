@@ -2,7 +2,7 @@
 `pate train-teachers --distributed` the shards of the teachers on its own devices, a
 fine-grained `pate label --distributed` its own block of records. The fast tests pick the rows
 with a played cluster; the slow ones launch two real local JAX processes (gloo on CPU) on an
-.npz copy of the tiny data set, record every row each process loaded (`pate.data.on_rows_loaded`)
+.npz copy of the tiny data set, record every row each process loaded (`pate.data.loading.on_rows_loaded`)
 and compare the teachers and the release with one process's."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pytest
 
 from conftest import ROOT, TINY, finish_processes, invoke, released, start_processes
 from pate import data
+from pate.data import loading
 from pate.config import load_config
 from pate.programs import cluster as cl
 from pate.steps import teachers as teachers_step
@@ -45,7 +46,7 @@ class _Placement:
 def test_a_process_reads_the_shards_of_its_own_teachers_only(tmp_path, monkeypatch):
     config, made = _npz_config(tmp_path)
     loaded = []
-    monkeypatch.setattr(data, "on_rows_loaded", lambda x, y: loaded.append(x.shape[0]))
+    monkeypatch.setattr(loading, "on_rows_loaded", lambda x, y: loaded.append(x.shape[0]))
     cluster = cl.Cluster(1, 2, gather=lambda x: np.asarray(x)[None])
     part, splits, shards = teachers_step._private_data(config, _Placement(6, [3, 4, 5]), cluster, echo=lambda _l: None)
     assert loaded == [3 * part.shard_size]  # teachers 3-5's records, nothing else
@@ -67,7 +68,7 @@ def test_a_process_reads_the_shards_of_its_own_teachers_only(tmp_path, monkeypat
 def test_a_fine_grained_process_reads_its_own_block_only(tmp_path, monkeypatch):
     config, made = _npz_config(tmp_path, **{"aggregation.mechanism": "fine-grained", "fine_grained.pca": 16})
     loaded = []
-    monkeypatch.setattr(data, "on_rows_loaded", lambda x, y: loaded.append(x.shape[0]))
+    monkeypatch.setattr(loading, "on_rows_loaded", lambda x, y: loaded.append(x.shape[0]))
     process_1 = cl.Cluster(1, 3, gather=lambda x: np.asarray(x)[None])
     splits, start, total = process_1.own_records(config.data, config.data.public_size)
     assert (start, total, loaded) == (160, 480, [160])
@@ -80,7 +81,7 @@ def test_a_round2_process_reads_the_shards_of_its_own_heads_only(tmp_path, monke
 
     config, made = _npz_config(tmp_path)
     loaded = []
-    monkeypatch.setattr(data, "on_rows_loaded", lambda x, y: loaded.append(x.shape[0]))
+    monkeypatch.setattr(loading, "on_rows_loaded", lambda x, y: loaded.append(x.shape[0]))
     teachers = config.teachers.num_teachers
     cluster = cl.Cluster(1, 2, gather=lambda x: np.asarray(x)[None])
     splits, shards = label_round2._own_data(config, cluster)
@@ -99,12 +100,12 @@ def test_a_round2_process_reads_the_shards_of_its_own_heads_only(tmp_path, monke
 
 # ------------------------------------------------------------------ slow: real processes
 
-#: The CLI with `pate.data.on_rows_loaded` recording, in $ROWS_TO.<process id>, the number of
+#: The CLI with `pate.data.loading.on_rows_loaded` recording, in $ROWS_TO.<process id>, the number of
 #: private records of each call (what the process held); nothing else differs from `pate`.
 HOOKED = """
 import json, os, runpy, sys
 sys.path.insert(0, {root!r})
-import pate.data as d
+import pate.data.loading as d
 p = sys.argv[sys.argv.index("--process-id") + 1] if "--process-id" in sys.argv else "alone"
 def hook(x, y):
     with open(os.environ["ROWS_TO"] + "." + p, "a") as out:

@@ -45,6 +45,35 @@ def test_bad_embeddings_are_refused_in_one_line(tmp_path, arrays, message):
         data.load_npz(str(tmp_path / "bad.npz"))
 
 
+@pytest.mark.parametrize("value, dtype, shown", [(1e300, np.float64, "1e+300"), (-1e30, np.float32, "1e+30"),
+                                                  (2**62, np.int64, "4.61e+18"), (np.inf, np.float64, None)])
+def test_rows_past_the_feature_bound_are_refused_in_one_line_without_a_warning(tmp_path, value, dtype, shown):
+    """1e300 was cast to inf with a RuntimeWarning, 1e30 loaded and overflowed float32 downstream: every
+    reader of an .npz's rows (whole, the pool, rows by index, as a stream) refuses them, with the reason."""
+    import warnings
+
+    rng = np.random.default_rng(0)
+    x_train, x_test = rng.normal(size=(6, 3)).astype(dtype), rng.normal(size=(4, 3)).astype(dtype)
+    x_train[2, 1] = x_test[1, 0] = value
+    np.savez(tmp_path / "big.npz", x_train=x_train, y_train=np.arange(6) % 2, x_test=x_test, y_test=np.arange(4) % 2)
+    cfg = DataConfig(name="npz", path=str(tmp_path / "big.npz"), public_size=2)
+    readers = (data.load_dataset, data.load_public, lambda c: data.load_pool(c, 2),
+               lambda c: data.load_train_rows(c, [2]), lambda c: list(data.train_chunks(c)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a RuntimeWarning fails the test
+        for read in readers:
+            with pytest.raises(PateError) as err:
+                read(cfg)
+            line = str(err.value)
+            assert "\n" not in line and str(tmp_path / "big.npz") in line
+            assert (f"holds a value of magnitude {shown}, past 1e+06" in line and "standardise" in line
+                    if shown else "NaN or infinite" in line), line
+        x_train[2, 1] = x_test[1, 0] = -data.MAX_FEATURE  # the bound itself is a feature
+        np.savez(tmp_path / "edge.npz", x_train=x_train, y_train=np.arange(6) % 2, x_test=x_test,
+                 y_test=np.arange(4) % 2)
+        assert data.load_dataset(DataConfig(name="npz", path=str(tmp_path / "edge.npz"))).x_train.min() == -1e6
+
+
 @pytest.mark.parametrize("sets, message", [
     (["teachers.model=\"cnn\""], "teachers.model = 'cnn' needs images"),
     (["teachers.augment_shift=2"], "teachers.augment_shift = 2 augments images"),
