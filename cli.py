@@ -374,7 +374,7 @@ def dpsgd_command(config_path, workdir, eps, model, features, settings, seed, ov
 
 
 @main.command("ledger")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="The ledger of this config's private data set.")
 @click.option("--workdir", type=click.Path(file_okay=False), help="The ledger of this run's data set.")
 @click.option("--name", callback=opt.ledger_name_check,
@@ -403,7 +403,7 @@ def ledger_command(config_path, workdir, name, import_path, delta, set_budget, e
     say = functools.partial(click.echo, err=as_json)  # with --json, stdout is the document alone
     opt.check_export(export_path)
     book, config = opt.ledger_book(config_path, workdir, name, import_path, functools.partial(import_run, echo=say))
-    opt.check_named_export(book, name, export_path)
+    opt.check_named(book, name, export_path, set_budget)
     delta = delta or (config.privacy if config is not None else opt.DEFAULTS).delta
     if set_budget is not None:
         book.set_budget(set_budget, delta)
@@ -427,7 +427,7 @@ def fedavg_command(config_path, workdir, algorithm, eps, rounds, clients, mechan
 
 
 @main.command("audit")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, exists=True),
+@click.option("--config", "config_path", type=click.Path(dir_okay=False),
               help="Audit this config's [aggregation] mechanism (teachers and classes from it too).")
 @opt.workdir("Audit the mechanism a run directory's labels.npz was released with (read only).", required=False)
 @click.option("--mechanism", type=click.Choice(registry.TEACHER_NAMES),

@@ -93,6 +93,7 @@ def _refusal(call) -> str:
     (lambda a: {**a, "xq": a["xq"][:, :10]}, "private records'"),
     (lambda a: {**a, "xp": np.where(np.arange(FEATURES) == 3, np.nan, a["xp"])}, "NaN"),
     (lambda a: {**a, "xq": np.where(np.arange(FEATURES) == 3, 1e30, a["xq"])}, "past 1e+06"),
+    (lambda a: {**a, "xp": np.where(np.arange(FEATURES) == 3, 1e300, a["xp"].astype(np.float64))}, "past 1e+06"),
     (lambda a: {**a, "yp": a["yp"][:-1]}, "one label per input"),
     (lambda a: {**a, "yp": a["yp"] + 1}, "class(es) 0 occur in no record"),
     (lambda a: {**a, "yp": a["yp"] - 1}, "holds the label -1"),
@@ -105,10 +106,16 @@ def _refusal(call) -> str:
      "[0, 1]"),
 ])
 def test_bad_arrays_are_refused_in_one_line_before_anything_is_written(tmp_path, change, words):
+    """Each refusal is its one line alone: no RuntimeWarning before it (1e300 rows were cast to
+    float32 to be checked, which warned of an overflow first: issue 52)."""
+    import warnings
+
     xp, yp, xq, _, xe, ye = digits_like(private=60, pool=30, evaluation=10)
     a = change(dict(xp=xp, yp=yp, xq=xq, xe=xe, ye=ye))
-    line = _refusal(lambda: pate.fit(a["xp"], a["yp"], a["xq"], x_eval=a["xe"], y_eval=a["ye"],
-                                     workdir=tmp_path / "run"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        line = _refusal(lambda: pate.fit(a["xp"], a["yp"], a["xq"], x_eval=a["xe"], y_eval=a["ye"],
+                                         workdir=tmp_path / "run"))
     assert words in line, line
     assert not (tmp_path / "run").exists()
 

@@ -657,14 +657,19 @@ def debias(counts, num_classes: int, eps: float) -> np.ndarray:
     counts = np.asarray(counts, dtype=np.float64)
     p = rr_keep_probability(num_classes, eps)
     q = (1.0 - p) / (num_classes - 1)
-    return (counts - q * counts.sum(axis=-1, keepdims=True)) / (p - q)
+    return (counts - q * counts.sum(axis=-1, keepdims=True)) / _keep_gap(num_classes, eps)
+
+
+def _keep_gap(num_classes: int, eps: float) -> float:
+    """p − q = (e^ε − 1) / (e^ε + C − 1), by expm1: the difference p − q of two rounded
+    probabilities is 0 for a tiny ε (and 1/(p − q) a division by zero)."""
+    return math.expm1(eps) / (math.exp(eps) + num_classes - 1)
 
 
 def debias_margins(margins, num_classes: int, eps: float) -> np.ndarray:
     """Margins (top score less the runner-up) of randomised labels in units of true votes: the
     row shift of :func:`debias` cancels in a difference, its scale 1/(p − q) stays."""
-    p = rr_keep_probability(num_classes, eps)
-    return np.asarray(margins, dtype=np.float64) / (p - (1.0 - p) / (num_classes - 1))
+    return np.asarray(margins, dtype=np.float64) / _keep_gap(num_classes, eps)
 
 
 # --------------------------------------------------------------------------- the record

@@ -405,10 +405,10 @@ def train_inputs(config: Config, splits, cache: Path | None, cluster, show_progr
     pixels (or rows) as given, ScatterNet features, or each input's row under the public map
     ``[dpsgd] features`` (`view`, else None) times `scale` (`public_scale` of the pool's rows
     `pool_rows`, which process 0 computes and shares, bit for bit; 1 and None otherwise). Features
-    of private records are cached in `cache` (a private folder of the run; None: not cached)."""
+    of private records are cached in `cache` (a private folder of the run, made owner-only when the
+    first rows are written: `pate.store.rundir.cached_rows`; None: not cached)."""
     cfg = config.dpsgd
     if cfg.features:
-        cache = None if cache is None else rundir.make_private_dir(cache)  # rows of private data
         view = public_features.map_view(config, cfg.features, splits.pool_x, cache, key="dpsgd.features",
                                         show_progress=show_progress)
         train_x = view(splits.train_x, "train")
@@ -421,7 +421,6 @@ def train_inputs(config: Config, splits, cache: Path | None, cluster, show_progr
         return splits.train_x, np.float32(1), None, None
     from pate.programs import scattering
 
-    cache = None if cache is None else rundir.make_private_dir(cache)  # features of private data
     return (scattering.features(splits.train_x, cfg.scattering_j, cfg.scattering_l, cfg.groups, cache, "train"),
             np.float32(1), None, None)
 

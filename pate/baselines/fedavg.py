@@ -351,7 +351,7 @@ def _features(config: Config, splits, run: rundir.RunDir):
         from pate.programs import scattering
 
         d = config.dpsgd
-        cache = rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR)  # features of private data
+        cache = run / rundir.DPSGD_FEATURES_DIR  # features of private data: made owner-only when first written
         train_x = scattering.features(splits.train_x, d.scattering_j, d.scattering_l, d.groups, cache, "train")
         test_x = scattering.features(test_x, d.scattering_j, d.scattering_l, d.groups, cache, "test")
         lipschitz, box = None, None

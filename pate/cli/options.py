@@ -605,12 +605,16 @@ def check_export(path) -> None:
         raise OptionError("--export", f"{problem}; write the export elsewhere")
 
 
-def check_named_export(book, name, path) -> None:
-    """`pate ledger --name NAME --export FILE`: refuses a name no ledger in the folder has (a
-    typo would export an eps-0 event for a data set that spent nothing it knows of)."""
-    if path is not None and name is not None and not book.exists():
-        raise PateError(f"no ledger named {name!r} in {book.directory}: nothing to export; give the name a `label "
-                        "--votes --ledger NAME` charged, or --config / --workdir")
+def check_named(book, name, export_path, set_budget) -> None:
+    """`pate ledger --name NAME --export FILE` or ``--set-budget EPS``: refuses, before anything is
+    written, a name no ledger in the folder has (a typo would export an eps-0 event for a data set
+    that spent nothing it knows of, or write a new ledger holding a budget no data set's releases
+    ever meet)."""
+    if name is None or book.exists() or (export_path is None and set_budget is None):
+        return
+    what = "nothing to export" if set_budget is None else "no budget set (nothing written)"
+    raise PateError(f"no ledger named {name!r} in {book.directory}: {what}; give the name a `label --votes "
+                    "--ledger NAME` charged, or --config / --workdir")
 
 
 def write_export(path, doc: dict, echo) -> None:

@@ -194,6 +194,13 @@ def presets() -> tuple[str, ...]:
     return tuple(sorted(p.stem for p in PRESETS.glob("*.toml")))
 
 
+def config_file(path: str | Path) -> Path:
+    """The file a ``--config`` value names: the file itself, or the bundled config (`presets`) a
+    bare name means (``tiny``) where no such file exists."""
+    path = Path(path)
+    return _bundled(path) or path
+
+
 def _bundled(path: Path) -> Path | None:
     """The bundled config a bare name (``tiny`` or ``tiny.toml``) means, when no such file exists."""
     if path.exists() or len(path.parts) != 1 or path.suffix not in ("", ".toml"):
@@ -235,7 +242,7 @@ def load_config(path: str | Path, overrides: Mapping[str, Any] | None = None, *,
                         f"got {type(overrides).__name__}")
     path = Path(path)
     if text is None:
-        path = _bundled(path) or path
+        path = config_file(path)
         if path.exists() and not path.is_file():  # a FIFO would block the read for ever, a folder fail oddly
             raise PateError(f"config file {path} is not a plain file; give a TOML file")
     try:

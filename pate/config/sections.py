@@ -277,6 +277,11 @@ class FineGrainedConfig:
             positive(s, self, "label_eps")
             _require(self.label_eps <= 50, s, "label_eps", f"must be at most 50 (beyond it the response is the "
                      f"label itself up to e^-50), got {self.label_eps}")
+            # Below it a randomised label is its class with a chance above the others' by less than 1e-6 / C:
+            # labels of noise, and the debiasing scale 1 / (p - q) past anything a float64 count holds
+            # (1e-300 divided by zero and released, exit 0).
+            _require(self.label_eps >= 1e-6, s, "label_eps", f"must be at least 1e-06 (below it the randomised "
+                     f"labels carry no signal), got {self.label_eps:g}")
         else:
             _require(self.label_eps == 0, s, "label_eps", 'applies with label_noise = "randomized-response" only')
         for key in ("votes_per_record", "smoothing"):

@@ -25,6 +25,7 @@ import dataclasses
 import functools
 import hashlib
 import io
+import json
 import time
 from pathlib import Path
 
@@ -224,38 +225,89 @@ def _read(folder: str, key: str) -> tuple[dict, str, bytes]:
     if not folder:
         raise PateError(f"features.map names \"coates-ng\" but {key} is empty; set it to the folder "
                         "`pate features --kind coates-ng --out DIR` wrote")
-    return weights_folder.read(folder, key, WEIGHTS,
-                               f"make it with `pate features --kind coates-ng --config CONFIG --out {folder}`")
+    return weights_folder.read(folder, key, WEIGHTS, f"make it with {_command(folder)}")
+
+
+def _command(folder: str, more: str = "") -> str:
+    return f"`pate features --kind coates-ng --config CONFIG --out {folder}{more}`"
 
 
 def check_weights(folder: str, key: str = "features.filters") -> str:
-    """The sha256 of the filters in `folder`, checked against its recipe (reads the folder only)."""
-    return _read(folder, key)[1]
+    """The sha256 of the filters in `folder`, checked against its recipe and for what the digest
+    cannot say (`_checked`; reads the folder only, no data)."""
+    return load(folder, key).sha256
 
 
-@functools.lru_cache(maxsize=4)
-def _parse(digest: str, raw: bytes) -> tuple:
-    with np.load(io.BytesIO(raw), allow_pickle=False) as f:
-        return int(f["size"]), f["mean"], f["zca"], f["centroids"], f["feature_mean"], f["feature_sd"]
+#: The arrays of filters.npz.
+KEYS = ("centroids", "feature_mean", "feature_sd", "mean", "size", "zca")
 
 
 def load(folder: str, key: str = "features.filters") -> Filters:
-    """The filters in `folder`, checked against its recipe's digest.
+    """The filters in `folder`, checked against its recipe's digest and for what it cannot say
+    (`_checked`).
 
     Raises:
-      PateError: missing, damaged, or not the recipe's weights.
+      PateError: in one line naming the folder: missing, not the recipe's weights, or damaged.
     """
     doc, digest, raw = _read(folder, key)
     try:
-        size, mean, zca, centroids, feature_mean, feature_sd = _parse(digest, raw)
-        if (mean.shape != (zca.shape[0],) or centroids.shape[1] != zca.shape[0] or zca.shape[0] != zca.shape[1]
-                or feature_mean.shape != (4 * centroids.shape[0],) or feature_sd.shape != feature_mean.shape
-                or not np.all(feature_sd > 0)):
-            raise ValueError("inconsistent shapes")
-    except (KeyError, TypeError, ValueError, OSError) as err:
-        raise PateError(f"{key} = {folder!r}: the filters are damaged ({err}); remake them with "
-                        "`pate features --kind coates-ng`") from None
+        size, mean, zca, centroids, feature_mean, feature_sd = _checked(digest, json.dumps(doc, sort_keys=True), raw)
+    except weights_folder.Damaged as err:
+        raise weights_folder.refuse(key, folder, err, f"remake them with {_command(folder, ' --overwrite')}") from None
     return Filters(doc, size, mean, zca, centroids, digest, feature_mean, feature_sd)
+
+
+@functools.lru_cache(maxsize=4)
+def _checked(digest: str, doc_text: str, raw: bytes) -> tuple:
+    """``(size, mean, zca, centroids, feature_mean, feature_sd)`` once they make a map of the
+    recipe's pool images (H, W, C): every array of `KEYS` there and no other; ``size`` an integer
+    patch side of at most the images' sides, d = size² C; ``mean`` (d,), ``zca`` (d, d),
+    ``centroids`` (K, d), ``feature_mean`` and ``feature_sd`` (4 K,), finite floating-point numbers,
+    each s.d. at least sqrt(`FEATURE_EPS`) (what `fit` stores); and no image in [0, 1] mapped past
+    `weights_folder.MAX_REACH`: a normalised patch's entries lie within sqrt(d), so a whitened one's
+    within (sqrt(d) + max |mean|) times zca's largest column sum of |.|, a squared distance within
+    d (that + max |centroid|)², an activation within its root, a quadrant sum within the patches'
+    count times that, and a standardised number within (it + max |feature_mean|) / min feature_sd.
+
+    Raises:
+      weights_folder.Damaged: what is wrong, in words.
+    """
+    doc = json.loads(doc_text)
+    pool = doc.get("pool") if isinstance(doc.get("pool"), dict) else {}
+    h, w, c = weights_folder.positive_ints(pool.get("shape"), "pool.shape (the images' H, W, C)", 3)
+    f = weights_folder.arrays(raw, WEIGHTS)
+    missing, extra = [k for k in KEYS if k not in f], sorted(set(f) - set(KEYS))
+    if missing or extra:
+        raise weights_folder.Damaged(f"{WEIGHTS} " + (f"lacks {missing[0]}" if missing else f"holds {extra[0]}, "
+                                     f"which is none of {', '.join(KEYS)}"))
+    size = f["size"]
+    if size.shape != () or size.dtype.kind not in "iu" or not 2 <= int(size) <= min(h, w):
+        raise weights_folder.Damaged(f"{WEIGHTS}'s size ({size.tolist()}) is no patch side of 2 to {min(h, w)} "
+                                     f"pixels (the recipe's {h}x{w} images)")
+    size = int(size)
+    d = size * size * c
+    k = f["centroids"].shape[0] if f["centroids"].ndim == 2 else 0
+    shapes = {"mean": (d,), "zca": (d, d), "centroids": (k, d), "feature_mean": (4 * k,), "feature_sd": (4 * k,)}
+    for name, shape in shapes.items():
+        if f[name].shape != shape or not k:
+            raise weights_folder.Damaged(
+                f"{WEIGHTS}'s {name} has shape {list(f[name].shape)} where patches of {size}x{size}x{c} and "
+                f"{k or 'some'} centroids make {list(shape)}")
+    named = {name: f[name] for name in shapes}
+    weights_folder.check_values(WEIGHTS, named)
+    least = float(np.float32(np.sqrt(FEATURE_EPS)))
+    if float(f["feature_sd"].min()) < least * (1 - 1e-6):
+        raise weights_folder.Damaged(f"{WEIGHTS}'s feature_sd holds {float(f['feature_sd'].min()):.3g}, below "
+                                     f"sqrt({FEATURE_EPS}), the least s.d. a fit stores")
+    big = {name: float(np.abs(value.astype(np.float64)).max()) for name, value in named.items()}
+    white = (np.sqrt(d) + big["mean"]) * float(np.abs(f["zca"].astype(np.float64)).sum(axis=0).max())
+    squared = d * (white + big["centroids"]) ** 2
+    patches = (h - size + 1) * (w - size + 1)
+    reach = (patches * np.sqrt(squared) + big["feature_mean"]) / float(f["feature_sd"].min())
+    if not max(squared, reach) <= weights_folder.MAX_REACH:
+        raise weights_folder.Damaged(f"{WEIGHTS}'s filters can map an image to {max(squared, reach):.3g}, past "
+                                     f"{weights_folder.MAX_REACH:g} (its rows would overflow float32)")
+    return size, f["mean"], f["zca"], f["centroids"], f["feature_mean"], f["feature_sd"]
 
 
 def _batch(filters: Filters, x: np.ndarray) -> np.ndarray:

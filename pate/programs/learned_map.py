@@ -284,42 +284,84 @@ class Encoder:
 
 
 def check_weights(folder: str, key: str = "features.weights") -> str:
-    """The sha256 of the weights in `folder` after checking them against its recipe: one line
-    when the folder, its recipe or its weights are missing, or the weights are not the recipe's.
-    Reads the folder only (no data)."""
-    return _read(folder, key)[1]
+    """The sha256 of the weights in `folder` after checking them against its recipe and checking
+    what the digest cannot say (`_checked`): one line when the folder, its recipe or its weights are
+    missing, the weights are not the recipe's, or they do not make the recipe's encoder. Reads the
+    folder only (no data)."""
+    doc, digest, raw = _read(folder, key)
+    _checked_in(doc, digest, raw, key, folder)
+    return digest
 
 
 def _read(folder: str, key: str) -> tuple[dict, str, bytes]:
     if not folder:
         raise PateError(f"features.map names \"learned\" but {key} is empty; set it to the folder "
                         "`pate features --out DIR` wrote")
-    return weights_folder.read(folder, key, WEIGHTS, f"make it with `pate features --config CONFIG --out {folder}`")
+    return weights_folder.read(folder, key, WEIGHTS, f"make it with {_command(folder)}")
+
+
+def _command(folder: str, more: str = "") -> str:
+    return f"`pate features --config CONFIG --out {folder}{more}`"
 
 
 def load(folder: str, key: str = "features.weights") -> Encoder:
-    """The encoder in `folder`, its weights checked against its recipe's digest (`check_weights`)."""
+    """The encoder in `folder`, its weights checked against its recipe's digest and its recipe
+    (`check_weights`)."""
+    from flax import traverse_util
+
     doc, digest, raw = _read(folder, key)
-    return _parse(digest, doc, raw, key, folder)
+    flat = _checked_in(doc, digest, raw, key, folder)
+    return Encoder(doc, traverse_util.unflatten_dict(dict(flat), sep="/"), digest)
+
+
+def _checked_in(doc: dict, digest: str, raw: bytes, key: str, folder: str) -> tuple[tuple[str, np.ndarray], ...]:
+    try:
+        return _checked(digest, json.dumps(doc, sort_keys=True), raw)
+    except weights_folder.Damaged as err:
+        raise weights_folder.refuse(key, folder, err, f"remake it with {_command(folder, ' --overwrite')}") from None
 
 
 @functools.lru_cache(maxsize=4)
-def _parse_cached(digest: str, doc_text: str, raw: bytes) -> Encoder:
-    from flax import traverse_util
+def _checked(digest: str, doc_text: str, raw: bytes) -> tuple[tuple[str, np.ndarray], ...]:
+    """The encoder's parameters (path, array) once they make the recipe's encoder: the recipe's
+    widths and strides lists of positive integers, one each per convolution, the pool's image shape
+    (H, W, C); exactly the kernels (3, 3, C_in, width) and biases (width,) of those convolutions,
+    finite floating-point numbers; and no input in [0, 1] mapped past `weights_folder.MAX_REACH`
+    (each convolution's output at most the largest column sum of |kernel| times its input's bound,
+    plus the largest |bias|: ReLU only lowers it), so no row is inf.
 
-    with np.load(io.BytesIO(raw), allow_pickle=False) as f:
-        flat = {k: np.asarray(f[k]) for k in f.files}
-    return Encoder(json.loads(doc_text), traverse_util.unflatten_dict(flat, sep="/"), digest)
-
-
-def _parse(digest, doc, raw, key, folder) -> Encoder:
-    try:
-        enc = _parse_cached(digest, json.dumps(doc, sort_keys=True), raw)
-        arch = enc.recipe["architecture"]
-        tuple(int(w) for w in arch["widths"]), tuple(int(s) for s in arch["strides"])
-    except (KeyError, TypeError, ValueError) as err:
-        raise PateError(f"{key} = {folder!r}: the encoder is damaged ({err}); remake it with `pate features`") from None
-    return enc
+    Raises:
+      weights_folder.Damaged: what is wrong, in words.
+    """
+    doc = json.loads(doc_text)
+    arch = doc.get("architecture") if isinstance(doc.get("architecture"), dict) else {}
+    widths = weights_folder.positive_ints(arch.get("widths"), "architecture.widths")
+    strides = weights_folder.positive_ints(arch.get("strides"), "architecture.strides", len(widths))
+    pool = doc.get("pool") if isinstance(doc.get("pool"), dict) else {}
+    channels = weights_folder.positive_ints(pool.get("shape"), "pool.shape (the images' H, W, C)", 3)[2]
+    flat = weights_folder.arrays(raw, WEIGHTS)
+    wanted = [f"conv{i}/{part}" for i in range(len(widths)) for part in ("kernel", "bias")]
+    missing, extra = [k for k in wanted if k not in flat], sorted(set(flat) - set(wanted))
+    if missing:
+        raise weights_folder.Damaged(f"{WEIGHTS} lacks {missing[0]} (its recipe has {len(widths)} convolutions)")
+    if extra:
+        raise weights_folder.Damaged(f"{WEIGHTS} holds {extra[0]}, which no convolution of its recipe "
+                                     f"(widths {list(widths)}) has")
+    weights_folder.check_values(WEIGHTS, flat)
+    reach, fan_in = 0.5, channels  # the encoder sees x - 0.5, x in [0, 1]
+    for i, width in enumerate(widths):
+        kernel, bias = flat[f"conv{i}/kernel"], flat[f"conv{i}/bias"]
+        if kernel.shape != (3, 3, fan_in, width) or bias.shape != (width,):
+            raise weights_folder.Damaged(
+                f"{WEIGHTS}'s conv{i} has a kernel {list(kernel.shape)} and a bias {list(bias.shape)} where its "
+                f"recipe (widths {list(widths)}, {channels} channel(s)) makes {[3, 3, fan_in, width]} and [{width}]")
+        column = np.abs(kernel.astype(np.float64)).sum(axis=(0, 1, 2)).max()
+        reach = column * reach + float(np.abs(bias.astype(np.float64)).max())
+        fan_in = width
+    if not reach <= weights_folder.MAX_REACH:
+        raise weights_folder.Damaged(f"{WEIGHTS}'s weights can map an input to {reach:.3g}, past "
+                                     f"{weights_folder.MAX_REACH:g} (its rows would overflow float32)")
+    return tuple((k, flat[k]) for k in wanted)
 
 
 @functools.lru_cache(maxsize=4)

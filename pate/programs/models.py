@@ -360,6 +360,18 @@ def check_models(config: Config, facts: DataFacts, *, teachers: bool = True) -> 
         check_module(cfg, facts.num_classes, facts.input_shape)
 
 
+def non_finite_advice(cfg: TeachersConfig | StudentConfig, then: str) -> str:
+    """What to do when training made a NaN/inf loss or parameter: a built-in model's learning rate
+    is too high; a user's module is named, and its own arithmetic is the place to look (its logits
+    were finite on the sample batches `check_module` tried, and the learning rate may not be the
+    cause: lowering it would hide a log of zero)."""
+    section = _section(cfg)
+    if cfg.model == "module":
+        return (f"the user's module {cfg.module} ({section}.module) made them: find what makes its logits or their "
+                f"gradients NaN/inf in its __call__ (a log, a division or an exp of its own), then {then}")
+    return f"lower {section}.learning_rate and {then}"
+
+
 def _section(cfg: TeachersConfig | StudentConfig) -> str:
     return "teachers" if isinstance(cfg, TeachersConfig) else "student"
 

@@ -30,7 +30,7 @@ from analysis.core.errors import PateError
 from pate.programs import coates_ng, scattering
 from pate.programs import hog as hog_map
 from pate.programs.projection import top_directions
-from pate.store.rundir import cached_rows
+from pate.store.rundir import NonFiniteRows, cached_rows
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -72,6 +72,8 @@ class FeatureMap:
     digests: Callable[[MapSettings], dict[str, str]] | None = None
     # (settings) -> str: the map with its settings, for the release's progress line
     detail: Callable[[MapSettings], str] | None = None
+    # (settings) -> str: the config key and folder of the public weights it loads ("" for none)
+    source: Callable[[MapSettings], str] | None = None
 
 
 def _scattering(x: np.ndarray, s: MapSettings, cache_dir: Path | None = None, tag: str = "",
@@ -129,13 +131,14 @@ MAPS = {m.name: m for m in (
     FeatureMap("pixels", True, "pixels", _flat),
     FeatureMap("none", False, "the rows as they are", _flat),
     FeatureMap("learned", True, "a SimCLR encoder learned from the public pool", _learned, _learned_ready,
-               _learned_digests),
+               _learned_digests, source=lambda s: f"features.weights = {s.weights!r}"),
     FeatureMap("hog", True, "histograms of oriented gradients", _hog,
                detail=lambda s: f"HOG cells {s.hog.cell}, {s.hog.bins} {'signed' if s.hog.signed else 'unsigned'} "
                                 f"bins, blocks {s.hog.block}"),
     FeatureMap("coates-ng", True, "Coates-Ng k-means filters fitted on the public pool's patches", _coates_ng,
                lambda s: s.filters and coates_ng.check_weights(s.filters),  # none named: fitted on the pool
-               lambda s: {"feature_filters_sha256": coates_ng.check_weights(s.filters)}),
+               lambda s: {"feature_filters_sha256": coates_ng.check_weights(s.filters)},
+               source=lambda s: f"features.filters = {s.filters!r}" if s.filters else "its filters fitted on the pool"),
 )}
 
 
@@ -195,10 +198,69 @@ def _scales(blocks: list[np.ndarray]) -> tuple[float, ...]:
 def part_coefficients(name: str, inputs: np.ndarray, settings: MapSettings, cache_dir: Path | None = None,
                       tag: str = "", key: str = "features.map", progress: bool = False) -> list[np.ndarray]:
     """Each part's (n, F_i) coefficients of `inputs` under the map `name` (named by the config's
-    `key`), unscaled (`progress`: a bar for the parts that take time)."""
+    `key`), unscaled (`progress`: a bar for the parts that take time).
+
+    Raises:
+      PateError: the map does not take these inputs, or a part gives a NaN or inf (one line naming
+        the map and its weights; nothing cached, `pate.store.rundir.cached_rows`).
+    """
     check_input(name, inputs, key)
     cache = {} if cache_dir is None else {"cache_dir": cache_dir, "tag": tag, "progress": progress}
-    return [part.coefficients(inputs, settings, **cache) for part in parts(name)]
+    out = []
+    for part in parts(name):
+        try:  # a map that caches refuses NaN/inf before writing (`cached_rows`); the others here
+            rows = part.coefficients(inputs, settings, **cache)
+            finite = np.isfinite(np.asarray(rows).reshape(len(rows), -1)).all(axis=1)
+            if not finite.all():
+                raise NonFiniteRows(int((~finite).sum()), int(finite.size))
+            out.append(rows)
+        except NonFiniteRows as err:
+            raise PateError(f"{key} = {name!r}: {_which(name, part, settings)} gives NaN or inf for {err.bad} of "
+                            f"{err.total} inputs{f' ({tag})' if tag else ''}; nothing was cached, and no row of it "
+                            f"may train or label: {_remedy(part, settings)}") from None
+    return out
+
+
+def _which(name: str, part: FeatureMap, settings: MapSettings) -> str:
+    """The part of a map a message names: "the map" alone, "its part 'learned'" in a concatenation,
+    with the folder of its weights."""
+    which = "the map" if name == part.name else f"its part {part.name!r}"
+    return which + (f" ({part.source(settings)})" if part.source is not None else "")
+
+
+def _remedy(part: FeatureMap, settings: MapSettings) -> str:
+    return ("remake its weights with `pate features`" if part.source is not None
+            else "check the inputs, or choose another map")
+
+
+#: A map whose rows spread across the public pool less than this fraction of their size (root mean
+#: square of the rows less their mean, against that of the rows) gives one row to every input:
+#: float32 rounding alone spreads identical rows by about 1e-7 of their size.
+MIN_SPREAD = 1e-6
+
+#: The public pool's inputs a map's spread is measured on where the whole pool is not mapped anyway.
+SPREAD_SAMPLE = 256
+
+
+def check_spread(name: str, part: FeatureMap, rows: np.ndarray, settings: MapSettings,
+                 key: str = "features.map") -> None:
+    """Refuses, in one line, a part of the map `name` whose `rows` of public pool inputs are all one
+    row (`MIN_SPREAD`): zero or constant weights. Such a map separates nothing: every neighbour
+    search ties and every model sees one input, so the labels it would release (and charge) are one
+    class. A check of public rows only, made before any private record is mapped.
+
+    Raises:
+      PateError: naming the map, its weights and the pool points measured.
+    """
+    x = np.asarray(rows, np.float64).reshape(len(rows), -1)
+    if x.shape[0] < 2:
+        return
+    spread = float(np.sqrt(np.mean(np.sum((x - x.mean(axis=0)) ** 2, axis=1))))
+    size = float(np.sqrt(np.mean(np.sum(x ** 2, axis=1))))
+    if not spread > MIN_SPREAD * size:
+        raise PateError(f"{key} = {name!r}: {_which(name, part, settings)} gives one row to all {x.shape[0]} public "
+                        "pool inputs it was tried on: it separates nothing (its labels would be one class); nothing "
+                        f"was trained or charged: {_remedy(part, settings)}")
 
 
 def _coefficients(name: str, inputs: np.ndarray, settings: MapSettings, scales: tuple[float, ...],
@@ -299,9 +361,12 @@ def fit_parts(blocks: list[np.ndarray], dims: int, *, feature_map: str = "scatte
     ``dims``. Whitened: a PCA to ``dims`` per part, each component over its s.d. on the pool.
 
     Raises:
-      PateError: ``dims`` above what the pool gives (its size or a part's feature count).
+      PateError: ``dims`` above what the pool gives (its size or a part's feature count), or a
+        part gives one row to every pool input (`check_spread`).
     """
     blocks = [np.asarray(b, np.float64) for b in blocks]
+    for part, block in zip(parts(feature_map), blocks, strict=True):
+        check_spread(feature_map, part, block, settings)
     scales = _scales(blocks)
     scaled = [scale * b for scale, b in zip(scales, blocks)]
     coefficients = scaled[0] if len(scaled) == 1 else np.concatenate(scaled, axis=1)
@@ -377,16 +442,22 @@ def map_view(config, name: str, pool_x: np.ndarray, cache_dir: Path | None = Non
     settings (`[fine_grained]`) and learned weights (`[features] weights`).
 
     Raises:
-      PateError: the map's weights are missing or damaged (before any input is read), or the map
-        does not take the pool's inputs.
+      PateError: the map's weights are missing or damaged (before any input is read), the map
+        does not take the pool's inputs, or it gives NaN/inf or one row for all of them
+        (`check_spread`: measured on the pool's first `SPREAD_SAMPLE` inputs, or the whole pool
+        when a concatenation maps it for its scales).
     """
     settings = MapSettings.of(config)
     check_ready(name, settings)
     check_input(name, pool_x, key)
     whiten = config.features.whiten and name != "none"
-    if not whiten and len(parts(name)) == 1:
+    if not whiten and len(parts(name)) == 1:  # the pool is not mapped here: a sample of it is measured
+        sample = part_coefficients(name, pool_x[:SPREAD_SAMPLE], settings, key=key)[0]
+        check_spread(name, parts(name)[0], sample, settings, key)
         return InputMap(name, settings, (1.0,), cache_dir, show_progress, key)
     blocks = part_coefficients(name, pool_x, settings, cache_dir, "pool" if cache_dir else "", key)
+    for part, block in zip(parts(name), blocks, strict=True):
+        check_spread(name, part, block, settings, key)
     if not whiten:
         return InputMap(name, settings, _scales(blocks), cache_dir, show_progress, key)
     # The fine-grained release's whitening, fitted on the pool alone (`fit_parts`): the same map

@@ -79,55 +79,87 @@ def build(cls_or_path: type[nn.Module] | str, num_classes: int, where: str = "mo
     return UserModule(inner)
 
 
-#: The sample batch a user's module is tried on before anything trains (`check`).
+#: The sample batches a user's module is tried on before anything trains (`check`): two sizes, so
+#: an output that ignores the batch (one row, or a size of its own) is found.
 SAMPLE_BATCH = 2
+OTHER_BATCH = 3
+
+#: What a user's code may raise that `check` reports in one line: its exceptions, and a `sys.exit`
+#: (SystemExit: it ended `pate` with status 0 and no teachers). Ctrl-C stays Ctrl-C.
+_USER_FAILURES = (Exception, SystemExit)
+
+
+def describe(model: UserModule, where: str = "module") -> str:
+    """``module pkg.mod:Class (where)``: how every line about a user's module names it."""
+    inner = type(model.inner)
+    return f"module {inner.__module__}:{inner.__qualname__} ({where})"
 
 
 def check(model: UserModule, num_classes: int, input_shape: tuple[int, ...], where: str = "module") -> None:
-    """Tries a user's module (built by `build`) on a sample batch of ``input_shape`` inputs before
-    any training, vote or charge: it must initialise and run (evaluation and, when its
-    ``__call__`` takes ``train``, training with a dropout rng), give outputs of shape
-    ``(batch, num_classes)``, finite, and keep no mutable collection (batch statistics: the
-    teachers' program and the student's are a pure ``apply``).
+    """Tries a user's module (built by `build`) on sample batches of ``input_shape`` inputs before
+    any training, vote or charge, as the teachers' and the student's programs run it (jitted): it
+    must initialise with at least one parameter and run (evaluation and, when its ``__call__``
+    takes ``train``, training with a dropout rng), give one array of floating-point logits of
+    shape ``(batch, num_classes)`` for batches of two sizes, finite, and keep no mutable
+    collection (batch statistics: the teachers' program and the student's are a pure ``apply``).
 
     Raises:
       PateError: one line naming the module (``module pkg.mod:Class (teachers.module) ...``)
-        and what to change; whatever the user's code raised is reported in it, never as an
-        internal error.
+        and what to change; whatever the user's code raised (a `sys.exit` too) is reported in
+        it, never as an internal error.
     """
-    inner = type(model.inner)
-    name = f"module {inner.__module__}:{inner.__qualname__} ({where})"
-    x = jax.random.uniform(jax.random.key(0), (SAMPLE_BATCH, *input_shape), jnp.float32)
+    name = describe(model, where)
+    shape = tuple(input_shape)
+    x = jax.random.uniform(jax.random.key(0), (SAMPLE_BATCH, *shape), jnp.float32)
     rngs = {"params": jax.random.key(1), "dropout": jax.random.key(2)}
     try:
         variables = model.init(rngs, x)
     except PateError:
         raise
-    except Exception as err:  # the user's code: any exception of theirs, one line
-        raise PateError(f"{name} fails on a sample batch of inputs of shape {tuple(input_shape)}: "
-                        f"{type(err).__name__}: {_first_line(err)}") from None
+    except _USER_FAILURES as err:  # the user's code: any exception of theirs, one line
+        raise PateError(f"{name} fails on a sample batch of inputs of shape {shape}: {_what(err)}") from None
     mutable = sorted(k for k in variables if k != "params")
     if mutable:
         raise PateError(f"{name} keeps mutable state (the collection {', '.join(repr(k) for k in mutable)}, e.g. "
                         "nn.BatchNorm's batch statistics); pate trains a pure module: use nn.LayerNorm or "
                         "nn.GroupNorm instead")
-    wanted = (SAMPLE_BATCH, num_classes)
-    for train in (False, True):
+    if not jax.tree.leaves(variables.get("params", {})):
+        raise PateError(f"{name} has no parameters: there is nothing to train; give it a layer with weights "
+                        "(e.g. nn.Dense(self.num_classes))")
+    for batch, train in ((SAMPLE_BATCH, False), (SAMPLE_BATCH, True), (OTHER_BATCH, False)):
+        inputs = x if batch == SAMPLE_BATCH else jax.random.uniform(jax.random.key(4), (batch, *shape), jnp.float32)
+        when = (f"a sample batch of {'' if batch == SAMPLE_BATCH else f'{batch} '}inputs of shape {shape}"
+                f"{' in training' if train else ''}")
         try:
-            out = model.apply(variables, x, train=train, rngs={"dropout": jax.random.key(3)})
+            out = _jitted(model, train)(variables, inputs, jax.random.key(3))
         except PateError:
             raise
-        except Exception as err:
-            raise PateError(f"{name} fails on a sample batch of inputs of shape {tuple(input_shape)}"
-                            f"{' in training' if train else ''}: {type(err).__name__}: {_first_line(err)}") from None
-        shape = tuple(getattr(out, "shape", ()))
-        if shape != wanted:
-            raise PateError(f"{name} gives outputs of shape {shape} on a batch of {SAMPLE_BATCH} inputs of shape "
-                            f"{tuple(input_shape)}; it must give (batch, num_classes) = {wanted}: one logit per "
+        except _USER_FAILURES as err:
+            raise PateError(f"{name} fails on {when}: {_what(err)}") from None
+        if not isinstance(out, jax.Array):
+            raise PateError(f"{name} gives a {type(out).__name__} on {when}, not an array of logits; it must "
+                            f"give one array of shape (batch, num_classes) = {(batch, num_classes)}")
+        if tuple(out.shape) != (batch, num_classes):
+            raise PateError(f"{name} gives outputs of shape {tuple(out.shape)} on a batch of {batch} inputs of shape "
+                            f"{shape}; it must give (batch, num_classes) = {(batch, num_classes)}: one logit per "
                             "class for each input")
+        if not jnp.issubdtype(out.dtype, jnp.floating):
+            raise PateError(f"{name} gives {out.dtype} outputs on {when}; its logits must be floating-point numbers "
+                            "(float32)")
         if not bool(jnp.all(jnp.isfinite(out))):
-            raise PateError(f"{name} gives non-finite outputs (NaN or inf) on a sample batch of inputs of shape "
-                            f"{tuple(input_shape)}; its logits must be finite")
+            raise PateError(f"{name} gives non-finite outputs (NaN or inf) on {when}; its logits must be finite")
+
+
+def _jitted(model: UserModule, train: bool):
+    """``(variables, x, key) -> logits``, jitted as the training and voting programs run it (a
+    module that branches on a traced value fails here, in one line, not in the middle of training)."""
+    return jax.jit(lambda variables, x, key: model.apply(variables, x, train=train, rngs={"dropout": key}))
+
+
+def _what(err: BaseException) -> str:
+    if isinstance(err, SystemExit):
+        return f"it called sys.exit({err.code!r}) (a module must return its logits, never end the program)"
+    return f"{type(err).__name__}: {_first_line(err)}"
 
 
 def _first_line(err: BaseException) -> str:

@@ -3,21 +3,83 @@
 and `recipe.json`, which names the weights' sha256. Written all or nothing by `pate features`
 (a staged folder renamed into place), never into a ledger folder; loaded by digest: a folder whose
 recipe or weights are missing, or whose weights are not the recipe's, is refused in one line.
+What the digest cannot say (a folder re-signed by hand: NaN or 3e38 weights, missing keys, shapes
+or a recipe that do not fit together) each map checks when it loads the folder, with `arrays`,
+`check_values` and `Damaged`, before any data is read.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 from analysis.core.errors import PateError
 from pate.store.ledger_home import ledger_folder_of
 
 RECIPE = "recipe.json"
+
+#: The largest number a map's rows may reach (float32 ends at 3.4e38): a folder whose weights could
+#: map an input past it is refused when loaded (each map bounds its own outputs), so no row of a
+#: public map is inf, or NaN after an inf.
+MAX_REACH = 1e30
+
+
+class Damaged(ValueError):
+    """What is wrong with a folder whose digest is right (raised by a map's checks, reported by
+    `refuse` in one line naming the folder)."""
+
+
+def refuse(key: str, folder: str, err: Exception, remake: str) -> PateError:
+    """The one line of a damaged folder: the config key and folder, what is wrong, how to remake it."""
+    return PateError(f"{key} = {folder!r}: {err}; {remake}")
+
+
+def arrays(raw: bytes, weights_file: str) -> dict[str, np.ndarray]:
+    """The arrays of a weights file's bytes (an .npz, no pickles).
+
+    Raises:
+      Damaged: not an .npz numpy reads without pickles.
+    """
+    try:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as f:
+            return {k: np.asarray(f[k]) for k in f.files}
+    except Exception as err:  # noqa: BLE001 - a zip, an npy header or a pickle numpy refuses, each its own type
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise Damaged(f"{weights_file} is not an .npz of arrays ({first})") from None
+
+
+def check_values(weights_file: str, named: dict[str, np.ndarray]) -> None:
+    """Every array of `named` holds finite floating-point numbers.
+
+    Raises:
+      Damaged: naming the first array that does not.
+    """
+    for name, value in named.items():
+        if value.dtype.kind != "f":
+            raise Damaged(f"{weights_file}'s {name} holds {value.dtype} values, not floating-point weights")
+        if not np.isfinite(value).all():
+            raise Damaged(f"{weights_file}'s {name} holds NaN or inf")
+
+
+def positive_ints(value, what: str, count: int | None = None) -> tuple[int, ...]:
+    """`value` as a tuple of positive integers (a recipe's list), of `count` entries when given.
+
+    Raises:
+      Damaged: naming `what`.
+    """
+    if not isinstance(value, list) or not value or any(isinstance(v, bool) or not isinstance(v, int) or v < 1
+                                                       for v in value):
+        raise Damaged(f"{RECIPE}'s {what} must be a list of positive integers, got {json.dumps(value)[:80]}")
+    if count is not None and len(value) != count:
+        raise Damaged(f"{RECIPE}'s {what} must have {count} entries, got {json.dumps(value)[:80]}")
+    return tuple(value)
 
 
 def check_out(out: Path, files: tuple[str, ...], *, overwrite: bool = False, config=None) -> None:

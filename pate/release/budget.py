@@ -36,6 +36,8 @@ def accountable_record(cfg: AggregationConfig, privacy) -> Mechanism:
         eps = record.independent_eps(n, privacy.delta, moments=range(1, privacy.moments + 1),
                                      conversion=privacy.conversion).eps
         option = record.noise_options()
+    except PateError:
+        raise  # the record's own line (a gamma past an exact sampler's reach): short, naming the value
     except (ValueError, OverflowError, ZeroDivisionError, FloatingPointError) as err:
         raise PateError(f"the [aggregation] / [privacy] settings cannot be accounted ({err}); "
                         "check the noise (--gamma/--sigma/--sigma-threshold) and privacy.delta") from None

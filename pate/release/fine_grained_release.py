@@ -158,10 +158,10 @@ def public_side(config: Config, pool_x: np.ndarray, num_classes: int, noise: fin
     cfg, feature_map = config.fine_grained, config.features.map
     whitened = ", whitened, one per part" if config.features.whiten else ""
     settings = public_features.MapSettings.of(config)
+    fmap, pool_rows = public_features.fit(pool_x, cfg.pca, feature_map=feature_map, settings=settings,
+                                          whiten=config.features.whiten)  # a refusal here is the only line
     echo(f"fine-grained: the map {feature_map!r} ({public_features.describe(feature_map, settings)}) and a PCA to "
          f"{cfg.pca}{whitened} fitted on the {pool_x.shape[0]} public pool points")
-    fmap, pool_rows = public_features.fit(pool_x, cfg.pca, feature_map=feature_map, settings=settings,
-                                          whiten=config.features.whiten)
     graph = fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)
     return PublicSide(noise, fmap, pool_rows, graph, int(num_classes))
 

@@ -274,13 +274,17 @@ def _report_workdir(workdir, *, delta: float | None = None, moments: int | None 
     json_path = os.path.join(workdir, rundir.PRIVACY_JSON) if json_path is None else json_path
     plot_path = os.path.join(workdir, rundir.PRIVACY_PNG) if plot_path is None else plot_path
     release_path = os.path.join(workdir, rundir.RELEASE_JSON) if release_path is None else release_path
-    check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], subjects)
+    # Only a sanitised draw is final: a mechanism that draws none (permute-and-flip, the exponential
+    # mechanism, exact-coin GNMax) is reported again, with no draw and no charge.
+    sanitised = registry.from_arrays(labels, rundir.LABELS_NPZ).sanitised
+    if sanitised:
+        check_not_released([os.path.join(workdir, rundir.RELEASE_JSON), release_path], subjects)
     book = ledger_mod.Ledger.for_run(workdir, config)
     # A run belongs to one ledger, and nothing publishes on labels it does not record.
     require_charged(book, release_files(workdir), workdir, "drawn or charged")
     if _publish_kept_draw(workdir, book, subjects, echo):  # an earlier commit failed after its charge
         return None
-    if registry.from_arrays(labels, rundir.LABELS_NPZ).sanitised:  # before any noise is drawn
+    if sanitised:  # before any noise is drawn
         for subject in subjects:
             book.refuse_repeat("sanitised-eps", subject)
         book.refuse_drawn_elsewhere(subjects, visible_directories(workdir, config))

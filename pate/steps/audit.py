@@ -31,7 +31,7 @@ from analysis.core.noise import check_seed
 from analysis.core.files import write_atomic
 from pate.release import aggregation
 from pate.store import rundir
-from pate.config import PrivacyConfig, load_config
+from pate.config import PrivacyConfig, config_file, load_config
 from pate.release import fine_grained_release as fine_release
 from pate.release.labels import read_labels
 from pate.release.privacy_report import check_outputs
@@ -256,7 +256,7 @@ def resolve(*, config_path=None, workdir=None, mechanism=None, noise: dict | Non
         inputs = [Path(workdir) / rundir.LABELS_NPZ]
     elif config_path is not None:
         record, config = _config_record(config_path, mechanism, noise)
-        inputs = [config_path]
+        inputs = [config_file(config_path)]  # a bundled config's name: its file
     else:
         if mechanism is None:
             raise OptionError("--mechanism", "give the mechanism to audit: --mechanism with its noise, "
@@ -311,7 +311,7 @@ def _fine_grained_noise(sources: dict):
     if not config.fine_grained.votes_per_record:
         raise OptionError("--config", "fine_grained.votes_per_record = 0 is chosen on the public proxy when the "
                           "release is drawn: audit the run (--workdir), or set it")
-    return fine_release.noise_of(config.fine_grained, delta), float(delta), [config_path]
+    return fine_release.noise_of(config.fine_grained, delta), float(delta), [config_file(config_path)]
 
 
 def audit_command(*, json_path=None, queries: int = 1, trials: int = 100_000, confidence: float = 0.95,

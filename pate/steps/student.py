@@ -237,8 +237,8 @@ def _train(config: Config, release: Release, splits, show_progress: bool, echo, 
             sums = np.asarray(sums) / n
             done += n
             if not np.isfinite(sums[0]):
-                raise PateError(f"the student's loss became NaN/inf at step {done}; lower "
-                                "student.learning_rate and train again with --overwrite")
+                raise PateError(f"the student's loss became NaN/inf at step {done}; "
+                                + models.non_finite_advice(cfg, "train again with --overwrite"))
             losses.append(float(sums[0]))
             masks.append(float(sums[2]))
             bar.update(done, loss=f"{losses[-1]:.4f}", confident=f"{masks[-1]:.0%}")

@@ -41,12 +41,12 @@ import numpy as np
 from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.store import ledger as ledger_mod
-from pate.config import check_config, Config
+from pate.config import check_config, Config, TeachersConfig
 from pate.programs.data_facts import say_data_note, with_data_defaults
 from pate.data import Partition, Splits, dataset_name, load_dataset, partition, split, split_rows, train_count
 from pate.programs import agreement, public_features
 from pate.programs.cluster import Cluster
-from pate.programs.models import check_input, check_module, conv_impl, make_model
+from pate.programs.models import check_input, check_module, conv_impl, make_model, non_finite_advice
 from pate.programs.placement import Placement, to_host, unpad
 from pate.programs.progress import Progress
 from pate.programs.voting import plurality_accuracy, teacher_predictions, votes_from_predictions
@@ -97,15 +97,15 @@ class TrainResult:
 
 
 def _nan_message(bad: np.ndarray, epoch: int, last_good: int | None, ckpt_dir: Path,
-                 staged: bool = False) -> str:
+                 staged: bool = False, tc=None) -> str:
     ids = ", ".join(str(int(t)) for t in bad[:10]) + (", ..." if len(bad) > 10 else "")
     kept = (f"kept the last good checkpoint (epoch {last_good}) in {ckpt_dir}"
             if last_good else "no checkpoint was written yet")
     if staged:
         kept = f"left the finished teachers in {ckpt_dir} as they were"
+    advice = non_finite_advice(tc or TeachersConfig(), "start again with --overwrite")
     return (f"loss or parameters became NaN/inf in epoch {epoch} for {len(bad)} teacher(s) "
-            f"(ids {ids}); stopped and {kept}. Lower teachers.learning_rate and start again "
-            "with --overwrite")
+            f"(ids {ids}); stopped and {kept}. {advice[0].upper()}{advice[1:]}")
 
 
 def train_teachers(config: Config, workdir: str | Path, *, resume: bool = False,
@@ -296,7 +296,9 @@ def _teachers_view(config: Config, splits: Splits, run: rundir.RunDir, show_prog
     private feature folder); otherwise the splits as they are."""
     if not config.teachers.features:
         return splits
-    view = public_features.input_map(config, splits.pool_x, rundir.make_private_dir(run / rundir.DPSGD_FEATURES_DIR),
+    # The cache folder is made owner-only when its first rows are written (`pate.store.rundir.cached_rows`):
+    # a map refused before (its weights, images against rows, a constant map) leaves no folder behind.
+    view = public_features.input_map(config, splits.pool_x, run / rundir.DPSGD_FEATURES_DIR,
                                      show_progress=show_progress)
     return dataclasses.replace(splits, train_x=view(splits.train_x, "train"), eval_x=view(splits.eval_x, "eval"))
 
@@ -354,7 +356,7 @@ def _train(config: Config, door: Door, manager, placement: Placement, model, tx,
             finite = to_host(finite)[: tc.num_teachers]
             if not finite.all():
                 raise PateError(_nan_message(np.flatnonzero(~finite), epoch + 1, last_good,
-                                             door.run / rundir.TEACHERS_DIR, door.staged))
+                                             door.run / rundir.TEACHERS_DIR, door.staged, tc))
             history.append(float(loss.mean()))
             done = epoch + 1
             if done % tc.checkpoint_every == 0 or done == tc.epochs:

@@ -117,25 +117,41 @@ def make_private_dir(path: str | Path) -> Path:
     return path
 
 
+class NonFiniteRows(PateError):
+    """A public map gave NaN or inf rows (`cached_rows` keeps none): ``bad`` of ``total`` inputs.
+    The map's caller names the map (`pate.programs.public_features`)."""
+
+    def __init__(self, bad: int, total: int):
+        super().__init__(f"a public map gives NaN or inf for {bad} of {total} inputs; nothing was cached")
+        self.bad, self.total = bad, total
+
+
 def cached_rows(path: Path | None, rows: int, compute) -> np.ndarray:
     """The array `compute()` makes, kept at `path` (an .npy named by its inputs' content: a public
-    map's rows of private inputs, so written owner-only in an owner-only folder): read from there
-    when it holds `rows` rows, else made (a missing or damaged file is made again) and written
-    atomically. `path` None: made, not kept."""
+    map's rows of private inputs, so written owner-only in an owner-only folder, made only when the
+    first file is written): read from there when it holds `rows` finite rows, else made (a missing
+    or damaged file is made again) and written atomically. `path` None: made, not kept.
+
+    Raises:
+      NonFiniteRows: `compute()` gave a NaN or inf; nothing is written (no folder made either).
+    """
     if path is not None and path.exists():
         try:
             cached = np.load(path, allow_pickle=False)
-            if cached.shape[0] == rows:
+            if cached.shape[0] == rows and np.isfinite(cached).all():
                 return cached
         except (OSError, ValueError):
             pass  # damaged cache: compute again
     out = compute()
+    finite = np.isfinite(np.asarray(out).reshape(len(out), -1)).all(axis=1) if np.ndim(out) else np.array([True])
+    if not finite.all():
+        raise NonFiniteRows(int((~finite).sum()), int(finite.size))
     if path is not None:
         from analysis.core.files import write_atomic
 
         buf = io.BytesIO()
         np.save(buf, out, allow_pickle=False)
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_private_dir(path.parent)
         write_atomic(path, buf.getvalue(), private=True)
     return out
 

@@ -91,6 +91,29 @@ def test_the_config_asks_for_label_eps_with_randomized_response_only():
     assert ok.fine_grained.label_eps == 2.0
 
 
+def test_a_label_eps_too_small_to_carry_a_label_is_refused_where_it_enters():
+    """label_eps = 1e-300 was accepted: p - q rounded to 0, the debiasing divided by zero (a
+    RuntimeWarning) and the run released with exit 0 (issue 52). The config refuses it in one
+    line; the debiasing scale is computed by expm1, finite for every eps the config takes."""
+    import warnings
+
+    from pate.config import load_config
+
+    rr = {"fine_grained.label_noise": "randomized-response"}
+    for tiny in (1e-300, 5e-7):
+        with pytest.raises(PateError, match=r"fine_grained.label_eps must be at least 1e-06"):
+            load_config(TINY, {**rr, "fine_grained.label_eps": tiny})
+    assert load_config(TINY, {**rr, "fine_grained.label_eps": 1e-6}).fine_grained.label_eps == 1e-6
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for eps in (1e-300, 1e-6, 1.0, 50.0):
+            p = fg.rr_keep_probability(10, eps)
+            margins = fg.debias_margins(np.array([1.0]), 10, eps)
+            assert np.isfinite(margins).all() and np.isfinite(fg.debias(np.array([[3.0, 1.0]]), 2, eps)).all()
+            if eps >= 1e-6:  # the plain difference, where it has digits to spare
+                assert margins[0] == pytest.approx(1.0 / (p - (1 - p) / 9), rel=1e-6)
+
+
 def test_a_release_with_randomized_labels_records_its_label_eps_and_keeps_its_central_cost():
     from pate.config import load_config
     from pate.data import load_dataset, split

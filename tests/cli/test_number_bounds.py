@@ -101,3 +101,25 @@ def test_an_exact_pure_argmax_bounds_gamma_in_one_short_line(mechanism):
     assert f"at most {MAX_EXACT_GAMMA:g}" in line and len(line) < 250
     assert invoke("audit", "--config", TINY, "--mechanism", mechanism, "--gamma", MAX_EXACT_GAMMA,
                   "--trials", 100).exit_code == 0
+
+
+@pytest.mark.parametrize("mechanism", ["permute-and-flip", "exponential"])
+def test_every_entry_point_refuses_an_unbounded_gamma_before_any_work_in_one_short_line(tmp_path, mechanism):
+    """Each command that takes a pure argmax's gamma stops where the record is made, before any
+    vote, data or write: `label` (teachers' and --votes), `run`, `plan`, `analyze --votes` and
+    `audit`. `run` and `plan` wrapped the record's line in a second (a 330-character line)."""
+    import numpy as np
+
+    votes = tmp_path / "votes.npz"
+    np.savez(votes, votes=np.array([[5, 1, 0], [3, 3, 0]] * 10))
+    gamma = ("--gamma", "1e300")
+    sets = ("--set", f'aggregation.mechanism="{mechanism}"', "--set", "aggregation.gamma=1e300")
+    for args, code in ((("label", "--workdir", tmp_path / "a", "--config", TINY, "--mechanism", mechanism, *gamma), 1),
+                       (("label", "--votes", votes, "--num-classes", 3, "--workdir", tmp_path / "b", "--ledger", "x",
+                         "--mechanism", mechanism, *gamma), 1),
+                       (("run", "--config", TINY, "--workdir", tmp_path / "c", "--no-progress", *sets), 1),
+                       (("plan", "--config", TINY, *sets), 1),
+                       (("analyze", "--votes", votes, "--mechanism", mechanism, *gamma), 2)):
+        line = one_line_error(invoke(*args), code)
+        assert f"{mechanism}: gamma = 1e+300 is past 1000" in line and len(line) < 250, (args[0], line)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["votes.npz"]

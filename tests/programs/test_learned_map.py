@@ -269,3 +269,100 @@ def test_nt_xent_is_the_plain_loop_of_simclr_eq_1():
         total += -np.log(np.exp(z[i] @ z[j] / tau) / den)
     got = float(learned_map.nt_xent(z1.astype(np.float32), z2.astype(np.float32), tau))
     assert abs(got - total / 6) < 1e-5  # float32 arithmetic on values of order 1
+
+
+def resigned(source, target, weights_file: str, change=None, recipe=None) -> str:
+    """A copy of the weights folder `source` at `target` whose weights (`change(arrays)`) or recipe
+    (`recipe(doc)`) were edited and signed again: the digest is right, the content is not."""
+    import hashlib
+    import io
+
+    shutil.copytree(source, target)
+    with np.load(target / weights_file) as f:
+        arrays = dict(f)
+    if change is not None:
+        change(arrays)
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    (target / weights_file).write_bytes(buf.getvalue())
+    doc = json.loads((target / weights_folder.RECIPE).read_text())
+    if recipe is not None:
+        recipe(doc)
+    doc["weights"]["sha256"] = hashlib.sha256(buf.getvalue()).hexdigest()
+    (target / weights_folder.RECIPE).write_text(json.dumps(doc))
+    return str(target)
+
+
+def _set(name, value):
+    return lambda arrays: arrays.__setitem__(name, value(arrays[name]))
+
+
+def _nan_first(a):
+    a = a.copy()
+    a.flat[0] = np.nan
+    return a
+
+
+def _architecture(key, value):
+    return lambda doc: doc["architecture"].__setitem__(key, value)
+
+
+#: An encoder folder signed again by hand: what its digest cannot say, and the words of its one line.
+DAMAGED_ENCODERS = {
+    "nan": (_set("conv0/kernel", _nan_first), None, "encoder.npz's conv0/kernel holds NaN or inf"),
+    "huge": (_set("conv0/kernel", lambda a: np.full_like(a, 3e38)), None,
+             "encoder.npz's weights can map an input to"),
+    "int": (_set("conv1/kernel", lambda a: a.astype(np.int32)), None, "conv1/kernel holds int32 values"),
+    "shape": (_set("conv1/kernel", lambda a: a[..., :-1]), None,
+              "encoder.npz's conv1 has a kernel [3, 3, 4, 7] and a bias [8] where its recipe"),
+    "missing": (lambda a: a.pop("conv1/bias"), None, "encoder.npz lacks conv1/bias"),
+    "extra": (lambda a: a.__setitem__("head/kernel", np.zeros((2, 2), np.float32)), None,
+              "encoder.npz holds head/kernel, which no convolution"),
+    "widths": (None, _architecture("widths", [4, 9]), "where its recipe (widths [4, 9], 1 channel(s)) makes"),
+    "strides": (None, _architecture("strides", [0, 2]), "architecture.strides must be a list of positive integers"),
+    "three strides": (None, _architecture("strides", [2, 2, 2]), "architecture.strides must have 2 entries"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED_ENCODERS))
+def test_weights_signed_again_by_hand_are_refused_in_one_line_before_any_data_is_read(tmp_path, tiny_encoder,
+                                                                                       monkeypatch, case):
+    """The digest says the weights are the recipe's, not that they make its encoder (issue 52): NaN
+    or 3e38 weights, int weights, a kernel of another shape, a missing or extra key, recipe widths
+    or strides that do not fit gave "internal error (ScopeParamShapeError ...)", multi-line MLIR
+    errors or NaN rows blamed later. Now loading checks them: one line naming the folder and what
+    is wrong, from plan, label and ceiling alike, before any data is read, nothing written."""
+    change, recipe, words = DAMAGED_ENCODERS[case]
+    folder = resigned(tiny_encoder, tmp_path / "enc", learned_map.WEIGHTS, change, recipe)
+
+    def no_data(*_args, **_kw):
+        raise AssertionError("data was loaded")
+
+    for name in ("load_dataset", "load_npz", "load_public", "load_pool"):
+        monkeypatch.setattr(data, name, no_data)
+    monkeypatch.setattr(ceiling_mod, "load_public", no_data)
+    config = _fine_config(tmp_path, folder)
+    for args in (("plan", "--config", config), ("label", "--workdir", tmp_path / "run", "--config", config),
+                 ("ceiling", "--config", config)):
+        line = one_line_error(invoke(*args), 1)
+        assert line.startswith(f"pate: features.weights = {folder!r}: ") and words in line, (args[0], line)
+        assert "remake it with `pate features" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_constant_map_is_refused_before_any_eps_is_spent(tmp_path, tiny_encoder, ledger_dir):
+    """Zero weights give every input one row: the map was accepted and a fine-grained release of
+    one-class labels charged (issue 52). Now the pool's rows are measured when the map is fitted
+    (fine-grained, ceiling) or viewed (teachers, DP-SGD): one line, nothing written or charged."""
+    zero = resigned(tiny_encoder, tmp_path / "zero", learned_map.WEIGHTS,
+                    lambda arrays: [arrays.__setitem__(k, np.zeros_like(v)) for k, v in list(arrays.items())])
+    line = one_line_error(invoke("label", "--workdir", tmp_path / "run", "--config", _fine_config(tmp_path, zero)), 1)
+    assert line.startswith(f"pate: features.map = 'learned': the map (features.weights = {zero!r}) gives one row to "
+                           "all 200 public pool inputs"), line
+    assert not (tmp_path / "run").exists() and list(ledger_dir.glob("*.jsonl")) == []
+    teachers = invoke("train-teachers", "--config", TINY, "--workdir", tmp_path / "run", "--no-progress",
+                      "--set", 'teachers.features="learned"', "--set", f"features.weights={json.dumps(zero)}",
+                      "--set", 'teachers.model="linear"', "--set", "teachers.conv_features=[]",
+                      "--set", "teachers.conv_kernels=[]", "--set", "teachers.conv_strides=[]")
+    assert "teachers.features = 'learned': the map (features.weights = " in one_line_error(teachers, 1)
+    assert not (tmp_path / "run" / "teachers.json").exists()

@@ -269,3 +269,63 @@ def test_the_caches_round_trip_owner_only(tmp_path, monkeypatch, filters, featur
     monkeypatch.setattr(coates_ng, "_batch", no_compute)
     np.testing.assert_array_equal(view(private, "train"), first)
     np.testing.assert_array_equal(np.load(files[0]), first)
+
+
+def _filters_set(name, value):
+    return lambda arrays: arrays.__setitem__(name, value(arrays[name]))
+
+
+#: Coates-Ng filters signed again by hand (`test_learned_map.resigned`) and the words of their one line.
+DAMAGED_FILTERS = {
+    "nan": (_filters_set("centroids", lambda a: np.where(np.arange(a.size).reshape(a.shape) == 0, np.nan, a)),
+            "filters.npz's centroids holds NaN or inf"),
+    "huge": (_filters_set("zca", lambda a: np.full_like(a, 3e38)), "filters.npz's filters can map an image to"),
+    "tiny sd": (_filters_set("feature_sd", lambda a: np.full_like(a, 1e-38)),
+                "feature_sd holds 1e-38, below sqrt(0.01)"),
+    "shape": (_filters_set("zca", lambda a: a[:, :-1]), "filters.npz's zca has shape [9, 8] where patches of 3x3x1"),
+    "size": (_filters_set("size", lambda _: np.array(4)), "filters.npz's mean has shape [9] where patches of 4x4x1"),
+    "missing": (lambda a: a.pop("feature_mean"), "filters.npz lacks feature_mean"),
+    "int": (_filters_set("mean", lambda a: a.astype(np.int64)), "filters.npz's mean holds int64 values"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGED_FILTERS))
+def test_filters_signed_again_by_hand_are_refused_in_one_line_before_any_data_is_read(tmp_path, filters, monkeypatch,
+                                                                                       case):
+    """What the digest cannot say (issue 52): NaN or 3e38 values, a s.d. of 1e-38, shapes that do not
+    fit, a missing key gave "internal error (array must not contain infs or NaNs)" or broadcast
+    errors after the data were read; now one line naming the folder before any data is read."""
+    from pathlib import Path
+
+    from test_learned_map import resigned
+
+    change, words = DAMAGED_FILTERS[case]
+    folder = resigned(Path(filters), tmp_path / "f", coates_ng.WEIGHTS, change)
+
+    def no_data(*_args, **_kw):
+        raise AssertionError("data was loaded")
+
+    from pate.release import ceiling as ceiling_mod
+
+    monkeypatch.setattr(ceiling_mod, "load_public", no_data)
+    line = one_line_error(invoke("ceiling", "--config", TINY, "--set", 'features.map="hog+coates-ng"',
+                                 "--set", f"features.filters={json.dumps(folder)}"), 1)
+    assert line.startswith(f"pate: features.filters = {folder!r}: ") and words in line, line
+    assert "remake them with `pate features --kind coates-ng" in line
+
+
+def test_nan_rows_are_never_cached_and_a_cache_of_them_is_made_again(tmp_path):
+    """`cached_rows` keeps finite rows only (issue 52: a NaN map's rows were cached, and read back
+    by every later command): NaN rows are refused before the file or its folder is written, and a
+    cached file holding NaN (an older version's) is made again."""
+    from pate.store.rundir import NonFiniteRows, cached_rows
+
+    path = tmp_path / "cache" / "train.npy"
+    with pytest.raises(NonFiniteRows, match="gives NaN or inf for 1 of 3 inputs; nothing was cached"):
+        cached_rows(path, 3, lambda: np.array([[1.0, 2.0], [np.inf, 0.0], [3.0, 4.0]], np.float32))
+    assert not (tmp_path / "cache").exists()
+    path.parent.mkdir()
+    np.save(path, np.full((3, 2), np.nan, np.float32))
+    rows = cached_rows(path, 3, lambda: np.ones((3, 2), np.float32))
+    np.testing.assert_array_equal(rows, np.ones((3, 2)))
+    np.testing.assert_array_equal(np.load(path), np.ones((3, 2)))

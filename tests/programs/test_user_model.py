@@ -83,6 +83,76 @@ class Raises(nn.Module):
         return nn.Dense(self.num_classes)(x.reshape(x.shape[0], -1))
 '''
 
+#: Modules of issue 52's hunt: a `sys.exit` ended `pate` with status 0 and no teachers; a tuple, int
+#: logits, an output of one row, no parameter or a branch on a traced value ended in "internal error".
+HOSTILE = '''
+import sys
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class Exits(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        sys.exit(0)
+
+
+class GivesTuple(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        logits = nn.Dense(self.num_classes)(x)
+        return logits, logits
+
+
+class GivesInts(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.num_classes)(x).astype(jnp.int32)
+
+
+class OneRow(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        logits = nn.Dense(self.num_classes)(x)
+        return logits if x.shape[0] == 2 else logits[:1]
+
+
+class NoParameters(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        return jnp.zeros((x.shape[0], self.num_classes))
+
+
+class Branches(nn.Module):
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x):
+        logits = nn.Dense(self.num_classes)(x)
+        return logits if float(x.sum()) > 0 else -logits
+
+
+class NanInTraining(nn.Module):
+    """Finite on the sample batches, NaN on a training batch of more."""
+    num_classes: int
+
+    @nn.compact
+    def __call__(self, x, train: bool = False):
+        logits = nn.Dense(self.num_classes)(x)
+        return logits * jnp.nan if train and x.shape[0] > 3 else logits
+'''
+
 
 @pytest.fixture
 def user_modules(tmp_path, monkeypatch):
@@ -90,6 +160,7 @@ def user_modules(tmp_path, monkeypatch):
     (tmp_path / "faulty.py").write_text(FAULTY)
     (tmp_path / "explodes.py").write_text("raise RuntimeError('boom')\n")
     (tmp_path / "nan_at_eval.py").write_text(NAN_AT_EVALUATION)
+    (tmp_path / "hostile.py").write_text(HOSTILE)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.syspath_prepend(str(ROOT / "examples"))
     return tmp_path
@@ -222,3 +293,42 @@ def test_a_faulty_student_module_is_refused_before_anything_trains_or_is_charged
     assert "internal error" not in line
     assert not (run / "teachers.json").exists() and not (run / "labels.npz").exists()
     assert not any(ledger_dir.iterdir())  # nothing charged
+
+
+@pytest.mark.parametrize("name, message", [
+    ("Exits", r"fails on a sample batch of inputs of shape \(16,\): it called sys.exit\(0\)"),
+    ("GivesTuple", r"gives a tuple on a sample batch of inputs of shape \(16,\), not an array of logits"),
+    ("GivesInts", r"gives int32 outputs on a sample batch of inputs of shape \(16,\); its logits must be floating"),
+    ("OneRow", r"gives outputs of shape \(1, 3\) on a batch of 3 inputs of shape \(16,\)"),
+    ("NoParameters", "has no parameters: there is nothing to train"),
+    ("Branches", "fails on a sample batch of inputs of shape \\(16,\\): ConcretizationTypeError"),
+])
+def test_a_hostile_module_is_refused_in_one_line_naming_it(user_modules, name, message):
+    """Issue 52: `sys.exit` in `__call__` ended `pate train-teachers` with status 0 and no teachers;
+    the others ended in "internal error" once the teachers' jitted program ran them."""
+    with pytest.raises(PateError, match=message) as err:
+        models.check_module(TeachersConfig(model="module", module=f"hostile:{name}"), 3, (FEATURES,))
+    assert "\n" not in str(err.value) and str(err.value).startswith(f"module hostile:{name} (teachers.module) ")
+
+
+def test_sys_exit_in_a_module_is_exit_1_and_nothing_written(user_modules, tmp_path):
+    path = write_embeddings(tmp_path / "e.npz", train=120, test=60)
+    run = tmp_path / "run"
+    result = invoke("train-teachers", "--config", TINY, "--workdir", run, "--no-progress", *sets_for(path),
+                    "--set", "data.public_size=30", "--set", "teachers.model=\"module\"",
+                    "--set", "teachers.module=\"hostile:Exits\"", "--set", "teachers.hidden=[]")
+    assert "module hostile:Exits (teachers.module) fails" in one_line_error(result, 1)
+    assert not (run / "teachers").exists() and not (run / "teachers.json").exists()
+
+
+def test_nan_in_training_names_the_module_not_the_learning_rate(user_modules, tmp_path):
+    """A module finite on the sample batches but NaN in training was blamed on the learning rate
+    ("Lower teachers.learning_rate"), which would only hide its own arithmetic (issue 52)."""
+    path = write_embeddings(tmp_path / "e.npz", train=120, test=60)
+    result = invoke("train-teachers", "--config", TINY, "--workdir", tmp_path / "run", "--no-progress",
+                    *sets_for(path), "--set", "data.public_size=30", "--set", "teachers.model=\"module\"",
+                    "--set", "teachers.module=\"hostile:NanInTraining\"", "--set", "teachers.hidden=[]")
+    line = one_line_error(result, 1)
+    assert "became NaN/inf in epoch 1" in line and "hostile:NanInTraining (teachers.module) made them" in line, line
+    assert "learning_rate" not in line
+    assert "lower student.learning_rate" in models.non_finite_advice(StudentConfig(), "train again")

@@ -21,7 +21,7 @@ def make_run(tmp_path, labels_override=None, charge=True):
     labels = votes[indices].argmax(axis=1)
     fields = dict(indices=indices, labels=labels, mechanism=np.array("lnmax"), gamma=np.array(0.1))
     fields.update(labels_override or {})
-    np.savez(tmp_path / "labels.npz", **fields)
+    np.savez(tmp_path / "labels.npz", **{k: v for k, v in fields.items() if v is not None})
     if charge:
         charged(tmp_path)
     return votes
@@ -120,3 +120,23 @@ def test_workdir_refuses_a_release_other_readers_refuse(tmp_path, override, mess
     result = CliRunner().invoke(main, ["analyze", "--workdir", str(tmp_path)])
     assert result.exit_code == 1 and message in result.output, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["labels.npz", "votes.npz"]
+
+
+@pytest.mark.parametrize("record", ["permute-and-flip", "exponential", "gnmax-exact"])
+def test_a_second_analyze_of_a_release_without_a_sanitised_draw_reports_it_again(tmp_path, record):
+    """Permute-and-flip, the exponential mechanism and exact-coin GNMax draw no sanitised eps, yet
+    a second `pate analyze` was refused as if it would draw one again (issue 52). It reports the
+    same release again: exit 0, the same headline, no draw, nothing charged."""
+    from analysis.mechanisms import exact_gaussian, exponential, permute_flip
+    from conftest import run_entries
+
+    made = {"permute-and-flip": permute_flip.PermuteAndFlip(0.5), "exponential": exponential.ExponentialMechanism(0.5),
+            "gnmax-exact": exact_gaussian.GNMaxExact(20.0)}[record]
+    make_run(tmp_path, {"mechanism": None, "gamma": None, **made.to_arrays()})
+    entries = run_entries(tmp_path)
+    heads = []
+    for _ in range(2):
+        result = CliRunner().invoke(main, ["analyze", "--workdir", str(tmp_path)])
+        assert result.exit_code == 0, result.output
+        heads.append(json.loads((tmp_path / "release.json").read_text())["eps"])
+    assert heads[0] == heads[1] and run_entries(tmp_path) == entries

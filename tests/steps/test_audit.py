@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -205,6 +206,27 @@ def test_cli_audits_the_tiny_config(tmp_path, ledger_dir):
     assert doc["research_seed"] is True and "seed" not in doc and not doc["violation"]
     assert "eps lower bound" in result.output and "eps claimed" in result.output
     assert list(ledger_dir.iterdir()) == []  # not a release: nothing charged
+
+
+def test_audit_and_ledger_take_a_bundled_config_by_name(tmp_path, ledger_dir):
+    """`--config tiny` names the bundled configs/tiny.toml in every command; `audit` and `ledger`
+    refused it ("Path 'tiny' does not exist", issue 52). A name that is neither a file nor a
+    bundled config is refused in one line listing them."""
+    from conftest import invoke as pate
+
+    by_name = invoke("--config", "tiny", "--trials", 200, "--seed", 7)
+    assert by_name.exit_code == 0, by_name.output
+    by_path = invoke("--config", TINY, "--trials", 200, "--seed", 7)
+    timeless = lambda out: re.sub(r"\(\d+\.\d s;", "(s;", out)  # noqa: E731
+    assert timeless(by_name.output) == timeless(by_path.output)
+    listed = pate("ledger", "--config", "tiny")
+    assert listed.exit_code == 0 and listed.output.startswith("ledger: synthetic:"), listed.output
+    assert listed.output == pate("ledger", "--config", TINY).output
+    for args in (("audit", "--config", "tinyy"), ("ledger", "--config", "tinyy")):
+        result = pate(*args)
+        assert result.exit_code == 1 and "config file tinyy not found; give a file, or one of the bundled configs by " \
+            "name: " in result.output and "tiny" in result.output, result.output
+    assert list(ledger_dir.glob("*.jsonl")) == []  # listing charges nothing
 
 
 def test_cli_audits_a_run_directory_without_touching_it(tmp_path):

@@ -95,3 +95,16 @@ def test_run_process_1_with_another_privacy_setting_stops_all(monkeypatch, tiny_
         run(mine, tmp_path / "run", echo=lambda _: None)
     assert [w[0] for w in gather.sent] == [0, 1]
     assert not (tmp_path / "run").exists()
+
+
+def test_fine_grained_process_1_with_other_votes_per_record_stops_all(monkeypatch, tiny_config, tmp_path):
+    """Issue 52 saw a votes_per_record that differs between processes end in "internal error" (the
+    histograms' totals disagreed); the one agreement, made before any record is read, names it."""
+    from pate.steps.label import label
+
+    gather = _as_process_1(monkeypatch, agreement.facts(_fine(tiny_config), data=True))
+    with pytest.raises(PateError, match=r"process 1's fine_grained.votes_per_record \(3\) differs from process "
+                                        r"0's") as err:
+        label(_fine(tiny_config, votes_per_record=3), tmp_path / "run", echo=lambda _: None)
+    _stopped_here(gather, err)
+    assert not (tmp_path / "run").exists()

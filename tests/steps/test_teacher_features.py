@@ -111,3 +111,41 @@ def test_pate_run_trains_the_teachers_again_when_their_maps_settings_change():
     moved = load_config("tiny", {"fine_grained.scattering_j": 1})
     assert section_hash(base, teachers.sections) != section_hash(moved, teachers.sections)
     assert section_hash(base, teachers.sections) == section_hash(base, ("data", "teachers"))
+
+
+def test_a_map_the_data_do_not_take_leaves_no_cache_folder(tmp_path):
+    """`check_input` ran after the map's cache folder was made: rows of features under
+    `teachers.features = "scattering"` were refused, and an empty `dpsgd-features/` stayed behind
+    (issue 52). The folder is now made when its first rows are written."""
+    from conftest import embedding_sets, write_embeddings
+
+    path = write_embeddings(tmp_path / "e.npz", train=120, test=60)
+    result = invoke("train-teachers", "--config", TINY, "--workdir", tmp_path / "run", "--no-progress", *HEADS,
+                    *embedding_sets(path), "--set", "data.public_size=30", "--set", 'teachers.features="scattering"')
+    assert "scattering takes images but the data are embeddings" in one_line_error(result, 1)
+    assert not (tmp_path / "run" / "dpsgd-features").exists()
+
+
+def test_a_map_that_gives_nan_stops_the_teachers_in_one_line_naming_it_and_caches_nothing(tmp_path, tiny_encoder,
+                                                                                          monkeypatch):
+    """NaN rows of a public map trained NaN teachers, blamed on the learning rate, and the NaN
+    rows were cached (issue 52). Now the map is refused where its rows are computed, naming it and
+    its weights; no row is cached and nothing trains."""
+    from pate.programs import learned_map
+
+    real = learned_map.features
+
+    def some_nan(encoder, x, *args, **kw):
+        rows = real(encoder, x, *args, **kw)
+        rows[::7] = np.nan
+        return rows
+
+    monkeypatch.setattr(learned_map, "features", some_nan)
+    run = tmp_path / "run"
+    result = invoke("train-teachers", "--config", TINY, "--workdir", run, "--no-progress", *HEADS,
+                    "--set", 'teachers.features="learned"', "--set", f"features.weights={json.dumps(str(tiny_encoder))}")
+    line = one_line_error(result, 1)
+    assert line.startswith(f"pate: teachers.features = 'learned': the map (features.weights = "
+                           f"{str(tiny_encoder)!r}) gives NaN or inf for "), line
+    assert "nothing was cached" in line and "learning_rate" not in line
+    assert not (run / "dpsgd-features").exists() and not (run / "teachers.json").exists()

@@ -97,3 +97,18 @@ def test_an_export_of_a_ledger_name_that_does_not_exist_is_refused(tmp_path, mon
     result = CliRunner().invoke(main, ["ledger", "--name", "dta", "--export", str(out)])
     assert result.exit_code == 1 and "no ledger named 'dta'" in result.output and not out.exists()
     assert [p.name for p in (tmp_path / "ledgers").glob("*.jsonl")] == [ledger_mod.Ledger("data").path.name]
+
+
+def test_a_budget_for_a_ledger_name_that_does_not_exist_is_refused_and_nothing_written(tmp_path, monkeypatch):
+    """`ledger --name TYPO --set-budget EPS` wrote a new ledger holding that budget, exit 0 (issue
+    52): the data set's own ledger kept none. Refused in one line; the folder is as it was."""
+    from conftest import one_line_error, snapshot
+
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "ledgers"))
+    _book(tmp_path, [composition.labels_cost(GNMax(40.0), 300)])
+    before = snapshot(tmp_path / "ledgers")
+    line = one_line_error(CliRunner().invoke(main, ["ledger", "--name", "dta", "--set-budget", "5"]), 1)
+    assert line.startswith("pate: no ledger named 'dta' in ") and "no budget set (nothing written)" in line, line
+    assert snapshot(tmp_path / "ledgers") == before
+    ok = CliRunner().invoke(main, ["ledger", "--name", "data", "--set-budget", "50"])
+    assert ok.exit_code == 0 and "budget: eps 50" in ok.output, ok.output
