@@ -114,7 +114,7 @@ class StudentResult:
             + (f" + {self.num_unlabelled} unlabelled pool images" if self.method == "fixmatch"
                else " images"),
             f"student accuracy on the evaluation split ({self.eval_points} points): "
-            (f"{self.accuracy:.4f} (EMA weights; last weights {self.accuracy_last:.4f})" if self.accuracy_network is None
+            + (f"{self.accuracy:.4f} (EMA weights; last weights {self.accuracy_last:.4f})" if self.accuracy_network is None
              else f"{self.accuracy:.4f} (the network averaged with its {self.neighbours}-neighbour student; the "
                   f"network alone {self.accuracy_network:.4f}, last weights {self.accuracy_last:.4f})"),
         ]
