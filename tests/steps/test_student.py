@@ -132,6 +132,7 @@ def test_the_neighbour_student_is_averaged_in_and_published_as_scored(labelled):
     info = json.loads((labelled / "student.json").read_text())
     assert info["neighbours"] == 5 and info["accuracy_network"] == result.accuracy_network
     assert info["accuracy"] == result.accuracy and result.accuracy_network is not None
+    assert "averaged with its 5-neighbour student" in result.summary()
     student = with_neighbours(load_student(labelled), labelled)
     assert student.neighbours is not None
     splits = split(load_dataset(load_config(labelled / "config.toml").data), 200)
