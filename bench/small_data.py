@@ -4,8 +4,9 @@ pool and a 297-row evaluation split (one fixed permutation, seed 0: a public cho
 of the table is a run of the product with the keys the data decides left out:
 
 - fine-grained PATE through the arrays API (`pate.fit`, `aggregation.mechanism = "fine-grained"`,
-  `fine_grained.eps = E`): the released labels' accuracy on the pool and the student's on the
-  evaluation split, pure ε E under replace-one;
+  `fine_grained.eps = E`, k, smoothing and weights left to the public proxy, `[student] neighbours`
+  `--neighbours`): the released labels' accuracy on the pool and the student's on the evaluation
+  split (the published predictor, and the network alone), pure ε E under replace-one;
 - DP-SGD (`pate dpsgd`, the data's default model for rows) at the same replace-one ε
   (`dpsgd.relation = "replace-one"`, δ 1e-5).
 
@@ -56,16 +57,21 @@ def splits(x, y):
     return (x[:1000], y[:1000]), (x[1000:1500], y[1000:1500]), (x[1500:], y[1500:])
 
 
-def fine_grained_row(data, eps: float, workdir: Path) -> dict:
+def fine_grained_row(data, eps: float, workdir: Path, neighbours: int) -> dict:
     import pate
 
     (xp, yp), (xq, yq), (xe, ye) = data
     start = time.time()
+    # k, the smoothing and its weights chosen on the public proxy with the release's noise
     result = pate.fit(xp, yp, xq, y_public=yq, x_eval=xe, y_eval=ye,
-                      overrides={"aggregation.mechanism": "fine-grained", "fine_grained.eps": eps},
+                      overrides={"aggregation.mechanism": "fine-grained", "fine_grained.eps": eps,
+                                 "fine_grained.votes_per_record": 0, "fine_grained.smoothing": 0,
+                                 "fine_grained.smoothing_weights": "auto", "student.neighbours": neighbours},
                       workdir=workdir, echo=lambda line: print(f"# {line}", file=sys.stderr))
+    info = json.loads((workdir / "student.json").read_text())
     return {"method": "pate-fine-grained", "target_eps": eps, "eps_replace_one": eps,
             "label_accuracy": result.label_accuracy, "accuracy": result.student_accuracy,
+            "accuracy_network": info.get("accuracy_network", info.get("accuracy")),
             "data_set_eps": result.eps, "wall_time_s": round(time.time() - start, 1), "workdir": str(workdir)}
 
 
@@ -94,9 +100,11 @@ def summary(rows):
     for (method, eps), rs in sorted(groups.items()):
         acc = [r["accuracy"] for r in rs]
         labels = [r["label_accuracy"] for r in rs if r["label_accuracy"] is not None]
+        network = [r["accuracy_network"] for r in rs if r.get("accuracy_network") is not None]
         out.append({"method": method, "target_eps": eps, "draws": len(rs), "mean": statistics.fmean(acc),
                     "std": statistics.stdev(acc) if len(acc) > 1 else 0.0,
-                    "label_mean": statistics.fmean(labels) if labels else None})
+                    "label_mean": statistics.fmean(labels) if labels else None,
+                    "network_mean": statistics.fmean(network) if network else None})
     return out
 
 
@@ -106,6 +114,8 @@ def main(argv=None) -> None:
     parser.add_argument("--root", default=str(ROOT / "runs" / "small-data"))
     parser.add_argument("--eps", type=float, nargs="+", default=[1.0, 2.0])
     parser.add_argument("--draws", type=int, default=3)
+    parser.add_argument("--neighbours", type=int, default=20,
+                        help="[student] neighbours of the fine-grained rows (0: the network alone)")
     args = parser.parse_args(argv)
     root = Path(args.root)
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -118,7 +128,7 @@ def main(argv=None) -> None:
     rows = []
     for eps in args.eps:
         for d in range(1, args.draws + 1):
-            for row in (fine_grained_row(data, eps, root / f"fine-eps{eps:g}-d{d}"),
+            for row in (fine_grained_row(data, eps, root / f"fine-eps{eps:g}-d{d}", args.neighbours),
                         dpsgd_row(npz, eps, root / f"dpsgd-eps{eps:g}-d{d}")):
                 print(json.dumps(row), flush=True)
                 rows.append(row)
