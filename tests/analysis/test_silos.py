@@ -34,7 +34,7 @@ def chi_square_pvalue(samples, pmf) -> float:
     return float(stats.chisquare(obs, exp).pvalue)
 
 
-@pytest.mark.parametrize("parts", [2, 5, 10])
+@pytest.mark.parametrize("parts", [2, 5, pytest.param(10, marks=pytest.mark.slow)])  # 10 parts: 6 s
 def test_the_sum_of_the_shares_has_the_central_discrete_laplace_law(parts):
     scale = Fraction(5, 2)
     source = NoiseSource(seed=54 + parts)

@@ -206,6 +206,7 @@ def test_the_user_module_is_built_and_called_as_the_built_in_ones(user_modules):
         models.penultimate(model, params, x)
 
 
+@pytest.mark.slow  # 17 s; the build checks above and tests/test_arrays.py's module class stay fast
 def test_a_user_module_trains_the_teachers_and_the_student_end_to_end(user_modules, tmp_path):
     """The end-to-end check: `pate run` with the example module for the teachers (one vmapped
     program: every parameter stacked over the 6 teachers) and the student, on embeddings."""
