@@ -156,11 +156,14 @@ def test_a_staging_commit_that_fails_before_anything_is_in_place_raises_commit_f
 def test_every_release_is_charged_through_the_door():
     """One order for every writer: no module but the ledger and the door makes a charge
     (`Ledger.charge`); writers ask `Door.charge` (or `door.publish`) for it. `pate ledger
-    --import` charges releases already in place, so it publishes nothing and calls the ledger."""
+    --import` charges releases already in place, so it publishes nothing and calls the ledger; a
+    silo's share (`pate.release.silo_ledger`) leaves as a message, no file: charged before it is
+    sent, with no run directory to publish into."""
     offenders = []
     for path in sorted((ROOT / "pate").rglob("*.py")):
         rel = path.relative_to(ROOT).as_posix()
-        if rel in ("pate/store/ledger.py", "pate/store/door.py", "pate/steps/ledger_import.py"):
+        if rel in ("pate/store/ledger.py", "pate/store/door.py", "pate/steps/ledger_import.py",
+                   "pate/release/silo_ledger.py"):
             continue  # ledger_import charges what a run released before the ledger: nothing to publish
         for k, line in enumerate(path.read_text().splitlines(), 1):
             if re.search(r"\b(book|ledger|self)\.charge\(", line):
