@@ -28,28 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _neighbour_votes(pool_rows, pool_labels, rows, k: int, classes: int) -> np.ndarray:
-    """(n, classes) each row's K nearest labelled pool rows' votes, the r-th weighted 1/r, to sum 1."""
-    keep = pool_labels >= 0
-    ref, lab = pool_rows[keep], pool_labels[keep]
-    out = np.zeros((rows.shape[0], classes))
-    weights = 1.0 / np.arange(1, k + 1)
-    for start in range(0, rows.shape[0], 500):
-        block = rows[start:start + 500]
-        d = -2 * block @ ref.T + np.einsum("ij,ij->i", ref, ref)[None, :]
-        nearest = np.argsort(d, axis=1)[:, :k]
-        for i, idx in enumerate(nearest):
-            np.add.at(out[start + i], lab[idx], weights)
-    return out / out.sum(axis=1, keepdims=True)
-
-
 def measure(run: Path, ks: list[int], cache: dict) -> dict:
-    import jax
-
     from pate.config import load_config
     from pate.data import load_dataset, split
     from pate.programs import public_features
-    from pate.programs.student_training import load_student
+    from pate.programs.neighbour_student import NeighbourVote, combine
+    from pate.programs.student_training import load_student, probabilities
 
     config = load_config(run / "config.toml")
     key = (config.features.map, config.features.whiten, config.features.filters, config.fine_grained.pca)
@@ -58,25 +42,21 @@ def measure(run: Path, ks: list[int], cache: dict) -> dict:
         fitted, _ = public_features.fit(splits.pool_x, config.fine_grained.pca, feature_map=config.features.map,
                                         settings=public_features.MapSettings.of(config),
                                         whiten=config.features.whiten)
-        pool = fitted.unit_rows(fitted.coefficients(splits.pool_x))
-        ev = fitted.unit_rows(fitted.coefficients(splits.eval_x))
-        cache[key] = (splits, pool, ev)
-    splits, pool_rows, eval_rows = cache[key]
+        cache[key] = (splits, fitted, fitted.unit_rows(fitted.coefficients(splits.pool_x)))
+    splits, fitted, pool_rows = cache[key]
     with np.load(run / "labels.npz", allow_pickle=False) as f:
         indices, labels = f["indices"], f["labels"]
-    pool_labels = np.full(splits.pool_x.shape[0], -1)
-    pool_labels[indices] = labels
+    answered = labels >= 0
+    indices, labels = indices[answered], labels[answered]
     student = load_student(run)
-    logits = np.concatenate([np.asarray(student.model.apply(student.params, splits.eval_x[i:i + 500]))
-                             for i in range(0, splits.eval_x.shape[0], 500)])
-    probs = np.asarray(jax.nn.softmax(logits, axis=-1))
+    probs = probabilities(student.model, student.params, splits.eval_x)
     y = splits.eval_y
-    row = {"run": str(run), "released_labels": float(np.mean(pool_labels[indices] == splits.pool_y[indices])),
+    row = {"run": str(run), "released_labels": float(np.mean(labels == splits.pool_y[indices])),
            "student": float(np.mean(probs.argmax(1) == y))}
-    for k in ks:
-        votes = _neighbour_votes(pool_rows, pool_labels, eval_rows, k, splits.num_classes)
+    for k in ks:  # the product's neighbour student (`[student] neighbours = k`) on the same fitted map
+        votes = NeighbourVote(fitted, pool_rows[indices], labels, k, splits.num_classes).votes(splits.eval_x)
         row[f"neighbours_{k}"] = float(np.mean(votes.argmax(1) == y))
-        row[f"average_{k}"] = float(np.mean((probs + votes).argmax(1) == y))
+        row[f"average_{k}"] = float(np.mean(combine(probs, votes) == y))
     return row
 
 
