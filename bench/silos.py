@@ -14,8 +14,8 @@ By docs/silos.md the two releases have exactly the same law, so their label accu
 agree within the central release's own spread. Every release here is real and charged, in the
 ledger folder ``ROOT/ledgers`` (``$PATE_LEDGER_DIR`` is set to it for this process): the
 coordinator's ``silos:`` ledger, each silo's records' ledger, the data set's; run directories
-``ROOT/silos-dD`` and ``ROOT/central-dD`` (each a labels.npz; with ``--students`` a student on
-each method's first draw). A root already holding a draw's run directory is refused.
+``ROOT/silos-dD`` and ``ROOT/central-dD`` (each a labels.npz; with ``--students``, once every
+release is made, the config's student on each method's first draw). A root already holding a draw's run directory is refused.
 
 The draws alternate (central, then silos, per draw). One process computes the scattering
 transform of each image set once (`bench/compare.py`'s `_cache_scattering`: the private records
@@ -29,7 +29,8 @@ host would spend, in parallel, in a real deployment.
     OPENBLAS_NUM_THREADS=1 python bench/silos.py [--config configs/fashion_mnist_fine.toml]
         [--set SECTION.KEY=VALUE ...] [--silos 10] [--draws 3] [--root runs/silos-bench] [--students]
 
-Prints one JSON object per release as it is made, then one with the summary (``"summary"``).
+Prints one JSON object per release as it is made (and per student), then one with the summary
+(``"summary"``).
 """
 
 from __future__ import annotations
@@ -133,8 +134,9 @@ def student(config, workdir: Path) -> dict:
     """The config's student on `workdir`'s labels."""
     from pate.steps.student import train_student
 
+    began = time.perf_counter()
     made = train_student(config, workdir, show_progress=False, echo=lambda _line: None)
-    return {"student_accuracy": made.accuracy, "student_wall_s": round(made.wall_time_s, 1)}
+    return {"student_accuracy": made.accuracy, "student_wall_s": round(time.perf_counter() - began, 1)}
 
 
 def main(argv=None) -> dict:
@@ -145,7 +147,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--silos", type=int, default=10)
     ap.add_argument("--draws", type=int, default=3, help="releases per method")
     ap.add_argument("--root", default=str(ROOT / "runs" / "silos-bench"))
-    ap.add_argument("--students", action="store_true", help="also train the student on each method's first draw")
+    ap.add_argument("--students", action="store_true",
+                    help="after the releases, also train the config's student on each method's first draw")
     args = ap.parse_args(argv)
     if args.draws < 1 or args.silos < 2:
         ap.error("--draws must be at least 1 and --silos at least 2")
@@ -179,12 +182,15 @@ def main(argv=None) -> dict:
             workdir = root / f"{method}-d{d}"
             made = central(config, workdir) if method == "central" else across_silos(config, config_path, workdir,
                                                                                       silo_times)
-            if args.students and d == 1:
-                made.update(student(config, workdir))
             row = {"method": method, "draw": d, **made, "workdir": str(workdir)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     by = {m: [r for r in rows if r["method"] == m] for m in METHODS}
+    for method in METHODS if args.students else ():  # after every release: the labels' figures come first
+        first = by[method][0]
+        first.update(student(config, Path(first["workdir"])))
+        print(json.dumps({"method": method, "draw": 1, "student_accuracy": first["student_accuracy"],
+                          "student_wall_s": first["student_wall_s"], "workdir": first["workdir"]}), flush=True)
     out = {"summary": {m: {"label_accuracy": summary([r["label_accuracy"] for r in by[m]]),
                            "wall_s": [round(r["wall_s"], 1) for r in by[m]],
                            **({"student_accuracy": by[m][0]["student_accuracy"]} if args.students else {})}
