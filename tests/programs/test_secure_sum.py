@@ -1,6 +1,6 @@
 """pate.programs.secure_sum: Flower's SecAgg+ carries integers exactly under the ranges chosen for
 them, through Flower's own quantisation functions and its real workflow and client mod (an
-in-process Grid, `conftest.loopback_grid`), at the extremes of the inputs; a modulus SecAgg+ cannot
+in-process Grid, `pate.programs.flower_loopback`), at the extremes of the inputs; a modulus SecAgg+ cannot
 carry is refused; Flower's default ranges would not be exact (the test can fail)."""
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ pytest.importorskip("flwr")
 
 from analysis.core.errors import PateError
 from pate.programs import secure_sum
-
-from conftest import loopback_grid, server_context
+from pate.programs.flower_loopback import loopback_grid, server_context
 
 
 def _sum_through_secagg(inputs: list[np.ndarray], ranges, needed: int | None = None, answers=None):

@@ -26,10 +26,11 @@ from pate.data import load_dataset, load_public, split, split_rows
 from pate.programs import secure_sum
 from pate.programs.cluster import block
 from pate.programs.data_facts import with_data_defaults
+from pate.programs.flower_loopback import loopback_grid, server_context
 from pate.release import fine_grained_release as fine_release
 from pate.release import silo_release
 
-from conftest import TINY, chi_square_pvalue, loopback_grid, server_context
+from conftest import TINY, chi_square_pvalue
 
 SETTINGS = {"aggregation.mechanism": "fine-grained", "fine_grained.pca": 8, "features.map": "pixels"}
 

@@ -2,7 +2,7 @@
 records, release every pool point's label through Flower's SecAgg+ with one ledger charge, the
 coordinator reading no private record; a silo killed mid-round, a silo on other settings, or one
 index twice stops the round, nothing released or charged; `pate analyze` reports the release on
-its ledger. Fast tests run Flower's real workflow and mod in this process (`conftest.loopback_grid`);
+its ledger. Fast tests run Flower's real workflow and mod in this process (`pate.programs.flower_loopback`);
 the slow ones start a SuperLink and three SuperNodes on 127.0.0.1."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from pate import data as data_mod
 from pate.data import loading
 from pate.config import config_to_toml, load_config
 from pate.programs.data_facts import with_data_defaults
+from pate.programs.flower_loopback import loopback_grid, server_context
 from analysis.mechanisms.silos import guaranteed_eps
 from pate.programs.cluster import block
 from pate.release import silo_ledger
@@ -29,7 +30,7 @@ from pate.steps import label_silos as silos
 from pate.store import rundir
 from pate.store.ledger import Ledger
 
-from conftest import TINY, invoke, loopback_grid, one_line_error, server_context, write_embeddings
+from conftest import TINY, invoke, one_line_error, write_embeddings
 
 FINE = {"aggregation.mechanism": "fine-grained", "fine_grained.pca": 8, "features.map": "none",
         "fine_grained.smoothing": 10}
