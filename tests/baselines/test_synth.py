@@ -308,6 +308,7 @@ def test_the_generator_reads_the_private_data_only_through_the_votes(monkeypatch
                                                                        public_x=public).generator)[0])
 
 
+@pytest.mark.slow  # 6 s; the default fakes' partition test (test_changing_shard_j_changes_teacher_j_only) stays fast
 def test_mismatched_teachers_change_with_their_own_shard_only():
     """teacher_fakes = "mismatched" (the teachers' own images under a wrong class as fakes):
     replacing shard J's examples still changes teacher J alone."""

@@ -131,17 +131,27 @@ def test_pate_run_on_embeddings_end_to_end(tmp_path):
     assert plan.exit_code == 0 and "P[this release's eps <= 20]" in plan.output, plan.output
 
 
-def test_dpsgd_on_embeddings_trains_a_linear_head_and_refuses_image_models(tmp_path):
-    """`pate dpsgd` on a 2-D npz: a linear head on the rows (charged to the data set's ledger);
-    the CNN and ScatterNet are refused in one line before anything is charged."""
+def _dpsgd_on_embeddings(tmp_path) -> list:
     path = write_embeddings(tmp_path / "e.npz")
-    common = ["--config", "configs/tiny.toml", "--no-progress", "--seed", 1, *sets_for(path),
-              "--set", "dpsgd.linear_batch_size=96", "--set", "dpsgd.linear_epochs=5",
-              "--set", "dpsgd.linear_learning_rate=2.0"]
+    return ["--config", "configs/tiny.toml", "--no-progress", "--seed", 1, *sets_for(path),
+            "--set", "dpsgd.linear_batch_size=96", "--set", "dpsgd.linear_epochs=5",
+            "--set", "dpsgd.linear_learning_rate=2.0"]
+
+
+def test_dpsgd_on_embeddings_refuses_image_models(tmp_path):
+    """`pate dpsgd` on a 2-D npz: the CNN and ScatterNet are refused in one line before anything
+    is charged."""
+    common = _dpsgd_on_embeddings(tmp_path)
     for model in ("cnn", "scatternet"):
         refused = invoke("dpsgd", "--workdir", tmp_path / model, "--model", model, *common)
         assert "needs images but the data are embeddings" in one_line_error(refused, 1)
         assert not (tmp_path / model / "dpsgd.json").exists()
+
+
+@pytest.mark.slow  # 8 s; DP-SGD's linear model on rows stays fast in tests/baselines/test_dpsgd_map.py
+def test_dpsgd_on_embeddings_trains_a_linear_head(tmp_path):
+    """`pate dpsgd` on a 2-D npz: a linear head on the rows, charged to the data set's ledger."""
+    common = _dpsgd_on_embeddings(tmp_path)
     result = invoke("dpsgd", "--workdir", tmp_path / "run", "--model", "linear", *common)
     assert result.exit_code == 0, result.output
     info = json.loads((tmp_path / "run" / "dpsgd.json").read_text())
