@@ -239,6 +239,7 @@ def test_scatternet_on_real_fashion_mnist(tmp_path):
     assert info["eps_add_remove"] <= 3.0 and info["accuracy"] > 0.75
 
 
+@pytest.mark.slow  # 11 s; the same property stays fast for fedavg.json (tests/baselines/test_fedavg.py)
 def test_dpsgd_json_leads_with_what_the_data_set_has_spent(tmp_path):
     """dpsgd.json's first figure was the model's own add/remove eps, while an earlier release of
     the same data set sat in a sub-object. Now the first key is the data set's cumulative eps

@@ -32,6 +32,7 @@ def bench(monkeypatch):
     return bench_module("silos")
 
 
+@pytest.mark.slow  # a research harness end to end; the release across silos has fast tests of its own
 def test_a_row_per_release_then_the_summary_each_release_charged_under_the_root(bench, tmp_path, capsys):
     root = tmp_path / "root"
     argv = ["--config", str(TINY), *[a for s in SETS for a in ("--set", s)], "--silos", "3", "--draws", "2",
