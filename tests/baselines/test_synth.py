@@ -284,6 +284,7 @@ PUBLIC_SPEC = dataclasses.replace(SPEC, synth=dataclasses.replace(SPEC.synth, pu
                                                                       warmup_steps=1, teacher_fakes="both"))
 
 
+@pytest.mark.slow  # 12 s; the tiny run's noise-on-the-votes test (test_the_noise_is_on_the_votes_...) stays fast
 def test_the_generator_reads_the_private_data_only_through_the_votes(monkeypatch):
     """public_real: the same noisy labels replayed on a run whose private images are all NaN
     give the same generator and students, to the bit (the teachers, which read the shards,
