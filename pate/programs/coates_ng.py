@@ -222,10 +222,8 @@ def fitted_on_pool(pool_x: np.ndarray, recipe: Recipe | None = None, *, config=N
 
 
 def _read(folder: str, key: str) -> tuple[dict, str, bytes]:
-    if not folder:
-        raise PateError(f"features.map names \"coates-ng\" but {key} is empty; set it to the folder "
-                        "`pate features --kind coates-ng --out DIR` wrote")
-    return weights_folder.read(folder, key, WEIGHTS, f"make it with {_command(folder)}")
+    return weights_folder.read_named(folder, key, WEIGHTS, "coates-ng",
+                                     "`pate features --kind coates-ng --out DIR`", f"make it with {_command(folder)}")
 
 
 def _command(folder: str, more: str = "") -> str:

@@ -12,6 +12,12 @@ runs each silo on its own host (docs/silos.md).
 from __future__ import annotations
 
 
+def _unused(method: str) -> NotImplementedError:
+    """A Grid method the one-round SecAgg+ workflow never calls (it sends with `send_and_receive`)."""
+    return NotImplementedError(f"the loopback grid answers send_and_receive only; {method} is not used by "
+                               "the one-round workflow")
+
+
 def loopback_grid(client_app, node_configs, *, answers=None):
     """A Flower Grid in this process: node i+1 is a SuperNode with ``node_configs[i]`` (its node
     config: ``pate_config``, ``silo``, ``slice``) and a state of its own, and each message is
@@ -44,7 +50,7 @@ def loopback_grid(client_app, node_configs, *, answers=None):
             pass
 
         def create_message(self, *args, **kwargs):
-            raise NotImplementedError
+            raise _unused("create_message")
 
         def get_node_ids(self):
             return list(self.contexts)
@@ -53,10 +59,10 @@ def loopback_grid(client_app, node_configs, *, answers=None):
             return []
 
         def push_messages(self, messages):
-            raise NotImplementedError
+            raise _unused("push_messages")
 
         def pull_messages(self, message_ids):
-            raise NotImplementedError
+            raise _unused("pull_messages")
 
         def send_and_receive(self, messages, *, timeout=None):
             replies = []

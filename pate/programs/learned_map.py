@@ -294,10 +294,8 @@ def check_weights(folder: str, key: str = "features.weights") -> str:
 
 
 def _read(folder: str, key: str) -> tuple[dict, str, bytes]:
-    if not folder:
-        raise PateError(f"features.map names \"learned\" but {key} is empty; set it to the folder "
-                        "`pate features --out DIR` wrote")
-    return weights_folder.read(folder, key, WEIGHTS, f"make it with {_command(folder)}")
+    return weights_folder.read_named(folder, key, WEIGHTS, "learned", "`pate features --out DIR`",
+                                     f"make it with {_command(folder)}")
 
 
 def _command(folder: str, more: str = "") -> str:

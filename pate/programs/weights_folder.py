@@ -133,6 +133,16 @@ def write(out: Path, weights_file: str, raw: bytes, doc: dict) -> None:
         raise
 
 
+def read_named(folder: str, key: str, weights_file: str, map_name: str, made_by: str,
+               remake: str) -> tuple[dict, str, bytes]:
+    """`read`, refusing first, in one line, an empty `key` for the map `map_name` (`made_by`: the
+    command whose folder it should name)."""
+    if not folder:
+        raise PateError(f"features.map names \"{map_name}\" but {key} is empty; set it to the folder "
+                        f"{made_by} wrote")
+    return read(folder, key, weights_file, remake)
+
+
 def read(folder: str, key: str, weights_file: str, remake: str) -> tuple[dict, str, bytes]:
     """The recipe document, the weights' sha256 and the weights' bytes of `folder` (named by the
     config's `key`), the weights checked against the recipe's digest; `remake`: how to make it.
