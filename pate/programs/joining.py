@@ -225,16 +225,7 @@ def report_to_coordinator(host: str, port: int, num_processes: int, index: int, 
     """
     deadline = clock() + timeout
     where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-    while True:
-        try:
-            conn = socket.create_connection((host, port), timeout=max(0.1, min(5.0, deadline - clock())))
-            break
-        except OSError:
-            if clock() >= deadline:
-                raise PateError(f"process {index}: no coordinator answered at {where} within {timeout:g} s: "
-                                "start process 0 (--process-id 0) with the same --coordinator, or raise "
-                                "--join-timeout") from None
-            time.sleep(pause)
+    conn = _connect(host, port, index, deadline, timeout, clock, pause)
     with conn:
         try:
             conn.sendall(f"{HELLO} {num_processes} {index}\n".encode())
@@ -260,14 +251,22 @@ def wait_for_coordinator(host: str, port: int, index: int, timeout: float,
     Raises:
       PateError: none did within `timeout` seconds (process 0 missing, or another address).
     """
-    deadline = clock() + timeout
+    _connect(host, port, index, clock() + timeout, timeout, clock, pause).close()
+
+
+def _connect(host: str, port: int, index: int, deadline: float, timeout: float, clock, pause: float) -> socket.socket:
+    """A connection to the coordinator at host:port, tried every `pause` seconds until `deadline`.
+
+    Raises:
+      PateError: none was accepted by then (process 0 missing, or another address).
+    """
     while True:
         try:
-            with socket.create_connection((host, port), timeout=max(0.1, min(5.0, deadline - clock()))):
-                return
+            return socket.create_connection((host, port), timeout=max(0.1, min(5.0, deadline - clock())))
         except OSError:
             if clock() >= deadline:
-                raise PateError(f"process {index}: no coordinator answered at {host}:{port} within {timeout:g} s: "
+                where = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+                raise PateError(f"process {index}: no coordinator answered at {where} within {timeout:g} s: "
                                 "start process 0 (--process-id 0) with the same --coordinator, or raise "
                                 "--join-timeout") from None
             time.sleep(pause)

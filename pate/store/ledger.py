@@ -694,20 +694,6 @@ def labels_recorded_in(directory: Path, labels_path, subjects: tuple) -> bool:
     return any(entry.get("kind") in ("labels", "imported")
                and (entry.get("release") == release or entry.get("subject") in wanted)
                for _, entry in _entries_in(directory))
-    for path in files:
-        try:
-            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines[1:]:
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict) and entry.get("kind") in ("labels", "imported") and (
-                    entry.get("release") == release or entry.get("subject") in wanted):
-                return True
-    return False
 
 
 def release_identity(kind: str, path) -> str:
