@@ -17,6 +17,7 @@ clients and the server in one process. The server's step reads the decoded total
 
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
 import jax
@@ -41,6 +42,7 @@ def quantised_sum(theta: jax.Array, x: jax.Array, y: jax.Array, *, clip: float, 
     return jnp.sum(jnp.where(ok[:, None, None], q, 0), axis=0)
 
 
+@functools.lru_cache(maxsize=8)
 def quantised_sums(record: SkellamSum) -> Callable:
     """The jitted ``sums(theta, xs, ys)``: every client's Σ_i q_i, (P, D+1, c) int32, one client at a
     time (`jax.lax.map`: one client's (I, D+1, c) per-example tensor in memory)."""
