@@ -178,7 +178,7 @@ from analysis.core.errors import PateError
 MECHANISMS = ("laplace", "gaussian")
 ALGORITHMS = ("fedavg", "iadmm")
 #: The norm each mechanism clips and measures sensitivity in (``skellam``: the distributed noise of
-#: `analysis.baselines.skellam`, clipped in l2 like the Gaussian).
+#: `analysis.mechanisms.skellam`, clipped in l2 like the Gaussian).
 NORMS = {"laplace": "l1", "gaussian": "l2", "skellam": "l2"}
 _CLIP_LIPSCHITZ = {"l1": 2.0, "l2": 1.0}
 

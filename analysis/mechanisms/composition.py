@@ -49,8 +49,8 @@ The kinds of cost (``Cost.kind``):
   its own (ε, δ') from the RDP curve.
 - ``"skellam"`` (``mu``, ``l1``, ``l2sq``, ``count``): ``count`` rounds of integer sums plus
   Skellam noise Sk(μ) per coordinate, of l1 sensitivity ``l1`` and squared l2 sensitivity ``l2sq``
-  in integer units (DP-FedSGD with distributed Skellam shares, `analysis.baselines.skellam`:
-  Agarwal, Kairouz & Liu 2021, Theorem 3.5, at the next integer order); the curves add. **No
+  in integer units (DP-FedSGD with distributed Skellam shares, `analysis.mechanisms.skellam`;
+  `analysis.accounting.skellam_rdp`: Agarwal, Kairouz & Liu 2021, Theorem 3.5, at the next integer order); the curves add. **No
   PLD**.
 - ``"approx"`` (``eps``, ``delta``): an (ε, δ)-DP step with no finer description (the
   LNMax smooth-sensitivity release, `analysis.sanitised.lnmax_release.release_eps_cost`). Added
@@ -274,7 +274,7 @@ def rdp(cost: Cost, orders) -> np.ndarray | None:
     if cost.kind == "poisson-gaussian":
         return dpsgd_replace_one_rdp(p["q"], p["noise_multiplier"], int(p["steps"]), orders)
     if cost.kind == "skellam":
-        from analysis.baselines.skellam import rdp as skellam_rdp
+        from analysis.accounting.skellam_rdp import rdp as skellam_rdp
 
         return p["count"] * skellam_rdp(orders, p["l1"], p["l2sq"], p["mu"])
     return None

@@ -30,8 +30,8 @@ not defended against that attack.
 With ``[fedavg] mechanism = "skellam"`` (FedAvg, one local step: DP-FedSGD) no client's message is
 noised on its own: each sends its records' quantised clipped gradients summed, plus a share of
 Skellam noise, mod M; an exact secure sum shows the server the total alone, whose noise is that of
-ONE central release (`analysis.baselines.skellam`, `pate.baselines.secure_fedavg`), and the rounds
-are charged as that central release's composition. The record `analysis.baselines.skellam.SkellamSum`
+ONE central release (`analysis.mechanisms.skellam`, `pate.baselines.secure_fedavg`), and the rounds
+are charged as that central release's composition. The record `analysis.mechanisms.skellam.SkellamSum`
 says how; `train_rounds` asks the plan for its round and tests no name.
 
 Nothing else that depends on the private data is written: no losses, no per-round
@@ -61,7 +61,7 @@ from pate.config import Config, config_to_dict
 from pate.programs.models import Linear
 from pate.programs.projection import project, projected_box, public_projection
 from pate.programs.student_training import predict
-from analysis.baselines import skellam
+from analysis.mechanisms import skellam
 from pate.baselines import secure_fedavg
 from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_lines,
                                          release_step, result_head, training_loop)
@@ -330,7 +330,7 @@ class Plan:
 
     @classmethod
     def skellam(cls, cfg, size: int, lipschitz: float | None, delta: float, length: int, clients: int) -> "Plan":
-        """Distributed Skellam noise over an exact secure sum (`analysis.baselines.skellam`): μ calibrated
+        """Distributed Skellam noise over an exact secure sum (`analysis.mechanisms.skellam`): μ calibrated
         so that the R central releases cost ``cfg.eps`` at `delta`; ``cfg.grid`` is the quantisation's K."""
         record = skellam.SkellamSum.of(cfg.clip_norm, length, cfg.grid, clients, clients * size, cfg.eps,
                                        cfg.rounds, delta)

@@ -7,7 +7,7 @@ record whose squared norm exceeds the public bound S contributes zero), sums the
 int32, adds its share Poisson(μ/n) − Poisson(μ/n) and sends the result mod M; the messages are
 summed exactly mod M and decoded; the server steps w ← w − η · total/(s N). One local step of
 full-batch clipped gradient descent per round: DP-FedSGD. Everything private is in the
-analysis record `analysis.baselines.skellam.SkellamSum` (its docstring proves the sensitivity,
+analysis record `analysis.mechanisms.skellam.SkellamSum` (its docstring proves the sensitivity,
 the shares' law, the modulus and the accounting); this module is the JAX program and the round.
 
 The secure sum here is the **in-process exact modular sum**: the same arithmetic Flower's SecAgg+
@@ -24,14 +24,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from analysis.baselines.skellam import SkellamSum
+from analysis.mechanisms.skellam import SkellamSum
 
 
 def quantised_sum(theta: jax.Array, x: jax.Array, y: jax.Array, *, clip: float, scale: float, bound: int,
                   bound2: int) -> jax.Array:
     """Σ_i q_i (int32, the shape of θ) over one client's records: q_i = round(s · clipped g_i),
     coordinates clamped to ±⌊√S⌋ and any q_i with ‖q_i‖₂² > S replaced by zero (the enforced
-    bound of `analysis.baselines.skellam`, exact in int32 since d⌊√S⌋² < 2^31)."""
+    bound of `analysis.mechanisms.skellam`, exact in int32 since d⌊√S⌋² < 2^31)."""
     xt = jnp.concatenate([x, jnp.ones((x.shape[0], 1), x.dtype)], axis=1)
     r = jax.nn.softmax(xt @ theta) - jax.nn.one_hot(y, theta.shape[1], dtype=theta.dtype)
     gnorm = jnp.linalg.norm(r, axis=1) * jnp.linalg.norm(xt, axis=1)

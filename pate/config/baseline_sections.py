@@ -136,7 +136,7 @@ class FedavgConfig:
     (FedAvg, `local_steps = 1`: DP-FedSGD): no message is noised on its own; each client sends its
     records' clipped gradients, quantised at resolution `grid = K` >= 1 and summed, plus a share of
     Skellam noise, through an exact secure sum whose total carries one central release's noise
-    (`analysis/baselines/skellam.py`).
+    (`analysis/mechanisms/skellam.py`).
     `server_momentum = β` in [0, 1) (FedAvg only): the server moves by v ← βv + (w − mean of
     the noisy messages), w ← w − v (FedAvgM, Hsu, Qi & Brown 2019); post-processing of the
     released messages, so the cost is the same for every β; 0: plain averaging.

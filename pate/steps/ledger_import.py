@@ -175,7 +175,8 @@ def _fedavg_cost(doc) -> composition.Cost:
     """What `pate fedavg` charged, from fedavg.json's public values: distributed Skellam rounds (its
     grid record's mu and sensitivities), else the rounds of noise on every message (on a grid,
     Gaussian rounds are discrete Gaussians)."""
-    from analysis.baselines import fedavg_privacy, skellam
+    from analysis.baselines import fedavg_privacy
+    from analysis.mechanisms import skellam
 
     grid = doc.get("grid")
     if isinstance(grid, dict) and grid.get("kind") == "skellam":

@@ -1,4 +1,4 @@
-"""`analysis.baselines.skellam`: the Skellam mechanism's RDP bound against the exact Rényi divergence
+"""`analysis.mechanisms.skellam`: the Skellam mechanism's RDP bound against the exact Rényi divergence
 (scipy's Skellam pmf summed; in small dimensions by brute force over every integer shift vector of
 given l1/l2 norms), composition and calibration round trips, the quantisation's norm bounds by
 brute force, the shares' sum against the Skellam pmf (χ²: n shares pass, n − 1 fail), a total with
@@ -15,7 +15,8 @@ from scipy import stats
 from scipy.special import logsumexp
 
 from analysis.accounting import rdp as rdp_mod
-from analysis.baselines import skellam as sk
+from analysis.accounting.skellam_rdp import rdp as skellam_rdp
+from analysis.mechanisms import skellam as sk
 from analysis.core.errors import PateError
 from analysis.core.noise import NoiseSource
 from analysis.mechanisms import composition
@@ -39,7 +40,7 @@ def exact_divergence(shift: int, mu: float, order: float) -> float:
 def test_the_bound_dominates_the_exact_divergence_in_one_dimension(mu):
     for shift, order in itertools.product((1, 2, 5), ORDERS):
         exact = exact_divergence(shift, mu, order)
-        bound = float(sk.rdp([order], abs(shift), shift * shift, mu)[0])
+        bound = float(skellam_rdp([order], abs(shift), shift * shift, mu)[0])
         assert exact <= bound * (1 + 1e-9), (shift, order, exact, bound)
         if mu >= 200 and float(order).is_integer():  # not absurdly loose where the noise is wide
             assert bound <= 1.2 * exact + 1e-3, (shift, order, exact, bound)
@@ -55,23 +56,23 @@ def test_the_bound_dominates_every_integer_shift_vector_of_given_norms():
         for order in ORDERS:
             worst = max(sum(one[(x, order)] for x in v) for v in itertools.product(range(-r, r + 1), repeat=3)
                         if sum(x * x for x in v) <= l2sq and sum(abs(x) for x in v) <= l1)
-            bound = float(sk.rdp([order], l1, l2sq, mu)[0])
+            bound = float(skellam_rdp([order], l1, l2sq, mu)[0])
             assert worst <= bound * (1 + 1e-9), (l2sq, l1, order, worst, bound)
             assert bound <= 3 * worst + 0.5  # the l1 term's slack at small mu, not an order of magnitude
 
 
 def test_non_integer_orders_are_charged_at_the_next_integer():
-    assert np.array_equal(sk.rdp([2.5, 3.0], 4, 8, 10.0), sk.rdp([3.0, 3.0], 4, 8, 10.0))
+    assert np.array_equal(skellam_rdp([2.5, 3.0], 4, 8, 10.0), skellam_rdp([3.0, 3.0], 4, 8, 10.0))
     with pytest.raises(PateError):
-        sk.rdp([1.0], 4, 8, 10.0)
+        skellam_rdp([1.0], 4, 8, 10.0)
 
 
 def test_rounds_compose_and_the_calibration_round_trips():
     l1, l2sq, rounds, delta = 120, 400, 50, 1e-5
     cost = sk.cost(100.0, l1, l2sq, rounds)
     orders = rdp_mod.DEFAULT_ORDERS
-    assert np.allclose(composition.rdp(cost, orders), rounds * sk.rdp(orders, l1, l2sq, 100.0))
-    by_hand = float(rdp_mod.eps_from_rdp(orders, rounds * sk.rdp(orders, l1, l2sq, 100.0), delta, "improved")[0])
+    assert np.allclose(composition.rdp(cost, orders), rounds * skellam_rdp(orders, l1, l2sq, 100.0))
+    by_hand = float(rdp_mod.eps_from_rdp(orders, rounds * skellam_rdp(orders, l1, l2sq, 100.0), delta, "improved")[0])
     assert sk.total_eps(100.0, l1, l2sq, rounds, delta) == pytest.approx(by_hand)
     assert composition.Cost.from_json(cost.to_json()) == cost and "Skellam" in cost.describe()
     for eps in (0.5, 1.0, 3.0):

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from analysis.baselines import skellam as sk
+from analysis.mechanisms import skellam as sk
 from analysis.mechanisms import composition
 from pate.baselines import fedavg, secure_fedavg
 from pate.config import load_config

@@ -31,7 +31,8 @@ so ‖q‖₁ <= ‖q‖₂² <= S, and ‖q‖₁ <= √d ‖q‖₂ <= √(dS)
 The rounding costs at most a factor B/(sC) = 1 + 1/K in l2 sensitivity. (Kairouz, Liu & Steinke's
 conditional randomised rounding would cost less; this deterministic rounding needs no extra δ.)
 
-**The Skellam mechanism and its RDP** (`rdp`). Sk(μ) is the law of P − P', P, P' independent
+**The Skellam mechanism and its RDP** (`rdp`, from `analysis.accounting.skellam_rdp`, where the ledger's
+``"skellam"`` cost reads it). Sk(μ) is the law of P − P', P, P' independent
 Poisson(μ): integer, symmetric, variance 2μ (Agarwal, Kairouz & Liu, "The Skellam Mechanism for
 Differentially Private Federated Learning", NeurIPS 2021, arXiv:2110.04995: their Sk_{μ,μ}).
 Adding independent Sk(μ) to every coordinate of an integer query of l1 sensitivity Δ₁ and l2
@@ -100,6 +101,7 @@ import math
 
 import numpy as np
 
+from analysis.accounting.skellam_rdp import rdp
 from analysis.core.errors import PateError
 from analysis.mechanisms import composition
 
@@ -125,23 +127,6 @@ def _count(name: str, value, least: int = 1) -> int:
 
 
 # --------------------------------------------------------------------------- RDP of the mechanism
-
-
-def rdp(orders, l1: float, l2sq: float, mu: float) -> np.ndarray:
-    """ε(α) of one Skellam release Sk(μ) per coordinate on a query of l1 sensitivity `l1` and
-    squared l2 sensitivity `l2sq` (integer units), at ⌈α⌉ for every order α > 1 (module docstring:
-    Agarwal, Kairouz & Liu 2021, Theorem 3.5)."""
-    orders = np.asarray(orders, dtype=float)
-    if np.any(~np.isfinite(orders)) or np.any(orders <= 1):
-        raise PateError("Rényi orders must be finite and > 1")
-    mu = _positive("the Skellam parameter mu", mu)
-    l1, l2sq = float(l1), float(l2sq)
-    if not (l1 >= 0 and l2sq >= 0 and math.isfinite(l1) and math.isfinite(l2sq)):
-        raise PateError(f"sensitivities must be finite and >= 0, got l1 {l1}, l2^2 {l2sq}")
-    a = np.ceil(orders - 1e-12)
-    first = a * l2sq / (4.0 * mu)
-    second = np.minimum(((2.0 * a - 1.0) * l2sq + 6.0 * l1) / (16.0 * mu * mu), 3.0 * l1 / (4.0 * mu))
-    return first + second
 
 
 def cost(mu: float, l1: float, l2sq: float, rounds: int) -> composition.Cost:
