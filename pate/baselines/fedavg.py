@@ -420,7 +420,7 @@ def _features(config: Config, splits, run: rundir.RunDir):
     projection = None
     if config.fedavg.pca:
         pool = splits.pool_x.shape[0]  # the first rows of test_x: the public pool
-        projection = public_projection(test_x[:pool], config.fedavg.pca)
+        projection = public_projection(test_x[:pool], config.fedavg.pca, config.fedavg.whiten)
         train_x, test_x = project(projection, train_x), project(projection, test_x)
     if box is not None:
         per_coordinate = (np.ones(train_x.shape[1]) if projection is None
@@ -506,7 +506,8 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
                   f"float64 {cfg.mechanism}, not on a grid")
         + (", OS entropy" if seed is None else ", research seed (not recorded)"),
         "features": ("pixels clamped to [0, 1]" if cfg.model == "linear" else "scattering (the [dpsgd] settings)")
-        + (f", projected onto the top {cfg.pca} principal directions of the public pool (saved with the model)"
+        + (f", projected onto the top {cfg.pca} principal directions of the public pool"
+           f"{', each whitened to unit variance on the pool' if cfg.whiten else ''} (saved with the model)"
            if cfg.pca else ""),
         "fedavg": config_to_dict(config)["fedavg"],
         "dataset": config.data.name,

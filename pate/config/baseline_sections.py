@@ -129,7 +129,9 @@ class FedavgConfig:
     "scatternet" (on the ScatterNet features of `[dpsgd]`'s `scattering_j`,
     `scattering_l`, `groups`). `pca` > 0 projects those inputs onto the top `pca`
     principal directions of the *public pool* (centred at the pool's mean, divided by the
-    pool's mean l1 norm: public values only; the projection is saved with the model).
+    pool's mean l1 norm: public values only; the projection is saved with the model); with
+    `whiten = true`, each direction divided by the pool's standard deviation along it instead
+    (every projected coordinate of the pool has variance 1).
     `grid = K` > 0: messages released exactly on a public grid of Δ₁/(K d) with discrete
     Laplace noise (Laplace) or of Δ₂/(K √d) with discrete Gaussian noise (Gaussian); 0: float64
     noise. `analysis/baselines/fedavg_privacy.py` derives all that. `mechanism = "skellam"`
@@ -153,6 +155,7 @@ class FedavgConfig:
     clip_norm: float = 1.0
     rho: float = 1.0
     pca: int = 0
+    whiten: bool = False
     grid: int = 100
     server_momentum: float = 0.0
     eval_batch_size: int = 1000
@@ -170,6 +173,8 @@ class FedavgConfig:
         _require(self.clients >= 0, s, "clients", f"must be >= 0 (0: the teachers' partition), got {self.clients}")
         at_least_one(s, self, "local_steps")
         _require(self.pca >= 0, s, "pca", f"must be >= 0 (0: no projection), got {self.pca}")
+        _require(not self.whiten or self.pca > 0, s, "whiten", "applies to a projection (fedavg.pca > 0); set it "
+                 "to false or choose fedavg.pca")
         _require(self.grid >= 0, s, "grid", f"must be >= 0 (0: float64 noise, no grid), got {self.grid}")
         if self.mechanism == "skellam":  # distributed shares of one central release: DP-FedSGD only
             _require(self.algorithm == "fedavg", s, "algorithm",
