@@ -10,6 +10,9 @@ the first. Every row is its own `pate fedavg` release, charged to the ledger of
     PATE_LEDGER_DIR=SCRATCH OPENBLAS_NUM_THREADS=1 python bench/skellam.py \\
         --config configs/fashion_mnist_silos.toml --root DIR --eps 1 2 3 --draws 3 \\
         [--set fedavg.pca=128 ...]
+
+``--set fedavg.mechanism='"gaussian"'`` runs the same rows with noise on every silo's message instead
+(the comparison on the same features).
 """
 
 from __future__ import annotations
@@ -72,10 +75,10 @@ def main(argv: list[str] | None = None) -> int:
                                   echo=lambda line: print(f"# {line}", file=sys.stderr))
             first = first or workdir
             info = json.loads((workdir / "fedavg.json").read_text())
-            row = {"method": "fedavg-skellam", "target_eps": eps, "eps": info["release_eps"],
+            row = {"method": f"fedavg-{info['mechanism']}", "target_eps": eps, "eps": info["release_eps"],
                    "delta": info["release_delta"], "accuracy": info["accuracy"],
                    "accuracy_test": info["accuracy_test"], "rounds": info["rounds"], "clients": info["clients"],
-                   "per_round_eps": info["per_round_eps"], "mu": info["grid"]["mu"],
+                   "per_round_eps": info["per_round_eps"], "mu": (info.get("grid") or {}).get("mu"),
                    "wall_time_s": round(time.time() - start, 1), "training_s": round(result.wall_time_s, 1),
                    "workdir": str(workdir)}
             rows.append(row)
