@@ -82,7 +82,7 @@ subtract them: what protects the other clients' records is then Sk(μ (n − c)/
 theorem at μ(n − c)/n (`coalition_eps`). Without secure aggregation each message would be
 visible with its own share alone, Sk(μ/n): this mechanism assumes the secure sum.
 
-**The modulus that never wraps** (`Quantiser.modulus`). Every coordinate of Q lies in
+**The modulus that never wraps** (`SkellamSum.of`, `decode`). Every coordinate of Q lies in
 [−N b, N b], b = ⌊√S⌋ (each |q_ij| <= ‖q_i‖₂ <= √S). For Z ~ Sk(μ), E e^{tZ} = exp(2μ(cosh t − 1)),
 so by Chernoff at sinh t = T/(2μ), P[Z >= T] <= exp(2μ(√(1 + u²) − 1) − T asinh u), u = T/(2μ),
 and P[|Z| >= T] is at most twice that. With T the least integer whose union bound over the d
