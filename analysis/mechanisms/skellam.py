@@ -346,14 +346,19 @@ class SkellamSum:
     def total(self, messages) -> np.ndarray:
         """The exact sum mod M of the clients' messages, decoded to the integer total; refused when
         fewer messages (shares) than clients arrive (`silos.check_shares_present`)."""
-        from analysis.mechanisms.silos import check_shares_present
-
         messages = np.asarray(messages, np.int64)
-        check_shares_present(int(messages.shape[0]), self.clients)
         acc = np.zeros(messages.shape[1:], np.int64)
         for m in messages:  # each term < 2^62: the sum of two stays inside int64
             acc = np.mod(acc + np.mod(m, self.modulus), self.modulus)
-        return decode(acc, self.modulus)
+        return self.decode_sum(acc, int(messages.shape[0]))
+
+    def decode_sum(self, residues, present: int) -> np.ndarray:
+        """The integer total of a secure sum mod M that holds `present` clients' messages (a sum
+        computed elsewhere: Flower's SecAgg+); refused when fewer than every client's share is in it."""
+        from analysis.mechanisms.silos import check_shares_present
+
+        check_shares_present(int(present), self.clients)
+        return decode(residues, self.modulus)
 
     def mean_gradient(self, total) -> np.ndarray:
         """The noisy mean gradient, total / (s N), float64."""
