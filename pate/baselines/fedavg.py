@@ -351,7 +351,7 @@ class Plan:
     @classmethod
     def of(cls, cfg, size: int, lipschitz: float | None, delta: float, length: int, clients: int = 1) -> "Plan":
         """The plan for clients of `size` points sending messages of `length` coordinates
-        (public values only); with a grid, the per-round ε̄ or μ̄ is the grid's own (Δ_grid/t,
+        (public values only; `clients` unused: each message is noised on its own); with a grid, the per-round ε̄ or μ̄ is the grid's own (Δ_grid/t,
         √(S₂/σ²)), calibrated on the grid's cost."""
         norm = fp.NORMS[cfg.mechanism]
         if cfg.algorithm == "fedavg":
@@ -489,7 +489,8 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "averaged_model_note": ("the law of the global models is that of central noisy full-batch gradient descent "
                                 "at this eps (the mean of the clients' independent noises); the data set is "
                                 "charged eps, because every client's own message is released to the server; "
-                                "null where no such identity holds (Laplace, local_steps > 1); on a grid, up to "
+                                "null where no such identity holds (Laplace, local_steps > 1) and for distributed noise (skellam: the "
+                                "server sees the central release itself, and is charged for it); on a grid, up to "
                                 "its rounding and the discreteness of the noise"),
         "sensitivity": plan.sensitivity,
         "sensitivity_norm": plan.norm,
