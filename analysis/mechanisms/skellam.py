@@ -289,14 +289,16 @@ class SkellamSum:
         b = q.coordinate_bound
         if big_n * b > INT32_LIMIT or q.dim * b * b > INT32_LIMIT:
             raise PateError(f"the quantised gradients of fedavg.grid = {resolution} (bound {b} per coordinate, "
-                            f"{q.dim} coordinates, {big_n} records) overflow the clients' int32 sums; lower fedavg.grid")
+                            f"{q.dim} coordinates, {big_n} records) overflow the clients' int32 sums; "
+                            "lower fedavg.grid")
         mu = calibrate_mu(eps, q.l1, q.l2sq, r, delta)
         if not 0 < failure < 1:
             raise PateError(f"the failure probability must lie in (0, 1), got {failure!r}")
         reach = noise_reach(mu, q.dim * r, failure)
         modulus = 2 * (big_n * b + reach) + 1
         if modulus > MAX_MODULUS:
-            raise PateError(f"the secure sum needs a modulus of {modulus} > 2**62; lower fedavg.grid or raise fedavg.eps")
+            raise PateError(f"the secure sum needs a modulus of {modulus} > 2**62; lower fedavg.grid or raise "
+                            "fedavg.eps")
         return cls(q, n, big_n, mu, r, modulus, failure)
 
     # ---- what the ledger and the report read
@@ -317,8 +319,8 @@ class SkellamSum:
     def describe(self) -> str:
         q = self.quantiser
         return (f"distributed Skellam noise, {self.clients} shares of Sk(mu/{self.clients}) = Poisson - Poisson, "
-                f"the sum carries one central release's noise Sk(mu), mu {self.mu:.6g} (std {math.sqrt(2 * self.mu):.4g} "
-                f"integer steps); each per-example gradient clipped to {q.clip:g}, scaled by {q.scale:.6g} and rounded "
+                f"the sum carries one central release's noise Sk(mu), mu {self.mu:.6g} "
+                f"(std {math.sqrt(2 * self.mu):.4g} integer steps); each per-example gradient clipped to {q.clip:g}, scaled by {q.scale:.6g} and rounded "
                 f"(K = {q.resolution}: squared l2 norm <= {q.bound2}, sensitivity l2^2 {q.l2sq}, l1 {q.l1}); "
                 f"an exact secure sum mod {self.modulus} (the server sees the sum alone; wraps with probability "
                 f"<= {self.failure:g})")

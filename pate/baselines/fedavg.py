@@ -339,7 +339,8 @@ class Plan:
         _check_met(cfg.eps, eps, cost, delta)
         per_round_eps = composition.single_eps(record.cost(1), delta)
         return cls("l2", None, record.sensitivity, per_round_eps, per_round_eps, record.noise_std, cost, eps, record,
-                   rounds_by=lambda plan, c: secure_fedavg.skellam_round(plan.grid, c.learning_rate), how="distributed noise under an exact secure sum (DP-FedSGD)",
+                   rounds_by=lambda plan, c: secure_fedavg.skellam_round(plan.grid, c.learning_rate),
+                   how="distributed noise under an exact secure sum (DP-FedSGD)",
                    accounting=("composition over rounds of ONE central release per round (the server sees only the "
                                "secure sum, whose noise is Sk(mu)): R x the Skellam mechanism's RDP (Agarwal, Kairouz "
                                "& Liu 2021, Theorem 3.5, l1 and l2 sensitivity of the quantised sum), converted once"),
@@ -351,8 +352,8 @@ class Plan:
     @classmethod
     def of(cls, cfg, size: int, lipschitz: float | None, delta: float, length: int, clients: int = 1) -> "Plan":
         """The plan for clients of `size` points sending messages of `length` coordinates
-        (public values only; `clients` unused: each message is noised on its own); with a grid, the per-round ε̄ or μ̄ is the grid's own (Δ_grid/t,
-        √(S₂/σ²)), calibrated on the grid's cost."""
+        (public values only; `clients` unused: each message is noised on its own); with a grid,
+        the per-round ε̄ or μ̄ is the grid's own (Δ_grid/t, √(S₂/σ²)), calibrated on the grid's cost."""
         norm = fp.NORMS[cfg.mechanism]
         if cfg.algorithm == "fedavg":
             sensitivity = fp.fedavg_sensitivity(cfg.clip_norm, cfg.learning_rate, size, cfg.local_steps,
@@ -473,8 +474,9 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "model": cfg.model,
         **accuracy_fields(result.accuracy, result.eval_points, result.accuracy_test, test_points),
         "cost": plan.cost.to_json(),
-        "accounting": plan.accounting or ("composition over rounds (a client's data enters only its own messages), parallel "
-                       "across clients; Laplace: R x eps-DP (randomized response, PLD/RDP); Gaussian: "
+        "accounting": plan.accounting or (
+                       "composition over rounds (a client's data enters only its own messages), parallel across "
+                       "clients; Laplace: R x eps-DP (randomized response, PLD/RDP); Gaussian: "
                        + ("R x (mu^2/2)-zCDP of the discrete Gaussian (RDP; Canonne, Kamath, Steinke 2020, "
                           "Proposition 5)" if plan.grid else "R x mu-GDP")),
         "per_round_eps": plan.per_round_eps,
@@ -489,8 +491,9 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "averaged_model_note": ("the law of the global models is that of central noisy full-batch gradient descent "
                                 "at this eps (the mean of the clients' independent noises); the data set is "
                                 "charged eps, because every client's own message is released to the server; "
-                                "null where no such identity holds (Laplace, local_steps > 1) and for distributed noise (skellam: the "
-                                "server sees the central release itself, and is charged for it); on a grid, up to "
+                                "null where no such identity holds (Laplace, local_steps > 1) and for distributed "
+                                "noise (skellam: the server sees the central release itself, and is charged for it); "
+                                "on a grid, up to "
                                 "its rounding and the discreteness of the noise"),
         "sensitivity": plan.sensitivity,
         "sensitivity_norm": plan.norm,
@@ -503,8 +506,8 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "rho": cfg.rho,
         "optimizer": "plain full-batch gradient descent, per-example clipping",
         "num_params": int(theta.size),
-        "noise": plan.noise or (f"exact discrete {cfg.mechanism} on a grid (Canonne, Kamath, Steinke 2020)" if plan.grid else
-                  f"float64 {cfg.mechanism}, not on a grid")
+        "noise": plan.noise or (f"exact discrete {cfg.mechanism} on a grid (Canonne, Kamath, Steinke 2020)"
+                                if plan.grid else f"float64 {cfg.mechanism}, not on a grid")
         + (", OS entropy" if seed is None else ", research seed (not recorded)"),
         "features": ("pixels clamped to [0, 1]" if cfg.model == "linear" else "scattering (the [dpsgd] settings)")
         + (f", projected onto the top {cfg.pca} principal directions of the public pool"
