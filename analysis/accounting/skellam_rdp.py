@@ -8,9 +8,12 @@ query of l1 sensitivity Δ₁ and l2 sensitivity Δ₂ is (α, ε(α))-RDP for e
 
     ε(α) <= α Δ₂² / (4μ) + min( ((2α − 1) Δ₂² + 6 Δ₁) / (16 μ²),  3 Δ₁ / (4μ) )
 
-(Theorem 3.5 of the arXiv version as we read it; the authors' code, google-research/federated
-distributed_dp/accounting_utils.py ``_skellam_rdp``, carries the same formula with the variance 2μ
-and the scale factored out, and evaluates it at integer orders only). Here it is evaluated at ⌈α⌉
+(their Corollary 3.6 in the NeurIPS version, stated for noise of variance V = 2μ:
+α Δ₂²/(2V) + min(((2α − 1)Δ₂² + 6Δ₁)/(4V²), 3Δ₁/(2V)), the same bound; the paper's text was not at
+hand: the formula is the authors' code's, google-research/federated distributed_dp/accounting_utils.py
+``_skellam_rdp``, with the variance and the scale factored out, which evaluates it at integer
+orders only, and the number is how other public implementations cite it, one of them as
+Corollary 4.1, presumably another version). Here it is evaluated at ⌈α⌉
 (the Rényi divergence is non-decreasing in the order, van Erven & Harremoës 2014, Theorem 3), so no
 non-integer order is charged less than the integer the authors use. Neighbouring relation: whatever
 relation gives the sensitivities (replace-one in `pate fedavg`). tests/analysis/test_skellam.py

@@ -50,7 +50,7 @@ The kinds of cost (``Cost.kind``):
 - ``"skellam"`` (``mu``, ``l1``, ``l2sq``, ``count``): ``count`` rounds of integer sums plus
   Skellam noise Sk(μ) per coordinate, of l1 sensitivity ``l1`` and squared l2 sensitivity ``l2sq``
   in integer units (DP-FedSGD with distributed Skellam shares, `analysis.mechanisms.skellam`;
-  `analysis.accounting.skellam_rdp`: Agarwal, Kairouz & Liu 2021, Theorem 3.5, at the next integer order); the curves add. **No
+  `analysis.accounting.skellam_rdp`: Agarwal, Kairouz & Liu 2021, Corollary 3.6, at the next integer order); the curves add. **No
   PLD**.
 - ``"approx"`` (``eps``, ``delta``): an (ε, δ)-DP step with no finer description (the
   LNMax smooth-sensitivity release, `analysis.sanitised.lnmax_release.release_eps_cost`). Added

@@ -40,10 +40,11 @@ sensitivity Δ₂ is (α, ε(α))-RDP for every α > 1 with
 
     ε(α) <= α Δ₂² / (4μ) + min( ((2α − 1) Δ₂² + 6 Δ₁) / (16 μ²),  3 Δ₁ / (4μ) )
 
-(their multi-dimensional Skellam mechanism, Theorem 3.5 of the arXiv version as we read it; the
-authors' implementation, google-research/federated distributed_dp/accounting_utils.py
-``_skellam_rdp``, carries the same formula with the variance 2μ and the scale factored out, and
-evaluates it at integer orders only). This module evaluates it at ⌈α⌉ (Rényi divergence is
+(their multi-dimensional Skellam mechanism, Corollary 3.6 of the NeurIPS version, stated there for
+noise of variance V = 2μ: α Δ₂²/(2V) + min(((2α − 1)Δ₂² + 6Δ₁)/(4V²), 3Δ₁/(2V)); the authors'
+implementation, google-research/federated distributed_dp/accounting_utils.py ``_skellam_rdp``,
+carries the same formula and evaluates it at integer orders only; `analysis.accounting.skellam_rdp`
+says how the number was found). This module evaluates it at ⌈α⌉ (Rényi divergence is
 non-decreasing in the order, van Erven & Harremoës 2014, Theorem 3), so a non-integer order is
 never charged less than the integer the authors use. The tests check the bound against the exact
 divergence of Sk(μ) + v against Sk(μ), summed from scipy's Skellam pmf, in one dimension and,

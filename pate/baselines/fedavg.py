@@ -343,7 +343,7 @@ class Plan:
                    how="distributed noise under an exact secure sum (DP-FedSGD)",
                    accounting=("composition over rounds of ONE central release per round (the server sees only the "
                                "secure sum, whose noise is Sk(mu)): R x the Skellam mechanism's RDP (Agarwal, Kairouz "
-                               "& Liu 2021, Theorem 3.5, l1 and l2 sensitivity of the quantised sum), converted once"),
+                               "& Liu 2021, Corollary 3.6, l1 and l2 sensitivity of the quantised sum), converted once"),
                    noise=(f"distributed Skellam noise: {clients} shares, Poisson(mu/{clients}) - Poisson(mu/{clients}) "
                           "each, the sum carries one central release's noise Sk(mu); secure sum: the in-process exact "
                           "modular sum (the arithmetic Flower's SecAgg+ carries exactly, pate/programs/secure_sum.py); "
