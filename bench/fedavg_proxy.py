@@ -45,17 +45,17 @@ sys.path.insert(0, str(ROOT))
 _PROJECTED: dict = {}
 
 
-def projected(pool_x, eval_x, pca: int):
+def projected(pool_x, eval_x, pca: int, whiten: bool = False):
     """(pool, eval) projected onto the pool's top ``pca`` directions, computed once per ``pca``
     (the SVD of the pool's features is most of a run's time)."""
     from pate.programs.projection import project, public_projection
 
     if not pca:
         return pool_x, eval_x
-    if pca not in _PROJECTED:
-        proj = public_projection(pool_x, pca)
-        _PROJECTED[pca] = (project(proj, pool_x), project(proj, eval_x))
-    return _PROJECTED[pca]
+    if (pca, whiten) not in _PROJECTED:
+        proj = public_projection(pool_x, pca, whiten)
+        _PROJECTED[pca, whiten] = (project(proj, pool_x), project(proj, eval_x))
+    return _PROJECTED[pca, whiten]
 
 
 def proxy_accuracy(cfg, pool_x, pool_y, eval_x, eval_y, num_classes, *, client_size, delta, source) -> float:
@@ -65,10 +65,10 @@ def proxy_accuracy(cfg, pool_x, pool_y, eval_x, eval_y, num_classes, *, client_s
     from analysis.core.errors import PateError
     from pate.baselines import fedavg as fa
 
-    x, ex = projected(pool_x, eval_x, cfg.pca)
+    x, ex = projected(pool_x, eval_x, cfg.pca, cfg.whiten)
     clients = x.shape[0] // client_size
     shards = np.arange(clients * client_size).reshape(clients, client_size)
-    plan = fa.Plan.of(cfg, client_size, None, delta, (x.shape[1] + 1) * num_classes)
+    plan = fa.PLANS[cfg.mechanism](cfg, client_size, None, delta, (x.shape[1] + 1) * num_classes, clients)
     try:
         theta, _ = fa.train_rounds(cfg, plan, shards, x, pool_y, num_classes, source, False, lambda *_: None)
     except PateError:
@@ -91,9 +91,13 @@ def public_inputs(config, splits, model: str):
     return pool.reshape(pool.shape[0], -1), ev.reshape(ev.shape[0], -1)
 
 
-def proxy_scale(private_clients: int, client_size: int, proxy_clients: int, proxy_size: int) -> float:
+def proxy_scale(private_clients: int, client_size: int, proxy_clients: int, proxy_size: int,
+                distributed: bool = False) -> float:
     """The eps factor that matches the proxy's noise-to-signal to the private run's:
-    (I √P) / (I' √P')."""
+    (I √P) / (I' √P') for noise on every client's message; (I P) / (I' P') for distributed noise
+    (``skellam``: one central release's noise on the sum of all N = I P points' gradients)."""
+    if distributed:
+        return (client_size * private_clients) / (proxy_size * proxy_clients)
     return (client_size * math.sqrt(private_clients)) / (proxy_size * math.sqrt(proxy_clients))
 
 
@@ -108,9 +112,10 @@ def main(argv=None) -> int:
     ap.add_argument("--algorithms", nargs="+", choices=["fedavg", "iadmm"], default=None,
                     help="default: the config's fedavg.algorithm")
     ap.add_argument("--model", choices=["linear", "scatternet"], default=None, help="default: the config's")
-    ap.add_argument("--mechanisms", nargs="+", choices=["laplace", "gaussian"], default=None,
+    ap.add_argument("--mechanisms", nargs="+", choices=["laplace", "gaussian", "skellam"], default=None,
                     help="default: the config's fedavg.mechanism")
     ap.add_argument("--pca", type=int, nargs="+", default=[4, 8, 16])
+    ap.add_argument("--whiten", action="store_true", help="whiten the public projection (fedavg.whiten)")
     ap.add_argument("--schedules", nargs="+", default=["10:10", "20:30", "40:30"],
                     help="rounds:learning_rate (FedAvg) or rounds:rho (IADMM)")
     ap.add_argument("--proxy-clients", type=int, default=0, help="0: clients of the private clients' size")
@@ -127,15 +132,17 @@ def main(argv=None) -> int:
     pool_x, eval_x = public_inputs(config, splits, model)
     private_clients = cfg.clients or config.teachers.num_teachers
     client_size = splits.train_x.shape[0] // private_clients
-    proxy_size, factor = client_size, 1.0
+    proxy_size, factors = client_size, {}
     if args.proxy_clients:
         proxy_size = pool_x.shape[0] // args.proxy_clients
         if args.proxy_eps == "matched":
-            factor = proxy_scale(private_clients, client_size, args.proxy_clients, proxy_size)
+            factors = {m: proxy_scale(private_clients, client_size, args.proxy_clients, proxy_size, m == "skellam")
+                       for m in ("laplace", "gaussian", "skellam")}
     source = NoiseSource(args.seed, stream=2)
     best: dict[str, dict] = {}
     settings = [(a, m) for a in args.algorithms or [cfg.algorithm] for m in args.mechanisms or [cfg.mechanism]]
     for algorithm, mechanism in settings:
+        factor = factors.get(mechanism, 1.0)
         for eps in args.eps:
             for pca in args.pca:
                 momenta = (args.server_momentum or [cfg.server_momentum]) if algorithm == "fedavg" else [0.0]
@@ -144,6 +151,7 @@ def main(argv=None) -> int:
                     step = {"learning_rate": value} if algorithm == "fedavg" else {"rho": value}
                     step["server_momentum"] = momentum
                     run_cfg = dataclasses.replace(cfg, algorithm=algorithm, mechanism=mechanism, model=model, pca=pca,
+                                                  whiten=args.whiten and pca > 0,
                                                   rounds=rounds, eps=eps * factor, **step)
                     start = time.time()
                     accs = [proxy_accuracy(run_cfg, pool_x, splits.pool_y, eval_x, splits.eval_y,
@@ -151,7 +159,7 @@ def main(argv=None) -> int:
                                            delta=config.privacy.delta, source=source)
                             for _ in range(args.draws)]
                     row = {"algorithm": algorithm, "mechanism": mechanism, "eps": eps, "proxy_eps": eps * factor, "model": model,
-                           "pca": pca, "rounds": rounds, **step, "client_size": proxy_size,
+                           "pca": pca, "whiten": run_cfg.whiten, "rounds": rounds, **step, "client_size": proxy_size,
                            "clients": pool_x.shape[0] // proxy_size, "accuracy_mean": float(np.mean(accs)),
                            "accuracy": accs, "wall_time_s": time.time() - start}
                     print(json.dumps(row), flush=True)

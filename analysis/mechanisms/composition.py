@@ -47,6 +47,11 @@ The kinds of cost (``Cost.kind``):
   `analysis.baselines.merf`. **No PLD**: the continuous Gaussian's privacy
   profile is not proven to bound the discrete one's, so the PLD route takes this cost as
   its own (ε, δ') from the RDP curve.
+- ``"skellam"`` (``mu``, ``l1``, ``l2sq``, ``count``): ``count`` rounds of integer sums plus
+  Skellam noise Sk(μ) per coordinate, of l1 sensitivity ``l1`` and squared l2 sensitivity ``l2sq``
+  in integer units (DP-FedSGD with distributed Skellam shares, `analysis.mechanisms.skellam`;
+  `analysis.accounting.skellam_rdp`: Agarwal, Kairouz & Liu 2021, Corollary 3.6, at the next integer order); the curves add. **No
+  PLD**.
 - ``"approx"`` (``eps``, ``delta``): an (ε, δ)-DP step with no finer description (the
   LNMax smooth-sensitivity release, `analysis.sanitised.lnmax_release.release_eps_cost`). Added
   by basic composition (Dwork & Roth 2014, Theorem 3.16).
@@ -77,14 +82,15 @@ import numpy as np
 
 from analysis.core.errors import PateError
 
-KINDS = ("gaussian", "discrete-gaussian", "pure", "gnss", "approx", "poisson-gaussian")
+KINDS = ("gaussian", "discrete-gaussian", "pure", "gnss", "approx", "poisson-gaussian", "skellam")
 RELATION = "replace-one"
 RELATION_TEXT = ("replace-one: two training sets are neighbours when one example is replaced by another "
                  "(PATE: one teacher's shard changes, so one teacher's vote)")
 PLD_DISCRETIZATION = 1e-3  # grid of the composed PLD (dp-accounting rounds pessimistically)
 _FIELDS = {"gaussian": ("mu2",), "discrete-gaussian": ("mu2",), "pure": ("eps0", "count"),
            "gnss": ("beta", "sigma_ss"),
-           "approx": ("eps", "delta"), "poisson-gaussian": ("q", "noise_multiplier", "steps")}
+           "approx": ("eps", "delta"), "poisson-gaussian": ("q", "noise_multiplier", "steps"),
+           "skellam": ("mu", "l1", "l2sq", "count")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +143,9 @@ class Cost:
             return f"GNSS release, beta {p['beta']:.4g}, sigma_ss {p['sigma_ss']:.4g}"
         if self.kind == "approx":
             return f"({p['eps']:.4g}, {p['delta']:.3g})-DP"
+        if self.kind == "skellam":
+            return (f"{int(p['count'])} x Skellam, mu {p['mu']:.6g}, sensitivity l2^2 {p['l2sq']:.6g}, "
+                    f"l1 {p['l1']:.6g} (RDP only)")
         return f"{int(p['steps'])} subsampled Gaussian steps, q {p['q']:.4g}, sigma {p['noise_multiplier']:.4g}"
 
 
@@ -264,6 +273,10 @@ def rdp(cost: Cost, orders) -> np.ndarray | None:
         return out
     if cost.kind == "poisson-gaussian":
         return dpsgd_replace_one_rdp(p["q"], p["noise_multiplier"], int(p["steps"]), orders)
+    if cost.kind == "skellam":
+        from analysis.accounting.skellam_rdp import rdp as skellam_rdp
+
+        return p["count"] * skellam_rdp(orders, p["l1"], p["l2sq"], p["mu"])
     return None
 
 
@@ -314,7 +327,8 @@ def is_free(cost: Cost) -> bool:
     return {"gaussian": lambda: p["mu2"] == 0, "discrete-gaussian": lambda: p["mu2"] == 0,
             "pure": lambda: p["count"] == 0 or p["eps0"] == 0,
             "gnss": lambda: False, "approx": lambda: p["eps"] == 0 and p["delta"] == 0,
-            "poisson-gaussian": lambda: p["steps"] == 0 or p["q"] == 0}[cost.kind]()
+            "poisson-gaussian": lambda: p["steps"] == 0 or p["q"] == 0,
+            "skellam": lambda: p["count"] == 0 or (p["l1"] == 0 and p["l2sq"] == 0)}[cost.kind]()
 
 
 def single_eps(cost: Cost, delta: float, *, conversion: str = "improved", orders=None) -> float:

@@ -27,6 +27,13 @@ messages on a grid"), so no floating-point low bit carries the data (Mironov 201
 record `fp.GRIDS[mechanism]` builds says how. Only with ``grid = 0`` is the noise float64,
 not defended against that attack.
 
+With ``[fedavg] mechanism = "skellam"`` (FedAvg, one local step: DP-FedSGD) no client's message is
+noised on its own: each sends its records' quantised clipped gradients summed, plus a share of
+Skellam noise, mod M; an exact secure sum shows the server the total alone, whose noise is that of
+ONE central release (`analysis.mechanisms.skellam`, `pate.baselines.secure_fedavg`), and the rounds
+are charged as that central release's composition. The record `analysis.mechanisms.skellam.SkellamSum`
+says how; `train_rounds` asks the plan for its round and tests no name.
+
 Nothing else that depends on the private data is written: no losses, no per-round
 values, no wall times (printed only); `fedavg.json` holds the released model's accuracy on
 the public evaluation split and public parameters.
@@ -54,6 +61,8 @@ from pate.config import Config, config_to_dict
 from pate.programs.models import Linear
 from pate.programs.projection import project, projected_box, public_projection
 from pate.programs.student_training import predict
+from analysis.mechanisms import skellam
+from pate.baselines import secure_fedavg
 from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_lines,
                                          release_step, result_head, training_loop)
 
@@ -170,16 +179,18 @@ class FedavgResult:
     client_size: int
     sensitivity: float
     noise_scale: float
-    grid: fp.GridNoise | fp.GaussianGrid | None
+    grid: fp.GridNoise | fp.GaussianGrid | skellam.SkellamSum | None
     wall_time_s: float
     data_set: dict | None = None  # the ledger's summary with this release (`Ledger.summary`)
     averaged_eps: float | None = None  # fp.averaged_model_eps: the noise the global model carries
 
+    how: str = "output perturbation"  # Plan.how: what the noise covers
+
     def summary(self) -> str:
-        what = "eps" if self.mechanism == "laplace" else "mu"
+        what = "mu" if self.mechanism == "gaussian" else "eps"
         return "\n".join([
             *publish_lines(self.data_set, rundir.FEDAVG_JSON),
-            f"fedavg: {self.algorithm}, {self.mechanism} output perturbation, {self.model} model; "
+            f"fedavg: {self.algorithm}, {self.mechanism} {self.how}, {self.model} model; "
             f"{self.clients} clients of {self.client_size} points, {self.rounds} rounds",
             f"fedavg accuracy on the evaluation split ({self.eval_points} points): {self.accuracy:.4f} "
             f"(whole test split: {self.accuracy_test:.4f})",
@@ -248,7 +259,8 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
         splits = private_splits(config)
         shards = client_shards(int(splits.train_x.shape[0]), config)
         train_x, test_x, test_y, lipschitz, projection = _features(config, splits, door.run)
-        plan = Plan.of(cfg, shards.shape[1], lipschitz, delta, (train_x.shape[1] + 1) * splits.num_classes)
+        plan = PLANS[cfg.mechanism](cfg, shards.shape[1], lipschitz, delta, (train_x.shape[1] + 1) * splits.num_classes,
+                                    shards.shape[0])
         book = budgeted_ledger(config, plan.cost, "this federated model")
         theta, train_time = train_rounds(cfg, plan, shards, train_x, splits.train_y, splits.num_classes, source,
                                          show_progress, echo)
@@ -262,7 +274,7 @@ def train_fedavg(config: Config, workdir: str | Path, *, seed: int | None = None
                               accuracy_test=float(np.mean(pred == test_y)), eval_points=int(test_y.size - pool),
                               eps=plan.eps, delta=delta, per_round=plan.per_round, per_round_eps=plan.per_round_eps,
                               rounds=cfg.rounds, clients=shards.shape[0], client_size=shards.shape[1],
-                              sensitivity=plan.sensitivity, noise_scale=plan.scale, grid=plan.grid,
+                              sensitivity=plan.sensitivity, noise_scale=plan.scale, grid=plan.grid, how=plan.how,
                               wall_time_s=time.time() - start, data_set=book.summary(delta, extra=[plan.cost]),
                               averaged_eps=fp.averaged_model_eps(cfg.mechanism, cfg.algorithm, cfg.local_steps,
                                                                  plan.per_round, cfg.rounds, shards.shape[0],
@@ -294,13 +306,54 @@ class Plan:
     scale: float
     cost: composition.Cost
     eps: float
-    grid: fp.GridNoise | fp.GaussianGrid | None  # [fedavg] grid > 0: the exact grid release
+    grid: fp.GridNoise | fp.GaussianGrid | skellam.SkellamSum | None  # [fedavg] grid > 0: the exact release
+    how: str = "output perturbation"
+    accounting: str | None = None  # fedavg.json's "accounting" and "noise" when the record says otherwise
+    noise: str | None = None
+    rounds_by: Callable | None = None  # (plan, cfg) -> the round; None: noise on every client's message
+
+    def round(self, cfg) -> Callable:
+        """``round(theta, lam, xs, ys, source) -> (new theta, lam)`` before server momentum: the plan's
+        own (`rounds_by`: the secure sum's), else each client's noised message averaged."""
+        return (self.rounds_by or Plan._client_noise_round)(self, cfg)
+
+    def _client_noise_round(self, cfg) -> Callable:
+        messages_fn = make_round(cfg.algorithm, clip=cfg.clip_norm, learning_rate=cfg.learning_rate,
+                                 local_steps=cfg.local_steps, rho=cfg.rho, norm=self.norm)
+
+        def one_round(theta, lam, xs, ys, source):
+            sent = np.asarray(messages_fn(jnp.asarray(theta, jnp.float32), jnp.asarray(lam, jnp.float32), xs, ys))
+            return server_update(cfg.algorithm, add_noise(sent, source, cfg.mechanism, self.scale, self.grid), lam,
+                                 cfg.rho)
+
+        return one_round
 
     @classmethod
-    def of(cls, cfg, size: int, lipschitz: float | None, delta: float, length: int) -> "Plan":
+    def skellam(cls, cfg, size: int, lipschitz: float | None, delta: float, length: int, clients: int) -> "Plan":
+        """Distributed Skellam noise over an exact secure sum (`analysis.mechanisms.skellam`): μ calibrated
+        so that the R central releases cost ``cfg.eps`` at `delta`; ``cfg.grid`` is the quantisation's K."""
+        record = skellam.SkellamSum.of(cfg.clip_norm, length, cfg.grid, clients, clients * size, cfg.eps,
+                                       cfg.rounds, delta)
+        cost = record.cost()
+        eps = composition.single_eps(cost, delta)
+        _check_met(cfg.eps, eps, cost, delta)
+        per_round_eps = composition.single_eps(record.cost(1), delta)
+        return cls("l2", None, record.sensitivity, per_round_eps, per_round_eps, record.noise_std, cost, eps, record,
+                   rounds_by=lambda plan, c: secure_fedavg.skellam_round(plan.grid, c.learning_rate),
+                   how="distributed noise under an exact secure sum (DP-FedSGD)",
+                   accounting=("composition over rounds of ONE central release per round (the server sees only the "
+                               "secure sum, whose noise is Sk(mu)): R x the Skellam mechanism's RDP (Agarwal, Kairouz "
+                               "& Liu 2021, Corollary 3.6, l1 and l2 sensitivity of the quantised sum), converted once"),
+                   noise=(f"distributed Skellam noise: {clients} shares, Poisson(mu/{clients}) - Poisson(mu/{clients}) "
+                          "each, the sum carries one central release's noise Sk(mu); secure sum: the in-process exact "
+                          "modular sum (the arithmetic Flower's SecAgg+ carries exactly, pate/programs/secure_sum.py); "
+                          "Poisson draws from numpy keyed by 128 bits of the noise source"))
+
+    @classmethod
+    def of(cls, cfg, size: int, lipschitz: float | None, delta: float, length: int, clients: int = 1) -> "Plan":
         """The plan for clients of `size` points sending messages of `length` coordinates
-        (public values only); with a grid, the per-round ε̄ or μ̄ is the grid's own (Δ_grid/t,
-        √(S₂/σ²)), calibrated on the grid's cost."""
+        (public values only; `clients` unused: each message is noised on its own); with a grid,
+        the per-round ε̄ or μ̄ is the grid's own (Δ_grid/t, √(S₂/σ²)), calibrated on the grid's cost."""
         norm = fp.NORMS[cfg.mechanism]
         if cfg.algorithm == "fedavg":
             sensitivity = fp.fedavg_sensitivity(cfg.clip_norm, cfg.learning_rate, size, cfg.local_steps,
@@ -320,6 +373,11 @@ class Plan:
         eps = composition.single_eps(cost, delta)
         _check_met(cfg.eps, eps, cost, delta)
         return cls(norm, lipschitz, sensitivity, per_round, per_round_eps, scale, cost, eps, grid)
+
+
+#: How each ``[fedavg] mechanism`` plans its release: noise on every client's message (Laplace,
+#: Gaussian) or distributed Skellam shares under an exact secure sum.
+PLANS = {"laplace": Plan.of, "gaussian": Plan.of, "skellam": Plan.skellam}
 
 
 def _check_met(target: float, eps: float, cost: composition.Cost, delta: float) -> None:
@@ -363,7 +421,7 @@ def _features(config: Config, splits, run: rundir.RunDir):
     projection = None
     if config.fedavg.pca:
         pool = splits.pool_x.shape[0]  # the first rows of test_x: the public pool
-        projection = public_projection(test_x[:pool], config.fedavg.pca)
+        projection = public_projection(test_x[:pool], config.fedavg.pca, config.fedavg.whiten)
         train_x, test_x = project(projection, train_x), project(projection, test_x)
     if box is not None:
         per_coordinate = (np.ones(train_x.shape[1]) if projection is None
@@ -381,21 +439,18 @@ def train_rounds(cfg, plan: Plan, shards: np.ndarray, train_x, train_y, num_clas
     clients, size = shards.shape
     flat = np.asarray(train_x, np.float32).reshape(train_x.shape[0], -1)
     xs, ys = jnp.asarray(flat[shards]), jnp.asarray(train_y[shards])
-    messages_fn = make_round(cfg.algorithm, clip=cfg.clip_norm, learning_rate=cfg.learning_rate,
-                             local_steps=cfg.local_steps, rho=cfg.rho, norm=plan.norm)
+    one_round = plan.round(cfg)
     theta = np.zeros((flat.shape[1] + 1, num_classes))  # public start (Linear's zero init)
     lam = np.zeros((clients, flat.shape[1] + 1, num_classes))
     echo(f"fedavg: {cfg.algorithm}, {cfg.mechanism} noise, {cfg.model} model ({theta.size} parameters); "
          f"{clients} clients of {size} points, {cfg.rounds} rounds"
          f"{f' (server momentum {cfg.server_momentum:g})' if cfg.server_momentum else ''}; sensitivity {plan.sensitivity:.4g} "
-         f"({plan.norm}), per round {'eps' if cfg.mechanism == 'laplace' else 'mu'} {plan.per_round:.4g} for "
+         f"({plan.norm}), per round {'mu' if cfg.mechanism == 'gaussian' else 'eps'} {plan.per_round:.4g} for "
          f"total eps {cfg.eps:g} (replace-one)")
 
     def fl_round(t, state):
         theta, lam, velocity = state
-        sent = np.asarray(messages_fn(jnp.asarray(theta, jnp.float32), jnp.asarray(lam, jnp.float32), xs, ys))
-        new, lam = server_update(cfg.algorithm, add_noise(sent, source, cfg.mechanism, plan.scale, plan.grid), lam,
-                                 cfg.rho)
+        new, lam = one_round(theta, lam, xs, ys, source)
         if cfg.server_momentum:
             new, velocity = server_momentum(theta, new, velocity, cfg.server_momentum)
         return new, lam, velocity
@@ -419,8 +474,9 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "model": cfg.model,
         **accuracy_fields(result.accuracy, result.eval_points, result.accuracy_test, test_points),
         "cost": plan.cost.to_json(),
-        "accounting": ("composition over rounds (a client's data enters only its own messages), parallel "
-                       "across clients; Laplace: R x eps-DP (randomized response, PLD/RDP); Gaussian: "
+        "accounting": plan.accounting or (
+                       "composition over rounds (a client's data enters only its own messages), parallel across "
+                       "clients; Laplace: R x eps-DP (randomized response, PLD/RDP); Gaussian: "
                        + ("R x (mu^2/2)-zCDP of the discrete Gaussian (RDP; Canonne, Kamath, Steinke 2020, "
                           "Proposition 5)" if plan.grid else "R x mu-GDP")),
         "per_round_eps": plan.per_round_eps,
@@ -435,7 +491,9 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "averaged_model_note": ("the law of the global models is that of central noisy full-batch gradient descent "
                                 "at this eps (the mean of the clients' independent noises); the data set is "
                                 "charged eps, because every client's own message is released to the server; "
-                                "null where no such identity holds (Laplace, local_steps > 1); on a grid, up to "
+                                "null where no such identity holds (Laplace, local_steps > 1) and for distributed "
+                                "noise (skellam: the server sees the central release itself, and is charged for it); "
+                                "on a grid, up to "
                                 "its rounding and the discreteness of the noise"),
         "sensitivity": plan.sensitivity,
         "sensitivity_norm": plan.norm,
@@ -448,11 +506,12 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
         "rho": cfg.rho,
         "optimizer": "plain full-batch gradient descent, per-example clipping",
         "num_params": int(theta.size),
-        "noise": (f"exact discrete {cfg.mechanism} on a grid (Canonne, Kamath, Steinke 2020)" if plan.grid else
-                  f"float64 {cfg.mechanism}, not on a grid")
+        "noise": plan.noise or (f"exact discrete {cfg.mechanism} on a grid (Canonne, Kamath, Steinke 2020)"
+                                if plan.grid else f"float64 {cfg.mechanism}, not on a grid")
         + (", OS entropy" if seed is None else ", research seed (not recorded)"),
         "features": ("pixels clamped to [0, 1]" if cfg.model == "linear" else "scattering (the [dpsgd] settings)")
-        + (f", projected onto the top {cfg.pca} principal directions of the public pool (saved with the model)"
+        + (f", projected onto the top {cfg.pca} principal directions of the public pool"
+           f"{', each whitened to unit variance on the pool' if cfg.whiten else ''} (saved with the model)"
            if cfg.pca else ""),
         "fedavg": config_to_dict(config)["fedavg"],
         "dataset": config.data.name,

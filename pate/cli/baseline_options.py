@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 
 import click
+from analysis.baselines.fedavg_privacy import NORMS
 
 from pate.cli.options import (cluster, config, eps_value, feature_map, no_progress, options, overwrite, seed_option,
                               settings, workdir)
@@ -42,7 +43,7 @@ def fedavg_options():
         click.option("--rounds", type=click.IntRange(min=1), help="Overrides fedavg.rounds."),
         click.option("--clients", type=click.IntRange(min=1),
                      help="Overrides fedavg.clients (default: the teachers' shards)."),
-        click.option("--mechanism", type=click.Choice(["laplace", "gaussian"]), help="Overrides fedavg.mechanism."),
+        click.option("--mechanism", type=click.Choice(list(NORMS)), help="Overrides fedavg.mechanism."),
         settings(),
         seed_option("Noise seed (0 <= seed < 2**128), research only; never written. Default: OS entropy."),
         overwrite("Replace fedavg.json and fedavg/ already in --workdir."),

@@ -129,17 +129,23 @@ class FedavgConfig:
     "scatternet" (on the ScatterNet features of `[dpsgd]`'s `scattering_j`,
     `scattering_l`, `groups`). `pca` > 0 projects those inputs onto the top `pca`
     principal directions of the *public pool* (centred at the pool's mean, divided by the
-    pool's mean l1 norm: public values only; the projection is saved with the model).
+    pool's mean l1 norm: public values only; the projection is saved with the model); with
+    `whiten = true`, each direction divided by the pool's standard deviation along it instead
+    (every projected coordinate of the pool has variance 1).
     `grid = K` > 0: messages released exactly on a public grid of Δ₁/(K d) with discrete
     Laplace noise (Laplace) or of Δ₂/(K √d) with discrete Gaussian noise (Gaussian); 0: float64
-    noise. `analysis/baselines/fedavg_privacy.py` derives all that.
+    noise. `analysis/baselines/fedavg_privacy.py` derives all that. `mechanism = "skellam"`
+    (FedAvg, `local_steps = 1`: DP-FedSGD): no message is noised on its own; each client sends its
+    records' clipped gradients, quantised at resolution `grid = K` >= 1 and summed, plus a share of
+    Skellam noise, through an exact secure sum whose total carries one central release's noise
+    (`analysis/mechanisms/skellam.py`).
     `server_momentum = β` in [0, 1) (FedAvg only): the server moves by v ← βv + (w − mean of
     the noisy messages), w ← w − v (FedAvgM, Hsu, Qi & Brown 2019); post-processing of the
     released messages, so the cost is the same for every β; 0: plain averaging.
     """
 
     algorithm: Literal["fedavg", "iadmm"] = "fedavg"
-    mechanism: Literal["laplace", "gaussian"] = "laplace"
+    mechanism: Literal["laplace", "gaussian", "skellam"] = "laplace"
     model: Literal["linear", "scatternet"] = "linear"
     eps: float = 3.0
     rounds: int = 50
@@ -149,6 +155,7 @@ class FedavgConfig:
     clip_norm: float = 1.0
     rho: float = 1.0
     pca: int = 0
+    whiten: bool = False
     grid: int = 100
     server_momentum: float = 0.0
     eval_batch_size: int = 1000
@@ -166,7 +173,18 @@ class FedavgConfig:
         _require(self.clients >= 0, s, "clients", f"must be >= 0 (0: the teachers' partition), got {self.clients}")
         at_least_one(s, self, "local_steps")
         _require(self.pca >= 0, s, "pca", f"must be >= 0 (0: no projection), got {self.pca}")
+        _require(not self.whiten or self.pca > 0, s, "whiten", "applies to a projection (fedavg.pca > 0); set it "
+                 "to false or choose fedavg.pca")
         _require(self.grid >= 0, s, "grid", f"must be >= 0 (0: float64 noise, no grid), got {self.grid}")
+        if self.mechanism == "skellam":  # distributed shares of one central release: DP-FedSGD only
+            _require(self.algorithm == "fedavg", s, "algorithm",
+                     "must be \"fedavg\" with mechanism = \"skellam\" (the secure sum adds gradients; IADMM's "
+                     "messages carry a dual)")
+            _require(self.local_steps == 1, s, "local_steps",
+                     f"must be 1 with mechanism = \"skellam\" (DP-FedSGD: the sensitivity is one step's), got "
+                     f"{self.local_steps}")
+            _require(self.grid >= 1, s, "grid", "must be >= 1 with mechanism = \"skellam\" (the quantisation's "
+                     "resolution K)")
         _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
 
 

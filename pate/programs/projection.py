@@ -23,16 +23,23 @@ def top_directions(centred: np.ndarray, k: int) -> np.ndarray:
     return vectors[:, ::-1]
 
 
-def public_projection(pool: np.ndarray, components: int) -> dict[str, np.ndarray]:
+def public_projection(pool: np.ndarray, components: int, whiten: bool = False) -> dict[str, np.ndarray]:
     """The top `components` principal directions of the public pool's inputs (rows of
-    `pool`), centred at its mean and divided by its mean l1 norm after projection:
-    computed from public values only, so projecting the private inputs costs nothing."""
+    `pool`), centred at its mean and divided by its mean l1 norm after projection, or with
+    `whiten` each direction divided by the pool's standard deviation along it (every projected
+    coordinate of the pool then has variance 1: gradient descent on a linear model sees a
+    well-conditioned problem): computed from public values only, so projecting the private
+    inputs costs nothing."""
     pool = np.asarray(pool, np.float64)
     if components > min(pool.shape):
         raise PateError(f"fedavg.pca is {components} but the public pool gives at most {min(pool.shape)} "
                         "principal directions; lower fedavg.pca")
     mean = pool.mean(axis=0)
     directions = top_directions(pool - mean, components).T
+    if whiten:
+        spread = ((pool - mean) @ directions.T).std(axis=0)
+        directions = directions / np.where(spread > 0, spread, 1.0)[:, None]
+        return {"mean": mean.astype(np.float32), "components": directions.astype(np.float32)}
     scale = float(np.mean(np.abs((pool - mean) @ directions.T).sum(axis=1))) or 1.0
     return {"mean": mean.astype(np.float32), "components": (directions / scale).astype(np.float32)}
 

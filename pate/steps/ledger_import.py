@@ -147,8 +147,6 @@ class _Importer:
 
     def baselines(self, place: rundir.RunDir) -> None:
         """dpsgd.json, fedavg.json and synth.json, each charged once (the subject its command charged)."""
-        from analysis.baselines import fedavg_privacy
-
         run = place
         if run.exists(rundir.DPSGD_JSON):
             doc = run.read_json(rundir.DPSGD_JSON)
@@ -158,10 +156,8 @@ class _Importer:
             self.once("dpsgd", cost, subject, (subject,), f"DP-SGD {doc.get('model', '?')}: {cost.describe()}")
         if run.exists(rundir.FEDAVG_JSON):
             doc = run.read_json(rundir.FEDAVG_JSON)
-            cost = _cost(lambda: fedavg_privacy.round_cost(  # on a grid, Gaussian rounds are discrete Gaussians
-                doc["mechanism"], doc["per_round_mu"] if doc["mechanism"] == "gaussian" else doc["per_round_eps"],
-                doc["rounds"], exact=doc.get("grid") is not None), run / rundir.FEDAVG_JSON,
-                "mechanism, per_round_eps / per_round_mu or rounds", "pate fedavg")
+            cost = _cost(lambda: _fedavg_cost(doc), run / rundir.FEDAVG_JSON,
+                         "mechanism, per_round_eps / per_round_mu, grid or rounds", "pate fedavg")
             subject = "fedavg:" + digests.file_digest(run / rundir.FEDAVG_JSON)
             self.once("fedavg", cost, subject, (subject,), f"{doc.get('algorithm', '?')} {doc['mechanism']}: "
                       f"{cost.describe()}")
@@ -173,6 +169,20 @@ class _Importer:
             digest = hashlib.sha256(samples["images"].tobytes() + samples["labels"].tobytes()).hexdigest()
             self.once("synth", cost, "synth:" + digest, ("synth:" + digest,),
                       f"synthetic data ({doc.get('method', 'pate-gan')}): {cost.describe()}")
+
+
+def _fedavg_cost(doc) -> composition.Cost:
+    """What `pate fedavg` charged, from fedavg.json's public values: distributed Skellam rounds (its
+    grid record's mu and sensitivities), else the rounds of noise on every message (on a grid,
+    Gaussian rounds are discrete Gaussians)."""
+    from analysis.baselines import fedavg_privacy
+    from analysis.mechanisms import skellam
+
+    grid = doc.get("grid")
+    if isinstance(grid, dict) and grid.get("kind") == "skellam":
+        return skellam.cost(grid["mu"], grid["l1_steps"], grid["l2sq_steps"], doc["rounds"])
+    return fedavg_privacy.round_cost(doc["mechanism"], doc["per_round_mu"] if doc["mechanism"] == "gaussian"
+                                     else doc["per_round_eps"], doc["rounds"], exact=grid is not None)
 
 
 def _cost(build, path, fields: str, command: str) -> composition.Cost:

@@ -470,6 +470,18 @@ def test_public_projection_uses_the_pool_only_and_bounds_the_box():
         projection.public_projection(pool, 13)
 
 
+def test_a_whitened_projection_gives_the_pool_unit_variance_along_the_same_directions():
+    rng = np.random.default_rng(4)
+    pool = rng.random((60, 12)) * np.linspace(0.1, 3.0, 12)
+    plain, white = projection.public_projection(pool, 5), projection.public_projection(pool, 5, whiten=True)
+    z = projection.project(white, pool).astype(np.float64)
+    assert z.std(axis=0) == pytest.approx(np.ones(5), rel=1e-4) and z.mean(axis=0) == pytest.approx(0, abs=1e-5)
+    # the same directions, rescaled: each whitened row is a multiple of the plain one
+    for u, v in zip(plain["components"], white["components"]):
+        assert abs(np.dot(u, v)) / (np.linalg.norm(u) * np.linalg.norm(v)) == pytest.approx(1.0, abs=1e-5)
+    assert projection.public_projection(pool.copy(), 5, whiten=True)["components"] == pytest.approx(white["components"])
+
+
 def test_tiny_run_with_a_public_projection(tmp_path, ledger_dir):
     workdir = tmp_path / "run"
     result = invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", "--set", "fedavg.pca=5",
