@@ -59,7 +59,7 @@ def test_the_server_steps_on_the_decoded_sum_alone(monkeypatch):
     message (its share) is refused, not stepped on."""
     xs, ys, theta = _problem(seed=1)
     record = sk.SkellamSum.of(0.8, theta.size, 8, 3, 120, 3.0, 10, 1e-5)  # the program above's, compiled once
-    step = secure_fedavg.skellam_round(record, 0.5)
+    step = secure_fedavg.secure_round(record, 0.5)
     central = np.asarray(fedavg.clipped_mean_gradient(jnp.asarray(theta), jnp.asarray(xs.reshape(120, -1)),
                                                       jnp.asarray(ys.reshape(-1)), 0.8, "l2"))
     monkeypatch.setattr(sk.SkellamSum, "shares", lambda self, source, shape: np.zeros((3, *shape), np.int64))

@@ -44,9 +44,8 @@ def test_two_rounds_over_secagg_are_the_in_process_rounds(monkeypatch):
     ranges = secure_sum.SecAggRanges.for_modulus(record.modulus, SILOS)  # the modulus fits SecAgg+'s exact ranges
     assert ranges.modulus_range <= 2**32
     zero = lambda source, mu, clients, shape: np.zeros(shape, np.int64)  # noqa: E731
-    monkeypatch.setattr(flower_fedsgd, "skellam_share", zero)
-    monkeypatch.setattr(sk, "skellam_share", zero)
-    flower, local = _flower(record, xs, ys), secure_fedavg.skellam_round(record, 0.5)
+    monkeypatch.setattr(sk, "skellam_share", zero)  # the record's share, in the silos and in process
+    flower, local = _flower(record, xs, ys), secure_fedavg.secure_round(record, 0.5)
     a = b = np.zeros((DIM + 1, CLASSES))
     for _ in range(2):
         a, _ = flower(a, None)
@@ -56,13 +55,13 @@ def test_two_rounds_over_secagg_are_the_in_process_rounds(monkeypatch):
 
 def test_the_coordinator_gets_the_inputs_and_shares_summed(monkeypatch):
     record, (xs, ys) = _record(), _data(1)
-    drawn = []
+    drawn, draw = [], sk.skellam_share
 
     def recording(source, mu, clients, shape):
-        drawn.append(sk.skellam_share(source, mu, clients, shape))
+        drawn.append(draw(source, mu, clients, shape))
         return drawn[-1]
 
-    monkeypatch.setattr(flower_fedsgd, "skellam_share", recording)
+    monkeypatch.setattr(sk, "skellam_share", recording)
     theta = np.zeros((DIM + 1, CLASSES))
     new, _ = _flower(record, xs, ys)(theta, None)
     sums = np.asarray(secure_fedavg.quantised_sums(record)(theta.astype(np.float32), xs, ys)).astype(np.int64)
