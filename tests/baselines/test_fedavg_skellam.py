@@ -1,5 +1,5 @@
-"""`pate fedavg` with distributed Skellam noise: the clients' JAX program against the numpy
-quantiser, the server's step on the decoded sum (DP-FedSGD: the central clipped mean gradient up
+"""`pate fedavg` with distributed noise (Skellam; the exact distributed discrete Gaussian): the clients'
+JAX program against the numpy quantiser, the server's step on the decoded sum (DP-FedSGD: the central clipped mean gradient up
 to quantisation), and the command on the tiny config (what fedavg.json, the summary and the
 ledger say; the settings it refuses)."""
 
@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from analysis.mechanisms import ddg
 from analysis.mechanisms import skellam as sk
 from analysis.mechanisms import composition
 from pate.baselines import fedavg, secure_fedavg
@@ -102,13 +103,41 @@ def test_tiny_run_with_distributed_skellam_noise(tmp_path, ledger_dir):
     assert _fedavg_cost(info) == cost
 
 
+@pytest.mark.parametrize("mechanism", ["skellam", "ddg"])
 @pytest.mark.parametrize("args,needle", [
     (["--algorithm", "iadmm"], "algorithm"),
     (["--set", "fedavg.local_steps=2"], "local_steps"),
     (["--set", "fedavg.grid=0"], "grid"),
 ])
-def test_settings_the_mechanism_cannot_account_are_refused(tmp_path, args, needle):
+def test_settings_the_mechanism_cannot_account_are_refused(tmp_path, args, needle, mechanism):
     workdir = tmp_path / "run"
     line = one_line_error(invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress",
-                                 "--mechanism", "skellam", *args), 1)
-    assert needle in line and "skellam" in line and not (workdir / rundir.FEDAVG_JSON).exists()
+                                 "--mechanism", mechanism, *args), 1)
+    assert needle in line and mechanism in line and not (workdir / rundir.FEDAVG_JSON).exists()
+
+
+def test_tiny_run_with_distributed_discrete_gaussian_noise(tmp_path, ledger_dir):
+    """The same command with the exact shares: the record's noise, cost and texts reach fedavg.json, the
+    summary and the ledger, and `pate ledger --import` rebuilds the charge."""
+    workdir = tmp_path / "run"
+    result = invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", "--mechanism", "ddg",
+                    "--seed", 5, "--set", "fedavg.grid=20")
+    assert result.exit_code == 0, result.output
+    info = json.loads((workdir / rundir.FEDAVG_JSON).read_text())
+    clients = load_config(TINY).teachers.num_teachers
+    assert info["mechanism"] == "ddg" and info["averaged_model_eps"] is None
+    assert f"{clients} shares, each exact N_Z(0" in info["noise"] and "Kairouz, Liu & Steinke" in info["accounting"]
+    assert f"distributed discrete Gaussian noise, {clients} shares" in result.output
+    grid = info["grid"]
+    assert grid["kind"] == "ddg" and grid["shares"] == clients and grid["resolution"] == 20
+    cost = composition.Cost.from_json(info["cost"])
+    assert cost == ddg.cost(grid["sigma2_steps"], clients, grid["message_length"], grid["l1_steps"],
+                            grid["l2sq_steps"], info["rounds"])
+    assert info["release_eps"] <= 3.0 == info["target_eps"]
+    assert info["release_eps"] == pytest.approx(composition.single_eps(cost, info["release_delta"]))
+    assert info["accuracy"] > 0.5
+    entries = Ledger.for_config(load_config(TINY)).entries()
+    assert [e["kind"] for e in entries] == ["fedavg"] and entries[0]["cost"]["kind"] == "ddg"
+    from pate.steps.ledger_import import _fedavg_cost
+
+    assert _fedavg_cost(info) == cost
