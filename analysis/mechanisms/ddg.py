@@ -168,8 +168,9 @@ class DDGSum(QuantisedSum):
 
     @property
     def noise_std(self) -> float:
-        """√(nσ²) / s: at most the std of the total's noise per coordinate (a discrete Gaussian's variance
-        is at most σ², CKS 2020), in gradient-sum units."""
+        """√(nσ²) / s: an upper bound on the std of the total's noise per coordinate, in gradient-sum units
+        (a σ-sub-Gaussian share has variance at most σ², CKS 2020, Corollary 9; at σ >> 1 it is σ² to
+        double precision)."""
         return math.sqrt(self.clients * self.sigma2) / self.quantiser.scale
 
     @property
