@@ -13,14 +13,14 @@ sensitivity Δ₂ is (α, ε(α))-RDP with
 
     ε(α) = min{ α a²/2 + τ d,  α (a² + 2 b τ + τ² d)/2,  α (a + τ √d)²/2 }.
 
-Source, as verified (2026-12-06): the paper's text was not at hand; the three terms are those of the
-authors' implementation (google-research/federated ``distributed_dp/accounting_utils.py``,
-``compute_rdp_dgaussian`` called by ``ddgauss_epsilon``, read, not copied: its ``l2_scale`` and
-``l1_scale`` are a and b), which names them "Proposition 14 of arXiv:2102.06387" and τ as in the
-paper's Theorem 1. The third term is the paper's Theorem 1 in its τ√d form (ε = a + τ√d, a
-½ε²-concentrated DP statement). An issue's statement of Theorem 1 with ``τ√Δ₁`` and ``½τΔ₁`` in
-place of ``τ√d`` and the second term could not be confirmed and is NOT used. Because Δ₁ <= √d Δ₂, the
-second term never exceeds the third. Theorem 1 is a concentrated-DP statement (every order α >= 1);
+Source, as verified (2026-12-06): the paper's text was not at hand to the search tools; the three
+terms are those of the authors' implementation (google-research/federated
+``distributed_dp/accounting_utils.py``, ``compute_rdp_dgaussian`` called by ``ddgauss_epsilon``, read,
+not copied: its ``l2_scale`` and ``l1_scale`` are a and b, the central std √n σ), whose comment names
+them "Proposition 14 of arXiv:2102.06387" and whose docstring sends τ, "the inflation parameter due to
+adding multiple discrete Gaussians", to the paper's Theorem 1. The issue's statement of Theorem 1,
+ε = min{√(a² + ½τΔ₁), a + τ√Δ₁} in ½ε²-concentrated DP, could not be confirmed in that form and is
+NOT used. Because Δ₁ <= √d Δ₂, the second term never exceeds the third. Theorem 1 is a concentrated-DP statement (every order α >= 1);
 the orders are used as given here, non-integer ones included (the authors' code evaluates integer
 orders only; the tests check orders 1.5 and 2.5 as well).
 With n = 1 (τ = 0) it is the discrete Gaussian's α Δ₂²/(2σ²) (Canonne, Kamath & Steinke 2020,

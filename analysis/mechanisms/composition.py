@@ -55,7 +55,7 @@ The kinds of cost (``Cost.kind``):
 - ``"ddg"`` (``sigma2``, ``clients``, ``dim``, ``l1``, ``l2sq``, ``count``): ``count`` rounds of
   integer sums of length ``dim`` plus the sum of ``clients`` exact N_ℤ(0, σ²) shares per coordinate
   (DP-FedSGD with distributed discrete Gaussian shares, `analysis.mechanisms.ddg`;
-  `analysis.accounting.ddg_rdp`: Kairouz, Liu & Steinke 2021, Proposition 14 / Theorem 1); the curves
+  `analysis.accounting.ddg_rdp`: Kairouz, Liu & Steinke 2021, Proposition 14, τ from Theorem 1); the curves
   add. **No PLD**.
 - ``"approx"`` (``eps``, ``delta``): an (ε, δ)-DP step with no finer description (the
   LNMax smooth-sensitivity release, `analysis.sanitised.lnmax_release.release_eps_cost`). Added

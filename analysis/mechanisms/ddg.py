@@ -21,8 +21,8 @@ so Mironov's (2012) low-bit attack does not apply.
 
 **Its RDP** (`analysis.accounting.ddg_rdp`, the ledger's ``"ddg"`` cost). With a = Δ₂/(√n σ),
 b = Δ₁/(√n σ), τ = 10 Σ_{k=1}^{n−1} exp(−2π²σ²k/(k+1)) and d the message length, one round is
-(α, min{α a²/2 + τd, α(a² + 2bτ + τ²d)/2, α(a + τ√d)²/2})-RDP for every α > 1 (KLS21, Proposition 14
-and Theorem 1; how the statement was verified, and what was not: that module). R rounds compose
+(α, min{α a²/2 + τd, α(a² + 2bτ + τ²d)/2, α(a + τ√d)²/2})-RDP for every α > 1 (KLS21, Proposition 14,
+τ from Theorem 1; how the statement was verified, and what was not: that module). R rounds compose
 adaptively (their curves add, Mironov 2017, Proposition 1), converted once to (ε, δ) by
 `analysis.accounting.rdp.eps_from_rdp`. `calibrate` finds the least integer t (σ² = t(t − 1)) whose R
 rounds cost at most the target ε at δ: ε falls as σ grows (a, b and τ all fall), so bisection on t.
@@ -177,7 +177,7 @@ class DDGSum(QuantisedSum):
     def accounting(self) -> str:
         return ("composition over rounds of ONE central release per round (the server sees only the secure sum of "
                 "the n discrete Gaussian shares): R x the distributed discrete Gaussian's RDP (Kairouz, Liu & "
-                "Steinke 2021, Proposition 14 / Theorem 1, l1 and l2 sensitivity of the quantised sum), "
+                "Steinke 2021, Proposition 14, tau from Theorem 1, l1 and l2 sensitivity of the quantised sum), "
                 "converted once")
 
     @property
