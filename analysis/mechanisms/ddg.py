@@ -53,7 +53,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from analysis.accounting.ddg_rdp import rdp, tau  # noqa: F401  (the bound this module's docstring cites)
+from analysis.accounting.ddg_rdp import tau
 from analysis.core.errors import PateError
 from analysis.mechanisms import composition
 from analysis.mechanisms.quantised_sum import (QuantisedSum, check_failure, check_sizes, count, modulus,

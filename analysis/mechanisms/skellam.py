@@ -14,7 +14,7 @@ gradient sum (more local steps would need the sensitivity of a trajectory; refus
 Neighbouring relation: **replace-one** (one record of one client replaced by any other record;
 the relation of the ledger and of PATE's bounds).
 
-**Quantisation and its sensitivity** (`Quantiser`). With the resolution K >= 1 (``[fedavg] grid``)
+**Quantisation and its sensitivity** (`quantised_sum.Quantiser`). With the resolution K >= 1 (``[fedavg] grid``)
 and d the message length, the public bound is B = (K + 1)√d / 2 and the scale s = K√d / (2C), so
 ‖s c_i‖₂ <= sC = B − √d/2. Each record's integer vector is q_i = round(s c_i) (coordinates
 rounded to the nearest integer): ‖q_i − s c_i‖₂ <= √d/2 (each coordinate moves by at most ½),
@@ -88,7 +88,7 @@ visible with its own share alone, Sk(μ/n): this mechanism assumes the secure su
 so by Chernoff at sinh t = T/(2μ), P[Z >= T] <= exp(2μ(√(1 + u²) − 1) − T asinh u), u = T/(2μ),
 and P[|Z| >= T] is at most twice that. With T the least integer whose union bound over the d
 coordinates and R rounds is <= β, M = 2(N b + T) + 1: every total lies in [−(M − 1)/2, (M − 1)/2]
-and its residue decodes to it (`decode`), except with probability at most β (stated). A wrap
+and its residue decodes to it (`quantised_sum.decode`), except with probability at most β (stated). A wrap
 would only make the model worse: what the server sees, (Q + Z) mod M, is a function of Q + Z,
 so it never weakens the privacy statement.
 
@@ -107,11 +107,10 @@ import math
 
 import numpy as np
 
-from analysis.accounting.skellam_rdp import rdp  # noqa: F401  (the bound this module's docstring proves)
+from analysis.accounting.skellam_rdp import rdp
 from analysis.core.errors import PateError
 from analysis.mechanisms import composition
-from analysis.mechanisms.quantised_sum import (INT32_LIMIT, MAX_MODULUS, Quantiser, QuantisedSum,  # noqa: F401
-                                               check_failure, check_sizes, decode)
+from analysis.mechanisms.quantised_sum import QuantisedSum, check_failure, check_sizes
 from analysis.mechanisms.quantised_sum import count as _count
 from analysis.mechanisms.quantised_sum import modulus as _modulus
 from analysis.mechanisms.quantised_sum import noise_reach as _noise_reach
