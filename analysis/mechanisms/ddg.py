@@ -130,14 +130,14 @@ def cost_from_json(grid: dict, rounds: int) -> composition.Cost:
                 rounds)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class DDGSum(QuantisedSum):
     """Distributed discrete Gaussian noise over an exact secure sum (module docstring): the record
     `pate fedavg` builds for ``mechanism = "ddg"``. Its capability: the clients' integer messages
     (Q_p + X_p) mod M, X_p exact N_ℤ(0, t(t − 1)) per coordinate, summed exactly mod M; the server sees
     only the decoded total."""
 
-    scale_t: int = 2
+    scale_t: int
 
     @classmethod
     def of(cls, clip: float, dim: int, resolution: int, clients: int, records: int, eps: float, rounds: int,

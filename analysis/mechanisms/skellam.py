@@ -206,14 +206,14 @@ def cost_from_json(grid: dict, rounds: int) -> composition.Cost:
     return cost(grid["mu"], grid["l1_steps"], grid["l2sq_steps"], rounds)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class SkellamSum(QuantisedSum):
     """Distributed Skellam noise over an exact secure sum (module docstring): the record
     `pate fedavg` builds for ``mechanism = "skellam"``. Its capability: the clients' integer
     messages (Q_p + Z_p) mod M, Z_p Poisson(μ/n) − Poisson(μ/n) per coordinate, summed exactly mod
     M; the server sees only the decoded total, whose noise is Sk(μ)."""
 
-    mu: float = 0.0
+    mu: float
 
     @classmethod
     def of(cls, clip: float, dim: int, resolution: int, clients: int, records: int, eps: float, rounds: int,
