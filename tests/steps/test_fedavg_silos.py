@@ -76,9 +76,9 @@ def test_three_silos_train_the_in_process_model_and_charge_once(tmp_path, monkey
     run = tmp_path / "run"
     lines = []
     result = fs.coordinate(config, run, _grid(paths), server_context(), echo=lines.append)
-    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "central-ledgers"))  # not the silos' ledgers
-    fedavg.train_fedavg(config, tmp_path / "central", seed=3, show_progress=False, echo=lambda _: None)
-    monkeypatch.undo()
+    with monkeypatch.context() as central:
+        central.setenv("PATE_LEDGER_DIR", str(tmp_path / "central-ledgers"))  # not the silos' ledgers
+        fedavg.train_fedavg(config, tmp_path / "central", seed=3, show_progress=False, echo=lambda _: None)
     assert len(models) == 2 and np.abs(models[0]).sum() > 0
     assert np.array_equal(models[0], models[1])  # the silos' SecAgg+ rounds are `pate fedavg`'s rounds
     record = json.loads((run / rundir.FEDAVG_JSON).read_text())
