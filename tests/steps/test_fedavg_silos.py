@@ -161,3 +161,35 @@ def test_a_superlink_and_three_supernodes_train_with_one_charge(tmp_path):
     record = json.loads((tmp_path / "run" / rundir.FEDAVG_JSON).read_text())
     assert record["silos"]["present"] == 3 and record["accuracy"] > 0.3
     print(f"pate silos fedavg --silos 3, 2 rounds (SuperLink + 3 SuperNodes): {took:.1f} s")
+
+
+@pytest.mark.slow
+def test_a_killed_supernode_stops_the_run_with_nothing_written_or_charged(tmp_path, monkeypatch):
+    import tempfile
+    import threading
+
+    from pate.programs.flower_deploy import LocalDeployment
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the Flower logs a failed run keeps
+    config, paths = _configs(tmp_path, **{"silos.timeout": 20.0})
+    with LocalDeployment(tmp_path / "flower", paths[0], 3) as local:
+        config = load_config(paths[0], {"silos.address": local.address})
+        deadline = time.monotonic() + 120
+
+        def kill_after_first_reply():
+            while "Sent successfully" not in local.logs[2].read_text(errors="replace"):
+                assert time.monotonic() < deadline, "silo 2 never answered"
+                time.sleep(0.2)
+            local.stop(local.nodes[2])
+
+        killer = threading.Thread(target=kill_after_first_reply, daemon=True)
+        killer.start()
+        began = time.monotonic()
+        with pytest.raises(PateError) as err:
+            fs.run(config, tmp_path / "run", echo=lambda _: None)
+        took = time.monotonic() - began
+        killer.join(timeout=5)
+    assert "\n" not in str(err.value) and "nothing was released or charged by the coordinator" in str(err.value)
+    assert not (tmp_path / "run" / rundir.FEDAVG_JSON).exists() and _entries(config) == []
+    assert _silo_entries(config, 2) == []  # killed before its input was asked: nothing charged
+    print(f"a killed SuperNode stopped the run in {took:.1f} s")
