@@ -511,7 +511,7 @@ def silos_fedavg_command(config_path, workdir, settings, silos, overwrite):
     """Train DP-FedSGD across silos: [fedavg] rounds of Flower's SecAgg+, each silo adding its share
     of the distributed noise ([fedavg] mechanism = "skellam"); the coordinator writes fedavg.json
     once every round has ended and charges the ledger once ([silos] ledger)."""
-    from pate.steps.fedavg_silos import run
+    from pate.baselines.fedavg_silos import run
 
     run(config_with(config_path, settings, silos__silos=silos), workdir, silos=silos, overwrite=overwrite,
         echo=click.echo)

@@ -15,7 +15,7 @@ are separate parties (SecAgg+'s confidentiality is Flower's, as `secure_sum` sta
 must fit SecAgg+'s ranges (2 n M below 2^32: `SecAggRanges.for_modulus` refuses otherwise).
 
 A library of rounds, tested through `pate.programs.flower_loopback` (2 rounds, 3 silos);
-`pate silos fedavg` (`pate.steps.fedavg_silos`) runs it over a SuperLink and SuperNodes.
+`pate silos fedavg` (`pate.baselines.fedavg_silos`) runs it over a SuperLink and SuperNodes.
 """
 
 from __future__ import annotations

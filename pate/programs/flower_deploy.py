@@ -3,7 +3,7 @@ Fleet, Control and Runtime APIs): the Flower App it submits, the SuperLink conne
 reads, a local SuperLink and SuperNodes on 127.0.0.1, and the submission itself.
 
 The Flower App is a folder holding one pyproject.toml whose components are pate's own ServerApp
-and ClientApp (`pate.steps.label_silos`, `pate.steps.fedavg_silos`): no code travels in it, every party runs the pate it has
+and ClientApp (`pate.steps.label_silos`, `pate.baselines.fedavg_silos`): no code travels in it, every party runs the pate it has
 installed. Each SuperNode is started with its silo's node config (``pate_config``: its own config
 file, whose `[data]` holds its own records; ``silo``: its index; ``slice``: true when the records
 are the silo's slice of that config's train split, the local deployment). Flower's own

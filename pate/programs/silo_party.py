@@ -1,5 +1,5 @@
 """What every command across silos on Flower shares (`pate silos run`, `pate.steps.label_silos`;
-`pate silos fedavg`, `pate.steps.fedavg_silos`): a silo's own records from its SuperNode's node
+`pate silos fedavg`, `pate.baselines.fedavg_silos`): a silo's own records from its SuperNode's node
 config, the coordinator's ledger, the Grid that keeps the silos' error replies, the ServerApp's
 body that writes its outcome for the submitting command, and the submission itself (a local
 SuperLink and N SuperNodes, or the SuperLink at `[silos] address`, `pate.programs.flower_deploy`).

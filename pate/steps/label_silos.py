@@ -35,10 +35,6 @@ from pate.programs import secure_sum, silo_party
 from pate.store.identity import SILOS_META
 
 
-#: The ledger the coordinator charges (`pate.programs.silo_party.ledger_name`).
-ledger_name = silo_party.ledger_name
-
-
 def public_plan(config: Config):
     """The public pool (`pate.data.load_public`: no private record) and the plan on it."""
     from pate.data import load_public

@@ -1,4 +1,4 @@
-"""`pate silos fedavg` (`pate.steps.fedavg_silos`): DP-FedSGD across silos on Flower. The fast tests
+"""`pate silos fedavg` (`pate.baselines.fedavg_silos`): DP-FedSGD across silos on Flower. The fast tests
 run the coordinator's ServerApp body and the silos' ClientApp through the in-process Flower
 deployment (`pate.programs.flower_loopback`: Flower's own SecAgg+ workflow and mod); the slow one
 starts a SuperLink and three SuperNodes on 127.0.0.1."""
@@ -23,7 +23,7 @@ from pate.programs.data_facts import with_data_defaults
 from pate.programs.flower_loopback import loopback_grid, server_context
 from pate.programs.silo_party import ledger_name
 from pate.release import silo_ledger
-from pate.steps import fedavg_silos as fs
+from pate.baselines import fedavg_silos as fs
 from pate.store import rundir
 from pate.store.ledger import Ledger
 
