@@ -302,9 +302,8 @@ def _silos_record(plan: FedPlan, ledger: str) -> dict:
     n = plan.silos
     return {
         "partition": "silos (each SuperNode its own records)",
-        "noise": (f"{plan.plan.noise or record.describe()}; across silos each share is drawn at its silo from "
-                  "OS entropy and the secure sum is Flower's SecAgg+ (its exact integer ranges, "
-                  "pate/programs/secure_sum.py), not the in-process sum"),
+        "noise": (f"{record.describe()}; each share drawn at its own silo (OS entropy); the secure sum: Flower's "
+                  "SecAgg+ in its exact integer ranges (pate/programs/secure_sum.py)"),
         "silos": {"silos": n, "shares": n, "present": n, "records_bound": plan.records, "ledger": ledger,
                   "secure_sum": "Flower SecAgg+", "modulus_range": plan.ranges.modulus_range, "plan": plan.digest(),
                   "silo_charge": "each silo charges its own records' ledger every round it sends, at its share's "
