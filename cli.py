@@ -475,8 +475,9 @@ def synth_command(config_path, workdir, method, eps, steps, teachers, settings, 
 
 @main.group("silos")
 def silos_group() -> None:
-    """A fine-grained release across silos on Flower: each silo counts its own records and adds a
-    share of the noise, Flower's SecAgg+ shows the coordinator the sum alone (docs/silos.md)."""
+    """Releases across silos on Flower: each silo adds a share of the noise to what it computes from its
+    own records (fine-grained votes: `run`; DP-FedSGD gradients: `fedavg`), Flower's SecAgg+ shows the
+    coordinator the sum alone (docs/silos.md)."""
 
 
 @silos_group.command("run")
@@ -492,6 +493,25 @@ def silos_run_command(config_path, workdir, settings, silos, overwrite):
     """Release fine-grained labels of every pool point from the silos' secure sum, as the
     central release does, charging the ledger once ([silos] ledger)."""
     from pate.steps.label_silos import run
+
+    run(config_with(config_path, settings, silos__silos=silos), workdir, silos=silos, overwrite=overwrite,
+        echo=click.echo)
+
+
+@silos_group.command("fedavg")
+@opt.config()
+@opt.workdir("Run directory of the coordinator (created if missing): fedavg.json, fedavg/, config.toml.")
+@opt.settings()
+@click.option("--silos", type=click.IntRange(2, MAX_SILOS), help="Run N silos here: a SuperLink and N SuperNodes on "
+              "127.0.0.1, silo i holding the i-th slice of the [data] train split (sets silos.silos). Without it the "
+              "training is submitted to the SuperLink at [silos] address, whose SuperNodes are the silos; run it on "
+              "that SuperLink's host.")
+@opt.overwrite("Replace an existing federated model of the run directory.")
+def silos_fedavg_command(config_path, workdir, settings, silos, overwrite):
+    """Train DP-FedSGD across silos: [fedavg] rounds of Flower's SecAgg+, each silo adding its share
+    of the distributed noise ([fedavg] mechanism = "skellam"); the coordinator writes fedavg.json
+    once every round has ended and charges the ledger once ([silos] ledger)."""
+    from pate.baselines.fedavg_silos import run
 
     run(config_with(config_path, settings, silos__silos=silos), workdir, silos=silos, overwrite=overwrite,
         echo=click.echo)

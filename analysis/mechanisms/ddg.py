@@ -162,6 +162,15 @@ class DDGSum(QuantisedSum):
         q = self.quantiser
         return cost(self.sigma2, self.clients, q.dim, q.l1, q.l2sq, self.rounds if rounds is None else rounds)
 
+    def alone_cost(self, rounds: int | None = None) -> composition.Cost:
+        """What `rounds` of ONE client's messages cost its records seen alone, with no secure sum and every
+        other client colluding: its own share N_ℤ(0, σ²) is the only noise on them, so the theorem at one
+        share (τ = 0: the discrete Gaussian's αΔ₂²/(2σ²), CKS 2020, Proposition 5; `coalition_eps` with
+        n − 1 colluding); the replace-one sensitivity of the client's sum is the central one. A message is
+        (Q_p + X_p) mod M, post-processing of Q_p + X_p; the rounds compose adaptively."""
+        q = self.quantiser
+        return cost(self.sigma2, 1, q.dim, q.l1, q.l2sq, self.rounds if rounds is None else rounds)
+
     def share(self, source, shape) -> np.ndarray:
         """One client's share (`ddg_share`)."""
         return ddg_share(source, self.sigma2, shape)

@@ -144,7 +144,8 @@ def check_failure(failure: float) -> float:
 class QuantisedSum:
     """The arithmetic of one record over an exact secure sum (module docstring). A subclass adds its
     noise parameters and says what it can do: ``share(source, shape)`` (one client's noise, int64),
-    ``cost(rounds)`` (the ledger's), ``noise_std``, ``describe()``, ``to_json(length)``, and the texts
+    ``cost(rounds)`` (the ledger's), ``alone_cost(rounds)`` (one client's messages seen alone: its own
+    share the only noise; what `pate silos fedavg` charges a silo's ledger), ``noise_std``, ``describe()``, ``to_json(length)``, and the texts
     ``accounting`` and ``noise_text`` that fedavg.json states."""
 
     quantiser: Quantiser

@@ -238,6 +238,15 @@ class SkellamSum(QuantisedSum):
         """One client's share (`skellam_share`)."""
         return skellam_share(source, self.mu, self.clients, shape)
 
+    def alone_cost(self, rounds: int | None = None) -> composition.Cost:
+        """What `rounds` of ONE client's messages cost its records seen alone, with no secure sum and
+        every other client colluding: its own share Sk(μ/n) is the only noise on them, so the
+        theorem at μ/n (`coalition_eps` with n − 1 colluding); the replace-one sensitivity of the
+        client's sum is the central one (the replaced record is one of its own). A client's
+        message is (Q_p + Z_p) mod M, post-processing of Q_p + Z_p; the rounds compose adaptively."""
+        return cost(self.mu / self.clients, self.quantiser.l1, self.quantiser.l2sq,
+                    self.rounds if rounds is None else rounds)
+
     @property
     def noise_std(self) -> float:
         """√(2μ) / s: the std of the total's noise per coordinate, in gradient-sum units."""

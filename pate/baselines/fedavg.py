@@ -418,8 +418,9 @@ def _features(config: Config, splits, run: rundir.RunDir):
     else:
         train_x, test_x = np.clip(splits.train_x, 0.0, 1.0), np.clip(test_x, 0.0, 1.0)  # the bound's domain
         box = (0.0, 1.0)
-    train_x = train_x.reshape(train_x.shape[0], -1)
-    test_x = test_x.reshape(test_x.shape[0], -1)
+    width = int(np.prod(test_x.shape[1:]))  # not -1: a coordinator across silos has no train record (0 rows)
+    train_x = train_x.reshape(train_x.shape[0], width)
+    test_x = test_x.reshape(test_x.shape[0], width)
     projection = None
     if config.fedavg.pca:
         pool = splits.pool_x.shape[0]  # the first rows of test_x: the public pool

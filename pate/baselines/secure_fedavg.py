@@ -39,6 +39,7 @@ def quantised_sum(theta: jax.Array, x: jax.Array, y: jax.Array, *, clip: float, 
     gnorm = jnp.linalg.norm(r, axis=1) * jnp.linalg.norm(xt, axis=1)
     factor = jnp.minimum(1.0, clip / jnp.maximum(gnorm, 1e-12)) * scale
     g = factor[:, None, None] * xt[:, :, None] * r[:, None, :]
+    g = jnp.where(jnp.isfinite(g), g, 0.0)  # a NaN would survive the clip and cast to any int32 (INT_MIN: q² wraps to 0)
     q = jnp.clip(jnp.rint(g), -bound, bound).astype(jnp.int32)
     ok = jnp.sum(q * q, axis=(1, 2)) <= bound2
     return jnp.sum(jnp.where(ok[:, None, None], q, 0), axis=0)

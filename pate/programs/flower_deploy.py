@@ -3,7 +3,7 @@ Fleet, Control and Runtime APIs): the Flower App it submits, the SuperLink conne
 reads, a local SuperLink and SuperNodes on 127.0.0.1, and the submission itself.
 
 The Flower App is a folder holding one pyproject.toml whose components are pate's own ServerApp
-and ClientApp (`pate.steps.label_silos`): no code travels in it, every party runs the pate it has
+and ClientApp (`pate.steps.label_silos`, `pate.baselines.fedavg_silos`): no code travels in it, every party runs the pate it has
 installed. Each SuperNode is started with its silo's node config (``pate_config``: its own config
 file, whose `[data]` holds its own records; ``silo``: its index; ``slice``: true when the records
 are the silo's slice of that config's train split, the local deployment). Flower's own
@@ -37,7 +37,7 @@ build-backend = "hatchling.build"
 [project]
 name = "pate-silos"
 version = "1.0.0"
-description = "pate: a fine-grained release across silos (pate silos run)"
+description = "pate: a run across silos (pate silos)"
 license = "Apache-2.0"
 dependencies = []
 
@@ -56,10 +56,11 @@ overwrite = false
 """
 
 
-def write_app(folder: Path) -> Path:
-    """The Flower App folder `flwr run` submits (module docstring)."""
+def write_app(folder: Path, server: str = SERVER_APP, client: str = CLIENT_APP) -> Path:
+    """The Flower App folder `flwr run` submits (module docstring), naming the ServerApp `server`
+    and the ClientApp `client` (``module:attribute``)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pyproject.toml").write_text(_APP.format(server=SERVER_APP, client=CLIENT_APP), encoding="utf-8")
+    (folder / "pyproject.toml").write_text(_APP.format(server=server, client=client), encoding="utf-8")
     return folder
 
 
@@ -178,7 +179,8 @@ class LocalDeployment:
             self.stop(process)
 
 
-def submit(app: Path, home: Path, run_config: dict, log: Path, timeout: float) -> int:
+def submit(app: Path, home: Path, run_config: dict, log: Path, timeout: float,
+           what: str = "the release across silos") -> int:
     """`flwr run APP pate --run-config ... --stream`: submits the run to the SuperLink of
     ``home``'s connection and waits for it to end (its log, Flower's and the ServerApp's, to
     `log`); its exit status. Refused in one line past `timeout` seconds."""
@@ -189,4 +191,4 @@ def submit(app: Path, home: Path, run_config: dict, log: Path, timeout: float) -
                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   env=environment(home), timeout=timeout).returncode
         except subprocess.TimeoutExpired:
-            raise PateError(f"the release across silos did not end within {timeout:g} s (Flower's log: {log})") from None
+            raise PateError(f"{what} did not end within {timeout:g} s (Flower's log: {log})") from None

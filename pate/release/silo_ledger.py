@@ -69,9 +69,25 @@ def check_budget(config: Config, silo: int, rows: range | None = None) -> None:
     """Refuses (one line) silo `silo`'s next share when it would take its records' ledger past
     its budget: before the round, from the silo's own config (the plan it will check the
     coordinator's against)."""
+    check_cost(config, silo, _config_cost(config), "its share of this release across silos", rows)
+
+
+def check_cost(config: Config, silo: int, cost: composition.Cost, what: str, rows: range | None = None) -> None:
+    """Refuses (one line, ``silo i: <what> would take ...``) when `cost` would take the ledger of
+    silo `silo`'s records past its budget (`[privacy] total_budget` or the ledger's own): what every
+    command across silos checks before a silo's first input is sent."""
     p = config.privacy
-    silo_ledger(config, rows).check_budget([_config_cost(config)], p.total_budget, p.delta,
-                                           f"silo {silo}: its share of this release across silos")
+    silo_ledger(config, rows).check_budget([cost], p.total_budget, p.delta, f"silo {silo}: {what}")
+
+
+def charge_cost(config: Config, kind: str, cost: composition.Cost, splits, mechanism: dict, note: str,
+                rows: range | None = None) -> dict:
+    """Charges `cost` (a release of `kind`) to the ledger of a silo's records, `splits` holding
+    them (a keyed digest goes into the entry), under the ledger's lock and budget; the entry."""
+    p = config.privacy
+    book = silo_ledger(config, rows)
+    return book.charge(kind, cost, budget=p.total_budget, delta=p.delta, mechanism=mechanism,
+                       data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()), note=note)
 
 
 def charge_share(config: Config, plan, silo: int, splits, rows: range | None = None) -> dict:
@@ -83,19 +99,16 @@ def charge_share(config: Config, plan, silo: int, splits, rows: range | None = N
     Raises:
       PateError: over its budget, or the ledger cannot be written: the share is not sent.
     """
-    p = config.privacy
     cost = share_cost(plan.noise, plan.needed)
     if cost.to_json() != _config_cost(config).to_json():
         raise PateError(f"internal error: silo {silo}'s plan and config cost its share differently")
     eps = cost.params["eps0"]  # pure: the share's ε (module docstring)
-    book = silo_ledger(config, rows)
     describe = (f"a share sent into a fine-grained release across {plan.silos} silos (this silo: {silo}; "
                 f"{plan.needed} shares needed): eps {eps:.6g} for these records whoever sees the share alone "
                 f"(the release's own eps {plan.noise.eps():.6g})")
-    return book.charge("labels", cost, budget=p.total_budget, delta=p.delta,
-                       mechanism={"name": "fine-grained", "noise": plan.noise.kind, "eps": eps,
-                                  "release_eps": plan.noise.eps(), "votes_per_record": plan.noise.votes,
-                                  "silos": plan.silos, "needed": plan.needed, "silo": int(silo),
-                                  "plan": plan.digest(), "describe": describe},
-                       data_digest=book.keyed_digest(splits.train_x.tobytes(), splits.train_y.tobytes()),
-                       note="a silo's share of a release across silos (pate silos run)")
+    return charge_cost(config, "labels", cost, splits,
+                       {"name": "fine-grained", "noise": plan.noise.kind, "eps": eps,
+                        "release_eps": plan.noise.eps(), "votes_per_record": plan.noise.votes,
+                        "silos": plan.silos, "needed": plan.needed, "silo": int(silo),
+                        "plan": plan.digest(), "describe": describe},
+                       "a silo's share of a release across silos (pate silos run)", rows)

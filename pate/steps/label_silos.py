@@ -26,33 +26,13 @@ Three parts, each a function here:
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import shutil
-import tempfile
-from pathlib import Path
 
 import numpy as np
 
 from analysis.core.errors import PateError
 from pate.config import Config
-from pate.programs import secure_sum
+from pate.programs import secure_sum, silo_party
 from pate.store.identity import SILOS_META
-
-
-def ledger_name(config: Config) -> str:
-    """The ledger the coordinator charges: `[silos] ledger`, else ``silos:`` and the data set's
-    name (the coordinator holds no record: it cannot know the data set by its records)."""
-    from pate.data import dataset_name
-
-    return config.silos.ledger or f"silos:{dataset_name(config.data)}"
-
-
-def _ledger(config: Config):
-    from pate.store import ledger as ledger_mod
-    from pate.store.identity import directory_for
-
-    return ledger_mod.Ledger(ledger_name(config), directory_for(config.privacy))
 
 
 def public_plan(config: Config):
@@ -69,37 +49,6 @@ def public_plan(config: Config):
 # --------------------------------------------------------------------------- a silo
 
 
-def _node_value(node: dict, key: str, kind: type):
-    """The SuperNode's node-config value `key`, of type `kind` (str or int; a bool is no int)."""
-    value = node.get(key)
-    if isinstance(value, kind) and not isinstance(value, bool):
-        return value
-    raise PateError(f"this SuperNode's --node-config lacks {key} (a {kind.__name__}): start it with "
-                    "--node-config 'pate_config=\"/path/silo.toml\" silo=0' (docs/silos.md)")
-
-
-def _own_records(node: dict):
-    """A silo's config, index and records from its SuperNode's node config `node`: ``(config,
-    silo, rows, block)``, `rows` its records' numbers in its config's train split, `block` the
-    same when it holds a slice of that split (``slice``), else None (the whole split is its own)."""
-    from pate.config import load_config
-    from pate.data import train_count
-    from pate.programs.cluster import block
-    from pate.programs.data_facts import with_data_defaults
-
-    config = with_data_defaults(load_config(_node_value(node, "pate_config", str)))
-    silo = _node_value(node, "silo", int)
-    sliced = bool(node.get("slice", False))
-    if not 0 <= silo < config.silos.silos:
-        raise PateError(f"silo {silo} is not one of the {config.silos.silos} silos of its config ([silos] silos)")
-    if not sliced and not config.silos.records:
-        raise PateError(f"silo {silo}: set [silos] records, a public bound on all silos' records together (0 means "
-                        "the [data] train split's count, which is this silo's alone)")
-    total = train_count(config.data)
-    rows = block(total, config.silos.silos, silo) if sliced else range(total)
-    return config, silo, rows, rows if sliced else None
-
-
 def ready(node: dict, setup_config: dict) -> None:
     """A silo's word before the round (SecAgg+'s setup message, before any silo sends an input:
     a refusal here costs no silo anything): refused, one line, when the coordinator's plan (its
@@ -108,7 +57,7 @@ def ready(node: dict, setup_config: dict) -> None:
     from pate.release import silo_ledger
     from pate.release.silo_release import check_plan
 
-    config, silo, _rows, own = _own_records(node)
+    config, silo, _rows, own = silo_party.own_records(node)
     _pool, plan = public_plan(config)
     check_plan(plan, setup_config.get("plan"), silo)
     silo_ledger.check_budget(config, silo, own)
@@ -120,14 +69,13 @@ def contribute(node: dict, fit_config: dict, echo=print):
     (`pate.release.silo_ledger.charge_share`). `node` is the SuperNode's node config,
     `fit_config` the coordinator's word (the plan's digest)."""
     from analysis.core.noise import NoiseSource
-    from pate.data import split_rows
     from pate.release import silo_ledger
     from pate.release.silo_release import check_plan, silo_input
 
-    config, silo, rows, own = _own_records(node)
+    config, silo, rows, own = silo_party.own_records(node)
     _pool, plan = public_plan(config)
     check_plan(plan, fit_config.get("plan"), silo)
-    splits = split_rows(config.data, config.data.public_size, np.arange(rows.start, rows.stop))
+    splits = silo_party.own_splits(config, rows)
     echo(f"silo {silo}: {len(rows)} records of its own, a share of 1/{plan.needed} of the noise")
     residues = silo_input(config, plan, splits, rows.start, NoiseSource(), echo)
     entry = silo_ledger.charge_share(config, plan, silo, splits, own)  # the share is released from here on
@@ -160,31 +108,6 @@ class SilosResult:
                 f"(one charge)\naccuracy of released labels (pool): {self.label_accuracy:.4f}")
 
 
-class _Watched:
-    """The Grid with every silo's error reply kept (Flower's reason: the ClientApp's exception),
-    so that a round that stops names why."""
-
-    def __init__(self, grid):
-        self.grid, self.errors = grid, []
-
-    def __getattr__(self, name):
-        return getattr(self.grid, name)
-
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = list(self.grid.send_and_receive(messages, timeout=timeout))
-        for reply in replies:
-            if reply.has_error():
-                self.errors.append(_reason(str(reply.error.reason)))
-        return replies
-
-
-def _reason(text: str) -> str:
-    """A ClientApp's exception as Flower words it (``<class '...'>:<'message'>``): its message."""
-    start, end = text.find(":<'"), text.rfind("'>")
-    text = text[start + 3:end] if start >= 0 and end > start else text
-    return " ".join(text.split())[:400]
-
-
 def coordinate(config: Config, workdir, grid, context, *, overwrite: bool = False, echo=print) -> SilosResult:
     """The coordinator's release (module docstring). `grid` reaches the silos (a SuperLink's,
     or any Flower Grid); `context` is the ServerApp's.
@@ -204,19 +127,19 @@ def coordinate(config: Config, workdir, grid, context, *, overwrite: bool = Fals
     p, s = config.privacy, config.silos
     with step("label-silos", workdir, config=config, overwrite=overwrite, echo=echo) as door:
         cost = plan.noise.cost()
-        book = _ledger(config)
+        book = silo_party.coordinator_ledger(config)
         check_run_ledger(book, door.run.path)
         book.check_budget([cost], p.total_budget, p.delta, "this release across silos")
         echo(plan.describe())
         side = fine_release.public_side(config, pool.pool_x, pool.num_classes, plan.noise, echo)
-        watched = _Watched(grid)
+        watched = silo_party.Watched(grid)
         nodes = secure_sum.wait_for_silos(watched, plan.silos, s.timeout, "the SuperLink")
         try:
             total = secure_sum.secure_sum(watched, context, nodes=nodes, ranges=plan.ranges, needed=plan.needed,
                                           timeout=s.timeout, fit_config={"plan": plan.digest()},
                                           setup_config={"plan": plan.digest()})
         except PateError as err:
-            raise PateError(_with_silo_errors(str(err), watched.errors)) from None
+            raise PateError(silo_party.with_silo_errors(str(err), watched.errors)) from None
         if total.present < plan.silos and watched.errors:
             echo(f"silos that failed: {'; '.join(watched.errors)}")
         made = release_total(side, config, plan, total)
@@ -241,71 +164,15 @@ def coordinate(config: Config, workdir, grid, context, *, overwrite: bool = Fals
     return result
 
 
-def _with_silo_errors(line: str, errors: list[str]) -> str:
-    if not errors:
-        return line
-    return f"{line}; a silo said: {errors[0]}"
-
-
-def _serve(grid, context) -> None:
-    """The ServerApp's body: `coordinate` with the run config `run` submitted, its lines and
-    outcome written to the outcome file (`run` prints them); a PateError is an outcome, not a
-    crash of the ServerApp."""
-    from pate.config import load_config
-    from pate.programs.data_facts import with_data_defaults
-
-    given = dict(context.run_config)
-    lines: list[str] = []
-    outcome = {"ok": False, "lines": lines}
-    try:
-        config = with_data_defaults(load_config(str(given["pate_config"])))
-        coordinate(config, str(given["workdir"]), grid, context, overwrite=bool(given.get("overwrite", False)),
-                   echo=lines.append)
-        outcome["ok"] = True
-    except PateError as err:
-        outcome["error"] = str(err)
-    except Exception as err:
-        outcome["error"] = f"internal error in the coordinator: {type(err).__name__}: {err}"
-        raise
-    finally:
-        if given.get("outcome"):
-            _write_outcome(Path(str(given["outcome"])), outcome)
-
-
-def _write_outcome(path: Path, outcome: dict) -> None:
-    temp = path.with_name(path.name + ".tmp")
-    temp.write_text(json.dumps(outcome), encoding="utf-8")
-    os.replace(temp, path)
-
-
-def _server_app():
-    from flwr.serverapp import ServerApp
-
-    server = ServerApp()
-    server.main()(_serve)
-    return server
-
-
 #: The Flower components the submitted App names (`pate.programs.flower_deploy`): Flower's own
 #: ServerApp (the coordinator, `coordinate`) and ClientApp (a silo, `contribute`, inside SecAgg+'s
 #: mod). Importing this module imports Flower.
-server_app = _server_app()
+server_app = silo_party.server_app(coordinate)
 client_app = secure_sum.client_app(_client, _ready)
+_SERVER, _CLIENT = f"{__name__}:server_app", f"{__name__}:client_app"
 
 
 # --------------------------------------------------------------------------- pate silos run
-
-
-def _absolute_paths(config: Config) -> Config:
-    """`config` with its relative file paths (`[data] path`, `[features] weights` and `filters`) made
-    absolute from this working directory, as this process reads them."""
-    def absolute(path: str) -> str:
-        return str(Path(path).expanduser().resolve()) if path else path
-
-    return dataclasses.replace(
-        config, data=dataclasses.replace(config.data, path=absolute(config.data.path)),
-        features=dataclasses.replace(config.features, weights=absolute(config.features.weights),
-                                     filters=absolute(config.features.filters)))
 
 
 def run(config: Config, workdir, *, silos: int | None = None, overwrite: bool = False, echo=print) -> None:
@@ -318,45 +185,7 @@ def run(config: Config, workdir, *, silos: int | None = None, overwrite: bool = 
       PateError: the plan refused (before any process starts); the coordinator's refusal or
         failure, in its one line (nothing charged then).
     """
-    from pate.config import config_to_toml
-    from pate.programs import flower_deploy
-
-    if silos is not None:
-        config = dataclasses.replace(config, silos=dataclasses.replace(config.silos, silos=int(silos)))
-        config.silos.validate()
-    config = _absolute_paths(config)  # the ServerApp and SuperNodes run in other working directories
+    config = silo_party.absolute_paths(silo_party.with_silos(config, silos))  # read in other working directories
     public_plan(config)  # refused before any process starts
-    workdir = Path(workdir).expanduser().resolve()
-    folder = Path(tempfile.mkdtemp(prefix="pate-silos-"))
-    keep = True
-    try:
-        config_path = folder / "config.toml"
-        config_path.write_text(config_to_toml(config), encoding="utf-8")
-        app = flower_deploy.write_app(folder / "app")
-        outcome_path = folder / "outcome.json"
-        run_config = {"pate_config": str(config_path), "workdir": str(workdir), "outcome": str(outcome_path),
-                      "overwrite": bool(overwrite)}
-        limit = 6 * config.silos.timeout + 600
-        home = folder / "flwr-home"
-        if silos is not None:
-            echo(f"silos: a SuperLink and {silos} SuperNodes on 127.0.0.1, each silo a slice of the [data] train split "
-                 f"(Flower's logs: {folder})")
-            with flower_deploy.LocalDeployment(folder, config_path, int(silos)) as local:
-                flower_deploy.write_connection(local.home, local.address)
-                flower_deploy.submit(app, local.home, run_config, folder / "flwr-run.log", limit)
-        else:
-            echo(f"silos: submitting the release to the SuperLink at {config.silos.address}")
-            flower_deploy.write_connection(home, config.silos.address, config.silos.root_certificates)
-            flower_deploy.submit(app, home, run_config, folder / "flwr-run.log", limit)
-        if not outcome_path.is_file():
-            raise PateError(f"the coordinator (the ServerApp) ended without an outcome: nothing was released "
-                            f"(Flower's logs: {folder})")
-        outcome = json.loads(outcome_path.read_text(encoding="utf-8"))
-        for line in outcome.get("lines", []):
-            echo(line)
-        if not outcome.get("ok"):
-            raise PateError(str(outcome.get("error") or "the coordinator failed"))
-        keep = False
-    finally:
-        if not keep:
-            shutil.rmtree(folder, ignore_errors=True)
+    silo_party.deploy(config, workdir, components=(_SERVER, _CLIENT), what="the release across silos", silos=silos,
+                      overwrite=overwrite, echo=echo)

@@ -95,6 +95,9 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           noun="DP-SGD model", again="train the DP-SGD model again"),
     Stage("fedavg", "fedavg", rundir.FEDAVG_ARTIFACTS, rundir.FEDAVG_JSON, marks=(rundir.FEDAVG_JSON,),
           noun="federated model", again="train the federated model again"),
+    # DP-FedSGD across silos (`pate silos fedavg`): the same files as `pate fedavg`.
+    Stage("fedavg-silos", "silos fedavg", rundir.FEDAVG_ARTIFACTS, rundir.FEDAVG_JSON, marks=(rundir.FEDAVG_JSON,),
+          noun="federated model", again="train the federated model again"),
     Stage("synth", "synth", rundir.SYNTH_ARTIFACTS, rundir.SYNTH_JSON, marks=(rundir.SYNTH_JSON,),
           noun="synthetic data", again="train the PATE-GAN again"),
     Stage("run", "run"),

@@ -118,6 +118,16 @@ def test_a_coalition_leaves_the_theorem_at_the_remaining_shares():
     assert ddg.coalition_eps(*args, 10) == math.inf
 
 
+def test_a_silos_charge_alone_is_the_theorem_at_its_own_share():
+    """`pate silos fedavg` charges a silo's ledger `alone_cost`: its message seen with only its own share."""
+    record = ddg.DDGSum.of(1.0, 15, 8, 3, 90, 3.0, 4, 1e-5)
+    q, delta = record.quantiser, 1e-5
+    alone = composition.single_eps(record.alone_cost(4), delta)
+    assert alone == pytest.approx(ddg.coalition_eps(record.sigma2, 3, q.dim, q.l1, q.l2sq, 4, delta, 2), rel=1e-9)
+    assert alone > composition.single_eps(record.cost(), delta)  # one share is less noise than the sum
+    assert record.alone_cost(1).params["clients"] == 1 and record.alone_cost(1).params["count"] == 1
+
+
 def test_the_sum_of_n_exact_shares_has_the_convolution_law_and_of_fewer_does_not():
     source = NoiseSource(2**100 + 9, stream=5)
     sigma2, clients, draws = 2, 3, 20000  # t = 2: σ² = t(t − 1)

@@ -54,6 +54,24 @@ def test_the_clients_program_is_the_numpy_quantiser_summed():
         assert diff.max() <= 2 and (diff == 0).mean() > 0.9
 
 
+@pytest.mark.parametrize("poison", [np.nan, np.inf, 1e38])
+def test_a_record_whose_gradient_is_not_finite_contributes_nothing(poison):
+    """The enforced bound must hold for whatever the float32 program computes. A NaN survives the
+    clip, and its cast to int32 is the backend's choice (XLA on CPU gives 0; INT_MIN would square to
+    0 in int32 and pass the norm check), so non-finite values are zeroed before rounding."""
+    xs, ys, theta = _problem(clients=1, size=6)
+    record = sk.SkellamSum.of(0.8, theta.size, 8, 1, 6, 3.0, 10, 1e-5)
+    sums = secure_fedavg.quantised_sums(record)
+    clean = np.asarray(sums(jnp.asarray(theta), jnp.asarray(xs), jnp.asarray(ys)))[0].astype(np.int64)
+    bad = xs.copy()
+    bad[0, 2, 1] = poison  # one record's row overflows the float32 logits, or is NaN
+    one = np.asarray(sums(jnp.asarray(theta), jnp.asarray(bad[:, 2:3]), jnp.asarray(ys[:, 2:3])))[0].astype(np.int64)
+    assert np.sum(one * one) <= record.quantiser.bound2  # within the bound the sensitivity assumes
+    rest = np.asarray(sums(jnp.asarray(theta), jnp.asarray(np.delete(xs, 2, axis=1)),
+                           jnp.asarray(np.delete(ys, 2, axis=1))))[0].astype(np.int64)
+    assert np.all(np.abs(clean - rest) <= np.sqrt(record.quantiser.bound2))
+
+
 def test_the_server_steps_on_the_decoded_sum_alone(monkeypatch):
     """With the shares replaced by zeros the round is one step of central full-batch clipped gradient
     descent up to quantisation (≤ √d/2 per record in scaled units); a total that lacks a client's

@@ -83,6 +83,7 @@ def test_replacing_private_rows_leaves_the_map_unchanged(monkeypatch, feature_ma
     assert not np.array_equal(*train_rows)
 
 
+@pytest.mark.slow  # 8 s; the fast suite runs rows with the map "none" in tests/steps/test_embeddings.py, whose plan refuses scattering on rows
 def test_a_fine_grained_run_on_embeddings_with_the_map_none(tmp_path):
     """The end-to-end check of the setting: `pate run` labels an embeddings pool in the rows'
     own space, labels.npz records the map, and the scattering map is refused there in one line."""

@@ -23,6 +23,7 @@ from pate.programs.data_facts import with_data_defaults
 from pate.programs.flower_loopback import loopback_grid, server_context
 from analysis.mechanisms.silos import guaranteed_eps
 from pate.programs.cluster import block
+from pate.programs.silo_party import ledger_name
 from pate.release import silo_ledger
 from pate.release.fine_grained_release import noise_of
 from pate.release.labels import read_labels
@@ -58,7 +59,7 @@ def _nodes(paths, indices=None):
 
 
 def _entries(config) -> list:
-    book = Ledger(silos.ledger_name(config))
+    book = Ledger(ledger_name(config))
     return book.entries() if book.exists() else []
 
 
