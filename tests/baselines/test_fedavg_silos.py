@@ -16,7 +16,7 @@ pytest.importorskip("flwr")
 from analysis.core.errors import PateError
 from analysis.mechanisms import composition
 from analysis.mechanisms import skellam as sk
-from pate.baselines import fedavg, flower_fedsgd
+from pate.baselines import fedavg
 from pate.config import config_to_toml, load_config
 from pate.programs.cluster import block
 from pate.programs.data_facts import with_data_defaults
