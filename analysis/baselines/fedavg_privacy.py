@@ -177,9 +177,9 @@ from analysis.core.errors import PateError
 
 MECHANISMS = ("laplace", "gaussian")
 ALGORITHMS = ("fedavg", "iadmm")
-#: The norm each mechanism clips and measures sensitivity in (``skellam``: the distributed noise of
-#: `analysis.mechanisms.skellam`, clipped in l2 like the Gaussian).
-NORMS = {"laplace": "l1", "gaussian": "l2", "skellam": "l2"}
+#: The norm each mechanism clips and measures sensitivity in (``skellam``, ``ddg``: the distributed noise
+#: of `analysis.mechanisms.skellam` and `analysis.mechanisms.ddg`, clipped in l2 like the Gaussian).
+NORMS = {"laplace": "l1", "gaussian": "l2", "skellam": "l2", "ddg": "l2"}
 _CLIP_LIPSCHITZ = {"l1": 2.0, "l2": 1.0}
 
 

@@ -52,6 +52,11 @@ The kinds of cost (``Cost.kind``):
   in integer units (DP-FedSGD with distributed Skellam shares, `analysis.mechanisms.skellam`;
   `analysis.accounting.skellam_rdp`: Agarwal, Kairouz & Liu 2021, Corollary 3.6, at the next integer order); the curves add. **No
   PLD**.
+- ``"ddg"`` (``sigma2``, ``clients``, ``dim``, ``l1``, ``l2sq``, ``count``): ``count`` rounds of
+  integer sums of length ``dim`` plus the sum of ``clients`` exact N_ℤ(0, σ²) shares per coordinate
+  (DP-FedSGD with distributed discrete Gaussian shares, `analysis.mechanisms.ddg`;
+  `analysis.accounting.ddg_rdp`: Kairouz, Liu & Steinke 2021, Proposition 14, τ from Theorem 1); the curves
+  add. **No PLD**.
 - ``"approx"`` (``eps``, ``delta``): an (ε, δ)-DP step with no finer description (the
   LNMax smooth-sensitivity release, `analysis.sanitised.lnmax_release.release_eps_cost`). Added
   by basic composition (Dwork & Roth 2014, Theorem 3.16).
@@ -82,7 +87,7 @@ import numpy as np
 
 from analysis.core.errors import PateError
 
-KINDS = ("gaussian", "discrete-gaussian", "pure", "gnss", "approx", "poisson-gaussian", "skellam")
+KINDS = ("gaussian", "discrete-gaussian", "pure", "gnss", "approx", "poisson-gaussian", "skellam", "ddg")
 RELATION = "replace-one"
 RELATION_TEXT = ("replace-one: two training sets are neighbours when one example is replaced by another "
                  "(PATE: one teacher's shard changes, so one teacher's vote)")
@@ -90,7 +95,8 @@ PLD_DISCRETIZATION = 1e-3  # grid of the composed PLD (dp-accounting rounds pess
 _FIELDS = {"gaussian": ("mu2",), "discrete-gaussian": ("mu2",), "pure": ("eps0", "count"),
            "gnss": ("beta", "sigma_ss"),
            "approx": ("eps", "delta"), "poisson-gaussian": ("q", "noise_multiplier", "steps"),
-           "skellam": ("mu", "l1", "l2sq", "count")}
+           "skellam": ("mu", "l1", "l2sq", "count"),
+           "ddg": ("sigma2", "clients", "dim", "l1", "l2sq", "count")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,6 +152,10 @@ class Cost:
         if self.kind == "skellam":
             return (f"{int(p['count'])} x Skellam, mu {p['mu']:.6g}, sensitivity l2^2 {p['l2sq']:.6g}, "
                     f"l1 {p['l1']:.6g} (RDP only)")
+        if self.kind == "ddg":
+            return (f"{int(p['count'])} x distributed discrete Gaussian, {int(p['clients'])} shares of sigma^2 "
+                    f"{p['sigma2']:.6g}, sensitivity l2^2 {p['l2sq']:.6g}, l1 {p['l1']:.6g}, {int(p['dim'])} "
+                    "coordinates (RDP only)")
         return f"{int(p['steps'])} subsampled Gaussian steps, q {p['q']:.4g}, sigma {p['noise_multiplier']:.4g}"
 
 
@@ -277,6 +287,10 @@ def rdp(cost: Cost, orders) -> np.ndarray | None:
         from analysis.accounting.skellam_rdp import rdp as skellam_rdp
 
         return p["count"] * skellam_rdp(orders, p["l1"], p["l2sq"], p["mu"])
+    if cost.kind == "ddg":
+        from analysis.accounting.ddg_rdp import rdp as ddg_rdp
+
+        return p["count"] * ddg_rdp(orders, p["l1"], p["l2sq"], p["sigma2"], int(p["clients"]), int(p["dim"]))
     return None
 
 
@@ -328,7 +342,8 @@ def is_free(cost: Cost) -> bool:
             "pure": lambda: p["count"] == 0 or p["eps0"] == 0,
             "gnss": lambda: False, "approx": lambda: p["eps"] == 0 and p["delta"] == 0,
             "poisson-gaussian": lambda: p["steps"] == 0 or p["q"] == 0,
-            "skellam": lambda: p["count"] == 0 or (p["l1"] == 0 and p["l2sq"] == 0)}[cost.kind]()
+            "skellam": lambda: p["count"] == 0 or (p["l1"] == 0 and p["l2sq"] == 0),
+            "ddg": lambda: p["count"] == 0 or (p["l1"] == 0 and p["l2sq"] == 0)}[cost.kind]()
 
 
 def single_eps(cost: Cost, delta: float, *, conversion: str = "improved", orders=None) -> float:

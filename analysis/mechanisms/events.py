@@ -19,7 +19,7 @@ guarantee is the cost's own, or to none where dp-accounting has no event that st
 - ``"discrete-gaussian"`` (μ²): ``ZCDpEvent(μ²/2)`` — the discrete Gaussian is (μ²/2)-zCDP
   (Canonne, Kamath & Steinke 2020, Proposition 5), the RDP curve the ledger composes; no PLD,
   as in the ledger.
-- ``"gnss"``, ``"approx"``, ``"poisson-gaussian"``, ``"skellam"``: ``UnsupportedDpEvent``
+- ``"gnss"``, ``"approx"``, ``"poisson-gaussian"``, ``"skellam"``, ``"ddg"``: ``UnsupportedDpEvent``
   (dp-accounting has no Skellam event). A GNSS release's RDP
   curve and an (ε, δ) step have no dp-accounting event, and dp-accounting's subsampled Gaussian
   is accounted under add/remove, not the replace-one curve the ledger charges

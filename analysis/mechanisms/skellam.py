@@ -14,7 +14,7 @@ gradient sum (more local steps would need the sensitivity of a trajectory; refus
 Neighbouring relation: **replace-one** (one record of one client replaced by any other record;
 the relation of the ledger and of PATE's bounds).
 
-**Quantisation and its sensitivity** (`Quantiser`). With the resolution K >= 1 (``[fedavg] grid``)
+**Quantisation and its sensitivity** (`quantised_sum.Quantiser`). With the resolution K >= 1 (``[fedavg] grid``)
 and d the message length, the public bound is B = (K + 1)√d / 2 and the scale s = K√d / (2C), so
 ‖s c_i‖₂ <= sC = B − √d/2. Each record's integer vector is q_i = round(s c_i) (coordinates
 rounded to the nearest integer): ‖q_i − s c_i‖₂ <= √d/2 (each coordinate moves by at most ½),
@@ -83,16 +83,21 @@ subtract them: what protects the other clients' records is then Sk(μ (n − c)/
 theorem at μ(n − c)/n (`coalition_eps`). Without secure aggregation each message would be
 visible with its own share alone, Sk(μ/n): this mechanism assumes the secure sum.
 
-**The modulus that never wraps** (`SkellamSum.of`, `decode`). Every coordinate of Q lies in
+**The modulus that never wraps** (`SkellamSum.of`, `quantised_sum.decode`). Every coordinate of Q lies in
 [−N b, N b], b = ⌊√S⌋ (each |q_ij| <= ‖q_i‖₂ <= √S). For Z ~ Sk(μ), E e^{tZ} = exp(2μ(cosh t − 1)),
 so by Chernoff at sinh t = T/(2μ), P[Z >= T] <= exp(2μ(√(1 + u²) − 1) − T asinh u), u = T/(2μ),
 and P[|Z| >= T] is at most twice that. With T the least integer whose union bound over the d
 coordinates and R rounds is <= β, M = 2(N b + T) + 1: every total lies in [−(M − 1)/2, (M − 1)/2]
-and its residue decodes to it (`decode`), except with probability at most β (stated). A wrap
+and its residue decodes to it (`quantised_sum.decode`), except with probability at most β (stated). A wrap
 would only make the model worse: what the server sees, (Q + Z) mod M, is a function of Q + Z,
 so it never weakens the privacy statement.
 
-This module uses numpy and scipy only.
+The quantisation, the modulus, the messages, the exact sum and the refusal of fewer shares are
+shared with the distributed discrete Gaussian (`analysis.mechanisms.quantised_sum.QuantisedSum`);
+this record adds the Skellam shares and their accounting. Caveat above: ``"ddg"``
+(`analysis.mechanisms.ddg`) draws its shares with an exact sampler and is the one docs recommend.
+
+This module uses numpy only.
 """
 
 from __future__ import annotations
@@ -105,26 +110,11 @@ import numpy as np
 from analysis.accounting.skellam_rdp import rdp
 from analysis.core.errors import PateError
 from analysis.mechanisms import composition
-
-#: The secure sum's modulus is kept below 2^62 (int64 arithmetic on the host, with room to add).
-MAX_MODULUS = 2**62
-#: The client-side program sums integer vectors in int32: N ⌊√S⌋ and d ⌊√S⌋² must stay below this.
-INT32_LIMIT = 2**31 - 1
-
-
-def _positive(name: str, value) -> float:
-    if isinstance(value, bool):
-        raise PateError(f"{name} must be a positive number, got {value!r}")
-    value = float(value)
-    if not (value > 0 and math.isfinite(value)):
-        raise PateError(f"{name} must be a positive number, got {value}")
-    return value
-
-
-def _count(name: str, value, least: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < least:
-        raise PateError(f"{name} must be an integer >= {least}, got {value!r}")
-    return int(value)
+from analysis.mechanisms.quantised_sum import QuantisedSum, check_failure, check_sizes
+from analysis.mechanisms.quantised_sum import count as _count
+from analysis.mechanisms.quantised_sum import modulus as _modulus
+from analysis.mechanisms.quantised_sum import noise_reach as _noise_reach
+from analysis.mechanisms.quantised_sum import positive as _positive
 
 
 # --------------------------------------------------------------------------- RDP of the mechanism
@@ -208,72 +198,22 @@ def log_tail(threshold: float, mu: float) -> float:
 def noise_reach(mu: float, events: int, failure: float) -> int:
     """The least integer T with events · 2 · P[Sk(μ) >= T] <= failure by the Chernoff bound (rounded up
     by a relative 1e-9): every one of `events` noise coordinates lies in (−T, T) but with that probability."""
-    target = math.log(failure) - math.log(2 * events)
-    fails = lambda a: log_tail(a, mu) + 1e-9 > target  # noqa: E731
-    high = 1
-    while fails(high):
-        high *= 2
-    low = high // 2
-    while high - low > 1:
-        mid = (low + high) // 2
-        low, high = (mid, high) if fails(mid) else (low, mid)
-    return high
+    return _noise_reach(lambda t: log_tail(t, mu), events, failure)
 
 
-@dataclasses.dataclass(frozen=True)
-class Quantiser:
-    """The public quantisation of one record's clipped gradient (module docstring): scale s,
-    squared-norm bound S, the message length d, and the sensitivities it gives."""
-
-    clip: float
-    resolution: int
-    dim: int
-    scale: float
-    bound2: int
-
-    @classmethod
-    def of(cls, clip: float, dim: int, resolution: int) -> "Quantiser":
-        clip = _positive("clip_norm", clip)
-        d, k = _count("the message length", dim), _count("the resolution (fedavg.grid)", resolution)
-        return cls(clip, k, d, k * math.sqrt(d) / (2.0 * clip), (k + 1) ** 2 * d // 4)
-
-    @property
-    def coordinate_bound(self) -> int:
-        """⌊√S⌋: no coordinate of an accepted q_i exceeds it in magnitude."""
-        return math.isqrt(self.bound2)
-
-    @property
-    def l2sq(self) -> int:
-        """Δ₂² = 4S (replace-one, integer units)."""
-        return 4 * self.bound2
-
-    @property
-    def l1(self) -> int:
-        """Δ₁ = 2 min(S, ⌊√(dS)⌋) (replace-one, integer units)."""
-        return 2 * min(self.bound2, math.isqrt(self.dim * self.bound2))
-
-    def quantise(self, clipped) -> np.ndarray:
-        """round(s c_i) per row of `clipped` (records × d), the rows whose squared norm exceeds S
-        replaced by zeros (float64 numpy: the reference the JAX program is tested against)."""
-        q = np.rint(np.asarray(clipped, np.float64) * self.scale)
-        b = self.coordinate_bound
-        q = np.clip(q, -b, b).astype(np.int64)
-        return np.where((q * q).sum(axis=-1, keepdims=True) <= self.bound2, q, 0)
+def cost_from_json(grid: dict, rounds: int) -> composition.Cost:
+    """The ledger cost fedavg.json's ``grid`` record (``"kind": "skellam"``) states."""
+    return cost(grid["mu"], grid["l1_steps"], grid["l2sq_steps"], rounds)
 
 
-@dataclasses.dataclass(frozen=True)
-class SkellamSum:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SkellamSum(QuantisedSum):
     """Distributed Skellam noise over an exact secure sum (module docstring): the record
     `pate fedavg` builds for ``mechanism = "skellam"``. Its capability: the clients' integer
-    messages (Q_p + Z_p) mod M, summed exactly mod M; the server sees only the decoded total."""
+    messages (Q_p + Z_p) mod M, Z_p Poisson(μ/n) − Poisson(μ/n) per coordinate, summed exactly mod
+    M; the server sees only the decoded total, whose noise is Sk(μ)."""
 
-    quantiser: Quantiser
-    clients: int
-    records: int
     mu: float
-    rounds: int
-    modulus: int
-    failure: float
 
     @classmethod
     def of(cls, clip: float, dim: int, resolution: int, clients: int, records: int, eps: float, rounds: int,
@@ -283,29 +223,20 @@ class SkellamSum:
         Raises:
           PateError: a modulus above 2^62, or int32 sums that could overflow (lower the resolution).
         """
-        q = Quantiser.of(clip, dim, resolution)
-        n, big_n, r = _count("clients", clients), _count("records", records), _count("rounds", rounds)
-        if n > big_n:
-            raise PateError(f"{n} clients but only {big_n} records")
-        b = q.coordinate_bound
-        if big_n * b > INT32_LIMIT or q.dim * b * b > INT32_LIMIT:
-            raise PateError(f"the quantised gradients of fedavg.grid = {resolution} (bound {b} per coordinate, "
-                            f"{q.dim} coordinates, {big_n} records) overflow the clients' int32 sums; "
-                            "lower fedavg.grid")
+        q, n, big_n, r = check_sizes(clip, dim, resolution, clients, records, rounds)
         mu = calibrate_mu(eps, q.l1, q.l2sq, r, delta)
-        if not 0 < failure < 1:
-            raise PateError(f"the failure probability must lie in (0, 1), got {failure!r}")
-        reach = noise_reach(mu, q.dim * r, failure)
-        modulus = 2 * (big_n * b + reach) + 1
-        if modulus > MAX_MODULUS:
-            raise PateError(f"the secure sum needs a modulus of {modulus} > 2**62; lower fedavg.grid or raise "
-                            "fedavg.eps")
-        return cls(q, n, big_n, mu, r, modulus, failure)
+        failure = check_failure(failure)
+        m = _modulus(q, big_n, noise_reach(mu, q.dim * r, failure))
+        return cls(quantiser=q, clients=n, records=big_n, rounds=r, modulus=m, failure=failure, mu=mu)
 
     # ---- what the ledger and the report read
 
     def cost(self, rounds: int | None = None) -> composition.Cost:
         return cost(self.mu, self.quantiser.l1, self.quantiser.l2sq, self.rounds if rounds is None else rounds)
+
+    def share(self, source, shape) -> np.ndarray:
+        """One client's share (`skellam_share`)."""
+        return skellam_share(source, self.mu, self.clients, shape)
 
     def alone_cost(self, rounds: int | None = None) -> composition.Cost:
         """What `rounds` of ONE client's messages cost its records seen alone, with no secure sum and
@@ -322,62 +253,27 @@ class SkellamSum:
         return math.sqrt(2.0 * self.mu) / self.quantiser.scale
 
     @property
-    def sensitivity(self) -> float:
-        """Δ₂ / s: the l2 sensitivity of the quantised gradient sum, in gradient-sum units."""
-        return math.sqrt(self.quantiser.l2sq) / self.quantiser.scale
+    def accounting(self) -> str:
+        return ("composition over rounds of ONE central release per round (the server sees only the secure sum, "
+                "whose noise is Sk(mu)): R x the Skellam mechanism's RDP (Agarwal, Kairouz & Liu 2021, Corollary "
+                "3.6, l1 and l2 sensitivity of the quantised sum), converted once")
+
+    @property
+    def noise_text(self) -> str:
+        n = self.clients
+        return (f"distributed Skellam noise: {n} shares, Poisson(mu/{n}) - Poisson(mu/{n}) each, the sum carries "
+                "one central release's noise Sk(mu); secure sum: the in-process exact modular sum (the arithmetic "
+                "Flower's SecAgg+ carries exactly, pate/programs/secure_sum.py); Poisson draws from numpy keyed by "
+                "128 bits of the noise source (float64 decisions: not an exact sampler)")
 
     def describe(self) -> str:
-        q = self.quantiser
         return (f"distributed Skellam noise, {self.clients} shares of Sk(mu/{self.clients}) = Poisson - Poisson, "
                 f"the sum carries one central release's noise Sk(mu), mu {self.mu:.6g} "
-                f"(std {math.sqrt(2 * self.mu):.4g} integer steps); each per-example gradient clipped to {q.clip:g}, scaled by {q.scale:.6g} and rounded "
-                f"(K = {q.resolution}: squared l2 norm <= {q.bound2}, sensitivity l2^2 {q.l2sq}, l1 {q.l1}); "
-                f"an exact secure sum mod {self.modulus} (the server sees the sum alone; wraps with probability "
-                f"<= {self.failure:g})")
+                f"(std {math.sqrt(2 * self.mu):.4g} integer steps); {self._quantisation_text()}")
 
     def to_json(self, length: int) -> dict:
-        q = self.quantiser
-        return {"kind": "skellam", "resolution": q.resolution, "scale": q.scale, "bound2": q.bound2,
-                "l2sq_steps": q.l2sq, "l1_steps": q.l1, "mu": self.mu, "shares": self.clients,
+        return {"kind": "skellam", **self._json(length), "mu": self.mu,
                 "share": f"Poisson(mu/{self.clients}) - Poisson(mu/{self.clients}) per coordinate",
-                "modulus": self.modulus, "wrap_probability": self.failure, "message_length": int(length),
                 "note": "each client sends (sum of its records' round(scale x clipped gradient), rows of squared "
                         "norm > bound2 zeroed, + its share) mod modulus; the n shares sum to exactly Sk(mu); the "
                         "server sees the decoded sum alone and steps by -lr x sum / (scale x records)"}
-
-    # ---- the round's arithmetic
-
-    def shares(self, source, shape) -> np.ndarray:
-        """Every client's share: int64 (clients, *shape)."""
-        return np.stack([skellam_share(source, self.mu, self.clients, shape) for _ in range(self.clients)])
-
-    def encode(self, sums, shares) -> np.ndarray:
-        """The clients' messages (Q_p + Z_p) mod M, int64."""
-        return np.mod(np.asarray(sums, np.int64) + np.asarray(shares, np.int64), self.modulus)
-
-    def total(self, messages) -> np.ndarray:
-        """The exact sum mod M of the clients' messages, decoded to the integer total; refused when
-        fewer messages (shares) than clients arrive (`silos.check_shares_present`)."""
-        messages = np.asarray(messages, np.int64)
-        acc = np.zeros(messages.shape[1:], np.int64)
-        for m in messages:  # each term < 2^62: the sum of two stays inside int64
-            acc = np.mod(acc + np.mod(m, self.modulus), self.modulus)
-        return self.decode_sum(acc, int(messages.shape[0]))
-
-    def decode_sum(self, residues, present: int) -> np.ndarray:
-        """The integer total of a secure sum mod M that holds `present` clients' messages (a sum
-        computed elsewhere: Flower's SecAgg+); refused when fewer than every client's share is in it."""
-        from analysis.mechanisms.silos import check_shares_present
-
-        check_shares_present(int(present), self.clients)
-        return decode(residues, self.modulus)
-
-    def mean_gradient(self, total) -> np.ndarray:
-        """The noisy mean gradient, total / (s N), float64."""
-        return np.asarray(total, np.float64) / (self.quantiser.scale * self.records)
-
-
-def decode(residues, modulus: int) -> np.ndarray:
-    """The integers in [−(M − 1)/2, (M − 1)/2] whose residues mod M (odd) are `residues`."""
-    m = np.mod(np.asarray(residues, np.int64), int(modulus))
-    return np.where(m > (int(modulus) - 1) // 2, m - int(modulus), m)

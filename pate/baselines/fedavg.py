@@ -27,12 +27,13 @@ messages on a grid"), so no floating-point low bit carries the data (Mironov 201
 record `fp.GRIDS[mechanism]` builds says how. Only with ``grid = 0`` is the noise float64,
 not defended against that attack.
 
-With ``[fedavg] mechanism = "skellam"`` (FedAvg, one local step: DP-FedSGD) no client's message is
-noised on its own: each sends its records' quantised clipped gradients summed, plus a share of
-Skellam noise, mod M; an exact secure sum shows the server the total alone, whose noise is that of
-ONE central release (`analysis.mechanisms.skellam`, `pate.baselines.secure_fedavg`), and the rounds
-are charged as that central release's composition. The record `analysis.mechanisms.skellam.SkellamSum`
-says how; `train_rounds` asks the plan for its round and tests no name.
+With ``[fedavg] mechanism = "ddg"`` or ``"skellam"`` (FedAvg, one local step: DP-FedSGD) no client's
+message is noised on its own: each sends its records' quantised clipped gradients summed, plus a
+share of noise (ddg: exact discrete Gaussian; skellam: Poisson − Poisson), mod M; an exact secure
+sum shows the server the total alone, ONE central release (`analysis.mechanisms.ddg`,
+`analysis.mechanisms.skellam`, `pate.baselines.secure_fedavg`), and the rounds are charged as that
+central release's composition. The record (`ddg.DDGSum`, `skellam.SkellamSum`) says how: its noise,
+its cost, its texts; `train_rounds` asks the plan for its round and tests no name.
 
 Nothing else that depends on the private data is written: no losses, no per-round
 values, no wall times (printed only); `fedavg.json` holds the released model's accuracy on
@@ -61,7 +62,8 @@ from pate.config import Config, config_to_dict
 from pate.programs.models import Linear
 from pate.programs.projection import project, projected_box, public_projection
 from pate.programs.student_training import predict
-from analysis.mechanisms import skellam
+from analysis.mechanisms import ddg, skellam
+from analysis.mechanisms.quantised_sum import QuantisedSum
 from pate.baselines import secure_fedavg
 from pate.baselines.release_step import (accuracy_fields, budgeted_ledger, private_splits, publish_lines,
                                          release_step, result_head, training_loop)
@@ -179,7 +181,7 @@ class FedavgResult:
     client_size: int
     sensitivity: float
     noise_scale: float
-    grid: fp.GridNoise | fp.GaussianGrid | skellam.SkellamSum | None
+    grid: fp.GridNoise | fp.GaussianGrid | QuantisedSum | None
     wall_time_s: float
     data_set: dict | None = None  # the ledger's summary with this release (`Ledger.summary`)
     averaged_eps: float | None = None  # fp.averaged_model_eps: the noise the global model carries
@@ -306,7 +308,7 @@ class Plan:
     scale: float
     cost: composition.Cost
     eps: float
-    grid: fp.GridNoise | fp.GaussianGrid | skellam.SkellamSum | None  # [fedavg] grid > 0: the exact release
+    grid: fp.GridNoise | fp.GaussianGrid | QuantisedSum | None  # [fedavg] grid > 0: the exact release
     how: str = "output perturbation"
     accounting: str | None = None  # fedavg.json's "accounting" and "noise" when the record says otherwise
     noise: str | None = None
@@ -329,25 +331,24 @@ class Plan:
         return one_round
 
     @classmethod
-    def skellam(cls, cfg, size: int, lipschitz: float | None, delta: float, length: int, clients: int) -> "Plan":
-        """Distributed Skellam noise over an exact secure sum (`analysis.mechanisms.skellam`): μ calibrated
-        so that the R central releases cost ``cfg.eps`` at `delta`; ``cfg.grid`` is the quantisation's K."""
-        record = skellam.SkellamSum.of(cfg.clip_norm, length, cfg.grid, clients, clients * size, cfg.eps,
-                                       cfg.rounds, delta)
-        cost = record.cost()
-        eps = composition.single_eps(cost, delta)
-        _check_met(cfg.eps, eps, cost, delta)
-        per_round_eps = composition.single_eps(record.cost(1), delta)
-        return cls("l2", None, record.sensitivity, per_round_eps, per_round_eps, record.noise_std, cost, eps, record,
-                   rounds_by=lambda plan, c: secure_fedavg.skellam_round(plan.grid, c.learning_rate),
-                   how="distributed noise under an exact secure sum (DP-FedSGD)",
-                   accounting=("composition over rounds of ONE central release per round (the server sees only the "
-                               "secure sum, whose noise is Sk(mu)): R x the Skellam mechanism's RDP (Agarwal, Kairouz "
-                               "& Liu 2021, Corollary 3.6, l1 and l2 sensitivity of the quantised sum), converted once"),
-                   noise=(f"distributed Skellam noise: {clients} shares, Poisson(mu/{clients}) - Poisson(mu/{clients}) "
-                          "each, the sum carries one central release's noise Sk(mu); secure sum: the in-process exact "
-                          "modular sum (the arithmetic Flower's SecAgg+ carries exactly, pate/programs/secure_sum.py); "
-                          "Poisson draws from numpy keyed by 128 bits of the noise source"))
+    def distributed(cls, record_type) -> Callable:
+        """The planner of distributed noise over an exact secure sum whose record is `record_type`
+        (`ddg.DDGSum`, `skellam.SkellamSum`: ``of`` calibrates its noise so that the R central releases
+        cost ``cfg.eps`` at `delta`; ``cfg.grid`` is the quantisation's K)."""
+
+        def plan(cfg, size: int, lipschitz: float | None, delta: float, length: int, clients: int) -> "Plan":
+            record = record_type.of(cfg.clip_norm, length, cfg.grid, clients, clients * size, cfg.eps, cfg.rounds,
+                                    delta)
+            cost = record.cost()
+            eps = composition.single_eps(cost, delta)
+            _check_met(cfg.eps, eps, cost, delta)
+            per_round_eps = composition.single_eps(record.cost(1), delta)
+            return cls("l2", None, record.sensitivity, per_round_eps, per_round_eps, record.noise_std, cost, eps,
+                       record, rounds_by=lambda plan, c: secure_fedavg.secure_round(plan.grid, c.learning_rate),
+                       how="distributed noise under an exact secure sum (DP-FedSGD)", accounting=record.accounting,
+                       noise=record.noise_text)
+
+        return plan
 
     @classmethod
     def of(cls, cfg, size: int, lipschitz: float | None, delta: float, length: int, clients: int = 1) -> "Plan":
@@ -376,8 +377,9 @@ class Plan:
 
 
 #: How each ``[fedavg] mechanism`` plans its release: noise on every client's message (Laplace,
-#: Gaussian) or distributed Skellam shares under an exact secure sum.
-PLANS = {"laplace": Plan.of, "gaussian": Plan.of, "skellam": Plan.skellam}
+#: Gaussian) or distributed shares under an exact secure sum (exact discrete Gaussian, Skellam).
+PLANS = {"laplace": Plan.of, "gaussian": Plan.of, "ddg": Plan.distributed(ddg.DDGSum),
+         "skellam": Plan.distributed(skellam.SkellamSum)}
 
 
 def _check_met(target: float, eps: float, cost: composition.Cost, delta: float) -> None:
@@ -493,7 +495,7 @@ def _record(config: Config, plan: Plan, result: FedavgResult, theta, train_x, se
                                 "at this eps (the mean of the clients' independent noises); the data set is "
                                 "charged eps, because every client's own message is released to the server; "
                                 "null where no such identity holds (Laplace, local_steps > 1) and for distributed "
-                                "noise (skellam: the server sees the central release itself, and is charged for it); "
+                                "noise (ddg, skellam: the server sees the central release itself, and is charged for it); "
                                 "on a grid, up to "
                                 "its rounding and the discreteness of the noise"),
         "sensitivity": plan.sensitivity,

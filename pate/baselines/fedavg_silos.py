@@ -25,13 +25,13 @@ Three parts, each a function here:
 - `run`, the command: the plan checked before any process starts, then the same deployment as
   `pate silos run` (`silo_party.deploy`).
 
-**What a silo's ledger is charged** (`SkellamSum.alone_cost`, per round sent). Everything the
+**What a silo's ledger is charged** (the record's `alone_cost`, per round sent). Everything the
 other parties see that depends on silo i's records in round t is its message y_i = (Q_i + Z_i)
 mod M, Z_i its own share; the model w_t it is computed at is public. Whatever the coordinator
 and the other silos do (break SecAgg+'s 32-bit-seeded masks, collude and subtract their own
 shares), a round tells them no more of silo i's records than y_i alone, which is the central
 mechanism's theorem at the share's noise alone (Skellam: μ/n, `skellam.coalition_eps` with
-n − 1 colluding), under replace-one of one of its records (the sensitivity is the central one);
+n − 1 colluding; ddg: one share N_ℤ(0, σ²), `ddg.coalition_eps` with n − 1 colluding), under replace-one of one of its records (the sensitivity is the central one);
 the rounds compose adaptively, so each round sent is charged that one round's cost, and the
 ledger composes them. The budget is checked at every round's setup for the rounds left (so
 before the first input for all `[fedavg] rounds`), and again under the ledger's lock at the
@@ -128,7 +128,7 @@ def public_plan(config: Config):
     plan = fedavg.PLANS[cfg.mechanism](cfg, size, lipschitz, config.privacy.delta, length, s.silos)
     if plan.rounds_by is None:
         raise PateError(f'fedavg.mechanism = "{cfg.mechanism}" noises every client\'s message: across silos set a '
-                        'distributed mechanism (fedavg.mechanism = "skellam"), whose shares sum to one central release')
+                        'distributed mechanism (fedavg.mechanism = "ddg" or "skellam"), whose shares sum to one central release')
     ranges = secure_sum.SecAggRanges.for_modulus(plan.grid.modulus, s.silos)
     settings = {"fedavg": {k: v for k, v in config_to_dict(config)["fedavg"].items() if k != "eval_batch_size"},
                 "public_size": config.data.public_size, "delta": config.privacy.delta}
@@ -307,7 +307,7 @@ def _silos_record(plan: FedPlan, ledger: str) -> dict:
         "silos": {"silos": n, "shares": n, "present": n, "records_bound": plan.records, "ledger": ledger,
                   "secure_sum": "Flower SecAgg+", "modulus_range": plan.ranges.modulus_range, "plan": plan.digest(),
                   "silo_charge": "each silo charges its own records' ledger every round it sends, at its share's "
-                                 "noise alone (record.alone_cost: the theorem at mu/n for Skellam)"},
+                                 "noise alone (record.alone_cost: the theorem at mu/n for Skellam, at one share for ddg)"},
     }
 
 

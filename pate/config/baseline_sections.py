@@ -11,6 +11,10 @@ from typing import Literal
 from pate.config.checks import at_least_one, check_map, eps, positive, rate
 from pate.config.checks import require as _require
 
+#: The ``[fedavg] mechanism`` values whose noise is distributed shares under an exact secure sum
+#: (`pate.baselines.fedavg.PLANS` builds their records): DP-FedSGD only.
+DISTRIBUTED = ("ddg", "skellam")
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DpsgdConfig:
@@ -134,18 +138,19 @@ class FedavgConfig:
     (every projected coordinate of the pool has variance 1).
     `grid = K` > 0: messages released exactly on a public grid of Δ₁/(K d) with discrete
     Laplace noise (Laplace) or of Δ₂/(K √d) with discrete Gaussian noise (Gaussian); 0: float64
-    noise. `analysis/baselines/fedavg_privacy.py` derives all that. `mechanism = "skellam"`
+    noise. `analysis/baselines/fedavg_privacy.py` derives all that. `mechanism = "ddg"` or `"skellam"`
     (FedAvg, `local_steps = 1`: DP-FedSGD): no message is noised on its own; each client sends its
     records' clipped gradients, quantised at resolution `grid = K` >= 1 and summed, plus a share of
-    Skellam noise, through an exact secure sum whose total carries one central release's noise
-    (`analysis/mechanisms/skellam.py`).
+    noise (ddg: exact discrete Gaussian, recommended; skellam: Poisson − Poisson from numpy's
+    float64 sampler), through an exact secure sum whose total is one central release
+    (`analysis/mechanisms/ddg.py`, `analysis/mechanisms/skellam.py`).
     `server_momentum = β` in [0, 1) (FedAvg only): the server moves by v ← βv + (w − mean of
     the noisy messages), w ← w − v (FedAvgM, Hsu, Qi & Brown 2019); post-processing of the
     released messages, so the cost is the same for every β; 0: plain averaging.
     """
 
     algorithm: Literal["fedavg", "iadmm"] = "fedavg"
-    mechanism: Literal["laplace", "gaussian", "skellam"] = "laplace"
+    mechanism: Literal["laplace", "gaussian", "skellam", "ddg"] = "laplace"
     model: Literal["linear", "scatternet"] = "linear"
     eps: float = 3.0
     rounds: int = 50
@@ -176,14 +181,15 @@ class FedavgConfig:
         _require(not self.whiten or self.pca > 0, s, "whiten", "applies to a projection (fedavg.pca > 0); set it "
                  "to false or choose fedavg.pca")
         _require(self.grid >= 0, s, "grid", f"must be >= 0 (0: float64 noise, no grid), got {self.grid}")
-        if self.mechanism == "skellam":  # distributed shares of one central release: DP-FedSGD only
+        if self.mechanism in DISTRIBUTED:  # distributed shares of one central release: DP-FedSGD only
+            m = self.mechanism
             _require(self.algorithm == "fedavg", s, "algorithm",
-                     "must be \"fedavg\" with mechanism = \"skellam\" (the secure sum adds gradients; IADMM's "
+                     f"must be \"fedavg\" with mechanism = \"{m}\" (the secure sum adds gradients; IADMM's "
                      "messages carry a dual)")
             _require(self.local_steps == 1, s, "local_steps",
-                     f"must be 1 with mechanism = \"skellam\" (DP-FedSGD: the sensitivity is one step's), got "
+                     f"must be 1 with mechanism = \"{m}\" (DP-FedSGD: the sensitivity is one step's), got "
                      f"{self.local_steps}")
-            _require(self.grid >= 1, s, "grid", "must be >= 1 with mechanism = \"skellam\" (the quantisation's "
+            _require(self.grid >= 1, s, "grid", f"must be >= 1 with mechanism = \"{m}\" (the quantisation's "
                      "resolution K)")
         _require(self.eval_batch_size >= 1, s, "eval_batch_size", "must be >= 1")
 

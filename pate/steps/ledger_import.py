@@ -172,15 +172,16 @@ class _Importer:
 
 
 def _fedavg_cost(doc) -> composition.Cost:
-    """What `pate fedavg` charged, from fedavg.json's public values: distributed Skellam rounds (its
-    grid record's mu and sensitivities), else the rounds of noise on every message (on a grid,
-    Gaussian rounds are discrete Gaussians)."""
+    """What `pate fedavg` charged, from fedavg.json's public values: distributed rounds (the cost its
+    grid record's kind states: Skellam or distributed discrete Gaussian), else the rounds of noise on
+    every message (on a grid, Gaussian rounds are discrete Gaussians)."""
     from analysis.baselines import fedavg_privacy
-    from analysis.mechanisms import skellam
+    from analysis.mechanisms import ddg, skellam
 
     grid = doc.get("grid")
-    if isinstance(grid, dict) and grid.get("kind") == "skellam":
-        return skellam.cost(grid["mu"], grid["l1_steps"], grid["l2sq_steps"], doc["rounds"])
+    distributed = {"skellam": skellam.cost_from_json, "ddg": ddg.cost_from_json}
+    if isinstance(grid, dict) and grid.get("kind") in distributed:
+        return distributed[grid["kind"]](grid, doc["rounds"])
     return fedavg_privacy.round_cost(doc["mechanism"], doc["per_round_mu"] if doc["mechanism"] == "gaussian"
                                      else doc["per_round_eps"], doc["rounds"], exact=grid is not None)
 

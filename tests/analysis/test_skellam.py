@@ -16,6 +16,7 @@ from scipy.special import logsumexp
 
 from analysis.accounting import rdp as rdp_mod
 from analysis.accounting.skellam_rdp import rdp as skellam_rdp
+from analysis.mechanisms import quantised_sum as qs
 from analysis.mechanisms import skellam as sk
 from analysis.core.errors import PateError
 from analysis.core.noise import NoiseSource
@@ -99,7 +100,7 @@ def test_the_quantised_norm_bounds_hold_on_random_clipped_gradients(dim, resolut
     the sum by at most the sensitivities."""
     rng = np.random.default_rng(dim * 10 + resolution)
     clip = 0.7
-    q = sk.Quantiser.of(clip, dim, resolution)
+    q = qs.Quantiser.of(clip, dim, resolution)
     assert q.bound2 == (resolution + 1) ** 2 * dim // 4
     g = rng.normal(size=(4000, dim))
     g *= (clip * rng.uniform(0.0, 1.0, size=(4000, 1)) ** 0.3) / np.linalg.norm(g, axis=1, keepdims=True)
@@ -162,7 +163,7 @@ def test_the_modulus_never_wraps_and_decodes_the_exact_total():
     sums = rng.integers(-10 * b, 10 * b + 1, size=(4, 8))
     shares = record.shares(source, (8,))
     assert np.array_equal(record.total(record.encode(sums, shares)), sums.sum(0) + shares.sum(0))
-    assert np.array_equal(sk.decode([0, 1, record.modulus - 1], record.modulus), [0, 1, -1])
+    assert np.array_equal(qs.decode([0, 1, record.modulus - 1], record.modulus), [0, 1, -1])
 
 
 def test_impossible_plans_are_refused_in_one_line():

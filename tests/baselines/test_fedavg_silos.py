@@ -16,7 +16,7 @@ pytest.importorskip("flwr")
 from analysis.core.errors import PateError
 from analysis.mechanisms import composition
 from analysis.mechanisms import skellam as sk
-from pate.baselines import fedavg, flower_fedsgd
+from pate.baselines import fedavg
 from pate.config import config_to_toml, load_config
 from pate.programs.cluster import block
 from pate.programs.data_facts import with_data_defaults
@@ -63,8 +63,7 @@ def _silo_entries(config, silo: int) -> list:
 
 def _zero_shares(monkeypatch):
     zero = lambda source, mu, clients, shape: np.zeros(shape, np.int64)  # noqa: E731
-    monkeypatch.setattr(flower_fedsgd, "skellam_share", zero)
-    monkeypatch.setattr(sk, "skellam_share", zero)
+    monkeypatch.setattr(sk, "skellam_share", zero)  # the record's share: at every silo and in process
 
 
 def test_three_silos_train_the_in_process_model_and_charge_once(tmp_path, monkeypatch):

@@ -1,5 +1,5 @@
-"""`pate fedavg` with distributed Skellam noise: the clients' JAX program against the numpy
-quantiser, the server's step on the decoded sum (DP-FedSGD: the central clipped mean gradient up
+"""`pate fedavg` with distributed noise (Skellam; the exact distributed discrete Gaussian): the clients'
+JAX program against the numpy quantiser, the server's step on the decoded sum (DP-FedSGD: the central clipped mean gradient up
 to quantisation), and the command on the tiny config (what fedavg.json, the summary and the
 ledger say; the settings it refuses)."""
 
@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from analysis.mechanisms import ddg
 from analysis.mechanisms import skellam as sk
 from analysis.mechanisms import composition
 from pate.baselines import fedavg, secure_fedavg
@@ -77,7 +78,7 @@ def test_the_server_steps_on_the_decoded_sum_alone(monkeypatch):
     message (its share) is refused, not stepped on."""
     xs, ys, theta = _problem(seed=1)
     record = sk.SkellamSum.of(0.8, theta.size, 8, 3, 120, 3.0, 10, 1e-5)  # the program above's, compiled once
-    step = secure_fedavg.skellam_round(record, 0.5)
+    step = secure_fedavg.secure_round(record, 0.5)
     central = np.asarray(fedavg.clipped_mean_gradient(jnp.asarray(theta), jnp.asarray(xs.reshape(120, -1)),
                                                       jnp.asarray(ys.reshape(-1)), 0.8, "l2"))
     monkeypatch.setattr(sk.SkellamSum, "shares", lambda self, source, shape: np.zeros((3, *shape), np.int64))
@@ -120,13 +121,41 @@ def test_tiny_run_with_distributed_skellam_noise(tmp_path, ledger_dir):
     assert _fedavg_cost(info) == cost
 
 
+@pytest.mark.parametrize("mechanism", ["skellam", "ddg"])
 @pytest.mark.parametrize("args,needle", [
     (["--algorithm", "iadmm"], "algorithm"),
     (["--set", "fedavg.local_steps=2"], "local_steps"),
     (["--set", "fedavg.grid=0"], "grid"),
 ])
-def test_settings_the_mechanism_cannot_account_are_refused(tmp_path, args, needle):
+def test_settings_the_mechanism_cannot_account_are_refused(tmp_path, args, needle, mechanism):
     workdir = tmp_path / "run"
     line = one_line_error(invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress",
-                                 "--mechanism", "skellam", *args), 1)
-    assert needle in line and "skellam" in line and not (workdir / rundir.FEDAVG_JSON).exists()
+                                 "--mechanism", mechanism, *args), 1)
+    assert needle in line and mechanism in line and not (workdir / rundir.FEDAVG_JSON).exists()
+
+
+def test_tiny_run_with_distributed_discrete_gaussian_noise(tmp_path, ledger_dir):
+    """The same command with the exact shares: the record's noise, cost and texts reach fedavg.json, the
+    summary and the ledger, and `pate ledger --import` rebuilds the charge."""
+    workdir = tmp_path / "run"
+    result = invoke("fedavg", "--config", TINY, "--workdir", workdir, "--no-progress", "--mechanism", "ddg",
+                    "--seed", 5, "--set", "fedavg.grid=20", "--rounds", 5)  # 5 rounds: the exact sampler's time
+    assert result.exit_code == 0, result.output
+    info = json.loads((workdir / rundir.FEDAVG_JSON).read_text())
+    clients = load_config(TINY).teachers.num_teachers
+    assert info["mechanism"] == "ddg" and info["averaged_model_eps"] is None
+    assert f"{clients} shares, each exact N_Z(0" in info["noise"] and "Kairouz, Liu & Steinke" in info["accounting"]
+    assert f"distributed discrete Gaussian noise, {clients} shares" in result.output
+    grid = info["grid"]
+    assert grid["kind"] == "ddg" and grid["shares"] == clients and grid["resolution"] == 20
+    cost = composition.Cost.from_json(info["cost"])
+    assert cost == ddg.cost(grid["sigma2_steps"], clients, grid["message_length"], grid["l1_steps"],
+                            grid["l2sq_steps"], info["rounds"])
+    assert info["release_eps"] <= 3.0 == info["target_eps"]
+    assert info["release_eps"] == pytest.approx(composition.single_eps(cost, info["release_delta"]))
+    assert info["accuracy"] > 0.5
+    entries = Ledger.for_config(load_config(TINY)).entries()
+    assert [e["kind"] for e in entries] == ["fedavg"] and entries[0]["cost"]["kind"] == "ddg"
+    from pate.steps.ledger_import import _fedavg_cost
+
+    assert _fedavg_cost(info) == cost

@@ -12,6 +12,7 @@ pytest.importorskip("flwr")
 
 from analysis.core.errors import PateError
 from analysis.core.noise import NoiseSource
+from analysis.mechanisms import ddg
 from analysis.mechanisms import skellam as sk
 from pate.baselines import flower_fedsgd, secure_fedavg
 from pate.programs import secure_sum
@@ -39,14 +40,16 @@ def _flower(record, xs, ys, answers=None, lr=0.5):
                                       timeout=5.0)
 
 
-def test_two_rounds_over_secagg_are_the_in_process_rounds(monkeypatch):
-    record, (xs, ys) = _record(), _data()
+@pytest.mark.parametrize("kind", ["skellam", "ddg"])
+def test_two_rounds_over_secagg_are_the_in_process_rounds(monkeypatch, kind):
+    """Either record (the silo asks it for its share): shares zeroed, the Flower rounds are the in-process
+    rounds bit for bit."""
+    record, (xs, ys) = (_record() if kind == "skellam" else
+                        ddg.DDGSum.of(1.0, (DIM + 1) * CLASSES, 8, SILOS, SILOS * SIZE, 3.0, 2, 1e-5)), _data()
     ranges = secure_sum.SecAggRanges.for_modulus(record.modulus, SILOS)  # the modulus fits SecAgg+'s exact ranges
     assert ranges.modulus_range <= 2**32
-    zero = lambda source, mu, clients, shape: np.zeros(shape, np.int64)  # noqa: E731
-    monkeypatch.setattr(flower_fedsgd, "skellam_share", zero)
-    monkeypatch.setattr(sk, "skellam_share", zero)
-    flower, local = _flower(record, xs, ys), secure_fedavg.skellam_round(record, 0.5)
+    monkeypatch.setattr(type(record), "share", lambda self, source, shape: np.zeros(shape, np.int64))
+    flower, local = _flower(record, xs, ys), secure_fedavg.secure_round(record, 0.5)
     a = b = np.zeros((DIM + 1, CLASSES))
     for _ in range(2):
         a, _ = flower(a, None)
@@ -56,13 +59,13 @@ def test_two_rounds_over_secagg_are_the_in_process_rounds(monkeypatch):
 
 def test_the_coordinator_gets_the_inputs_and_shares_summed(monkeypatch):
     record, (xs, ys) = _record(), _data(1)
-    drawn = []
+    drawn, draw = [], sk.skellam_share
 
     def recording(source, mu, clients, shape):
-        drawn.append(sk.skellam_share(source, mu, clients, shape))
+        drawn.append(draw(source, mu, clients, shape))
         return drawn[-1]
 
-    monkeypatch.setattr(flower_fedsgd, "skellam_share", recording)
+    monkeypatch.setattr(sk, "skellam_share", recording)
     theta = np.zeros((DIM + 1, CLASSES))
     new, _ = _flower(record, xs, ys)(theta, None)
     sums = np.asarray(secure_fedavg.quantised_sums(record)(theta.astype(np.float32), xs, ys)).astype(np.int64)
