@@ -509,7 +509,7 @@ def silos_run_command(config_path, workdir, settings, silos, overwrite):
 @opt.overwrite("Replace an existing federated model of the run directory.")
 def silos_fedavg_command(config_path, workdir, settings, silos, overwrite):
     """Train DP-FedSGD across silos: [fedavg] rounds of Flower's SecAgg+, each silo adding its share
-    of the distributed noise ([fedavg] mechanism = "skellam"); the coordinator writes fedavg.json
+    of the distributed noise ([fedavg] mechanism = "ddg", exact, or "skellam"); the coordinator writes fedavg.json
     once every round has ended and charges the ledger once ([silos] ledger)."""
     from pate.baselines.fedavg_silos import run
 
