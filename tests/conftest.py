@@ -375,6 +375,38 @@ def snapshot(directory) -> dict:
     return out
 
 
+def run_with_a_silo_killed(tmp_path, config_path, run, silo: int = 2):
+    """``run(config, workdir)``, a `pate silos` coordinator, against a local SuperLink and 3 SuperNodes
+    (`pate.programs.flower_deploy.LocalDeployment`), SuperNode ``silo`` killed once it has answered
+    once: ``(the PateError the run raised, the config it ran, seconds taken)``. The run directory is
+    ``tmp_path / "run"``."""
+    import threading
+    import time
+
+    from analysis.core.errors import PateError
+    from pate.config import load_config
+    from pate.programs.flower_deploy import LocalDeployment
+
+    with LocalDeployment(tmp_path / "flower", config_path, 3) as local:
+        config = load_config(config_path, {"silos.address": local.address})
+        deadline = time.monotonic() + 120
+
+        def kill_after_first_reply():
+            while "Sent successfully" not in local.logs[silo].read_text(errors="replace"):
+                assert time.monotonic() < deadline, f"silo {silo} never answered"
+                time.sleep(0.2)
+            local.stop(local.nodes[silo])
+
+        killer = threading.Thread(target=kill_after_first_reply, daemon=True)
+        killer.start()
+        began = time.monotonic()
+        with pytest.raises(PateError) as err:
+            run(config, tmp_path / "run", echo=lambda _: None)
+        took = time.monotonic() - began
+        killer.join(timeout=5)
+    return err.value, config, took
+
+
 def invoke(*args):
     """``pate ARGS...`` through click's test runner (arguments turned into strings)."""
     from click.testing import CliRunner

@@ -27,7 +27,7 @@ from pate.baselines import fedavg_silos as fs
 from pate.store import rundir
 from pate.store.ledger import Ledger
 
-from conftest import TINY, invoke, one_line_error
+from conftest import TINY, invoke, one_line_error, run_with_a_silo_killed
 
 #: The tiny synthetic config (480 records, 8x8 pixels, 4 classes) as DP-FedSGD of 2 rounds over 3 silos.
 FED = {"fedavg.mechanism": "skellam", "fedavg.rounds": 2, "fedavg.grid": 20, "fedavg.clients": 3,
@@ -165,30 +165,11 @@ def test_a_superlink_and_three_supernodes_train_with_one_charge(tmp_path):
 @pytest.mark.slow
 def test_a_killed_supernode_stops_the_run_with_nothing_written_or_charged(tmp_path, monkeypatch):
     import tempfile
-    import threading
-
-    from pate.programs.flower_deploy import LocalDeployment
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the Flower logs a failed run keeps
-    config, paths = _configs(tmp_path, **{"silos.timeout": 20.0})
-    with LocalDeployment(tmp_path / "flower", paths[0], 3) as local:
-        config = load_config(paths[0], {"silos.address": local.address})
-        deadline = time.monotonic() + 120
-
-        def kill_after_first_reply():
-            while "Sent successfully" not in local.logs[2].read_text(errors="replace"):
-                assert time.monotonic() < deadline, "silo 2 never answered"
-                time.sleep(0.2)
-            local.stop(local.nodes[2])
-
-        killer = threading.Thread(target=kill_after_first_reply, daemon=True)
-        killer.start()
-        began = time.monotonic()
-        with pytest.raises(PateError) as err:
-            fs.run(config, tmp_path / "run", echo=lambda _: None)
-        took = time.monotonic() - began
-        killer.join(timeout=5)
-    assert "\n" not in str(err.value) and "nothing was released or charged by the coordinator" in str(err.value)
+    _, paths = _configs(tmp_path, **{"silos.timeout": 20.0})
+    error, config, took = run_with_a_silo_killed(tmp_path, paths[0], fs.run)
+    assert "\n" not in str(error) and "nothing was released or charged by the coordinator" in str(error)
     assert not (tmp_path / "run" / rundir.FEDAVG_JSON).exists() and _entries(config) == []
     assert _silo_entries(config, 2) == []  # killed before its input was asked: nothing charged
     print(f"a killed SuperNode stopped the run in {took:.1f} s")

@@ -31,7 +31,7 @@ from pate.steps import label_silos as silos
 from pate.store import rundir
 from pate.store.ledger import Ledger
 
-from conftest import TINY, invoke, one_line_error, write_embeddings
+from conftest import TINY, invoke, one_line_error, run_with_a_silo_killed, write_embeddings
 
 FINE = {"aggregation.mechanism": "fine-grained", "fine_grained.pca": 8, "features.map": "none",
         "fine_grained.smoothing": 10}
@@ -268,31 +268,10 @@ def test_a_superlink_and_three_supernodes_release_with_one_charge(tmp_path, ledg
 def test_a_killed_supernode_stops_the_round_with_nothing_charged(tmp_path, monkeypatch):
     import tempfile
 
-    from pate.programs.flower_deploy import LocalDeployment
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the Flower logs a failed release keeps
-
-    config, paths = _configs(tmp_path, **{"silos.timeout": 20.0})
-    with LocalDeployment(tmp_path / "flower", paths[0], 3) as local:
-        config = load_config(paths[0], {"silos.address": local.address})
-        deadline = time.monotonic() + 120
-
-        def kill_after_first_reply():
-            while "Sent successfully" not in local.logs[2].read_text(errors="replace"):
-                assert time.monotonic() < deadline, "silo 2 never answered"
-                time.sleep(0.2)
-            local.stop(local.nodes[2])
-
-        import threading
-
-        killer = threading.Thread(target=kill_after_first_reply, daemon=True)
-        killer.start()
-        began = time.monotonic()
-        with pytest.raises(PateError) as err:
-            silos.run(config, tmp_path / "run", echo=lambda _: None)
-        took = time.monotonic() - began
-        killer.join(timeout=5)
-    assert "\n" not in str(err.value) and "nothing was released or charged by the coordinator" in str(err.value)
+    _, paths = _configs(tmp_path, **{"silos.timeout": 20.0})
+    error, config, took = run_with_a_silo_killed(tmp_path, paths[0], silos.run)
+    assert "\n" not in str(error) and "nothing was released or charged by the coordinator" in str(error)
     assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists() and _entries(config) == []
     assert _silo_entries(config, 2) == []  # killed before its input was asked: nothing charged
     print(f"a killed SuperNode stopped the round in {took:.1f} s")
