@@ -61,6 +61,20 @@ def write_embeddings(path, train: int = 480, test: int = 300, features: int = EM
     return str(path)
 
 
+def clean_and_poisoned_embeddings(tmp_path, train: int, test: int = 260) -> tuple[str, pathlib.Path]:
+    """Two npz data sets of embeddings with the same public pool: ``clean`` (`write_embeddings`) and
+    ``poisoned``, whose private rows are NaN and private labels -1, which every loader of the private
+    split refuses: a command that prints the same for both never read a private record."""
+    (tmp_path / "clean").mkdir(), (tmp_path / "poisoned").mkdir()
+    clean = write_embeddings(tmp_path / "clean" / "e.npz", train=train, test=test)
+    with np.load(clean) as f:
+        arrays = dict(f)
+    poisoned = tmp_path / "poisoned" / "e.npz"
+    np.savez(poisoned, **{**arrays, "x_train": np.full_like(arrays["x_train"], np.nan),
+                          "y_train": np.full_like(arrays["y_train"], -1)})
+    return clean, poisoned
+
+
 def embedding_sets(path) -> list[str]:
     out = ["data.name=\"npz\"", f"data.path={json.dumps(str(path))}", *EMBEDDING_SETS]
     return [a for s in out for a in ("--set", s)]

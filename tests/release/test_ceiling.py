@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from analysis.core.errors import PateError
-from conftest import ROOT, TINY, invoke, one_line_error, write_embeddings
+from conftest import ROOT, TINY, clean_and_poisoned_embeddings, invoke, one_line_error, write_embeddings
 from pate import data
 from pate.config import load_config
 from pate.release import ceiling as ceiling_mod
@@ -140,13 +140,7 @@ def test_the_private_split_is_never_read(tmp_path, monkeypatch, ledger_dir):
     prints the very report of the same pool beside a clean train split; it leads with what it
     is, spends no eps and writes no file. One teacher of 400 records: more than the 100
     stand-in records, so one head on all of them, and the report says so."""
-    (tmp_path / "clean").mkdir(), (tmp_path / "poisoned").mkdir()
-    clean = write_embeddings(tmp_path / "clean" / "e.npz", train=400, test=260)
-    with np.load(clean) as f:
-        arrays = dict(f)
-    poisoned = tmp_path / "poisoned" / "e.npz"
-    np.savez(poisoned, **{**arrays, "x_train": np.full_like(arrays["x_train"], np.nan),
-                          "y_train": np.full_like(arrays["y_train"], -1)})
+    clean, poisoned = clean_and_poisoned_embeddings(tmp_path, train=400)
     with pytest.raises(PateError):
         data.load_npz(str(poisoned))
     expected = ceiling_mod.ceiling(embeddings_config(clean), heads=2, echo=lambda *_: None)

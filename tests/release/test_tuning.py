@@ -15,7 +15,7 @@ import pytest
 
 from analysis.core.errors import PateError
 from analysis.mechanisms import fine_grained as fg
-from conftest import TINY, invoke, one_line_error, write_embeddings
+from conftest import TINY, clean_and_poisoned_embeddings, invoke, one_line_error, write_embeddings
 from pate import data
 from pate.config import load_config
 from pate.release import public_proxy, tuning
@@ -142,13 +142,7 @@ def test_ceiling_tune_reads_the_public_pool_only(tmp_path, monkeypatch, ledger_d
     """`pate ceiling --tune --json` on an .npz whose private rows are NaN (its loaders replaced by
     failures) prints the clean data set's very table; it leads with what it is, prints the
     winner and the `--set` line, spends nothing and writes nothing."""
-    (tmp_path / "clean").mkdir(), (tmp_path / "poisoned").mkdir()
-    clean = write_embeddings(tmp_path / "clean" / "e.npz", train=600, test=260)
-    with np.load(clean) as f:
-        arrays = dict(f)
-    poisoned = tmp_path / "poisoned" / "e.npz"
-    np.savez(poisoned, **{**arrays, "x_train": np.full_like(arrays["x_train"], np.nan),
-                          "y_train": np.full_like(arrays["y_train"], -1)})
+    clean, poisoned = clean_and_poisoned_embeddings(tmp_path, train=600)
     expected = invoke("ceiling", "--config", TINY, *_sets({**ROWS, "data.path": clean}), "--tune", "--json")
     assert expected.exit_code == 0, expected.output
     text = invoke("ceiling", "--config", TINY, *_sets({**ROWS, "data.path": clean}), "--tune", "--draws", 2)
