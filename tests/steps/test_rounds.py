@@ -330,8 +330,7 @@ def test_student_of_both_rounds_can_start_from_the_round1_student(two_rounds, tm
     round-1 weights (at a learning rate of ~0 it ends there) and trains `student_steps`."""
     from pate.programs.student_training import load_student
 
-    run = tmp_path / "run"
-    shutil.copytree(two_rounds["workdir"], run)
+    run = own_copy(two_rounds["workdir"], tmp_path / "run")  # with its ledger: a run belongs to one
     text = (run / rundir.CONFIG_TOML).read_text()
     text = text.replace('student_init = "scratch"', 'student_init = "round1"').replace("student_steps = 0",
                                                                                      "student_steps = 3")
