@@ -13,7 +13,6 @@ import click
 from analysis.mechanisms import registry
 from pate.cli import baseline_options as baseline
 from pate.cli import options as opt
-from pate.config.silo_sections import MAX_SILOS
 
 
 def start_cluster(distributed: bool, coordinator, num_processes, process_id, join_timeout) -> None:
@@ -484,10 +483,7 @@ def silos_group() -> None:
 @opt.config()
 @opt.workdir("Run directory of the coordinator (created if missing): labels.npz, config.toml.")
 @opt.settings()
-@click.option("--silos", type=click.IntRange(2, MAX_SILOS), help="Run N silos here: a SuperLink and N SuperNodes on "
-              "127.0.0.1, silo i holding the i-th slice of the [data] train split (sets silos.silos). Without it the "
-              "release is submitted to the SuperLink at [silos] address, whose SuperNodes are the silos; run it on "
-              "that SuperLink's host.")
+@opt.local_silos("release")
 @opt.overwrite("Replace an existing release of the run directory.")
 def silos_run_command(config_path, workdir, settings, silos, overwrite):
     """Release fine-grained labels of every pool point from the silos' secure sum, as the
@@ -502,10 +498,7 @@ def silos_run_command(config_path, workdir, settings, silos, overwrite):
 @opt.config()
 @opt.workdir("Run directory of the coordinator (created if missing): fedavg.json, fedavg/, config.toml.")
 @opt.settings()
-@click.option("--silos", type=click.IntRange(2, MAX_SILOS), help="Run N silos here: a SuperLink and N SuperNodes on "
-              "127.0.0.1, silo i holding the i-th slice of the [data] train split (sets silos.silos). Without it the "
-              "training is submitted to the SuperLink at [silos] address, whose SuperNodes are the silos; run it on "
-              "that SuperLink's host.")
+@opt.local_silos("training")
 @opt.overwrite("Replace an existing federated model of the run directory.")
 def silos_fedavg_command(config_path, workdir, settings, silos, overwrite):
     """Train DP-FedSGD across silos: [fedavg] rounds of Flower's SecAgg+, each silo adding its share

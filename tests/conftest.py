@@ -389,11 +389,30 @@ def snapshot(directory) -> dict:
     return out
 
 
-def run_with_a_silo_killed(tmp_path, config_path, run, silo: int = 2):
+def coordinator_entries(config) -> list:
+    """The entries of the `pate silos` coordinator's ledger (``[silos] ledger``), none if it has none."""
+    from pate.programs.silo_party import ledger_name
+    from pate.store.ledger import Ledger
+
+    book = Ledger(ledger_name(config))
+    return book.entries() if book.exists() else []
+
+
+def silo_entries(config, silo: int, records: int = 480, silos: int = 3) -> list:
+    """The releases in the ledger of silo `silo`'s records (its block of the `records`), none if it has none."""
+    from pate.programs.cluster import block
+    from pate.release import silo_ledger
+
+    book = silo_ledger.silo_ledger(config, block(records, silos, silo))
+    return book.releases() if book.exists() else []
+
+
+def run_with_a_silo_killed(tmp_path, monkeypatch, config_path, run, silo: int = 2):
     """``run(config, workdir)``, a `pate silos` coordinator, against a local SuperLink and 3 SuperNodes
     (`pate.programs.flower_deploy.LocalDeployment`), SuperNode ``silo`` killed once it has answered
     once: ``(the PateError the run raised, the config it ran, seconds taken)``. The run directory is
-    ``tmp_path / "run"``."""
+    ``tmp_path / "run"``; the Flower logs a failed run keeps go to ``tmp_path``."""
+    import tempfile
     import threading
     import time
 
@@ -401,6 +420,7 @@ def run_with_a_silo_killed(tmp_path, config_path, run, silo: int = 2):
     from pate.config import load_config
     from pate.programs.flower_deploy import LocalDeployment
 
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with LocalDeployment(tmp_path / "flower", config_path, 3) as local:
         config = load_config(config_path, {"silos.address": local.address})
         deadline = time.monotonic() + 120

@@ -56,7 +56,7 @@ import numpy as np
 from analysis.accounting.ddg_rdp import tau
 from analysis.core.errors import PateError
 from analysis.mechanisms import composition
-from analysis.mechanisms.quantised_sum import (QuantisedSum, check_failure, check_sizes, count, modulus,
+from analysis.mechanisms.quantised_sum import (MESSAGE_NOTE, QuantisedSum, check_failure, check_sizes, count, modulus,
                                                noise_reach, positive)
 
 #: The largest t (σ² = t(t − 1)) the exact vectorised sampler takes (its constant 2t(t − 1) <= 2^40).
@@ -205,6 +205,5 @@ class DDGSum(QuantisedSum):
     def to_json(self, length: int) -> dict:
         return {"kind": "ddg", **self._json(length), "sigma2_steps": self.sigma2,
                 "share": f"exact discrete Gaussian N_Z(0, sigma2_steps) per coordinate",
-                "note": "each client sends (sum of its records' round(scale x clipped gradient), rows of squared "
-                        "norm > bound2 zeroed, + its share) mod modulus; the server sees the decoded sum of the n "
-                        "shares alone (Kairouz, Liu & Steinke 2021) and steps by -lr x sum / (scale x records)"}
+                "note": MESSAGE_NOTE + "the server sees the decoded sum of the n shares alone (Kairouz, Liu & "
+                        "Steinke 2021) and steps by -lr x sum / (scale x records)"}

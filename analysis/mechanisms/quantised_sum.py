@@ -203,6 +203,11 @@ class QuantisedSum:
                 f"<= {self.failure:g})")
 
 
+#: What every record's fedavg.json note says first: what a client sends (its record adds what the server sees).
+MESSAGE_NOTE = ("each client sends (sum of its records' round(scale x clipped gradient), rows of squared norm > bound2 "
+                "zeroed, + its share) mod modulus; ")
+
+
 def decode(residues, modulus: int) -> np.ndarray:
     """The integers in [−(M − 1)/2, (M − 1)/2] whose residues mod M (odd) are `residues`."""
     m = np.mod(np.asarray(residues, np.int64), int(modulus))

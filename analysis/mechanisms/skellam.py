@@ -110,7 +110,7 @@ import numpy as np
 from analysis.accounting.skellam_rdp import rdp
 from analysis.core.errors import PateError
 from analysis.mechanisms import composition
-from analysis.mechanisms.quantised_sum import QuantisedSum, check_failure, check_sizes
+from analysis.mechanisms.quantised_sum import MESSAGE_NOTE, QuantisedSum, check_failure, check_sizes
 from analysis.mechanisms.quantised_sum import count as _count
 from analysis.mechanisms.quantised_sum import modulus as _modulus
 from analysis.mechanisms.quantised_sum import noise_reach as _noise_reach
@@ -274,6 +274,5 @@ class SkellamSum(QuantisedSum):
     def to_json(self, length: int) -> dict:
         return {"kind": "skellam", **self._json(length), "mu": self.mu,
                 "share": f"Poisson(mu/{self.clients}) - Poisson(mu/{self.clients}) per coordinate",
-                "note": "each client sends (sum of its records' round(scale x clipped gradient), rows of squared "
-                        "norm > bound2 zeroed, + its share) mod modulus; the n shares sum to exactly Sk(mu); the "
-                        "server sees the decoded sum alone and steps by -lr x sum / (scale x records)"}
+                "note": MESSAGE_NOTE + "the n shares sum to exactly Sk(mu); the server sees the decoded sum alone "
+                        "and steps by -lr x sum / (scale x records)"}

@@ -16,6 +16,7 @@ from analysis.core.errors import OptionError, PateError
 from analysis.mechanisms import registry
 from pate.config import PrivacyConfig
 from pate.config.checks import FEATURE_MAPS
+from pate.config.silo_sections import MAX_SILOS
 
 #: The library's defaults of the privacy settings an option leaves out.
 DEFAULTS = PrivacyConfig()
@@ -286,6 +287,14 @@ def check_cluster(distributed: bool, coordinator=None, num_processes=None, proce
 
 def overwrite(help: str):
     return click.option("--overwrite", is_flag=True, help=help)
+
+
+def local_silos(what: str):
+    """`pate silos …`'s ``--silos N``: a local deployment, or ``what`` submitted to ``[silos] address``."""
+    return click.option("--silos", type=click.IntRange(2, MAX_SILOS), help="Run N silos here: a SuperLink and N "
+                        "SuperNodes on 127.0.0.1, silo i holding the i-th slice of the [data] train split (sets "
+                        f"silos.silos). Without it the {what} is submitted to the SuperLink at [silos] address, whose "
+                        "SuperNodes are the silos; run it on that SuperLink's host.")
 
 
 def seed_option(help: str):

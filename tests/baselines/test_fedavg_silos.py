@@ -18,16 +18,12 @@ from analysis.mechanisms import composition
 from analysis.mechanisms import skellam as sk
 from pate.baselines import fedavg
 from pate.config import config_to_toml, load_config
-from pate.programs.cluster import block
 from pate.programs.data_facts import with_data_defaults
 from pate.programs.flower_loopback import loopback_grid, server_context
-from pate.programs.silo_party import ledger_name
-from pate.release import silo_ledger
 from pate.baselines import fedavg_silos as fs
 from pate.store import rundir
-from pate.store.ledger import Ledger
 
-from conftest import TINY, invoke, one_line_error, run_with_a_silo_killed
+from conftest import TINY, coordinator_entries, invoke, one_line_error, run_with_a_silo_killed, silo_entries
 
 #: The tiny synthetic config (480 records, 8x8 pixels, 4 classes) as DP-FedSGD of 2 rounds over 3 silos.
 FED = {"fedavg.mechanism": "skellam", "fedavg.rounds": 2, "fedavg.grid": 20, "fedavg.clients": 3,
@@ -49,16 +45,6 @@ def _configs(tmp_path, theirs: dict | None = None, **more):
 def _grid(paths, answers=None):
     nodes = [{"pate_config": str(p), "silo": i, "slice": True} for i, p in enumerate(paths)]
     return loopback_grid(fs.client_app, nodes, answers=answers)
-
-
-def _entries(config) -> list:
-    book = Ledger(ledger_name(config))
-    return book.entries() if book.exists() else []
-
-
-def _silo_entries(config, silo: int) -> list:
-    book = silo_ledger.silo_ledger(config, block(480, 3, silo))
-    return book.releases() if book.exists() else []
 
 
 def _zero_shares(monkeypatch):
@@ -83,11 +69,11 @@ def test_three_silos_train_the_in_process_model_and_charge_once(tmp_path, monkey
     record = json.loads((run / rundir.FEDAVG_JSON).read_text())
     assert record["silos"]["silos"] == 3 and record["mechanism"] == "skellam" and record["rounds"] == 2
     assert record["eps"] == pytest.approx(result.eps) and result.eps <= config.fedavg.eps
-    entries = _entries(config)  # the coordinator: ONE charge, the central composition
+    entries = coordinator_entries(config)  # the coordinator: ONE charge, the central composition
     assert [e["kind"] for e in entries] == ["fedavg"] and entries[0]["cost"]["kind"] == "skellam"
     assert entries[0]["cost"]["count"] == 2
     for i in range(3):  # each silo: one charge a round, at its own share's noise
-        charged = _silo_entries(config, i)
+        charged = silo_entries(config, i)
         assert [e["mechanism"]["round"] for e in charged] == [1, 2]
         assert charged[0]["cost"]["mu"] == pytest.approx(record["grid"]["mu"] / 3)
     assert any("across 3 silos: 3 shares in each of 2 rounds" in line for line in lines)
@@ -99,16 +85,16 @@ def test_a_silo_killed_mid_run_stops_it_and_the_coordinator_writes_and_charges_n
         fs.coordinate(config, tmp_path / "run", _grid(paths, answers={2: 5}), server_context(), echo=lambda _: None)
     assert "\n" not in str(err.value) and str(err.value).startswith("round 2 of 2:")
     assert "nothing was released or charged by the coordinator" in str(err.value)
-    assert not (tmp_path / "run" / rundir.FEDAVG_JSON).exists() and _entries(config) == []
-    assert [len(_silo_entries(config, i)) for i in range(3)] == [1, 1, 1]  # round 1 was sent: kept
+    assert not (tmp_path / "run" / rundir.FEDAVG_JSON).exists() and coordinator_entries(config) == []
+    assert [len(silo_entries(config, i)) for i in range(3)] == [1, 1, 1]  # round 1 was sent: kept
 
 
 def test_a_silo_on_another_plan_refuses_before_any_input_and_nothing_is_charged(tmp_path):
     config, paths = _configs(tmp_path, theirs={"fedavg.eps": 2.0})
     with pytest.raises(PateError, match="silo 1: the coordinator's plan is not this silo's") as err:
         fs.coordinate(config, tmp_path / "run", _grid(paths), server_context(), echo=lambda _: None)
-    assert "\n" not in str(err.value) and _entries(config) == []
-    assert [len(_silo_entries(config, i)) for i in range(3)] == [0, 0, 0]
+    assert "\n" not in str(err.value) and coordinator_entries(config) == []
+    assert [len(silo_entries(config, i)) for i in range(3)] == [0, 0, 0]
 
 
 def test_a_silo_whose_budget_cannot_pay_every_round_refuses_before_its_first_input(tmp_path):
@@ -120,8 +106,8 @@ def test_a_silo_whose_budget_cannot_pay_every_round_refuses_before_its_first_inp
     _, paths = _configs(tmp_path, theirs={"privacy.total_budget": (one + every) / 2})
     with pytest.raises(PateError, match="silo 1: its messages of the 2 rounds left") as err:
         fs.coordinate(config, tmp_path / "run", _grid(paths), server_context(), echo=lambda _: None)
-    assert "\n" not in str(err.value) and _entries(config) == []
-    assert [len(_silo_entries(config, i)) for i in range(3)] == [0, 0, 0]
+    assert "\n" not in str(err.value) and coordinator_entries(config) == []
+    assert [len(silo_entries(config, i)) for i in range(3)] == [0, 0, 0]
 
 
 def test_a_silos_charge_is_the_theorem_at_its_own_share_and_composes_over_rounds():
@@ -155,8 +141,8 @@ def test_a_superlink_and_three_supernodes_train_with_one_charge(tmp_path):
     assert result.exit_code == 0, result.output
     assert "across 3 silos: 3 shares in each of 2 rounds" in result.output
     config = with_data_defaults(load_config(TINY, {**FED, "silos.timeout": 30.0}))
-    assert [e["kind"] for e in _entries(config)] == ["fedavg"]
-    assert [len(_silo_entries(config, i)) for i in range(3)] == [2, 2, 2]  # each SuperNode: a charge a round
+    assert [e["kind"] for e in coordinator_entries(config)] == ["fedavg"]
+    assert [len(silo_entries(config, i)) for i in range(3)] == [2, 2, 2]  # each SuperNode: a charge a round
     record = json.loads((tmp_path / "run" / rundir.FEDAVG_JSON).read_text())
     assert record["silos"]["present"] == 3 and record["accuracy"] > 0.3
     print(f"pate silos fedavg --silos 3, 2 rounds (SuperLink + 3 SuperNodes): {took:.1f} s")
@@ -164,12 +150,9 @@ def test_a_superlink_and_three_supernodes_train_with_one_charge(tmp_path):
 
 @pytest.mark.slow
 def test_a_killed_supernode_stops_the_run_with_nothing_written_or_charged(tmp_path, monkeypatch):
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the Flower logs a failed run keeps
     _, paths = _configs(tmp_path, **{"silos.timeout": 20.0})
-    error, config, took = run_with_a_silo_killed(tmp_path, paths[0], fs.run)
+    error, config, took = run_with_a_silo_killed(tmp_path, monkeypatch, paths[0], fs.run)
     assert "\n" not in str(error) and "nothing was released or charged by the coordinator" in str(error)
-    assert not (tmp_path / "run" / rundir.FEDAVG_JSON).exists() and _entries(config) == []
-    assert _silo_entries(config, 2) == []  # killed before its input was asked: nothing charged
+    assert not (tmp_path / "run" / rundir.FEDAVG_JSON).exists() and coordinator_entries(config) == []
+    assert silo_entries(config, 2) == []  # killed before its input was asked: nothing charged
     print(f"a killed SuperNode stopped the run in {took:.1f} s")

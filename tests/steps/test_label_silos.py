@@ -23,7 +23,6 @@ from pate.programs.data_facts import with_data_defaults
 from pate.programs.flower_loopback import loopback_grid, server_context
 from analysis.mechanisms.silos import guaranteed_eps
 from pate.programs.cluster import block
-from pate.programs.silo_party import ledger_name
 from pate.release import silo_ledger
 from pate.release.fine_grained_release import noise_of
 from pate.release.labels import read_labels
@@ -31,7 +30,8 @@ from pate.steps import label_silos as silos
 from pate.store import rundir
 from pate.store.ledger import Ledger
 
-from conftest import TINY, invoke, one_line_error, run_with_a_silo_killed, write_embeddings
+from conftest import (TINY, coordinator_entries, invoke, one_line_error, run_with_a_silo_killed, silo_entries,
+                      write_embeddings)
 
 FINE = {"aggregation.mechanism": "fine-grained", "fine_grained.pca": 8, "features.map": "none",
         "fine_grained.smoothing": 10}
@@ -58,17 +58,6 @@ def _nodes(paths, indices=None):
             for i, p in enumerate(paths)]
 
 
-def _entries(config) -> list:
-    book = Ledger(ledger_name(config))
-    return book.entries() if book.exists() else []
-
-
-def _silo_entries(config, silo: int) -> list:
-    """The releases in the ledger of silo `silo`'s records (its third of the 480)."""
-    book = silo_ledger.silo_ledger(config, block(480, 3, silo))
-    return book.releases() if book.exists() else []
-
-
 def _ledger_files(folder) -> dict:
     return {p.name: p.read_bytes() for p in sorted(folder.glob("*.jsonl"))}
 
@@ -93,7 +82,7 @@ def test_three_silos_release_every_label_with_one_charge_and_the_coordinator_rea
     with np.load(run / rundir.LABELS_NPZ, allow_pickle=False) as f:
         meta = json.loads(str(f["meta"]))
     assert meta["silos"]["present"] == 3 and meta["ledger"] == "silos:records"
-    entries = _entries(config)
+    entries = coordinator_entries(config)
     assert [e["kind"] for e in entries] == ["labels"] and entries[0]["mechanism"]["silos"] == 3
     assert entries[0]["mechanism"]["eps"] == result.eps == 1.0
     assert result.present == 3 and result.label_accuracy > 0.5
@@ -102,7 +91,7 @@ def test_three_silos_release_every_label_with_one_charge_and_the_coordinator_rea
     assert "3 present; 3 of 3 needed" in analyzed.output  # the report names the trust it assumes
     release = json.loads((run / rundir.RELEASE_JSON).read_text())
     assert release["data_set"]["data_set"] == "silos:records" and release["data_set"]["eps"] == pytest.approx(1.0, rel=1e-4)
-    assert [e["kind"] for e in _entries(config)] == ["labels"]  # the report charged nothing more
+    assert [e["kind"] for e in coordinator_entries(config)] == ["labels"]  # the report charged nothing more
 
 
 def test_silos_on_their_own_files_and_a_coordinator_holding_the_pool_alone(tmp_path):
@@ -122,7 +111,7 @@ def test_silos_on_their_own_files_and_a_coordinator_holding_the_pool_alone(tmp_p
     nodes = [{"pate_config": str(p), "silo": i} for i, p in enumerate(paths)]
     made = silos.coordinate(config, tmp_path / "run", loopback_grid(silos.client_app, nodes), server_context(),
                             echo=lambda _: None)
-    assert made.present == 3 and made.label_accuracy > 0.5 and [e["kind"] for e in _entries(config)] == ["labels"]
+    assert made.present == 3 and made.label_accuracy > 0.5 and [e["kind"] for e in coordinator_entries(config)] == ["labels"]
     with pytest.raises(PateError, match=r"set \[silos\] records"):  # a silo's own count bounds no one else's
         silos.contribute({"pate_config": str(_unbounded(tmp_path, paths[0])), "silo": 0}, {})
 
@@ -142,9 +131,9 @@ def test_a_silo_killed_mid_round_stops_it_and_nothing_is_charged(tmp_path):
         silos.coordinate(config, tmp_path / "run", grid, server_context(), echo=lambda _: None)
     assert "\n" not in str(err.value) and "nothing was released or charged by the coordinator" in str(err.value)
     assert time.monotonic() - began < 30
-    assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists() and _entries(config) == []
+    assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists() and coordinator_entries(config) == []
     # silo 2 never sent its input: nothing charged; silos 0 and 1 had sent theirs: kept (conservative)
-    assert [len(_silo_entries(config, i)) for i in range(3)] == [1, 1, 0]
+    assert [len(silo_entries(config, i)) for i in range(3)] == [1, 1, 0]
 
 
 def test_each_silo_charges_its_own_records_every_round_it_sends_a_share(tmp_path):
@@ -157,11 +146,11 @@ def test_each_silo_charges_its_own_records_every_round_it_sends_a_share(tmp_path
                                 server_context(), echo=lambda _: None)
         assert made.eps == noise.eps()
         for i in range(3):
-            entries = _silo_entries(config, i)
+            entries = silo_entries(config, i)
             assert len(entries) == round_
             assert entries[-1]["cost"] == {"kind": "pure", "eps0": share_eps, "count": 1.0}
             assert entries[-1]["mechanism"]["silo"] == i and entries[-1]["mechanism"]["release_eps"] == noise.eps()
-    assert len(_entries(config)) == 2  # the coordinator's ledger: what it published, once a release
+    assert len(coordinator_entries(config)) == 2  # the coordinator's ledger: what it published, once a release
     # a silo's ledger is the one a central command gives the same records (here: silo 1's third in a file of its own)
     whole = np.load(config.data.path)
     np.savez(tmp_path / "third.npz", x_train=whole["x_train"][160:320], y_train=whole["y_train"][160:320],
@@ -198,7 +187,7 @@ def test_fewer_silos_than_needed_are_refused_and_enough_are_released(tmp_path):
     config, paths = _configs(tmp_path, **{"silos.needed": 2})
     made = silos.coordinate(config, tmp_path / "run", loopback_grid(silos.client_app, _nodes(paths), answers={2: 2}),
                             server_context(), echo=lambda _: None)
-    assert made.present == 2 and [e["kind"] for e in _entries(config)] == ["labels"]  # 2 of 3 shares: the central law
+    assert made.present == 2 and [e["kind"] for e in coordinator_entries(config)] == ["labels"]  # 2 of 3 shares: the central law
 
 
 def test_a_silo_on_other_settings_refuses_and_nothing_is_charged(tmp_path):
@@ -207,8 +196,8 @@ def test_a_silo_on_other_settings_refuses_and_nothing_is_charged(tmp_path):
         silos.coordinate(config, tmp_path / "run", loopback_grid(silos.client_app, _nodes(paths)), server_context(),
                          echo=lambda _: None)
     assert "silo 1: the coordinator's plan is not this silo's" in str(err.value) and "\n" not in str(err.value)
-    assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists() and _entries(config) == []
-    assert [_silo_entries(config, i) for i in range(3)] == [[], [], []]  # refused at setup: no input was sent
+    assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists() and coordinator_entries(config) == []
+    assert [silo_entries(config, i) for i in range(3)] == [[], [], []]  # refused at setup: no input was sent
 
 
 def test_one_silo_index_twice_is_refused_before_the_release(tmp_path):
@@ -216,7 +205,7 @@ def test_one_silo_index_twice_is_refused_before_the_release(tmp_path):
     with pytest.raises(PateError, match="silo 1 answered twice"):
         silos.coordinate(config, tmp_path / "run", loopback_grid(silos.client_app, _nodes(paths, [0, 1, 1])),
                          server_context(), echo=lambda _: None)
-    assert _entries(config) == []
+    assert coordinator_entries(config) == []
 
 
 def test_missing_silos_are_waited_for_then_refused(tmp_path):
@@ -224,7 +213,7 @@ def test_missing_silos_are_waited_for_then_refused(tmp_path):
     with pytest.raises(PateError, match="only 2 of the 3 silos joined"):
         silos.coordinate(config, tmp_path / "run", loopback_grid(silos.client_app, _nodes(paths[:2])),
                          server_context(), echo=lambda _: None)
-    assert _entries(config) == []
+    assert coordinator_entries(config) == []
 
 
 def test_the_command_refuses_bad_settings_before_starting_anything(tmp_path, monkeypatch):
@@ -257,8 +246,8 @@ def test_a_superlink_and_three_supernodes_release_with_one_charge(tmp_path, ledg
     assert result.exit_code == 0, result.output
     assert "from 3 silos' secure sum" in result.output
     config = with_data_defaults(load_config(TINY, settings))
-    assert [e["kind"] for e in _entries(config)] == ["labels"]
-    assert [len(_silo_entries(config, i)) for i in range(3)] == [1, 1, 1]  # each SuperNode charged its third
+    assert [e["kind"] for e in coordinator_entries(config)] == ["labels"]
+    assert [len(silo_entries(config, i)) for i in range(3)] == [1, 1, 1]  # each SuperNode charged its third
     assert len(_ledger_files(ledger_dir)) == 4
     assert read_labels(tmp_path / "run" / rundir.LABELS_NPZ)["labels"].shape == (200,)
     print(f"pate silos run --silos 3 (SuperLink + 3 SuperNodes): {took:.1f} s")
@@ -266,12 +255,9 @@ def test_a_superlink_and_three_supernodes_release_with_one_charge(tmp_path, ledg
 
 @pytest.mark.slow
 def test_a_killed_supernode_stops_the_round_with_nothing_charged(tmp_path, monkeypatch):
-    import tempfile
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the Flower logs a failed release keeps
     _, paths = _configs(tmp_path, **{"silos.timeout": 20.0})
-    error, config, took = run_with_a_silo_killed(tmp_path, paths[0], silos.run)
+    error, config, took = run_with_a_silo_killed(tmp_path, monkeypatch, paths[0], silos.run)
     assert "\n" not in str(error) and "nothing was released or charged by the coordinator" in str(error)
-    assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists() and _entries(config) == []
-    assert _silo_entries(config, 2) == []  # killed before its input was asked: nothing charged
+    assert not (tmp_path / "run" / rundir.LABELS_NPZ).exists() and coordinator_entries(config) == []
+    assert silo_entries(config, 2) == []  # killed before its input was asked: nothing charged
     print(f"a killed SuperNode stopped the round in {took:.1f} s")
