@@ -443,11 +443,14 @@ def release(counts, noise: Noise, source: NoiseSource) -> np.ndarray:
         raise PateError(f"counts must be vote_histogram's (points, classes) int64 array, got {c.dtype} {c.shape}")
     if not isinstance(noise, Noise):
         raise PateError(f"noise must be a fine_grained.Noise, got {type(noise).__name__}")
+    return c + noise_draw(noise, source, c.shape)
+
+
+def noise_draw(noise: Noise, source: NoiseSource, shape) -> np.ndarray:
+    """One int64 array of i.i.d. draws of the release's exact noise law (`Noise.kind`)."""
     if noise.kind == "laplace":
-        z = discrete_laplace_rational(source, noise.parameter, c.shape)
-    else:
-        z = discrete_gaussian_rational(source, noise.parameter, c.shape)
-    return c + z
+        return discrete_laplace_rational(source, noise.parameter, shape)
+    return discrete_gaussian_rational(source, noise.parameter, shape)
 
 
 # ------------------------------------------------------------------ post-processing (public)
@@ -486,6 +489,31 @@ def smooth(noisy, graph, weights: str = "uniform") -> np.ndarray:
         raise PateError("the smoothed scores would overflow int64: a released count above "
                         f"{2**62 // int(w.sum())}")
     return np.einsum("jrc,r->jc", c[g], w)
+
+
+def label_posterior(noisy, graph, noise: Noise, draws: int, source: NoiseSource,
+                    weights: str = "uniform") -> np.ndarray:
+    """(P, classes) float64: for each pool point, the posterior probability that each class is the
+    label the release would give without its noise, ``argmax smooth(C)`` (`smooth`, ties to the
+    lowest class as in `labels_and_margins`), given the released ``C̃ = C + Z``: Monte Carlo over
+    `draws` draws of the release's own noise law.
+
+    Under a flat prior on the counts C the posterior of C given C̃ is ``C̃ − Z'`` with Z' drawn from
+    the noise's law (the discrete Laplace and Gaussian are symmetric: p(C | C̃) ∝ p_Z(C̃ − C)), so each
+    row is the fraction of draws in which that class tops ``smooth(C̃ − Z')``: the soft targets of
+    ALIBI (Malek et al., "Antipodes of Label Differential Privacy: PATE and ALIBI", NeurIPS 2021)
+    for this release, under a flat prior. A function of the released array, the public graph and
+    the public noise law: post-processing, no privacy cost. `source`: any stream (e.g. a seeded
+    ``NoiseSource``): its draws are not a release."""
+    c = _released(noisy)
+    if not isinstance(noise, Noise):
+        raise PateError(f"noise must be a fine_grained.Noise, got {type(noise).__name__}")
+    draws = _check_count("draws", draws, 1)
+    counts = np.zeros(c.shape, np.int64)
+    rows = np.arange(c.shape[0])
+    for _ in range(draws):
+        counts[rows, np.argmax(smooth(c - noise_draw(noise, source, c.shape), graph, weights), axis=1)] += 1
+    return counts / draws
 
 
 def labels_and_margins(scores) -> tuple[np.ndarray, np.ndarray]:

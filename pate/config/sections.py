@@ -26,6 +26,9 @@ from pate.config.silo_sections import SilosConfig
 from pate.config.checks import FLOAT32_MAX, MAX_EPS, at_least_one, check_map, eps, positive
 from pate.config.checks import require as _require
 
+#: `[student] targets`: what the student learns from (`StudentConfig`).
+STUDENT_TARGETS = ("hard", "posterior")
+
 
 def _check_model_keys(cfg: "TeachersConfig | StudentConfig", s: str) -> None:
     """The keys `[teachers]` and `[student]` share (the network and its training),
@@ -446,6 +449,12 @@ class StudentConfig:
     the network's softmax. Post-processing of the released labels with public inputs: no ε.
     0 (default): the network alone.
 
+    `targets`: what the student learns from on each labelled pool point. "hard" (default): the
+    released label. "posterior": the posterior over the label the fine-grained release would give
+    without its noise, from its released noisy histogram and its public noise law, under a flat prior
+    (ALIBI-style soft targets, `pate.release.soft_targets`; the neighbour student averages them too).
+    Post-processing of the release: no ε. Fine-grained releases only (labels.npz's `noisy_counts`).
+
     The defaults are the CPU-measured Fashion-MNIST student (docs/results.md).
     """
 
@@ -483,11 +492,13 @@ class StudentConfig:
     eval_batch_size: int = 500
     wrn_blocks: int = 2
     neighbours: int = 0
+    targets: str = "hard"
 
     def validate(self) -> None:
         s = "student"
         _check_model_keys(self, s)
         _require(0 <= self.neighbours <= 1000, s, "neighbours", "must be 0 (the network alone) to 1000 pool points")
+        _require(self.targets in STUDENT_TARGETS, s, "targets", f"must be one of {', '.join(STUDENT_TARGETS)}")
         at_least_one(s, self, "wrn_blocks", "steps", "mu")
         _require(0 <= self.threshold <= 1, s, "threshold", "must be in [0, 1]")
         _require(self.lambda_u >= 0, s, "lambda_u", "must be >= 0")

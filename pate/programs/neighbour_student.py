@@ -30,7 +30,7 @@ class NeighbourVote:
 
     fitted: public_features.PublicMap
     rows: np.ndarray  # (n, d) float64: the labelled pool points under the map
-    labels: np.ndarray  # (n,) int: their released labels
+    targets: np.ndarray  # (n, num_classes) float64: their released labels one-hot, or the student's soft targets
     k: int
     num_classes: int
 
@@ -45,14 +45,15 @@ class NeighbourVote:
         for start in range(0, x.shape[0], BLOCK):
             d = norms[None, :] - 2.0 * x[start:start + BLOCK] @ self.rows.T
             nearest = np.argsort(d, axis=1, kind="stable")[:, :k]
-            for i, idx in enumerate(nearest):
-                np.add.at(out[start + i], self.labels[idx], weights)
+            out[start:start + nearest.shape[0]] = np.einsum("ikc,k->ic", self.targets[nearest], weights)
         return out / out.sum(axis=1, keepdims=True)
 
 
-def fit(config, pool_x: np.ndarray, indices: np.ndarray, labels: np.ndarray, num_classes: int) -> NeighbourVote:
+def fit(config, pool_x: np.ndarray, indices: np.ndarray, labels: np.ndarray, num_classes: int,
+        targets: np.ndarray | None = None) -> NeighbourVote:
     """The neighbour student of `config` (`[student] neighbours` K, `[features]`'s map) on the
-    public pool `pool_x` and the released `labels` of the pool points `indices`.
+    public pool `pool_x` and the released `labels` of the pool points `indices`; with `targets`
+    ((n, num_classes) rows summing to 1: the student's soft targets), those instead of the labels.
 
     Raises:
       PateError: no labelled pool point, or what fitting the map raises (one line).
@@ -65,7 +66,9 @@ def fit(config, pool_x: np.ndarray, indices: np.ndarray, labels: np.ndarray, num
     fitted, _ = public_features.fit(pool_x, dims, feature_map=f.map,
                                     settings=public_features.MapSettings.of(config), whiten=f.whiten)
     rows = fitted.unit_rows(fitted.coefficients(pool_x[np.asarray(indices)]))
-    return NeighbourVote(fitted, rows, np.asarray(labels, np.int64), k, num_classes)
+    chosen = (np.eye(num_classes)[np.asarray(labels, np.int64)] if targets is None
+              else np.asarray(targets, np.float64))
+    return NeighbourVote(fitted, rows, chosen, k, num_classes)
 
 
 def combine(probabilities: np.ndarray, votes: np.ndarray) -> np.ndarray:

@@ -94,6 +94,10 @@ def align(probs: jax.Array, prior: jax.Array) -> jax.Array:
 
 
 def _cross_entropy(logits, labels):
+    """Cross-entropy against integer labels (n,), or against soft targets (n, classes) whose rows
+    sum to 1 (`[student] targets = "posterior"`): the one-hot rows of integer labels give the same loss."""
+    if labels.ndim == logits.ndim:
+        return optax.softmax_cross_entropy(logits, labels)
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels)
 
 

@@ -7,8 +7,9 @@ The steps, private values in capitals: the public map fitted on the pool
 record's `votes_per_record` nearest pool points, and the PRIVATE histogram of their votes,
 which never leaves this function's memory; the one release (`analysis.mechanisms.fine_grained.release`:
 exact discrete Laplace or Gaussian noise on every cell); the labels, post-processing of the
-release. labels.npz then holds the pool's indices, its labels and this module's record of the
-release (`record_arrays`); no count, vote or feature of a private record is written.
+release. labels.npz then holds the pool's indices, its labels, the released noisy histogram
+itself (`NOISY_COUNTS`) and this module's record of the release (`record_arrays`); no count, vote
+or feature of a private record is written.
 
 Under `pate label --distributed` every process (process 0 too) reads only its own contiguous
 slice of the private records (`pate.programs.cluster.Cluster.own_records`), fits the same
@@ -43,12 +44,18 @@ from pate.release import tuning
 #: record's (`analysis.mechanisms.fine_grained.FineGrained.to_arrays`; `pate.release.labels.RELEASED_KEYS`
 #: names them with the rest).
 #: The settings that only post-process the release (the smoothing of its noisy rows): changing
-#: them changes no privacy, but pate keeps the labels, not the noisy histogram, so applying them
-#: to a finished release would need a new one (`pate.steps.pipeline` refuses to draw it silently).
+#: them changes no privacy, but the labels are written once with the release (and releases before
+#: `NOISY_COUNTS` kept no histogram), so applying them to a finished release would need a new one
+#: (`pate.steps.pipeline` refuses to draw it silently).
 POST_PROCESSING = ("fine_grained.smoothing", "fine_grained.smoothing_weights")
 ARRAY_KEYS = ("release_eps", "release_delta", "smoothing", "smoothing_weights", "pca", "scattering", "feature_map",
               "label_noise", "label_eps", "feature_weights_sha256", "feature_filters_sha256",
-              "feature_whiten")
+              "feature_whiten", "noisy_counts")
+
+#: The released noisy histogram itself, (pool points, classes) int64, ``C + Z``: the one array the
+#: release's guarantee covers (`analysis.mechanisms.fine_grained.release`), kept beside the labels it
+#: gives so that post-processing can read more than their argmax (`pate.release.soft_targets`).
+NOISY_COUNTS = "noisy_counts"
 
 
 def noise_of(cfg: FineGrainedConfig, delta: float) -> fine_grained.Noise:
@@ -235,7 +242,8 @@ def labelled(side: PublicSide, cfg: FineGrainedConfig, delta: float, noisy: np.n
     eps = side.noise.eps(delta)
     used_delta = 0.0 if cfg.noise == "laplace" else float(delta)
     arrays = {"indices": np.arange(side.pool_size, dtype=np.int64), "labels": labels.astype(np.int32),
-              **record_arrays(cfg, side.noise, eps, used_delta), "feature_map": np.array(side.fmap.name)}
+              **record_arrays(cfg, side.noise, eps, used_delta), "feature_map": np.array(side.fmap.name),
+              NOISY_COUNTS: np.asarray(noisy, np.int64)}
     arrays.update({key: np.array(digest) for key, digest in side.fmap.digests().items()})  # public weights
     if side.fmap.whiten:
         arrays["feature_whiten"] = np.array(True)

@@ -77,6 +77,12 @@ def read_labels(path: str | Path, *, require_mechanism: bool = True, num_classes
         if o.ndim != 2 or o.shape[0] != labels.size or not np.issubdtype(o.dtype, np.integer) or (o < 0).any():
             raise PateError(f"{path}: '{CHECK_OFFSETS}' must be a (queries, classes) array of non-negative "
                             "integers; it was not written by pate label or is damaged")
+    if fine_grained_release.NOISY_COUNTS in data:
+        c = np.asarray(data[fine_grained_release.NOISY_COUNTS])
+        if (c.ndim != 2 or c.shape[0] != labels.size or c.shape[1] < 2 or not np.issubdtype(c.dtype, np.integer)
+                or (num_classes is not None and c.shape[1] != num_classes)):
+            raise PateError(f"{path}: '{fine_grained_release.NOISY_COUNTS}' must be a (points, classes) integer "
+                            "array, one row per label; it was not written by pate label or is damaged")
     data["mechanism"] = str(data["mechanism"]) if "mechanism" in data else "unknown"
     return data
 
@@ -130,6 +136,8 @@ class Release:
       mechanism: the aggregator that released them.
       digest: `release_digest` (ties the student to this release).
       rounds: how many rounds released them (1 or 2).
+      targets: (answered, classes) soft targets the student learns from instead of `labels` (rows
+        summing to 1, post-processing of the release: `pate.release.soft_targets`), or None.
     """
 
     indices: np.ndarray
@@ -138,6 +146,7 @@ class Release:
     mechanism: str
     digest: str
     rounds: int = 1
+    targets: np.ndarray | None = None
 
 
 def release_files(workdir: str | Path, rounds: int | None = None) -> list[Path]:

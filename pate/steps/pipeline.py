@@ -465,7 +465,7 @@ def preflight(config: Config, seed: int | None) -> Mechanism | None:
     the release is expected to buy on simulated public votes (`pate.release.outcome`: near chance
     is refused unless ``[aggregation] allow_near_chance``; checked silently here, printed by the
     label step): no refusal the config implied comes after hours of teacher training."""
-    from pate.release import outcome
+    from pate.release import outcome, soft_targets
     from pate.release.aggregation import noise_source
     from pate.programs.models import check_models
     from pate.release.budget import accountable_record, resolve
@@ -474,6 +474,7 @@ def preflight(config: Config, seed: int | None) -> Mechanism | None:
     needs_teachers = registry.record_type(config.aggregation.mechanism).needs_teachers
     check_maps_ready(config, teachers=needs_teachers)  # before any data is read
     check_models(config, facts(config), teachers=needs_teachers)  # a model the inputs refuse, before any training
+    soft_targets.check_config(config)  # soft targets only a fine-grained release can give
     if not needs_teachers:
         return _fine_grained_preflight(config)
     record = accountable_record(config.aggregation, config.privacy)

@@ -41,6 +41,7 @@ import numpy as np
 from analysis.core.errors import PateError
 from pate.store import checkpoints, digests, rundir
 from pate.programs import keys, models
+from pate.release import soft_targets
 from pate.release.labels import Release, read_release, release_files, require_recorded
 from pate.store.identity import directory_for
 from pate.config import check_config, Config, config_to_dict, MAX_INT, StudentConfig
@@ -173,6 +174,8 @@ def train_student(config: Config, workdir: str | Path, *, overwrite: bool = Fals
         # found from the labels alone (a student never opens the votes or the teachers).
         require_recorded(directory_for(config.privacy), release_files(door.run.path, rounds), door.run.path,
                          "trained")
+        release = soft_targets.with_targets(config, release, release_files(door.run.path, rounds)[0], splits.pool_x,
+                                            splits.num_classes, echo)
         init = None
         if release.rounds == 2 and config.rounds.student_init == "round1":
             init = _round1_weights(door.run, config, splits.num_classes, tuple(splits.pool_x.shape[1:]), echo)
@@ -213,7 +216,7 @@ def _train(config: Config, release: Release, splits, show_progress: bool, echo, 
     cfg = config.student
     pool_x = splits.pool_x
     xl = jnp.asarray(pool_x[release.indices])
-    yl = jnp.asarray(release.labels)
+    yl = jnp.asarray(release.labels if release.targets is None else release.targets)
     wl = jnp.asarray(label_weights(release.labels, splits.num_classes, cfg.balance_labels))
     xu = jnp.asarray(pool_x)
     image_shape = tuple(pool_x.shape[1:])
@@ -250,7 +253,8 @@ def _train(config: Config, release: Release, splits, show_progress: bool, echo, 
     acc_last = float(np.mean(predict(model, last, splits.eval_x, cfg.eval_batch_size) == splits.eval_y))
     acc_network = None
     if cfg.neighbours:  # the published predictor: the network averaged with the neighbour student
-        vote = neighbour_student.fit(config, splits.pool_x, release.indices, release.labels, splits.num_classes)
+        vote = neighbour_student.fit(config, splits.pool_x, release.indices, release.labels, splits.num_classes,
+                                     targets=release.targets)
         probs = probabilities(model, ema, splits.eval_x, cfg.eval_batch_size)
         acc_network = acc
         acc = float(np.mean(neighbour_student.combine(probs, vote.votes(splits.eval_x)) == splits.eval_y))
@@ -265,15 +269,19 @@ def _train(config: Config, release: Release, splits, show_progress: bool, echo, 
 
 def with_neighbours(student, workdir: str | Path):
     """A loaded student (`load_student`) as it is published: with its neighbour student attached
-    when `[student] neighbours` is set (the run's released labels and the public pool; no vote,
-    no private record), else as it is."""
+    when `[student] neighbours` is set (the run's released labels, or the soft targets the student
+    learnt from, and the public pool; no vote, no private record), else as it is."""
     if not student.config.student.neighbours:
         return student
     from pate.data import load_pool
 
     pool_x = load_pool(student.config.data, student.config.data.public_size)
     release = read_release(workdir, pool_size=pool_x.shape[0], num_classes=student.num_classes)
-    vote = neighbour_student.fit(student.config, pool_x, release.indices, release.labels, student.num_classes)
+    # the same soft targets as in training (seeded by the student's seed), when the student took them
+    release = soft_targets.with_targets(student.config, release, release_files(workdir, release.rounds)[0], pool_x,
+                                        student.num_classes, echo=lambda _line: None)
+    vote = neighbour_student.fit(student.config, pool_x, release.indices, release.labels, student.num_classes,
+                                 targets=release.targets)
     return dataclasses.replace(student, neighbours=vote)
 
 

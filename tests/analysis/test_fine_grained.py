@@ -368,6 +368,66 @@ def test_smoothing_labels_and_margins_match_loops(data):
         assert margins[i] == top - sorted(row)[-2]
 
 
+def _exact_posterior_of_class_0(gap: int, scale: Fraction, support: int = 400) -> float:
+    """P[c0 − Z0 >= c1 − Z1] = P[Z1 − Z0 >= gap] (gap = c1 − c0; a tie goes to class 0) for Z0, Z1 i.i.d.
+    discrete Laplace ∝ exp(−|z|/scale), summed over the pmf (support ±400: the rest is below 1e-60)."""
+    z = np.arange(-support, support + 1)
+    pmf = np.exp(-np.abs(z) / float(scale))
+    pmf /= pmf.sum()
+    return float(sum(pmf[i] * pmf[j] for i in range(z.size) for j in range(z.size) if z[j] - z[i] >= gap))
+
+
+@pytest.mark.parametrize("gap", [-3, 0, 2, 6])
+def test_label_posterior_matches_the_exact_posterior_of_one_point(gap):
+    """One point, two classes, no smoothing: the posterior that class 0 is the noiseless argmax given
+    the released (c0, c1) is P[Z1 − Z0 >= c1 − c0] under a flat prior; the Monte Carlo frequency lies
+    within 5 binomial s.d. of the exact sum, and a posterior that forgot the tie rule (strict >) is
+    caught at gap 0."""
+    scale, draws = Fraction(2), 4000
+    noise = fg.Noise("laplace", scale, 1)
+    noisy = np.array([[10, 10 + gap]], np.int64)
+    got = fg.label_posterior(noisy, np.array([[0]]), noise, draws, NoiseSource(5))
+    exact = _exact_posterior_of_class_0(gap, scale)
+    sd = math.sqrt(exact * (1 - exact) / draws)
+    assert got.shape == (1, 2) and got.sum() == pytest.approx(1.0)
+    assert abs(got[0, 0] - exact) <= 5 * sd + 1e-12
+    if gap == 0:  # ties to class 0: strictly-greater would give P[Z1 − Z0 >= 1], 5+ s.d. away
+        assert abs(got[0, 0] - _exact_posterior_of_class_0(1, scale)) > 5 * sd
+
+
+@pytest.mark.parametrize("kind,parameter", [("laplace", Fraction(3, 2)), ("gaussian", Fraction(9))])
+def test_label_posterior_matches_a_loop_over_the_same_draws(kind, parameter):
+    """The vectorised posterior equals a plain loop over points, neighbours and classes fed the same
+    seeded draws of the noise (the smoothed argmax of C̃ − Z', ties to the lowest class), for both laws
+    and harmonic weights."""
+    rng = np.random.default_rng(3)
+    points, classes, m, draws = 7, 3, 3, 25
+    noisy = rng.integers(-4, 12, size=(points, classes)).astype(np.int64)
+    graph = np.stack([np.arange(points)] + [rng.permutation(points) for _ in range(m - 1)], axis=1)
+    noise = fg.Noise(kind, parameter, 1)
+    got = fg.label_posterior(noisy, graph, noise, draws, NoiseSource(9), "harmonic")
+    source, w = NoiseSource(9), fg.smoothing_weights("harmonic", m)
+    expected = np.zeros((points, classes))
+    for _ in range(draws):
+        z = fg.noise_draw(noise, source, (points, classes))
+        for j in range(points):
+            scores = [sum(int(w[r]) * int(noisy[graph[j, r], c] - z[graph[j, r], c]) for r in range(m))
+                      for c in range(classes)]
+            expected[j, scores.index(max(scores))] += 1 / draws
+    np.testing.assert_allclose(got, expected, atol=1e-12)
+
+
+def test_label_posterior_is_sure_where_the_margin_dwarfs_the_noise_and_refuses_bad_input():
+    noise = fg.Noise("laplace", Fraction(1), 1)
+    noisy = np.array([[200, 0, 0], [0, 0, 200]], np.int64)
+    got = fg.label_posterior(noisy, np.array([[0], [1]]), noise, 50, NoiseSource(1))
+    np.testing.assert_array_equal(got, [[1, 0, 0], [0, 0, 1]])
+    with pytest.raises(PateError, match="draws"):
+        fg.label_posterior(noisy, np.array([[0], [1]]), noise, 0, NoiseSource(1))
+    with pytest.raises(PateError, match="noise must be"):
+        fg.label_posterior(noisy, np.array([[0], [1]]), 2.0, 10, NoiseSource(1))
+
+
 def test_harmonic_smoothing_keeps_a_near_neighbour_that_uniform_smoothing_outvotes():
     """A point whose own row says class 0 while its far neighbours lean to class 1: the
     uniform sum follows the far ones, the harmonic weights (1, 1/2, 1/3, ...) the near ones;

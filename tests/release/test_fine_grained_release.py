@@ -66,8 +66,10 @@ def test_one_release_labels_every_pool_point_with_nothing_private_written(fine_r
     assert np.array_equal(labels["indices"], np.arange(config.data.public_size))
     assert set(labels) - {"meta"} <= set(RELEASED_KEYS)
     assert not registry.from_arrays(labels).needs_teachers and (labels["labels"] >= 0).all()
-    with np.load(run / rundir.LABELS_NPZ) as npz:  # no count, vote or feature of a private record
-        assert all(npz[k].size <= config.data.public_size for k in npz.files)
+    with np.load(run / rundir.LABELS_NPZ) as npz:  # no count, vote or feature of a private record:
+        # one value per pool point at most, but the released noisy histogram (its noise: the test below)
+        assert all(npz[k].size <= config.data.public_size for k in npz.files if k != fine_release.NOISY_COUNTS)
+        assert npz[fine_release.NOISY_COUNTS].shape == (config.data.public_size, config.data.synthetic_classes)
     assert "fine-grained, every one of the 200 pool points from one release" in output
 
 
@@ -88,6 +90,8 @@ def test_the_release_is_the_mechanism_on_the_private_records_with_the_research_s
         noisy, fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing), cfg.smoothing_weights))
     labels = read_labels(folder / "run" / rundir.LABELS_NPZ)
     assert np.array_equal(labels["labels"], expected)
+    # the histogram kept beside the labels is the release itself, C + Z, never the private C
+    assert np.array_equal(labels[fine_release.NOISY_COUNTS], noisy) and not np.array_equal(noisy, counts)
     assert registry.from_arrays(labels).noise == noise
     assert (labels.get("meta") or {}).get("research_seed") is True
 
@@ -270,3 +274,79 @@ def test_ledger_import_of_a_fine_grained_run_charges_its_one_release(fine_run, t
     written = ledger_import.import_run(folder / "run", echo=lambda *_: None)
     assert [(e["kind"], e["cost"]) for e in written] == [("labels", {"kind": "pure", "eps0": 1.0, "count": 1})]
     assert ledger_import.import_run(folder / "run", echo=lambda *_: None) == []  # once
+
+
+def _own_fine_copy(fine_run, tmp_path, monkeypatch):
+    """A copy of the fine-grained run with its ledger folder, that folder the test's ledger."""
+    folder, _ = fine_run
+    shutil.copytree(folder / "run", tmp_path / "run")
+    shutil.copytree(folder / "ledger", tmp_path / "ledger")
+    monkeypatch.setenv("PATE_LEDGER_DIR", str(tmp_path / "ledger"))
+    return tmp_path / "run", ledger_mod.Ledger(data_identity(_config().data, tmp_path / "ledger"), tmp_path / "ledger")
+
+
+def test_the_student_learns_from_the_noise_posterior_of_the_released_histogram(fine_run, tmp_path, monkeypatch):
+    """`[student] targets = "posterior"`: the targets are the noise posterior of labels.npz's own
+    histogram over the public graph (a second computation from `analysis.mechanisms.fine_grained`'s
+    pieces); `pate train-student` trains on them with the neighbour student averaging them, records
+    them, and charges nothing (post-processing)."""
+    from pate.release import soft_targets
+    from pate.release.labels import read_release
+
+    run, book = _own_fine_copy(fine_run, tmp_path, monkeypatch)
+    config = load_config(run / rundir.CONFIG_TOML, {"student.targets": "posterior"})
+    splits = split(load_dataset(config.data), config.data.public_size)
+    release = read_release(run, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes)
+    got = soft_targets.with_targets(config, release, run / rundir.LABELS_NPZ, splits.pool_x, splits.num_classes,
+                                    echo=lambda _line: None)
+    labels = read_labels(run / rundir.LABELS_NPZ)
+    cfg = config.fine_grained
+    _, pool_rows = public_features.fit(splits.pool_x, cfg.pca)
+    graph = fine_grained.nearest_public(pool_rows, pool_rows, cfg.smoothing)
+    expected = fine_grained.label_posterior(
+        labels[fine_release.NOISY_COUNTS], graph, fine_grained.laplace_noise(cfg.eps, cfg.votes_per_record),
+        soft_targets.DRAWS, NoiseSource(config.student.seed, stream=soft_targets.STREAM), cfg.smoothing_weights)
+    np.testing.assert_allclose(got.targets, expected[release.indices], atol=1e-6)
+    assert (got.targets.max(axis=1) < 1).any() and np.allclose(got.targets.sum(axis=1), 1, atol=1e-6)
+
+    entries, hard = len(book.entries()), json.loads((run / rundir.STUDENT_JSON).read_text())
+    result = invoke("train-student", "--workdir", run, "--set", 'student.targets="posterior"', "--set",
+                    "student.neighbours=5", "--overwrite", "--no-progress")
+    assert result.exit_code == 0, result.output
+    assert "soft targets from the release's noise posterior" in result.output
+    student = json.loads((run / rundir.STUDENT_JSON).read_text())
+    assert student["student"]["targets"] == "posterior" and student["neighbours"] == 5
+    assert hard["student"]["targets"] == "hard" and student["checkpoint_sha256"] != hard["checkpoint_sha256"]
+    assert len(book.entries()) == entries
+
+
+def test_soft_targets_under_another_map_or_from_a_teachers_release_are_refused_in_one_line(
+        fine_run, finished_tiny, tmp_path, monkeypatch):
+    """Refused in one line, before any training: a config whose map does not give back the released
+    labels (another PCA: its graph is another release's), a teachers' release (labels alone, no
+    histogram: nothing written), and `pate run` asking for soft targets with a teachers' mechanism
+    (before any teacher trains)."""
+    from conftest import own_copy
+    from pate.release import soft_targets
+    from pate.release.labels import read_release
+
+    run, _ = _own_fine_copy(fine_run, tmp_path, monkeypatch)
+    config = load_config(run / rundir.CONFIG_TOML, {"student.targets": "posterior", "fine_grained.pca": 4})
+    splits = split(load_dataset(config.data), config.data.public_size)
+    release = read_release(run, pool_size=splits.pool_x.shape[0], num_classes=splits.num_classes)
+    with pytest.raises(PateError, match="do not give back the released labels"):
+        soft_targets.with_targets(config, release, run / rundir.LABELS_NPZ, splits.pool_x, splits.num_classes)
+
+    teachers_run = own_copy(finished_tiny, tmp_path / "teachers-run")
+    before = snapshot(teachers_run)
+    line = one_line_error(invoke("train-student", "--workdir", teachers_run, "--set", 'student.targets="posterior"',
+                                 "--overwrite", "--no-progress"), 1)
+    assert "noisy histogram" in line and 'student.targets = "hard"' in line
+    assert snapshot(teachers_run) == before
+
+    line = one_line_error(invoke("run", "--config", TINY, "--set", 'student.targets="posterior"', "--workdir",
+                                 tmp_path / "new", "--no-progress"), 1)
+    assert "aggregation.mechanism" in line and not (tmp_path / "new" / rundir.TEACHERS_JSON).exists()
+    line = one_line_error(invoke("run", "--config", TINY, "--set", 'student.targets="soft"', "--workdir",
+                                 tmp_path / "new", "--no-progress"), 1)
+    assert "student.targets must be one of hard, posterior" in line
