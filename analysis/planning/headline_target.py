@@ -44,11 +44,13 @@ data-independent composition, `analysis.planning.rounds`), so `pate label --roun
 it: it plans the published headline exactly (`analysis.planning.rounds.plan_round2`, a `ReleaseChoice`
 with ``route = DATA_INDEPENDENT``).
 
-**The teachers checking a student** (round 2 with ``[rounds] check = "interactive"``): the
-simulated ensembles are paired with a public model of the student (`analysis.planning.simulated_votes`:
-its real check offsets on the queries, its calibration on the evaluation split), and f and S
-take the check statistic max_j (n_j − o_j) (`analysis.bounds.interactive`). The report recomputes
-P with the offsets the release recorded and the calibration the plan recorded.
+**The teachers checking a student** (``student``; Interactive-GNMax): the simulated ensembles
+are paired with a public model of the student (`analysis.planning.simulated_votes`: its real check
+offsets on the queries, its calibration on the evaluation split), and f and S take the check
+statistic max_j (n_j − o_j) (`analysis.bounds.interactive`). The report recomputes P with the
+offsets the release recorded and the calibration the plan recorded. `pate label --round 2` no
+longer plans this way (its plan is data-independent, above, and the offsets do not enter it);
+the report still reads such a plan from labels written before.
 """
 
 from __future__ import annotations

@@ -134,6 +134,13 @@ def plan_round2(record, max_queries: int, earlier: Sequence[composition.Cost], t
     release cost that still does at that count (the least noisy sanitised value). None when
     not even one query fits.
 
+    Only releases that can publish their upper bound are candidates: `pate analyze` publishes
+    the sanitised value as an upper bound that fails with probability η = ``delta``
+    (`analysis.sanitised.gnss.upper_bound`), which needs σ_ss · z(1 − η) · (e^β − 1) < 1; a
+    cheaper release would be planned, its labels released and charged, and its analysis
+    refused. For one β that condition holds from some cost up (σ_ss falls as the cost rises),
+    so the candidates of a β are a tail of ``costs`` and the searches below still hold.
+
     Exact, not a probability: every cost is data-independent, so the headline of a setting is
     known before any vote. It rises with the queries (the labels' RDP curve and loss
     distribution grow with them) and, for one β, with the release cost (σ_ss falls, so the
@@ -142,6 +149,7 @@ def plan_round2(record, max_queries: int, earlier: Sequence[composition.Cost], t
     """
     from analysis.core.errors import PateError
     from analysis.planning.headline_target import BETA_TIMES_ORDER, COSTS, release_parameters
+    from analysis.sanitised.gnss import upper_bound
 
     betas = BETA_TIMES_ORDER if betas is None else betas
     costs = sorted(COSTS if costs is None else costs)
@@ -149,6 +157,7 @@ def plan_round2(record, max_queries: int, earlier: Sequence[composition.Cost], t
     def option(times: float, c: float):
         try:
             release = release_parameters(order, times / order, c)
+            upper_bound(release.sigma_ss, release.beta, delta)  # publishable, as `pate analyze` will publish it
         except (PateError, ValueError, ZeroDivisionError):
             return None
         return release, record.sanitised_cost({"release_order": release.order, "beta": release.beta},

@@ -139,7 +139,8 @@ def test_round2_plan_meets_the_published_headline_of_both_rounds_and_no_more():
     published. The plan now solves for the published headline of both rounds
     (`analysis.planning.rounds.cumulative_headline`, the function `pate analyze` publishes with): at the
     planned queries and release it is <= the target; one more query, even with the cheapest
-    release of every beta on the grid, exceeds it; so does the next larger release cost."""
+    release of every beta on the grid that can publish its upper bound, exceeds it; so does the
+    next larger release cost."""
     from analysis.mechanisms import composition
     from analysis.planning.rounds import cumulative_headline
 
@@ -157,14 +158,60 @@ def test_round2_plan_meets_the_published_headline_of_both_rounds_and_no_more():
     planned = headline(n, choice.order, choice.beta, choice.release_cost)
     assert planned <= target and planned == pytest.approx(choice.eps_data_independent, abs=1e-9)
     assert 0 < n < 3000
+    assert _publishable(headline_target.release_parameters(choice.order, choice.beta, choice.release_cost))
     for times in headline_target.BETA_TIMES_ORDER:
-        for cost in sorted(headline_target.COSTS):  # the cheapest release this beta can make
-            try:
-                beyond = headline(n + 1, ORDER, times / ORDER, cost)
-            except PateError:  # no sigma_ss spends that little at this beta
+        for cost in sorted(headline_target.COSTS):  # the cheapest publishable release this beta can make
+            release = _release_or_none(ORDER, times / ORDER, cost)
+            if release is None or not _publishable(release):
                 continue
-            assert beyond > target, (times, cost)
+            assert headline(n + 1, ORDER, times / ORDER, cost) > target, (times, cost)
             break
     larger = [c for c in headline_target.COSTS if c > choice.release_cost]
     if larger:
         assert headline(n, choice.order, choice.beta, min(larger)) > target
+
+
+def _release_or_none(order, beta, cost):
+    try:
+        return headline_target.release_parameters(order, beta, cost)
+    except (PateError, ValueError, ZeroDivisionError):  # no sigma_ss spends that little at this beta
+        return None
+
+
+def _publishable(release) -> bool:
+    try:
+        gnss.upper_bound(release.sigma_ss, release.beta, DELTA)  # as `pate analyze` publishes it (eta = delta)
+    except PateError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("target", [2.0, 3.0])
+def test_round2_plan_chooses_only_a_release_that_can_publish_its_upper_bound(target):
+    """`pate analyze` publishes the sanitised value as an upper bound that fails with
+    probability delta, which a release with sigma_ss z(1 - delta) (e^beta - 1) >= 1 cannot do.
+    The plan chose one at every target (beta 0.3/12, cost 0.02, sigma_ss 43.5): round 2's labels
+    were released and charged, then `pate analyze` refused. Now the planned release can publish
+    its bound, the published headline of both rounds is within the target, and no publishable
+    release of the grid fits one more query, nor a larger cost of the planned beta."""
+    from analysis.planning.rounds import plan_round2, round2_headline_eps
+
+    cfg = _fashion(queries=3000)
+    record = registry.from_config(cfg.aggregation)
+    earlier, conversion = _round1_costs(record), cfg.privacy.conversion
+    plan = plan_round2(record, 3000, earlier, target, DELTA, order=ORDER, conversion=conversion)
+    assert plan is not None and 0 < plan.num_queries < 3000
+    assert _publishable(plan.release) and plan.eps <= target
+
+    def headline(queries, release):
+        cost = record.sanitised_cost({"release_order": ORDER, "beta": release.beta}, release.release_cost)
+        return round2_headline_eps(record, queries, cost, earlier, DELTA, conversion)
+
+    assert plan.eps == headline(plan.num_queries, plan.release)
+    grid = [[r for r in (_release_or_none(ORDER, times / ORDER, c) for c in sorted(headline_target.COSTS))
+             if r is not None and _publishable(r)] for times in headline_target.BETA_TIMES_ORDER]
+    assert all(grid)  # every beta has a publishable release on the grid
+    assert all(headline(plan.num_queries + 1, releases[0]) > target for releases in grid)  # each beta's cheapest
+    larger = [r for releases in grid for r in releases
+              if r.beta == plan.release.beta and r.release_cost > plan.release.release_cost]
+    assert all(headline(plan.num_queries, r) > target for r in larger)
