@@ -373,8 +373,10 @@ def _refuse_replacing(run: rundir.RunDir, step: Step, reason: str) -> None:
 
 def _refuse_redrawing(run: rundir.RunDir, step: Step, config: Config, stored: Config | None) -> None:
     """`pate run` never draws a release again for a change that is only post-processing of the
-    finished one (`pate.release.fine_grained_release.POST_PROCESSING`: the smoothing): pate keeps
-    the labels, not the noisy histogram, so it would take a new draw, charged; refused in one line."""
+    finished one (`pate.release.fine_grained_release.POST_PROCESSING`: the smoothing): the labels the
+    ledger charged are written once, with their smoothing (and releases written before labels.npz kept
+    its noisy histogram have nothing to smooth again), so it would take a new draw, charged; refused in
+    one line."""
     from pate.config import config_diff
     from pate.release.fine_grained_release import POST_PROCESSING
 
@@ -385,8 +387,8 @@ def _refuse_redrawing(run: rundir.RunDir, step: Step, config: Config, stored: Co
     changed = config_diff(stored, config)
     if changed and set(changed) <= set(POST_PROCESSING):
         raise PateError(f"{', '.join(changed)} changed on a finished release ({run / rundir.LABELS_NPZ}): it is "
-                        "post-processing, but pate keeps the labels, not the noisy histogram, so applying it would "
-                        "draw and charge a new release; restore the setting, or release again on purpose with "
+                        "post-processing, but the released labels are written once with their smoothing, so applying it "
+                        "would draw and charge a new release; restore the setting, or release again on purpose with "
                         "--overwrite")
 
 

@@ -131,7 +131,7 @@ def test_a_second_run_skips_every_step_and_charges_nothing(fine_run):
 
 
 def test_a_smoothing_change_on_a_finished_release_is_refused_not_drawn_again(fine_run, tmp_path, monkeypatch):
-    """Smoothing is post-processing, but pate keeps the labels, not the noisy histogram: `pate run`
+    """Smoothing is post-processing, but the charged labels are written once with theirs: `pate run`
     with only the smoothing changed refuses in one line, draws nothing and charges nothing (issue 44:
     it used to draw and charge a new release silently); --overwrite releases again on purpose."""
     folder, _ = fine_run
