@@ -50,12 +50,35 @@ def _closed_loop_callback(unraisable) -> bool:
             and unraisable.object is None)
 
 
+class _FailedWritesFilter:
+    """Drops, once a save has failed (`failed`), asyncio's "exception was never retrieved" records:
+    orbax gathers its tensorstore writes in futures, and when the disk fills up the ones nobody awaited
+    any more are logged with their traceback when they are collected, after the save's one line
+    (seen under load on a full tmpfs: 7 lines more). Every other record passes, and all of them
+    before a save fails."""
+
+    failed = False
+
+    @classmethod
+    def filter(cls, record) -> bool:
+        return not (cls.failed and "exception was never retrieved" in record.getMessage())
+
+
+def _failed_save() -> None:
+    """What a failed save says before its one line: asyncio's late records of its writes are dropped."""
+    _FailedWritesFilter.failed = True
+
+
 def _drop_closed_loop_callbacks() -> None:
     """Installs, once, a `sys.unraisablehook` that drops `_closed_loop_callback` errors and
-    passes every other one to the hook it replaces: the failed save already ends in its
-    one line."""
+    passes every other one to the hook it replaces, and `_FailedWritesFilter` on asyncio's logger:
+    the failed save already ends in its one line."""
+    import logging
     import sys
 
+    asyncio_log = logging.getLogger("asyncio")
+    if _FailedWritesFilter not in asyncio_log.filters:
+        asyncio_log.addFilter(_FailedWritesFilter)
     previous = sys.unraisablehook
     if getattr(previous, "drops_closed_loop_callbacks", False):
         return
@@ -133,6 +156,7 @@ def save_step(manager, step: int, trees: Mapping[str, Any], records: Mapping[str
             manager.save(step, args=ocp.args.Composite(**items), force=True)
             manager.wait_until_finished()
     except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
+        _failed_save()
         directory = Path(manager.directory)
         remove_orbax_tmp(directory)
         raise PateError(f"cannot write the checkpoint of {unit} {step} in {directory}: "
@@ -182,6 +206,7 @@ def save_params(directory: Path, params: Any, *, then: str = "train again") -> N
             ckptr.save(directory.resolve(), params, force=True)
             ckptr.wait_until_finished()
     except Exception as err:  # noqa: BLE001 - orbax/tensorstore wrap OSError in several types
+        _failed_save()
         remove_orbax_tmp(directory.parent)
         raise PateError(f"cannot write the checkpoint {directory}: {short_error(err)}; free space "
                         f"or make it writable, then {then}") from None

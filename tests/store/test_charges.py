@@ -415,6 +415,26 @@ def test_late_callbacks_into_a_closed_event_loop_are_dropped_and_others_kept(mon
     assert seen == [other]
 
 
+def test_asyncio_records_of_a_failed_saves_writes_are_dropped_and_others_kept(monkeypatch, caplog):
+    """A save that fails on a full disk under load: the futures gathering tensorstore's writes are
+    collected after the one line and asyncio logs "exception was never retrieved" with a traceback.
+    Dropped once a save has failed; kept before, and every other asyncio record kept."""
+    import logging
+
+    from pate.store import checkpoints
+
+    monkeypatch.setattr(checkpoints._FailedWritesFilter, "failed", False)
+    checkpoints._drop_closed_loop_callbacks()  # what every save does first
+    log = logging.getLogger("asyncio")
+    late = "_GatheringFuture exception was never retrieved"
+    with caplog.at_level(logging.ERROR, logger="asyncio"):
+        log.error(late)
+        checkpoints._failed_save()  # what a failed save does before its one line
+        log.error(late)
+        log.error("Task was destroyed but it is pending!")
+    assert [r.getMessage() for r in caplog.records] == [late, "Task was destroyed but it is pending!"]
+
+
 def test_os_errors_say_what_is_wrong():
     from pate.cli.options import os_error_line
 
