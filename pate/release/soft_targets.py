@@ -25,9 +25,8 @@ from pate.config import Config
 from pate.release import fine_grained_release
 from pate.release.labels import Release, read_labels
 
-#: Monte Carlo draws of the noise per target (each draw one argmax per pool point): a target's
-#: probability is off by at most 1/(2 sqrt(DRAWS)) = 0.0625 standard deviations' worth, ~0.03 on
-#: the ambiguous points it matters for.
+#: Monte Carlo draws of the noise (each draw one argmax per pool point): each target probability p
+#: has a standard error sqrt(p (1 - p) / DRAWS), at most 1/(2 sqrt(DRAWS)) = 0.0625.
 DRAWS = 64
 
 #: The stream of the student's seed the draws come from (post-processing: a fixed seed leaks nothing).
