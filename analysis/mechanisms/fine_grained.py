@@ -719,6 +719,7 @@ class FineGrained(Mechanism):
     needs_teachers: ClassVar[bool] = False
     exact: ClassVar[bool] = True
     sanitised: ClassVar[bool] = False
+    noisy_histogram: ClassVar[bool] = True
 
     def params(self) -> dict:
         return {"noise": self.noise.kind, "noise_parameter": str(self.noise.parameter), "votes": self.noise.votes}

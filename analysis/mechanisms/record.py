@@ -17,6 +17,9 @@ every record with its values):
   ``analyze`` publishes one (LNMax's, GNSS); without it the headline is the
   data-independent ε and the data-dependent ε stays a private diagnostic;
 - ``threshold_step``: a noisy threshold decides which queries are answered;
+- ``noisy_histogram``: its release is a noisy vote histogram, kept in ``labels.npz`` beside the
+  labels it gives (fine-grained PATE's ``noisy_counts``): post-processing may read more than the
+  argmax (the student's soft targets, `pate.release.soft_targets`);
 - ``accountants``: the data-independent accountants ``analysis.reporting.accountants``
   compares, each with the keywords of :meth:`Mechanism.independent_eps` that select it.
 
@@ -66,6 +69,7 @@ class Mechanism:
     #: "unanswered" is then an outcome of every query, the step is one more noise coordinate,
     #: and Interactive-GNMax's check offsets apply to it.
     threshold_step: ClassVar[bool] = False
+    noisy_histogram: ClassVar[bool] = False
     accountants: ClassVar[Mapping[str, Mapping[str, str]]] = {}
     accounting_defaults: ClassVar[Mapping[str, float]] = {}  # parameters no data-independent cost needs
 

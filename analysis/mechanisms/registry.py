@@ -17,6 +17,8 @@ entry in `RECORDS`.
 | ``permute-and-flip`` | yes | yes (Bernoulli(e^−x) coins) | none: data-independent headline | `analysis.mechanisms.permute_flip` |
 | ``exponential`` | yes | yes (rejection with Bernoulli(e^−x)) | none: data-independent headline | `analysis.mechanisms.exponential` |
 | ``fine-grained`` | no: the records vote | yes (discrete Laplace / Gaussian) | none needed: data-independent | `analysis.mechanisms.fine_grained` |
+
+Only ``fine-grained`` releases a noisy histogram (``noisy_histogram``); the others release labels alone.
 """
 
 from __future__ import annotations

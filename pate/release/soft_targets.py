@@ -20,7 +20,7 @@ import numpy as np
 
 from analysis.core.errors import PateError
 from analysis.core.noise import NoiseSource
-from analysis.mechanisms import fine_grained
+from analysis.mechanisms import fine_grained, registry
 from pate.config import Config
 from pate.release import fine_grained_release
 from pate.release.labels import Release, read_labels
@@ -36,7 +36,7 @@ STREAM = 1 << 40
 def check_config(config: Config) -> None:
     """Refuses, in one line and before any step runs, soft targets no release of this config can give:
     only a fine-grained release keeps its noisy histogram."""
-    if config.student.targets == "posterior" and config.aggregation.mechanism != "fine-grained":
+    if config.student.targets == "posterior" and not registry.record_type(config.aggregation.mechanism).noisy_histogram:
         raise PateError(f'student.targets = "posterior" needs the fine-grained release\'s noisy histogram, but '
                         f'aggregation.mechanism = {config.aggregation.mechanism!r} releases labels alone; set '
                         'student.targets = "hard" or aggregation.mechanism = "fine-grained"')
@@ -57,12 +57,13 @@ def with_targets(config: Config, release: Release, labels_path: str | Path, pool
     path = Path(labels_path)
     arrays = read_labels(path, num_classes=num_classes, pool_size=pool_x.shape[0])
     counts = arrays.get(fine_grained_release.NOISY_COUNTS)
-    if release.rounds != 1 or arrays["mechanism"] != "fine-grained" or counts is None:
+    record = None if counts is None else registry.from_arrays(arrays, str(path))
+    if release.rounds != 1 or record is None or not record.noisy_histogram:
         raise PateError(f'{path} holds no fine-grained noisy histogram to take soft targets from (a teachers\' '
                         'release, two rounds, or a release written before pate kept it): set student.targets = '
                         '"hard", or label again')
     counts = np.asarray(counts, np.int64)
-    noise = fine_grained.FineGrained.from_arrays(arrays, str(path)).noise
+    noise = record.noise  # a noisy histogram's record: its noise law (`fine_grained.FineGrained`)
     smoothing, weights = int(np.asarray(arrays["smoothing"])), str(np.asarray(arrays["smoothing_weights"]))
     section = dataclasses.replace(config.fine_grained, smoothing=smoothing, smoothing_weights=weights)
     side = fine_grained_release.public_side(dataclasses.replace(config, fine_grained=section), pool_x,
